@@ -1,0 +1,406 @@
+//! The pod's lock-free token bucket.
+//!
+//! The hot path ([`TokenBucket::try_acquire`]) is a load, a few arithmetic operations and one
+//! compare-and-swap on a single `AtomicU64`: no lock, no allocation, no clock read (`now_ns` is a
+//! parameter, from the caller's monotonic clock).
+//!
+//! ## Representation
+//! GCRA ("theoretical arrival time"): the state word holds a 16-bit parameter *generation* and a
+//! 48-bit TAT offset in nanoseconds from the generation's origin. Lease parameters (rate,
+//! capacity, expiry) live in two slots, double-buffered by generation parity. A renewal writes the
+//! other slot, then swaps the state word to the next generation in one CAS; any hot-path thread
+//! that read the old generation fails its CAS and retries, so a decision always uses one
+//! consistent set of parameters. Renewals are serialised by a mutex that the hot path never takes.
+//!
+//! ## Lease rules (seed 004)
+//! * A renewal that arrives while the previous lease is still valid **keeps the balance**,
+//!   truncated to the new capacity. Nothing is refilled by renewing.
+//! * A lease applied after a gap (previous one expired, or none) **starts at zero balance**.
+//! * After expiry every request is denied.
+//! * A cost above the current capacity is [`BucketError::CostExceedsCapacity`]: it cannot fit
+//!   under this lease however long the caller waits.
+
+use crate::quota::{Quota, MILLI};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Mutex;
+use thiserror::Error;
+
+const GEN_SHIFT: u32 = 48;
+const OFFSET_MASK: u64 = (1 << GEN_SHIFT) - 1;
+/// Fixed-point fraction bits of the emission interval.
+const FP_SHIFT: u32 = 16;
+/// Largest TAT offset we let a lease reach (~39 hours); keeps the 48-bit field from overflowing.
+const MAX_SPAN_NS: u64 = 1 << 47;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum BucketError {
+    #[error("cost {cost} can never fit: the current capacity is {capacity_milli} milli-tokens")]
+    CostExceedsCapacity { cost: u32, capacity_milli: u64 },
+    #[error("lease parameters out of range: {0}")]
+    ParamsOutOfRange(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DenyReason {
+    /// Not enough tokens yet; `retry_after_ns` says when there will be.
+    Empty,
+    /// The lease has expired and no renewal arrived: fail safe.
+    Expired,
+    /// No lease was ever applied.
+    NoLease,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Granted,
+    Denied { reason: DenyReason, retry_after_ns: Option<u64> },
+}
+
+impl Decision {
+    pub fn is_granted(&self) -> bool {
+        matches!(self, Decision::Granted)
+    }
+}
+
+/// What the bucket currently enforces (for metrics, tests and the simulator's checks).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BucketView {
+    pub quota: Quota,
+    pub expires_at_ns: u64,
+    pub balance_milli: u64,
+}
+
+#[derive(Default)]
+struct ParamSlot {
+    origin_ns: AtomicU64,
+    /// Nanoseconds per milli-token, 48.16 fixed point, rounded up (never faster than leased).
+    interval_fp: AtomicU64,
+    tolerance_ns: AtomicU64,
+    capacity_milli: AtomicU64,
+    rate_milli_per_s: AtomicU64,
+    expires_at_ns: AtomicU64,
+}
+
+#[repr(align(64))]
+struct Padded<T>(T);
+
+pub struct TokenBucket {
+    state: Padded<AtomicU64>,
+    slots: Padded<[ParamSlot; 2]>,
+    renew: Mutex<()>,
+}
+
+struct Params {
+    origin_ns: u64,
+    interval_fp: u64,
+    tolerance_ns: u64,
+    capacity_milli: u64,
+    rate_milli_per_s: u64,
+    expires_at_ns: u64,
+}
+
+impl Default for TokenBucket {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TokenBucket {
+    /// A bucket with no lease: denies everything until [`apply_lease`](Self::apply_lease).
+    pub fn new() -> Self {
+        TokenBucket { state: Padded(AtomicU64::new(0)), slots: Padded(Default::default()), renew: Mutex::new(()) }
+    }
+
+    #[inline]
+    fn read_slot(&self, generation: u64) -> Params {
+        let s = &self.slots.0[(generation & 1) as usize];
+        let p = Params {
+            origin_ns: s.origin_ns.load(Ordering::Acquire),
+            interval_fp: s.interval_fp.load(Ordering::Acquire),
+            tolerance_ns: s.tolerance_ns.load(Ordering::Acquire),
+            capacity_milli: s.capacity_milli.load(Ordering::Acquire),
+            rate_milli_per_s: s.rate_milli_per_s.load(Ordering::Acquire),
+            expires_at_ns: s.expires_at_ns.load(Ordering::Acquire),
+        };
+        // Seqlock-style: slot reads complete before the state word is checked again.
+        fence(Ordering::Acquire);
+        p
+    }
+
+    #[inline]
+    fn cost_ns(interval_fp: u64, cost_milli: u64) -> u64 {
+        ((cost_milli as u128 * interval_fp as u128 + ((1u128 << FP_SHIFT) - 1)) >> FP_SHIFT) as u64
+    }
+
+    /// Take `cost` tokens at `now_ns` if they are there. Lock-free, allocation-free.
+    #[inline]
+    pub fn try_acquire(&self, cost: u32, now_ns: u64) -> Result<Decision, BucketError> {
+        let cost_milli = cost as u64 * MILLI;
+        let mut current = self.state.0.load(Ordering::Acquire);
+        loop {
+            let generation = current >> GEN_SHIFT;
+            let p = self.read_slot(generation);
+            let verdict = Self::decide(&p, current & OFFSET_MASK, cost, cost_milli, now_ns);
+            match verdict {
+                Verdict::Take(new_offset) => {
+                    let next = (generation << GEN_SHIFT) | new_offset;
+                    match self.state.0.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+                        Ok(_) => return Ok(Decision::Granted),
+                        Err(seen) => current = seen,
+                    }
+                }
+                other => {
+                    // A denial must also be based on one consistent generation.
+                    let again = self.state.0.load(Ordering::Acquire);
+                    if again != current {
+                        current = again;
+                        continue;
+                    }
+                    return match other {
+                        Verdict::Deny(d) => Ok(d),
+                        Verdict::Never(e) => Err(e),
+                        Verdict::Take(_) => unreachable!(),
+                    };
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn decide(p: &Params, tat: u64, cost: u32, cost_milli: u64, now_ns: u64) -> Verdict {
+        if p.rate_milli_per_s == 0 {
+            return Verdict::Deny(Decision::Denied { reason: DenyReason::NoLease, retry_after_ns: None });
+        }
+        if now_ns >= p.expires_at_ns {
+            return Verdict::Deny(Decision::Denied { reason: DenyReason::Expired, retry_after_ns: None });
+        }
+        if cost_milli > p.capacity_milli {
+            return Verdict::Never(BucketError::CostExceedsCapacity { cost, capacity_milli: p.capacity_milli });
+        }
+        let now_off = now_ns.saturating_sub(p.origin_ns);
+        let new_tat = tat.max(now_off) + Self::cost_ns(p.interval_fp, cost_milli);
+        let excess = new_tat - now_off;
+        if excess <= p.tolerance_ns {
+            return Verdict::Take(new_tat);
+        }
+        let wait = excess - p.tolerance_ns;
+        let retry = if now_ns.saturating_add(wait) < p.expires_at_ns { Some(wait) } else { None };
+        Verdict::Deny(Decision::Denied { reason: DenyReason::Empty, retry_after_ns: retry })
+    }
+
+    /// How long until `cost` tokens could be taken (0 = now); `None` when not under this lease.
+    pub fn retry_after(&self, cost: u32, now_ns: u64) -> Result<Option<u64>, BucketError> {
+        let current = self.state.0.load(Ordering::Acquire);
+        let p = self.read_slot(current >> GEN_SHIFT);
+        match Self::decide(&p, current & OFFSET_MASK, cost, cost as u64 * MILLI, now_ns) {
+            Verdict::Take(_) => Ok(Some(0)),
+            Verdict::Deny(Decision::Denied { retry_after_ns, .. }) => Ok(retry_after_ns),
+            Verdict::Deny(Decision::Granted) => Ok(Some(0)),
+            Verdict::Never(e) => Err(e),
+        }
+    }
+
+    fn balance_milli(p: &Params, tat: u64, now_ns: u64) -> u64 {
+        if p.rate_milli_per_s == 0 || now_ns >= p.expires_at_ns {
+            return 0;
+        }
+        let now_off = now_ns.saturating_sub(p.origin_ns);
+        let debt_ns = tat.saturating_sub(now_off);
+        let free_ns = p.tolerance_ns.saturating_sub(debt_ns);
+        (((free_ns as u128) << FP_SHIFT) / p.interval_fp.max(1) as u128).min(p.capacity_milli as u128) as u64
+    }
+
+    /// The lease in force and the balance at `now_ns`.
+    pub fn view(&self, now_ns: u64) -> BucketView {
+        let current = self.state.0.load(Ordering::Acquire);
+        let p = self.read_slot(current >> GEN_SHIFT);
+        BucketView {
+            quota: Quota::new(p.rate_milli_per_s, p.capacity_milli),
+            expires_at_ns: p.expires_at_ns,
+            balance_milli: Self::balance_milli(&p, current & OFFSET_MASK, now_ns),
+        }
+    }
+
+    /// Apply a (new or renewed) lease at `now_ns`, valid until `expires_at_ns` (same clock).
+    /// Keeps the balance if the previous lease is still valid, else starts from zero.
+    pub fn apply_lease(&self, quota: Quota, expires_at_ns: u64, now_ns: u64) -> Result<(), BucketError> {
+        let interval_fp = if quota.rate_milli_per_s == 0 {
+            0
+        } else {
+            // ns per milli-token = 10^9 / rate_milli; rounded up so the bucket is never faster.
+            let num = (1_000_000_000u128) << FP_SHIFT;
+            num.div_ceil(quota.rate_milli_per_s as u128) as u64
+        };
+        let tolerance_ns = ((quota.burst_milli as u128 * interval_fp as u128) >> FP_SHIFT) as u64;
+        let span = expires_at_ns.saturating_sub(now_ns);
+        if tolerance_ns.saturating_add(span) >= MAX_SPAN_NS {
+            return Err(BucketError::ParamsOutOfRange(format!(
+                "burst/rate ({quota}) and lease length {span} ns do not fit the 2^47 ns range"
+            )));
+        }
+        let _serialised = self.renew.lock().unwrap_or_else(|p| p.into_inner());
+        let mut current = self.state.0.load(Ordering::Acquire);
+        loop {
+            let generation = current >> GEN_SHIFT;
+            let old = self.read_slot(generation);
+            let balance = Self::balance_milli(&old, current & OFFSET_MASK, now_ns).min(quota.burst_milli);
+            let debt_milli = quota.burst_milli - balance;
+            let next_gen = (generation + 1) & 0xFFFF;
+            let slot = &self.slots.0[(next_gen & 1) as usize];
+            slot.origin_ns.store(now_ns, Ordering::Release);
+            slot.interval_fp.store(interval_fp, Ordering::Release);
+            slot.tolerance_ns.store(tolerance_ns, Ordering::Release);
+            slot.capacity_milli.store(quota.burst_milli, Ordering::Release);
+            slot.rate_milli_per_s.store(quota.rate_milli_per_s, Ordering::Release);
+            slot.expires_at_ns.store(expires_at_ns, Ordering::Release);
+            // TAT so that (tolerance - (tat - now)) / interval == balance; rounded up (less balance).
+            let tat = Self::cost_ns(interval_fp, debt_milli).min(tolerance_ns);
+            let next = (next_gen << GEN_SHIFT) | tat;
+            match self.state.0.compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(()),
+                Err(seen) => current = seen,
+            }
+        }
+    }
+
+    /// Drop the lease at once (drain, or the holder learned it must stop): zero balance.
+    pub fn revoke(&self) {
+        let _ = self.apply_lease(Quota::ZERO, 0, 0);
+    }
+}
+
+enum Verdict {
+    Take(u64),
+    Deny(Decision),
+    Never(BucketError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    const MS: u64 = 1_000_000;
+    const S: u64 = 1_000_000_000;
+
+    fn granted(b: &TokenBucket, cost: u32, now: u64) -> bool {
+        b.try_acquire(cost, now).unwrap().is_granted()
+    }
+
+    #[test]
+    fn no_lease_denies() {
+        let b = TokenBucket::new();
+        assert!(matches!(b.try_acquire(1, 5), Ok(Decision::Denied { reason: DenyReason::NoLease, .. })));
+    }
+
+    #[test]
+    fn first_lease_starts_empty_then_refills_at_rate() {
+        let b = TokenBucket::new();
+        b.apply_lease(Quota::per_s(10, 5), 100 * S, 0).unwrap();
+        assert!(!granted(&b, 1, 0), "a first lease starts at zero balance");
+        assert!(granted(&b, 1, 100 * MS));
+        assert!(!granted(&b, 1, 100 * MS));
+        // After 10 s the bucket is full with 5 tokens, not more.
+        let mut n = 0;
+        while granted(&b, 1, 10 * S) {
+            n += 1;
+        }
+        assert_eq!(n, 5);
+    }
+
+    #[test]
+    fn admissions_never_exceed_rate_times_t_plus_burst() {
+        let b = TokenBucket::new();
+        b.apply_lease(Quota::per_s(300, 7), 1_000 * S, 0).unwrap();
+        let mut admitted = 0u64;
+        let mut t = 0;
+        while t <= 10 * S {
+            while granted(&b, 1, t) {
+                admitted += 1;
+            }
+            t += 137_000; // 137 µs steps
+        }
+        assert!(admitted as f64 <= 300.0 * 10.0 + 7.0, "{admitted}");
+        assert!(admitted >= 2_995, "{admitted}");
+    }
+
+    #[test]
+    fn renewal_keeps_balance_and_truncates_on_shrink() {
+        let b = TokenBucket::new();
+        b.apply_lease(Quota::per_s(10, 8), 10 * S, 0).unwrap();
+        assert_eq!(b.view(5 * S).balance_milli, 8_000);
+        // Renew with a bigger capacity: balance stays 8, not refilled to 20.
+        b.apply_lease(Quota::per_s(10, 20), 20 * S, 5 * S).unwrap();
+        assert_eq!(b.view(5 * S).balance_milli, 8_000);
+        // Shrink capacity: truncated to 3.
+        b.apply_lease(Quota::per_s(10, 3), 20 * S, 5 * S).unwrap();
+        assert_eq!(b.view(5 * S).balance_milli, 3_000);
+    }
+
+    #[test]
+    fn expiry_denies_and_a_lease_after_a_gap_starts_from_zero() {
+        let b = TokenBucket::new();
+        b.apply_lease(Quota::per_s(10, 8), 2 * S, 0).unwrap();
+        assert!(granted(&b, 1, S));
+        assert!(matches!(b.try_acquire(1, 2 * S), Ok(Decision::Denied { reason: DenyReason::Expired, .. })));
+        b.apply_lease(Quota::per_s(10, 8), 10 * S, 3 * S).unwrap();
+        assert_eq!(b.view(3 * S).balance_milli, 0);
+    }
+
+    #[test]
+    fn cost_above_capacity_is_an_error_not_a_denial() {
+        let b = TokenBucket::new();
+        b.apply_lease(Quota::per_s(10, 4), 10 * S, 0).unwrap();
+        assert_eq!(b.try_acquire(5, S), Err(BucketError::CostExceedsCapacity { cost: 5, capacity_milli: 4_000 }));
+        assert!(b.try_acquire(4, S).unwrap().is_granted());
+    }
+
+    #[test]
+    fn retry_after_is_when_tokens_return() {
+        let b = TokenBucket::new();
+        b.apply_lease(Quota::per_s(10, 1), 100 * S, 0).unwrap();
+        assert!(granted(&b, 1, S));
+        let wait = b.retry_after(1, S).unwrap().unwrap();
+        assert!((99 * MS..=101 * MS).contains(&wait), "{wait}");
+        assert!(!granted(&b, 1, S + wait - MS));
+        assert!(granted(&b, 1, S + wait));
+    }
+
+    #[test]
+    fn weighted_cost_takes_that_many_tokens() {
+        let b = TokenBucket::new();
+        b.apply_lease(Quota::per_s(100, 10), 100 * S, 0).unwrap();
+        assert!(granted(&b, 10, S));
+        assert!(!granted(&b, 1, S));
+    }
+
+    #[test]
+    fn concurrent_acquires_never_overspend() {
+        use std::sync::Arc;
+        let b = Arc::new(TokenBucket::new());
+        b.apply_lease(Quota::per_s(1_000, 50), 100 * S, 0).unwrap();
+        let now = 10 * S; // full: 50 tokens, no refill at a fixed instant
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let b = b.clone();
+                std::thread::spawn(move || (0..1_000).filter(|_| b.try_acquire(1, now).unwrap().is_granted()).count())
+            })
+            .collect();
+        let total: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        assert_eq!(total, 50);
+    }
+
+    #[test]
+    fn renewals_racing_acquires_never_create_tokens() {
+        use std::sync::Arc;
+        let b = Arc::new(TokenBucket::new());
+        b.apply_lease(Quota::per_s(1_000, 100), 100 * S, 0).unwrap();
+        let now = 10 * S;
+        let taker = {
+            let b = b.clone();
+            std::thread::spawn(move || (0..20_000).filter(|_| b.try_acquire(1, now).unwrap().is_granted()).count())
+        };
+        for _ in 0..2_000 {
+            b.apply_lease(Quota::per_s(1_000, 100), 100 * S, now).unwrap();
+        }
+        assert!(taker.join().unwrap() <= 100);
+    }
+}

@@ -1,0 +1,249 @@
+//! The global coordinator, sans I/O: splits R and B among DCs into fenced DC leases.
+//!
+//! Every output is a new [`LedgerRecord`] to be written with compare-and-set; a lease exists only
+//! once that write succeeded, and a deposed leader's write fails. A new leader
+//! [`resume`](CoordinatorCore::resume)s from the last record with a higher epoch and keeps counting
+//! every lease in it as live for a full stretched TTL from the takeover (it cannot trust the old
+//! leader's clock).
+
+mod config;
+
+pub use config::{DcSpec, LimitConfig};
+
+use crate::allocator::{allocate, Claim, Rebalancer};
+use crate::expiry::NS_PER_MS;
+use crate::ledger::{LeaseEntry, Ledger};
+use crate::quota::Quota;
+use crate::wire::{DcLease, DcReport, LeaseVersion, LedgerRecord, SCHEMA_VERSION};
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DcView {
+    pub holder: Option<String>,
+    pub demand_milli: u64,
+    pub pods_healthy: u32,
+    pub last_report_ns: Option<u64>,
+    pub last_seq: u64,
+    /// Current target after hysteresis.
+    pub target: Quota,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CoordinatorCounters {
+    pub leases_issued: u64,
+    pub reports_rejected: u64,
+    pub acks_unknown: u64,
+}
+
+pub struct CoordinatorCore {
+    cfg: LimitConfig,
+    writer: String,
+    ledger: Ledger<String>,
+    /// Full lease records by (holder, version), for the durable snapshot.
+    leases: BTreeMap<(String, LeaseVersion), DcLease>,
+    dcs: BTreeMap<String, DcView>,
+    rate_split: Rebalancer,
+    burst_split: Rebalancer,
+    next_seq: u64,
+    counters: CoordinatorCounters,
+}
+
+impl CoordinatorCore {
+    /// A leader starting from an empty ledger at `epoch`.
+    pub fn new(cfg: LimitConfig, writer: &str, epoch: u64) -> Self {
+        let capacity = cfg.quota.saturating_sub(cfg.floors());
+        let dcs = cfg.dcs.iter().map(|d| (d.name.clone(), DcView::default())).collect();
+        let interval = cfg.min_realloc_interval_ms * NS_PER_MS;
+        CoordinatorCore {
+            rate_split: Rebalancer::new(cfg.hysteresis, interval),
+            burst_split: Rebalancer::new(cfg.hysteresis, interval),
+            ledger: Ledger::new(capacity, epoch),
+            leases: BTreeMap::new(),
+            dcs,
+            writer: writer.into(),
+            cfg,
+            next_seq: 0,
+            counters: CoordinatorCounters::default(),
+        }
+    }
+
+    /// Take over from the durable record with a higher `epoch`. Every lease in it is counted
+    /// until `now + ttl·(1+drift) + grace` on this leader's clock.
+    pub fn resume(cfg: LimitConfig, writer: &str, epoch: u64, record: Option<&LedgerRecord>, now_ns: u64) -> Self {
+        let mut c = CoordinatorCore::new(cfg, writer, epoch);
+        if let Some(rec) = record {
+            for l in &rec.leases {
+                let live_until_ns = c.cfg.expiry.issuer_live_until_ns(now_ns, l.ttl_ms);
+                c.ledger.adopt(&l.holder, LeaseEntry { version: l.version, quota: l.quota, live_until_ns });
+                c.leases.insert((l.holder.clone(), l.version), l.clone());
+                if let Some(v) = c.dcs.get_mut(&l.dc) {
+                    v.holder = Some(l.holder.clone());
+                }
+            }
+        }
+        c
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.ledger.epoch()
+    }
+
+    pub fn config(&self) -> &LimitConfig {
+        &self.cfg
+    }
+
+    pub fn ledger(&self) -> &Ledger<String> {
+        &self.ledger
+    }
+
+    pub fn dcs(&self) -> &BTreeMap<String, DcView> {
+        &self.dcs
+    }
+
+    pub fn counters(&self) -> &CoordinatorCounters {
+        &self.counters
+    }
+
+    /// The record to write after this step: every lease still outstanding.
+    pub fn record(&self) -> LedgerRecord {
+        LedgerRecord {
+            v: SCHEMA_VERSION,
+            limit: self.cfg.limit.clone(),
+            epoch: self.epoch(),
+            writer: self.writer.clone(),
+            leases: self.leases.values().cloned().collect(),
+        }
+    }
+
+    /// A DC manager's report. Returns new leases when an ack freed capacity a DC is waiting for.
+    pub fn on_dc_report(&mut self, r: &DcReport, now_ns: u64) -> Vec<DcLease> {
+        let Some(view) = self.dcs.get_mut(&r.dc).filter(|_| r.limit == self.cfg.limit) else {
+            self.counters.reports_rejected += 1;
+            return Vec::new();
+        };
+        let same_holder = view.holder.as_deref() == Some(r.holder.as_str());
+        if same_holder && r.seq <= view.last_seq {
+            self.counters.reports_rejected += 1;
+            return Vec::new();
+        }
+        view.holder = Some(r.holder.clone());
+        view.demand_milli = r.demand.rate_milli_per_s;
+        view.pods_healthy = r.pods_healthy;
+        view.last_report_ns = Some(now_ns);
+        view.last_seq = r.seq;
+        let mut freed = false;
+        if let Some(v) = r.lease_in_use {
+            match self.ledger.confirm_in_use(&r.holder, v) {
+                Ok(f) => freed = f,
+                Err(_) => self.counters.acks_unknown += 1,
+            }
+            self.prune_leases();
+        }
+        if freed {
+            return self.grow_starved(now_ns);
+        }
+        Vec::new()
+    }
+
+    fn prune_leases(&mut self) {
+        let live: std::collections::BTreeSet<(String, LeaseVersion)> =
+            self.ledger.entries().map(|(h, e)| (h.clone(), e.version)).collect();
+        self.leases.retain(|k, _| live.contains(k));
+    }
+
+    fn reporting(&self, now_ns: u64) -> Vec<String> {
+        let timeout = self.cfg.report_timeout_ms * NS_PER_MS;
+        self.dcs
+            .iter()
+            .filter(|(_, v)| v.holder.is_some() && v.last_report_ns.is_some_and(|t| now_ns.saturating_sub(t) <= timeout))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    fn recompute_targets(&mut self, now_ns: u64) {
+        let dcs = self.reporting(now_ns);
+        let capacity = self.ledger.capacity();
+        let rate_claims: Vec<Claim> = dcs
+            .iter()
+            .map(|d| Claim { demand_milli: self.dcs[d].demand_milli, weight: self.weight(d), floor_milli: 0 })
+            .collect();
+        let burst_claims: Vec<Claim> = dcs
+            .iter()
+            .map(|d| Claim {
+                demand_milli: self.dcs[d].demand_milli,
+                weight: self.weight(d),
+                floor_milli: self.dcs[d].pods_healthy as u64 * self.cfg.min_burst_per_pod_milli,
+            })
+            .collect();
+        let rates = allocate(capacity.rate_milli_per_s, self.cfg.reserve, &rate_claims, self.cfg.alloc_mode);
+        let bursts = allocate(capacity.burst_milli, self.cfg.reserve, &burst_claims, self.cfg.alloc_mode);
+        let rates = self.rate_split.settle(rates, capacity.rate_milli_per_s, now_ns).to_vec();
+        let bursts = self.burst_split.settle(bursts, capacity.burst_milli, now_ns).to_vec();
+        for v in self.dcs.values_mut() {
+            v.target = Quota::ZERO;
+        }
+        for ((d, r), b) in dcs.iter().zip(rates).zip(bursts) {
+            self.dcs.get_mut(d).expect("listed").target = Quota::new(r, b);
+        }
+    }
+
+    fn weight(&self, dc: &str) -> f64 {
+        self.cfg.dcs.iter().find(|d| d.name == dc).map_or(1.0, |d| d.weight)
+    }
+
+    /// Periodic step (every renew interval): re-split and renew every reporting DC.
+    pub fn tick(&mut self, now_ns: u64) -> Vec<DcLease> {
+        self.ledger.expire(now_ns);
+        self.prune_leases();
+        self.recompute_targets(now_ns);
+        let mut dcs: Vec<String> = self.reporting(now_ns);
+        // Shrinking DCs first: their reduction must be on record before anyone grows.
+        dcs.sort_by_key(|d| {
+            let v = &self.dcs[d];
+            let claim = self.ledger.holder_claim(v.holder.as_ref().expect("reporting"), now_ns);
+            v.target.rate_milli_per_s as i128 - claim.rate_milli_per_s as i128
+        });
+        dcs.iter().filter_map(|d| self.issue(d, now_ns)).collect()
+    }
+
+    /// Event step: give DCs below target what an ack just freed.
+    fn grow_starved(&mut self, now_ns: u64) -> Vec<DcLease> {
+        let starved: Vec<String> = self
+            .reporting(now_ns)
+            .into_iter()
+            .filter(|d| {
+                let v = &self.dcs[d];
+                !v.target.fits_in(&self.ledger.holder_claim(v.holder.as_ref().expect("reporting"), now_ns))
+            })
+            .collect();
+        starved.iter().filter_map(|d| self.issue(d, now_ns)).collect()
+    }
+
+    fn issue(&mut self, dc: &str, now_ns: u64) -> Option<DcLease> {
+        let v = &self.dcs[dc];
+        let holder = v.holder.clone()?;
+        let claim = self.ledger.holder_claim(&holder, now_ns);
+        let headroom = self.ledger.headroom_for(&holder, now_ns);
+        let quota = v.target.min(headroom.max(claim));
+        self.next_seq += 1;
+        let version = LeaseVersion::new(self.epoch(), self.next_seq);
+        let live_until = self.cfg.expiry.issuer_live_until_ns(now_ns, self.cfg.dc_ttl_ms);
+        self.ledger.grant(&holder, quota, version, live_until, now_ns).ok()?;
+        let floor = self.cfg.dcs.iter().find(|d| d.name == dc).map_or(Quota::ZERO, |d| d.floor);
+        let lease = DcLease {
+            v: SCHEMA_VERSION,
+            limit: self.cfg.limit.clone(),
+            dc: dc.to_string(),
+            holder: holder.clone(),
+            version,
+            lease_id: format!("{}-{}-{}", self.writer, version.epoch, version.seq),
+            quota,
+            floor,
+            ttl_ms: self.cfg.dc_ttl_ms,
+            basis_seq: v.last_seq,
+        };
+        self.counters.leases_issued += 1;
+        self.leases.insert((holder, version), lease.clone());
+        Some(lease)
+    }
+}

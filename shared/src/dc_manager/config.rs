@@ -1,0 +1,90 @@
+use crate::allocator::AllocMode;
+use crate::expiry::ExpiryPolicy;
+use crate::quota::Quota;
+use serde::{Deserialize, Serialize};
+
+/// How a DC lease is divided among healthy pods.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SplitMode {
+    /// Equal shares (seed 000's default).
+    #[default]
+    Equal,
+    /// In proportion to each pod's reported capacity weight.
+    Weighted,
+    /// By each pod's smoothed demand (water-filling).
+    Demand,
+}
+
+/// What a holder may use once its lease expired and no renewal came.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "mode")]
+pub enum FailMode {
+    /// Only the floor reserved out of the global budget in advance: never over the limit.
+    #[default]
+    Strict,
+    /// Floor plus an explicit emergency allowance outside the budget; overshoot ≤ Σ allowances.
+    BestEffort { emergency: Quota },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DcManagerConfig {
+    pub limit: String,
+    pub dc: String,
+    /// This manager instance (a restart is a new DC-lease holder).
+    pub instance: String,
+    /// Fencing epoch for pod leases (from the DC's leader election).
+    pub epoch: u64,
+    pub pod_ttl_ms: u64,
+    pub renew_interval_ms: u64,
+    /// A pod silent for longer is excluded from the next split (its lease is not revoked).
+    pub heartbeat_timeout_ms: u64,
+    /// A pod whose upstream errors exceed this share of its admissions is excluded.
+    pub max_error_ratio: f64,
+    pub split: SplitMode,
+    pub ewma_alpha: f64,
+    pub expiry: ExpiryPolicy,
+    pub fail_mode: FailMode,
+    /// Shortest pod lease worth issuing; below it (parent about to expire) pods keep what they have.
+    pub min_pod_ttl_ms: u64,
+    pub max_pods: usize,
+}
+
+impl DcManagerConfig {
+    pub fn new(limit: &str, dc: &str, instance: &str) -> Self {
+        DcManagerConfig {
+            limit: limit.into(),
+            dc: dc.into(),
+            instance: instance.into(),
+            epoch: 1,
+            pod_ttl_ms: 5_000,
+            renew_interval_ms: 1_000,
+            heartbeat_timeout_ms: 1_500,
+            max_error_ratio: 0.5,
+            split: SplitMode::Equal,
+            ewma_alpha: crate::ewma::DEFAULT_ALPHA,
+            expiry: ExpiryPolicy::default(),
+            fail_mode: FailMode::Strict,
+            min_pod_ttl_ms: 250,
+            max_pods: 10_000,
+        }
+    }
+
+    pub fn alloc_mode(&self) -> AllocMode {
+        AllocMode::WaterFill
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        self.expiry.validate()?;
+        if self.renew_interval_ms == 0 || self.pod_ttl_ms <= self.renew_interval_ms {
+            return Err(format!(
+                "pod_ttl_ms ({}) must exceed renew_interval_ms ({}) > 0",
+                self.pod_ttl_ms, self.renew_interval_ms
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.ewma_alpha) || self.ewma_alpha == 0.0 {
+            return Err(format!("ewma_alpha must be in (0, 1], got {}", self.ewma_alpha));
+        }
+        Ok(())
+    }
+}

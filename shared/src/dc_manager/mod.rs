@@ -1,0 +1,294 @@
+//! The DC manager, sans I/O: holds the DC lease, splits it into pod sub-leases.
+//!
+//! Rules it enforces (seed 000, issue "quota core"):
+//! * **Budget** = the DC's reserved floor + its newest valid DC lease. After the DC lease expires
+//!   without renewal: the floor only (strict), or floor + emergency allowance (best-effort).
+//! * **Nesting**: a pod lease never outlives the DC lease it was cut from (in either clock).
+//! * **Conservation**: pod grants go through a [`Ledger`]; a pod's old lease counts until the pod
+//!   reports the new one in use, returns it, or it expires.
+//! * **Acks upward**: the manager tells the coordinator it is bound by DC lease `w` only once its
+//!   pods' outstanding leases fit inside floor + `w`, so the coordinator never forgets a larger
+//!   lease that pods may still be spending.
+//! * Lifecycle: a joining pod is included in the next split; a draining pod's return frees its
+//!   share at once; a silent pod is excluded but its lease expires naturally; the floor is only
+//!   used once every lease a previous manager instance could have issued from it has expired.
+
+mod config;
+mod pods;
+
+pub use config::{DcManagerConfig, FailMode, SplitMode};
+pub use pods::{PodView, ReportOutcome};
+
+use crate::expiry::NS_PER_MS;
+use crate::holder::{LeaseFence, LeaseRejection, SentLog};
+use crate::ledger::Ledger;
+use crate::quota::Quota;
+use crate::wire::{DcLease, DcReport, LeaseReturn, LeaseVersion, PodLease, PodReport, ReturnAck, SCHEMA_VERSION};
+use pods::Pods;
+
+/// Something the driver must send.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DcOutput {
+    PodLease(PodLease),
+    Report(DcReport),
+    ReturnAck(ReturnAck),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeldDcLease {
+    pub version: LeaseVersion,
+    pub quota: Quota,
+    /// This manager's clock.
+    pub expires_at_ns: u64,
+    pub lease_id: String,
+}
+
+/// Counters for metrics and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DcCounters {
+    pub pod_leases_issued: u64,
+    pub reports_stale: u64,
+    pub reports_foreign: u64,
+    pub reports_over_capacity: u64,
+    pub dc_leases_rejected: u64,
+    pub returns: u64,
+}
+
+pub struct DcManagerCore {
+    cfg: DcManagerConfig,
+    pods: Pods,
+    ledger: Ledger<String>,
+    held: Vec<HeldDcLease>,
+    fence: LeaseFence,
+    sent: SentLog,
+    floor: Quota,
+    /// The floor may be used from then on (a previous instance's floor leases have expired).
+    floor_usable_from_ns: u64,
+    next_seq: u64,
+    acked: Option<LeaseVersion>,
+    last_pass_ns: Option<u64>,
+    counters: DcCounters,
+}
+
+impl DcManagerCore {
+    /// `known_floor` is the DC's reserved floor from configuration (learned again from leases).
+    pub fn new(cfg: DcManagerConfig, known_floor: Quota, now_ns: u64) -> Self {
+        let quiet_ns = cfg.expiry.issuer_live_until_ns(now_ns, cfg.pod_ttl_ms);
+        let epoch = cfg.epoch;
+        DcManagerCore {
+            cfg,
+            pods: Pods::default(),
+            ledger: Ledger::new(Quota::ZERO, epoch),
+            held: Vec::new(),
+            fence: LeaseFence::default(),
+            sent: SentLog::new(1),
+            floor: known_floor,
+            floor_usable_from_ns: quiet_ns,
+            next_seq: 0,
+            acked: None,
+            last_pass_ns: None,
+            counters: DcCounters::default(),
+        }
+    }
+
+    pub fn config(&self) -> &DcManagerConfig {
+        &self.cfg
+    }
+
+    pub fn counters(&self) -> &DcCounters {
+        &self.counters
+    }
+
+    pub fn ledger(&self) -> &Ledger<String> {
+        &self.ledger
+    }
+
+    pub fn pods(&self) -> impl Iterator<Item = (&String, &PodView)> {
+        self.pods.views.iter()
+    }
+
+    /// The newest DC lease still valid at `now_ns`.
+    pub fn current_lease(&self, now_ns: u64) -> Option<&HeldDcLease> {
+        self.held.iter().rev().find(|l| l.expires_at_ns > now_ns)
+    }
+
+    /// What the pods may share at `now_ns`, and the instant pod leases must end by (if nested).
+    pub fn budget(&self, now_ns: u64) -> (Quota, Option<u64>) {
+        let floor = if now_ns >= self.floor_usable_from_ns { self.floor } else { Quota::ZERO };
+        match self.current_lease(now_ns) {
+            Some(l) => (floor.saturating_add(l.quota), Some(l.expires_at_ns)),
+            None => match self.cfg.fail_mode {
+                FailMode::Strict => (floor, None),
+                FailMode::BestEffort { emergency } => (floor.saturating_add(emergency), None),
+            },
+        }
+    }
+
+    /// A DC lease from the coordinator (via the KV ledger record).
+    pub fn on_dc_lease(&mut self, lease: &DcLease, now_ns: u64) -> Result<Vec<DcOutput>, LeaseRejection> {
+        let r = self.accept_dc_lease(lease, now_ns);
+        if r.is_err() {
+            self.counters.dc_leases_rejected += 1;
+        }
+        r?;
+        Ok(self.pass(now_ns))
+    }
+
+    fn accept_dc_lease(&mut self, lease: &DcLease, now_ns: u64) -> Result<(), LeaseRejection> {
+        if lease.holder != self.cfg.instance || lease.dc != self.cfg.dc || lease.limit != self.cfg.limit {
+            return Err(LeaseRejection::NotMine);
+        }
+        self.fence.check(lease.version)?;
+        let sent = self.sent.sent_at(lease.basis_seq).ok_or(LeaseRejection::UnknownBasis(lease.basis_seq))?;
+        let expires_at_ns = sent.saturating_add(lease.ttl_ms.saturating_mul(NS_PER_MS));
+        if expires_at_ns <= now_ns {
+            return Err(LeaseRejection::AlreadyExpired);
+        }
+        self.fence.accept(lease.version);
+        self.floor = lease.floor;
+        self.held.retain(|h| h.expires_at_ns > now_ns);
+        self.held.push(HeldDcLease { version: lease.version, quota: lease.quota, expires_at_ns, lease_id: lease.lease_id.clone() });
+        Ok(())
+    }
+
+    /// A pod's demand report / heartbeat.
+    pub fn on_pod_report(&mut self, r: &PodReport, now_ns: u64) -> Vec<DcOutput> {
+        if r.dc != self.cfg.dc || r.limit != self.cfg.limit {
+            self.counters.reports_foreign += 1;
+            return Vec::new();
+        }
+        if self.ledger.is_closed(&r.pod) {
+            self.counters.reports_stale += 1;
+            return Vec::new();
+        }
+        match self.pods.observe(r, &self.cfg, now_ns) {
+            ReportOutcome::Accepted => {}
+            ReportOutcome::Stale => {
+                self.counters.reports_stale += 1;
+                return Vec::new();
+            }
+            ReportOutcome::TooManyPods => {
+                self.counters.reports_over_capacity += 1;
+                return Vec::new();
+            }
+        }
+        let freed = r.lease_in_use.is_some_and(|v| self.ledger.confirm_in_use(&r.pod, v).unwrap_or(false));
+        // Re-split at once if capacity came back while a pod is below its target (fast rebalance),
+        // or a brand-new pod has no lease yet.
+        let newcomer = self.ledger.holder_claim(&r.pod, now_ns).is_zero() && r.lease_in_use.is_none();
+        if (freed && self.someone_starved(now_ns)) || newcomer {
+            return self.pass(now_ns);
+        }
+        Vec::new()
+    }
+
+    /// A pod returns its lease for good (graceful drain). Idempotent; always acknowledged.
+    pub fn on_lease_return(&mut self, r: &LeaseReturn, now_ns: u64) -> Vec<DcOutput> {
+        if r.dc != self.cfg.dc || r.limit != self.cfg.limit {
+            self.counters.reports_foreign += 1;
+            return Vec::new();
+        }
+        self.counters.returns += 1;
+        let forget = self.cfg.expiry.issuer_live_until_ns(now_ns, self.cfg.pod_ttl_ms * 4);
+        self.ledger.close(&r.holder, forget);
+        self.pods.views.remove(&r.holder);
+        let mut out = self.pass(now_ns);
+        out.push(DcOutput::ReturnAck(ReturnAck {
+            v: SCHEMA_VERSION,
+            limit: self.cfg.limit.clone(),
+            dc: self.cfg.dc.clone(),
+            holder: r.holder.clone(),
+        }));
+        out
+    }
+
+    /// Call every report interval: sends the DC report, and renews pod leases when due.
+    pub fn tick(&mut self, now_ns: u64) -> Vec<DcOutput> {
+        let due = self.last_pass_ns.is_none_or(|t| now_ns.saturating_sub(t) >= self.cfg.renew_interval_ms * NS_PER_MS);
+        let mut out = if due { self.pass(now_ns) } else { Vec::new() };
+        out.push(DcOutput::Report(self.report(now_ns)));
+        self.pods.forget_silent(now_ns, 60);
+        out
+    }
+
+    fn report(&mut self, now_ns: u64) -> DcReport {
+        self.ledger.expire(now_ns);
+        let outstanding = self.ledger.outstanding(now_ns);
+        // Newest lease whose amount covers what pods may still spend.
+        if let Some(l) = self.held.iter().rev().find(|l| outstanding.fits_in(&self.floor.saturating_add(l.quota))) {
+            self.acked = Some(self.acked.map_or(l.version, |a| a.max(l.version)));
+        }
+        let eligible = self.pods.eligible(&self.cfg, now_ns);
+        let seq = self.sent.record(now_ns);
+        DcReport {
+            v: SCHEMA_VERSION,
+            limit: self.cfg.limit.clone(),
+            dc: self.cfg.dc.clone(),
+            holder: self.cfg.instance.clone(),
+            seq,
+            demand: Quota::new(self.pods.demand_milli(&eligible), 0),
+            pods_healthy: eligible.len() as u32,
+            lease_in_use: self.acked,
+        }
+    }
+
+    fn someone_starved(&self, now_ns: u64) -> bool {
+        let (budget, _) = self.budget(now_ns);
+        let eligible = self.pods.eligible(&self.cfg, now_ns);
+        let targets = self.pods.split(budget, &eligible, self.cfg.split);
+        eligible.iter().zip(targets).any(|(p, t)| !t.fits_in(&self.ledger.holder_claim(p, now_ns)))
+    }
+
+    /// Split the budget among eligible pods and issue their leases.
+    fn pass(&mut self, now_ns: u64) -> Vec<DcOutput> {
+        self.last_pass_ns = Some(now_ns);
+        self.ledger.expire(now_ns);
+        let (budget, parent_expiry) = self.budget(now_ns);
+        self.ledger.set_capacity(budget);
+        let ttl_ms = match parent_expiry {
+            Some(e) => self.cfg.expiry.nested_ttl_ms(now_ns, e, self.cfg.pod_ttl_ms),
+            None => self.cfg.pod_ttl_ms,
+        };
+        if ttl_ms < self.cfg.min_pod_ttl_ms {
+            return Vec::new();
+        }
+        let eligible = self.pods.eligible(&self.cfg, now_ns);
+        let targets = self.pods.split(budget, &eligible, self.cfg.split);
+        // Shrinking pods first, so their freed share is visible before others grow.
+        let mut order: Vec<(String, Quota, Quota)> = eligible
+            .into_iter()
+            .zip(targets)
+            .map(|(p, t)| {
+                let claim = self.ledger.holder_claim(&p, now_ns);
+                (p, t, claim)
+            })
+            .collect();
+        order.sort_by_key(|(_, t, c)| (t.rate_milli_per_s as i128 - c.rate_milli_per_s as i128, t.burst_milli));
+        let live_until = self.cfg.expiry.issuer_live_until_ns(now_ns, ttl_ms);
+        let mut out = Vec::with_capacity(order.len());
+        for (pod, target, claim) in order {
+            let headroom = self.ledger.headroom_for(&pod, now_ns);
+            let quota = target.min(headroom.max(claim));
+            self.next_seq += 1;
+            let version = LeaseVersion::new(self.cfg.epoch, self.next_seq);
+            if self.ledger.grant(&pod, quota, version, live_until, now_ns).is_err() {
+                continue;
+            }
+            let basis_seq = self.pods.views[&pod].last_seq;
+            self.counters.pod_leases_issued += 1;
+            out.push(DcOutput::PodLease(PodLease {
+                v: SCHEMA_VERSION,
+                limit: self.cfg.limit.clone(),
+                dc: self.cfg.dc.clone(),
+                pod,
+                issuer: self.cfg.instance.clone(),
+                version,
+                lease_id: format!("{}-{}-{}", self.cfg.instance, self.cfg.epoch, self.next_seq),
+                quota,
+                ttl_ms,
+                basis_seq,
+            }));
+        }
+        out
+    }
+}

@@ -1,0 +1,105 @@
+//! The DC manager's view of its pods: demand, heartbeats, health.
+
+use crate::allocator::{allocate, AllocMode, Claim};
+use crate::ewma::Ewma;
+use crate::expiry::NS_PER_S;
+use crate::quota::{Quota, MILLI};
+use crate::wire::PodReport;
+use std::collections::BTreeMap;
+
+use super::config::{DcManagerConfig, SplitMode};
+
+#[derive(Clone, Debug)]
+pub struct PodView {
+    pub demand: Ewma,
+    pub last_seen_ns: u64,
+    pub last_seq: u64,
+    pub healthy: bool,
+    pub draining: bool,
+    pub weight: f64,
+    pub error_ratio: f64,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReportOutcome {
+    Accepted,
+    Stale,
+    TooManyPods,
+}
+
+#[derive(Default)]
+pub struct Pods {
+    pub views: BTreeMap<String, PodView>,
+}
+
+impl Pods {
+    pub fn observe(&mut self, r: &PodReport, cfg: &DcManagerConfig, now_ns: u64) -> ReportOutcome {
+        if !self.views.contains_key(&r.pod) && self.views.len() >= cfg.max_pods {
+            return ReportOutcome::TooManyPods;
+        }
+        let v = self.views.entry(r.pod.clone()).or_insert_with(|| PodView {
+            demand: Ewma::new(cfg.ewma_alpha),
+            last_seen_ns: now_ns,
+            last_seq: 0,
+            healthy: true,
+            draining: false,
+            weight: r.weight,
+            error_ratio: 0.0,
+        });
+        if r.seq <= v.last_seq {
+            return ReportOutcome::Stale;
+        }
+        let per_s = r.offered as f64 * 1_000.0 / r.interval_ms as f64;
+        v.demand.update(per_s * MILLI as f64);
+        v.last_seen_ns = now_ns;
+        v.last_seq = r.seq;
+        v.healthy = r.healthy;
+        v.draining = r.draining;
+        v.weight = r.weight;
+        v.error_ratio = if r.admitted >= 10 { r.errors as f64 / r.admitted as f64 } else { 0.0 };
+        ReportOutcome::Accepted
+    }
+
+    /// Pods that get a share in the next split: fresh heartbeat, healthy, not draining.
+    pub fn eligible(&self, cfg: &DcManagerConfig, now_ns: u64) -> Vec<String> {
+        let timeout_ns = cfg.heartbeat_timeout_ms * 1_000_000;
+        self.views
+            .iter()
+            .filter(|(_, v)| {
+                now_ns.saturating_sub(v.last_seen_ns) <= timeout_ns
+                    && v.healthy
+                    && !v.draining
+                    && v.error_ratio <= cfg.max_error_ratio
+            })
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Σ smoothed demand of eligible pods, milli-requests per second.
+    pub fn demand_milli(&self, eligible: &[String]) -> u64 {
+        eligible.iter().filter_map(|p| self.views.get(p)).map(|v| v.demand.value() as u64).sum()
+    }
+
+    /// Target quota per eligible pod.
+    pub fn split(&self, budget: Quota, eligible: &[String], mode: SplitMode) -> Vec<Quota> {
+        let claims: Vec<Claim> = eligible
+            .iter()
+            .map(|p| {
+                let v = &self.views[p];
+                match mode {
+                    SplitMode::Equal => Claim { demand_milli: u64::MAX / 1024, weight: 1.0, floor_milli: 0 },
+                    SplitMode::Weighted => Claim { demand_milli: u64::MAX / 1024, weight: v.weight, floor_milli: 0 },
+                    SplitMode::Demand => Claim::new(v.demand.value() as u64),
+                }
+            })
+            .collect();
+        let rates = allocate(budget.rate_milli_per_s, 0.0, &claims, AllocMode::WaterFill);
+        let bursts = allocate(budget.burst_milli, 0.0, &claims, AllocMode::WaterFill);
+        rates.into_iter().zip(bursts).map(|(r, b)| Quota::new(r, b)).collect()
+    }
+
+    /// Drop pods not heard from for a long time (their leases are tracked by the ledger).
+    pub fn forget_silent(&mut self, now_ns: u64, after_s: u64) {
+        self.views.retain(|_, v| now_ns.saturating_sub(v.last_seen_ns) < after_s * NS_PER_S);
+    }
+}

@@ -1,0 +1,272 @@
+//! The conservation ledger: every lease a holder may still be using, until it is confirmed
+//! superseded, returned, or expired.
+//!
+//! **Accounting rule.** A holder uses at most one lease at a time: the newest it has applied
+//! (holders refuse older versions). So a holder's claim on the limit is the component-wise
+//! maximum over its live leases, and the ledger's total is the sum of those maxima. A new grant to
+//! holder `h` must satisfy `Σ_{others} + max(h's live leases, new) ≤ capacity`, which keeps
+//! `Σ rate ≤ R` and `Σ burst ≤ B` at every instant even while old and new leases overlap.
+//!
+//! Older leases leave the ledger when the holder reports a newer version *in use* (it can never
+//! go back), when it returns everything (drain), or when they expire on the issuer's clock
+//! ([`ExpiryPolicy::issuer_live_until_ns`](crate::expiry::ExpiryPolicy::issuer_live_until_ns)).
+//! Grants carry the issuer's epoch; anything from a lower epoch is refused.
+
+use crate::quota::Quota;
+use crate::wire::LeaseVersion;
+use std::collections::BTreeMap;
+use thiserror::Error;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseEntry {
+    pub version: LeaseVersion,
+    pub quota: Quota,
+    /// Issuer clock: until when the holder may still be using it.
+    pub live_until_ns: u64,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum LedgerError {
+    #[error("epoch {got} is not the ledger's epoch {current}")]
+    WrongEpoch { got: u64, current: u64 },
+    #[error("version {got} is not above the holder's last version {last}")]
+    VersionNotIncreasing { got: LeaseVersion, last: LeaseVersion },
+    #[error("grant {wanted} exceeds the headroom {headroom}")]
+    ExceedsHeadroom { wanted: Quota, headroom: Quota },
+    #[error("holder returned its lease for good")]
+    HolderClosed,
+    #[error("no lease with version {0} is outstanding")]
+    UnknownVersion(LeaseVersion),
+}
+
+#[derive(Clone, Debug, Default)]
+struct HolderLeases {
+    entries: Vec<LeaseEntry>,
+    last_version: Option<LeaseVersion>,
+    closed_until_ns: Option<u64>,
+}
+
+impl HolderLeases {
+    fn claim(&self, now_ns: u64) -> Quota {
+        self.entries.iter().filter(|e| e.live_until_ns > now_ns).fold(Quota::ZERO, |m, e| m.max(e.quota))
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Ledger<H: Ord + Clone> {
+    capacity: Quota,
+    epoch: u64,
+    holders: BTreeMap<H, HolderLeases>,
+}
+
+impl<H: Ord + Clone> Ledger<H> {
+    pub fn new(capacity: Quota, epoch: u64) -> Self {
+        Ledger { capacity, epoch, holders: BTreeMap::new() }
+    }
+
+    pub fn capacity(&self) -> Quota {
+        self.capacity
+    }
+
+    /// Change what the ledger may hand out (a DC manager's budget moves with its DC lease).
+    /// Leases already out stay counted; a shrink only blocks growth until they drain.
+    pub fn set_capacity(&mut self, capacity: Quota) {
+        self.capacity = capacity;
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Move to a higher epoch (leader change). Outstanding leases keep counting.
+    pub fn advance_epoch(&mut self, epoch: u64) -> Result<(), LedgerError> {
+        if epoch < self.epoch {
+            return Err(LedgerError::WrongEpoch { got: epoch, current: self.epoch });
+        }
+        self.epoch = epoch;
+        Ok(())
+    }
+
+    /// Σ over holders of each holder's largest live lease.
+    pub fn outstanding(&self, now_ns: u64) -> Quota {
+        self.holders.values().fold(Quota::ZERO, |s, h| s.saturating_add(h.claim(now_ns)))
+    }
+
+    pub fn holder_claim(&self, holder: &H, now_ns: u64) -> Quota {
+        self.holders.get(holder).map(|h| h.claim(now_ns)).unwrap_or_default()
+    }
+
+    /// The most `holder` may be granted now: capacity minus everyone else's claims.
+    pub fn headroom_for(&self, holder: &H, now_ns: u64) -> Quota {
+        let others = self
+            .holders
+            .iter()
+            .filter(|(k, _)| *k != holder)
+            .fold(Quota::ZERO, |s, (_, h)| s.saturating_add(h.claim(now_ns)));
+        self.capacity.saturating_sub(others)
+    }
+
+    /// Record a new lease for `holder`. Fails (and changes nothing) if it would raise the total
+    /// above capacity in either component, or if its version/epoch is stale.
+    pub fn grant(&mut self, holder: &H, quota: Quota, version: LeaseVersion, live_until_ns: u64, now_ns: u64) -> Result<(), LedgerError> {
+        if version.epoch != self.epoch {
+            return Err(LedgerError::WrongEpoch { got: version.epoch, current: self.epoch });
+        }
+        let headroom = self.headroom_for(holder, now_ns);
+        let state = self.holders.get(holder);
+        if let Some(h) = state {
+            if h.closed_until_ns.is_some() {
+                return Err(LedgerError::HolderClosed);
+            }
+            if let Some(last) = h.last_version {
+                if version <= last {
+                    return Err(LedgerError::VersionNotIncreasing { got: version, last });
+                }
+            }
+        }
+        let current = state.map(|h| h.claim(now_ns)).unwrap_or_default();
+        let after = current.max(quota);
+        let rate_ok = after.rate_milli_per_s <= current.rate_milli_per_s || after.rate_milli_per_s <= headroom.rate_milli_per_s;
+        let burst_ok = after.burst_milli <= current.burst_milli || after.burst_milli <= headroom.burst_milli;
+        if !(rate_ok && burst_ok) {
+            return Err(LedgerError::ExceedsHeadroom { wanted: quota, headroom });
+        }
+        let h = self.holders.entry(holder.clone()).or_default();
+        h.entries.push(LeaseEntry { version, quota, live_until_ns });
+        h.last_version = Some(version);
+        Ok(())
+    }
+
+    /// Re-enter a lease found in durable state (leader takeover). It is counted whatever the
+    /// headroom: it exists, so it must be counted.
+    pub fn adopt(&mut self, holder: &H, entry: LeaseEntry) {
+        let h = self.holders.entry(holder.clone()).or_default();
+        h.last_version = Some(h.last_version.map_or(entry.version, |v| v.max(entry.version)));
+        h.entries.push(entry);
+    }
+
+    /// The holder applied `version`: it will never use an older lease again. Idempotent.
+    /// Refused for a version this ledger never issued to that holder.
+    pub fn confirm_in_use(&mut self, holder: &H, version: LeaseVersion) -> Result<bool, LedgerError> {
+        let h = self.holders.get_mut(holder).ok_or(LedgerError::UnknownVersion(version))?;
+        if !h.entries.iter().any(|e| e.version == version) {
+            // Either already superseded (a late duplicate ack) or never issued.
+            return if h.entries.iter().all(|e| e.version > version) {
+                Ok(false)
+            } else {
+                Err(LedgerError::UnknownVersion(version))
+            };
+        }
+        let before = h.entries.len();
+        h.entries.retain(|e| e.version >= version);
+        Ok(h.entries.len() != before)
+    }
+
+    /// The holder returned everything and will apply nothing more (graceful drain). Idempotent.
+    /// `forget_after_ns` bounds how long the closed marker is kept.
+    pub fn close(&mut self, holder: &H, forget_after_ns: u64) -> bool {
+        let h = self.holders.entry(holder.clone()).or_default();
+        let had = !h.entries.is_empty();
+        h.entries.clear();
+        h.closed_until_ns = Some(h.closed_until_ns.map_or(forget_after_ns, |t| t.max(forget_after_ns)));
+        had
+    }
+
+    pub fn is_closed(&self, holder: &H) -> bool {
+        self.holders.get(holder).is_some_and(|h| h.closed_until_ns.is_some())
+    }
+
+    /// Forget leases that have expired on the issuer's clock, and stale closed markers.
+    pub fn expire(&mut self, now_ns: u64) {
+        self.holders.retain(|_, h| {
+            h.entries.retain(|e| e.live_until_ns > now_ns);
+            match h.closed_until_ns {
+                Some(t) => t > now_ns,
+                None => !h.entries.is_empty(),
+            }
+        });
+    }
+
+    /// Every outstanding lease, for durable snapshots and inspection.
+    pub fn entries(&self) -> impl Iterator<Item = (&H, &LeaseEntry)> {
+        self.holders.iter().flat_map(|(k, h)| h.entries.iter().map(move |e| (k, e)))
+    }
+
+    pub fn holders(&self) -> impl Iterator<Item = &H> {
+        self.holders.keys()
+    }
+
+    /// The conservation invariant at `now_ns` (fixed-capacity issuers).
+    pub fn check(&self, now_ns: u64) -> Result<(), String> {
+        let out = self.outstanding(now_ns);
+        if out.fits_in(&self.capacity) {
+            Ok(())
+        } else {
+            Err(format!("outstanding {out} exceeds capacity {}", self.capacity))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    const E: u64 = 1;
+
+    fn v(seq: u64) -> LeaseVersion {
+        LeaseVersion::new(E, seq)
+    }
+
+    #[test]
+    fn overlapping_old_and_new_leases_count_once_per_holder_as_the_max() {
+        let mut l = Ledger::new(Quota::per_s(1000, 100), E);
+        l.grant(&"bkk", Quota::per_s(800, 80), v(1), 100, 0).unwrap();
+        l.grant(&"eu", Quota::per_s(200, 20), v(2), 100, 0).unwrap();
+        // BKK shrinks to 300: allowed, but its 800 still counts until confirmed.
+        l.grant(&"bkk", Quota::per_s(300, 30), v(3), 200, 0).unwrap();
+        assert_eq!(l.outstanding(0), Quota::per_s(1000, 100));
+        let err = l.grant(&"eu", Quota::per_s(700, 70), v(4), 200, 0).unwrap_err();
+        assert!(matches!(err, LedgerError::ExceedsHeadroom { .. }));
+        // BKK confirms v3 in use: the 800 lease is gone, EU can grow.
+        assert!(l.confirm_in_use(&"bkk", v(3)).unwrap());
+        assert!(!l.confirm_in_use(&"bkk", v(3)).unwrap(), "idempotent");
+        l.grant(&"eu", Quota::per_s(700, 70), v(5), 200, 0).unwrap();
+        assert_eq!(l.outstanding(0), Quota::per_s(1000, 100));
+    }
+
+    #[test]
+    fn crashed_holders_share_is_reused_only_after_expiry() {
+        let mut l = Ledger::new(Quota::per_s(100, 10), E);
+        l.grant(&"p1", Quota::per_s(100, 10), v(1), 5_000, 0).unwrap();
+        assert!(l.grant(&"p2", Quota::per_s(1, 0), v(2), 9_000, 4_999).is_err());
+        l.expire(5_000);
+        l.grant(&"p2", Quota::per_s(100, 10), v(3), 9_000, 5_000).unwrap();
+    }
+
+    #[test]
+    fn return_is_idempotent_and_frees_at_once() {
+        let mut l = Ledger::new(Quota::per_s(100, 10), E);
+        l.grant(&"p1", Quota::per_s(100, 10), v(1), 5_000, 0).unwrap();
+        assert!(l.close(&"p1", 9_000));
+        assert!(!l.close(&"p1", 9_000));
+        assert_eq!(l.grant(&"p1", Quota::per_s(1, 1), v(2), 5_000, 0), Err(LedgerError::HolderClosed));
+        l.grant(&"p2", Quota::per_s(100, 10), v(3), 5_000, 0).unwrap();
+    }
+
+    #[test]
+    fn stale_epochs_and_versions_are_refused() {
+        let mut l = Ledger::new(Quota::per_s(100, 10), 2);
+        assert!(matches!(l.grant(&"a", Quota::ZERO, LeaseVersion::new(1, 9), 5, 0), Err(LedgerError::WrongEpoch { .. })));
+        l.grant(&"a", Quota::ZERO, LeaseVersion::new(2, 5), 5, 0).unwrap();
+        assert!(matches!(l.grant(&"a", Quota::ZERO, LeaseVersion::new(2, 5), 5, 0), Err(LedgerError::VersionNotIncreasing { .. })));
+        assert!(l.advance_epoch(1).is_err());
+        assert_eq!(l.confirm_in_use(&"a", LeaseVersion::new(2, 99)), Err(LedgerError::UnknownVersion(LeaseVersion::new(2, 99))));
+    }
+
+    #[test]
+    fn adopted_leases_count_even_over_capacity() {
+        let mut l: Ledger<&str> = Ledger::new(Quota::per_s(100, 10), 3);
+        l.adopt(&"a", LeaseEntry { version: LeaseVersion::new(2, 1), quota: Quota::per_s(100, 10), live_until_ns: 50 });
+        assert_eq!(l.headroom_for(&"b", 0), Quota::ZERO);
+        assert!(l.grant(&"a", Quota::per_s(100, 10), LeaseVersion::new(3, 1), 60, 0).is_ok(), "renewing the same amount is no increase");
+    }
+}

@@ -1,0 +1,28 @@
+//! # Leasehold's quota core
+//!
+//! Pure, deterministic code shared by the services and the simulator: no I/O, no OS clock (every
+//! time-dependent call takes `now_ns` from the caller's monotonic clock), randomness from a seed.
+//!
+//! ## Layout
+//! * [`quota`]: exact rate/burst amounts in milli-units.
+//! * [`expiry`]: clock-skew-safe lease lifetimes (the drift assumption is stated there).
+//! * [`wire`]: every message and stored record, versioned JSON, panic-free decoding.
+//! * [`bucket`]: the pod's lock-free token bucket.
+//! * [`ewma`], [`allocator`]: demand smoothing and splitting a grant among children.
+//! * [`ledger`]: the conservation ledger — the safety property lives here.
+//! * [`holder`]: what a lease holder keeps (send log, version fence).
+//! * [`pod`], [`dc_manager`], [`coordinator`]: the three layers as sans-I/O state machines.
+//! * [`rng`]: seeded randomness.
+
+pub mod allocator;
+pub mod bucket;
+pub mod coordinator;
+pub mod dc_manager;
+pub mod ewma;
+pub mod expiry;
+pub mod holder;
+pub mod ledger;
+pub mod pod;
+pub mod quota;
+pub mod rng;
+pub mod wire;

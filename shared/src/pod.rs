@@ -1,0 +1,217 @@
+//! The pod's side of the protocol, sans I/O: turns leases into bucket parameters and counters
+//! into demand reports. The bucket itself is shared (`Arc`) with the request path.
+
+use crate::bucket::TokenBucket;
+use crate::expiry::NS_PER_MS;
+use crate::holder::{LeaseFence, LeaseRejection, SentLog};
+use crate::quota::Quota;
+use crate::wire::{LeaseReturn, LeaseVersion, PodLease, PodReport, ReturnAck, SCHEMA_VERSION};
+use std::sync::Arc;
+
+#[derive(Clone, Debug)]
+pub struct PodConfig {
+    pub limit: String,
+    pub dc: String,
+    /// This process's instance id (a restarted pod is a new holder).
+    pub pod: String,
+    pub weight: f64,
+}
+
+/// Counters for one report interval, gathered by the driver.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IntervalCounters {
+    pub offered: u64,
+    pub admitted: u64,
+    pub rejected: u64,
+    pub queued: u64,
+    pub errors: u64,
+}
+
+/// The lease the bucket currently enforces.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AppliedLease {
+    pub version: LeaseVersion,
+    pub quota: Quota,
+    /// Pod clock.
+    pub expires_at_ns: u64,
+    pub issuer: String,
+}
+
+pub struct PodCore {
+    cfg: PodConfig,
+    bucket: Arc<TokenBucket>,
+    sent: SentLog,
+    fence: LeaseFence,
+    applied: Option<AppliedLease>,
+    draining: bool,
+    drained: bool,
+    last_report_ns: Option<u64>,
+}
+
+impl PodCore {
+    pub fn new(cfg: PodConfig) -> Self {
+        PodCore {
+            cfg,
+            bucket: Arc::new(TokenBucket::new()),
+            sent: SentLog::new(1),
+            fence: LeaseFence::default(),
+            applied: None,
+            draining: false,
+            drained: false,
+            last_report_ns: None,
+        }
+    }
+
+    pub fn config(&self) -> &PodConfig {
+        &self.cfg
+    }
+
+    pub fn bucket(&self) -> &Arc<TokenBucket> {
+        &self.bucket
+    }
+
+    /// The lease in force at `now_ns`, if any.
+    pub fn applied(&self, now_ns: u64) -> Option<&AppliedLease> {
+        self.applied.as_ref().filter(|a| a.expires_at_ns > now_ns)
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining
+    }
+
+    pub fn is_drained(&self) -> bool {
+        self.drained
+    }
+
+    /// Apply a lease message. The countdown starts when the report it answers was sent.
+    pub fn on_lease(&mut self, lease: &PodLease, now_ns: u64) -> Result<(), LeaseRejection> {
+        if lease.pod != self.cfg.pod || lease.dc != self.cfg.dc || lease.limit != self.cfg.limit {
+            return Err(LeaseRejection::NotMine);
+        }
+        if self.draining {
+            return Err(LeaseRejection::Draining);
+        }
+        self.fence.check(lease.version)?;
+        let sent_ns = self.sent.sent_at(lease.basis_seq).ok_or(LeaseRejection::UnknownBasis(lease.basis_seq))?;
+        let expires_at_ns = sent_ns.saturating_add(lease.ttl_ms.saturating_mul(NS_PER_MS));
+        if expires_at_ns <= now_ns {
+            return Err(LeaseRejection::AlreadyExpired);
+        }
+        self.bucket
+            .apply_lease(lease.quota, expires_at_ns, now_ns)
+            .map_err(|e| LeaseRejection::Unusable(e.to_string()))?;
+        self.fence.accept(lease.version);
+        self.applied = Some(AppliedLease {
+            version: lease.version,
+            quota: lease.quota,
+            expires_at_ns,
+            issuer: lease.issuer.clone(),
+        });
+        Ok(())
+    }
+
+    /// Build the next demand report/heartbeat and remember when it was sent.
+    pub fn report(&mut self, now_ns: u64, c: IntervalCounters, healthy: bool) -> PodReport {
+        let interval_ms = self.last_report_ns.map_or(1, |t| (now_ns.saturating_sub(t) / NS_PER_MS).max(1));
+        self.last_report_ns = Some(now_ns);
+        let seq = self.sent.record(now_ns);
+        PodReport {
+            v: SCHEMA_VERSION,
+            limit: self.cfg.limit.clone(),
+            dc: self.cfg.dc.clone(),
+            pod: self.cfg.pod.clone(),
+            seq,
+            interval_ms,
+            offered: c.offered,
+            admitted: c.admitted,
+            rejected: c.rejected,
+            queued: c.queued,
+            errors: c.errors,
+            healthy,
+            draining: self.draining,
+            weight: self.cfg.weight,
+            lease_in_use: self.fence.current(),
+        }
+    }
+
+    /// Stop spending at once and give the lease back. Call again to resend until acknowledged.
+    pub fn drain(&mut self) -> LeaseReturn {
+        self.draining = true;
+        self.bucket.revoke();
+        self.applied = None;
+        LeaseReturn {
+            v: SCHEMA_VERSION,
+            limit: self.cfg.limit.clone(),
+            dc: self.cfg.dc.clone(),
+            holder: self.cfg.pod.clone(),
+            last_version: self.fence.current(),
+        }
+    }
+
+    /// True once the issuer confirmed the return: the pod may exit.
+    pub fn on_return_ack(&mut self, ack: &ReturnAck) -> bool {
+        if self.draining && ack.holder == self.cfg.pod && ack.dc == self.cfg.dc && ack.limit == self.cfg.limit {
+            self.drained = true;
+        }
+        self.drained
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    const MS: u64 = NS_PER_MS;
+
+    fn lease(version: LeaseVersion, basis_seq: u64) -> PodLease {
+        PodLease {
+            v: 1,
+            limit: "l".into(),
+            dc: "bkk".into(),
+            pod: "p1".into(),
+            issuer: "m".into(),
+            version,
+            lease_id: "x".into(),
+            quota: Quota::per_s(100, 10),
+            ttl_ms: 5_000,
+            basis_seq,
+        }
+    }
+
+    fn pod() -> PodCore {
+        PodCore::new(PodConfig { limit: "l".into(), dc: "bkk".into(), pod: "p1".into(), weight: 1.0 })
+    }
+
+    #[test]
+    fn countdown_starts_at_the_report_send_time() {
+        let mut p = pod();
+        let r = p.report(1_000 * MS, IntervalCounters::default(), true);
+        p.on_lease(&lease(LeaseVersion::new(1, 1), r.seq), 3_000 * MS).unwrap();
+        assert_eq!(p.applied(3_000 * MS).unwrap().expires_at_ns, 6_000 * MS);
+        assert!(p.applied(6_000 * MS).is_none());
+    }
+
+    #[test]
+    fn stale_unknown_and_expired_leases_are_refused() {
+        let mut p = pod();
+        let r = p.report(0, IntervalCounters::default(), true);
+        p.on_lease(&lease(LeaseVersion::new(1, 5), r.seq), MS).unwrap();
+        assert!(matches!(p.on_lease(&lease(LeaseVersion::new(1, 4), r.seq), MS), Err(LeaseRejection::NotNewer { .. })));
+        assert!(matches!(p.on_lease(&lease(LeaseVersion::new(1, 6), 77), MS), Err(LeaseRejection::UnknownBasis(77))));
+        assert_eq!(p.on_lease(&lease(LeaseVersion::new(1, 7), r.seq), 5_000 * MS), Err(LeaseRejection::AlreadyExpired));
+        let mut other = lease(LeaseVersion::new(1, 8), r.seq);
+        other.pod = "p2".into();
+        assert_eq!(p.on_lease(&other, MS), Err(LeaseRejection::NotMine));
+    }
+
+    #[test]
+    fn drain_revokes_and_ignores_later_leases() {
+        let mut p = pod();
+        let r = p.report(0, IntervalCounters::default(), true);
+        p.on_lease(&lease(LeaseVersion::new(1, 1), r.seq), MS).unwrap();
+        let ret = p.drain();
+        assert_eq!(ret.last_version, Some(LeaseVersion::new(1, 1)));
+        assert!(!p.bucket().try_acquire(1, 2_000 * MS).unwrap().is_granted());
+        assert_eq!(p.on_lease(&lease(LeaseVersion::new(1, 2), r.seq), MS), Err(LeaseRejection::Draining));
+        assert!(p.on_return_ack(&ReturnAck { v: 1, limit: "l".into(), dc: "bkk".into(), holder: "p1".into() }));
+    }
+}

@@ -1,0 +1,233 @@
+use super::{check_id, check_ttl, WireError, WireMessage, SCHEMA_VERSION};
+use crate::quota::Quota;
+use serde::{Deserialize, Serialize};
+
+/// Total order of leases from one issuer: a new leader's epoch outranks every older lease.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct LeaseVersion {
+    pub epoch: u64,
+    pub seq: u64,
+}
+
+impl LeaseVersion {
+    pub const fn new(epoch: u64, seq: u64) -> Self {
+        LeaseVersion { epoch, seq }
+    }
+}
+
+impl std::fmt::Display for LeaseVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "e{}v{}", self.epoch, self.seq)
+    }
+}
+
+fn v1() -> u32 {
+    SCHEMA_VERSION
+}
+
+/// A DC lease: the coordinator's grant to one DC manager instance (stored in the ledger record).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DcLease {
+    #[serde(default = "v1")]
+    pub v: u32,
+    pub limit: String,
+    pub dc: String,
+    /// The DC manager *instance* that holds it (a restarted manager is a new holder).
+    pub holder: String,
+    pub version: LeaseVersion,
+    pub lease_id: String,
+    /// Usable while the lease is valid, on top of the DC's reserved floor.
+    pub quota: Quota,
+    /// Reserved out of the global budget in advance; usable even after expiry (strict mode).
+    pub floor: Quota,
+    pub ttl_ms: u64,
+    /// Sequence number of the holder's report this lease answers: the holder's countdown starts
+    /// when it sent that report.
+    pub basis_seq: u64,
+}
+
+/// A pod sub-lease, cut by a DC manager from its DC lease.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PodLease {
+    #[serde(default = "v1")]
+    pub v: u32,
+    pub limit: String,
+    pub dc: String,
+    /// The pod instance that holds it.
+    pub pod: String,
+    /// The DC manager instance that issued it.
+    pub issuer: String,
+    pub version: LeaseVersion,
+    pub lease_id: String,
+    pub quota: Quota,
+    pub ttl_ms: u64,
+    pub basis_seq: u64,
+}
+
+/// A pod's periodic demand report, which is also its heartbeat.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PodReport {
+    #[serde(default = "v1")]
+    pub v: u32,
+    pub limit: String,
+    pub dc: String,
+    pub pod: String,
+    pub seq: u64,
+    /// Length of the interval the counters cover.
+    pub interval_ms: u64,
+    /// Every request that wanted quota in the interval: admitted, rejected and still queued.
+    pub offered: u64,
+    pub admitted: u64,
+    pub rejected: u64,
+    pub queued: u64,
+    /// Upstream errors (5xx, 429) seen by the pod.
+    pub errors: u64,
+    pub healthy: bool,
+    pub draining: bool,
+    /// Capacity weight for weighted splits (1.0 = a standard pod).
+    pub weight: f64,
+    /// The newest lease the pod has applied; the issuer may forget all older ones.
+    pub lease_in_use: Option<LeaseVersion>,
+}
+
+/// A DC manager's report to the coordinator (demand + heartbeat + lease ack).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DcReport {
+    #[serde(default = "v1")]
+    pub v: u32,
+    pub limit: String,
+    pub dc: String,
+    pub holder: String,
+    pub seq: u64,
+    /// EWMA-smoothed offered demand of the DC's healthy pods.
+    pub demand: Quota,
+    pub pods_healthy: u32,
+    /// The newest DC lease the manager is bound by; older ones may be forgotten by the issuer.
+    pub lease_in_use: Option<LeaseVersion>,
+}
+
+/// A holder gives back its lease for good (graceful drain). Idempotent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LeaseReturn {
+    #[serde(default = "v1")]
+    pub v: u32,
+    pub limit: String,
+    pub dc: String,
+    pub holder: String,
+    /// The holder has stopped using every lease and will apply no further one.
+    pub last_version: Option<LeaseVersion>,
+}
+
+/// The issuer's confirmation of a [`LeaseReturn`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReturnAck {
+    #[serde(default = "v1")]
+    pub v: u32,
+    pub limit: String,
+    pub dc: String,
+    pub holder: String,
+}
+
+/// The coordinator's durable ledger for one limit: one KV key, written only by compare-and-set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LedgerRecord {
+    #[serde(default = "v1")]
+    pub v: u32,
+    pub limit: String,
+    /// Leadership epoch of the writer; a new leader writes a higher one.
+    pub epoch: u64,
+    pub writer: String,
+    /// Every DC lease that may still be in use, superseded ones included.
+    pub leases: Vec<DcLease>,
+}
+
+fn check_quota(field: &'static str, q: &Quota) -> Result<(), WireError> {
+    // 10^12 milli = 10^9 requests/s: far beyond any real limit, keeps sums overflow-free.
+    const MAX: u64 = 1_000_000_000_000;
+    if q.rate_milli_per_s > MAX || q.burst_milli > MAX {
+        return Err(WireError::Invalid { field, reason: "amount above 10^9".into() });
+    }
+    Ok(())
+}
+
+impl WireMessage for DcLease {
+    fn validate(&self) -> Result<(), WireError> {
+        check_id("limit", &self.limit)?;
+        check_id("dc", &self.dc)?;
+        check_id("holder", &self.holder)?;
+        check_id("lease_id", &self.lease_id)?;
+        check_quota("quota", &self.quota)?;
+        check_quota("floor", &self.floor)?;
+        check_ttl(self.ttl_ms)
+    }
+}
+
+impl WireMessage for PodLease {
+    fn validate(&self) -> Result<(), WireError> {
+        check_id("limit", &self.limit)?;
+        check_id("dc", &self.dc)?;
+        check_id("pod", &self.pod)?;
+        check_id("issuer", &self.issuer)?;
+        check_id("lease_id", &self.lease_id)?;
+        check_quota("quota", &self.quota)?;
+        check_ttl(self.ttl_ms)
+    }
+}
+
+impl WireMessage for PodReport {
+    fn validate(&self) -> Result<(), WireError> {
+        check_id("limit", &self.limit)?;
+        check_id("dc", &self.dc)?;
+        check_id("pod", &self.pod)?;
+        if self.interval_ms == 0 || self.interval_ms > 600_000 {
+            return Err(WireError::Invalid { field: "interval_ms", reason: format!("{} not in 1..=600000", self.interval_ms) });
+        }
+        if !(self.weight.is_finite() && self.weight > 0.0 && self.weight <= 1_000.0) {
+            return Err(WireError::Invalid { field: "weight", reason: format!("{} not in (0, 1000]", self.weight) });
+        }
+        // Counters are per interval; anything claiming more than 10^9 requests/s is not real.
+        let cap = self.interval_ms.saturating_mul(1_000_000);
+        for (field, n) in [("offered", self.offered), ("admitted", self.admitted), ("rejected", self.rejected)] {
+            if n > cap {
+                return Err(WireError::Invalid { field, reason: format!("{n} is above 10^9/s") });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl WireMessage for DcReport {
+    fn validate(&self) -> Result<(), WireError> {
+        check_id("limit", &self.limit)?;
+        check_id("dc", &self.dc)?;
+        check_id("holder", &self.holder)?;
+        check_quota("demand", &self.demand)
+    }
+}
+
+impl WireMessage for LeaseReturn {
+    fn validate(&self) -> Result<(), WireError> {
+        check_id("limit", &self.limit)?;
+        check_id("dc", &self.dc)?;
+        check_id("holder", &self.holder)
+    }
+}
+
+impl WireMessage for ReturnAck {
+    fn validate(&self) -> Result<(), WireError> {
+        check_id("limit", &self.limit)?;
+        check_id("dc", &self.dc)?;
+        check_id("holder", &self.holder)
+    }
+}
+
+impl WireMessage for LedgerRecord {
+    fn validate(&self) -> Result<(), WireError> {
+        check_id("limit", &self.limit)?;
+        check_id("writer", &self.writer)?;
+        if self.leases.len() > 1_024 {
+            return Err(WireError::Invalid { field: "leases", reason: "more than 1024 entries".into() });
+        }
+        self.leases.iter().try_for_each(WireMessage::validate)
+    }
+}

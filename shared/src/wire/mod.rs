@@ -1,0 +1,88 @@
+//! Wire types: every message on NATS and every record in JetStream KV.
+//!
+//! All are JSON objects with a schema version field `"v"`. [`decode`] turns untrusted bytes into a
+//! message or a [`WireError`]; it never panics, refuses oversized input before parsing, refuses
+//! unknown schema versions, and validates field ranges.
+
+mod messages;
+
+pub use messages::*;
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use thiserror::Error;
+
+/// The schema version this build writes and accepts.
+pub const SCHEMA_VERSION: u32 = 1;
+/// Largest message accepted by [`decode`]; larger input is rejected unread.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+/// Longest identifier (limit, DC, pod/holder id) accepted.
+pub const MAX_ID_LEN: usize = 128;
+/// Longest lease TTL accepted on the wire (one hour).
+pub const MAX_TTL_MS: u64 = 3_600_000;
+
+#[derive(Debug, Error, PartialEq)]
+pub enum WireError {
+    #[error("message is {len} bytes, more than the {max} allowed")]
+    Oversized { len: usize, max: usize },
+    #[error("malformed JSON: {0}")]
+    Malformed(String),
+    #[error("missing schema version field \"v\"")]
+    MissingVersion,
+    #[error("unsupported schema version {found} (this build speaks {SCHEMA_VERSION})")]
+    UnsupportedVersion { found: u64 },
+    #[error("invalid field {field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+/// Implemented by every message: field-range checks run after parsing.
+pub trait WireMessage: Serialize + DeserializeOwned {
+    fn validate(&self) -> Result<(), WireError>;
+}
+
+#[derive(Deserialize)]
+struct VersionProbe {
+    v: Option<serde_json::Value>,
+}
+
+/// Decode untrusted bytes into a message.
+pub fn decode<T: WireMessage>(bytes: &[u8]) -> Result<T, WireError> {
+    if bytes.len() > MAX_MESSAGE_BYTES {
+        return Err(WireError::Oversized { len: bytes.len(), max: MAX_MESSAGE_BYTES });
+    }
+    let probe: VersionProbe =
+        serde_json::from_slice(bytes).map_err(|e| WireError::Malformed(e.to_string()))?;
+    match probe.v {
+        None => return Err(WireError::MissingVersion),
+        Some(v) => match v.as_u64() {
+            Some(n) if n == SCHEMA_VERSION as u64 => {}
+            Some(n) => return Err(WireError::UnsupportedVersion { found: n }),
+            None => return Err(WireError::Invalid { field: "v", reason: "not an unsigned integer".into() }),
+        },
+    }
+    let msg: T = serde_json::from_slice(bytes).map_err(|e| WireError::Malformed(e.to_string()))?;
+    msg.validate()?;
+    Ok(msg)
+}
+
+/// Encode a message (infallible for these types: no maps with non-string keys, no NaN).
+pub fn encode<T: WireMessage>(msg: &T) -> Vec<u8> {
+    serde_json::to_vec(msg).expect("wire types always serialize")
+}
+
+pub(crate) fn check_id(field: &'static str, s: &str) -> Result<(), WireError> {
+    if s.is_empty() || s.len() > MAX_ID_LEN {
+        return Err(WireError::Invalid { field, reason: format!("length {} not in 1..={MAX_ID_LEN}", s.len()) });
+    }
+    // Ids become NATS subject tokens: no wildcards, separators or whitespace.
+    if let Some(c) = s.chars().find(|c| matches!(c, '.' | '*' | '>' ) || c.is_whitespace() || c.is_control()) {
+        return Err(WireError::Invalid { field, reason: format!("character {c:?} not allowed") });
+    }
+    Ok(())
+}
+
+pub(crate) fn check_ttl(ttl_ms: u64) -> Result<(), WireError> {
+    if ttl_ms == 0 || ttl_ms > MAX_TTL_MS {
+        return Err(WireError::Invalid { field: "ttl_ms", reason: format!("{ttl_ms} not in 1..={MAX_TTL_MS}") });
+    }
+    Ok(())
+}
