@@ -68,7 +68,8 @@ pub fn allocate(capacity_milli: u64, reserve: f64, claims: &[Claim], mode: Alloc
             }
             left -= fill.iter().sum::<u64>();
             if left > 0 {
-                let spare = split_by(left, &want.iter().map(|&d| d as f64).collect::<Vec<_>>(), &weights);
+                // Headroom in proportion to total demand: every child gets the same relative slack.
+                let spare = split_by(left, &claims.iter().map(|c| c.demand_milli as f64).collect::<Vec<_>>(), &weights);
                 for (o, e) in out.iter_mut().zip(spare) {
                     *o += e;
                 }

@@ -24,11 +24,16 @@ pub struct ExpiryPolicy {
     pub max_drift: f64,
     /// Extra margin the issuer adds for processing and rounding, in milliseconds.
     pub grace_ms: u64,
+    /// Largest difference in latency from holders to the upstream (plus its jitter range), in ms.
+    /// A released or expired lease keeps counting this much longer, because calls it admitted may
+    /// still be on their way while a holder with a shorter path already spends the freed share.
+    #[serde(default)]
+    pub egress_spread_ms: u64,
 }
 
 impl Default for ExpiryPolicy {
     fn default() -> Self {
-        ExpiryPolicy { max_drift: 0.01, grace_ms: 100 }
+        ExpiryPolicy { max_drift: 0.01, grace_ms: 100, egress_spread_ms: 0 }
     }
 }
 
@@ -37,7 +42,15 @@ impl ExpiryPolicy {
     /// with `ttl_ms` must still be counted as possibly in use.
     pub fn issuer_live_until_ns(&self, issued_at_ns: u64, ttl_ms: u64) -> u64 {
         let stretched_ns = (ttl_ms as f64 * (1.0 + self.max_drift) * NS_PER_MS as f64).ceil() as u64;
-        issued_at_ns.saturating_add(stretched_ns).saturating_add(self.grace_ms * NS_PER_MS)
+        issued_at_ns
+            .saturating_add(stretched_ns)
+            .saturating_add((self.grace_ms + self.egress_spread_ms) * NS_PER_MS)
+    }
+
+    /// Issuer-side instant until which a lease the holder just gave up (confirmed superseded or
+    /// returned at `now_ns`) must still be counted: calls it admitted may still be in flight.
+    pub fn released_until_ns(&self, now_ns: u64) -> u64 {
+        now_ns.saturating_add(self.egress_spread_ms * NS_PER_MS)
     }
 
     /// Longest TTL (ms) an issuer may give a child lease at `now_ns` (issuer clock) so that the
@@ -63,7 +76,7 @@ mod tests {
 
     #[test]
     fn issuer_outlives_a_slow_holder_that_started_earlier() {
-        let p = ExpiryPolicy { max_drift: 0.01, grace_ms: 0 };
+        let p = ExpiryPolicy { max_drift: 0.01, grace_ms: 0, egress_spread_ms: 0 };
         // Holder sent at real 0, issuer issued at real 50 ms; holder clock 1% slow.
         let holder_real_end_ms = 5_000.0 / 0.99; // slow clock: 5 s local takes longer in real time
         let issuer_until_ms = 50.0 + p.issuer_live_until_ns(0, 5_000) as f64 / NS_PER_MS as f64;

@@ -145,9 +145,10 @@ impl<H: Ord + Clone> Ledger<H> {
         h.entries.push(entry);
     }
 
-    /// The holder applied `version`: it will never use an older lease again. Idempotent.
+    /// The holder applied `version`: it will never use an older lease again. Older leases stop
+    /// counting at `release_at_ns` (now, plus the egress spread). Idempotent.
     /// Refused for a version this ledger never issued to that holder.
-    pub fn confirm_in_use(&mut self, holder: &H, version: LeaseVersion) -> Result<bool, LedgerError> {
+    pub fn confirm_in_use(&mut self, holder: &H, version: LeaseVersion, release_at_ns: u64) -> Result<bool, LedgerError> {
         let h = self.holders.get_mut(holder).ok_or(LedgerError::UnknownVersion(version))?;
         if !h.entries.iter().any(|e| e.version == version) {
             // Either already superseded (a late duplicate ack) or never issued.
@@ -157,17 +158,24 @@ impl<H: Ord + Clone> Ledger<H> {
                 Err(LedgerError::UnknownVersion(version))
             };
         }
-        let before = h.entries.len();
-        h.entries.retain(|e| e.version >= version);
-        Ok(h.entries.len() != before)
+        let mut changed = false;
+        for e in h.entries.iter_mut().filter(|e| e.version < version && e.live_until_ns > release_at_ns) {
+            e.live_until_ns = release_at_ns;
+            changed = true;
+        }
+        Ok(changed)
     }
 
-    /// The holder returned everything and will apply nothing more (graceful drain). Idempotent.
-    /// `forget_after_ns` bounds how long the closed marker is kept.
-    pub fn close(&mut self, holder: &H, forget_after_ns: u64) -> bool {
+    /// The holder returned everything and will apply nothing more (graceful drain). Its leases
+    /// stop counting at `release_at_ns`. Idempotent. `forget_after_ns` bounds how long the closed
+    /// marker is kept.
+    pub fn close(&mut self, holder: &H, release_at_ns: u64, forget_after_ns: u64) -> bool {
         let h = self.holders.entry(holder.clone()).or_default();
-        let had = !h.entries.is_empty();
-        h.entries.clear();
+        let mut had = false;
+        for e in h.entries.iter_mut().filter(|e| e.live_until_ns > release_at_ns) {
+            e.live_until_ns = release_at_ns;
+            had = true;
+        }
         h.closed_until_ns = Some(h.closed_until_ns.map_or(forget_after_ns, |t| t.max(forget_after_ns)));
         had
     }
@@ -227,8 +235,8 @@ mod tests {
         let err = l.grant(&"eu", Quota::per_s(700, 70), v(4), 200, 0).unwrap_err();
         assert!(matches!(err, LedgerError::ExceedsHeadroom { .. }));
         // BKK confirms v3 in use: the 800 lease is gone, EU can grow.
-        assert!(l.confirm_in_use(&"bkk", v(3)).unwrap());
-        assert!(!l.confirm_in_use(&"bkk", v(3)).unwrap(), "idempotent");
+        assert!(l.confirm_in_use(&"bkk", v(3), 0).unwrap());
+        assert!(!l.confirm_in_use(&"bkk", v(3), 0).unwrap(), "idempotent");
         l.grant(&"eu", Quota::per_s(700, 70), v(5), 200, 0).unwrap();
         assert_eq!(l.outstanding(0), Quota::per_s(1000, 100));
     }
@@ -246,8 +254,8 @@ mod tests {
     fn return_is_idempotent_and_frees_at_once() {
         let mut l = Ledger::new(Quota::per_s(100, 10), E);
         l.grant(&"p1", Quota::per_s(100, 10), v(1), 5_000, 0).unwrap();
-        assert!(l.close(&"p1", 9_000));
-        assert!(!l.close(&"p1", 9_000));
+        assert!(l.close(&"p1", 0, 9_000));
+        assert!(!l.close(&"p1", 0, 9_000));
         assert_eq!(l.grant(&"p1", Quota::per_s(1, 1), v(2), 5_000, 0), Err(LedgerError::HolderClosed));
         l.grant(&"p2", Quota::per_s(100, 10), v(3), 5_000, 0).unwrap();
     }
@@ -259,7 +267,20 @@ mod tests {
         l.grant(&"a", Quota::ZERO, LeaseVersion::new(2, 5), 5, 0).unwrap();
         assert!(matches!(l.grant(&"a", Quota::ZERO, LeaseVersion::new(2, 5), 5, 0), Err(LedgerError::VersionNotIncreasing { .. })));
         assert!(l.advance_epoch(1).is_err());
-        assert_eq!(l.confirm_in_use(&"a", LeaseVersion::new(2, 99)), Err(LedgerError::UnknownVersion(LeaseVersion::new(2, 99))));
+        assert_eq!(l.confirm_in_use(&"a", LeaseVersion::new(2, 99), 0), Err(LedgerError::UnknownVersion(LeaseVersion::new(2, 99))));
+    }
+
+    #[test]
+    fn released_leases_keep_counting_for_the_egress_spread() {
+        let mut l = Ledger::new(Quota::per_s(100, 10), E);
+        l.grant(&"a", Quota::per_s(100, 10), v(1), 10_000, 0).unwrap();
+        l.grant(&"a", Quota::per_s(10, 1), v(2), 10_000, 0).unwrap();
+        l.confirm_in_use(&"a", v(2), 150).unwrap();
+        assert_eq!(l.holder_claim(&"a", 149), Quota::per_s(100, 10));
+        assert_eq!(l.holder_claim(&"a", 150), Quota::per_s(10, 1));
+        l.close(&"a", 300, 1_000);
+        assert_eq!(l.outstanding(299), Quota::per_s(10, 1));
+        assert_eq!(l.outstanding(300), Quota::ZERO);
     }
 
     #[test]

@@ -1,1 +1,33 @@
-fn main() {}
+//! `leasehold`: the operator CLI.
+
+mod simulate;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "leasehold", version, about = "Global rate limits, held by lease.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the deterministic simulator (virtual time, seeded faults, strict upstream).
+    Simulate(simulate::SimulateArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate(args) => simulate::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("leasehold: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

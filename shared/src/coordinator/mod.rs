@@ -131,18 +131,12 @@ impl CoordinatorCore {
         view.pods_healthy = r.pods_healthy;
         view.last_report_ns = Some(now_ns);
         view.last_seq = r.seq;
-        let mut freed = false;
         if let Some(v) = r.lease_in_use {
-            match self.ledger.confirm_in_use(&r.holder, v) {
-                Ok(f) => freed = f,
-                Err(_) => self.counters.acks_unknown += 1,
+            if self.ledger.confirm_in_use(&r.holder, v, self.cfg.expiry.released_until_ns(now_ns)).is_err() {
+                self.counters.acks_unknown += 1;
             }
-            self.prune_leases();
         }
-        if freed {
-            return self.grow_starved(now_ns);
-        }
-        Vec::new()
+        self.grow_starved(now_ns)
     }
 
     fn prune_leases(&mut self) {
@@ -162,28 +156,44 @@ impl CoordinatorCore {
 
     fn recompute_targets(&mut self, now_ns: u64) {
         let dcs = self.reporting(now_ns);
-        let capacity = self.ledger.capacity();
+        // Split the whole limit with each reporting DC's floor served first, then lease out the
+        // part above the floor (floors are reserved for every DC, reporting or not).
+        let silent_floors = self
+            .cfg
+            .dcs
+            .iter()
+            .filter(|d| !dcs.contains(&d.name))
+            .fold(Quota::ZERO, |s, d| s.saturating_add(d.floor));
+        let total = self.cfg.quota.saturating_sub(silent_floors);
+        let floor_of = |d: &str| self.cfg.dcs.iter().find(|s| s.name == d).map_or(Quota::ZERO, |s| s.floor);
         let rate_claims: Vec<Claim> = dcs
             .iter()
-            .map(|d| Claim { demand_milli: self.dcs[d].demand_milli, weight: self.weight(d), floor_milli: 0 })
+            .map(|d| Claim {
+                demand_milli: self.dcs[d].demand_milli,
+                weight: self.weight(d),
+                floor_milli: floor_of(d).rate_milli_per_s,
+            })
             .collect();
         let burst_claims: Vec<Claim> = dcs
             .iter()
             .map(|d| Claim {
                 demand_milli: self.dcs[d].demand_milli,
                 weight: self.weight(d),
-                floor_milli: self.dcs[d].pods_healthy as u64 * self.cfg.min_burst_per_pod_milli,
+                floor_milli: floor_of(d)
+                    .burst_milli
+                    .max(self.dcs[d].pods_healthy as u64 * self.cfg.min_burst_per_pod_milli),
             })
             .collect();
-        let rates = allocate(capacity.rate_milli_per_s, self.cfg.reserve, &rate_claims, self.cfg.alloc_mode);
-        let bursts = allocate(capacity.burst_milli, self.cfg.reserve, &burst_claims, self.cfg.alloc_mode);
-        let rates = self.rate_split.settle(rates, capacity.rate_milli_per_s, now_ns).to_vec();
-        let bursts = self.burst_split.settle(bursts, capacity.burst_milli, now_ns).to_vec();
+        let rates = allocate(total.rate_milli_per_s, self.cfg.reserve, &rate_claims, self.cfg.alloc_mode);
+        let bursts = allocate(total.burst_milli, self.cfg.reserve, &burst_claims, self.cfg.alloc_mode);
+        let rates = self.rate_split.settle(rates, total.rate_milli_per_s, now_ns).to_vec();
+        let bursts = self.burst_split.settle(bursts, total.burst_milli, now_ns).to_vec();
         for v in self.dcs.values_mut() {
             v.target = Quota::ZERO;
         }
         for ((d, r), b) in dcs.iter().zip(rates).zip(bursts) {
-            self.dcs.get_mut(d).expect("listed").target = Quota::new(r, b);
+            let above_floor = Quota::new(r, b).saturating_sub(floor_of(d));
+            self.dcs.get_mut(d).expect("listed").target = above_floor;
         }
     }
 
@@ -206,14 +216,18 @@ impl CoordinatorCore {
         dcs.iter().filter_map(|d| self.issue(d, now_ns)).collect()
     }
 
-    /// Event step: give DCs below target what an ack just freed.
+    /// Event step: give DCs below target what acks and releases have freed.
     fn grow_starved(&mut self, now_ns: u64) -> Vec<DcLease> {
+        self.ledger.expire(now_ns);
+        self.prune_leases();
         let starved: Vec<String> = self
             .reporting(now_ns)
             .into_iter()
             .filter(|d| {
                 let v = &self.dcs[d];
-                !v.target.fits_in(&self.ledger.holder_claim(v.holder.as_ref().expect("reporting"), now_ns))
+                let holder = v.holder.as_ref().expect("reporting");
+                let claim = self.ledger.holder_claim(holder, now_ns);
+                crate::dc_manager::can_grow(v.target, claim, self.ledger.headroom_for(holder, now_ns))
             })
             .collect();
         starved.iter().filter_map(|d| self.issue(d, now_ns)).collect()

@@ -26,6 +26,12 @@ use crate::quota::Quota;
 use crate::wire::{DcLease, DcReport, LeaseReturn, LeaseVersion, PodLease, PodReport, ReturnAck, SCHEMA_VERSION};
 use pods::Pods;
 
+/// `claim` is below `target` in some component and `room` would let it rise there.
+pub(crate) fn can_grow(target: Quota, claim: Quota, room: Quota) -> bool {
+    (target.rate_milli_per_s > claim.rate_milli_per_s && room.rate_milli_per_s > claim.rate_milli_per_s)
+        || (target.burst_milli > claim.burst_milli && room.burst_milli > claim.burst_milli)
+}
+
 /// Something the driver must send.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DcOutput {
@@ -172,11 +178,15 @@ impl DcManagerCore {
                 return Vec::new();
             }
         }
-        let freed = r.lease_in_use.is_some_and(|v| self.ledger.confirm_in_use(&r.pod, v).unwrap_or(false));
-        // Re-split at once if capacity came back while a pod is below its target (fast rebalance),
-        // or a brand-new pod has no lease yet.
+        let release_at = self.cfg.expiry.released_until_ns(now_ns);
+        if let Some(v) = r.lease_in_use {
+            // Unknown versions (a forged or pre-restart ack) change nothing.
+            let _ = self.ledger.confirm_in_use(&r.pod, v, release_at);
+        }
+        // Re-split at once if a pod below its target can now grow (fast rebalance), or a
+        // brand-new pod has no lease yet.
         let newcomer = self.ledger.holder_claim(&r.pod, now_ns).is_zero() && r.lease_in_use.is_none();
-        if (freed && self.someone_starved(now_ns)) || newcomer {
+        if newcomer || self.someone_can_grow(now_ns) {
             return self.pass(now_ns);
         }
         Vec::new()
@@ -190,7 +200,7 @@ impl DcManagerCore {
         }
         self.counters.returns += 1;
         let forget = self.cfg.expiry.issuer_live_until_ns(now_ns, self.cfg.pod_ttl_ms * 4);
-        self.ledger.close(&r.holder, forget);
+        self.ledger.close(&r.holder, self.cfg.expiry.released_until_ns(now_ns), forget);
         self.pods.views.remove(&r.holder);
         let mut out = self.pass(now_ns);
         out.push(DcOutput::ReturnAck(ReturnAck {
@@ -232,11 +242,16 @@ impl DcManagerCore {
         }
     }
 
-    fn someone_starved(&self, now_ns: u64) -> bool {
+    /// Some eligible pod is below its target and the ledger has room for it to grow.
+    fn someone_can_grow(&self, now_ns: u64) -> bool {
         let (budget, _) = self.budget(now_ns);
         let eligible = self.pods.eligible(&self.cfg, now_ns);
         let targets = self.pods.split(budget, &eligible, self.cfg.split);
-        eligible.iter().zip(targets).any(|(p, t)| !t.fits_in(&self.ledger.holder_claim(p, now_ns)))
+        eligible.iter().zip(targets).any(|(p, t)| {
+            let claim = self.ledger.holder_claim(p, now_ns);
+            let room = self.ledger.headroom_for(p, now_ns);
+            can_grow(t, claim, room)
+        })
     }
 
     /// Split the budget among eligible pods and issue their leases.

@@ -1,0 +1,99 @@
+//! The seeded fault schedule.
+
+use leasehold_shared::rng::SeededRng;
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultKind {
+    PodCrash,
+    PodPause,
+    PodJoin,
+    PodDrain,
+    PartitionDcCoordinator,
+    PartitionPodDc,
+    CoordinatorCrash,
+    CoordinatorPause,
+    MessageLoss,
+    MessageDuplication,
+    MessageDelay,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 11] = [
+        FaultKind::PodCrash,
+        FaultKind::PodPause,
+        FaultKind::PodJoin,
+        FaultKind::PodDrain,
+        FaultKind::PartitionDcCoordinator,
+        FaultKind::PartitionPodDc,
+        FaultKind::CoordinatorCrash,
+        FaultKind::CoordinatorPause,
+        FaultKind::MessageLoss,
+        FaultKind::MessageDuplication,
+        FaultKind::MessageDelay,
+    ];
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fault {
+    pub at_s: f64,
+    pub kind: FaultKind,
+    /// How long it lasts (pause, partition, network trouble) or until the restart/replacement.
+    pub duration_s: f64,
+    /// Which DC (partition, join) or a random pick among live pods, by the world.
+    pub target: u64,
+    /// Loss/duplication probability, or extra delay in ms, or pods to join.
+    pub amount: f64,
+}
+
+/// A fault every ~`mean_gap_s` seconds in `[from_s, until_s)`, each healed before `until_s`.
+pub fn schedule(rng: &mut SeededRng, from_s: u64, until_s: u64, mean_gap_s: f64) -> Vec<Fault> {
+    let mut out = Vec::new();
+    let mut t = from_s as f64;
+    // Every kind once first (in a seeded order), then at random: each run covers all of them.
+    let mut first: Vec<FaultKind> = FaultKind::ALL.to_vec();
+    for i in (1..first.len()).rev() {
+        first.swap(i, rng.range_u64(0, i as u64) as usize);
+    }
+    loop {
+        t += rng.exp(mean_gap_s).max(1.0);
+        if t >= until_s as f64 {
+            break;
+        }
+        let kind = first.pop().unwrap_or_else(|| FaultKind::ALL[rng.range_u64(0, FaultKind::ALL.len() as u64 - 1) as usize]);
+        let (lo, hi, amount) = match kind {
+            FaultKind::PodCrash => (2.0, 15.0, 0.0),
+            FaultKind::PodPause => (6.0, 12.0, 0.0),
+            FaultKind::PodJoin => (20.0, 60.0, rng.range_u64(1, 3) as f64),
+            FaultKind::PodDrain => (5.0, 20.0, 0.0),
+            FaultKind::PartitionDcCoordinator => (5.0, 25.0, 0.0),
+            FaultKind::PartitionPodDc => (3.0, 15.0, 0.0),
+            FaultKind::CoordinatorCrash => (5.0, 20.0, 0.0),
+            FaultKind::CoordinatorPause => (4.0, 8.0, 0.0),
+            FaultKind::MessageLoss => (5.0, 30.0, 0.05 + rng.next_f64() * 0.25),
+            FaultKind::MessageDuplication => (5.0, 30.0, 0.05 + rng.next_f64() * 0.25),
+            FaultKind::MessageDelay => (5.0, 30.0, 50.0 + rng.next_f64() * 450.0),
+        };
+        let duration_s = (lo + rng.next_f64() * (hi - lo)).min(until_s as f64 - t);
+        out.push(Fault { at_s: t, kind, duration_s, target: rng.next_u64(), amount });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_is_seeded_covers_every_kind_and_heals_in_time() {
+        let a = schedule(&mut SeededRng::new(3), 20, 540, 15.0);
+        let b = schedule(&mut SeededRng::new(3), 20, 540, 15.0);
+        assert_eq!(a, b);
+        assert!(a.len() >= 20, "{}", a.len());
+        for k in FaultKind::ALL {
+            assert!(a.iter().any(|f| f.kind == k), "{k:?} missing");
+        }
+        assert!(a.iter().all(|f| f.at_s + f.duration_s <= 540.0));
+    }
+}

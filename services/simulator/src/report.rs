@@ -1,0 +1,235 @@
+//! Running many seeds (in parallel) and summarising them, baselines included.
+
+use crate::faults::FaultKind;
+use crate::metrics::Series;
+use crate::scenario::Scenario;
+use crate::world::{Policy, World};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub scenario: String,
+    pub seeds: u64,
+    pub first_seed: u64,
+    pub threads: usize,
+    /// How many of the seeds also run the naive baselines.
+    pub baseline_seeds: u64,
+    pub progress: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SeedResult {
+    pub seed: u64,
+    pub variant: String,
+    pub violations: u64,
+    pub upstream_rejections: u64,
+    pub invariant_breaches: u64,
+    pub first_breach: Option<(f64, String)>,
+    pub utilization: f64,
+    pub liveness_utilization: Option<f64>,
+    pub max_window_ratio: f64,
+    pub rebalance_s: Vec<f64>,
+    pub faults: BTreeMap<FaultKind, u64>,
+    pub faults_total: u64,
+    pub virtual_s: u64,
+    pub events: u64,
+    pub upstream_calls: u64,
+    pub takeovers: u64,
+    pub fenced_writes: u64,
+    #[serde(skip)]
+    pub series: Series,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BaselineResult {
+    pub utilization: f64,
+    pub violations: u64,
+    pub max_window_ratio: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub scenario: String,
+    pub seeds: u64,
+    pub first_seed: u64,
+    pub violations: u64,
+    pub upstream_rejections: u64,
+    pub invariant_breaches: u64,
+    pub failing_seeds: Vec<u64>,
+    pub utilization: f64,
+    pub utilization_min: f64,
+    pub liveness_utilization_min: Option<f64>,
+    pub max_window_ratio: f64,
+    pub rebalance_s_p50: Option<f64>,
+    pub rebalance_s_p99: Option<f64>,
+    pub rebalance_samples: usize,
+    pub renew_s: f64,
+    pub faults_injected_min: u64,
+    pub faults_injected_total: u64,
+    pub faults_by_kind: BTreeMap<FaultKind, u64>,
+    pub virtual_s_per_seed_min: u64,
+    pub leased_rate_per_s: f64,
+    pub leased_burst: f64,
+    pub egress_spread_ms: u64,
+    pub seconds: f64,
+    pub baselines: BTreeMap<&'static str, BaselineResult>,
+}
+
+/// Run one seed of a scenario under a policy.
+pub fn run_seed(scenario: &str, seed: u64, policy: Policy) -> Option<SeedResult> {
+    let sc = Scenario::by_name(scenario, seed)?;
+    let variant = sc.name.clone();
+    let virtual_s = sc.duration_s;
+    let mut w = World::new(sc, policy, seed);
+    let events = w.run();
+    let fresh = crate::metrics::Metrics::new(w.scenario());
+    let m = std::mem::replace(&mut w.metrics, fresh);
+    Some(SeedResult {
+        seed,
+        variant,
+        violations: m.upstream_rejections + m.invariant_breaches,
+        upstream_rejections: m.upstream_rejections,
+        invariant_breaches: m.invariant_breaches,
+        first_breach: m.first_breach.clone(),
+        utilization: m.utilization,
+        liveness_utilization: m.liveness_utilization,
+        max_window_ratio: m.max_window_ratio,
+        rebalance_s: m.rebalance_s.clone(),
+        faults_total: m.faults_injected(),
+        faults: m.faults_by_kind.clone(),
+        virtual_s,
+        events,
+        upstream_calls: m.upstream_calls,
+        takeovers: m.takeovers,
+        fenced_writes: m.fenced_writes,
+        series: m.series,
+    })
+}
+
+fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let i = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+    Some(sorted[i])
+}
+
+fn parallel<T: Send>(items: Vec<u64>, threads: usize, f: impl Fn(u64) -> T + Sync, progress: impl Fn(usize) + Sync) -> Vec<T> {
+    let next = AtomicU64::new(0);
+    let out = Mutex::new(Vec::with_capacity(items.len()));
+    std::thread::scope(|s| {
+        for _ in 0..threads.max(1) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                let Some(&seed) = items.get(i) else { break };
+                let r = f(seed);
+                let done = {
+                    let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
+                    o.push((i, r));
+                    o.len()
+                };
+                progress(done);
+            });
+        }
+    });
+    let mut v = out.into_inner().unwrap_or_else(|p| p.into_inner());
+    v.sort_by_key(|(i, _)| *i);
+    v.into_iter().map(|(_, r)| r).collect()
+}
+
+/// Run `opts.seeds` seeds and the baselines; returns the summary and the per-seed results.
+pub fn run_many(opts: &RunOptions) -> Result<(Summary, Vec<SeedResult>), String> {
+    if Scenario::by_name(&opts.scenario, 0).is_none() {
+        return Err(format!("unknown scenario {:?}; choose one of {}", opts.scenario, Scenario::NAMES.join(", ")));
+    }
+    if opts.seeds == 0 {
+        return Err("--seeds must be at least 1".into());
+    }
+    let started = Instant::now();
+    let seeds: Vec<u64> = (opts.first_seed..opts.first_seed + opts.seeds).collect();
+    let violations_so_far = AtomicU64::new(0);
+    let report_every = (opts.seeds / 10).max(1) as usize;
+    let results: Vec<SeedResult> = parallel(
+        seeds.clone(),
+        opts.threads,
+        |seed| {
+            let r = run_seed(&opts.scenario, seed, Policy::Leasehold).expect("scenario checked");
+            violations_so_far.fetch_add(r.violations, Ordering::Relaxed);
+            if r.violations > 0 {
+                eprintln!(
+                    "seed {seed} ({}) FAILED: {} upstream 429s, {} invariant breaches; first: {:?}; replay: leasehold simulate --scenario {} --first-seed {seed} --seeds 1",
+                    r.variant, r.upstream_rejections, r.invariant_breaches, r.first_breach, opts.scenario
+                );
+            }
+            r
+        },
+        |done| {
+            if opts.progress && (done % report_every == 0 || done == seeds.len()) {
+                eprintln!(
+                    "[{}] {done}/{} seeds, {} violations, {:.1} s",
+                    opts.scenario,
+                    seeds.len(),
+                    violations_so_far.load(Ordering::Relaxed),
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        },
+    );
+
+    let baseline_seeds: Vec<u64> = seeds.iter().copied().take(opts.baseline_seeds.max(1) as usize).collect();
+    let mut baselines = BTreeMap::new();
+    for (name, policy) in [("static_split", Policy::StaticSplit), ("static_per_pod", Policy::StaticPerPod), ("uncoordinated", Policy::Uncoordinated)] {
+        let rs = parallel(baseline_seeds.clone(), opts.threads, |seed| run_seed(&opts.scenario, seed, policy).expect("scenario checked"), |_| {});
+        let n = rs.len().max(1) as f64;
+        baselines.insert(
+            name,
+            BaselineResult {
+                utilization: rs.iter().map(|r| r.utilization).sum::<f64>() / n,
+                violations: rs.iter().map(|r| r.upstream_rejections).sum(),
+                max_window_ratio: rs.iter().map(|r| r.max_window_ratio).fold(0.0, f64::max),
+            },
+        );
+    }
+
+    let mut rebalance: Vec<f64> = results.iter().flat_map(|r| r.rebalance_s.iter().copied()).collect();
+    rebalance.sort_by(f64::total_cmp);
+    let mut faults_by_kind = BTreeMap::new();
+    for r in &results {
+        for (k, v) in &r.faults {
+            *faults_by_kind.entry(*k).or_default() += v;
+        }
+    }
+    let sc = Scenario::by_name(&opts.scenario, opts.first_seed).expect("checked");
+    let n = results.len() as f64;
+    let summary = Summary {
+        scenario: opts.scenario.clone(),
+        seeds: opts.seeds,
+        first_seed: opts.first_seed,
+        violations: results.iter().map(|r| r.violations).sum(),
+        upstream_rejections: results.iter().map(|r| r.upstream_rejections).sum(),
+        invariant_breaches: results.iter().map(|r| r.invariant_breaches).sum(),
+        failing_seeds: results.iter().filter(|r| r.violations > 0).map(|r| r.seed).collect(),
+        utilization: results.iter().map(|r| r.utilization).sum::<f64>() / n,
+        utilization_min: results.iter().map(|r| r.utilization).fold(1.0, f64::min),
+        liveness_utilization_min: results.iter().filter_map(|r| r.liveness_utilization).reduce(f64::min),
+        max_window_ratio: results.iter().map(|r| r.max_window_ratio).fold(0.0, f64::max),
+        rebalance_s_p50: percentile(&rebalance, 0.5),
+        rebalance_s_p99: percentile(&rebalance, 0.99),
+        rebalance_samples: rebalance.len(),
+        renew_s: sc.renew_ms as f64 / 1_000.0,
+        faults_injected_min: results.iter().map(|r| r.faults_total).min().unwrap_or(0),
+        faults_injected_total: results.iter().map(|r| r.faults_total).sum(),
+        faults_by_kind,
+        virtual_s_per_seed_min: results.iter().map(|r| r.virtual_s).min().unwrap_or(0),
+        leased_rate_per_s: sc.quota.rate_per_s(),
+        leased_burst: sc.quota.burst(),
+        egress_spread_ms: sc.egress_spread_ms(),
+        seconds: (started.elapsed().as_secs_f64() * 100.0).round() / 100.0,
+        baselines,
+    };
+    Ok((summary, results))
+}

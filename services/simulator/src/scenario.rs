@@ -1,0 +1,228 @@
+//! Scenarios: topology, limits, demand and timing. Numbers come from the seeds.
+
+use crate::upstream::HardLimit;
+use leasehold_shared::quota::Quota;
+
+#[derive(Clone, Debug)]
+pub enum Demand {
+    /// Follow-the-sun: `low + (peak-low)·shape(local hour)`, shape peaking at 12:00 local.
+    Diurnal { low: f64, peak: f64, utc_offset_h: f64 },
+    /// Piecewise constant: `(from_s, rate)` pairs, sorted by time.
+    Steps(Vec<(f64, f64)>),
+}
+
+#[derive(Clone, Debug)]
+pub struct DcSim {
+    pub name: String,
+    pub pods: usize,
+    /// One-way latency from this DC's pods to the upstream.
+    pub upstream_latency_ms: u64,
+    pub floor: Quota,
+    pub demand: Demand,
+}
+
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub name: String,
+    pub hard: HardLimit,
+    /// R and B handed out by the coordinator (derived from `hard`, see [`Scenario::leased_quota`]).
+    pub quota: Quota,
+    pub dcs: Vec<DcSim>,
+    pub duration_s: u64,
+    /// Seconds of simulated time per 24 h of demand.
+    pub day_s: f64,
+    /// Uniform jitter added to every upstream call's latency.
+    pub jitter_ms: u64,
+    /// Times of abrupt demand changes (rebalance is measured after each).
+    pub steps_s: Vec<f64>,
+    /// Faults are injected in `[fault_from_s, fault_until_s)`; none when `chaos` is false.
+    pub chaos: bool,
+    pub fault_from_s: u64,
+    pub fault_until_s: u64,
+    pub pod_report_ms: u64,
+    pub dc_report_ms: u64,
+    pub renew_ms: u64,
+    pub pod_ttl_ms: u64,
+    pub dc_ttl_ms: u64,
+    pub leader_ttl_ms: u64,
+    /// How long a request may wait in a pod's queue for a token.
+    pub queue_wait_ms: u64,
+    pub queue_cap: usize,
+    pub max_clock_offset_ms: u64,
+    pub max_clock_drift: f64,
+}
+
+impl Scenario {
+    fn base(name: &str, hard: HardLimit, dcs: Vec<DcSim>, duration_s: u64) -> Self {
+        let mut s = Scenario {
+            name: name.into(),
+            hard,
+            quota: Quota::ZERO,
+            dcs,
+            duration_s,
+            day_s: duration_s as f64,
+            jitter_ms: 4,
+            steps_s: Vec::new(),
+            chaos: false,
+            fault_from_s: 0,
+            fault_until_s: 0,
+            pod_report_ms: 250,
+            dc_report_ms: 250,
+            renew_ms: 1_000,
+            pod_ttl_ms: 5_000,
+            dc_ttl_ms: 10_000,
+            leader_ttl_ms: 3_000,
+            queue_wait_ms: 300,
+            queue_cap: 2_000,
+            max_clock_offset_ms: 0,
+            max_clock_drift: 0.0,
+        };
+        s.quota = s.leased_quota();
+        s
+    }
+
+    /// Largest difference in pod→upstream latency, jitter included: the ledger's release hold.
+    pub fn egress_spread_ms(&self) -> u64 {
+        let lat: Vec<u64> = self.dcs.iter().map(|d| d.upstream_latency_ms).collect();
+        lat.iter().max().unwrap_or(&0) - lat.iter().min().unwrap_or(&0) + self.jitter_ms
+    }
+
+    /// R and B to lease so that the upstream's hard limit holds at the upstream, not only at the
+    /// pods: jitter of `J` lets a bucket's calls bunch up by `R·J`, which comes out of the burst.
+    /// Latency differences between DCs are handled by the ledger's release hold instead.
+    pub fn leased_quota(&self) -> Quota {
+        let j = self.jitter_ms as f64 / 1_000.0;
+        match self.hard {
+            HardLimit::SlidingWindow { calls, window_ms } => {
+                // calls in any window W ≤ R·(W + J) + B: keep B small, the rest is rate.
+                let w = window_ms as f64 / 1_000.0;
+                let burst = (calls as f64 * 0.02).floor();
+                let rate = ((calls as f64 - burst) / (w + j)).floor();
+                Quota::new((rate * 1_000.0) as u64, (burst * 1_000.0) as u64)
+            }
+            HardLimit::TokenBucket { rate_per_s, burst } => {
+                let slack = (rate_per_s as f64 * j).ceil() + 1.0;
+                Quota::new(rate_per_s * 1_000, ((burst as f64 - slack).max(0.0) * 1_000.0) as u64)
+            }
+        }
+    }
+
+    /// Offered demand of DC `i` at simulated second `t`, requests per second.
+    pub fn demand(&self, i: usize, t: f64) -> f64 {
+        match &self.dcs[i].demand {
+            Demand::Diurnal { low, peak, utc_offset_h } => {
+                let utc_h = (t / self.day_s * 24.0) % 24.0;
+                let local_h = (utc_h + utc_offset_h).rem_euclid(24.0);
+                let shape = ((1.0 + (2.0 * std::f64::consts::PI * (local_h - 12.0) / 24.0).cos()) / 2.0).powi(4);
+                low + (peak - low) * shape
+            }
+            Demand::Steps(steps) => steps.iter().take_while(|(from, _)| *from <= t).last().map_or(0.0, |s| s.1),
+        }
+    }
+
+    pub fn diurnal() -> Self {
+        let hard = HardLimit::SlidingWindow { calls: 1_000, window_ms: 1_000 };
+        let floor = Quota::per_s(50, 0);
+        let dcs = vec![
+            DcSim { name: "bkk".into(), pods: 4, upstream_latency_ms: 30, floor, demand: Demand::Diurnal { low: 150.0, peak: 760.0, utc_offset_h: 7.0 } },
+            DcSim { name: "europe".into(), pods: 4, upstream_latency_ms: 170, floor, demand: Demand::Diurnal { low: 60.0, peak: 650.0, utc_offset_h: 1.0 } },
+        ];
+        // 24 h of demand in 24 minutes: one simulated minute per hour.
+        Scenario::base("diurnal", hard, dcs, 1_440)
+    }
+
+    pub fn overload() -> Self {
+        let hard = HardLimit::SlidingWindow { calls: 1_000, window_ms: 1_000 };
+        let floor = Quota::per_s(50, 0);
+        let dcs = vec![
+            DcSim { name: "bkk".into(), pods: 4, upstream_latency_ms: 30, floor, demand: Demand::Steps(vec![(0.0, 700.0), (60.0, 900.0)]) },
+            DcSim { name: "europe".into(), pods: 4, upstream_latency_ms: 170, floor, demand: Demand::Steps(vec![(0.0, 80.0), (60.0, 900.0), (420.0, 80.0)]) },
+        ];
+        let mut s = Scenario::base("overload", hard, dcs, 600);
+        s.steps_s = vec![60.0, 420.0];
+        s
+    }
+
+    pub fn tenant_shift() -> Self {
+        // 30,000 requests/minute with a burst of 6,000 (seed 004): R = 500/s, B = 6,000.
+        let hard = HardLimit::TokenBucket { rate_per_s: 500, burst: 6_000 };
+        let floor = Quota::per_s(20, 0);
+        let regions = [("us", 20u64), ("eu", 90), ("ap", 160)];
+        let period = 120.0;
+        let duration_s = 720;
+        let dcs = regions
+            .iter()
+            .enumerate()
+            .map(|(i, (name, lat))| {
+                let mut steps = Vec::new();
+                let mut t = 0.0;
+                let mut k = 0usize;
+                while t < duration_s as f64 {
+                    steps.push((t, if k % regions.len() == i { 420.0 } else { 25.0 }));
+                    t += period;
+                    k += 1;
+                }
+                DcSim { name: (*name).into(), pods: 3, upstream_latency_ms: *lat, floor, demand: Demand::Steps(steps) }
+            })
+            .collect();
+        let mut s = Scenario::base("tenant-shift", hard, dcs, duration_s);
+        s.steps_s = (1..6).map(|k| k as f64 * period).collect();
+        s
+    }
+
+    /// `diurnal` (even seeds) or `tenant-shift` (odd seeds) with every fault enabled, a compressed
+    /// 12-minute day, clock offsets of ± 5 s and drift of ± 0.4%; faults stop at 9 minutes and the
+    /// last 3 minutes are the faults-off liveness phase.
+    pub fn chaos(seed: u64) -> Self {
+        let mut s = if seed % 2 == 0 { Scenario::diurnal() } else { Scenario::tenant_shift() };
+        s.name = format!("chaos/{}", s.name);
+        s.duration_s = 720;
+        s.day_s = 720.0;
+        s.chaos = true;
+        s.fault_from_s = 20;
+        s.fault_until_s = 540;
+        s.max_clock_offset_ms = 5_000;
+        s.max_clock_drift = 0.004;
+        s.steps_s.clear();
+        s
+    }
+
+    pub fn by_name(name: &str, seed: u64) -> Option<Self> {
+        match name {
+            "diurnal" => Some(Scenario::diurnal()),
+            "overload" => Some(Scenario::overload()),
+            "tenant-shift" => Some(Scenario::tenant_shift()),
+            "chaos" => Some(Scenario::chaos(seed)),
+            _ => None,
+        }
+    }
+
+    pub const NAMES: [&'static str; 4] = ["diurnal", "overload", "tenant-shift", "chaos"];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diurnal_matches_seed_000_numbers() {
+        let s = Scenario::diurnal();
+        // 12:00 in Bangkok is 05:00 UTC.
+        let t_bkk_noon = 5.0 / 24.0 * s.day_s;
+        assert!((700.0..=800.0).contains(&s.demand(0, t_bkk_noon)));
+        assert!(s.demand(1, t_bkk_noon) < 110.0);
+        // 12:00 in Europe (CET) is 11:00 UTC.
+        let t_eu_noon = 11.0 / 24.0 * s.day_s;
+        assert!((600.0..=700.0).contains(&s.demand(1, t_eu_noon)));
+        assert!(s.demand(0, t_eu_noon) < 200.0);
+    }
+
+    #[test]
+    fn leased_quota_keeps_the_window_bound() {
+        let s = Scenario::diurnal();
+        let q = s.quota;
+        let bound = q.rate_per_s() * (1.0 + s.jitter_ms as f64 / 1000.0) + q.burst();
+        assert!(bound <= 1_000.0, "{bound}");
+        assert!(q.rate_per_s() >= 950.0);
+    }
+}

@@ -1,0 +1,70 @@
+//! Invariants checked after every control step, and the periodic metrics sample.
+
+use super::{PodState, Policy, World, MS, S};
+use leasehold_shared::quota::Quota;
+
+impl World {
+    /// Conservation, checked on ground truth (what pods may spend right now) and on the books.
+    pub(super) fn check(&mut self) {
+        if self.policy != Policy::Leasehold {
+            return;
+        }
+        let mut total = Quota::ZERO;
+        let mut per_dc = vec![Quota::ZERO; self.dcs.len()];
+        for slot in &self.pods {
+            if slot.state == PodState::Down {
+                continue;
+            }
+            let local = slot.clock.local(self.now);
+            if let Some(a) = slot.core.as_ref().and_then(|c| c.applied(local)) {
+                total = total.saturating_add(a.quota);
+                per_dc[slot.dc] = per_dc[slot.dc].saturating_add(a.quota);
+            }
+        }
+        if !total.fits_in(&self.sc.quota) {
+            let msg = format!("pods may spend {total} together, above the limit {}", self.sc.quota);
+            self.metrics.invariant(self.now, msg);
+        }
+        // The leader the KV names (a paused, deposed one may still believe it leads).
+        let Some(c) = self.kv.leader.map(|(c, _)| c).filter(|&c| self.coords[c].core.is_some() && self.coords[c].alive) else {
+            return;
+        };
+        let local = self.coords[c].clock.local(self.now);
+        let core = self.coords[c].core.as_ref().expect("leader");
+        if let Err(e) = core.ledger().check(local) {
+            self.metrics.invariant(self.now, format!("coordinator ledger: {e}"));
+        }
+        // Nesting: a DC's pods never hold more than its floor plus what the coordinator counts.
+        for (d, used) in per_dc.iter().enumerate() {
+            let counted = core
+                .ledger()
+                .entries()
+                .filter(|(h, _)| core.dcs().get(&self.sc.dcs[d].name).and_then(|v| v.holder.as_ref()) == Some(h))
+                .map(|(h, _)| h.clone())
+                .next()
+                .map_or(Quota::ZERO, |h| core.ledger().holder_claim(&h, local));
+            let allowed = counted.saturating_add(self.sc.dcs[d].floor);
+            if !used.fits_in(&allowed) {
+                let msg = format!("dc {} pods hold {used}, above floor + counted DC lease {allowed}", self.sc.dcs[d].name);
+                self.metrics.invariant(self.now, msg);
+            }
+        }
+    }
+
+    pub(super) fn on_sample(&mut self) {
+        self.push(self.now + 100 * MS, super::Ev::Sample);
+        self.upstream.advance(self.now);
+        let t = self.now as f64 / S as f64;
+        let demand: Vec<f64> = (0..self.dcs.len()).map(|d| self.sc.demand(d, t)).collect();
+        let budgets: Vec<f64> = (0..self.dcs.len())
+            .map(|d| match self.policy {
+                Policy::Leasehold => {
+                    let slot = &self.dcs[d];
+                    slot.core.budget(slot.clock.local(self.now)).0.rate_per_s()
+                }
+                _ => 0.0,
+            })
+            .collect();
+        self.metrics.sample(self.now, &demand, &budgets);
+    }
+}

@@ -1,0 +1,277 @@
+//! The control plane: pod reports, DC manager ticks, coordinator leadership through the KV
+//! register, and message delivery. All decisions are made by the shared cores.
+
+use super::{CoordSlot, DcSlot, Ev, Msg, PodSlot, PodState, Policy, World, MS};
+use crate::net::Link;
+use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig};
+use leasehold_shared::dc_manager::{DcManagerConfig, DcOutput};
+use leasehold_shared::expiry::ExpiryPolicy;
+use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
+use leasehold_shared::quota::Quota;
+use leasehold_shared::wire::DcLease;
+use std::rc::Rc;
+
+impl World {
+    pub(super) fn expiry(&self) -> ExpiryPolicy {
+        ExpiryPolicy { max_drift: 0.01, grace_ms: 100, egress_spread_ms: self.sc.egress_spread_ms() }
+    }
+
+    pub(super) fn dc_config(&self, d: usize) -> DcManagerConfig {
+        let mut c = DcManagerConfig::new("partner-api", &self.sc.dcs[d].name, &format!("{}-mgr", self.sc.dcs[d].name));
+        c.pod_ttl_ms = self.sc.pod_ttl_ms;
+        c.renew_interval_ms = self.sc.renew_ms;
+        c.heartbeat_timeout_ms = self.sc.pod_report_ms * 6;
+        c.expiry = self.expiry();
+        c
+    }
+
+    pub(super) fn limit_config(&self) -> LimitConfig {
+        let dcs: Vec<(&str, Quota)> = self.sc.dcs.iter().map(|d| (d.name.as_str(), d.floor)).collect();
+        let mut c = LimitConfig::new("partner-api", self.sc.quota, &dcs);
+        c.dc_ttl_ms = self.sc.dc_ttl_ms;
+        c.renew_interval_ms = self.sc.renew_ms;
+        c.expiry = self.expiry();
+        c
+    }
+
+    pub(super) fn add_pod_slot(&mut self, d: usize) -> usize {
+        let clock = self.clock();
+        self.pods.push(PodSlot {
+            dc: d,
+            clock,
+            state: PodState::Down,
+            core: None,
+            incarnation: 0,
+            routable: false,
+            queue: Default::default(),
+            retry_at: None,
+            counters: IntervalCounters::default(),
+            paused_until: 0,
+            static_bucket: None,
+        });
+        self.net.cut_pods.push(false);
+        self.pods.len() - 1
+    }
+
+    /// Start (or restart) the pod in slot `p` as a new instance.
+    pub(super) fn start_pod(&mut self, p: usize) {
+        let d = self.pods[p].dc;
+        let slot = &mut self.pods[p];
+        slot.incarnation += 1;
+        slot.state = PodState::Up;
+        slot.queue.clear();
+        slot.retry_at = None;
+        slot.counters = IntervalCounters::default();
+        let instance = format!("{}-pod{}-i{}", self.sc.dcs[d].name, p, slot.incarnation);
+        match self.policy {
+            Policy::Leasehold => {
+                slot.core = Some(PodCore::new(PodConfig { limit: "partner-api".into(), dc: self.sc.dcs[d].name.clone(), pod: instance.clone(), weight: 1.0 }));
+                slot.routable = false; // joins the load balancer once it holds a lease
+                self.pod_by_instance.insert(instance, p);
+                let inc = slot.incarnation;
+                let first = self.now + self.rng.range_u64(0, self.sc.pod_report_ms) * MS;
+                self.push(first, Ev::PodTick(p, inc));
+            }
+            Policy::StaticPerPod => {
+                let n: u64 = self.sc.dcs.iter().map(|d| d.pods as u64).sum();
+                let q = self.sc.quota;
+                let b = leasehold_shared::bucket::TokenBucket::new();
+                let local = slot.clock.local(self.now);
+                b.apply_lease(Quota::new(q.rate_milli_per_s / n, q.burst_milli / n), local + 36_000 * super::S, local)
+                    .expect("static lease fits");
+                slot.static_bucket = Some(b);
+                slot.routable = true;
+            }
+            Policy::StaticSplit | Policy::Uncoordinated => slot.routable = true,
+        }
+    }
+
+    pub(super) fn on_pod_tick(&mut self, p: usize, inc: u64) {
+        let slot = &mut self.pods[p];
+        if slot.incarnation != inc || slot.state == PodState::Down {
+            return;
+        }
+        let next = self.now + slot.clock.real_span(self.sc.pod_report_ms * MS);
+        if slot.state == PodState::Paused {
+            // Frozen: the timer fires when the pause ends.
+            let at = slot.paused_until.max(self.now + 1);
+            self.push(at, Ev::PodTick(p, inc));
+            return;
+        }
+        self.push(next, Ev::PodTick(p, inc));
+        let slot = &mut self.pods[p];
+        let local = slot.clock.local(self.now);
+        let core = slot.core.as_mut().expect("leasehold pod has a core");
+        if slot.state == PodState::Draining {
+            let ret = core.drain();
+            self.send(Link::PodDc(p), || Msg::LeaseReturn(p, ret.clone()));
+            return;
+        }
+        let mut c = std::mem::take(&mut slot.counters);
+        c.queued = slot.queue.len() as u64;
+        let report = core.report(local, c, true);
+        self.send(Link::PodDc(p), || Msg::PodReport(p, report.clone()));
+    }
+
+    pub(super) fn on_dc_tick(&mut self, d: usize) {
+        let next = self.now + self.dcs[d].clock.real_span(self.sc.dc_report_ms * MS);
+        self.push(next, Ev::DcTick(d));
+        let slot = &mut self.dcs[d];
+        let out = slot.core.tick(slot.clock.local(self.now));
+        self.route_dc(d, out);
+    }
+
+    fn route_dc(&mut self, d: usize, out: Vec<DcOutput>) {
+        for o in out {
+            match o {
+                DcOutput::PodLease(l) => {
+                    if let Some(&p) = self.pod_by_instance.get(&l.pod) {
+                        self.send(Link::PodDc(p), || Msg::PodLease(p, l.clone()));
+                    }
+                }
+                DcOutput::ReturnAck(a) => {
+                    if let Some(&p) = self.pod_by_instance.get(&a.holder) {
+                        self.send(Link::PodDc(p), || Msg::ReturnAck(p, a.clone()));
+                    }
+                }
+                DcOutput::Report(r) => self.send(Link::DcCoord(d), || Msg::DcReport(d, r.clone())),
+            }
+        }
+    }
+
+    fn coord_active(c: &CoordSlot, now: u64) -> bool {
+        c.alive && c.paused_until <= now
+    }
+
+    pub(super) fn on_coord_tick(&mut self, c: usize, inc: u64) {
+        if self.coords[c].incarnation != inc || !self.coords[c].alive {
+            return;
+        }
+        if self.coords[c].paused_until > self.now {
+            let at = self.coords[c].paused_until;
+            self.push(at, Ev::CoordTick(c, inc));
+            return;
+        }
+        let next = self.now + self.coords[c].clock.real_span(self.sc.renew_ms * MS);
+        self.push(next, Ev::CoordTick(c, inc));
+        let leader_ttl = self.sc.leader_ttl_ms * MS;
+        if self.coords[c].core.is_some() {
+            // Renew the leader key by compare-and-set; a deposed leader finds it taken.
+            match self.kv.leader {
+                Some((holder, _)) if holder == c => self.kv.leader = Some((c, self.now + leader_ttl)),
+                _ => {
+                    self.coords[c].core = None;
+                    return;
+                }
+            }
+            let local = self.coords[c].clock.local(self.now);
+            let leases = self.coords[c].core.as_mut().expect("leader").tick(local);
+            self.write_record(c, leases.is_empty());
+            return;
+        }
+        // Standby: take over once the leader key expired on the KV server.
+        let vacant = self.kv.leader.is_none_or(|(_, exp)| exp <= self.now);
+        if vacant {
+            self.kv.leader = Some((c, self.now + leader_ttl));
+            let epoch = self.kv.max_epoch + 1;
+            let local = self.coords[c].clock.local(self.now);
+            let core = CoordinatorCore::resume(self.limit_config(), &self.coords[c].id, epoch, self.kv.record.as_deref(), local);
+            self.coords[c].core = Some(core);
+            self.coords[c].record_rev = self.kv.record_rev;
+            self.metrics.takeovers += 1;
+            self.write_record(c, false);
+        }
+    }
+
+    /// Compare-and-set the ledger record; on success every DC's watch sees it.
+    fn write_record(&mut self, c: usize, quiet: bool) {
+        if self.coords[c].record_rev != self.kv.record_rev {
+            self.coords[c].core = None; // fenced: someone else wrote since
+            self.metrics.fenced_writes += 1;
+            return;
+        }
+        let record = Rc::new(self.coords[c].core.as_ref().expect("leader").record());
+        if record.epoch < self.kv.max_epoch {
+            self.metrics.invariant(self.now, format!("ledger epoch went back from {} to {}", self.kv.max_epoch, record.epoch));
+        }
+        self.kv.max_epoch = self.kv.max_epoch.max(record.epoch);
+        self.kv.record_rev += 1;
+        self.coords[c].record_rev = self.kv.record_rev;
+        self.kv.record = Some(record.clone());
+        if quiet {
+            return; // nothing new: the watch would deliver the same leases again
+        }
+        for d in 0..self.dcs.len() {
+            let r = record.clone();
+            self.send(Link::DcCoord(d), || Msg::Record(d, r.clone()));
+        }
+    }
+
+    pub(super) fn on_message(&mut self, m: Msg) {
+        match m {
+            Msg::PodReport(p, r) => {
+                if self.pods[p].state == PodState::Down {
+                    return;
+                }
+                let d = self.pods[p].dc;
+                let DcSlot { clock, core, .. } = &mut self.dcs[d];
+                let out = core.on_pod_report(&r, clock.local(self.now));
+                self.route_dc(d, out);
+            }
+            Msg::LeaseReturn(p, r) => {
+                let d = self.pods[p].dc;
+                let DcSlot { clock, core, .. } = &mut self.dcs[d];
+                let out = core.on_lease_return(&r, clock.local(self.now));
+                self.route_dc(d, out);
+            }
+            Msg::PodLease(p, l) => {
+                let slot = &mut self.pods[p];
+                if slot.state != PodState::Up {
+                    return; // frozen or gone: the message is lost with it
+                }
+                let local = slot.clock.local(self.now);
+                let Some(core) = slot.core.as_mut() else { return };
+                match core.on_lease(&l, local) {
+                    Ok(()) => {
+                        slot.routable = true;
+                        self.kick_queue(p);
+                    }
+                    Err(_) => self.metrics.lease_rejections += 1,
+                }
+            }
+            Msg::ReturnAck(p, a) => {
+                let slot = &mut self.pods[p];
+                if slot.state == PodState::Draining && slot.core.as_mut().is_some_and(|c| c.on_return_ack(&a)) {
+                    slot.state = PodState::Down;
+                    slot.core = None;
+                    self.metrics.drains_acked += 1;
+                }
+            }
+            Msg::DcReport(d, r) => {
+                for c in 0..self.coords.len() {
+                    if !Self::coord_active(&self.coords[c], self.now) {
+                        continue;
+                    }
+                    let local = self.coords[c].clock.local(self.now);
+                    let Some(core) = self.coords[c].core.as_mut() else { continue };
+                    let leases = core.on_dc_report(&r, local);
+                    if !leases.is_empty() {
+                        self.write_record(c, false);
+                    }
+                }
+                let _ = d;
+            }
+            Msg::Record(d, rec) => {
+                let DcSlot { clock, core, .. } = &mut self.dcs[d];
+                let instance = core.config().instance.clone();
+                let newest: Option<&DcLease> = rec.leases.iter().filter(|l| l.holder == instance).max_by_key(|l| l.version);
+                if let Some(l) = newest {
+                    match core.on_dc_lease(l, clock.local(self.now)) {
+                        Ok(out) => self.route_dc(d, out),
+                        Err(_) => self.metrics.lease_rejections += 1,
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! The discrete-event world: virtual time, one event heap, every node on its own clock.
+//!
+//! Nodes are the real `leasehold_shared` state machines ([`PodCore`], [`DcManagerCore`],
+//! [`CoordinatorCore`]); the world only moves messages, keeps the KV register, injects faults,
+//! sends admitted calls to the strict upstream and checks invariants after every control step.
+
+mod checks;
+mod control;
+mod faults;
+mod requests;
+
+use crate::clock::NodeClock;
+use crate::faults::Fault;
+use crate::metrics::Metrics;
+use crate::net::Network;
+use crate::scenario::Scenario;
+use crate::upstream::Upstream;
+use leasehold_shared::bucket::TokenBucket;
+use leasehold_shared::coordinator::CoordinatorCore;
+use leasehold_shared::dc_manager::DcManagerCore;
+use leasehold_shared::pod::{IntervalCounters, PodCore};
+use leasehold_shared::rng::SeededRng;
+use leasehold_shared::wire::{DcReport, LeaseReturn, LedgerRecord, PodLease, PodReport, ReturnAck};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::rc::Rc;
+
+pub const MS: u64 = 1_000_000;
+pub const S: u64 = 1_000_000_000;
+
+/// Who enforces the limit: Leasehold, or one of seed 000's naive baselines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    Leasehold,
+    /// R/2 and B/2 per DC, shared by the DC's pods.
+    StaticSplit,
+    /// R/n and B/n per pod.
+    StaticPerPod,
+    /// No limit at all: every pod calls as it likes.
+    Uncoordinated,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    Arrival(usize),
+    PodRetry(usize, u64),
+    PodTick(usize, u64),
+    DcTick(usize),
+    CoordTick(usize, u64),
+    Deliver(usize),
+    Fault(usize),
+    Heal(usize),
+    Sample,
+}
+
+enum Msg {
+    PodReport(usize, PodReport),
+    LeaseReturn(usize, LeaseReturn),
+    PodLease(usize, PodLease),
+    ReturnAck(usize, ReturnAck),
+    DcReport(usize, DcReport),
+    Record(usize, Rc<LedgerRecord>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PodState {
+    Down,
+    Up,
+    Paused,
+    Draining,
+}
+
+struct PodSlot {
+    dc: usize,
+    clock: NodeClock,
+    state: PodState,
+    core: Option<PodCore>,
+    /// Incarnation: events of a previous incarnation are ignored.
+    incarnation: u64,
+    routable: bool,
+    queue: VecDeque<u64>,
+    retry_at: Option<u64>,
+    counters: IntervalCounters,
+    paused_until: u64,
+    static_bucket: Option<TokenBucket>,
+}
+
+struct DcSlot {
+    clock: NodeClock,
+    core: DcManagerCore,
+    static_bucket: Option<TokenBucket>,
+}
+
+struct CoordSlot {
+    id: String,
+    clock: NodeClock,
+    alive: bool,
+    paused_until: u64,
+    incarnation: u64,
+    core: Option<CoordinatorCore>,
+    /// KV revision of the ledger record this leader last wrote or read.
+    record_rev: u64,
+}
+
+/// The JetStream KV stand-in: a leader key with a server-side TTL and the ledger record, both
+/// written by compare-and-set on revisions.
+#[derive(Default)]
+struct Kv {
+    leader: Option<(usize, u64)>,
+    record: Option<Rc<LedgerRecord>>,
+    record_rev: u64,
+    max_epoch: u64,
+}
+
+pub struct World {
+    sc: Scenario,
+    policy: Policy,
+    now: u64,
+    seq: u64,
+    heap: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    msgs: Vec<Option<Msg>>,
+    free_msgs: Vec<usize>,
+    rng: SeededRng,
+    net_rng: SeededRng,
+    net: Network,
+    pods: Vec<PodSlot>,
+    pod_by_instance: HashMap<String, usize>,
+    dcs: Vec<DcSlot>,
+    coords: Vec<CoordSlot>,
+    kv: Kv,
+    upstream: Upstream,
+    faults: Vec<Fault>,
+    pub metrics: Metrics,
+}
+
+impl World {
+    pub fn new(sc: Scenario, policy: Policy, seed: u64) -> Self {
+        let mut rng = SeededRng::new(seed);
+        let net_rng = rng.fork(1);
+        let faults = if sc.chaos && policy == Policy::Leasehold {
+            crate::faults::schedule(&mut rng.fork(2), sc.fault_from_s, sc.fault_until_s, 12.0)
+        } else {
+            Vec::new()
+        };
+        let total_pods: usize = sc.dcs.iter().map(|d| d.pods).sum();
+        let upstream = Upstream::new(sc.hard);
+        let metrics = Metrics::new(&sc);
+        let mut w = World {
+            net: Network::new(total_pods, sc.dcs.len()),
+            policy,
+            now: 0,
+            seq: 0,
+            heap: BinaryHeap::new(),
+            msgs: Vec::new(),
+            free_msgs: Vec::new(),
+            rng,
+            net_rng,
+            pods: Vec::new(),
+            pod_by_instance: HashMap::new(),
+            dcs: Vec::new(),
+            coords: Vec::new(),
+            kv: Kv::default(),
+            upstream,
+            faults,
+            metrics,
+            sc,
+        };
+        w.build();
+        w
+    }
+
+    fn clock(&mut self) -> NodeClock {
+        NodeClock::random(&mut self.rng, self.sc.max_clock_offset_ms, self.sc.max_clock_drift)
+    }
+
+    fn build(&mut self) {
+        for d in 0..self.sc.dcs.len() {
+            let clock = self.clock();
+            let core = DcManagerCore::new(self.dc_config(d), self.sc.dcs[d].floor, clock.local(0));
+            let static_bucket = (self.policy == Policy::StaticSplit).then(|| {
+                let n = self.sc.dcs.len() as u64;
+                let b = TokenBucket::new();
+                let q = self.sc.quota;
+                let share = leasehold_shared::quota::Quota::new(q.rate_milli_per_s / n, q.burst_milli / n);
+                b.apply_lease(share, clock.local(0) + 36_000 * S, clock.local(0)).expect("static lease fits");
+                b
+            });
+            self.dcs.push(DcSlot { clock, core, static_bucket });
+            for _ in 0..self.sc.dcs[d].pods {
+                let p = self.add_pod_slot(d);
+                self.start_pod(p);
+            }
+            self.schedule_arrival(d);
+            if self.policy == Policy::Leasehold {
+                let first = self.rng.range_u64(0, 250) * MS;
+                self.push(first, Ev::DcTick(d));
+            }
+        }
+        if self.policy == Policy::Leasehold {
+            for i in 0..2 {
+                let clock = self.clock();
+                self.coords.push(CoordSlot { id: format!("coord-{i}"), clock, alive: true, paused_until: 0, incarnation: 0, core: None, record_rev: 0 });
+                self.push(i as u64 * 300 * MS, Ev::CoordTick(i, 0));
+            }
+        }
+        for i in 0..self.faults.len() {
+            self.push((self.faults[i].at_s * S as f64) as u64, Ev::Fault(i));
+        }
+        self.push(100 * MS, Ev::Sample);
+    }
+
+    fn push(&mut self, at: u64, ev: Ev) {
+        self.seq += 1;
+        self.heap.push(Reverse((at, self.seq, ev)));
+    }
+
+    fn send(&mut self, link: crate::net::Link, msg: impl Fn() -> Msg) {
+        for delay in self.net.deliveries(link, &mut self.net_rng) {
+            let m = msg();
+            let idx = match self.free_msgs.pop() {
+                Some(i) => {
+                    self.msgs[i] = Some(m);
+                    i
+                }
+                None => {
+                    self.msgs.push(Some(m));
+                    self.msgs.len() - 1
+                }
+            };
+            self.push(self.now + delay, Ev::Deliver(idx));
+        }
+    }
+
+    /// Run to the end. Returns the number of events processed.
+    pub fn run(&mut self) -> u64 {
+        let end = self.sc.duration_s * S;
+        let mut events = 0u64;
+        while let Some(Reverse((t, _, ev))) = self.heap.pop() {
+            if t > end {
+                break;
+            }
+            self.now = t;
+            events += 1;
+            match ev {
+                Ev::Arrival(d) => self.on_arrival(d),
+                Ev::PodRetry(p, inc) => self.on_pod_retry(p, inc),
+                Ev::PodTick(p, inc) => {
+                    self.on_pod_tick(p, inc);
+                    self.check();
+                }
+                Ev::DcTick(d) => {
+                    self.on_dc_tick(d);
+                    self.check();
+                }
+                Ev::CoordTick(c, inc) => {
+                    self.on_coord_tick(c, inc);
+                    self.check();
+                }
+                Ev::Deliver(i) => {
+                    let m = self.msgs[i].take().expect("message delivered once");
+                    self.free_msgs.push(i);
+                    self.on_message(m);
+                    self.check();
+                }
+                Ev::Fault(i) => {
+                    self.apply_fault(i);
+                    self.check();
+                }
+                Ev::Heal(i) => {
+                    self.heal_fault(i);
+                    self.check();
+                }
+                Ev::Sample => self.on_sample(),
+            }
+        }
+        self.upstream.advance(u64::MAX);
+        self.metrics.finish(&self.upstream, &self.faults);
+        events
+    }
+
+    pub fn faults(&self) -> &[Fault] {
+        &self.faults
+    }
+
+    pub fn upstream(&self) -> &Upstream {
+        &self.upstream
+    }
+
+    pub fn scenario(&self) -> &Scenario {
+        &self.sc
+    }
+}
