@@ -25,6 +25,6 @@ pub mod scenario;
 pub mod upstream;
 pub mod world;
 
-pub use report::{run_many, RunOptions, SeedResult, Summary};
+pub use report::{run_many, run_scenario, run_seed, RunOptions, SeedResult, Summary};
 pub use scenario::Scenario;
 pub use world::{Policy, World};

@@ -72,6 +72,9 @@ pub struct Summary {
     pub faults_injected_total: u64,
     pub faults_by_kind: BTreeMap<FaultKind, u64>,
     pub virtual_s_per_seed_min: u64,
+    pub leader_takeovers: u64,
+    /// Writes by a deposed leader that the ledger's compare-and-set refused.
+    pub fenced_writes: u64,
     pub leased_rate_per_s: f64,
     pub leased_burst: f64,
     pub egress_spread_ms: u64,
@@ -81,14 +84,18 @@ pub struct Summary {
 
 /// Run one seed of a scenario under a policy.
 pub fn run_seed(scenario: &str, seed: u64, policy: Policy) -> Option<SeedResult> {
-    let sc = Scenario::by_name(scenario, seed)?;
+    Some(run_scenario(Scenario::by_name(scenario, seed)?, seed, policy))
+}
+
+/// Run one seed of an explicit (possibly modified) scenario.
+pub fn run_scenario(sc: Scenario, seed: u64, policy: Policy) -> SeedResult {
     let variant = sc.name.clone();
     let virtual_s = sc.duration_s;
     let mut w = World::new(sc, policy, seed);
     let events = w.run();
     let fresh = crate::metrics::Metrics::new(w.scenario());
     let m = std::mem::replace(&mut w.metrics, fresh);
-    Some(SeedResult {
+    SeedResult {
         seed,
         variant,
         violations: m.upstream_rejections + m.invariant_breaches,
@@ -107,7 +114,7 @@ pub fn run_seed(scenario: &str, seed: u64, policy: Policy) -> Option<SeedResult>
         takeovers: m.takeovers,
         fenced_writes: m.fenced_writes,
         series: m.series,
-    })
+    }
 }
 
 fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
@@ -225,6 +232,8 @@ pub fn run_many(opts: &RunOptions) -> Result<(Summary, Vec<SeedResult>), String>
         faults_injected_total: results.iter().map(|r| r.faults_total).sum(),
         faults_by_kind,
         virtual_s_per_seed_min: results.iter().map(|r| r.virtual_s).min().unwrap_or(0),
+        leader_takeovers: results.iter().map(|r| r.takeovers).sum(),
+        fenced_writes: results.iter().map(|r| r.fenced_writes).sum(),
         leased_rate_per_s: sc.quota.rate_per_s(),
         leased_burst: sc.quota.burst(),
         egress_spread_ms: sc.egress_spread_ms(),

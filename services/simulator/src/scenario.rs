@@ -50,6 +50,9 @@ pub struct Scenario {
     pub queue_cap: usize,
     pub max_clock_offset_ms: u64,
     pub max_clock_drift: f64,
+    /// Replaces the expiry policy the nodes assume (tests use it to break the drift assumption
+    /// on purpose and check that the checkers notice).
+    pub expiry_override: Option<leasehold_shared::expiry::ExpiryPolicy>,
 }
 
 impl Scenario {
@@ -76,6 +79,7 @@ impl Scenario {
             queue_cap: 2_000,
             max_clock_offset_ms: 0,
             max_clock_drift: 0.0,
+            expiry_override: None,
         };
         s.quota = s.leased_quota();
         s

@@ -13,6 +13,9 @@ use std::rc::Rc;
 
 impl World {
     pub(super) fn expiry(&self) -> ExpiryPolicy {
+        if let Some(e) = self.sc.expiry_override {
+            return e;
+        }
         ExpiryPolicy { max_drift: 0.01, grace_ms: 100, egress_spread_ms: self.sc.egress_spread_ms() }
     }
 
@@ -155,6 +158,11 @@ impl World {
         let next = self.now + self.coords[c].clock.real_span(self.sc.renew_ms * MS);
         self.push(next, Ev::CoordTick(c, inc));
         let leader_ttl = self.sc.leader_ttl_ms * MS;
+        if std::mem::take(&mut self.coords[c].write_on_wake) && self.coords[c].core.is_some() {
+            let local = self.coords[c].clock.local(self.now);
+            self.coords[c].core.as_mut().expect("leader").tick(local);
+            self.write_record(c, false);
+        }
         if self.coords[c].core.is_some() {
             // Renew the leader key by compare-and-set; a deposed leader finds it taken.
             match self.kv.leader {

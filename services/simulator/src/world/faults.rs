@@ -62,6 +62,7 @@ impl World {
             }),
             FaultKind::CoordinatorPause => self.leader().map(|c| {
                 self.coords[c].paused_until = heal_at;
+                self.coords[c].write_on_wake = true;
                 self.faults[i].target = c as u64;
             }),
             FaultKind::MessageLoss => {

@@ -100,6 +100,9 @@ struct CoordSlot {
     core: Option<CoordinatorCore>,
     /// KV revision of the ledger record this leader last wrote or read.
     record_rev: u64,
+    /// Paused between checking its leadership and writing: on waking it finishes that write
+    /// first (the classic GC-pause bug), which the record's compare-and-set must refuse.
+    write_on_wake: bool,
 }
 
 /// The JetStream KV stand-in: a leader key with a server-side TTL and the ledger record, both
@@ -199,7 +202,7 @@ impl World {
         if self.policy == Policy::Leasehold {
             for i in 0..2 {
                 let clock = self.clock();
-                self.coords.push(CoordSlot { id: format!("coord-{i}"), clock, alive: true, paused_until: 0, incarnation: 0, core: None, record_rev: 0 });
+                self.coords.push(CoordSlot { id: format!("coord-{i}"), clock, alive: true, paused_until: 0, incarnation: 0, core: None, record_rev: 0, write_on_wake: false });
                 self.push(i as u64 * 300 * MS, Ev::CoordTick(i, 0));
             }
         }

@@ -1,0 +1,25 @@
+//! The checkers must be able to fail: break an assumption on purpose and watch them catch it.
+
+use leasehold_shared::expiry::ExpiryPolicy;
+use leasehold_sim::{run_scenario, Policy, Scenario};
+
+#[test]
+fn clocks_drifting_beyond_the_assumed_bound_are_caught() {
+    // Nodes assume clocks agree within 1% with no grace, but clocks drift by up to 10%.
+    let mut breaches = 0;
+    for seed in 1..=4 {
+        let mut sc = Scenario::chaos(seed);
+        sc.max_clock_drift = 0.10;
+        sc.expiry_override = Some(ExpiryPolicy { max_drift: 0.0, grace_ms: 0, egress_spread_ms: 0 });
+        let r = run_scenario(sc, seed, Policy::Leasehold);
+        breaches += r.violations;
+    }
+    assert!(breaches > 0, "a 10% drift against a 0% assumption must break conservation somewhere");
+}
+
+#[test]
+fn uncoordinated_pods_overrun_the_upstream_in_overload() {
+    let r = run_scenario(Scenario::overload(), 1, Policy::Uncoordinated);
+    assert!(r.upstream_rejections > 0);
+    assert!(r.max_window_ratio > 1.5, "{}", r.max_window_ratio);
+}
