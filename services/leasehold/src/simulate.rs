@@ -28,6 +28,10 @@ pub struct SimulateArgs {
     /// Also print one JSON line per seed before the summary.
     #[arg(long)]
     per_seed: bool,
+    /// Best-effort mode: requests/s each DC may use beyond its floor once its lease expired
+    /// (its emergency allowance E). The overshoot bound Σ E is reported. 0 = strict mode.
+    #[arg(long, default_value_t = 0)]
+    emergency_per_dc: u64,
     /// No progress lines on stderr.
     #[arg(long)]
     quiet: bool,
@@ -45,6 +49,7 @@ pub fn run(a: SimulateArgs) -> Result<ExitCode, String> {
         threads,
         baseline_seeds: a.baseline_seeds,
         progress: !a.quiet,
+        emergency_per_dc: leasehold_shared::quota::Quota::per_s(a.emergency_per_dc, 0),
     };
     let (summary, results) = run_many(&opts)?;
     if a.per_seed {

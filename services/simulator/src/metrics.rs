@@ -45,6 +45,8 @@ pub struct Metrics {
     pub fenced_writes: u64,
     pub lease_rejections: u64,
     pub drains_acked: u64,
+    /// Largest amount by which what pods may spend exceeded R and B (best-effort mode only).
+    pub overshoot_max: leasehold_shared::quota::Quota,
     // Filled by `finish`.
     pub utilization: f64,
     pub liveness_utilization: Option<f64>,
@@ -78,6 +80,7 @@ impl Metrics {
             fenced_writes: 0,
             lease_rejections: 0,
             drains_acked: 0,
+            overshoot_max: leasehold_shared::quota::Quota::ZERO,
             utilization: 0.0,
             liveness_utilization: None,
             upstream_calls: 0,
@@ -103,6 +106,10 @@ impl Metrics {
     pub fn invariant(&mut self, now_ns: u64, msg: String) {
         self.invariant_breaches += 1;
         self.first_breach.get_or_insert((now_ns as f64 / S as f64, msg));
+    }
+
+    pub fn overshoot(&mut self, over: leasehold_shared::quota::Quota) {
+        self.overshoot_max = self.overshoot_max.max(over);
     }
 
     pub fn fault_injected(&mut self, kind: FaultKind, from_ns: u64, until_ns: u64) {
@@ -180,6 +187,6 @@ impl Metrics {
         }
         self.upstream_calls = upstream.calls;
         self.upstream_rejections = upstream.rejected;
-        self.max_window_ratio = upstream.max_1s_calls as f64 / upstream.limit().per_second() as f64;
+        self.max_window_ratio = upstream.max_1s_calls as f64 / self.sc.hard.per_second() as f64;
     }
 }

@@ -19,6 +19,13 @@ pub struct RunOptions {
     /// How many of the seeds also run the naive baselines.
     pub baseline_seeds: u64,
     pub progress: bool,
+    /// Best-effort mode's emergency allowance per DC (zero: strict mode).
+    pub emergency_per_dc: leasehold_shared::quota::Quota,
+}
+
+fn sc_with(opts: &RunOptions, mut sc: Scenario) -> Scenario {
+    sc.emergency_per_dc = opts.emergency_per_dc;
+    sc
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -40,6 +47,7 @@ pub struct SeedResult {
     pub upstream_calls: u64,
     pub takeovers: u64,
     pub fenced_writes: u64,
+    pub overshoot_rate_per_s: f64,
     #[serde(skip)]
     pub series: Series,
 }
@@ -75,6 +83,12 @@ pub struct Summary {
     pub leader_takeovers: u64,
     /// Writes by a deposed leader that the ledger's compare-and-set refused.
     pub fenced_writes: u64,
+    /// "strict", or "best-effort" with an emergency allowance per DC.
+    pub mode: &'static str,
+    /// Σ E (rate/s): the documented overshoot bound; 0 in strict mode.
+    pub overshoot_bound_rate_per_s: f64,
+    /// Largest measured excess of what pods could spend over R, in any seed.
+    pub overshoot_measured_rate_per_s: f64,
     pub leased_rate_per_s: f64,
     pub leased_burst: f64,
     pub egress_spread_ms: u64,
@@ -113,6 +127,7 @@ pub fn run_scenario(sc: Scenario, seed: u64, policy: Policy) -> SeedResult {
         upstream_calls: m.upstream_calls,
         takeovers: m.takeovers,
         fenced_writes: m.fenced_writes,
+        overshoot_rate_per_s: m.overshoot_max.rate_per_s(),
         series: m.series,
     }
 }
@@ -164,7 +179,8 @@ pub fn run_many(opts: &RunOptions) -> Result<(Summary, Vec<SeedResult>), String>
         seeds.clone(),
         opts.threads,
         |seed| {
-            let r = run_seed(&opts.scenario, seed, Policy::Leasehold).expect("scenario checked");
+            let sc = sc_with(opts, Scenario::by_name(&opts.scenario, seed).expect("scenario checked"));
+            let r = run_scenario(sc, seed, Policy::Leasehold);
             violations_so_far.fetch_add(r.violations, Ordering::Relaxed);
             if r.violations > 0 {
                 eprintln!(
@@ -234,6 +250,9 @@ pub fn run_many(opts: &RunOptions) -> Result<(Summary, Vec<SeedResult>), String>
         virtual_s_per_seed_min: results.iter().map(|r| r.virtual_s).min().unwrap_or(0),
         leader_takeovers: results.iter().map(|r| r.takeovers).sum(),
         fenced_writes: results.iter().map(|r| r.fenced_writes).sum(),
+        mode: if opts.emergency_per_dc.is_zero() { "strict" } else { "best-effort" },
+        overshoot_bound_rate_per_s: sc_with(opts, sc.clone()).overshoot_bound().rate_per_s(),
+        overshoot_measured_rate_per_s: results.iter().map(|r| r.overshoot_rate_per_s).fold(0.0, f64::max),
         leased_rate_per_s: sc.quota.rate_per_s(),
         leased_burst: sc.quota.burst(),
         egress_spread_ms: sc.egress_spread_ms(),

@@ -53,6 +53,9 @@ pub struct Scenario {
     /// Replaces the expiry policy the nodes assume (tests use it to break the drift assumption
     /// on purpose and check that the checkers notice).
     pub expiry_override: Option<leasehold_shared::expiry::ExpiryPolicy>,
+    /// Best-effort mode: each DC may use this much on top of its floor once its lease expired.
+    /// Zero means strict mode.
+    pub emergency_per_dc: Quota,
 }
 
 impl Scenario {
@@ -80,9 +83,33 @@ impl Scenario {
             max_clock_offset_ms: 0,
             max_clock_drift: 0.0,
             expiry_override: None,
+            emergency_per_dc: Quota::ZERO,
         };
         s.quota = s.leased_quota();
         s
+    }
+
+    /// Σ E: the documented overshoot bound of best-effort mode (zero in strict mode).
+    pub fn overshoot_bound(&self) -> Quota {
+        Quota::new(
+            self.emergency_per_dc.rate_milli_per_s * self.dcs.len() as u64,
+            self.emergency_per_dc.burst_milli * self.dcs.len() as u64,
+        )
+    }
+
+    /// The limit the upstream judges against: the hard limit, widened by Σ E in best-effort mode.
+    pub fn judged_limit(&self) -> HardLimit {
+        let e = self.overshoot_bound();
+        match self.hard {
+            HardLimit::SlidingWindow { calls, window_ms } => HardLimit::SlidingWindow {
+                calls: calls + (e.rate_per_s() * window_ms as f64 / 1_000.0 + e.burst()).ceil() as u64,
+                window_ms,
+            },
+            HardLimit::TokenBucket { rate_per_s, burst } => HardLimit::TokenBucket {
+                rate_per_s: rate_per_s + e.rate_per_s().ceil() as u64,
+                burst: burst + e.burst().ceil() as u64,
+            },
+        }
     }
 
     /// Largest difference in pod→upstream latency, jitter included: the ledger's release hold.

@@ -21,8 +21,10 @@ impl World {
                 per_dc[slot.dc] = per_dc[slot.dc].saturating_add(a.quota);
             }
         }
-        if !total.fits_in(&self.sc.quota) {
-            let msg = format!("pods may spend {total} together, above the limit {}", self.sc.quota);
+        self.metrics.overshoot(total.saturating_sub(self.sc.quota));
+        let allowed = self.sc.quota.saturating_add(self.sc.overshoot_bound());
+        if !total.fits_in(&allowed) {
+            let msg = format!("pods may spend {total} together, above the limit {allowed}");
             self.metrics.invariant(self.now, msg);
         }
         // The leader the KV names (a paused, deposed one may still believe it leads).
@@ -43,7 +45,7 @@ impl World {
                 .map(|(h, _)| h.clone())
                 .next()
                 .map_or(Quota::ZERO, |h| core.ledger().holder_claim(&h, local));
-            let allowed = counted.saturating_add(self.sc.dcs[d].floor);
+            let allowed = counted.saturating_add(self.sc.dcs[d].floor).saturating_add(self.sc.emergency_per_dc);
             if !used.fits_in(&allowed) {
                 let msg = format!("dc {} pods hold {used}, above floor + counted DC lease {allowed}", self.sc.dcs[d].name);
                 self.metrics.invariant(self.now, msg);

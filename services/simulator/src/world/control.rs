@@ -25,6 +25,9 @@ impl World {
         c.renew_interval_ms = self.sc.renew_ms;
         c.heartbeat_timeout_ms = self.sc.pod_report_ms * 6;
         c.expiry = self.expiry();
+        if !self.sc.emergency_per_dc.is_zero() {
+            c.fail_mode = leasehold_shared::dc_manager::FailMode::BestEffort { emergency: self.sc.emergency_per_dc };
+        }
         c
     }
 

@@ -146,7 +146,7 @@ impl World {
             Vec::new()
         };
         let total_pods: usize = sc.dcs.iter().map(|d| d.pods).sum();
-        let upstream = Upstream::new(sc.hard);
+        let upstream = Upstream::new(sc.judged_limit());
         let metrics = Metrics::new(&sc);
         let mut w = World {
             net: Network::new(total_pods, sc.dcs.len()),

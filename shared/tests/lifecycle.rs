@@ -1,0 +1,268 @@
+//! Lease lifecycle events from seed 000, driven through the DC manager and coordinator cores.
+
+use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig};
+use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput, FailMode};
+use leasehold_shared::holder::LeaseRejection;
+use leasehold_shared::quota::Quota;
+use leasehold_shared::wire::{DcLease, DcReport, LeaseReturn, LeaseVersion, PodLease, PodReport};
+use std::collections::BTreeMap;
+
+const MS: u64 = 1_000_000;
+const S: u64 = 1_000_000_000;
+
+struct Dc {
+    core: DcManagerCore,
+    floor: Quota,
+    seqs: BTreeMap<String, u64>,
+    held: BTreeMap<String, PodLease>,
+    lease_seq: u64,
+}
+
+impl Dc {
+    fn new(mode: FailMode, floor: Quota) -> Self {
+        let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
+        cfg.fail_mode = mode;
+        Dc { core: DcManagerCore::new(cfg, floor, 0), floor, seqs: BTreeMap::new(), held: BTreeMap::new(), lease_seq: 0 }
+    }
+
+    /// Give the manager a DC lease of `quota` with `ttl_ms`, answering a report sent at `now`.
+    fn dc_lease(&mut self, quota: Quota, ttl_ms: u64, epoch: u64, now: u64) -> Result<(), LeaseRejection> {
+        let basis = self.core.tick(now).into_iter().find_map(|o| match o {
+            DcOutput::Report(r) => Some(r.seq),
+            _ => None,
+        });
+        self.lease_seq += 1;
+        let lease = DcLease {
+            v: 1,
+            limit: "api".into(),
+            dc: "bkk".into(),
+            holder: "bkk-mgr".into(),
+            version: LeaseVersion::new(epoch, self.lease_seq),
+            lease_id: format!("l{}", self.lease_seq),
+            quota,
+            floor: self.floor,
+            ttl_ms,
+            basis_seq: basis.unwrap(),
+        };
+        let out = self.core.on_dc_lease(&lease, now)?;
+        self.absorb(out);
+        Ok(())
+    }
+
+    fn absorb(&mut self, out: Vec<DcOutput>) {
+        for o in out {
+            if let DcOutput::PodLease(l) = o {
+                self.held.insert(l.pod.clone(), l);
+            }
+        }
+    }
+
+    /// A pod report; `ack` reports the newest lease it received as in use.
+    fn report(&mut self, pod: &str, now: u64, healthy: bool, ack: bool) {
+        let seq = self.seqs.entry(pod.into()).or_default();
+        *seq += 1;
+        let r = PodReport {
+            v: 1,
+            limit: "api".into(),
+            dc: "bkk".into(),
+            pod: pod.into(),
+            seq: *seq,
+            interval_ms: 250,
+            offered: 50,
+            admitted: 50,
+            rejected: 0,
+            queued: 0,
+            errors: 0,
+            healthy,
+            draining: false,
+            weight: 1.0,
+            lease_in_use: if ack { self.held.get(pod).map(|l| l.version) } else { None },
+        };
+        let out = self.core.on_pod_report(&r, now);
+        self.absorb(out);
+    }
+
+    fn rate(&self, pod: &str) -> u64 {
+        self.held.get(pod).map_or(0, |l| l.quota.rate_milli_per_s / 1_000)
+    }
+
+    fn outstanding_rate(&self, now: u64) -> u64 {
+        self.core.ledger().outstanding(now).rate_milli_per_s / 1_000
+    }
+
+    /// Four pods at 200/s each, all acknowledged.
+    fn steady_four(&mut self) {
+        self.dc_lease(Quota::per_s(800, 40), 10_000, 1, 0).unwrap();
+        for p in ["p1", "p2", "p3", "p4"] {
+            self.report(p, MS, true, false);
+        }
+        for p in ["p1", "p2", "p3", "p4"] {
+            self.report(p, 2 * MS, true, true);
+        }
+        for p in ["p1", "p2", "p3", "p4"] {
+            assert_eq!(self.rate(p), 200, "{p}");
+        }
+    }
+}
+
+#[test]
+fn a_joining_pod_is_included_next_cycle_and_never_over_allocated() {
+    let mut dc = Dc::new(FailMode::Strict, Quota::ZERO);
+    dc.steady_four();
+    dc.report("p5", 10 * MS, true, false);
+    assert!(dc.outstanding_rate(10 * MS) <= 800);
+    assert_eq!(dc.rate("p5"), 0, "no room until the others confirm their smaller leases");
+    for p in ["p1", "p2", "p3", "p4"] {
+        assert_eq!(dc.rate(p), 160);
+        dc.report(p, 20 * MS, true, true);
+        assert!(dc.outstanding_rate(20 * MS) <= 800);
+    }
+    assert_eq!(dc.rate("p5"), 160);
+}
+
+#[test]
+fn a_draining_pod_returns_its_lease_and_the_rest_resplit_at_once() {
+    let mut dc = Dc::new(FailMode::Strict, Quota::ZERO);
+    dc.steady_four();
+    let ret = LeaseReturn { v: 1, limit: "api".into(), dc: "bkk".into(), holder: "p3".into(), last_version: dc.held.get("p3").map(|l| l.version) };
+    let out = dc.core.on_lease_return(&ret, 10 * MS);
+    assert!(out.iter().any(|o| matches!(o, DcOutput::ReturnAck(a) if a.holder == "p3")));
+    dc.absorb(out);
+    for p in ["p1", "p2", "p4"] {
+        assert_eq!(dc.rate(p), 266, "{p}");
+    }
+    // Idempotent: a duplicate return is acknowledged again and changes nothing.
+    let again = dc.core.on_lease_return(&ret, 11 * MS);
+    assert!(again.iter().any(|o| matches!(o, DcOutput::ReturnAck(_))));
+}
+
+#[test]
+fn a_crashed_pods_share_is_reused_only_after_its_lease_expires() {
+    let mut dc = Dc::new(FailMode::Strict, Quota::ZERO);
+    dc.steady_four();
+    // p4 goes silent; the others keep reporting. Its lease was last renewed at ~2 ms.
+    let mut t = 250 * MS;
+    let mut first_full = None;
+    while t < 8 * S {
+        for p in ["p1", "p2", "p3"] {
+            dc.report(p, t, true, true);
+        }
+        let out = dc.core.tick(t);
+        dc.absorb(out);
+        if dc.rate("p1") >= 266 && first_full.is_none() {
+            first_full = Some(t);
+        }
+        assert!(dc.outstanding_rate(t) <= 800);
+        t += 250 * MS;
+    }
+    let reused = first_full.expect("the crashed pod's share is eventually reused");
+    // Not before its 5 s lease (stretched by drift and grace) has run out.
+    assert!(reused >= 5 * S, "reused after {} ms", reused / MS);
+}
+
+#[test]
+fn an_unhealthy_pod_is_excluded_next_cycle_but_its_lease_is_not_revoked() {
+    let mut dc = Dc::new(FailMode::Strict, Quota::ZERO);
+    dc.steady_four();
+    let p2_lease = dc.held["p2"].clone();
+    dc.report("p2", 300 * MS, false, true);
+    let out = dc.core.tick(1_100 * MS);
+    dc.absorb(out);
+    assert_eq!(dc.held["p2"], p2_lease, "no new lease for the unhealthy pod");
+    assert!(dc.core.ledger().holder_claim(&"p2".to_string(), 1_100 * MS).rate_milli_per_s > 0, "its lease still counts");
+}
+
+#[test]
+fn pod_leases_never_outlive_the_dc_lease() {
+    let mut dc = Dc::new(FailMode::Strict, Quota::ZERO);
+    dc.dc_lease(Quota::per_s(800, 40), 3_000, 1, 0).unwrap();
+    dc.report("p1", MS, true, false);
+    let l = &dc.held["p1"];
+    assert!(l.ttl_ms < 3_000, "pod ttl {} must end before the 3 s DC lease", l.ttl_ms);
+}
+
+#[test]
+fn without_a_dc_lease_pods_fall_back_to_the_reserved_floor_or_the_emergency_allowance() {
+    let floor = Quota::per_s(50, 0);
+    let mut strict = Dc::new(FailMode::Strict, floor);
+    strict.dc_lease(Quota::per_s(800, 40), 10_000, 1, 0).unwrap();
+    let after = 20 * S; // DC lease expired, quiet period over
+    assert_eq!(strict.core.budget(after).0, floor);
+    let mut be = Dc::new(FailMode::BestEffort { emergency: Quota::per_s(100, 0) }, floor);
+    be.dc_lease(Quota::per_s(800, 40), 10_000, 1, 0).unwrap();
+    assert_eq!(be.core.budget(after).0, Quota::per_s(150, 0));
+    // A new manager instance may not use the floor until its predecessor's leases have expired.
+    let fresh = Dc::new(FailMode::Strict, floor);
+    assert_eq!(fresh.core.budget(0).0, Quota::ZERO);
+    assert_eq!(fresh.core.budget(6 * S).0, floor);
+}
+
+#[test]
+fn dc_leases_from_an_older_epoch_or_replayed_are_refused() {
+    let mut dc = Dc::new(FailMode::Strict, Quota::ZERO);
+    dc.dc_lease(Quota::per_s(800, 40), 10_000, 5, 0).unwrap();
+    assert!(matches!(dc.dc_lease(Quota::per_s(900, 40), 10_000, 4, MS), Err(LeaseRejection::StaleEpoch { .. })));
+    assert_eq!(dc.core.counters().dc_leases_rejected, 1);
+}
+
+#[test]
+fn the_manager_acks_a_smaller_dc_lease_only_once_its_pods_fit_inside_it() {
+    let mut dc = Dc::new(FailMode::Strict, Quota::ZERO);
+    dc.steady_four();
+    dc.dc_lease(Quota::per_s(400, 20), 10_000, 1, 10 * MS).unwrap();
+    let v_small = LeaseVersion::new(1, 2);
+    let ack = |dc: &mut Dc, t| {
+        dc.core.tick(t).into_iter().find_map(|o| match o {
+            DcOutput::Report(r) => r.lease_in_use,
+            _ => None,
+        })
+    };
+    assert_ne!(ack(&mut dc, 20 * MS), Some(v_small), "pods still hold 800");
+    for p in ["p1", "p2", "p3", "p4"] {
+        assert_eq!(dc.rate(p), 100);
+        dc.report(p, 30 * MS, true, true);
+    }
+    assert!(ack(&mut dc, 40 * MS) >= Some(v_small));
+}
+
+fn dc_report(dc: &str, holder: &str, seq: u64, demand: u64, ack: Option<LeaseVersion>) -> DcReport {
+    DcReport { v: 1, limit: "api".into(), dc: dc.into(), holder: holder.into(), seq, demand: Quota::per_s(demand, 0), pods_healthy: 4, lease_in_use: ack }
+}
+
+#[test]
+fn a_new_leader_keeps_counting_the_old_leaders_leases() {
+    let cfg = LimitConfig::new("api", Quota::per_s(1_000, 100), &[("bkk", Quota::ZERO), ("eu", Quota::ZERO)]);
+    let mut a = CoordinatorCore::new(cfg.clone(), "coord-a", 1);
+    a.on_dc_report(&dc_report("bkk", "bkk-mgr", 1, 900, None), 0);
+    a.on_dc_report(&dc_report("eu", "eu-mgr", 1, 10, None), 0);
+    let leases = a.tick(0);
+    let bkk = leases.iter().find(|l| l.dc == "bkk").unwrap().quota.rate_milli_per_s;
+    assert!(bkk >= 890_000);
+    let record = a.record();
+    // The new leader's clock is unrelated to the old one's.
+    let t0 = 777 * S;
+    let mut b = CoordinatorCore::resume(cfg, "coord-b", 2, Some(&record), t0);
+    assert_eq!(b.ledger().holder_claim(&"bkk-mgr".to_string(), t0).rate_milli_per_s, bkk);
+    // Europe now wants everything: it cannot have BKK's share while that lease may be in use.
+    b.on_dc_report(&dc_report("bkk", "bkk-mgr", 2, 0, None), t0);
+    b.on_dc_report(&dc_report("eu", "eu-mgr", 2, 1_000, None), t0);
+    let eu = b.tick(t0).into_iter().find(|l| l.dc == "eu").unwrap();
+    assert!(eu.quota.rate_milli_per_s <= 1_000_000 - bkk);
+    assert_eq!(eu.version.epoch, 2);
+    // After the old lease's stretched TTL, Europe grows.
+    let later = t0 + 11 * S;
+    b.on_dc_report(&dc_report("eu", "eu-mgr", 3, 1_000, None), later);
+    b.on_dc_report(&dc_report("bkk", "bkk-mgr", 3, 0, None), later);
+    let eu = b.tick(later).into_iter().find(|l| l.dc == "eu").unwrap();
+    assert!(eu.quota.rate_milli_per_s > 1_000_000 - bkk, "{}", eu.quota);
+}
+
+#[test]
+fn the_coordinator_rejects_unknown_dcs_and_stale_reports() {
+    let cfg = LimitConfig::new("api", Quota::per_s(1_000, 100), &[("bkk", Quota::ZERO)]);
+    let mut c = CoordinatorCore::new(cfg, "coord-a", 1);
+    c.on_dc_report(&dc_report("mars", "m", 1, 10, None), 0);
+    c.on_dc_report(&dc_report("bkk", "bkk-mgr", 5, 10, None), 0);
+    c.on_dc_report(&dc_report("bkk", "bkk-mgr", 4, 10, None), 0);
+    assert_eq!(c.counters().reports_rejected, 2);
+}
