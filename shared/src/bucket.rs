@@ -27,18 +27,20 @@ use thiserror::Error;
 
 const GEN_SHIFT: u32 = 48;
 const OFFSET_MASK: u64 = (1 << GEN_SHIFT) - 1;
-/// Fixed-point fraction bits of the emission interval.
-const FP_SHIFT: u32 = 16;
 /// Largest TAT offset we let a lease reach (~39 hours); keeps the 48-bit field from overflowing.
 const MAX_SPAN_NS: u64 = 1 << 47;
 
-#[derive(Debug, Error, PartialEq, Eq)]
+/// A request that cannot fit under the current lease however long it waits.
+#[derive(Clone, Copy, Debug, Error, PartialEq, Eq)]
 pub enum BucketError {
     #[error("cost {cost} can never fit: the current capacity is {capacity_milli} milli-tokens")]
     CostExceedsCapacity { cost: u32, capacity_milli: u64 },
-    #[error("lease parameters out of range: {0}")]
-    ParamsOutOfRange(String),
 }
+
+/// Lease parameters the bucket cannot represent.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[error("lease parameters out of range: {0}")]
+pub struct LeaseParamsError(pub String);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DenyReason {
@@ -73,8 +75,8 @@ pub struct BucketView {
 #[derive(Default)]
 struct ParamSlot {
     origin_ns: AtomicU64,
-    /// Nanoseconds per milli-token, 48.16 fixed point, rounded up (never faster than leased).
-    interval_fp: AtomicU64,
+    /// Nanoseconds per whole token, rounded up (never faster than leased).
+    token_ns: AtomicU64,
     tolerance_ns: AtomicU64,
     capacity_milli: AtomicU64,
     rate_milli_per_s: AtomicU64,
@@ -90,9 +92,16 @@ pub struct TokenBucket {
     renew: Mutex<()>,
 }
 
+struct Hot {
+    origin_ns: u64,
+    token_ns: u64,
+    tolerance_ns: u64,
+    expires_at_ns: u64,
+}
+
 struct Params {
     origin_ns: u64,
-    interval_fp: u64,
+    token_ns: u64,
     tolerance_ns: u64,
     capacity_milli: u64,
     rate_milli_per_s: u64,
@@ -111,12 +120,26 @@ impl TokenBucket {
         TokenBucket { state: Padded(AtomicU64::new(0)), slots: Padded(Default::default()), renew: Mutex::new(()) }
     }
 
+    /// The four fields every decision needs; the rest only on the slow path.
+    #[inline(always)]
+    fn read_hot(&self, generation: u64) -> Hot {
+        let s = &self.slots.0[(generation & 1) as usize];
+        let h = Hot {
+            origin_ns: s.origin_ns.load(Ordering::Acquire),
+            token_ns: s.token_ns.load(Ordering::Acquire),
+            tolerance_ns: s.tolerance_ns.load(Ordering::Acquire),
+            expires_at_ns: s.expires_at_ns.load(Ordering::Acquire),
+        };
+        fence(Ordering::Acquire);
+        h
+    }
+
     #[inline]
     fn read_slot(&self, generation: u64) -> Params {
         let s = &self.slots.0[(generation & 1) as usize];
         let p = Params {
             origin_ns: s.origin_ns.load(Ordering::Acquire),
-            interval_fp: s.interval_fp.load(Ordering::Acquire),
+            token_ns: s.token_ns.load(Ordering::Acquire),
             tolerance_ns: s.tolerance_ns.load(Ordering::Acquire),
             capacity_milli: s.capacity_milli.load(Ordering::Acquire),
             rate_milli_per_s: s.rate_milli_per_s.load(Ordering::Acquire),
@@ -127,9 +150,10 @@ impl TokenBucket {
         p
     }
 
-    #[inline]
-    fn cost_ns(interval_fp: u64, cost_milli: u64) -> u64 {
-        ((cost_milli as u128 * interval_fp as u128 + ((1u128 << FP_SHIFT) - 1)) >> FP_SHIFT) as u64
+    /// Time the bucket needs to refill `cost` tokens.
+    #[inline(always)]
+    fn cost_ns(token_ns: u64, cost: u32) -> u64 {
+        (cost as u64).saturating_mul(token_ns)
     }
 
     /// Take `cost` tokens at `now_ns` if they are there. Lock-free, allocation-free.
@@ -139,9 +163,25 @@ impl TokenBucket {
         let mut current = self.state.0.load(Ordering::Acquire);
         loop {
             let generation = current >> GEN_SHIFT;
+            // Fast path: a live lease (expiry 0 = none) and enough tokens.
+            let h = self.read_hot(generation);
+            if now_ns < h.expires_at_ns {
+                let now_off = now_ns.saturating_sub(h.origin_ns);
+                let tat = current & OFFSET_MASK;
+                let new_tat = tat.max(now_off).saturating_add(Self::cost_ns(h.token_ns, cost));
+                if new_tat - now_off <= h.tolerance_ns {
+                    let next = (generation << GEN_SHIFT) | new_tat;
+                    match self.state.0.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+                        Ok(_) => return Ok(Decision::Granted),
+                        Err(seen) => {
+                            current = seen;
+                            continue;
+                        }
+                    }
+                }
+            }
             let p = self.read_slot(generation);
-            let verdict = Self::decide(&p, current & OFFSET_MASK, cost, cost_milli, now_ns);
-            match verdict {
+            match Self::decide(&p, current & OFFSET_MASK, cost, cost_milli, now_ns) {
                 Verdict::Take(new_offset) => {
                     let next = (generation << GEN_SHIFT) | new_offset;
                     match self.state.0.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
@@ -178,7 +218,7 @@ impl TokenBucket {
             return Verdict::Never(BucketError::CostExceedsCapacity { cost, capacity_milli: p.capacity_milli });
         }
         let now_off = now_ns.saturating_sub(p.origin_ns);
-        let new_tat = tat.max(now_off) + Self::cost_ns(p.interval_fp, cost_milli);
+        let new_tat = tat.max(now_off).saturating_add(Self::cost_ns(p.token_ns, cost));
         let excess = new_tat - now_off;
         if excess <= p.tolerance_ns {
             return Verdict::Take(new_tat);
@@ -207,7 +247,7 @@ impl TokenBucket {
         let now_off = now_ns.saturating_sub(p.origin_ns);
         let debt_ns = tat.saturating_sub(now_off);
         let free_ns = p.tolerance_ns.saturating_sub(debt_ns);
-        (((free_ns as u128) << FP_SHIFT) / p.interval_fp.max(1) as u128).min(p.capacity_milli as u128) as u64
+        ((free_ns as u128 * MILLI as u128) / p.token_ns.max(1) as u128).min(p.capacity_milli as u128) as u64
     }
 
     /// The lease in force and the balance at `now_ns`.
@@ -223,18 +263,13 @@ impl TokenBucket {
 
     /// Apply a (new or renewed) lease at `now_ns`, valid until `expires_at_ns` (same clock).
     /// Keeps the balance if the previous lease is still valid, else starts from zero.
-    pub fn apply_lease(&self, quota: Quota, expires_at_ns: u64, now_ns: u64) -> Result<(), BucketError> {
-        let interval_fp = if quota.rate_milli_per_s == 0 {
-            0
-        } else {
-            // ns per milli-token = 10^9 / rate_milli; rounded up so the bucket is never faster.
-            let num = (1_000_000_000u128) << FP_SHIFT;
-            num.div_ceil(quota.rate_milli_per_s as u128) as u64
-        };
-        let tolerance_ns = ((quota.burst_milli as u128 * interval_fp as u128) >> FP_SHIFT) as u64;
+    pub fn apply_lease(&self, quota: Quota, expires_at_ns: u64, now_ns: u64) -> Result<(), LeaseParamsError> {
+        // ns per token = 10^12 / rate_milli, rounded up so the bucket is never faster than leased.
+        let token_ns = if quota.rate_milli_per_s == 0 { 0 } else { 1_000_000_000_000u64.div_ceil(quota.rate_milli_per_s) };
+        let tolerance_ns = ((quota.burst_milli as u128 * token_ns as u128) / MILLI as u128) as u64;
         let span = expires_at_ns.saturating_sub(now_ns);
         if tolerance_ns.saturating_add(span) >= MAX_SPAN_NS {
-            return Err(BucketError::ParamsOutOfRange(format!(
+            return Err(LeaseParamsError(format!(
                 "burst/rate ({quota}) and lease length {span} ns do not fit the 2^47 ns range"
             )));
         }
@@ -248,13 +283,17 @@ impl TokenBucket {
             let next_gen = (generation + 1) & 0xFFFF;
             let slot = &self.slots.0[(next_gen & 1) as usize];
             slot.origin_ns.store(now_ns, Ordering::Release);
-            slot.interval_fp.store(interval_fp, Ordering::Release);
+            slot.token_ns.store(token_ns, Ordering::Release);
             slot.tolerance_ns.store(tolerance_ns, Ordering::Release);
             slot.capacity_milli.store(quota.burst_milli, Ordering::Release);
             slot.rate_milli_per_s.store(quota.rate_milli_per_s, Ordering::Release);
-            slot.expires_at_ns.store(expires_at_ns, Ordering::Release);
+            // A zero-rate lease admits nothing: stored as "no lease" so the fast path never sees
+            // a zero emission interval.
+            let expiry = if quota.rate_milli_per_s == 0 { 0 } else { expires_at_ns };
+            slot.expires_at_ns.store(expiry, Ordering::Release);
             // TAT so that (tolerance - (tat - now)) / interval == balance; rounded up (less balance).
-            let tat = Self::cost_ns(interval_fp, debt_milli).min(tolerance_ns);
+            let debt_ns = (debt_milli as u128 * token_ns as u128).div_ceil(MILLI as u128) as u64;
+            let tat = debt_ns.min(tolerance_ns);
             let next = (next_gen << GEN_SHIFT) | tat;
             match self.state.0.compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Ok(()),
@@ -362,6 +401,16 @@ mod tests {
         assert!((99 * MS..=101 * MS).contains(&wait), "{wait}");
         assert!(!granted(&b, 1, S + wait - MS));
         assert!(granted(&b, 1, S + wait));
+    }
+
+    #[test]
+    fn a_zero_rate_lease_admits_nothing() {
+        let b = TokenBucket::new();
+        b.apply_lease(Quota::new(0, 5_000), 10 * S, 0).unwrap();
+        assert!(!granted(&b, 1, S));
+        b.apply_lease(Quota::per_s(10, 5), 10 * S, S).unwrap();
+        b.apply_lease(Quota::new(0, 5_000), 10 * S, 2 * S).unwrap();
+        assert!(!granted(&b, 1, 3 * S));
     }
 
     #[test]
