@@ -72,7 +72,9 @@ pub struct BucketView {
     pub balance_milli: u64,
 }
 
+/// One cache line per slot, so a generation's parity bit is directly a byte offset.
 #[derive(Default)]
+#[repr(C, align(64))]
 struct ParamSlot {
     origin_ns: AtomicU64,
     /// Nanoseconds per whole token, rounded up (never faster than leased).
@@ -122,8 +124,12 @@ impl TokenBucket {
 
     /// The four fields every decision needs; the rest only on the slow path.
     #[inline(always)]
-    fn read_hot(&self, generation: u64) -> Hot {
-        let s = &self.slots.0[(generation & 1) as usize];
+    fn read_hot(&self, state: u64) -> Hot {
+        // Bit 48 is the generation's parity; shifted down to bit 6 it is the slot's byte offset.
+        const _: () = assert!(std::mem::size_of::<ParamSlot>() == 64 && GEN_SHIFT == 48);
+        let offset = ((state >> 42) & 64) as usize;
+        // SAFETY: `slots` is two consecutive 64-byte `ParamSlot`s and `offset` is 0 or 64.
+        let s: &ParamSlot = unsafe { &*(self.slots.0.as_ptr() as *const u8).add(offset).cast::<ParamSlot>() };
         let h = Hot {
             origin_ns: s.origin_ns.load(Ordering::Acquire),
             token_ns: s.token_ns.load(Ordering::Acquire),
@@ -164,20 +170,31 @@ impl TokenBucket {
         loop {
             let generation = current >> GEN_SHIFT;
             // Fast path: a live lease (expiry 0 = none) and enough tokens.
-            let h = self.read_hot(generation);
+            let h = self.read_hot(current);
             if now_ns < h.expires_at_ns {
                 let now_off = now_ns.saturating_sub(h.origin_ns);
-                let tat = current & OFFSET_MASK;
-                let new_tat = tat.max(now_off).saturating_add(Self::cost_ns(h.token_ns, cost));
-                if new_tat - now_off <= h.tolerance_ns {
-                    let next = (generation << GEN_SHIFT) | new_tat;
+                let cost_ns = Self::cost_ns(h.token_ns, cost);
+                // Lost races within the same generation retry with the parameters already read.
+                loop {
+                    let tat = current & OFFSET_MASK;
+                    let new_tat = tat.max(now_off).saturating_add(cost_ns);
+                    if new_tat - now_off > h.tolerance_ns {
+                        break;
+                    }
+                    // Same generation bits, new offset (new_tat < 2^48: within tolerance of now).
+                    let next = current - tat + new_tat;
                     match self.state.0.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
                         Ok(_) => return Ok(Decision::Granted),
-                        Err(seen) => {
-                            current = seen;
-                            continue;
-                        }
+                        Err(seen) => current = seen,
                     }
+                    // Lost a race: let the winner's cache line settle before trying again.
+                    std::hint::spin_loop();
+                    if current >> GEN_SHIFT != generation {
+                        break;
+                    }
+                }
+                if current >> GEN_SHIFT != generation {
+                    continue;
                 }
             }
             let p = self.read_slot(generation);
