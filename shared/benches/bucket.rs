@@ -32,7 +32,10 @@ fn single_thread(c: &mut Criterion) {
     // Identical loop shapes for both: advance a shared fake clock, decide, keep the result.
     // The baseline runs first, so any warm-up drift favours it, not us.
     let clock = FakeRelativeClock::default();
-    let lim = RateLimiter::direct_with_clock(GQuota::per_second(NonZeroU32::new(RATE).unwrap()).allow_burst(NonZeroU32::new(1_000).unwrap()), clock.clone());
+    let lim = RateLimiter::direct_with_clock(
+        GQuota::per_second(NonZeroU32::new(RATE).unwrap()).allow_burst(NonZeroU32::new(1_000).unwrap()),
+        clock.clone(),
+    );
     g.bench_function(BenchmarkId::new("governor", "granted"), |bench| {
         bench.iter_custom(|iters| {
             let start = Instant::now();

@@ -56,7 +56,8 @@ pub fn allocate(capacity_milli: u64, reserve: f64, claims: &[Claim], mode: Alloc
 
     match mode {
         AllocMode::Proportional => {
-            let extra = split_by(left, &want.iter().zip(&weights).map(|(&d, &w)| d as f64 * w).collect::<Vec<_>>(), &weights);
+            let extra =
+                split_by(left, &want.iter().zip(&weights).map(|(&d, &w)| d as f64 * w).collect::<Vec<_>>(), &weights);
             for (o, e) in out.iter_mut().zip(extra) {
                 *o += e;
             }
@@ -200,7 +201,10 @@ mod tests {
         ];
         let a = allocate(1_000_000, 0.1, &c, AllocMode::WaterFill);
         assert_eq!(a, vec![50_000, 850_000]);
-        let w = vec![Claim { demand_milli: 10_000_000, weight: 3.0, floor_milli: 0 }, Claim { demand_milli: 10_000_000, weight: 1.0, floor_milli: 0 }];
+        let w = vec![
+            Claim { demand_milli: 10_000_000, weight: 3.0, floor_milli: 0 },
+            Claim { demand_milli: 10_000_000, weight: 1.0, floor_milli: 0 },
+        ];
         assert_eq!(allocate(400_000, 0.0, &w, AllocMode::WaterFill), vec![300_000, 100_000]);
     }
 

@@ -42,9 +42,7 @@ impl ExpiryPolicy {
     /// with `ttl_ms` must still be counted as possibly in use.
     pub fn issuer_live_until_ns(&self, issued_at_ns: u64, ttl_ms: u64) -> u64 {
         let stretched_ns = (ttl_ms as f64 * (1.0 + self.max_drift) * NS_PER_MS as f64).ceil() as u64;
-        issued_at_ns
-            .saturating_add(stretched_ns)
-            .saturating_add((self.grace_ms + self.egress_spread_ms) * NS_PER_MS)
+        issued_at_ns.saturating_add(stretched_ns).saturating_add((self.grace_ms + self.egress_spread_ms) * NS_PER_MS)
     }
 
     /// Issuer-side instant until which a lease the holder just gave up (confirmed superseded or

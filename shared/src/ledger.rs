@@ -108,7 +108,14 @@ impl<H: Ord + Clone> Ledger<H> {
 
     /// Record a new lease for `holder`. Fails (and changes nothing) if it would raise the total
     /// above capacity in either component, or if its version/epoch is stale.
-    pub fn grant(&mut self, holder: &H, quota: Quota, version: LeaseVersion, live_until_ns: u64, now_ns: u64) -> Result<(), LedgerError> {
+    pub fn grant(
+        &mut self,
+        holder: &H,
+        quota: Quota,
+        version: LeaseVersion,
+        live_until_ns: u64,
+        now_ns: u64,
+    ) -> Result<(), LedgerError> {
         if version.epoch != self.epoch {
             return Err(LedgerError::WrongEpoch { got: version.epoch, current: self.epoch });
         }
@@ -126,7 +133,8 @@ impl<H: Ord + Clone> Ledger<H> {
         }
         let current = state.map(|h| h.claim(now_ns)).unwrap_or_default();
         let after = current.max(quota);
-        let rate_ok = after.rate_milli_per_s <= current.rate_milli_per_s || after.rate_milli_per_s <= headroom.rate_milli_per_s;
+        let rate_ok =
+            after.rate_milli_per_s <= current.rate_milli_per_s || after.rate_milli_per_s <= headroom.rate_milli_per_s;
         let burst_ok = after.burst_milli <= current.burst_milli || after.burst_milli <= headroom.burst_milli;
         if !(rate_ok && burst_ok) {
             return Err(LedgerError::ExceedsHeadroom { wanted: quota, headroom });
@@ -148,7 +156,12 @@ impl<H: Ord + Clone> Ledger<H> {
     /// The holder applied `version`: it will never use an older lease again. Older leases stop
     /// counting at `release_at_ns` (now, plus the egress spread). Idempotent.
     /// Refused for a version this ledger never issued to that holder.
-    pub fn confirm_in_use(&mut self, holder: &H, version: LeaseVersion, release_at_ns: u64) -> Result<bool, LedgerError> {
+    pub fn confirm_in_use(
+        &mut self,
+        holder: &H,
+        version: LeaseVersion,
+        release_at_ns: u64,
+    ) -> Result<bool, LedgerError> {
         let h = self.holders.get_mut(holder).ok_or(LedgerError::UnknownVersion(version))?;
         if !h.entries.iter().any(|e| e.version == version) {
             // Either already superseded (a late duplicate ack) or never issued.
@@ -263,11 +276,20 @@ mod tests {
     #[test]
     fn stale_epochs_and_versions_are_refused() {
         let mut l = Ledger::new(Quota::per_s(100, 10), 2);
-        assert!(matches!(l.grant(&"a", Quota::ZERO, LeaseVersion::new(1, 9), 5, 0), Err(LedgerError::WrongEpoch { .. })));
+        assert!(matches!(
+            l.grant(&"a", Quota::ZERO, LeaseVersion::new(1, 9), 5, 0),
+            Err(LedgerError::WrongEpoch { .. })
+        ));
         l.grant(&"a", Quota::ZERO, LeaseVersion::new(2, 5), 5, 0).unwrap();
-        assert!(matches!(l.grant(&"a", Quota::ZERO, LeaseVersion::new(2, 5), 5, 0), Err(LedgerError::VersionNotIncreasing { .. })));
+        assert!(matches!(
+            l.grant(&"a", Quota::ZERO, LeaseVersion::new(2, 5), 5, 0),
+            Err(LedgerError::VersionNotIncreasing { .. })
+        ));
         assert!(l.advance_epoch(1).is_err());
-        assert_eq!(l.confirm_in_use(&"a", LeaseVersion::new(2, 99), 0), Err(LedgerError::UnknownVersion(LeaseVersion::new(2, 99))));
+        assert_eq!(
+            l.confirm_in_use(&"a", LeaseVersion::new(2, 99), 0),
+            Err(LedgerError::UnknownVersion(LeaseVersion::new(2, 99)))
+        );
     }
 
     #[test]
@@ -288,6 +310,9 @@ mod tests {
         let mut l: Ledger<&str> = Ledger::new(Quota::per_s(100, 10), 3);
         l.adopt(&"a", LeaseEntry { version: LeaseVersion::new(2, 1), quota: Quota::per_s(100, 10), live_until_ns: 50 });
         assert_eq!(l.headroom_for(&"b", 0), Quota::ZERO);
-        assert!(l.grant(&"a", Quota::per_s(100, 10), LeaseVersion::new(3, 1), 60, 0).is_ok(), "renewing the same amount is no increase");
+        assert!(
+            l.grant(&"a", Quota::per_s(100, 10), LeaseVersion::new(3, 1), 60, 0).is_ok(),
+            "renewing the same amount is no increase"
+        );
     }
 }

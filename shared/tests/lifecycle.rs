@@ -22,7 +22,13 @@ impl Dc {
     fn new(mode: FailMode, floor: Quota) -> Self {
         let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
         cfg.fail_mode = mode;
-        Dc { core: DcManagerCore::new(cfg, floor, 0), floor, seqs: BTreeMap::new(), held: BTreeMap::new(), lease_seq: 0 }
+        Dc {
+            core: DcManagerCore::new(cfg, floor, 0),
+            floor,
+            seqs: BTreeMap::new(),
+            held: BTreeMap::new(),
+            lease_seq: 0,
+        }
     }
 
     /// Give the manager a DC lease of `quota` with `ttl_ms`, answering a report sent at `now`.
@@ -124,7 +130,13 @@ fn a_joining_pod_is_included_next_cycle_and_never_over_allocated() {
 fn a_draining_pod_returns_its_lease_and_the_rest_resplit_at_once() {
     let mut dc = Dc::new(FailMode::Strict, Quota::ZERO);
     dc.steady_four();
-    let ret = LeaseReturn { v: 1, limit: "api".into(), dc: "bkk".into(), holder: "p3".into(), last_version: dc.held.get("p3").map(|l| l.version) };
+    let ret = LeaseReturn {
+        v: 1,
+        limit: "api".into(),
+        dc: "bkk".into(),
+        holder: "p3".into(),
+        last_version: dc.held.get("p3").map(|l| l.version),
+    };
     let out = dc.core.on_lease_return(&ret, 10 * MS);
     assert!(out.iter().any(|o| matches!(o, DcOutput::ReturnAck(a) if a.holder == "p3")));
     dc.absorb(out);
@@ -169,7 +181,10 @@ fn an_unhealthy_pod_is_excluded_next_cycle_but_its_lease_is_not_revoked() {
     let out = dc.core.tick(1_100 * MS);
     dc.absorb(out);
     assert_eq!(dc.held["p2"], p2_lease, "no new lease for the unhealthy pod");
-    assert!(dc.core.ledger().holder_claim(&"p2".to_string(), 1_100 * MS).rate_milli_per_s > 0, "its lease still counts");
+    assert!(
+        dc.core.ledger().holder_claim(&"p2".to_string(), 1_100 * MS).rate_milli_per_s > 0,
+        "its lease still counts"
+    );
 }
 
 #[test]
@@ -226,7 +241,16 @@ fn the_manager_acks_a_smaller_dc_lease_only_once_its_pods_fit_inside_it() {
 }
 
 fn dc_report(dc: &str, holder: &str, seq: u64, demand: u64, ack: Option<LeaseVersion>) -> DcReport {
-    DcReport { v: 1, limit: "api".into(), dc: dc.into(), holder: holder.into(), seq, demand: Quota::per_s(demand, 0), pods_healthy: 4, lease_in_use: ack }
+    DcReport {
+        v: 1,
+        limit: "api".into(),
+        dc: dc.into(),
+        holder: holder.into(),
+        seq,
+        demand: Quota::per_s(demand, 0),
+        pods_healthy: 4,
+        lease_in_use: ack,
+    }
 }
 
 #[test]

@@ -86,13 +86,25 @@ fn dc_report_roundtrip() {
 
 #[test]
 fn lease_return_and_ack_roundtrip() {
-    roundtrip(LeaseReturn { v: 1, limit: "l".into(), dc: "bkk".into(), holder: "p1".into(), last_version: Some(v(1, 3)) });
+    roundtrip(LeaseReturn {
+        v: 1,
+        limit: "l".into(),
+        dc: "bkk".into(),
+        holder: "p1".into(),
+        last_version: Some(v(1, 3)),
+    });
     roundtrip(ReturnAck { v: 1, limit: "l".into(), dc: "bkk".into(), holder: "p1".into() });
 }
 
 #[test]
 fn ledger_record_roundtrip() {
-    roundtrip(LedgerRecord { v: 1, limit: "partner-api".into(), epoch: 3, writer: "coord-a".into(), leases: vec![dc_lease()] });
+    roundtrip(LedgerRecord {
+        v: 1,
+        limit: "partner-api".into(),
+        epoch: 3,
+        writer: "coord-a".into(),
+        leases: vec![dc_lease()],
+    });
 }
 
 #[test]
@@ -117,7 +129,10 @@ fn unknown_version_is_an_error() {
 #[test]
 fn oversized_input_is_refused_unread() {
     let big = vec![b' '; MAX_MESSAGE_BYTES + 1];
-    assert_eq!(decode::<DcLease>(&big), Err(WireError::Oversized { len: MAX_MESSAGE_BYTES + 1, max: MAX_MESSAGE_BYTES }));
+    assert_eq!(
+        decode::<DcLease>(&big),
+        Err(WireError::Oversized { len: MAX_MESSAGE_BYTES + 1, max: MAX_MESSAGE_BYTES })
+    );
 }
 
 #[test]

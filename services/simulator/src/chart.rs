@@ -22,24 +22,64 @@ pub fn svg(title: &str, dc_names: &[String], series: &Series, limit_per_s: f64) 
     );
     for k in 0..=5 {
         let v = ymax * k as f64 / 5.0;
-        let _ = writeln!(s, r##"<line x1="{left}" x2="{}" y1="{y}" y2="{y}" stroke="#eee"/><text x="{}" y="{}" text-anchor="end">{:.0}</text>"##, w - right, left - 6.0, y(v) + 4.0, v, y = y(v));
+        let _ = writeln!(
+            s,
+            r##"<line x1="{left}" x2="{}" y1="{y}" y2="{y}" stroke="#eee"/><text x="{}" y="{}" text-anchor="end">{:.0}</text>"##,
+            w - right,
+            left - 6.0,
+            y(v) + 4.0,
+            v,
+            y = y(v)
+        );
     }
-    let _ = writeln!(s, r##"<line x1="{left}" x2="{}" y1="{ly}" y2="{ly}" stroke="#000" stroke-dasharray="2,3"/><text x="{}" y="{}" text-anchor="end">limit</text>"##, w - right, w - right, y(limit_per_s) - 4.0, ly = y(limit_per_s));
+    let _ = writeln!(
+        s,
+        r##"<line x1="{left}" x2="{}" y1="{ly}" y2="{ly}" stroke="#000" stroke-dasharray="2,3"/><text x="{}" y="{}" text-anchor="end">limit</text>"##,
+        w - right,
+        w - right,
+        y(limit_per_s) - 4.0,
+        ly = y(limit_per_s)
+    );
     for k in 0..=8 {
         let i = (n - 1) * k / 8;
         let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">{}h</text>"#, x(i), h - bottom + 18.0, k * 3);
     }
-    let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">simulated day (UTC hours); requests/s</text>"#, w / 2.0, h - 8.0);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">simulated day (UTC hours); requests/s</text>"#,
+        w / 2.0,
+        h - 8.0
+    );
     let path = |vals: &[f64]| -> String {
         let step = (vals.len() / 600).max(1);
-        vals.iter().enumerate().step_by(step).map(|(i, v)| format!("{:.1},{:.1}", x(i), y(*v))).collect::<Vec<_>>().join(" ")
+        vals.iter()
+            .enumerate()
+            .step_by(step)
+            .map(|(i, v)| format!("{:.1},{:.1}", x(i), y(*v)))
+            .collect::<Vec<_>>()
+            .join(" ")
     };
     for (d, name) in dc_names.iter().enumerate() {
         let c = COLORS[d % COLORS.len()];
-        let _ = writeln!(s, r#"<polyline fill="none" stroke="{c}" stroke-width="1" stroke-dasharray="4,3" points="{}"/>"#, path(&series.demand[d]));
-        let _ = writeln!(s, r#"<polyline fill="none" stroke="{c}" stroke-width="2" points="{}"/>"#, path(&series.allocation[d]));
+        let _ = writeln!(
+            s,
+            r#"<polyline fill="none" stroke="{c}" stroke-width="1" stroke-dasharray="4,3" points="{}"/>"#,
+            path(&series.demand[d])
+        );
+        let _ = writeln!(
+            s,
+            r#"<polyline fill="none" stroke="{c}" stroke-width="2" points="{}"/>"#,
+            path(&series.allocation[d])
+        );
         let ly = top + 14.0 + 16.0 * d as f64;
-        let _ = writeln!(s, r#"<line x1="{}" x2="{}" y1="{ly}" y2="{ly}" stroke="{c}" stroke-width="2"/><text x="{}" y="{}">{name}: allocation (solid), demand (dashed)</text>"#, w - 330.0, w - 300.0, w - 295.0, ly + 4.0);
+        let _ = writeln!(
+            s,
+            r#"<line x1="{}" x2="{}" y1="{ly}" y2="{ly}" stroke="{c}" stroke-width="2"/><text x="{}" y="{}">{name}: allocation (solid), demand (dashed)</text>"#,
+            w - 330.0,
+            w - 300.0,
+            w - 295.0,
+            ly + 4.0
+        );
     }
     s.push_str("</svg>\n");
     s

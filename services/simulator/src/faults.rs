@@ -61,7 +61,8 @@ pub fn schedule(rng: &mut SeededRng, from_s: u64, until_s: u64, mean_gap_s: f64)
         if t >= until_s as f64 {
             break;
         }
-        let kind = first.pop().unwrap_or_else(|| FaultKind::ALL[rng.range_u64(0, FaultKind::ALL.len() as u64 - 1) as usize]);
+        let kind =
+            first.pop().unwrap_or_else(|| FaultKind::ALL[rng.range_u64(0, FaultKind::ALL.len() as u64 - 1) as usize]);
         let (lo, hi, amount) = match kind {
             FaultKind::PodCrash => (2.0, 15.0, 0.0),
             FaultKind::PodPause => (6.0, 12.0, 0.0),

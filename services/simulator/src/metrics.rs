@@ -70,7 +70,11 @@ impl Metrics {
             offered: vec![vec![0; n]; secs],
             admitted: vec![vec![0; n]; secs],
             trackers: Vec::new(),
-            series: Series { demand: vec![Vec::new(); n], allocation: vec![Vec::new(); n], admitted: vec![Vec::new(); n] },
+            series: Series {
+                demand: vec![Vec::new(); n],
+                allocation: vec![Vec::new(); n],
+                admitted: vec![Vec::new(); n],
+            },
             rebalance_s: Vec::new(),
             invariant_breaches: 0,
             first_breach: None,
@@ -150,7 +154,7 @@ impl Metrics {
         let mut open = Vec::new();
         for tr in self.trackers.drain(..) {
             if allocation[tr.dc] >= 0.9 * tr.fair_rate {
-                self.rebalance_s.push(t - tr.step_s);
+                self.rebalance_s.push(((t - tr.step_s) * 1_000.0).round() / 1_000.0);
             } else if t - tr.step_s >= REBALANCE_GIVE_UP_S {
                 self.rebalance_s.push(REBALANCE_GIVE_UP_S);
             } else {
@@ -173,7 +177,11 @@ impl Metrics {
                 o += (ro.iter().sum::<u32>() as f64).min(cap);
                 a += ra.iter().sum::<u32>() as f64;
             }
-            if o > 0.0 { (a / o).min(1.0) } else { 1.0 }
+            if o > 0.0 {
+                (a / o).min(1.0)
+            } else {
+                1.0
+            }
         };
         self.utilization = ratio(&self.offered, &self.admitted, self.cap_per_s);
         if let Some(from) = self.liveness_from_s {

@@ -140,7 +140,12 @@ fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     Some(sorted[i])
 }
 
-fn parallel<T: Send>(items: Vec<u64>, threads: usize, f: impl Fn(u64) -> T + Sync, progress: impl Fn(usize) + Sync) -> Vec<T> {
+fn parallel<T: Send>(
+    items: Vec<u64>,
+    threads: usize,
+    f: impl Fn(u64) -> T + Sync,
+    progress: impl Fn(usize) + Sync,
+) -> Vec<T> {
     let next = AtomicU64::new(0);
     let out = Mutex::new(Vec::with_capacity(items.len()));
     std::thread::scope(|s| {
@@ -205,8 +210,17 @@ pub fn run_many(opts: &RunOptions) -> Result<(Summary, Vec<SeedResult>), String>
 
     let baseline_seeds: Vec<u64> = seeds.iter().copied().take(opts.baseline_seeds.max(1) as usize).collect();
     let mut baselines = BTreeMap::new();
-    for (name, policy) in [("static_split", Policy::StaticSplit), ("static_per_pod", Policy::StaticPerPod), ("uncoordinated", Policy::Uncoordinated)] {
-        let rs = parallel(baseline_seeds.clone(), opts.threads, |seed| run_seed(&opts.scenario, seed, policy).expect("scenario checked"), |_| {});
+    for (name, policy) in [
+        ("static_split", Policy::StaticSplit),
+        ("static_per_pod", Policy::StaticPerPod),
+        ("uncoordinated", Policy::Uncoordinated),
+    ] {
+        let rs = parallel(
+            baseline_seeds.clone(),
+            opts.threads,
+            |seed| run_seed(&opts.scenario, seed, policy).expect("scenario checked"),
+            |_| {},
+        );
         let n = rs.len().max(1) as f64;
         baselines.insert(
             name,

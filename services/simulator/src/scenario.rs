@@ -155,8 +155,20 @@ impl Scenario {
         let hard = HardLimit::SlidingWindow { calls: 1_000, window_ms: 1_000 };
         let floor = Quota::per_s(50, 0);
         let dcs = vec![
-            DcSim { name: "bkk".into(), pods: 4, upstream_latency_ms: 30, floor, demand: Demand::Diurnal { low: 150.0, peak: 760.0, utc_offset_h: 7.0 } },
-            DcSim { name: "europe".into(), pods: 4, upstream_latency_ms: 170, floor, demand: Demand::Diurnal { low: 60.0, peak: 650.0, utc_offset_h: 1.0 } },
+            DcSim {
+                name: "bkk".into(),
+                pods: 4,
+                upstream_latency_ms: 30,
+                floor,
+                demand: Demand::Diurnal { low: 150.0, peak: 760.0, utc_offset_h: 7.0 },
+            },
+            DcSim {
+                name: "europe".into(),
+                pods: 4,
+                upstream_latency_ms: 170,
+                floor,
+                demand: Demand::Diurnal { low: 60.0, peak: 650.0, utc_offset_h: 1.0 },
+            },
         ];
         // 24 h of demand in 24 minutes: one simulated minute per hour.
         Scenario::base("diurnal", hard, dcs, 1_440)
@@ -166,8 +178,20 @@ impl Scenario {
         let hard = HardLimit::SlidingWindow { calls: 1_000, window_ms: 1_000 };
         let floor = Quota::per_s(50, 0);
         let dcs = vec![
-            DcSim { name: "bkk".into(), pods: 4, upstream_latency_ms: 30, floor, demand: Demand::Steps(vec![(0.0, 700.0), (60.0, 900.0)]) },
-            DcSim { name: "europe".into(), pods: 4, upstream_latency_ms: 170, floor, demand: Demand::Steps(vec![(0.0, 80.0), (60.0, 900.0), (420.0, 80.0)]) },
+            DcSim {
+                name: "bkk".into(),
+                pods: 4,
+                upstream_latency_ms: 30,
+                floor,
+                demand: Demand::Steps(vec![(0.0, 700.0), (60.0, 900.0)]),
+            },
+            DcSim {
+                name: "europe".into(),
+                pods: 4,
+                upstream_latency_ms: 170,
+                floor,
+                demand: Demand::Steps(vec![(0.0, 80.0), (60.0, 900.0), (420.0, 80.0)]),
+            },
         ];
         let mut s = Scenario::base("overload", hard, dcs, 600);
         s.steps_s = vec![60.0, 420.0];
@@ -205,7 +229,7 @@ impl Scenario {
     /// 12-minute day, clock offsets of ± 5 s and drift of ± 0.4%; faults stop at 9 minutes and the
     /// last 3 minutes are the faults-off liveness phase.
     pub fn chaos(seed: u64) -> Self {
-        let mut s = if seed % 2 == 0 { Scenario::diurnal() } else { Scenario::tenant_shift() };
+        let mut s = if seed.is_multiple_of(2) { Scenario::diurnal() } else { Scenario::tenant_shift() };
         s.name = format!("chaos/{}", s.name);
         s.duration_s = 720;
         s.day_s = 720.0;

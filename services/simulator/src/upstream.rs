@@ -1,8 +1,8 @@
 //! The strict upstream: counts every call it receives and rejects (429) any call that would break
 //! the hard limit. Its counters are the judge of every run.
 
-use std::collections::{BinaryHeap, VecDeque};
 use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum HardLimit {

@@ -149,7 +149,9 @@ impl CoordinatorCore {
         let timeout = self.cfg.report_timeout_ms * NS_PER_MS;
         self.dcs
             .iter()
-            .filter(|(_, v)| v.holder.is_some() && v.last_report_ns.is_some_and(|t| now_ns.saturating_sub(t) <= timeout))
+            .filter(|(_, v)| {
+                v.holder.is_some() && v.last_report_ns.is_some_and(|t| now_ns.saturating_sub(t) <= timeout)
+            })
             .map(|(k, _)| k.clone())
             .collect()
     }
@@ -158,12 +160,8 @@ impl CoordinatorCore {
         let dcs = self.reporting(now_ns);
         // Split the whole limit with each reporting DC's floor served first, then lease out the
         // part above the floor (floors are reserved for every DC, reporting or not).
-        let silent_floors = self
-            .cfg
-            .dcs
-            .iter()
-            .filter(|d| !dcs.contains(&d.name))
-            .fold(Quota::ZERO, |s, d| s.saturating_add(d.floor));
+        let silent_floors =
+            self.cfg.dcs.iter().filter(|d| !dcs.contains(&d.name)).fold(Quota::ZERO, |s, d| s.saturating_add(d.floor));
         let total = self.cfg.quota.saturating_sub(silent_floors);
         let floor_of = |d: &str| self.cfg.dcs.iter().find(|s| s.name == d).map_or(Quota::ZERO, |s| s.floor);
         let rate_claims: Vec<Claim> = dcs

@@ -153,7 +153,12 @@ impl DcManagerCore {
         self.fence.accept(lease.version);
         self.floor = lease.floor;
         self.held.retain(|h| h.expires_at_ns > now_ns);
-        self.held.push(HeldDcLease { version: lease.version, quota: lease.quota, expires_at_ns, lease_id: lease.lease_id.clone() });
+        self.held.push(HeldDcLease {
+            version: lease.version,
+            quota: lease.quota,
+            expires_at_ns,
+            lease_id: lease.lease_id.clone(),
+        });
         Ok(())
     }
 

@@ -180,7 +180,10 @@ impl WireMessage for PodReport {
         check_id("dc", &self.dc)?;
         check_id("pod", &self.pod)?;
         if self.interval_ms == 0 || self.interval_ms > 600_000 {
-            return Err(WireError::Invalid { field: "interval_ms", reason: format!("{} not in 1..=600000", self.interval_ms) });
+            return Err(WireError::Invalid {
+                field: "interval_ms",
+                reason: format!("{} not in 1..=600000", self.interval_ms),
+            });
         }
         if !(self.weight.is_finite() && self.weight > 0.0 && self.weight <= 1_000.0) {
             return Err(WireError::Invalid { field: "weight", reason: format!("{} not in (0, 1000]", self.weight) });

@@ -49,8 +49,7 @@ pub fn decode<T: WireMessage>(bytes: &[u8]) -> Result<T, WireError> {
     if bytes.len() > MAX_MESSAGE_BYTES {
         return Err(WireError::Oversized { len: bytes.len(), max: MAX_MESSAGE_BYTES });
     }
-    let probe: VersionProbe =
-        serde_json::from_slice(bytes).map_err(|e| WireError::Malformed(e.to_string()))?;
+    let probe: VersionProbe = serde_json::from_slice(bytes).map_err(|e| WireError::Malformed(e.to_string()))?;
     match probe.v {
         None => return Err(WireError::MissingVersion),
         Some(v) => match v.as_u64() {
@@ -74,7 +73,7 @@ pub(crate) fn check_id(field: &'static str, s: &str) -> Result<(), WireError> {
         return Err(WireError::Invalid { field, reason: format!("length {} not in 1..={MAX_ID_LEN}", s.len()) });
     }
     // Ids become NATS subject tokens: no wildcards, separators or whitespace.
-    if let Some(c) = s.chars().find(|c| matches!(c, '.' | '*' | '>' ) || c.is_whitespace() || c.is_control()) {
+    if let Some(c) = s.chars().find(|c| matches!(c, '.' | '*' | '>') || c.is_whitespace() || c.is_control()) {
         return Err(WireError::Invalid { field, reason: format!("character {c:?} not allowed") });
     }
     Ok(())

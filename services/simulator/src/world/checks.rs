@@ -28,7 +28,8 @@ impl World {
             self.metrics.invariant(self.now, msg);
         }
         // The leader the KV names (a paused, deposed one may still believe it leads).
-        let Some(c) = self.kv.leader.map(|(c, _)| c).filter(|&c| self.coords[c].core.is_some() && self.coords[c].alive) else {
+        let Some(c) = self.kv.leader.map(|(c, _)| c).filter(|&c| self.coords[c].core.is_some() && self.coords[c].alive)
+        else {
             return;
         };
         let local = self.coords[c].clock.local(self.now);
@@ -47,7 +48,8 @@ impl World {
                 .map_or(Quota::ZERO, |h| core.ledger().holder_claim(&h, local));
             let allowed = counted.saturating_add(self.sc.dcs[d].floor).saturating_add(self.sc.emergency_per_dc);
             if !used.fits_in(&allowed) {
-                let msg = format!("dc {} pods hold {used}, above floor + counted DC lease {allowed}", self.sc.dcs[d].name);
+                let msg =
+                    format!("dc {} pods hold {used}, above floor + counted DC lease {allowed}", self.sc.dcs[d].name);
                 self.metrics.invariant(self.now, msg);
             }
         }

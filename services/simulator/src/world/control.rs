@@ -71,7 +71,12 @@ impl World {
         let instance = format!("{}-pod{}-i{}", self.sc.dcs[d].name, p, slot.incarnation);
         match self.policy {
             Policy::Leasehold => {
-                slot.core = Some(PodCore::new(PodConfig { limit: "partner-api".into(), dc: self.sc.dcs[d].name.clone(), pod: instance.clone(), weight: 1.0 }));
+                slot.core = Some(PodCore::new(PodConfig {
+                    limit: "partner-api".into(),
+                    dc: self.sc.dcs[d].name.clone(),
+                    pod: instance.clone(),
+                    weight: 1.0,
+                }));
                 slot.routable = false; // joins the load balancer once it holds a lease
                 self.pod_by_instance.insert(instance, p);
                 let inc = slot.incarnation;
@@ -186,7 +191,13 @@ impl World {
             self.kv.leader = Some((c, self.now + leader_ttl));
             let epoch = self.kv.max_epoch + 1;
             let local = self.coords[c].clock.local(self.now);
-            let core = CoordinatorCore::resume(self.limit_config(), &self.coords[c].id, epoch, self.kv.record.as_deref(), local);
+            let core = CoordinatorCore::resume(
+                self.limit_config(),
+                &self.coords[c].id,
+                epoch,
+                self.kv.record.as_deref(),
+                local,
+            );
             self.coords[c].core = Some(core);
             self.coords[c].record_rev = self.kv.record_rev;
             self.metrics.takeovers += 1;
@@ -203,7 +214,8 @@ impl World {
         }
         let record = Rc::new(self.coords[c].core.as_ref().expect("leader").record());
         if record.epoch < self.kv.max_epoch {
-            self.metrics.invariant(self.now, format!("ledger epoch went back from {} to {}", self.kv.max_epoch, record.epoch));
+            self.metrics
+                .invariant(self.now, format!("ledger epoch went back from {} to {}", self.kv.max_epoch, record.epoch));
         }
         self.kv.max_epoch = self.kv.max_epoch.max(record.epoch);
         self.kv.record_rev += 1;
@@ -275,7 +287,8 @@ impl World {
             Msg::Record(d, rec) => {
                 let DcSlot { clock, core, .. } = &mut self.dcs[d];
                 let instance = core.config().instance.clone();
-                let newest: Option<&DcLease> = rec.leases.iter().filter(|l| l.holder == instance).max_by_key(|l| l.version);
+                let newest: Option<&DcLease> =
+                    rec.leases.iter().filter(|l| l.holder == instance).max_by_key(|l| l.version);
                 if let Some(l) = newest {
                     match core.on_dc_lease(l, clock.local(self.now)) {
                         Ok(out) => self.route_dc(d, out),

@@ -202,7 +202,16 @@ impl World {
         if self.policy == Policy::Leasehold {
             for i in 0..2 {
                 let clock = self.clock();
-                self.coords.push(CoordSlot { id: format!("coord-{i}"), clock, alive: true, paused_until: 0, incarnation: 0, core: None, record_rev: 0, write_on_wake: false });
+                self.coords.push(CoordSlot {
+                    id: format!("coord-{i}"),
+                    clock,
+                    alive: true,
+                    paused_until: 0,
+                    incarnation: 0,
+                    core: None,
+                    record_rev: 0,
+                    write_on_wake: false,
+                });
                 self.push(i as u64 * 300 * MS, Ev::CoordTick(i, 0));
             }
         }

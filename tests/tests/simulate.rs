@@ -1,0 +1,87 @@
+//! The simulator end to end: every scenario meets its targets on a few seeds, runs are
+//! deterministic, and chaos covers every fault kind with zero violations.
+
+use leasehold_sim::faults::FaultKind;
+use leasehold_sim::{run_many, run_seed, Policy, RunOptions, Summary};
+
+fn summary(scenario: &str, seeds: u64) -> Summary {
+    let opts = RunOptions {
+        scenario: scenario.into(),
+        seeds,
+        first_seed: 1,
+        threads: 2,
+        baseline_seeds: 1,
+        progress: false,
+        emergency_per_dc: Default::default(),
+    };
+    run_many(&opts).expect("known scenario").0
+}
+
+#[test]
+fn diurnal_follows_the_sun_without_violations() {
+    let s = summary("diurnal", 2);
+    assert_eq!(s.violations, 0, "{s:?}");
+    assert!(s.utilization >= 0.99, "{}", s.utilization);
+    assert!(s.max_window_ratio <= 1.0);
+    assert!(s.baselines["static_split"].utilization < s.utilization - 0.05, "the static split must be visibly worse");
+}
+
+#[test]
+fn overload_splits_fairly_and_rebalances_within_five_renew_periods() {
+    let s = summary("overload", 2);
+    assert_eq!(s.violations, 0, "{s:?}");
+    assert!(s.utilization >= 0.95, "{}", s.utilization);
+    let p99 = s.rebalance_s_p99.expect("overload has demand steps");
+    assert!(p99 <= 5.0 * s.renew_s, "rebalance p99 {p99}s");
+    assert!(s.baselines["uncoordinated"].violations > 0, "racing pods overrun the upstream");
+}
+
+#[test]
+fn tenant_shift_moves_quota_between_regions() {
+    let s = summary("tenant-shift", 2);
+    assert_eq!(s.violations, 0, "{s:?}");
+    assert!(s.utilization >= 0.95, "{}", s.utilization);
+    assert!(s.rebalance_s_p99.expect("shifts are steps") <= 5.0 * s.renew_s);
+    assert!(s.baselines["static_split"].utilization < 0.8);
+}
+
+#[test]
+fn chaos_holds_the_limit_through_every_fault_and_recovers() {
+    let s = summary("chaos", 12);
+    assert_eq!(s.violations, 0, "failing seeds {:?}", s.failing_seeds);
+    assert!(s.faults_injected_min >= 20, "{}", s.faults_injected_min);
+    assert!(s.virtual_s_per_seed_min >= 600);
+    for k in FaultKind::ALL {
+        assert!(s.faults_by_kind.get(&k).copied().unwrap_or(0) > 0, "{k:?} never injected");
+    }
+    assert!(s.fenced_writes > 0, "a paused leader's late write must be fenced at least once");
+    assert!(s.liveness_utilization_min.unwrap() >= 0.95, "{:?}", s.liveness_utilization_min);
+}
+
+#[test]
+fn best_effort_overshoot_stays_within_the_emergency_allowance() {
+    let opts = RunOptions {
+        scenario: "chaos".into(),
+        seeds: 6,
+        first_seed: 1,
+        threads: 2,
+        baseline_seeds: 1,
+        progress: false,
+        emergency_per_dc: leasehold_shared::quota::Quota::per_s(25, 0),
+    };
+    let s = run_many(&opts).unwrap().0;
+    assert_eq!(s.mode, "best-effort");
+    assert_eq!(s.violations, 0, "{s:?}");
+    assert!(s.overshoot_measured_rate_per_s <= s.overshoot_bound_rate_per_s);
+    assert!(s.overshoot_measured_rate_per_s > 0.0, "partitions should make the allowance kick in");
+}
+
+#[test]
+fn a_seed_replays_exactly() {
+    let a = run_seed("chaos", 7, Policy::Leasehold).unwrap();
+    let b = run_seed("chaos", 7, Policy::Leasehold).unwrap();
+    assert_eq!((a.events, a.upstream_calls, a.faults_total), (b.events, b.upstream_calls, b.faults_total));
+    assert_eq!(a.utilization, b.utilization);
+    let c = run_seed("chaos", 9, Policy::Leasehold).unwrap();
+    assert_ne!(a.upstream_calls, c.upstream_calls, "different seeds differ");
+}
