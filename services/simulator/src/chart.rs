@@ -7,7 +7,7 @@ const COLORS: [&str; 4] = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd"];
 
 /// Render `series` (one point per simulated second) to a self-contained SVG document.
 pub fn svg(title: &str, dc_names: &[String], series: &Series, limit_per_s: f64) -> String {
-    let (w, h, left, right, top, bottom) = (1000.0, 460.0, 60.0, 20.0, 40.0, 50.0);
+    let (w, h, left, right, top, bottom) = (1000.0, 500.0, 60.0, 20.0, 40.0, 90.0);
     let n = series.demand.first().map_or(0, Vec::len).max(2);
     let ymax = (limit_per_s * 1.1).max(1.0);
     let x = |i: usize| left + (w - left - right) * i as f64 / (n - 1) as f64;
@@ -46,9 +46,9 @@ pub fn svg(title: &str, dc_names: &[String], series: &Series, limit_per_s: f64) 
     }
     let _ = writeln!(
         s,
-        r#"<text x="{}" y="{}" text-anchor="middle">simulated day (UTC hours); requests/s</text>"#,
-        w / 2.0,
-        h - 8.0
+        r#"<text x="{}" y="{}" text-anchor="end">simulated day (UTC hours); requests/s</text>"#,
+        w - right,
+        h - bottom + 36.0
     );
     let path = |vals: &[f64]| -> String {
         let step = (vals.len() / 600).max(1);
@@ -71,13 +71,13 @@ pub fn svg(title: &str, dc_names: &[String], series: &Series, limit_per_s: f64) 
             r#"<polyline fill="none" stroke="{c}" stroke-width="2" points="{}"/>"#,
             path(&series.allocation[d])
         );
-        let ly = top + 14.0 + 16.0 * d as f64;
+        let ly = h - bottom + 44.0 + 16.0 * d as f64;
         let _ = writeln!(
             s,
             r#"<line x1="{}" x2="{}" y1="{ly}" y2="{ly}" stroke="{c}" stroke-width="2"/><text x="{}" y="{}">{name}: allocation (solid), demand (dashed)</text>"#,
-            w - 330.0,
-            w - 300.0,
-            w - 295.0,
+            left,
+            left + 30.0,
+            left + 35.0,
             ly + 4.0
         );
     }

@@ -1,6 +1,6 @@
 //! What a run measured: utilization per second, rebalance times, invariant breaches, faults.
 
-use crate::faults::{Fault, FaultKind};
+use crate::faults::FaultKind;
 use crate::scenario::Scenario;
 use crate::upstream::Upstream;
 use leasehold_shared::allocator::{allocate, AllocMode, Claim};
@@ -40,7 +40,6 @@ pub struct Metrics {
     pub invariant_breaches: u64,
     pub first_breach: Option<(f64, String)>,
     pub faults_by_kind: BTreeMap<FaultKind, u64>,
-    fault_windows: Vec<(u64, u64)>,
     pub takeovers: u64,
     pub fenced_writes: u64,
     pub lease_rejections: u64,
@@ -79,7 +78,6 @@ impl Metrics {
             invariant_breaches: 0,
             first_breach: None,
             faults_by_kind: BTreeMap::new(),
-            fault_windows: Vec::new(),
             takeovers: 0,
             fenced_writes: 0,
             lease_rejections: 0,
@@ -116,9 +114,8 @@ impl Metrics {
         self.overshoot_max = self.overshoot_max.max(over);
     }
 
-    pub fn fault_injected(&mut self, kind: FaultKind, from_ns: u64, until_ns: u64) {
+    pub fn fault_injected(&mut self, kind: FaultKind) {
         *self.faults_by_kind.entry(kind).or_default() += 1;
-        self.fault_windows.push((from_ns, until_ns));
     }
 
     pub fn faults_injected(&self) -> u64 {
@@ -170,7 +167,7 @@ impl Metrics {
         }
     }
 
-    pub fn finish(&mut self, upstream: &Upstream, _faults: &[Fault]) {
+    pub fn finish(&mut self, upstream: &Upstream) {
         let ratio = |rows: &[Vec<u32>], adm: &[Vec<u32>], cap: f64| {
             let (mut a, mut o) = (0.0, 0.0);
             for (ro, ra) in rows.iter().zip(adm) {

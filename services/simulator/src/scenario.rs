@@ -151,49 +151,39 @@ impl Scenario {
         }
     }
 
-    pub fn diurnal() -> Self {
+    /// Seed 000's topology: a 1,000 QPS sliding-window limit, BKK and Europe with 4 pods each,
+    /// 50 QPS floors, and the given demand per DC.
+    fn bkk_and_europe(name: &str, bkk: Demand, europe: Demand, duration_s: u64) -> Self {
         let hard = HardLimit::SlidingWindow { calls: 1_000, window_ms: 1_000 };
         let floor = Quota::per_s(50, 0);
-        let dcs = vec![
-            DcSim {
-                name: "bkk".into(),
-                pods: 4,
-                upstream_latency_ms: 30,
-                floor,
-                demand: Demand::Diurnal { low: 150.0, peak: 760.0, utc_offset_h: 7.0 },
-            },
-            DcSim {
-                name: "europe".into(),
-                pods: 4,
-                upstream_latency_ms: 170,
-                floor,
-                demand: Demand::Diurnal { low: 60.0, peak: 650.0, utc_offset_h: 1.0 },
-            },
-        ];
+        let dc = |name: &str, upstream_latency_ms, demand| DcSim {
+            name: name.into(),
+            pods: 4,
+            upstream_latency_ms,
+            floor,
+            demand,
+        };
+        Scenario::base(name, hard, vec![dc("bkk", 30, bkk), dc("europe", 170, europe)], duration_s)
+    }
+
+    pub fn diurnal() -> Self {
         // 24 h of demand in 24 minutes: one simulated minute per hour.
-        Scenario::base("diurnal", hard, dcs, 1_440)
+        Scenario::bkk_and_europe(
+            "diurnal",
+            Demand::Diurnal { low: 150.0, peak: 760.0, utc_offset_h: 7.0 },
+            Demand::Diurnal { low: 60.0, peak: 650.0, utc_offset_h: 1.0 },
+            1_440,
+        )
     }
 
     pub fn overload() -> Self {
-        let hard = HardLimit::SlidingWindow { calls: 1_000, window_ms: 1_000 };
-        let floor = Quota::per_s(50, 0);
-        let dcs = vec![
-            DcSim {
-                name: "bkk".into(),
-                pods: 4,
-                upstream_latency_ms: 30,
-                floor,
-                demand: Demand::Steps(vec![(0.0, 700.0), (60.0, 900.0)]),
-            },
-            DcSim {
-                name: "europe".into(),
-                pods: 4,
-                upstream_latency_ms: 170,
-                floor,
-                demand: Demand::Steps(vec![(0.0, 80.0), (60.0, 900.0), (420.0, 80.0)]),
-            },
-        ];
-        let mut s = Scenario::base("overload", hard, dcs, 600);
+        // Both DCs want 900 QPS at once from t = 60 s; Europe calms down again at 420 s.
+        let mut s = Scenario::bkk_and_europe(
+            "overload",
+            Demand::Steps(vec![(0.0, 700.0), (60.0, 900.0)]),
+            Demand::Steps(vec![(0.0, 80.0), (60.0, 900.0), (420.0, 80.0)]),
+            600,
+        );
         s.steps_s = vec![60.0, 420.0];
         s
     }

@@ -6,6 +6,7 @@ use crate::net::Link;
 use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig};
 use leasehold_shared::dc_manager::{DcManagerConfig, DcOutput};
 use leasehold_shared::expiry::ExpiryPolicy;
+use leasehold_shared::holder::LeaseRejection;
 use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::DcLease;
@@ -145,7 +146,7 @@ impl World {
                         self.send(Link::PodDc(p), || Msg::ReturnAck(p, a.clone()));
                     }
                 }
-                DcOutput::Report(r) => self.send(Link::DcCoord(d), || Msg::DcReport(d, r.clone())),
+                DcOutput::Report(r) => self.send(Link::DcCoord(d), || Msg::DcReport(r.clone())),
             }
         }
     }
@@ -270,7 +271,7 @@ impl World {
                     self.metrics.drains_acked += 1;
                 }
             }
-            Msg::DcReport(d, r) => {
+            Msg::DcReport(r) => {
                 for c in 0..self.coords.len() {
                     if !Self::coord_active(&self.coords[c], self.now) {
                         continue;
@@ -282,7 +283,6 @@ impl World {
                         self.write_record(c, false);
                     }
                 }
-                let _ = d;
             }
             Msg::Record(d, rec) => {
                 let DcSlot { clock, core, .. } = &mut self.dcs[d];
@@ -292,6 +292,8 @@ impl World {
                 if let Some(l) = newest {
                     match core.on_dc_lease(l, clock.local(self.now)) {
                         Ok(out) => self.route_dc(d, out),
+                        // The watch re-delivers the whole record: an already-applied lease is normal.
+                        Err(LeaseRejection::NotNewer { .. }) => {}
                         Err(_) => self.metrics.lease_rejections += 1,
                     }
                 }

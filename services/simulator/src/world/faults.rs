@@ -79,7 +79,7 @@ impl World {
             }
         };
         if applied.is_some() {
-            self.metrics.fault_injected(f.kind, self.now, heal_at);
+            self.metrics.fault_injected(f.kind);
             self.push(heal_at, Ev::Heal(i));
         }
     }

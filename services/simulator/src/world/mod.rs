@@ -58,7 +58,7 @@ enum Msg {
     LeaseReturn(usize, LeaseReturn),
     PodLease(usize, PodLease),
     ReturnAck(usize, ReturnAck),
-    DcReport(usize, DcReport),
+    DcReport(DcReport),
     Record(usize, Rc<LedgerRecord>),
 }
 
@@ -286,7 +286,7 @@ impl World {
             }
         }
         self.upstream.advance(u64::MAX);
-        self.metrics.finish(&self.upstream, &self.faults);
+        self.metrics.finish(&self.upstream);
         events
     }
 
