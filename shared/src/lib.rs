@@ -12,6 +12,7 @@
 //! * [`ledger`]: the conservation ledger — the safety property lives here.
 //! * [`holder`]: what a lease holder keeps (send log, version fence).
 //! * [`pod`], [`dc_manager`], [`coordinator`]: the three layers as sans-I/O state machines.
+//! * [`subjects`]: NATS subjects and KV buckets/keys.
 //! * [`rng`]: seeded randomness.
 
 pub mod allocator;
@@ -25,4 +26,5 @@ pub mod ledger;
 pub mod pod;
 pub mod quota;
 pub mod rng;
+pub mod subjects;
 pub mod wire;

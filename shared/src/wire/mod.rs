@@ -68,7 +68,8 @@ pub fn encode<T: WireMessage>(msg: &T) -> Vec<u8> {
     serde_json::to_vec(msg).expect("wire types always serialize")
 }
 
-pub(crate) fn check_id(field: &'static str, s: &str) -> Result<(), WireError> {
+/// Checks an id that becomes a NATS subject token.
+pub fn check_id(field: &'static str, s: &str) -> Result<(), WireError> {
     if s.is_empty() || s.len() > MAX_ID_LEN {
         return Err(WireError::Invalid { field, reason: format!("length {} not in 1..={MAX_ID_LEN}", s.len()) });
     }

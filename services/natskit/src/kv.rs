@@ -1,0 +1,113 @@
+//! JetStream KV with compare-and-set, on every server version we support.
+//!
+//! `create_key_value` in async-nats ≥ 0.41 fails against nats-server 2.9.10 (it parses account
+//! fields 2.9 does not send). [`ensure_bucket`] creates the standard `KV_<bucket>` stream itself
+//! and then opens it with `get_key_value`, which works everywhere.
+//!
+//! Revisions are stream sequence numbers: strictly increasing across the bucket and kept across
+//! restarts with file storage, so a revision check fences a deposed writer. A timed-out write
+//! **may still be applied later** (the client buffers it across a reconnect): it is reported as
+//! [`CasOutcome::Unknown`], and the caller must re-read and check its own writer id.
+
+use async_nats::jetstream::{self, kv, stream};
+use bytes::Bytes;
+use std::time::Duration;
+use thiserror::Error;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct BucketSpec {
+    pub name: String,
+    /// Values kept per key.
+    pub history: i64,
+    pub replicas: usize,
+    /// Entries older than this vanish (zero: never). A leader key's bucket uses it as the TTL.
+    pub max_age: Duration,
+}
+
+impl BucketSpec {
+    pub fn new(name: &str) -> Self {
+        BucketSpec { name: name.into(), history: 1, replicas: 1, max_age: Duration::ZERO }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum KvError {
+    #[error("cannot create or open stream KV_{bucket}: {reason}")]
+    Stream { bucket: String, reason: String },
+    #[error("cannot open KV bucket {bucket}: {reason}")]
+    Open { bucket: String, reason: String },
+    #[error("cannot read key {key}: {reason}")]
+    Read { key: String, reason: String },
+    #[error("write to key {key} failed: {reason}")]
+    Write { key: String, reason: String },
+}
+
+/// Create the bucket's stream if it does not exist, then open the bucket.
+pub async fn ensure_bucket(js: &jetstream::Context, spec: &BucketSpec) -> Result<kv::Store, KvError> {
+    let config = stream::Config {
+        name: format!("KV_{}", spec.name),
+        subjects: vec![format!("$KV.{}.>", spec.name)],
+        max_messages_per_subject: spec.history,
+        max_age: spec.max_age,
+        num_replicas: spec.replicas,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: stream::DiscardPolicy::New,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    };
+    js.get_or_create_stream(config)
+        .await
+        .map_err(|e| KvError::Stream { bucket: spec.name.clone(), reason: e.to_string() })?;
+    js.get_key_value(spec.name.clone())
+        .await
+        .map_err(|e| KvError::Open { bucket: spec.name.clone(), reason: e.to_string() })
+}
+
+/// What a compare-and-set did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CasOutcome {
+    /// Written; the key is now at `revision`.
+    Written { revision: u64 },
+    /// Someone else wrote first (or, for a create, the key exists): nothing was written.
+    Conflict,
+    /// Timed out: it may or may not be applied, now or later. Re-read and check the writer id.
+    Unknown,
+}
+
+/// The value and revision of `key`, if it has one.
+pub async fn read(store: &kv::Store, key: &str) -> Result<Option<(u64, Bytes)>, KvError> {
+    match store.entry(key).await {
+        Ok(Some(e)) if e.operation == kv::Operation::Put => Ok(Some((e.revision, e.value))),
+        Ok(_) => Ok(None),
+        Err(e) => Err(KvError::Read { key: key.into(), reason: e.to_string() }),
+    }
+}
+
+/// Write `value` to `key` only if the key is at `expected` (`None`: only if it does not exist).
+pub async fn compare_and_set(
+    store: &kv::Store,
+    key: &str,
+    value: Bytes,
+    expected: Option<u64>,
+) -> Result<CasOutcome, KvError> {
+    match expected {
+        None => match store.create(key, value).await {
+            Ok(revision) => Ok(CasOutcome::Written { revision }),
+            Err(e) => match e.kind() {
+                kv::CreateErrorKind::AlreadyExists => Ok(CasOutcome::Conflict),
+                kv::CreateErrorKind::Publish | kv::CreateErrorKind::Ack => Ok(CasOutcome::Unknown),
+                _ => Err(KvError::Write { key: key.into(), reason: e.to_string() }),
+            },
+        },
+        Some(revision) => match store.update(key, value, revision).await {
+            Ok(revision) => Ok(CasOutcome::Written { revision }),
+            Err(e) => match e.kind() {
+                kv::UpdateErrorKind::WrongLastRevision => Ok(CasOutcome::Conflict),
+                kv::UpdateErrorKind::TimedOut => Ok(CasOutcome::Unknown),
+                _ => Err(KvError::Write { key: key.into(), reason: e.to_string() }),
+            },
+        },
+    }
+}

@@ -1,0 +1,13 @@
+//! # Leasehold's NATS plumbing
+//!
+//! ## Layout
+//! * [`connect`]: connection defaults for control-plane traffic (short timeouts, fast dead-peer
+//!   detection) and a JetStream context with a short ack timeout.
+//! * [`kv`]: KV buckets created by hand (works on nats-server 2.9.10, where async-nats'
+//!   `create_key_value` fails) and compare-and-set with an explicit "outcome unknown".
+//! * [`server`]: runs real `nats-server` processes on free loopback ports with temporary storage,
+//!   for tests and the demo; stopped and cleaned up on drop.
+
+pub mod connect;
+pub mod kv;
+pub mod server;

