@@ -19,6 +19,7 @@ pub const NS_PER_MS: u64 = 1_000_000;
 pub const NS_PER_S: u64 = 1_000_000_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ExpiryPolicy {
     /// Bound on the relative clock-rate difference between an issuer and its holder (0.01 = 1%).
     pub max_drift: f64,

@@ -17,28 +17,59 @@ fn one() -> f64 {
     1.0
 }
 
-/// One global limit owned by the coordinator.
+/// One global limit owned by the coordinator. In a config file only `limit`, `quota` and `dcs`
+/// are required; the rest default to the values of [`LimitConfig::new`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LimitConfig {
     pub limit: String,
     /// R and B: the global refill rate and burst.
     pub quota: Quota,
     pub dcs: Vec<DcSpec>,
+    #[serde(default = "defaults::dc_ttl_ms")]
     pub dc_ttl_ms: u64,
+    #[serde(default = "defaults::renew_interval_ms")]
     pub renew_interval_ms: u64,
     /// A DC silent for longer gets no renewal (its lease then expires).
+    #[serde(default = "defaults::report_timeout_ms")]
     pub report_timeout_ms: u64,
+    #[serde(default)]
     pub alloc_mode: AllocMode,
     /// Fraction of the allocatable budget held back from every DC (0 by default: the ledger,
     /// not a reserve, keeps handoffs safe).
+    #[serde(default)]
     pub reserve: f64,
     /// Minimum change of a DC's share, as a fraction of the capacity, that triggers a re-split.
+    #[serde(default = "defaults::hysteresis")]
     pub hysteresis: f64,
+    #[serde(default = "defaults::min_realloc_interval_ms")]
     pub min_realloc_interval_ms: u64,
     /// Each DC's burst share is at least this many milli-tokens per healthy pod (so a pod can
     /// always take a cost-1 request), when the budget allows.
+    #[serde(default = "defaults::min_burst_per_pod_milli")]
     pub min_burst_per_pod_milli: u64,
+    #[serde(default)]
     pub expiry: ExpiryPolicy,
+}
+
+mod defaults {
+    pub fn dc_ttl_ms() -> u64 {
+        10_000
+    }
+    pub fn renew_interval_ms() -> u64 {
+        1_000
+    }
+    pub fn report_timeout_ms() -> u64 {
+        3_000
+    }
+    pub fn hysteresis() -> f64 {
+        0.02
+    }
+    pub fn min_realloc_interval_ms() -> u64 {
+        1_000
+    }
+    pub fn min_burst_per_pod_milli() -> u64 {
+        1_000
+    }
 }
 
 impl LimitConfig {
@@ -47,14 +78,14 @@ impl LimitConfig {
             limit: limit.into(),
             quota,
             dcs: dcs.iter().map(|(n, f)| DcSpec { name: (*n).into(), floor: *f, weight: 1.0 }).collect(),
-            dc_ttl_ms: 10_000,
-            renew_interval_ms: 1_000,
-            report_timeout_ms: 3_000,
+            dc_ttl_ms: defaults::dc_ttl_ms(),
+            renew_interval_ms: defaults::renew_interval_ms(),
+            report_timeout_ms: defaults::report_timeout_ms(),
             alloc_mode: AllocMode::WaterFill,
             reserve: 0.0,
-            hysteresis: 0.02,
-            min_realloc_interval_ms: 1_000,
-            min_burst_per_pod_milli: 1_000,
+            hysteresis: defaults::hysteresis(),
+            min_realloc_interval_ms: defaults::min_realloc_interval_ms(),
+            min_burst_per_pod_milli: defaults::min_burst_per_pod_milli(),
             expiry: ExpiryPolicy::default(),
         }
     }

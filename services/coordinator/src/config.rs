@@ -1,0 +1,127 @@
+//! Coordinator settings: defaults → TOML file → environment (`LEASEHOLD_COORDINATOR_*`),
+//! validated before anything starts.
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use leasehold_shared::coordinator::LimitConfig;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use thiserror::Error;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    pub nats_url: String,
+    /// This replica's id (written into the ledger record it writes). Default: random.
+    pub id: Option<String>,
+    /// How long leadership lasts without renewal (the leader bucket's `max_age`).
+    pub leader_ttl_ms: u64,
+    /// Replicas of the ledger and leader buckets (3 in production clusters).
+    pub replicas: usize,
+    pub limits: Vec<LimitConfig>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            nats_url: "nats://127.0.0.1:4222".into(),
+            id: None,
+            leader_ttl_ms: 3_000,
+            replicas: 1,
+            limits: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Load(String),
+    #[error("configuration: {0}")]
+    Invalid(String),
+}
+
+/// Load and validate.
+pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
+    let mut f = Figment::from(Serialized::defaults(Settings::default()));
+    if let Some(path) = file {
+        if !path.is_file() {
+            return Err(ConfigError::Load(format!("file {} not found", path.display())));
+        }
+        f = f.merge(Toml::file(path));
+    }
+    let s: Settings =
+        f.merge(Env::prefixed("LEASEHOLD_COORDINATOR_")).extract().map_err(|e| ConfigError::Load(e.to_string()))?;
+    s.validate()?;
+    Ok(s)
+}
+
+impl Settings {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.limits.is_empty() {
+            return Err(ConfigError::Invalid("no limits configured ([[limits]] in the TOML file)".into()));
+        }
+        if self.replicas == 0 {
+            return Err(ConfigError::Invalid("replicas must be at least 1".into()));
+        }
+        let mut names: Vec<&str> = self.limits.iter().map(|l| l.limit.as_str()).collect();
+        names.sort_unstable();
+        if names.windows(2).any(|w| w[0] == w[1]) {
+            return Err(ConfigError::Invalid("a limit is configured twice".into()));
+        }
+        for l in &self.limits {
+            l.validate().map_err(ConfigError::Invalid)?;
+            leasehold_shared::wire::check_id("limit", &l.limit).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+            if self.leader_ttl_ms <= l.renew_interval_ms || self.leader_ttl_ms * 2 > l.dc_ttl_ms {
+                return Err(ConfigError::Invalid(format!(
+                    "limit {}: leader_ttl_ms ({}) must exceed renew_interval_ms ({}) and be at most half of dc_ttl_ms ({}), so DCs ride through a failover",
+                    l.limit, self.leader_ttl_ms, l.renew_interval_ms, l.dc_ttl_ms
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(name: &str, text: &str) -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("leasehold-coord-{}-{name}.toml", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn the_shipped_example_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/coordinator.toml");
+        let s = load(Some(&path)).unwrap();
+        assert_eq!(s.limits[0].limit, "partner-api");
+        assert_eq!(s.limits[0].dcs.len(), 2);
+        assert_eq!(s.limits[0].expiry.egress_spread_ms, 144);
+        assert_eq!(s.limits[0].hysteresis, 0.02, "unset fields take their defaults");
+    }
+
+    #[test]
+    fn bad_configurations_are_refused_with_a_reason() {
+        let cases = [
+            ("nolimits", "nats_url = \"nats://x\"\n", "no limits"),
+            ("badtoml", "limits = [\n", "configuration"),
+            (
+                "floors",
+                "[[limits]]\nlimit = \"a\"\nquota = { rate_milli_per_s = 1000, burst_milli = 0 }\n[[limits.dcs]]\nname = \"x\"\nfloor = { rate_milli_per_s = 5000, burst_milli = 0 }\n",
+                "floors",
+            ),
+            (
+                "ttl",
+                "leader_ttl_ms = 9000\n[[limits]]\nlimit = \"a\"\nquota = { rate_milli_per_s = 1000, burst_milli = 0 }\n[[limits.dcs]]\nname = \"x\"\n",
+                "leader_ttl_ms",
+            ),
+        ];
+        for (name, text, needle) in cases {
+            let err = load(Some(&write(name, text))).unwrap_err().to_string();
+            assert!(err.contains(needle), "{name}: {err}");
+        }
+        assert!(load(Some(Path::new("/nonexistent.toml"))).unwrap_err().to_string().contains("not found"));
+    }
+}

@@ -1,0 +1,221 @@
+//! Leadership through the `lh_leaders` KV key, and fenced writes of the ledger records.
+//!
+//! * A follower tries to `create` the leader key each tick; the bucket's `max_age` (the leader
+//!   TTL) makes an unrenewed key vanish, so a dead leader is replaced within one TTL + one tick.
+//! * A new leader reads every limit's ledger record, takes an epoch above all of them, resumes
+//!   each core from its record (old leases keep counting) and writes the records back by
+//!   compare-and-set before it issues anything.
+//! * Every write is a compare-and-set on the revision this leader last wrote. A conflict means
+//!   someone else leads: step down at once. A timed-out write is re-read: if the stored value
+//!   is not exactly ours, step down.
+//! * A leader that cannot renew its key within 80% of the TTL (its own clock) stops leading.
+
+use bytes::Bytes;
+use leasehold_nats::kv::{compare_and_set, read, CasOutcome};
+use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig};
+use leasehold_shared::subjects;
+use leasehold_shared::wire::{decode, encode, DcReport, LedgerRecord};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+use async_nats::jetstream::kv::Store;
+
+/// What the coordinator is doing, for tests, metrics and `inspect`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    pub leading: bool,
+    pub epoch: u64,
+    pub takeovers: u64,
+    pub records_written: u64,
+    pub step_downs: u64,
+    pub reports_malformed: u64,
+    pub reports_ignored: u64,
+}
+
+struct LimitState {
+    core: CoordinatorCore,
+    record_rev: Option<u64>,
+}
+
+struct Leadership {
+    leader_rev: u64,
+    renewed_at: Instant,
+    limits: BTreeMap<String, LimitState>,
+}
+
+pub struct Leader {
+    id: String,
+    limits: Vec<LimitConfig>,
+    leader_ttl: Duration,
+    ledger: Store,
+    leaders: Store,
+    origin: Instant,
+    leadership: Option<Leadership>,
+    pub status: Status,
+}
+
+impl Leader {
+    pub fn new(id: String, limits: Vec<LimitConfig>, leader_ttl: Duration, ledger: Store, leaders: Store) -> Self {
+        Leader {
+            id,
+            limits,
+            leader_ttl,
+            ledger,
+            leaders,
+            origin: Instant::now(),
+            leadership: None,
+            status: Status::default(),
+        }
+    }
+
+    /// The only clock reading: monotonic nanoseconds since start.
+    fn now_ns(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+
+    fn step_down(&mut self, why: &str) {
+        if self.leadership.take().is_some() {
+            warn!(id = %self.id, epoch = self.status.epoch, reason = why, "stepping down");
+            self.status.step_downs += 1;
+        }
+        self.status.leading = false;
+    }
+
+    /// Periodic step: renew or seek leadership, then renew every DC's lease.
+    pub async fn tick(&mut self) {
+        match self.leadership.as_ref().map(|l| (l.leader_rev, l.renewed_at)) {
+            Some((rev, renewed_at)) => {
+                let id = Bytes::from(self.id.clone());
+                match compare_and_set(&self.leaders, subjects::COORDINATOR_LEADER_KEY, id, Some(rev)).await {
+                    Ok(CasOutcome::Written { revision }) => {
+                        let l = self.leadership.as_mut().expect("leading");
+                        l.leader_rev = revision;
+                        l.renewed_at = Instant::now();
+                    }
+                    Ok(CasOutcome::Conflict) => return self.step_down("leader key taken"),
+                    Ok(CasOutcome::Unknown) | Err(_) => {
+                        if renewed_at.elapsed() > self.leader_ttl.mul_f64(0.8) {
+                            return self.step_down("cannot renew the leader key in time");
+                        }
+                    }
+                }
+                let now = self.now_ns();
+                let names: Vec<String> = self.limits.iter().map(|l| l.limit.clone()).collect();
+                for name in names {
+                    if let Some(l) = self.leadership.as_mut().and_then(|l| l.limits.get_mut(&name)) {
+                        l.core.tick(now);
+                    }
+                    if !self.write(&name).await {
+                        return;
+                    }
+                }
+            }
+            None => {
+                let id = Bytes::from(self.id.clone());
+                if let Ok(CasOutcome::Written { revision }) =
+                    compare_and_set(&self.leaders, subjects::COORDINATOR_LEADER_KEY, id, None).await
+                {
+                    self.take_over(revision).await;
+                }
+            }
+        }
+    }
+
+    async fn take_over(&mut self, leader_rev: u64) {
+        let mut records = BTreeMap::new();
+        for cfg in &self.limits {
+            let key = subjects::ledger_key(&cfg.limit).expect("validated");
+            match read(&self.ledger, &key).await {
+                Ok(None) => {
+                    records.insert(cfg.limit.clone(), (None, None));
+                }
+                Ok(Some((rev, bytes))) => match decode::<LedgerRecord>(&bytes) {
+                    Ok(rec) => {
+                        records.insert(cfg.limit.clone(), (Some(rev), Some(rec)));
+                    }
+                    Err(e) => {
+                        // Never lead on a ledger we cannot read: its leases would go uncounted.
+                        warn!(limit = %cfg.limit, cause = %e, "ledger record unreadable; not taking over");
+                        return;
+                    }
+                },
+                Err(e) => {
+                    warn!(limit = %cfg.limit, cause = %e, "cannot read the ledger; not taking over");
+                    return;
+                }
+            }
+        }
+        let epoch = records.values().filter_map(|(_, r)| r.as_ref().map(|r| r.epoch)).max().unwrap_or(0) + 1;
+        let now = self.now_ns();
+        let limits = self
+            .limits
+            .iter()
+            .map(|cfg| {
+                let (rev, rec) = &records[&cfg.limit];
+                let core = CoordinatorCore::resume(cfg.clone(), &self.id, epoch, rec.as_ref(), now);
+                (cfg.limit.clone(), LimitState { core, record_rev: *rev })
+            })
+            .collect();
+        self.leadership = Some(Leadership { leader_rev, renewed_at: Instant::now(), limits });
+        self.status.leading = true;
+        self.status.epoch = epoch;
+        self.status.takeovers += 1;
+        info!(id = %self.id, epoch, "leading");
+        let names: Vec<String> = self.limits.iter().map(|l| l.limit.clone()).collect();
+        for name in names {
+            if !self.write(&name).await {
+                return;
+            }
+        }
+    }
+
+    /// Compare-and-set the limit's record. False when this replica no longer leads.
+    async fn write(&mut self, limit: &str) -> bool {
+        let Some(state) = self.leadership.as_ref().and_then(|l| l.limits.get(limit)) else { return false };
+        let bytes = Bytes::from(encode(&state.core.record()));
+        let expected = state.record_rev;
+        let key = subjects::ledger_key(limit).expect("validated");
+        let outcome = match compare_and_set(&self.ledger, &key, bytes.clone(), expected).await {
+            Ok(CasOutcome::Unknown) | Err(_) => match read(&self.ledger, &key).await {
+                // Outcome unknown: it counts as ours only if the stored value is exactly ours.
+                Ok(Some((rev, stored))) if stored == bytes => CasOutcome::Written { revision: rev },
+                _ => CasOutcome::Conflict,
+            },
+            Ok(o) => o,
+        };
+        match outcome {
+            CasOutcome::Written { revision } => {
+                if let Some(s) = self.leadership.as_mut().and_then(|l| l.limits.get_mut(limit)) {
+                    s.record_rev = Some(revision);
+                }
+                self.status.records_written += 1;
+                true
+            }
+            _ => {
+                self.step_down("the ledger was written by someone else");
+                false
+            }
+        }
+    }
+
+    /// A DC manager's report: acks may free capacity a DC is waiting for.
+    pub async fn on_report(&mut self, payload: &[u8]) {
+        let report = match decode::<DcReport>(payload) {
+            Ok(r) => r,
+            Err(_) => {
+                self.status.reports_malformed += 1;
+                return;
+            }
+        };
+        let now = self.now_ns();
+        let Some(state) = self.leadership.as_mut().and_then(|l| l.limits.get_mut(&report.limit)) else {
+            self.status.reports_ignored += 1;
+            return;
+        };
+        let grew = !state.core.on_dc_report(&report, now).is_empty();
+        if grew {
+            self.write(&report.limit).await;
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! # Leasehold's global coordinator (service)
+//!
+//! A thin async driver around [`leasehold_shared::coordinator::CoordinatorCore`]: it reads the
+//! clock in one place, receives DC reports on `lh.<limit>.dc.*.report`, and keeps the DC leases
+//! in the `lh_ledger` KV bucket, one record per limit, written only by compare-and-set. Any
+//! number of replicas may run; the one holding the `lh_leaders` key leads (see [`leader`]).
+//!
+//! ## Layout
+//! * [`config`]: settings (figment: defaults → TOML → env), validated at start.
+//! * [`leader`]: leadership, takeover with ledger resume, fenced writes.
+//! * [`run`]: the event loop; [`spawn`] for tests and embedding.
+
+pub mod config;
+pub mod leader;
+
+use futures::StreamExt;
+use leader::{Leader, Status};
+use leasehold_nats::connect::jetstream;
+use leasehold_nats::kv::{ensure_bucket, BucketSpec, KvError};
+use leasehold_shared::subjects;
+use std::time::Duration;
+use thiserror::Error;
+use tokio::sync::watch;
+
+#[derive(Debug, Error)]
+pub enum CoordinatorError {
+    #[error(transparent)]
+    Kv(#[from] KvError),
+    #[error("cannot subscribe to {subject}: {reason}")]
+    Subscribe { subject: String, reason: String },
+}
+
+/// Run until `shutdown` turns true. `status` receives every change of [`Status`].
+pub async fn run(
+    client: async_nats::Client,
+    settings: config::Settings,
+    status: watch::Sender<Status>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), CoordinatorError> {
+    let js = jetstream(client.clone());
+    let ledger = ensure_bucket(
+        &js,
+        &BucketSpec { history: 5, replicas: settings.replicas, ..BucketSpec::new(subjects::LEDGER_BUCKET) },
+    )
+    .await?;
+    let leader_ttl = Duration::from_millis(settings.leader_ttl_ms);
+    let leaders = ensure_bucket(
+        &js,
+        &BucketSpec {
+            history: 1,
+            replicas: settings.replicas,
+            max_age: leader_ttl,
+            ..BucketSpec::new(subjects::LEADER_BUCKET)
+        },
+    )
+    .await?;
+    let subject = format!("{}.*.dc.*.report", subjects::PREFIX);
+    let mut reports = client
+        .subscribe(subject.clone())
+        .await
+        .map_err(|e| CoordinatorError::Subscribe { subject, reason: e.to_string() })?;
+    let renew_ms = settings.limits.iter().map(|l| l.renew_interval_ms).min().unwrap_or(1_000);
+    let id = settings
+        .id
+        .clone()
+        .unwrap_or_else(|| format!("coord-{:08x}", std::process::id() ^ (renew_ms as u32).rotate_left(7)));
+    let mut leader = Leader::new(id, settings.limits, leader_ttl, ledger, leaders);
+    let mut tick = tokio::time::interval(Duration::from_millis(renew_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            _ = tick.tick() => leader.tick().await,
+            Some(msg) = reports.next() => leader.on_report(&msg.payload).await,
+        }
+        status.send_if_modified(|s| {
+            let changed = *s != leader.status;
+            *s = leader.status.clone();
+            changed
+        });
+    }
+    Ok(())
+}
+
+/// A running coordinator: watch its status, stop it, or drop it (which stops it too).
+pub struct Handle {
+    pub status: watch::Receiver<Status>,
+    shutdown: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<(), CoordinatorError>>,
+}
+
+impl Handle {
+    /// Stop gracefully and wait.
+    pub async fn stop(self) -> Result<(), CoordinatorError> {
+        let _ = self.shutdown.send(true);
+        self.task.await.unwrap_or(Ok(()))
+    }
+
+    /// Vanish at once, as a crash would: no further writes, the leader key is left to expire.
+    pub fn crash(self) {
+        self.task.abort();
+    }
+}
+
+pub fn spawn(client: async_nats::Client, settings: config::Settings) -> Handle {
+    let (status_tx, status) = watch::channel(Status::default());
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let task = tokio::spawn(run(client, settings, status_tx, shutdown_rx));
+    Handle { status, shutdown, task }
+}
