@@ -5,7 +5,7 @@ use bytes::Bytes;
 use leasehold_coordinator::config::Settings;
 use leasehold_coordinator::leader::Status;
 use leasehold_coordinator::{spawn, Handle};
-use leasehold_nats::connect::{connect, jetstream};
+use leasehold_nats::connect::{connect_until, jetstream};
 use leasehold_nats::kv::{compare_and_set, ensure_bucket, read, BucketSpec, CasOutcome};
 use leasehold_nats::server::{binaries, NatsServer};
 use leasehold_shared::coordinator::LimitConfig;
@@ -30,14 +30,7 @@ fn settings(url: &str, id: &str) -> Settings {
 }
 
 async fn client(url: &str) -> async_nats::Client {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match connect(url, "test").await {
-            Ok(c) => return c,
-            Err(e) if Instant::now() > deadline => panic!("{e}"),
-            Err(_) => tokio::task::yield_now().await,
-        }
-    }
+    connect_until(url, "test", Instant::now() + Duration::from_secs(10)).await.unwrap_or_else(|e| panic!("{e}"))
 }
 
 async fn until(rx: &mut watch::Receiver<Status>, within: Duration, what: &str, f: impl Fn(&Status) -> bool) -> Status {

@@ -30,6 +30,21 @@ pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, Connec
         .map_err(|source| ConnectError { url: url.to_string(), source })
 }
 
+/// [`connect`], retried until `deadline` (a server that just started may not accept yet).
+pub async fn connect_until(
+    url: &str,
+    name: &str,
+    deadline: std::time::Instant,
+) -> Result<async_nats::Client, ConnectError> {
+    loop {
+        match connect(url, name).await {
+            Ok(c) => return Ok(c),
+            Err(e) if std::time::Instant::now() >= deadline => return Err(e),
+            Err(_) => tokio::task::yield_now().await,
+        }
+    }
+}
+
 /// A JetStream context whose calls time out after [`CONTROL_TIMEOUT`].
 pub fn jetstream(client: async_nats::Client) -> jetstream::Context {
     let mut js = jetstream::new(client);

@@ -2,21 +2,13 @@
 //! compare-and-set fences a deposed writer, and revisions survive a full restart.
 
 use bytes::Bytes;
-use leasehold_nats::connect::{connect, jetstream};
+use leasehold_nats::connect::{connect_until, jetstream};
 use leasehold_nats::kv::{compare_and_set, ensure_bucket, read, BucketSpec, CasOutcome};
 use leasehold_nats::server::{binaries, NatsServer};
 use std::time::{Duration, Instant};
 
 async fn connected(url: &str) -> async_nats::Client {
-    // The server is up (it logged that it listens); allow it a moment to accept, bounded.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match connect(url, "kv-test").await {
-            Ok(c) => return c,
-            Err(e) if Instant::now() > deadline => panic!("{e}"),
-            Err(_) => tokio::task::yield_now().await,
-        }
-    }
+    connect_until(url, "kv-test", Instant::now() + Duration::from_secs(10)).await.unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
