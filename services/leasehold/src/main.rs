@@ -1,5 +1,6 @@
 //! `leasehold`: the operator CLI.
 
+mod inspect;
 mod simulate;
 
 use clap::{Parser, Subcommand};
@@ -16,12 +17,15 @@ struct Cli {
 enum Command {
     /// Run the deterministic simulator (virtual time, seeded faults, strict upstream).
     Simulate(simulate::SimulateArgs),
+    /// Print the live state from NATS: the coordinator leader and every limit's DC leases.
+    Inspect(inspect::InspectArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => simulate::run(args),
+        Command::Inspect(args) => inspect::run(args),
     };
     match result {
         Ok(code) => code,

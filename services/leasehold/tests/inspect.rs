@@ -1,0 +1,79 @@
+//! `leasehold inspect` against a real nats-server with a real coordinator writing the ledger.
+
+use bytes::Bytes;
+use leasehold_coordinator::config::Settings;
+use leasehold_nats::connect::connect_until;
+use leasehold_nats::server::{binaries, NatsServer};
+use leasehold_shared::coordinator::LimitConfig;
+use leasehold_shared::quota::Quota;
+use leasehold_shared::wire::{encode, DcReport};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_the_leader_and_the_dc_leases() {
+    let bin = binaries().expect("a nats-server is needed: run scripts/nats-servers").remove(0);
+    let server = NatsServer::start(&bin).unwrap();
+    let url = server.url();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut limit = LimitConfig::new("api", Quota::per_s(1_000, 100), &[("bkk", Quota::per_s(50, 0))]);
+    limit.renew_interval_ms = 250;
+    let settings = Settings {
+        nats_url: url.clone(),
+        id: Some("coord-x".into()),
+        leader_ttl_ms: 1_500,
+        replicas: 1,
+        limits: vec![limit],
+    };
+    let mut coord = leasehold_coordinator::spawn(connect_until(&url, "c", deadline).await.unwrap(), settings);
+    tokio::time::timeout(Duration::from_secs(10), coord.status.wait_for(|s| s.leading)).await.unwrap().unwrap();
+    let publisher = connect_until(&url, "p", deadline).await.unwrap();
+    let report = DcReport {
+        v: 1,
+        limit: "api".into(),
+        dc: "bkk".into(),
+        holder: "bkk-mgr".into(),
+        seq: 1,
+        demand: Quota::per_s(300, 0),
+        pods_healthy: 2,
+        lease_in_use: None,
+    };
+    publisher.publish("lh.api.dc.bkk.report", Bytes::from(encode(&report))).await.unwrap();
+    publisher.flush().await.unwrap();
+
+    // Inspect until the lease shows (the coordinator writes on its next tick), bounded.
+    let inspect = |json: bool| {
+        let mut args = vec!["inspect", "--nats-url", &url];
+        if json {
+            args.push("--json");
+        }
+        Command::new(env!("CARGO_BIN_EXE_leasehold")).args(&args).output().unwrap()
+    };
+    let v = loop {
+        let out = inspect(true);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        if v["ledgers"]["api"]["leases"].as_array().is_some_and(|l| l.iter().any(|l| l["dc"] == "bkk")) {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "no bkk lease within the deadline: {v}");
+        let _ = tokio::time::timeout(Duration::from_secs(1), coord.status.changed()).await;
+    };
+    assert_eq!(v["coordinator_leader"], "coord-x");
+    assert_eq!(v["ledgers"]["api"]["writer"], "coord-x");
+    let text = String::from_utf8(inspect(false).stdout).unwrap();
+    assert!(text.contains("coordinator leader: coord-x") && text.contains("dc bkk"), "{text}");
+    coord.stop().await.unwrap();
+}
+
+#[test]
+fn inspect_without_a_server_is_a_one_line_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["inspect", "--nats-url", "nats://127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.starts_with("leasehold: "), "{err}");
+}
