@@ -63,14 +63,13 @@ async fn collect(url: &str) -> Result<State, String> {
     let mut keys = ledger.keys().await.map_err(|e| format!("cannot list {}: {e}", subjects::LEDGER_BUCKET))?;
     while let Some(key) = keys.next().await {
         let key = key.map_err(|e| e.to_string())?;
-        match read(&ledger, &key).await.map_err(|e| e.to_string())? {
-            Some((revision, bytes)) => match decode::<LedgerRecord>(&bytes) {
+        if let Some((revision, bytes)) = read(&ledger, &key).await.map_err(|e| e.to_string())? {
+            match decode::<LedgerRecord>(&bytes) {
                 Ok(record) => {
                     state.ledgers.insert(key, Ledger { revision, record });
                 }
                 Err(e) => state.unreadable.push(format!("{key}: {e}")),
-            },
-            None => {}
+            }
         }
     }
     Ok(state)
