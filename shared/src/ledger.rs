@@ -106,6 +106,20 @@ impl<H: Ord + Clone> Ledger<H> {
         self.capacity.saturating_sub(others)
     }
 
+    /// The most an issuer may grant `holder` towards `target` now: anything up to its current
+    /// claim (a shrink or a plain renewal) or up to the headroom, whichever is larger.
+    pub fn grantable(&self, holder: &H, target: Quota, now_ns: u64) -> Quota {
+        target.min(self.headroom_for(holder, now_ns).max(self.holder_claim(holder, now_ns)))
+    }
+
+    /// `holder` is below `target` in some component and the headroom would let it rise there.
+    pub fn can_grow(&self, holder: &H, target: Quota, now_ns: u64) -> bool {
+        let claim = self.holder_claim(holder, now_ns);
+        let room = self.headroom_for(holder, now_ns);
+        (target.rate_milli_per_s > claim.rate_milli_per_s && room.rate_milli_per_s > claim.rate_milli_per_s)
+            || (target.burst_milli > claim.burst_milli && room.burst_milli > claim.burst_milli)
+    }
+
     /// Record a new lease for `holder`. Fails (and changes nothing) if it would raise the total
     /// above capacity in either component, or if its version/epoch is stale.
     pub fn grant(

@@ -11,7 +11,7 @@ use thiserror::Error;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
     pub nats_url: String,
-    /// This replica's id (written into the ledger record it writes). Default: random.
+    /// This replica's id (written into the ledger record it writes). Default: a random UUID.
     pub id: Option<String>,
     /// How long leadership lasts without renewal (the leader bucket's `max_age`).
     pub leader_ttl_ms: u64,

@@ -223,9 +223,7 @@ impl CoordinatorCore {
             .into_iter()
             .filter(|d| {
                 let v = &self.dcs[d];
-                let holder = v.holder.as_ref().expect("reporting");
-                let claim = self.ledger.holder_claim(holder, now_ns);
-                crate::dc_manager::can_grow(v.target, claim, self.ledger.headroom_for(holder, now_ns))
+                self.ledger.can_grow(v.holder.as_ref().expect("reporting"), v.target, now_ns)
             })
             .collect();
         starved.iter().filter_map(|d| self.issue(d, now_ns)).collect()
@@ -234,9 +232,7 @@ impl CoordinatorCore {
     fn issue(&mut self, dc: &str, now_ns: u64) -> Option<DcLease> {
         let v = &self.dcs[dc];
         let holder = v.holder.clone()?;
-        let claim = self.ledger.holder_claim(&holder, now_ns);
-        let headroom = self.ledger.headroom_for(&holder, now_ns);
-        let quota = v.target.min(headroom.max(claim));
+        let quota = self.ledger.grantable(&holder, v.target, now_ns);
         self.next_seq += 1;
         let version = LeaseVersion::new(self.epoch(), self.next_seq);
         let live_until = self.cfg.expiry.issuer_live_until_ns(now_ns, self.cfg.dc_ttl_ms);

@@ -26,12 +26,6 @@ use crate::quota::Quota;
 use crate::wire::{DcLease, DcReport, LeaseReturn, LeaseVersion, PodLease, PodReport, ReturnAck, SCHEMA_VERSION};
 use pods::Pods;
 
-/// `claim` is below `target` in some component and `room` would let it rise there.
-pub(crate) fn can_grow(target: Quota, claim: Quota, room: Quota) -> bool {
-    (target.rate_milli_per_s > claim.rate_milli_per_s && room.rate_milli_per_s > claim.rate_milli_per_s)
-        || (target.burst_milli > claim.burst_milli && room.burst_milli > claim.burst_milli)
-}
-
 /// Something the driver must send.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DcOutput {
@@ -252,11 +246,7 @@ impl DcManagerCore {
         let (budget, _) = self.budget(now_ns);
         let eligible = self.pods.eligible(&self.cfg, now_ns);
         let targets = self.pods.split(budget, &eligible, self.cfg.split);
-        eligible.iter().zip(targets).any(|(p, t)| {
-            let claim = self.ledger.holder_claim(p, now_ns);
-            let room = self.ledger.headroom_for(p, now_ns);
-            can_grow(t, claim, room)
-        })
+        eligible.iter().zip(targets).any(|(p, t)| self.ledger.can_grow(p, t, now_ns))
     }
 
     /// Split the budget among eligible pods and issue their leases.
@@ -275,20 +265,15 @@ impl DcManagerCore {
         let eligible = self.pods.eligible(&self.cfg, now_ns);
         let targets = self.pods.split(budget, &eligible, self.cfg.split);
         // Shrinking pods first, so their freed share is visible before others grow.
-        let mut order: Vec<(String, Quota, Quota)> = eligible
-            .into_iter()
-            .zip(targets)
-            .map(|(p, t)| {
-                let claim = self.ledger.holder_claim(&p, now_ns);
-                (p, t, claim)
-            })
-            .collect();
-        order.sort_by_key(|(_, t, c)| (t.rate_milli_per_s as i128 - c.rate_milli_per_s as i128, t.burst_milli));
+        let mut order: Vec<(String, Quota)> = eligible.into_iter().zip(targets).collect();
+        order.sort_by_cached_key(|(p, t)| {
+            let claim = self.ledger.holder_claim(p, now_ns);
+            (t.rate_milli_per_s as i128 - claim.rate_milli_per_s as i128, t.burst_milli)
+        });
         let live_until = self.cfg.expiry.issuer_live_until_ns(now_ns, ttl_ms);
         let mut out = Vec::with_capacity(order.len());
-        for (pod, target, claim) in order {
-            let headroom = self.ledger.headroom_for(&pod, now_ns);
-            let quota = target.min(headroom.max(claim));
+        for (pod, target) in order {
+            let quota = self.ledger.grantable(&pod, target, now_ns);
             self.next_seq += 1;
             let version = LeaseVersion::new(self.cfg.epoch, self.next_seq);
             if self.ledger.grant(&pod, quota, version, live_until, now_ns).is_err() {

@@ -40,12 +40,10 @@ impl World {
         // Nesting: a DC's pods never hold more than its floor plus what the coordinator counts.
         for (d, used) in per_dc.iter().enumerate() {
             let counted = core
-                .ledger()
-                .entries()
-                .filter(|(h, _)| core.dcs().get(&self.sc.dcs[d].name).and_then(|v| v.holder.as_ref()) == Some(h))
-                .map(|(h, _)| h.clone())
-                .next()
-                .map_or(Quota::ZERO, |h| core.ledger().holder_claim(&h, local));
+                .dcs()
+                .get(&self.sc.dcs[d].name)
+                .and_then(|v| v.holder.as_ref())
+                .map_or(Quota::ZERO, |h| core.ledger().holder_claim(h, local));
             let allowed = counted.saturating_add(self.sc.dcs[d].floor).saturating_add(self.sc.emergency_per_dc);
             if !used.fits_in(&allowed) {
                 let msg =
