@@ -63,7 +63,7 @@ pub async fn run(
     let id = settings
         .id
         .clone()
-        .unwrap_or_else(|| format!("coord-{:08x}", std::process::id() ^ (renew_ms as u32).rotate_left(7)));
+        .unwrap_or_else(|| format!("coord-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
     let mut leader = Leader::new(id, settings.limits, leader_ttl, ledger, leaders);
     let mut tick = tokio::time::interval(Duration::from_millis(renew_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -107,4 +107,66 @@ pub fn spawn(client: async_nats::Client, settings: config::Settings) -> Handle {
     let (shutdown, shutdown_rx) = watch::channel(false);
     let task = tokio::spawn(run(client, settings, status_tx, shutdown_rx));
     Handle { status, shutdown, task }
+}
+
+/// The process: load settings, connect, run until SIGTERM/SIGINT. One-line errors; exit 2 on
+/// bad configuration.
+pub fn main_with_args(args: Vec<String>) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let file = match args.as_slice() {
+        [] => None,
+        [flag, path] if flag == "--config" => Some(std::path::PathBuf::from(path)),
+        _ => {
+            eprintln!("leasehold coordinator: usage: [--config FILE] (settings also from LEASEHOLD_COORDINATOR_*)");
+            return ExitCode::from(2);
+        }
+    };
+    let settings = match config::load(file.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("leasehold coordinator: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .try_init();
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("leasehold coordinator: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async move {
+        let client = leasehold_nats::connect::connect(&settings.nats_url, "leasehold-coordinator")
+            .await
+            .map_err(|e| e.to_string())?;
+        let (status, _) = watch::channel(Status::default());
+        let (stop, stop_rx) = watch::channel(false);
+        tokio::spawn(async move {
+            let term = async {
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(mut s) => {
+                        s.recv().await;
+                    }
+                    Err(_) => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term => {}
+            }
+            let _ = stop.send(true);
+        });
+        run(client, settings, status, stop_rx).await.map_err(|e| e.to_string())
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("leasehold coordinator: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

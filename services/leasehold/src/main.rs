@@ -1,5 +1,6 @@
-//! `leasehold`: the operator CLI.
+//! `leasehold`: the operator CLI, and every service as a subcommand (one binary to ship).
 
+mod demo;
 mod inspect;
 mod simulate;
 
@@ -13,12 +14,63 @@ struct Cli {
     command: Command,
 }
 
+#[derive(clap::Args)]
+struct ConfigArg {
+    /// TOML settings file (every setting can also come from the environment).
+    #[arg(long)]
+    config: Option<String>,
+}
+
+impl ConfigArg {
+    fn args(self) -> Vec<String> {
+        self.config.map(|c| vec!["--config".to_string(), c]).unwrap_or_default()
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the deterministic simulator (virtual time, seeded faults, strict upstream).
     Simulate(simulate::SimulateArgs),
     /// Print the live state from NATS: the coordinator leader and every limit's DC leases.
     Inspect(inspect::InspectArgs),
+    /// Run the whole system as processes on this machine with diurnal load; print a summary.
+    Demo(demo::DemoArgs),
+    /// Run a coordinator replica (settings: LEASEHOLD_COORDINATOR_*).
+    Coordinator(ConfigArg),
+    /// Run a DC manager replica (settings: LEASEHOLD_DC_MANAGER_*).
+    DcManager(ConfigArg),
+    /// Run a pod agent serving permits over local HTTP (settings: LEASEHOLD_AGENT_*).
+    Agent(ConfigArg),
+    /// Run the strict mock upstream (a hard limit in a sliding window).
+    Upstream(UpstreamArgs),
+}
+
+#[derive(clap::Args)]
+struct UpstreamArgs {
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: String,
+    /// Calls allowed in any window.
+    #[arg(long, default_value_t = 1_000)]
+    limit: u64,
+    #[arg(long, default_value_t = 1_000)]
+    window_ms: u64,
+}
+
+fn upstream(a: UpstreamArgs) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("leasehold upstream: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(leasehold_aggregator::serve(&a.listen, a.limit, a.window_ms)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("leasehold upstream: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -26,6 +78,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => simulate::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Demo(args) => demo::run(args),
+        Command::Coordinator(c) => return leasehold_coordinator::main_with_args(c.args()),
+        Command::DcManager(c) => return leasehold_dc_manager::main_with_args(c.args()),
+        Command::Agent(c) => return leasehold_pod::agent_main(c.args()),
+        Command::Upstream(a) => return upstream(a),
     };
     match result {
         Ok(code) => code,

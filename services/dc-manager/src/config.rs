@@ -1,0 +1,105 @@
+//! DC manager settings: defaults → TOML file → environment (`LEASEHOLD_DC_MANAGER_*`), validated.
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use leasehold_shared::dc_manager::DcManagerConfig;
+use leasehold_shared::quota::Quota;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use thiserror::Error;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    pub nats_url: String,
+    /// This replica's id. Default: `<dc>-mgr-<random>`. Each leadership term is a new holder
+    /// (`<id>-e<epoch>`), so a replica that leads again never reuses an old lease's identity.
+    pub id: Option<String>,
+    /// Leadership without renewal lasts this long (must match the `lh_leaders` bucket's max_age,
+    /// which the coordinator's `leader_ttl_ms` sets when it creates the bucket first).
+    pub leader_ttl_ms: u64,
+    /// Period of DC reports to the coordinator (pod leases are renewed every `renew_interval_ms`).
+    pub report_interval_ms: u64,
+    /// The floor reserved for this DC (learned again from every DC lease).
+    pub floor: Quota,
+    /// Serve Prometheus metrics and status here (e.g. `127.0.0.1:9100`); none by default.
+    pub http_listen: Option<String>,
+    /// Skews this manager's clock (tests and chaos runs only).
+    pub clock_offset_ms: u64,
+    /// Replicas of the KV buckets if this replica creates them.
+    pub replicas: usize,
+    /// The sans-I/O core's settings (`instance` and `epoch` are set at each takeover).
+    #[serde(flatten)]
+    pub manager: DcManagerConfig,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            nats_url: "nats://127.0.0.1:4222".into(),
+            id: None,
+            leader_ttl_ms: 3_000,
+            report_interval_ms: 250,
+            floor: Quota::ZERO,
+            http_listen: None,
+            clock_offset_ms: 0,
+            replicas: 1,
+            manager: DcManagerConfig::new("", "", ""),
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Load(String),
+    #[error("configuration: {0}")]
+    Invalid(String),
+}
+
+pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
+    let mut f = Figment::from(Serialized::defaults(Settings::default()));
+    if let Some(path) = file {
+        if !path.is_file() {
+            return Err(ConfigError::Load(format!("file {} not found", path.display())));
+        }
+        f = f.merge(Toml::file(path));
+    }
+    let s: Settings =
+        f.merge(Env::prefixed("LEASEHOLD_DC_MANAGER_")).extract().map_err(|e| ConfigError::Load(e.to_string()))?;
+    s.validate()?;
+    Ok(s)
+}
+
+impl Settings {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        for (what, v) in [("limit", &self.manager.limit), ("dc", &self.manager.dc)] {
+            if let Err(e) = leasehold_shared::wire::check_id(what, v) {
+                return bad(e.to_string());
+            }
+        }
+        if let Some(id) = &self.id {
+            if let Err(e) = leasehold_shared::wire::check_id("id", id) {
+                return bad(e.to_string());
+            }
+        }
+        self.manager.validate().map_err(ConfigError::Invalid)?;
+        if self.report_interval_ms == 0 || self.report_interval_ms > self.manager.renew_interval_ms {
+            return bad(format!(
+                "report_interval_ms ({}) must be positive and at most renew_interval_ms ({})",
+                self.report_interval_ms, self.manager.renew_interval_ms
+            ));
+        }
+        if self.leader_ttl_ms < 4 * self.report_interval_ms {
+            return bad(format!("leader_ttl_ms ({}) must be at least 4 report intervals", self.leader_ttl_ms));
+        }
+        Ok(())
+    }
+
+    pub fn id(&self) -> String {
+        self.id.clone().unwrap_or_else(|| {
+            let u = uuid::Uuid::new_v4().simple().to_string();
+            format!("{}-mgr-{}", self.manager.dc, &u[..8])
+        })
+    }
+}

@@ -1,0 +1,204 @@
+//! # Leasehold DC manager (service)
+//!
+//! A thin async driver around [`leasehold_shared::dc_manager::DcManagerCore`]:
+//! * leadership of the DC through the `lh_leaders` key `dc.<dc>` (see [`manager`]);
+//! * DC leases from the coordinator, by watching the limit's record in the `lh_ledger` bucket;
+//! * pod reports and returns on `lh.<limit>.pod.<dc>.*.{report,return}`;
+//! * pod leases and return acks on `lh.<limit>.pod.<dc>.<pod>.{lease,ack}`, DC reports on
+//!   `lh.<limit>.dc.<dc>.report`;
+//! * optional HTTP: `/metrics` (Prometheus) and `/v1/status` (JSON).
+
+pub mod config;
+mod http;
+pub mod manager;
+
+use futures::StreamExt;
+use leasehold_nats::connect::jetstream;
+use leasehold_nats::kv::{ensure_bucket, BucketSpec, KvError};
+use leasehold_shared::subjects::{self, PodChannel};
+use manager::{Manager, Status};
+use std::time::Duration;
+use thiserror::Error;
+use tokio::sync::{mpsc, watch};
+
+#[derive(Debug, Error)]
+pub enum DcManagerError {
+    #[error(transparent)]
+    Kv(#[from] KvError),
+    #[error("cannot subscribe to {subject}: {reason}")]
+    Subscribe { subject: String, reason: String },
+    #[error("cannot listen on {addr}: {reason}")]
+    Listen { addr: String, reason: String },
+}
+
+/// Keep a watch on the limit's ledger record, re-opening it whenever it ends (server restart).
+fn watch_record(ledger: async_nats::jetstream::kv::Store, key: String) -> mpsc::Receiver<bytes::Bytes> {
+    let (tx, rx) = mpsc::channel(16);
+    tokio::spawn(async move {
+        loop {
+            if let Ok(mut w) = ledger.watch_with_history(&key).await {
+                while let Some(Ok(entry)) = w.next().await {
+                    if tx.send(entry.value).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            if tx.is_closed() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+    rx
+}
+
+/// Run until `shutdown` turns true. `status` receives every change of [`Status`].
+pub async fn run(
+    client: async_nats::Client,
+    settings: config::Settings,
+    status: watch::Sender<Status>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), DcManagerError> {
+    let js = jetstream(client.clone());
+    let ledger = ensure_bucket(
+        &js,
+        &BucketSpec { history: 5, replicas: settings.replicas, ..BucketSpec::new(subjects::LEDGER_BUCKET) },
+    )
+    .await?;
+    let leaders = ensure_bucket(
+        &js,
+        &BucketSpec {
+            history: 1,
+            replicas: settings.replicas,
+            max_age: Duration::from_millis(settings.leader_ttl_ms),
+            ..BucketSpec::new(subjects::LEADER_BUCKET)
+        },
+    )
+    .await?;
+    let (limit, dc) = (settings.manager.limit.clone(), settings.manager.dc.clone());
+    let subscribe = |channel| {
+        let client = client.clone();
+        let subject = subjects::pods_wildcard(&limit, &dc, channel).expect("validated");
+        async move {
+            client.subscribe(subject.clone()).await.map_err(|e| DcManagerError::Subscribe { subject, reason: e.to_string() })
+        }
+    };
+    let mut reports = subscribe(PodChannel::Report).await?;
+    let mut returns = subscribe(PodChannel::Return).await?;
+    let mut records = watch_record(ledger, subjects::ledger_key(&limit).expect("validated"));
+    if let Some(addr) = settings.http_listen.clone() {
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|e| DcManagerError::Listen { addr: addr.clone(), reason: e.to_string() })?;
+        let app = http::router(status.subscribe(), limit.clone(), dc.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+    }
+    let mut tick = tokio::time::interval(Duration::from_millis(settings.report_interval_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut m = Manager::new(settings, client, leaders);
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            _ = tick.tick() => m.tick().await,
+            Some(msg) = reports.next() => m.on_pod_report(&msg.payload).await,
+            Some(msg) = returns.next() => m.on_return(&msg.payload).await,
+            Some(rec) = records.recv() => m.on_record(&rec).await,
+        }
+        status.send_if_modified(|s| {
+            let changed = *s != m.status;
+            *s = m.status.clone();
+            changed
+        });
+    }
+    Ok(())
+}
+
+/// A running DC manager: watch its status, stop it, or crash it.
+pub struct Handle {
+    pub status: watch::Receiver<Status>,
+    shutdown: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<(), DcManagerError>>,
+}
+
+impl Handle {
+    pub async fn stop(self) -> Result<(), DcManagerError> {
+        let _ = self.shutdown.send(true);
+        self.task.await.unwrap_or(Ok(()))
+    }
+
+    /// Vanish at once: no more messages; its leader key and leases run out.
+    pub fn crash(self) {
+        self.task.abort();
+    }
+}
+
+pub fn spawn(client: async_nats::Client, settings: config::Settings) -> Handle {
+    let (status_tx, status) = watch::channel(Status::default());
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let task = tokio::spawn(run(client, settings, status_tx, shutdown_rx));
+    Handle { status, shutdown, task }
+}
+
+/// The process: load settings, connect, run until SIGTERM/SIGINT. One-line errors, exit 2 on
+/// bad configuration.
+pub fn main_with_args(args: Vec<String>) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let file = match args.as_slice() {
+        [] => None,
+        [flag, path] if flag == "--config" => Some(std::path::PathBuf::from(path)),
+        _ => {
+            eprintln!("leasehold dc-manager: usage: [--config FILE] (settings also from LEASEHOLD_DC_MANAGER_*)");
+            return ExitCode::from(2);
+        }
+    };
+    let settings = match config::load(file.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("leasehold dc-manager: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .try_init();
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("leasehold dc-manager: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async move {
+        let client = leasehold_nats::connect::connect(&settings.nats_url, "leasehold-dc-manager").await.map_err(|e| e.to_string())?;
+        let (status, _) = watch::channel(Status::default());
+        let (stop, stop_rx) = watch::channel(false);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            let _ = stop.send(true);
+        });
+        run(client, settings, status, stop_rx).await.map_err(|e| e.to_string())
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("leasehold dc-manager: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}

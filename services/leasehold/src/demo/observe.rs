@@ -1,0 +1,73 @@
+//! What the demo watches while it runs: the DC allocations (from the ledger record in KV), the
+//! coordinator leader, the upstream's counters; the live table and the summary's statistics.
+
+use async_nats::jetstream::kv::Store;
+use leasehold_shared::subjects;
+use leasehold_shared::wire::{decode, LedgerRecord};
+use serde::Deserialize;
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct UpstreamStats {
+    pub total: u64,
+    pub admitted: u64,
+    pub rejected: u64,
+    pub max_window: u64,
+    pub max_window_ratio: f64,
+}
+
+pub async fn upstream_stats(client: &reqwest::Client, upstream: &str) -> Option<UpstreamStats> {
+    let r = client.get(format!("http://{upstream}/stats")).send().await.ok()?;
+    r.json().await.ok()
+}
+
+/// Floor + newest DC lease per DC (requests per second), in `dcs` order.
+pub async fn allocations(ledger: &Store, limit: &str, dcs: &[&str]) -> Option<(Vec<f64>, u64)> {
+    let key = subjects::ledger_key(limit).ok()?;
+    let bytes = ledger.get(key).await.ok()??;
+    let rec = decode::<LedgerRecord>(&bytes).ok()?;
+    let per_dc = dcs
+        .iter()
+        .map(|dc| {
+            let newest = rec.leases.iter().filter(|l| l.dc == *dc).max_by_key(|l| l.version);
+            newest.map_or(0.0, |l| l.quota.rate_per_s() + l.floor.rate_per_s())
+        })
+        .collect();
+    Some((per_dc, rec.epoch))
+}
+
+pub async fn leader(leaders: &Store) -> Option<String> {
+    let v = leaders.get(subjects::COORDINATOR_LEADER_KEY).await.ok()??;
+    Some(String::from_utf8_lossy(&v).into_owned())
+}
+
+/// Pearson correlation of two equally long series (None when either is constant).
+pub fn correlation(x: &[f64], y: &[f64]) -> Option<f64> {
+    let n = x.len().min(y.len()) as f64;
+    if n < 3.0 {
+        return None;
+    }
+    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
+    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+    for (a, b) in x.iter().zip(y) {
+        sxy += (a - mx) * (b - my);
+        sxx += (a - mx).powi(2);
+        syy += (b - my).powi(2);
+    }
+    if sxx == 0.0 || syy == 0.0 {
+        return None;
+    }
+    Some(sxy / (sxx * syy).sqrt())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn correlation_sees_following_and_opposing_series() {
+        let x = [0.1, 0.3, 0.5, 0.7];
+        assert!(correlation(&x, &[0.2, 0.35, 0.5, 0.66]).unwrap() > 0.99);
+        assert!(correlation(&x, &[0.7, 0.5, 0.3, 0.1]).unwrap() < -0.99);
+        assert_eq!(correlation(&x, &[0.5; 4]), None);
+    }
+}

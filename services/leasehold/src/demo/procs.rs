@@ -1,0 +1,96 @@
+//! The demo's child processes: every service is this same binary with a subcommand. Output goes
+//! to one log file per process; children are killed when the demo ends, however it ends.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub struct Procs {
+    exe: PathBuf,
+    log_dir: PathBuf,
+    children: BTreeMap<String, Child>,
+}
+
+impl Procs {
+    pub fn new(log_dir: &Path) -> Result<Self, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
+        std::fs::create_dir_all(log_dir).map_err(|e| format!("cannot create {}: {e}", log_dir.display()))?;
+        Ok(Procs { exe, log_dir: log_dir.into(), children: BTreeMap::new() })
+    }
+
+    /// Start `leasehold <args>` as `name`. With `address`, wait for its `listening on ADDR` line
+    /// and return ADDR.
+    pub async fn spawn(
+        &mut self,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, String)],
+        address: bool,
+    ) -> Result<Option<String>, String> {
+        let log = self.log_dir.join(format!("{name}.log"));
+        let stderr = std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+        let mut cmd = Command::new(&self.exe);
+        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true);
+        cmd.env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().map_err(|e| format!("cannot start {name}: {e}"))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let out_path = self.log_dir.join(format!("{name}.out"));
+        tokio::spawn(async move {
+            let mut tx = Some(tx);
+            let mut lines = BufReader::new(stdout).lines();
+            let mut file = tokio::fs::File::create(out_path).await.ok();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(addr) = line.split("listening on ").nth(1) {
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(addr.trim().to_string());
+                    }
+                }
+                if let Some(f) = file.as_mut() {
+                    let _ = f.write_all(format!("{line}\n").as_bytes()).await;
+                }
+            }
+        });
+        self.children.insert(name.to_string(), child);
+        if !address {
+            return Ok(None);
+        }
+        match tokio::time::timeout(Duration::from_secs(20), rx).await {
+            Ok(Ok(addr)) => Ok(Some(addr)),
+            _ => Err(format!("{name} did not start listening; see {}", log.display())),
+        }
+    }
+
+    /// SIGKILL, as a crash.
+    pub async fn kill(&mut self, name: &str) -> bool {
+        match self.children.get_mut(name) {
+            Some(c) => c.kill().await.is_ok(),
+            None => false,
+        }
+    }
+
+    /// SIGTERM everything (agents drain), wait up to `grace`, then SIGKILL what is left.
+    pub async fn stop_all(&mut self, grace: Duration) {
+        for c in self.children.values() {
+            if let Some(pid) = c.id() {
+                let _ = std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+            }
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        for c in self.children.values_mut() {
+            let _ = tokio::time::timeout_at(deadline, c.wait()).await;
+            let _ = c.kill().await;
+        }
+    }
+
+    /// Names of children that exited on their own (a crash the demo did not cause).
+    pub fn exited(&mut self) -> Vec<String> {
+        self.children.iter_mut().filter_map(|(n, c)| matches!(c.try_wait(), Ok(Some(_))).then(|| n.clone())).collect()
+    }
+}

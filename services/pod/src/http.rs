@@ -1,0 +1,168 @@
+//! The agent's local HTTP API, for services in any language.
+//!
+//! * `POST /v1/acquire?cost=1&priority=high|low&max_wait_ms=0` → `200` with a permit, or `429`
+//!   with `Retry-After` (whole seconds) and an `application/problem+json` body. Both carry the
+//!   IETF `RateLimit-Policy` and `RateLimit` headers (draft-ietf-httpapi-ratelimit-headers).
+//! * `POST /v1/upstream-error`: count a failed upstream call (feeds the pod's health).
+//! * `GET /v1/status` (JSON), `GET /metrics` (Prometheus), `GET /healthz`.
+//! Bad input is a `400` problem and changes nothing.
+
+use crate::driver::PodStatus;
+use crate::limiter::{AcquireError, Denial, Limiter, Priority};
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Longest wait a caller may ask for.
+pub const MAX_WAIT_MS: u64 = 30_000;
+
+#[derive(Clone)]
+struct Agent {
+    limiter: Limiter,
+    status: watch::Receiver<PodStatus>,
+}
+
+#[derive(Deserialize)]
+struct AcquireQuery {
+    cost: Option<String>,
+    priority: Option<String>,
+    max_wait_ms: Option<String>,
+}
+
+fn problem(status: StatusCode, title: &str, detail: String) -> Response {
+    let body = json!({ "type": "about:blank", "title": title, "status": status.as_u16(), "detail": detail });
+    (status, [(header::CONTENT_TYPE, "application/problem+json")], body.to_string()).into_response()
+}
+
+fn parse_u64(name: &str, v: Option<&String>, default: u64, max: u64) -> Result<u64, Response> {
+    let Some(v) = v else { return Ok(default) };
+    match v.parse::<u64>() {
+        Ok(n) if n <= max => Ok(n),
+        _ => Err(problem(StatusCode::BAD_REQUEST, "invalid parameter", format!("{name} must be an integer in 0..={max}, got {v:?}"))),
+    }
+}
+
+fn ratelimit_headers(limiter: &Limiter, cost: u32) -> HeaderMap {
+    let now = limiter.now_ns();
+    let view = limiter.bucket().view(now);
+    let live = view.expires_at_ns > now;
+    let quota_per_s = if live { view.quota.rate_milli_per_s / 1_000 } else { 0 };
+    let remaining = if live { view.balance_milli / 1_000 } else { 0 };
+    let reset_s = limiter.bucket().retry_after(cost, now).ok().flatten().map_or(0, |ns| ns.div_ceil(1_000_000_000));
+    let mut h = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(&format!("\"lease\";q={quota_per_s};w=1")) {
+        h.insert("ratelimit-policy", v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&format!("\"lease\";r={remaining};t={reset_s}")) {
+        h.insert("ratelimit", v);
+    }
+    h
+}
+
+async fn acquire(State(a): State<Agent>, Query(q): Query<AcquireQuery>) -> Response {
+    let cost = match parse_u64("cost", q.cost.as_ref(), 1, u32::MAX as u64) {
+        Ok(c) => c as u32,
+        Err(r) => return r,
+    };
+    let max_wait_ms = match parse_u64("max_wait_ms", q.max_wait_ms.as_ref(), 0, MAX_WAIT_MS) {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let priority = match q.priority.as_deref() {
+        None | Some("high") => Priority::High,
+        Some("low") => Priority::Low,
+        Some(other) => {
+            return problem(StatusCode::BAD_REQUEST, "invalid parameter", format!("priority must be high or low, got {other:?}"))
+        }
+    };
+    let verdict = a.limiter.acquire(cost, priority, Duration::from_millis(max_wait_ms)).await;
+    let headers = ratelimit_headers(&a.limiter, cost);
+    match verdict {
+        Ok(Ok(())) => (StatusCode::OK, headers, Json(json!({ "granted": true }))).into_response(),
+        Ok(Err(denial)) => {
+            let retry_ms = denial.retry_after().map(|d| d.as_millis() as u64);
+            let detail = match denial {
+                Denial::Empty { .. } => "this pod's share of the limit is used up for now",
+                Denial::NoLease => "no valid lease (starting up, or cut off from its DC manager): failing safe",
+                Denial::QueueFull => "too many requests are already waiting",
+                Denial::Timeout { .. } => "no permit within max_wait_ms",
+            };
+            let mut r = problem(StatusCode::TOO_MANY_REQUESTS, "rate limited", detail.into());
+            r.headers_mut().extend(headers);
+            // Retry-After is whole seconds (RFC 9110); at least 1 so clients do not spin.
+            let secs = retry_ms.map_or(1, |ms| ms.div_ceil(1_000).max(1));
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            r
+        }
+        Err(AcquireError::ZeroCost) => problem(StatusCode::BAD_REQUEST, "invalid parameter", "cost must be at least 1".into()),
+        Err(AcquireError::Bucket(e)) => {
+            let mut r = problem(StatusCode::TOO_MANY_REQUESTS, "rate limited", e.to_string());
+            r.headers_mut().extend(headers);
+            r
+        }
+    }
+}
+
+async fn status_json(State(a): State<Agent>) -> Response {
+    let s = a.status.borrow().clone();
+    let now = a.limiter.now_ns();
+    Json(json!({
+        "pod": s.pod,
+        "lease": s.lease.as_ref().filter(|l| l.expires_at_ns > now).map(|l| json!({
+            "version": l.version, "quota": l.quota, "expires_in_ms": (l.expires_at_ns - now) / 1_000_000, "issuer": l.issuer,
+        })),
+        "totals": a.limiter.totals(),
+        "queued": a.limiter.queued(),
+        "leases_applied": s.leases_applied,
+        "leases_refused": s.leases_refused,
+        "messages_malformed": s.messages_malformed,
+        "renewal_latency_ms": s.renewal_latency_ms,
+        "drained": s.drained,
+    }))
+    .into_response()
+}
+
+async fn metrics(State(a): State<Agent>) -> Response {
+    let s = a.status.borrow().clone();
+    let t = a.limiter.totals();
+    let now = a.limiter.now_ns();
+    let view = a.limiter.bucket().view(now);
+    let lease_rate = if view.expires_at_ns > now { view.quota.rate_per_s() } else { 0.0 };
+    let since = s.last_renewal_ns.map_or(-1.0, |r| now.saturating_sub(r) as f64 / 1e9);
+    let pod = &s.pod;
+    let mut out = String::new();
+    let mut line = |name: &str, kind: &str, help: &str, v: f64| {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{pod=\"{pod}\"}} {v}\n"));
+    };
+    line("leasehold_pod_requests_total", "counter", "Permit requests.", t.offered as f64);
+    line("leasehold_pod_admitted_total", "counter", "Permits granted.", t.admitted as f64);
+    line("leasehold_pod_rejected_total", "counter", "Permit requests denied by the bucket.", t.rejected as f64);
+    line("leasehold_pod_lease_rate_per_s", "gauge", "Rate of the lease in force (0 when none).", lease_rate);
+    line("leasehold_pod_seconds_since_renewal", "gauge", "Time since the last lease was applied (-1: never).", since);
+    line("leasehold_pod_renewal_latency_ms", "gauge", "Report-to-lease latency of the last renewal.", s.renewal_latency_ms.unwrap_or(-1.0));
+    line("leasehold_pod_leases_refused_total", "counter", "Stale, foreign or expired leases refused.", s.leases_refused as f64);
+    line("leasehold_pod_queued", "gauge", "Requests waiting for a permit.", a.limiter.queued() as f64);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+pub fn router(limiter: Limiter, status: watch::Receiver<PodStatus>) -> Router {
+    Router::new()
+        .route("/v1/acquire", post(acquire))
+        .route(
+            "/v1/upstream-error",
+            post(|State(a): State<Agent>| async move {
+                a.limiter.record_upstream_error();
+                StatusCode::NO_CONTENT
+            }),
+        )
+        .route("/v1/status", get(status_json))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .with_state(Agent { limiter, status })
+}

@@ -1,0 +1,147 @@
+//! # Leasehold pod
+//!
+//! The part of Leasehold that lives in every service instance:
+//! * [`Limiter`]: the request path. `try_acquire(cost)` answers from a local token bucket (zero
+//!   network hops); `acquire(cost, priority, max_wait)` waits in a bounded queue with two
+//!   priority classes; `acquire_or_else` calls a fallback (serve from cache) on denial.
+//! * [`Pod::start`]: the control loop on NATS: demand reports (heartbeats) on
+//!   `lh.<limit>.pod.<dc>.<pod>.report`, leases from `….lease`, drain through `….return`/`….ack`.
+//! * [`http`]: the agent's local HTTP API (429, `Retry-After`, IETF `RateLimit` headers) for
+//!   services written in other languages.
+//!
+//! Starting one more pod is scaling out by one: the DC manager learns of it from its first report.
+
+pub mod driver;
+pub mod http;
+pub mod limiter;
+mod queue;
+pub mod settings;
+
+pub use driver::PodStatus;
+pub use limiter::{AcquireError, Denial, Limiter, Priority, Totals};
+pub use settings::PodSettings;
+
+use leasehold_shared::pod::{PodConfig, PodCore};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// A running pod: its limiter, its status, and the handle to drain it.
+pub struct Pod {
+    pub limiter: Limiter,
+    pub status: watch::Receiver<PodStatus>,
+    pub id: String,
+    shutdown: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<bool, driver::DriverError>>,
+}
+
+impl Pod {
+    /// Start the control loop and the wait-queue dispatcher on the current runtime.
+    pub fn start(client: async_nats::Client, settings: &PodSettings) -> Pod {
+        let id = settings.pod_id();
+        let core = PodCore::new(PodConfig {
+            limit: settings.limit.clone(),
+            dc: settings.dc.clone(),
+            pod: id.clone(),
+            weight: settings.weight,
+        });
+        let limiter = Limiter::new(core.bucket().clone(), settings.queue_capacity, settings.clock_offset_ms * 1_000_000);
+        tokio::spawn(limiter.clone().dispatch());
+        let (status_tx, status) = watch::channel(PodStatus { pod: id.clone(), ..Default::default() });
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let d = driver::Driver {
+            client,
+            core,
+            limiter: limiter.clone(),
+            report_interval: Duration::from_millis(settings.report_interval_ms),
+            drain_timeout: Duration::from_millis(settings.drain_timeout_ms),
+            status: status_tx,
+        };
+        let task = tokio::spawn(d.run(shutdown_rx));
+        Pod { limiter, status, id, shutdown, task }
+    }
+
+    /// Graceful drain: stop admitting, return the lease, wait for the DC manager's ack.
+    /// True when acknowledged (false: the lease simply expires).
+    pub async fn drain(self) -> Result<bool, driver::DriverError> {
+        let _ = self.shutdown.send(true);
+        self.task.await.unwrap_or(Ok(false))
+    }
+
+    /// Vanish as a crash would: no return, the lease runs out at the DC manager.
+    pub fn crash(self) {
+        self.task.abort();
+        self.limiter.bucket().revoke();
+    }
+}
+
+/// The agent process: connect, start the pod, serve HTTP, drain on SIGTERM/SIGINT.
+/// `args` is `[]` or `["--config", FILE]`. Prints a one-line cause and exits non-zero on failure.
+pub fn agent_main(args: Vec<String>) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let file = match args.as_slice() {
+        [] => None,
+        [flag, path] if flag == "--config" => Some(std::path::PathBuf::from(path)),
+        _ => {
+            eprintln!("leasehold agent: usage: [--config FILE] (settings also from LEASEHOLD_AGENT_*)");
+            return ExitCode::from(2);
+        }
+    };
+    let settings = match PodSettings::load(file.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("leasehold agent: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .try_init();
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("leasehold agent: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run_agent(settings)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("leasehold agent: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run_agent(settings: PodSettings) -> Result<(), String> {
+    let listener =
+        tokio::net::TcpListener::bind(&settings.http_listen).await.map_err(|e| format!("cannot listen on {}: {e}", settings.http_listen))?;
+    let client = leasehold_nats::connect::connect(&settings.nats_url, "leasehold-agent").await.map_err(|e| e.to_string())?;
+    let pod = Pod::start(client, &settings);
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("pod {} listening on {local}", pod.id);
+    let app = http::router(pod.limiter.clone(), pod.status.clone());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    shutdown_signal().await;
+    tracing::info!("draining");
+    let acked = pod.drain().await.map_err(|e| e.to_string())?;
+    server.abort();
+    println!("drained (acknowledged: {acked})");
+    Ok(())
+}
+
+/// SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}

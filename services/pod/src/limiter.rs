@@ -1,0 +1,230 @@
+//! The request path: a local token bucket (the pod's sub-lease) plus a bounded wait queue with
+//! priority classes. No network hop: the lease arrives in the background (see [`crate::driver`]).
+
+use crate::queue::{WaitQueue, Waiter};
+use leasehold_shared::bucket::{BucketError, Decision, DenyReason, TokenBucket};
+use leasehold_shared::pod::IntervalCounters;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+use tokio::sync::{oneshot, Notify};
+
+/// Served strictly in this order when permits are scarce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    High,
+    Low,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Denial {
+    /// The bucket is empty; a permit is expected after `retry_after`.
+    Empty { retry_after: Duration },
+    /// No valid lease (not yet received, or expired without renewal): fail safe.
+    NoLease,
+    /// The wait queue is full.
+    QueueFull,
+    /// The deadline passed while waiting.
+    Timeout { retry_after: Option<Duration> },
+}
+
+impl Denial {
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Denial::Empty { retry_after } => Some(*retry_after),
+            Denial::Timeout { retry_after } => *retry_after,
+            Denial::NoLease | Denial::QueueFull => None,
+        }
+    }
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum AcquireError {
+    #[error("cost must be at least 1")]
+    ZeroCost,
+    #[error(transparent)]
+    Bucket(#[from] BucketError),
+}
+
+#[derive(Default)]
+struct Interval {
+    offered: AtomicU64,
+    admitted: AtomicU64,
+    rejected: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// Totals since start, for metrics.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct Totals {
+    pub offered: u64,
+    pub admitted: u64,
+    pub rejected: u64,
+    pub upstream_errors: u64,
+}
+
+pub(crate) struct Shared {
+    pub bucket: Arc<TokenBucket>,
+    pub origin: Instant,
+    /// Added to every clock reading: lets tests and the chaos harness skew a pod's clock.
+    pub clock_offset_ns: u64,
+    interval: Interval,
+    totals: Mutex<Totals>,
+    pub queue: Mutex<WaitQueue>,
+    pub wake: Notify,
+}
+
+/// Cheap to clone; every clone is the same pod.
+#[derive(Clone)]
+pub struct Limiter {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Limiter {
+    pub fn new(bucket: Arc<TokenBucket>, queue_capacity: usize, clock_offset_ns: u64) -> Self {
+        Limiter {
+            shared: Arc::new(Shared {
+                bucket,
+                origin: Instant::now(),
+                clock_offset_ns,
+                interval: Interval::default(),
+                totals: Mutex::new(Totals::default()),
+                queue: Mutex::new(WaitQueue::new(queue_capacity)),
+                wake: Notify::new(),
+            }),
+        }
+    }
+
+    /// This pod's clock, in the bucket's and the lease's time base.
+    pub fn now_ns(&self) -> u64 {
+        self.shared.origin.elapsed().as_nanos() as u64 + self.shared.clock_offset_ns
+    }
+
+    pub fn bucket(&self) -> &TokenBucket {
+        &self.shared.bucket
+    }
+
+    /// Take a permit now or be told when to retry. Never waits, never touches the network.
+    pub fn try_acquire(&self, cost: u32) -> Result<Result<(), Denial>, AcquireError> {
+        if cost == 0 {
+            return Err(AcquireError::ZeroCost);
+        }
+        self.shared.interval.offered.fetch_add(1, Relaxed);
+        let verdict = self.decide(cost)?;
+        self.count(&verdict);
+        Ok(verdict)
+    }
+
+    fn decide(&self, cost: u32) -> Result<Result<(), Denial>, AcquireError> {
+        Ok(match self.shared.bucket.try_acquire(cost, self.now_ns())? {
+            Decision::Granted => Ok(()),
+            Decision::Denied { reason: DenyReason::Empty, retry_after_ns } => {
+                Err(Denial::Empty { retry_after: Duration::from_nanos(retry_after_ns.unwrap_or(0)) })
+            }
+            Decision::Denied { .. } => Err(Denial::NoLease),
+        })
+    }
+
+    pub(crate) fn count(&self, verdict: &Result<(), Denial>) {
+        let c = if verdict.is_ok() { &self.shared.interval.admitted } else { &self.shared.interval.rejected };
+        c.fetch_add(1, Relaxed);
+    }
+
+    /// Wait up to `max_wait` for a permit. Waiters are served by priority, then in arrival
+    /// order; a full queue or a passed deadline is a denial, never an unbounded wait.
+    pub async fn acquire(&self, cost: u32, priority: Priority, max_wait: Duration) -> Result<Result<(), Denial>, AcquireError> {
+        if cost == 0 {
+            return Err(AcquireError::ZeroCost);
+        }
+        self.shared.interval.offered.fetch_add(1, Relaxed);
+        let rx = {
+            let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+            // Jumping the queue would starve earlier waiters: only try directly when none wait.
+            if q.is_empty() {
+                let verdict = self.decide(cost)?;
+                if verdict.is_ok() || max_wait.is_zero() {
+                    drop(q);
+                    self.count(&verdict);
+                    return Ok(verdict);
+                }
+            }
+            let (tx, rx) = oneshot::channel();
+            let deadline_ns = self.now_ns().saturating_add(max_wait.as_nanos() as u64);
+            if let Err(w) = q.push(priority, Waiter { cost, deadline_ns, reply: tx }) {
+                drop(q);
+                let _ = w.reply.send(Err(Denial::QueueFull));
+                let v = Err(Denial::QueueFull);
+                self.count(&v);
+                return Ok(v);
+            }
+            rx
+        };
+        self.shared.wake.notify_one();
+        // The dispatcher always answers; a dropped sender means it stopped (process ending).
+        let verdict = rx.await.unwrap_or(Err(Denial::NoLease));
+        self.count(&verdict);
+        Ok(verdict)
+    }
+
+    /// `acquire`, and on denial call `fallback` (e.g. serve from cache) instead of failing.
+    pub async fn acquire_or_else<T>(
+        &self,
+        cost: u32,
+        priority: Priority,
+        max_wait: Duration,
+        fallback: impl FnOnce(Denial) -> T,
+    ) -> Result<Result<(), T>, AcquireError> {
+        Ok(self.acquire(cost, priority, max_wait).await?.map_err(fallback))
+    }
+
+    /// Tell the pod a call to the upstream failed: a high error ratio marks the pod unhealthy
+    /// at its DC manager, which then stops giving it quota.
+    pub fn record_upstream_error(&self) {
+        self.shared.interval.errors.fetch_add(1, Relaxed);
+    }
+
+    /// Requests waiting for a permit now.
+    pub fn queued(&self) -> usize {
+        self.shared.queue.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Counters since the last call (one report interval), folded into the totals.
+    pub fn take_interval(&self) -> IntervalCounters {
+        let i = &self.shared.interval;
+        let c = IntervalCounters {
+            offered: i.offered.swap(0, Relaxed),
+            admitted: i.admitted.swap(0, Relaxed),
+            rejected: i.rejected.swap(0, Relaxed),
+            queued: self.queued() as u64,
+            errors: i.errors.swap(0, Relaxed),
+        };
+        let mut t = self.shared.totals.lock().unwrap_or_else(|p| p.into_inner());
+        t.offered += c.offered;
+        t.admitted += c.admitted;
+        t.rejected += c.rejected;
+        t.upstream_errors += c.errors;
+        c
+    }
+
+    pub fn totals(&self) -> Totals {
+        *self.shared.totals.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Serve waiters until the process ends. Spawned once by [`crate::Pod::start`].
+    pub(crate) async fn dispatch(self) {
+        loop {
+            let wake_at_ns = {
+                let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+                q.serve(&self.shared.bucket, self.now_ns())
+            };
+            let now = self.now_ns();
+            let sleep = wake_at_ns.map_or(Duration::from_secs(3600), |t| Duration::from_nanos(t.saturating_sub(now)));
+            tokio::select! {
+                _ = self.shared.wake.notified() => {}
+                _ = tokio::time::sleep(sleep.max(Duration::from_micros(200))) => {}
+            }
+        }
+    }
+}

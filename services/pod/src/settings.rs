@@ -1,0 +1,100 @@
+//! Agent settings: defaults → TOML file → environment (`LEASEHOLD_AGENT_*`), validated.
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use thiserror::Error;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PodSettings {
+    pub nats_url: String,
+    pub limit: String,
+    pub dc: String,
+    /// This process's holder id. Default: `<dc>-<random>`; a restarted pod is a new holder.
+    pub pod_id: Option<String>,
+    /// Share of the DC lease relative to other pods (weighted split).
+    pub weight: f64,
+    /// Demand report / heartbeat period.
+    pub report_interval_ms: u64,
+    /// Requests that may wait for a permit at once; more are denied at once.
+    pub queue_capacity: usize,
+    /// How long a graceful drain waits for the DC manager's acknowledgement.
+    pub drain_timeout_ms: u64,
+    /// Skews this pod's clock (tests and chaos runs only).
+    pub clock_offset_ms: u64,
+    /// Agent HTTP endpoint (`leasehold-agent` only).
+    pub http_listen: String,
+}
+
+impl Default for PodSettings {
+    fn default() -> Self {
+        PodSettings {
+            nats_url: "nats://127.0.0.1:4222".into(),
+            limit: String::new(),
+            dc: String::new(),
+            pod_id: None,
+            weight: 1.0,
+            report_interval_ms: 250,
+            queue_capacity: 1_024,
+            drain_timeout_ms: 5_000,
+            clock_offset_ms: 0,
+            http_listen: "127.0.0.1:9090".into(),
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum SettingsError {
+    #[error("configuration: {0}")]
+    Load(String),
+    #[error("configuration: {0}")]
+    Invalid(String),
+}
+
+impl PodSettings {
+    pub fn load(file: Option<&Path>) -> Result<Self, SettingsError> {
+        let mut f = Figment::from(Serialized::defaults(PodSettings::default()));
+        if let Some(path) = file {
+            if !path.is_file() {
+                return Err(SettingsError::Load(format!("file {} not found", path.display())));
+            }
+            f = f.merge(Toml::file(path));
+        }
+        let s: PodSettings =
+            f.merge(Env::prefixed("LEASEHOLD_AGENT_")).extract().map_err(|e| SettingsError::Load(e.to_string()))?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        let bad = |m: String| Err(SettingsError::Invalid(m));
+        for (what, v) in [("limit", &self.limit), ("dc", &self.dc)] {
+            if let Err(e) = leasehold_shared::wire::check_id(what, v) {
+                return bad(e.to_string());
+            }
+        }
+        if let Some(id) = &self.pod_id {
+            if let Err(e) = leasehold_shared::wire::check_id("pod_id", id) {
+                return bad(e.to_string());
+            }
+        }
+        if !(self.weight.is_finite() && self.weight > 0.0) {
+            return bad(format!("weight must be a positive number, got {}", self.weight));
+        }
+        if !(10..=60_000).contains(&self.report_interval_ms) {
+            return bad(format!("report_interval_ms must be within 10..=60000, got {}", self.report_interval_ms));
+        }
+        if self.queue_capacity == 0 {
+            return bad("queue_capacity must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    pub fn pod_id(&self) -> String {
+        self.pod_id.clone().unwrap_or_else(|| {
+            let u = uuid::Uuid::new_v4().simple().to_string();
+            format!("{}-{}", self.dc, &u[..12])
+        })
+    }
+}
