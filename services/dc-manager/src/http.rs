@@ -25,7 +25,12 @@ async fn metrics(State(v): State<View>) -> impl IntoResponse {
     };
     line("leasehold_dc_leading", "gauge", "1 when this replica leads its DC.", s.leading as u8 as f64);
     line("leasehold_dc_allocated_rate_per_s", "gauge", "Floor + DC lease the pods share.", s.budget_rate_per_s);
-    line("leasehold_dc_used_rate_per_s", "gauge", "Admissions reported by pods over the last second.", s.used_rate_per_s);
+    line(
+        "leasehold_dc_used_rate_per_s",
+        "gauge",
+        "Admissions reported by pods over the last second.",
+        s.used_rate_per_s,
+    );
     line("leasehold_dc_lease_rate_per_s", "gauge", "Rate of the DC lease in force.", s.dc_lease_rate_per_s);
     line(
         "leasehold_dc_seconds_since_lease",
@@ -33,9 +38,19 @@ async fn metrics(State(v): State<View>) -> impl IntoResponse {
         "Time since the last DC lease was applied (-1: none yet).",
         s.seconds_since_dc_lease.unwrap_or(-1.0),
     );
-    line("leasehold_dc_pods_eligible", "gauge", "Healthy, non-draining pods sharing the budget.", s.pods_eligible as f64);
+    line(
+        "leasehold_dc_pods_eligible",
+        "gauge",
+        "Healthy, non-draining pods sharing the budget.",
+        s.pods_eligible as f64,
+    );
     line("leasehold_dc_pod_leases_issued_total", "counter", "Pod leases issued.", s.pod_leases_issued as f64);
-    line("leasehold_dc_lease_refusals_total", "counter", "DC leases refused (stale, expired).", s.dc_leases_refused as f64);
+    line(
+        "leasehold_dc_lease_refusals_total",
+        "counter",
+        "DC leases refused (stale, expired).",
+        s.dc_leases_refused as f64,
+    );
     line("leasehold_dc_messages_malformed_total", "counter", "Undecodable messages.", s.messages_malformed as f64);
     line("leasehold_dc_reports_stale_total", "counter", "Stale or foreign pod reports.", s.reports_stale as f64);
     line("leasehold_dc_publish_failures_total", "counter", "Publishes that timed out.", s.publish_failures as f64);

@@ -80,7 +80,10 @@ pub async fn run(
         let client = client.clone();
         let subject = subjects::pods_wildcard(&limit, &dc, channel).expect("validated");
         async move {
-            client.subscribe(subject.clone()).await.map_err(|e| DcManagerError::Subscribe { subject, reason: e.to_string() })
+            client
+                .subscribe(subject.clone())
+                .await
+                .map_err(|e| DcManagerError::Subscribe { subject, reason: e.to_string() })
         }
     };
     let mut reports = subscribe(PodChannel::Report).await?;
@@ -170,7 +173,9 @@ pub fn main_with_args(args: Vec<String>) -> std::process::ExitCode {
         }
     };
     let result = rt.block_on(async move {
-        let client = leasehold_nats::connect::connect(&settings.nats_url, "leasehold-dc-manager").await.map_err(|e| e.to_string())?;
+        let client = leasehold_nats::connect::connect(&settings.nats_url, "leasehold-dc-manager")
+            .await
+            .map_err(|e| e.to_string())?;
         let (status, _) = watch::channel(Status::default());
         let (stop, stop_rx) = watch::channel(false);
         tokio::spawn(async move {

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use leasehold_nats::kv::{compare_and_set, CasOutcome};
 use leasehold_shared::dc_manager::{DcManagerCore, DcOutput};
 use leasehold_shared::subjects::{self, PodChannel};
-use leasehold_shared::wire::{decode, encode, LedgerRecord, LeaseReturn, PodReport};
+use leasehold_shared::wire::{decode, encode, LeaseReturn, LedgerRecord, PodReport};
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 

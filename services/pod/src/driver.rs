@@ -65,7 +65,12 @@ impl Driver {
         let return_subject = self.subject(PodChannel::Return)?;
         let sub = |s: String| {
             let client = self.client.clone();
-            async move { client.subscribe(s.clone()).await.map_err(|e| DriverError::Subscribe { subject: s, reason: e.to_string() }) }
+            async move {
+                client
+                    .subscribe(s.clone())
+                    .await
+                    .map_err(|e| DriverError::Subscribe { subject: s, reason: e.to_string() })
+            }
         };
         let mut leases = sub(lease_subject).await?;
         let mut acks = sub(ack_subject).await?;

@@ -5,6 +5,7 @@
 //!   IETF `RateLimit-Policy` and `RateLimit` headers (draft-ietf-httpapi-ratelimit-headers).
 //! * `POST /v1/upstream-error`: count a failed upstream call (feeds the pod's health).
 //! * `GET /v1/status` (JSON), `GET /metrics` (Prometheus), `GET /healthz`.
+//!
 //! Bad input is a `400` problem and changes nothing.
 
 use crate::driver::PodStatus;
@@ -40,11 +41,12 @@ fn problem(status: StatusCode, title: &str, detail: String) -> Response {
     (status, [(header::CONTENT_TYPE, "application/problem+json")], body.to_string()).into_response()
 }
 
-fn parse_u64(name: &str, v: Option<&String>, default: u64, max: u64) -> Result<u64, Response> {
+/// A query parameter as an integer in `0..=max`, or the 400 problem's detail.
+fn parse_u64(name: &str, v: Option<&String>, default: u64, max: u64) -> Result<u64, String> {
     let Some(v) = v else { return Ok(default) };
     match v.parse::<u64>() {
         Ok(n) if n <= max => Ok(n),
-        _ => Err(problem(StatusCode::BAD_REQUEST, "invalid parameter", format!("{name} must be an integer in 0..={max}, got {v:?}"))),
+        _ => Err(format!("{name} must be an integer in 0..={max}, got {v:?}")),
     }
 }
 
@@ -68,17 +70,21 @@ fn ratelimit_headers(limiter: &Limiter, cost: u32) -> HeaderMap {
 async fn acquire(State(a): State<Agent>, Query(q): Query<AcquireQuery>) -> Response {
     let cost = match parse_u64("cost", q.cost.as_ref(), 1, u32::MAX as u64) {
         Ok(c) => c as u32,
-        Err(r) => return r,
+        Err(d) => return problem(StatusCode::BAD_REQUEST, "invalid parameter", d),
     };
     let max_wait_ms = match parse_u64("max_wait_ms", q.max_wait_ms.as_ref(), 0, MAX_WAIT_MS) {
         Ok(w) => w,
-        Err(r) => return r,
+        Err(d) => return problem(StatusCode::BAD_REQUEST, "invalid parameter", d),
     };
     let priority = match q.priority.as_deref() {
         None | Some("high") => Priority::High,
         Some("low") => Priority::Low,
         Some(other) => {
-            return problem(StatusCode::BAD_REQUEST, "invalid parameter", format!("priority must be high or low, got {other:?}"))
+            return problem(
+                StatusCode::BAD_REQUEST,
+                "invalid parameter",
+                format!("priority must be high or low, got {other:?}"),
+            )
         }
     };
     let verdict = a.limiter.acquire(cost, priority, Duration::from_millis(max_wait_ms)).await;
@@ -100,7 +106,9 @@ async fn acquire(State(a): State<Agent>, Query(q): Query<AcquireQuery>) -> Respo
             r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
             r
         }
-        Err(AcquireError::ZeroCost) => problem(StatusCode::BAD_REQUEST, "invalid parameter", "cost must be at least 1".into()),
+        Err(AcquireError::ZeroCost) => {
+            problem(StatusCode::BAD_REQUEST, "invalid parameter", "cost must be at least 1".into())
+        }
         Err(AcquireError::Bucket(e)) => {
             let mut r = problem(StatusCode::TOO_MANY_REQUESTS, "rate limited", e.to_string());
             r.headers_mut().extend(headers);
@@ -145,8 +153,18 @@ async fn metrics(State(a): State<Agent>) -> Response {
     line("leasehold_pod_rejected_total", "counter", "Permit requests denied by the bucket.", t.rejected as f64);
     line("leasehold_pod_lease_rate_per_s", "gauge", "Rate of the lease in force (0 when none).", lease_rate);
     line("leasehold_pod_seconds_since_renewal", "gauge", "Time since the last lease was applied (-1: never).", since);
-    line("leasehold_pod_renewal_latency_ms", "gauge", "Report-to-lease latency of the last renewal.", s.renewal_latency_ms.unwrap_or(-1.0));
-    line("leasehold_pod_leases_refused_total", "counter", "Stale, foreign or expired leases refused.", s.leases_refused as f64);
+    line(
+        "leasehold_pod_renewal_latency_ms",
+        "gauge",
+        "Report-to-lease latency of the last renewal.",
+        s.renewal_latency_ms.unwrap_or(-1.0),
+    );
+    line(
+        "leasehold_pod_leases_refused_total",
+        "counter",
+        "Stale, foreign or expired leases refused.",
+        s.leases_refused as f64,
+    );
     line("leasehold_pod_queued", "gauge", "Requests waiting for a permit.", a.limiter.queued() as f64);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

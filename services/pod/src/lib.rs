@@ -44,7 +44,8 @@ impl Pod {
             pod: id.clone(),
             weight: settings.weight,
         });
-        let limiter = Limiter::new(core.bucket().clone(), settings.queue_capacity, settings.clock_offset_ms * 1_000_000);
+        let limiter =
+            Limiter::new(core.bucket().clone(), settings.queue_capacity, settings.clock_offset_ms * 1_000_000);
         tokio::spawn(limiter.clone().dispatch());
         let (status_tx, status) = watch::channel(PodStatus { pod: id.clone(), ..Default::default() });
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -114,9 +115,11 @@ pub fn agent_main(args: Vec<String>) -> std::process::ExitCode {
 }
 
 async fn run_agent(settings: PodSettings) -> Result<(), String> {
-    let listener =
-        tokio::net::TcpListener::bind(&settings.http_listen).await.map_err(|e| format!("cannot listen on {}: {e}", settings.http_listen))?;
-    let client = leasehold_nats::connect::connect(&settings.nats_url, "leasehold-agent").await.map_err(|e| e.to_string())?;
+    let listener = tokio::net::TcpListener::bind(&settings.http_listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", settings.http_listen))?;
+    let client =
+        leasehold_nats::connect::connect(&settings.nats_url, "leasehold-agent").await.map_err(|e| e.to_string())?;
     let pod = Pod::start(client, &settings);
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     println!("pod {} listening on {local}", pod.id);

@@ -134,7 +134,12 @@ impl Limiter {
 
     /// Wait up to `max_wait` for a permit. Waiters are served by priority, then in arrival
     /// order; a full queue or a passed deadline is a denial, never an unbounded wait.
-    pub async fn acquire(&self, cost: u32, priority: Priority, max_wait: Duration) -> Result<Result<(), Denial>, AcquireError> {
+    pub async fn acquire(
+        &self,
+        cost: u32,
+        priority: Priority,
+        max_wait: Duration,
+    ) -> Result<Result<(), Denial>, AcquireError> {
         if cost == 0 {
             return Err(AcquireError::ZeroCost);
         }

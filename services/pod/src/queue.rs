@@ -51,7 +51,8 @@ impl WaitQueue {
                     return true;
                 }
                 let retry = bucket.retry_after(w.cost, now_ns).ok().flatten().map(Duration::from_nanos);
-                let _ = std::mem::replace(&mut w.reply, oneshot::channel().0).send(Err(Denial::Timeout { retry_after: retry }));
+                let _ = std::mem::replace(&mut w.reply, oneshot::channel().0)
+                    .send(Err(Denial::Timeout { retry_after: retry }));
                 false
             });
         }
@@ -81,5 +82,75 @@ impl WaitQueue {
 
     fn earliest_deadline(&self) -> u64 {
         self.high.iter().chain(self.low.iter()).map(|w| w.deadline_ns).min().unwrap_or(u64::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::limiter::{Denial, Limiter, Priority};
+    use leasehold_shared::bucket::TokenBucket;
+    use leasehold_shared::quota::Quota;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A limiter whose bucket holds `burst` tokens refilling at `rate`/s for an hour.
+    fn limiter(rate: u64, burst: u64, capacity: usize) -> Limiter {
+        let bucket = Arc::new(TokenBucket::new());
+        let l = Limiter::new(bucket.clone(), capacity, 0);
+        let now = l.now_ns();
+        bucket.apply_lease(Quota::per_s(rate, burst), now + 3_600_000_000_000, now).unwrap();
+        tokio::spawn(l.clone().dispatch());
+        l
+    }
+
+    async fn drain_tokens(l: &Limiter) {
+        while l.try_acquire(1).unwrap().is_ok() {}
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn high_priority_waiters_are_served_before_earlier_low_ones() {
+        let l = limiter(20, 1, 16);
+        drain_tokens(&l).await;
+        let low = tokio::spawn({
+            let l = l.clone();
+            async move { l.acquire(1, Priority::Low, Duration::from_secs(5)).await }
+        });
+        // The low waiter is queued before the high one arrives.
+        while l.queued() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let high = l.acquire(1, Priority::High, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(high, Ok(()));
+        assert!(!low.is_finished(), "the low-priority waiter went first");
+        assert_eq!(low.await.unwrap().unwrap(), Ok(()));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_queue_and_a_passed_deadline_are_denials() {
+        let l = limiter(1, 1, 1);
+        drain_tokens(&l).await;
+        let _ = l.take_interval();
+        let waiting = tokio::spawn({
+            let l = l.clone();
+            async move { l.acquire(1, Priority::Low, Duration::from_millis(300)).await }
+        });
+        while l.queued() == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(l.acquire(1, Priority::High, Duration::from_secs(1)).await.unwrap(), Err(Denial::QueueFull));
+        match waiting.await.unwrap().unwrap() {
+            Err(Denial::Timeout { retry_after: Some(_) }) => {}
+            other => panic!("expected a timeout with a retry hint, got {other:?}"),
+        }
+        assert_eq!(l.take_interval().rejected, 2, "both denials counted");
+    }
+
+    #[tokio::test]
+    async fn zero_cost_is_an_error_and_no_lease_denies() {
+        let l = Limiter::new(Arc::new(TokenBucket::new()), 4, 0);
+        assert!(l.try_acquire(0).is_err());
+        assert_eq!(l.try_acquire(1).unwrap(), Err(Denial::NoLease));
+        let fallback = l.acquire_or_else(1, Priority::High, Duration::ZERO, |_| "cached").await.unwrap();
+        assert_eq!(fallback, Err("cached"));
     }
 }

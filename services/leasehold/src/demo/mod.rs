@@ -64,7 +64,9 @@ fn coordinator_toml() -> String {
         BURST * 1_000
     );
     for dc in DCS {
-        s.push_str(&format!("\n[[limits.dcs]]\nname = \"{dc}\"\nfloor = {{ rate_milli_per_s = 50000, burst_milli = 0 }}\n"));
+        s.push_str(&format!(
+            "\n[[limits.dcs]]\nname = \"{dc}\"\nfloor = {{ rate_milli_per_s = 50000, burst_milli = 0 }}\n"
+        ));
     }
     s
 }
@@ -122,7 +124,9 @@ async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
         let cfg = out.join(format!("dc-manager-{dc}.toml"));
         std::fs::write(&cfg, dc_manager_toml(dc)).map_err(|e| format!("cannot write {}: {e}", cfg.display()))?;
         let env = [("LEASEHOLD_DC_MANAGER_NATS_URL", nats_url.clone())];
-        procs.spawn(&format!("{dc}-mgr-a"), &["dc-manager", "--config", &cfg.display().to_string()], &env, false).await?;
+        procs
+            .spawn(&format!("{dc}-mgr-a"), &["dc-manager", "--config", &cfg.display().to_string()], &env, false)
+            .await?;
         for p in 1..=PODS_PER_DC {
             let name = format!("{dc}-pod{p}");
             let env = [
@@ -157,15 +161,28 @@ async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    let nats = connect_until(&nats_url, "leasehold-demo", Instant::now() + Duration::from_secs(10)).await.map_err(|e| e.to_string())?;
+    let nats = connect_until(&nats_url, "leasehold-demo", Instant::now() + Duration::from_secs(10))
+        .await
+        .map_err(|e| e.to_string())?;
     let js = jetstream(nats);
     let ledger = js.get_key_value(leasehold_shared::subjects::LEDGER_BUCKET).await.map_err(|e| e.to_string())?;
     let leaders = js.get_key_value(leasehold_shared::subjects::LEADER_BUCKET).await.map_err(|e| e.to_string())?;
-    eprintln!("demo: all {} pods hold leases after {:.1} s; load starts", agents.concat().len(), started.elapsed().as_secs_f64());
+    eprintln!(
+        "demo: all {} pods hold leases after {:.1} s; load starts",
+        agents.concat().len(),
+        started.elapsed().as_secs_f64()
+    );
 
     let duration = Duration::from_secs(a.duration_s);
     let bins = Arc::new(Mutex::new(Bins::new(DCS.len(), a.duration_s as usize)));
-    let load = Arc::new(Load { client: http.clone(), upstream: upstream.clone(), start: Instant::now(), duration, bins: bins.clone(), max_wait_ms: 250 });
+    let load = Arc::new(Load {
+        client: http.clone(),
+        upstream: upstream.clone(),
+        start: Instant::now(),
+        duration,
+        bins: bins.clone(),
+        max_wait_ms: 250,
+    });
     let scenario = Scenario::diurnal();
     let day_scale = scenario.day_s / a.duration_s as f64;
     let drivers: Vec<_> = (0..DCS.len())
@@ -204,7 +221,7 @@ async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
                 eprintln!("demo: {} leads after {:.1} s", leader.as_deref().unwrap_or("?"), failover_s.unwrap_or(0.0));
             }
         }
-        if sec > 0 && sec as u64 % a.table_every_s == 0 {
+        if sec > 0 && (sec as u64).is_multiple_of(a.table_every_s) {
             print_row(sec, &bins, &alloc, a.table_every_s as usize, observe::upstream_stats(&http, &upstream).await);
         }
     }
@@ -229,7 +246,13 @@ async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
     summary::summarize(&a, &out, &b, &alloc, &up, crashed, failover_s, new_leader, started)
 }
 
-fn print_row(sec: usize, bins: &Mutex<Bins>, alloc: &[Option<Vec<f64>>], span: usize, up: Option<observe::UpstreamStats>) {
+fn print_row(
+    sec: usize,
+    bins: &Mutex<Bins>,
+    alloc: &[Option<Vec<f64>>],
+    span: usize,
+    up: Option<observe::UpstreamStats>,
+) {
     let b = bins.lock().unwrap_or_else(|p| p.into_inner());
     let from = sec.saturating_sub(span);
     let mut cols = Vec::new();
@@ -239,6 +262,8 @@ fn print_row(sec: usize, bins: &Mutex<Bins>, alloc: &[Option<Vec<f64>>], span: u
         let al = alloc[..=sec.min(alloc.len() - 1)].iter().rev().flatten().next().map_or(0.0, |v| v[d]);
         cols.push(format!("{:>6.0} {:>6.0} {:>6.0}    ", off as f64 / span as f64, al, adm as f64 / span as f64));
     }
-    let up = up.map_or("?".into(), |u| format!("max 1 s window {} ({:.3}), 429s {}", u.max_window, u.max_window_ratio, u.rejected));
+    let up = up.map_or("?".into(), |u| {
+        format!("max 1 s window {} ({:.3}), 429s {}", u.max_window, u.max_window_ratio, u.rejected)
+    });
     eprintln!("{sec:>4}s | {} | {} | {up}", cols[0], cols[1]);
 }

@@ -9,7 +9,6 @@ use serde::Deserialize;
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct UpstreamStats {
     pub total: u64,
-    pub admitted: u64,
     pub rejected: u64,
     pub max_window: u64,
     pub max_window_ratio: f64,

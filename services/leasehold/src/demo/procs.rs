@@ -12,13 +12,14 @@ pub struct Procs {
     exe: PathBuf,
     log_dir: PathBuf,
     children: BTreeMap<String, Child>,
+    killed: Vec<String>,
 }
 
 impl Procs {
     pub fn new(log_dir: &Path) -> Result<Self, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
         std::fs::create_dir_all(log_dir).map_err(|e| format!("cannot create {}: {e}", log_dir.display()))?;
-        Ok(Procs { exe, log_dir: log_dir.into(), children: BTreeMap::new() })
+        Ok(Procs { exe, log_dir: log_dir.into(), children: BTreeMap::new(), killed: Vec::new() })
     }
 
     /// Start `leasehold <args>` as `name`. With `address`, wait for its `listening on ADDR` line
@@ -69,6 +70,7 @@ impl Procs {
 
     /// SIGKILL, as a crash.
     pub async fn kill(&mut self, name: &str) -> bool {
+        self.killed.push(name.to_string());
         match self.children.get_mut(name) {
             Some(c) => c.kill().await.is_ok(),
             None => false,
@@ -91,6 +93,11 @@ impl Procs {
 
     /// Names of children that exited on their own (a crash the demo did not cause).
     pub fn exited(&mut self) -> Vec<String> {
-        self.children.iter_mut().filter_map(|(n, c)| matches!(c.try_wait(), Ok(Some(_))).then(|| n.clone())).collect()
+        let killed = &self.killed;
+        self.children
+            .iter_mut()
+            .filter(|(n, _)| !killed.contains(n))
+            .filter_map(|(n, c)| matches!(c.try_wait(), Ok(Some(_))).then(|| n.clone()))
+            .collect()
     }
 }

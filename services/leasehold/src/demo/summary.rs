@@ -36,9 +36,9 @@ pub fn summarize(
     let utilization = if servable > 0.0 { served / servable } else { 0.0 };
     // BKK's share of demand vs its share of the allocation, second by second.
     let (mut x, mut y) = (Vec::new(), Vec::new());
-    for s in 0..secs {
+    for (s, al) in alloc.iter().enumerate().take(secs) {
         let offered: u64 = b.offered[s].iter().sum();
-        if let (Some(al), true) = (&alloc[s], offered > 0) {
+        if let (Some(al), true) = (al, offered > 0) {
             let total: f64 = al.iter().sum();
             if total > 0.0 {
                 x.push(b.offered[s][0] as f64 / offered as f64);
@@ -66,7 +66,8 @@ pub fn summarize(
     }
     let names: Vec<String> = DCS.iter().map(|s| s.to_string()).collect();
     let chart = out.join("follow-the-sun.svg");
-    let svg = leasehold_sim::chart::svg("leasehold demo: allocation follows demand (real processes)", &names, &series, rate);
+    let svg =
+        leasehold_sim::chart::svg("leasehold demo: allocation follows demand (real processes)", &names, &series, rate);
     std::fs::write(&chart, svg).map_err(|e| format!("cannot write {}: {e}", chart.display()))?;
     let denied: u64 = b.denied.iter().flatten().sum();
     let offered: u64 = b.offered.iter().flatten().sum();

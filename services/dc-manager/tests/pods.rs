@@ -1,0 +1,210 @@
+//! DC manager + pods + coordinator on real nats-servers: pod join/drain/crash re-splits, the
+//! lease-expiry fail-safe, DC manager failover, and bad messages counted, never obeyed.
+
+use leasehold_coordinator::config::Settings as CoordSettings;
+use leasehold_dc_manager::config::Settings;
+use leasehold_dc_manager::manager::Status;
+use leasehold_nats::connect::connect_until;
+use leasehold_nats::server::{binaries, NatsServer};
+use leasehold_pod::{Denial, Pod, PodSettings, PodStatus};
+use leasehold_shared::coordinator::LimitConfig;
+use leasehold_shared::dc_manager::DcManagerConfig;
+use leasehold_shared::quota::Quota;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+const WITHIN: Duration = Duration::from_secs(15);
+
+async fn client(url: &str) -> async_nats::Client {
+    connect_until(url, "test", Instant::now() + Duration::from_secs(10)).await.unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn coordinator(url: &str) -> CoordSettings {
+    let mut limit = LimitConfig::new("api", Quota::per_s(100, 10), &[("bkk", Quota::per_s(10, 0))]);
+    limit.renew_interval_ms = 200;
+    limit.dc_ttl_ms = 2_000;
+    CoordSettings {
+        nats_url: url.into(),
+        id: Some("coord".into()),
+        leader_ttl_ms: 1_000,
+        replicas: 1,
+        limits: vec![limit],
+    }
+}
+
+fn manager(url: &str, id: &str) -> Settings {
+    let mut m = DcManagerConfig::new("api", "bkk", "");
+    m.pod_ttl_ms = 1_000;
+    m.renew_interval_ms = 200;
+    m.heartbeat_timeout_ms = 400;
+    Settings {
+        nats_url: url.into(),
+        id: Some(id.into()),
+        leader_ttl_ms: 1_000,
+        report_interval_ms: 100,
+        floor: Quota::per_s(10, 0),
+        manager: m,
+        ..Settings::default()
+    }
+}
+
+fn pod_settings(url: &str, id: &str) -> PodSettings {
+    PodSettings {
+        nats_url: url.into(),
+        limit: "api".into(),
+        dc: "bkk".into(),
+        pod_id: Some(id.into()),
+        report_interval_ms: 100,
+        drain_timeout_ms: 3_000,
+        ..PodSettings::default()
+    }
+}
+
+async fn until<T: Clone + std::fmt::Debug>(rx: &mut watch::Receiver<T>, what: &str, f: impl Fn(&T) -> bool) -> T {
+    let got = match tokio::time::timeout(WITHIN, rx.wait_for(|s| f(s))).await {
+        Ok(Ok(s)) => Some(s.clone()),
+        _ => None,
+    };
+    got.unwrap_or_else(|| panic!("not within {WITHIN:?}: {what}; last status {:?}", *rx.borrow()))
+}
+
+fn rate(s: &PodStatus) -> f64 {
+    s.lease.as_ref().map_or(0.0, |l| l.quota.rate_per_s())
+}
+
+/// Waits until both conditions hold at the same moment (each side re-checked on every change).
+async fn until_pair(
+    a: &mut watch::Receiver<PodStatus>,
+    b: &mut watch::Receiver<PodStatus>,
+    what: &str,
+    f: impl Fn(f64, f64) -> bool,
+) {
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        if f(rate(&a.borrow()), rate(&b.borrow())) {
+            return;
+        }
+        let left = deadline.checked_duration_since(Instant::now()).unwrap_or_else(|| {
+            panic!("not within {WITHIN:?}: {what}; a {:?} b {:?}", rate(&a.borrow()), rate(&b.borrow()))
+        });
+        tokio::select! {
+            _ = a.changed() => {}
+            _ = b.changed() => {}
+            _ = tokio::time::sleep(left) => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_joining_draining_and_crashing_re_split_the_dc_lease() {
+    for bin in binaries().expect("a nats-server is needed: run scripts/nats-servers") {
+        let server = NatsServer::start(&bin).unwrap();
+        let url = server.url();
+        let _coord = leasehold_coordinator::spawn(client(&url).await, coordinator(&url));
+        let mut m = leasehold_dc_manager::spawn(client(&url).await, manager(&url, "m1"));
+        until(&mut m.status, "the manager leads", |s: &Status| s.leading).await;
+        let a = Pod::start(client(&url).await, &pod_settings(&url, "pod-a"));
+        let mut a_rx = a.status.clone();
+        // Alone, A gets the whole DC budget (floor + DC lease) once the DC lease arrives.
+        until(&mut a_rx, "A holds most of the limit", |s| rate(s) >= 90.0).await;
+        assert!(rate(&a_rx.borrow()) <= 100.0, "{}: more than the limit", server.version);
+
+        let b = Pod::start(client(&url).await, &pod_settings(&url, "pod-b"));
+        let mut b_rx = b.status.clone();
+        until_pair(&mut a_rx, &mut b_rx, "an equal split", |x, y| {
+            x > 40.0 && y > 40.0 && x + y <= 100.0 && (x - y).abs() < 5.0
+        })
+        .await;
+
+        // Graceful drain: acknowledged, and A grows back to the whole budget.
+        assert!(b.drain().await.unwrap(), "{}: drain not acknowledged", server.version);
+        until(&mut a_rx, "A takes the drained share", |s| rate(s) >= 90.0).await;
+
+        // A crash: C gets a share, vanishes; A gets everything back once C's lease expired.
+        let c = Pod::start(client(&url).await, &pod_settings(&url, "pod-c"));
+        let mut c_rx = c.status.clone();
+        until_pair(&mut a_rx, &mut c_rx, "A and C share", |x, y| x > 40.0 && y > 40.0).await;
+        let crashed_at = Instant::now();
+        c.crash();
+        until(&mut a_rx, "A takes the crashed pod's share", |s| rate(s) >= 90.0).await;
+        // Not before C's lease (1 s TTL, stretched by drift and grace) could have run out.
+        assert!(crashed_at.elapsed() >= Duration::from_millis(1_000), "{}: reclaimed too early", server.version);
+        let dc = m.status.borrow().clone();
+        assert!(dc.pod_leases_issued > 5 && dc.returns >= 1, "{}: {dc:?}", server.version);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_cut_off_from_its_manager_stops_admitting_when_its_lease_expires() {
+    let bin = binaries().expect("a nats-server is needed").remove(0);
+    let server = NatsServer::start(&bin).unwrap();
+    let url = server.url();
+    let _coord = leasehold_coordinator::spawn(client(&url).await, coordinator(&url));
+    let m = leasehold_dc_manager::spawn(client(&url).await, manager(&url, "m1"));
+    let a = Pod::start(client(&url).await, &pod_settings(&url, "pod-a"));
+    let mut a_rx = a.status.clone();
+    until(&mut a_rx, "A holds a lease", |s| rate(s) > 0.0).await;
+    // A fresh lease starts with an empty bucket: the first permit comes within 1/rate.
+    let granted = a.limiter.acquire(1, leasehold_pod::Priority::High, Duration::from_secs(2)).await.unwrap();
+    assert_eq!(granted, Ok(()), "a pod holding a lease admits");
+    m.crash();
+    let expires = a_rx.borrow().lease.as_ref().unwrap().expires_at_ns;
+    // Fail safe: once the lease runs out (≤ 1 s after it was sent), every request is denied.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match a.limiter.try_acquire(1).unwrap() {
+            Err(Denial::NoLease) => break,
+            _ => assert!(Instant::now() < deadline, "still admitting 5 s after its manager died"),
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(a.limiter.now_ns() >= expires, "denied as expired before the lease's end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_manager_takes_over_with_a_higher_epoch() {
+    for bin in binaries().expect("a nats-server is needed") {
+        let server = NatsServer::start(&bin).unwrap();
+        let url = server.url();
+        let _coord = leasehold_coordinator::spawn(client(&url).await, coordinator(&url));
+        let mut m1 = leasehold_dc_manager::spawn(client(&url).await, manager(&url, "m1"));
+        let first = until(&mut m1.status, "m1 leads", |s: &Status| s.leading).await;
+        let mut m2 = leasehold_dc_manager::spawn(client(&url).await, manager(&url, "m2"));
+        let a = Pod::start(client(&url).await, &pod_settings(&url, "pod-a"));
+        let mut a_rx = a.status.clone();
+        until(&mut a_rx, "a lease from m1", |s| s.lease.as_ref().is_some_and(|l| l.issuer.starts_with("m1-"))).await;
+        assert!(!m2.status.borrow().leading, "{}: two leaders", server.version);
+        m1.crash();
+        let second = until(&mut m2.status, "m2 leads", |s: &Status| s.leading).await;
+        assert!(second.epoch > first.epoch, "{}: epoch did not grow", server.version);
+        let s = until(&mut a_rx, "a lease from m2", |s| s.lease.as_ref().is_some_and(|l| l.issuer.starts_with("m2-")))
+            .await;
+        assert!(s.lease.unwrap().version.epoch == second.epoch);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_and_replayed_messages_are_counted_and_ignored() {
+    let bin = binaries().expect("a nats-server is needed").remove(0);
+    let server = NatsServer::start(&bin).unwrap();
+    let url = server.url();
+    let c = client(&url).await;
+    let _coord = leasehold_coordinator::spawn(client(&url).await, coordinator(&url));
+    let mut m = leasehold_dc_manager::spawn(client(&url).await, manager(&url, "m1"));
+    until(&mut m.status, "the manager leads", |s: &Status| s.leading).await;
+    let mut leases = c.subscribe("lh.api.pod.bkk.pod-a.lease").await.unwrap();
+    c.flush().await.unwrap();
+    let a = Pod::start(client(&url).await, &pod_settings(&url, "pod-a"));
+    let mut a_rx = a.status.clone();
+    use futures::StreamExt;
+    let first = tokio::time::timeout(WITHIN, leases.next()).await.unwrap().unwrap();
+    until(&mut a_rx, "two leases applied", |s| s.leases_applied >= 2).await;
+
+    c.publish("lh.api.pod.bkk.pod-x.report", "{not json".into()).await.unwrap();
+    c.publish("lh.api.pod.bkk.pod-a.lease", vec![b'x'; 70_000].into()).await.unwrap();
+    c.publish("lh.api.pod.bkk.pod-a.lease", first.payload.clone()).await.unwrap();
+    until(&mut m.status, "the bad report is counted", |s: &Status| s.messages_malformed >= 1).await;
+    let s = until(&mut a_rx, "bad and replayed leases counted", |s| s.messages_malformed >= 1 && s.leases_refused >= 1)
+        .await;
+    assert!(rate(&s) > 0.0, "the pod lost its lease to a replay");
+}

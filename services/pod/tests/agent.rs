@@ -1,0 +1,96 @@
+//! The agent's HTTP API against a real nats-server, coordinator and DC manager: permits, 429 with
+//! `Retry-After` and the IETF RateLimit headers, and 400s that change nothing.
+
+use leasehold_dc_manager::config::Settings as DcSettings;
+use leasehold_nats::connect::connect_until;
+use leasehold_nats::server::{binaries, NatsServer};
+use leasehold_pod::{Pod, PodSettings};
+use leasehold_shared::coordinator::LimitConfig;
+use leasehold_shared::dc_manager::DcManagerConfig;
+use leasehold_shared::quota::Quota;
+use std::time::{Duration, Instant};
+
+async fn client(url: &str) -> async_nats::Client {
+    connect_until(url, "test", Instant::now() + Duration::from_secs(10)).await.unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_denials_and_bad_input_over_http() {
+    let bin = binaries().expect("a nats-server is needed: run scripts/nats-servers").remove(0);
+    let server = NatsServer::start(&bin).unwrap();
+    let url = server.url();
+    let mut limit = LimitConfig::new("api", Quota::per_s(10, 5), &[("bkk", Quota::per_s(2, 0))]);
+    limit.renew_interval_ms = 200;
+    limit.dc_ttl_ms = 2_000;
+    let coord = leasehold_coordinator::config::Settings {
+        nats_url: url.clone(),
+        id: Some("coord".into()),
+        leader_ttl_ms: 1_000,
+        replicas: 1,
+        limits: vec![limit],
+    };
+    let _c = leasehold_coordinator::spawn(client(&url).await, coord);
+    let mut m = DcManagerConfig::new("api", "bkk", "");
+    m.renew_interval_ms = 200;
+    let dc = DcSettings {
+        nats_url: url.clone(),
+        leader_ttl_ms: 1_000,
+        report_interval_ms: 100,
+        manager: m,
+        ..DcSettings::default()
+    };
+    let _m = leasehold_dc_manager::spawn(client(&url).await, dc);
+    let settings =
+        PodSettings { limit: "api".into(), dc: "bkk".into(), report_interval_ms: 100, ..PodSettings::default() };
+    let pod = Pod::start(client(&url).await, &settings);
+    let mut st = pod.status.clone();
+    // Wait for a lease with a rate (the first may be empty: floors are unusable at first).
+    let has_lease = tokio::time::timeout(
+        Duration::from_secs(15),
+        st.wait_for(|s| s.lease.as_ref().is_some_and(|l| l.quota.rate_milli_per_s > 0)),
+    )
+    .await
+    .map(|r| r.is_ok()); // never hold the watch's read guard: it would block the pod's driver
+    assert_eq!(has_lease, Ok(true), "no lease within 15 s");
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = leasehold_pod::http::router(pod.limiter.clone(), pod.status.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+    let base = format!("http://{addr}/v1/acquire");
+
+    // A permit (waiting up to 2 s for the first token of a fresh bucket).
+    let ok = http.post(format!("{base}?max_wait_ms=2000")).send().await.unwrap();
+    let status = ok.status();
+    let headers = ok.headers().clone();
+    assert_eq!(status, 200, "{:?} {headers:?} {:?}", ok.text().await, pod.status.borrow());
+    assert!(headers["ratelimit-policy"].to_str().unwrap().starts_with("\"lease\";q="));
+    assert!(headers.contains_key("ratelimit"));
+
+    // Bad input: 400 problem, nothing counted.
+    let before = pod.limiter.totals().offered + pod.limiter.take_interval().offered;
+    for q in ["cost=abc", "cost=-1", "cost=0", "priority=urgent", "max_wait_ms=99999999", "cost=99999999999"] {
+        let r = http.post(format!("{base}?{q}")).send().await.unwrap();
+        assert_eq!(r.status(), 400, "{q}");
+        assert_eq!(r.headers()["content-type"], "application/problem+json", "{q}");
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()), "{q}: {body}");
+    }
+    assert_eq!(pod.limiter.totals().offered + pod.limiter.take_interval().offered, before, "a bad request was counted");
+
+    // Spend the bucket: a 429 with Retry-After and the RateLimit headers.
+    let mut denied = None;
+    for _ in 0..100 {
+        let r = http.post(&base).send().await.unwrap();
+        if r.status() == 429 {
+            denied = Some(r);
+            break;
+        }
+    }
+    let r = denied.expect("never denied after 100 requests at a 10/s limit");
+    let retry: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(retry >= 1);
+    assert!(r.headers()["ratelimit"].to_str().unwrap().contains(";r=0"));
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+}
