@@ -63,6 +63,39 @@ async fn inspect_shows_the_leader_and_the_dc_leases() {
     assert_eq!(v["ledgers"]["api"]["writer"], "coord-x");
     let text = String::from_utf8(inspect(false).stdout).unwrap();
     assert!(text.contains("coordinator leader: coord-x") && text.contains("dc bkk"), "{text}");
+
+    // A DC manager and a pod: inspect names the DC's leader and hears the pod.
+    let mut m = leasehold_shared::dc_manager::DcManagerConfig::new("api", "bkk", "");
+    m.renew_interval_ms = 250;
+    let dc = leasehold_dc_manager::config::Settings {
+        nats_url: url.clone(),
+        id: Some("bkk-mgr-x".into()),
+        leader_ttl_ms: 1_500,
+        manager: m,
+        ..Default::default()
+    };
+    let _m = leasehold_dc_manager::spawn(connect_until(&url, "m", deadline).await.unwrap(), dc);
+    let ps = leasehold_pod::PodSettings {
+        limit: "api".into(),
+        dc: "bkk".into(),
+        pod_id: Some("pod-1".into()),
+        ..Default::default()
+    };
+    let _pod = leasehold_pod::Pod::start(connect_until(&url, "p", deadline).await.unwrap(), &ps);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let out = inspect(true);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let pod = &v["pods"]["pod-1"];
+        if v["dc_leaders"]["bkk"] == "bkk-mgr-x" && pod["last_lease"]["issuer"].is_string() {
+            assert_eq!(pod["dc"], "bkk");
+            assert!(pod["last_heartbeat_ms_ago"].as_u64().is_some_and(|ms| ms < 1_500), "{v}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "pod or DC leader never shown: {v}");
+    }
+    let text = String::from_utf8(inspect(false).stdout).unwrap();
+    assert!(text.contains("dc bkk manager leader: bkk-mgr-x") && text.contains("pod pod-1"), "{text}");
     coord.stop().await.unwrap();
 }
 

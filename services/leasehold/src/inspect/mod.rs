@@ -1,5 +1,8 @@
-//! `leasehold inspect`: the live state from NATS: who leads, and every limit's ledger record
-//! (DC leases with epochs, versions, amounts, floors and TTLs). Read-only.
+//! `leasehold inspect`: the live state from NATS: who leads (coordinator and each DC), every
+//! limit's ledger record (DC leases with epochs, versions, amounts, floors and TTLs), and the pods
+//! heard during a short listening window (heartbeats and leases). Read-only.
+
+mod pods;
 
 use clap::Args;
 use futures::StreamExt;
@@ -19,6 +22,9 @@ pub struct InspectArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// How long to listen for pod heartbeats and leases (0: skip pods).
+    #[arg(long, default_value_t = 1_500)]
+    listen_ms: u64,
 }
 
 #[derive(Serialize)]
@@ -31,14 +37,17 @@ struct Ledger {
 #[derive(Serialize, Default)]
 struct State {
     coordinator_leader: Option<String>,
+    /// DC → the DC manager replica leading it.
+    dc_leaders: BTreeMap<String, String>,
     ledgers: BTreeMap<String, Ledger>,
     /// Keys whose value could not be decoded (reported, never fatal).
     unreadable: Vec<String>,
+    pods: BTreeMap<String, pods::PodView>,
 }
 
 pub fn run(a: InspectArgs) -> Result<ExitCode, String> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-    let state = rt.block_on(collect(&a.nats_url))?;
+    let state = rt.block_on(collect(&a.nats_url, std::time::Duration::from_millis(a.listen_ms)))?;
     if a.json {
         println!("{}", serde_json::to_string(&state).map_err(|e| e.to_string())?);
     } else {
@@ -47,9 +56,9 @@ pub fn run(a: InspectArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn collect(url: &str) -> Result<State, String> {
+async fn collect(url: &str, listen: std::time::Duration) -> Result<State, String> {
     let client = connect(url, "leasehold-inspect").await.map_err(|e| e.to_string())?;
-    let js = jetstream(client);
+    let js = jetstream(client.clone());
     // Opening creates nothing new on a running system; on an empty server it creates the
     // (empty) standard buckets, which is harmless.
     let ledger = ensure_bucket(&js, &BucketSpec::new(subjects::LEDGER_BUCKET)).await.map_err(|e| e.to_string())?;
@@ -58,6 +67,13 @@ async fn collect(url: &str) -> Result<State, String> {
     if let Some(leaders) = leaders {
         if let Ok(Some((_, id))) = read(&leaders, subjects::COORDINATOR_LEADER_KEY).await {
             state.coordinator_leader = Some(String::from_utf8_lossy(&id).into_owned());
+        }
+        if let Ok(mut keys) = leaders.keys().await {
+            while let Some(Ok(key)) = keys.next().await {
+                if let (Some(dc), Ok(Some((_, id)))) = (key.strip_prefix("dc."), read(&leaders, &key).await) {
+                    state.dc_leaders.insert(dc.to_string(), String::from_utf8_lossy(&id).into_owned());
+                }
+            }
         }
     }
     let mut keys = ledger.keys().await.map_err(|e| format!("cannot list {}: {e}", subjects::LEDGER_BUCKET))?;
@@ -72,11 +88,17 @@ async fn collect(url: &str) -> Result<State, String> {
             }
         }
     }
+    if !listen.is_zero() {
+        state.pods = pods::listen(&client, listen).await?;
+    }
     Ok(state)
 }
 
 fn print_text(s: &State) {
     println!("coordinator leader: {}", s.coordinator_leader.as_deref().unwrap_or("(none)"));
+    for (dc, id) in &s.dc_leaders {
+        println!("dc {dc} manager leader: {id}");
+    }
     if s.ledgers.is_empty() {
         println!("no ledger records");
     }
@@ -105,4 +127,6 @@ fn print_text(s: &State) {
     for u in &s.unreadable {
         println!("unreadable record {u}");
     }
+    println!("pods:");
+    pods::print_text(&s.pods);
 }

@@ -1,0 +1,97 @@
+//! The pods part of `inspect`: listen to pod reports (heartbeats) and leases for a moment.
+//! Pods keep no state on the server, so this is what any NATS client can see: `nats sub 'lh.*.pod.>'`.
+
+use futures::StreamExt;
+use leasehold_shared::subjects;
+use leasehold_shared::wire::{decode, LeaseVersion, PodLease, PodReport};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+#[derive(Serialize, Default, Clone)]
+pub struct PodView {
+    pub limit: String,
+    pub dc: String,
+    /// Milliseconds since its last heartbeat, at the end of the listening window.
+    pub last_heartbeat_ms_ago: Option<u64>,
+    pub healthy: Option<bool>,
+    pub draining: Option<bool>,
+    /// Requests offered and admitted per second, from its last report.
+    pub offered_per_s: Option<f64>,
+    pub admitted_per_s: Option<f64>,
+    pub lease_in_use: Option<LeaseVersion>,
+    pub last_lease: Option<LeaseSeen>,
+}
+
+#[derive(Serialize, Clone)]
+pub struct LeaseSeen {
+    pub version: LeaseVersion,
+    pub issuer: String,
+    pub rate_per_s: f64,
+    pub burst: f64,
+    pub ttl_ms: u64,
+}
+
+/// Pods seen on `lh.*.pod.>` during `listen`, keyed by pod id.
+pub async fn listen(client: &async_nats::Client, listen: Duration) -> Result<BTreeMap<String, PodView>, String> {
+    let subject = format!("{}.*.pod.>", subjects::PREFIX);
+    let mut sub = client.subscribe(subject.clone()).await.map_err(|e| format!("cannot subscribe to {subject}: {e}"))?;
+    let mut pods: BTreeMap<String, (PodView, Option<Instant>)> = BTreeMap::new();
+    let end = Instant::now() + listen;
+    while let Ok(Some(msg)) = tokio::time::timeout_at(end.into(), sub.next()).await {
+        if msg.subject.ends_with(".report") {
+            if let Ok(r) = decode::<PodReport>(&msg.payload) {
+                let per_s = |n: u64| n as f64 * 1_000.0 / r.interval_ms.max(1) as f64;
+                let (v, seen) = pods.entry(r.pod.clone()).or_default();
+                v.limit = r.limit.clone();
+                v.dc = r.dc.clone();
+                v.healthy = Some(r.healthy);
+                v.draining = Some(r.draining);
+                v.offered_per_s = Some(per_s(r.offered));
+                v.admitted_per_s = Some(per_s(r.admitted));
+                v.lease_in_use = r.lease_in_use;
+                *seen = Some(Instant::now());
+            }
+        } else if msg.subject.ends_with(".lease") {
+            if let Ok(l) = decode::<PodLease>(&msg.payload) {
+                let (v, _) = pods.entry(l.pod.clone()).or_default();
+                v.limit = l.limit.clone();
+                v.dc = l.dc.clone();
+                v.last_lease = Some(LeaseSeen {
+                    version: l.version,
+                    issuer: l.issuer.clone(),
+                    rate_per_s: l.quota.rate_per_s(),
+                    burst: l.quota.burst(),
+                    ttl_ms: l.ttl_ms,
+                });
+            }
+        }
+    }
+    Ok(pods
+        .into_iter()
+        .map(|(k, (mut v, seen))| {
+            v.last_heartbeat_ms_ago = seen.map(|t| t.elapsed().as_millis() as u64);
+            (k, v)
+        })
+        .collect())
+}
+
+pub fn print_text(pods: &BTreeMap<String, PodView>) {
+    if pods.is_empty() {
+        println!("no pods heard");
+    }
+    for (id, p) in pods {
+        let lease = p.last_lease.as_ref().map_or("no lease seen".to_string(), |l| {
+            format!("lease {} from {} rate {:.3}/s burst {:.3} ttl {} ms", l.version, l.issuer, l.rate_per_s, l.burst, l.ttl_ms)
+        });
+        let hb = p.last_heartbeat_ms_ago.map_or("no heartbeat".to_string(), |ms| format!("heartbeat {ms} ms ago"));
+        println!(
+            "  pod {id:<24} {}/{} {hb}, admitted {:.1}/s of {:.1}/s offered{}; {lease}",
+            p.limit,
+            p.dc,
+            p.admitted_per_s.unwrap_or(0.0),
+            p.offered_per_s.unwrap_or(0.0),
+            if p.draining == Some(true) { ", draining" } else { "" }
+        );
+    }
+}
