@@ -19,15 +19,23 @@ pub struct ConnectError {
 
 /// Connect with control-plane defaults: short request and connect timeouts, frequent pings,
 /// unlimited reconnects.
+///
+/// Credentials may be given in the URL (`nats://user:password@host:port`, as the production
+/// accounts in `nats/prod/` expect); errors never show the password.
 pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, ConnectError> {
-    async_nats::ConnectOptions::new()
+    let (options, bare) = match split_credentials(url) {
+        Some((user, password, bare)) => (async_nats::ConnectOptions::with_user_and_password(user, password), bare),
+        None => (async_nats::ConnectOptions::new(), url.to_string()),
+    };
+    let shown = redact(url);
+    options
         .name(name)
         .ping_interval(PING_INTERVAL)
         .request_timeout(Some(CONTROL_TIMEOUT))
         .connection_timeout(CONTROL_TIMEOUT)
-        .connect(url)
+        .connect(bare.as_str())
         .await
-        .map_err(|source| ConnectError { url: url.to_string(), source })
+        .map_err(|source| ConnectError { url: shown, source })
 }
 
 /// [`connect`], retried until `deadline` (a server that just started may not accept yet).
@@ -50,4 +58,35 @@ pub fn jetstream(client: async_nats::Client) -> jetstream::Context {
     let mut js = jetstream::new(client);
     js.set_timeout(CONTROL_TIMEOUT);
     js
+}
+
+/// `nats://user:pw@host:port` → (user, pw, `nats://host:port`).
+fn split_credentials(url: &str) -> Option<(String, String, String)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let (userinfo, host) = rest.split_once('@')?;
+    let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+    Some((user.to_string(), password.to_string(), format!("{scheme}://{host}")))
+}
+
+/// The URL with its password replaced, for messages and logs.
+pub fn redact(url: &str) -> String {
+    match split_credentials(url) {
+        Some((user, _, bare)) => bare.replacen("://", &format!("://{user}:***@"), 1),
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_are_split_from_the_url_and_never_shown() {
+        assert_eq!(
+            split_credentials("nats://bkk-pod1:s3cret@127.0.0.1:4222"),
+            Some(("bkk-pod1".into(), "s3cret".into(), "nats://127.0.0.1:4222".into()))
+        );
+        assert_eq!(split_credentials("nats://127.0.0.1:4222"), None);
+        assert_eq!(redact("nats://u:s3cret@h:1"), "nats://u:***@h:1");
+    }
 }

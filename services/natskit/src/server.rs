@@ -45,6 +45,9 @@ pub struct NatsServer {
     child: Option<Child>,
     store: PathBuf,
     port: u16,
+    /// Extra configuration file (in the store directory) and environment for the server.
+    config: Option<PathBuf>,
+    env: Vec<(String, String)>,
     pub version: String,
 }
 
@@ -53,6 +56,14 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 impl NatsServer {
     /// Start `binary` with JetStream on a free loopback port and a new temporary store.
     pub fn start(binary: &Path) -> Result<Self, ServerError> {
+        Self::start_with_config(binary, &[], &[])
+    }
+
+    /// Like [`start`](Self::start), with configuration files written into the server's own
+    /// directory (the first is passed with `-c`; the others can be `include`d by name) and extra
+    /// environment (e.g. the passwords a config reads with `$VAR`). Port, JetStream and store
+    /// still come from the command line.
+    pub fn start_with_config(binary: &Path, files: &[(&str, &str)], env: &[(&str, &str)]) -> Result<Self, ServerError> {
         let unique = format!(
             "leasehold-nats-{}-{}-{}",
             std::process::id(),
@@ -62,7 +73,24 @@ impl NatsServer {
         let store = std::env::temp_dir().join(unique);
         std::fs::create_dir_all(&store)
             .map_err(|e| ServerError::Spawn { binary: binary.display().to_string(), reason: e.to_string() })?;
-        let mut s = NatsServer { binary: binary.to_path_buf(), child: None, store, port: 0, version: String::new() };
+        let spawn_err =
+            |e: std::io::Error| ServerError::Spawn { binary: binary.display().to_string(), reason: e.to_string() };
+        let mut config = None;
+        for (name, text) in files {
+            let path = store.join(name);
+            std::fs::write(&path, text).map_err(spawn_err)?;
+            config.get_or_insert(path);
+        }
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut s = NatsServer {
+            binary: binary.to_path_buf(),
+            child: None,
+            store: store.join("js"),
+            port: 0,
+            config,
+            env,
+            version: String::new(),
+        };
         s.version = Command::new(binary)
             .arg("--version")
             .output()
@@ -75,9 +103,14 @@ impl NatsServer {
     fn spawn(&mut self, port: Option<u16>) -> Result<(), ServerError> {
         let binary = self.binary.display().to_string();
         let port_arg = port.map_or("-1".to_string(), |p| p.to_string());
-        let mut child = Command::new(&self.binary)
+        let mut cmd = Command::new(&self.binary);
+        if let Some(c) = &self.config {
+            cmd.arg("-c").arg(c);
+        }
+        let mut child = cmd
             .args(["-a", "127.0.0.1", "-p", &port_arg, "-js", "-sd"])
             .arg(&self.store)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -139,6 +172,8 @@ impl NatsServer {
 impl Drop for NatsServer {
     fn drop(&mut self) {
         self.kill();
-        let _ = std::fs::remove_dir_all(&self.store);
+        if let Some(dir) = self.store.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }

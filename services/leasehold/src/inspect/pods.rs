@@ -82,7 +82,10 @@ pub fn print_text(pods: &BTreeMap<String, PodView>) {
     }
     for (id, p) in pods {
         let lease = p.last_lease.as_ref().map_or("no lease seen".to_string(), |l| {
-            format!("lease {} from {} rate {:.3}/s burst {:.3} ttl {} ms", l.version, l.issuer, l.rate_per_s, l.burst, l.ttl_ms)
+            format!(
+                "lease {} from {} rate {:.3}/s burst {:.3} ttl {} ms",
+                l.version, l.issuer, l.rate_per_s, l.burst, l.ttl_ms
+            )
         });
         let hb = p.last_heartbeat_ms_ago.map_or("no heartbeat".to_string(), |ms| format!("heartbeat {ms} ms ago"));
         println!(
