@@ -29,6 +29,8 @@ pub struct Status {
     pub pods_eligible: u32,
     pub pods_known: u32,
     pub pod_leases_issued: u64,
+    pub passes_full: u64,
+    pub passes_growth: u64,
     pub dc_leases_applied: u64,
     pub dc_leases_refused: u64,
     pub messages_malformed: u64,
@@ -227,6 +229,8 @@ impl Manager {
         let c = term.core.counters();
         s.instance = term.core.config().instance.clone();
         s.pod_leases_issued = c.pod_leases_issued;
+        s.passes_full = c.passes_full;
+        s.passes_growth = c.passes_growth;
         s.reports_stale = c.reports_stale + c.reports_foreign;
         s.returns = c.returns;
         s.pods_known = term.core.pods().count() as u32;

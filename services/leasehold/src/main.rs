@@ -1,5 +1,6 @@
 //! `leasehold`: the operator CLI, and every service as a subcommand (one binary to ship).
 
+mod bench;
 mod demo;
 mod inspect;
 mod simulate;
@@ -35,6 +36,9 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Run the whole system as processes on this machine with diurnal load; print a summary.
     Demo(demo::DemoArgs),
+    /// Measurements: `bench control-plane`.
+    #[command(subcommand)]
+    Bench(bench::Bench),
     /// Run a coordinator replica (settings: LEASEHOLD_COORDINATOR_*).
     Coordinator(ConfigArg),
     /// Run a DC manager replica (settings: LEASEHOLD_DC_MANAGER_*).
@@ -79,6 +83,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Bench(b) => bench::run(b),
         Command::Coordinator(c) => return leasehold_coordinator::main_with_args(c.args()),
         Command::DcManager(c) => return leasehold_dc_manager::main_with_args(c.args()),
         Command::Agent(c) => return leasehold_pod::agent_main(c.args()),

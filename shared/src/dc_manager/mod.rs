@@ -26,6 +26,15 @@ use crate::quota::Quota;
 use crate::wire::{DcLease, DcReport, LeaseReturn, LeaseVersion, PodLease, PodReport, ReturnAck, SCHEMA_VERSION};
 use pods::Pods;
 
+/// Smallest growth (share of the target) worth an event-driven lease between renewals.
+pub const MIN_GROWTH_STEP: f64 = 0.01;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pass {
+    Full,
+    GrowthOnly,
+}
+
 /// Something the driver must send.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DcOutput {
@@ -52,6 +61,10 @@ pub struct DcCounters {
     pub reports_over_capacity: u64,
     pub dc_leases_rejected: u64,
     pub returns: u64,
+    /// Re-splits of the whole budget (renewals, new DC leases, joins, returns).
+    pub passes_full: u64,
+    /// Event-driven passes that only let pods grow.
+    pub passes_growth: u64,
 }
 
 pub struct DcManagerCore {
@@ -131,7 +144,7 @@ impl DcManagerCore {
             self.counters.dc_leases_rejected += 1;
         }
         r?;
-        Ok(self.pass(now_ns))
+        Ok(self.pass(now_ns, Pass::Full))
     }
 
     fn accept_dc_lease(&mut self, lease: &DcLease, now_ns: u64) -> Result<(), LeaseRejection> {
@@ -185,8 +198,11 @@ impl DcManagerCore {
         // Re-split at once if a pod below its target can now grow (fast rebalance), or a
         // brand-new pod has no lease yet.
         let newcomer = self.ledger.holder_claim(&r.pod, now_ns).is_zero() && r.lease_in_use.is_none();
-        if newcomer || self.someone_can_grow(now_ns) {
-            return self.pass(now_ns);
+        if newcomer {
+            return self.pass(now_ns, Pass::Full);
+        }
+        if self.someone_can_grow(now_ns) {
+            return self.pass(now_ns, Pass::GrowthOnly);
         }
         Vec::new()
     }
@@ -201,7 +217,7 @@ impl DcManagerCore {
         let forget = self.cfg.expiry.issuer_live_until_ns(now_ns, self.cfg.pod_ttl_ms * 4);
         self.ledger.close(&r.holder, self.cfg.expiry.released_until_ns(now_ns), forget);
         self.pods.views.remove(&r.holder);
-        let mut out = self.pass(now_ns);
+        let mut out = self.pass(now_ns, Pass::Full);
         out.push(DcOutput::ReturnAck(ReturnAck {
             v: SCHEMA_VERSION,
             limit: self.cfg.limit.clone(),
@@ -214,7 +230,7 @@ impl DcManagerCore {
     /// Call every report interval: sends the DC report, and renews pod leases when due.
     pub fn tick(&mut self, now_ns: u64) -> Vec<DcOutput> {
         let due = self.last_pass_ns.is_none_or(|t| now_ns.saturating_sub(t) >= self.cfg.renew_interval_ms * NS_PER_MS);
-        let mut out = if due { self.pass(now_ns) } else { Vec::new() };
+        let mut out = if due { self.pass(now_ns, Pass::Full) } else { Vec::new() };
         out.push(DcOutput::Report(self.report(now_ns)));
         self.pods.forget_silent(now_ns, 60);
         out
@@ -246,12 +262,32 @@ impl DcManagerCore {
         let (budget, _) = self.budget(now_ns);
         let eligible = self.pods.eligible(&self.cfg, now_ns);
         let targets = self.pods.split(budget, &eligible, self.cfg.split);
-        eligible.iter().zip(targets).any(|(p, t)| self.ledger.can_grow(p, t, now_ns))
+        eligible.iter().zip(targets).any(|(p, t)| self.worth_growing(p, t, now_ns))
     }
 
-    /// Split the budget among eligible pods and issue their leases.
-    fn pass(&mut self, now_ns: u64) -> Vec<DcOutput> {
-        self.last_pass_ns = Some(now_ns);
+    /// The ledger lets `pod` grow towards `target` by a step worth a message: at least
+    /// [`MIN_GROWTH_STEP`] of the target (and one milli-unit). Smaller steps wait for the
+    /// periodic renewal, so many pods confirming one by one do not each trigger a re-split.
+    fn worth_growing(&self, pod: &String, target: Quota, now_ns: u64) -> bool {
+        if !self.ledger.can_grow(pod, target, now_ns) {
+            return false;
+        }
+        let claim = self.ledger.holder_claim(pod, now_ns);
+        let grant = self.ledger.grantable(pod, target, now_ns);
+        let step = |t: u64| ((t as f64 * MIN_GROWTH_STEP) as u64).max(1);
+        grant.rate_milli_per_s >= claim.rate_milli_per_s + step(target.rate_milli_per_s)
+            || grant.burst_milli >= claim.burst_milli + step(target.burst_milli)
+    }
+
+    /// Split the budget among eligible pods and issue their leases: to every pod (`Full`), or
+    /// only to pods that can grow by a worthwhile step (`GrowthOnly`, between renewals).
+    fn pass(&mut self, now_ns: u64, kind: Pass) -> Vec<DcOutput> {
+        if kind == Pass::Full {
+            self.last_pass_ns = Some(now_ns);
+            self.counters.passes_full += 1;
+        } else {
+            self.counters.passes_growth += 1;
+        }
         self.ledger.expire(now_ns);
         let (budget, parent_expiry) = self.budget(now_ns);
         self.ledger.set_capacity(budget);
@@ -273,6 +309,9 @@ impl DcManagerCore {
         let live_until = self.cfg.expiry.issuer_live_until_ns(now_ns, ttl_ms);
         let mut out = Vec::with_capacity(order.len());
         for (pod, target) in order {
+            if kind == Pass::GrowthOnly && !self.worth_growing(&pod, target, now_ns) {
+                continue;
+            }
             let quota = self.ledger.grantable(&pod, target, now_ns);
             self.next_seq += 1;
             let version = LeaseVersion::new(self.cfg.epoch, self.next_seq);
