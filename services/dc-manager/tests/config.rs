@@ -1,0 +1,32 @@
+//! The shipped example configuration loads; bad settings are refused with a clear message.
+
+use leasehold_dc_manager::config::{load, Settings};
+use leasehold_shared::dc_manager::{FailMode, SplitMode};
+use std::path::Path;
+
+#[test]
+fn the_example_config_loads_and_validates() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/dc-manager.toml");
+    let s = load(Some(&path)).unwrap();
+    assert_eq!((s.manager.limit.as_str(), s.manager.dc.as_str()), ("partner-api", "bkk"));
+    assert_eq!(s.manager.split, SplitMode::Equal);
+    assert_eq!(s.manager.fail_mode, FailMode::Strict);
+    assert_eq!(s.floor.rate_milli_per_s, 50_000);
+    assert_eq!(s.manager.expiry.egress_spread_ms, 144);
+}
+
+#[test]
+fn bad_settings_are_refused_with_the_reason() {
+    let mut s = Settings::default();
+    assert!(s.validate().unwrap_err().to_string().contains("limit"), "an empty limit name");
+    s.manager.limit = "api".into();
+    s.manager.dc = "bkk".into();
+    s.validate().unwrap();
+    s.manager.pod_ttl_ms = s.manager.renew_interval_ms;
+    assert!(s.validate().unwrap_err().to_string().contains("pod_ttl_ms"));
+    let mut s2 = s.clone();
+    s2.manager.pod_ttl_ms = 5_000;
+    s2.report_interval_ms = 5_000;
+    assert!(s2.validate().unwrap_err().to_string().contains("report_interval_ms"));
+    assert!(load(Some(Path::new("/nonexistent/dc.toml"))).unwrap_err().to_string().contains("not found"));
+}
