@@ -83,7 +83,9 @@ fn bad_input_is_a_one_line_error_and_nonzero_exit() {
 
 #[test]
 fn services_refuse_bad_configuration_with_one_line_and_exit_2() {
-    for args in [&["dc-manager", "--config", "/nonexistent.toml"][..], &["coordinator", "--config", "/nonexistent.toml"][..]] {
+    for args in
+        [&["dc-manager", "--config", "/nonexistent.toml"][..], &["coordinator", "--config", "/nonexistent.toml"][..]]
+    {
         let out = leasehold(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
@@ -91,7 +93,8 @@ fn services_refuse_bad_configuration_with_one_line_and_exit_2() {
         assert!(err.contains("not found"), "{err}");
     }
     // An agent without a limit name.
-    let out = Command::new(env!("CARGO_BIN_EXE_leasehold")).arg("agent").env("LEASEHOLD_AGENT_DC", "bkk").output().unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_leasehold")).arg("agent").env("LEASEHOLD_AGENT_DC", "bkk").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.trim().lines().count() == 1 && err.contains("limit"), "{err}");

@@ -26,6 +26,8 @@ fn a_short_demo_holds_the_limit_through_a_leader_kill() {
     // rebalancing for a tenth of it (0.87 measured); the 120 s demo is the acceptance run.
     assert!(v["utilization"].as_f64().unwrap() >= 0.8, "{last}");
     assert!(dir.join("follow-the-sun.svg").is_file());
+    // SIGTERM at the end: every agent returned its lease and got the acknowledgement.
+    assert_eq!(v["drains_acknowledged"], 8, "{last}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -241,9 +241,13 @@ async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
     }
     let up = observe::upstream_stats(&http, &upstream).await.ok_or("the upstream stopped answering")?;
     let crashed = procs.exited();
-    procs.stop_all(Duration::from_secs(6)).await;
+    // Agents first, so their DC managers are still there to acknowledge the returned leases.
+    procs.stop(Duration::from_secs(8), |n| n.contains("-pod")).await;
+    let drains_acknowledged = procs.printed("drained (acknowledged: true)");
+    procs.stop(Duration::from_secs(5), |_| true).await;
     let b = bins.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    summary::summarize(&a, &out, &b, &alloc, &up, crashed, failover_s, new_leader, started)
+    let outcome = summary::Outcome { crashed, failover_s, new_leader, drains_acknowledged };
+    summary::summarize(&a, &out, &b, &alloc, &up, outcome, started)
 }
 
 fn print_row(

@@ -77,18 +77,27 @@ impl Procs {
         }
     }
 
-    /// SIGTERM everything (agents drain), wait up to `grace`, then SIGKILL what is left.
-    pub async fn stop_all(&mut self, grace: Duration) {
-        for c in self.children.values() {
+    /// SIGTERM the children whose name matches (agents drain), wait up to `grace` for them to
+    /// exit, then SIGKILL what is left of them.
+    pub async fn stop(&mut self, grace: Duration, which: impl Fn(&str) -> bool) {
+        for (_, c) in self.children.iter().filter(|(n, _)| which(n)) {
             if let Some(pid) = c.id() {
                 let _ = std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
             }
         }
         let deadline = tokio::time::Instant::now() + grace;
-        for c in self.children.values_mut() {
+        for (_, c) in self.children.iter_mut().filter(|(n, _)| which(n)) {
             let _ = tokio::time::timeout_at(deadline, c.wait()).await;
             let _ = c.kill().await;
         }
+    }
+
+    /// How many children printed `line` on stdout.
+    pub fn printed(&self, line: &str) -> usize {
+        self.children
+            .keys()
+            .filter(|n| std::fs::read_to_string(self.log_dir.join(format!("{n}.out"))).is_ok_and(|o| o.contains(line)))
+            .count()
     }
 
     /// Names of children that exited on their own (a crash the demo did not cause).

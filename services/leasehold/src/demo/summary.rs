@@ -12,18 +12,26 @@ use std::time::Instant;
 /// Share correlation above which allocation is said to follow demand.
 const FOLLOWS_MIN_CORRELATION: f64 = 0.8;
 
-#[allow(clippy::too_many_arguments)]
+/// What happened to the processes.
+pub struct Outcome {
+    /// Children that exited without being killed by the demo.
+    pub crashed: Vec<String>,
+    pub failover_s: Option<f64>,
+    pub new_leader: Option<String>,
+    /// Agents whose SIGTERM drain was acknowledged by their DC manager.
+    pub drains_acknowledged: usize,
+}
+
 pub fn summarize(
     a: &DemoArgs,
     out: &Path,
     b: &Bins,
     alloc: &[Option<Vec<f64>>],
     up: &UpstreamStats,
-    crashed: Vec<String>,
-    failover_s: Option<f64>,
-    new_leader: Option<String>,
+    o: Outcome,
     started: Instant,
 ) -> Result<ExitCode, String> {
+    let Outcome { crashed, failover_s, new_leader, drains_acknowledged } = o;
     let secs = a.duration_s as usize;
     let rate = super::rate_per_s() as f64;
     let (mut served, mut servable) = (0.0, 0.0);
@@ -93,6 +101,7 @@ pub fn summarize(
         "failover_s": failover_s.map(|f| (f * 10.0).round() / 10.0),
         "new_leader": new_leader,
         "processes_crashed": crashed,
+        "drains_acknowledged": drains_acknowledged,
         "chart": chart.display().to_string(),
         "seconds": (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
     });
