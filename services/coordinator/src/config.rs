@@ -17,6 +17,9 @@ pub struct Settings {
     pub leader_ttl_ms: u64,
     /// Replicas of the ledger and leader buckets (3 in production clusters).
     pub replicas: usize,
+    /// Serve `/metrics` (Prometheus) and `/v1/status` here, e.g. `127.0.0.1:9100`; none by default.
+    #[serde(default)]
+    pub http_listen: Option<String>,
     pub limits: Vec<LimitConfig>,
 }
 
@@ -27,6 +30,7 @@ impl Default for Settings {
             id: None,
             leader_ttl_ms: 3_000,
             replicas: 1,
+            http_listen: None,
             limits: Vec::new(),
         }
     }

@@ -31,6 +31,15 @@ pub struct Status {
     pub step_downs: u64,
     pub reports_malformed: u64,
     pub reports_ignored: u64,
+    /// Per limit while leading: Σ of every lease still counted vs the limit (the ledger's books).
+    pub limits: BTreeMap<String, LimitBooks>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LimitBooks {
+    pub capacity: leasehold_shared::quota::Quota,
+    pub outstanding: leasehold_shared::quota::Quota,
+    pub dc_leases: u32,
 }
 
 struct LimitState {
@@ -74,7 +83,30 @@ impl Leader {
         self.origin.elapsed().as_nanos() as u64
     }
 
+    /// Copy every limit's books into the status (for metrics).
+    fn refresh_books(&mut self) {
+        let now = self.now_ns();
+        self.status.limits = self
+            .leadership
+            .as_ref()
+            .map(|l| {
+                l.limits
+                    .iter()
+                    .map(|(name, st)| {
+                        let books = LimitBooks {
+                            capacity: st.core.config().quota,
+                            outstanding: st.core.ledger().outstanding(now),
+                            dc_leases: st.core.ledger().entries().count() as u32,
+                        };
+                        (name.clone(), books)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+    }
+
     fn step_down(&mut self, why: &str) {
+        self.status.limits.clear();
         if self.leadership.take().is_some() {
             warn!(id = %self.id, epoch = self.status.epoch, reason = why, "stepping down");
             self.status.step_downs += 1;
@@ -110,6 +142,7 @@ impl Leader {
                         return;
                     }
                 }
+                self.refresh_books();
             }
             None => {
                 let id = Bytes::from(self.id.clone());

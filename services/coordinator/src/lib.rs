@@ -11,6 +11,7 @@
 //! * [`run`]: the event loop; [`spawn`] for tests and embedding.
 
 pub mod config;
+mod http;
 pub mod leader;
 
 use futures::StreamExt;
@@ -28,6 +29,8 @@ pub enum CoordinatorError {
     Kv(#[from] KvError),
     #[error("cannot subscribe to {subject}: {reason}")]
     Subscribe { subject: String, reason: String },
+    #[error("cannot listen on {addr}: {reason}")]
+    Listen { addr: String, reason: String },
 }
 
 /// Run until `shutdown` turns true. `status` receives every change of [`Status`].
@@ -59,6 +62,13 @@ pub async fn run(
         .subscribe(subject.clone())
         .await
         .map_err(|e| CoordinatorError::Subscribe { subject, reason: e.to_string() })?;
+    if let Some(addr) = settings.http_listen.clone() {
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|e| CoordinatorError::Listen { addr: addr.clone(), reason: e.to_string() })?;
+        let app = http::router(status.subscribe());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+    }
     let renew_ms = settings.limits.iter().map(|l| l.renew_interval_ms).min().unwrap_or(1_000);
     let id =
         settings.id.clone().unwrap_or_else(|| format!("coord-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));

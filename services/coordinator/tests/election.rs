@@ -25,6 +25,7 @@ fn settings(url: &str, id: &str) -> Settings {
         id: Some(id.into()),
         leader_ttl_ms: LEADER_TTL_MS,
         replicas: 1,
+        http_listen: None,
         limits: vec![limit],
     }
 }

@@ -28,6 +28,7 @@ fn coordinator(url: &str) -> CoordSettings {
         id: Some("coord".into()),
         leader_ttl_ms: 1_000,
         replicas: 1,
+        http_listen: None,
         limits: vec![limit],
     }
 }

@@ -23,6 +23,7 @@ async fn inspect_shows_the_leader_and_the_dc_leases() {
         id: Some("coord-x".into()),
         leader_ttl_ms: 1_500,
         replicas: 1,
+        http_listen: None,
         limits: vec![limit],
     };
     let mut coord = leasehold_coordinator::spawn(connect_until(&url, "c", deadline).await.unwrap(), settings);

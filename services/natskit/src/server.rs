@@ -153,6 +153,22 @@ impl NatsServer {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
+    /// SIGSTOP the server: it keeps its sockets but answers nothing (a GC pause, a hung host).
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`pause`](Self::pause).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill").arg(sig).arg(c.id().to_string()).status();
+        }
+    }
+
     /// SIGKILL the server (its store stays, for [`restart`](Self::restart)).
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -171,6 +187,7 @@ impl NatsServer {
 
 impl Drop for NatsServer {
     fn drop(&mut self) {
+        self.resume();
         self.kill();
         if let Some(dir) = self.store.parent() {
             let _ = std::fs::remove_dir_all(dir);

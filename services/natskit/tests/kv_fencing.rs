@@ -53,3 +53,38 @@ async fn compare_and_set_fences_a_deposed_writer_on_every_server() {
         assert!(matches!(r3, CasOutcome::Written { revision } if revision > r2), "{who}: {r3:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_times_out_is_unknown_and_may_land_later() {
+    for bin in binaries().expect("a nats-server is needed") {
+        let server = NatsServer::start(&bin).expect("server starts");
+        let who = server.version.clone();
+        let js = jetstream(connected(&server.url()).await);
+        let store = ensure_bucket(&js, &BucketSpec::new("lh_ledger")).await.unwrap();
+        let r1 = match compare_and_set(&store, "api", Bytes::from_static(b"e1"), None).await.unwrap() {
+            CasOutcome::Written { revision } => revision,
+            other => panic!("{who}: {other:?}"),
+        };
+        // The server hangs: the write is sent, its acknowledgement never comes in time.
+        server.pause();
+        let ours = Bytes::from_static(b"writer-a e2");
+        let outcome = compare_and_set(&store, "api", ours.clone(), Some(r1)).await;
+        server.resume();
+        assert!(
+            matches!(outcome, Ok(CasOutcome::Unknown)),
+            "{who}: a timed-out write must be Unknown, got {outcome:?}"
+        );
+        // It was applied after all: only re-reading (and comparing with our exact value) tells.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match read(&store, "api").await {
+                Ok(Some((rev, v))) if v == ours => {
+                    assert!(rev > r1, "{who}");
+                    break;
+                }
+                _ => assert!(Instant::now() < deadline, "{who}: the buffered write never landed"),
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+}

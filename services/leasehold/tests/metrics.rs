@@ -1,0 +1,118 @@
+//! Every service serves Prometheus metrics, including seed 000's five and the ledger's books.
+
+use leasehold_nats::connect::connect_until;
+use leasehold_nats::server::{binaries, NatsServer};
+use leasehold_shared::coordinator::LimitConfig;
+use leasehold_shared::dc_manager::DcManagerConfig;
+use leasehold_shared::quota::Quota;
+use std::time::{Duration, Instant};
+
+fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+/// The value of the first sample of `series` in a Prometheus text body.
+fn sample(body: &str, series: &str) -> Option<f64> {
+    body.lines().filter(|l| !l.starts_with('#')).find(|l| l.starts_with(series))?.rsplit(' ').next()?.parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
+    let bin = binaries().expect("a nats-server is needed: run scripts/nats-servers").remove(0);
+    let server = NatsServer::start(&bin).unwrap();
+    let url = server.url();
+    let client = || connect_until(&url, "t", Instant::now() + Duration::from_secs(10));
+    let (coord_addr, dc_addr) = (free_addr(), free_addr());
+    let mut limit = LimitConfig::new("api", Quota::per_s(100, 10), &[("bkk", Quota::per_s(10, 0))]);
+    limit.renew_interval_ms = 200;
+    limit.dc_ttl_ms = 2_000;
+    let coord = leasehold_coordinator::config::Settings {
+        nats_url: url.clone(),
+        leader_ttl_ms: 1_000,
+        http_listen: Some(coord_addr.clone()),
+        limits: vec![limit],
+        ..Default::default()
+    };
+    let _c = leasehold_coordinator::spawn(client().await.unwrap(), coord);
+    let mut m = DcManagerConfig::new("api", "bkk", "");
+    m.renew_interval_ms = 200;
+    let dc = leasehold_dc_manager::config::Settings {
+        nats_url: url.clone(),
+        leader_ttl_ms: 1_000,
+        report_interval_ms: 100,
+        http_listen: Some(dc_addr.clone()),
+        manager: m,
+        ..Default::default()
+    };
+    let _m = leasehold_dc_manager::spawn(client().await.unwrap(), dc);
+    let ps = leasehold_pod::PodSettings {
+        limit: "api".into(),
+        dc: "bkk".into(),
+        report_interval_ms: 100,
+        ..Default::default()
+    };
+    let pod = leasehold_pod::Pod::start(client().await.unwrap(), &ps);
+    let (pod_l, up_l) = (
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    );
+    let (pod_addr, up_addr) = (pod_l.local_addr().unwrap(), up_l.local_addr().unwrap());
+    let pod_app = leasehold_pod::http::router(pod.limiter.clone(), pod.status.clone());
+    tokio::spawn(async move { axum_serve(pod_l, pod_app).await });
+    tokio::spawn(async move { axum_serve(up_l, leasehold_aggregator::router(1_000, 1_000)).await });
+
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    let get = |addr: String| {
+        let http = http.clone();
+        async move {
+            match http.get(format!("http://{addr}/metrics")).send().await {
+                Ok(r) => r.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            }
+        }
+    };
+    // Until the pod holds a lease cut from a DC lease (everything has then reported once).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (c, d, p) = loop {
+        let (c, d, p) = (get(coord_addr.clone()).await, get(dc_addr.clone()).await, get(pod_addr.to_string()).await);
+        let ready = sample(&c, "leasehold_ledger_outstanding_rate_per_s").is_some_and(|v| v > 0.0)
+            && sample(&d, "leasehold_dc_lease_rate_per_s").is_some_and(|v| v > 0.0)
+            && sample(&p, "leasehold_pod_lease_rate_per_s").is_some_and(|v| v > 0.0);
+        if ready {
+            break (c, d, p);
+        }
+        assert!(Instant::now() < deadline, "metrics never showed a lease:\n{c}\n{d}\n{p}");
+        let _ = tokio::time::timeout(Duration::from_millis(200), pod.status.clone().changed()).await;
+    };
+    // The ledger's books: Σ outstanding never above the limit.
+    let (out, lim) = (
+        sample(&c, "leasehold_ledger_outstanding_rate_per_s").unwrap(),
+        sample(&c, "leasehold_ledger_limit_rate_per_s").unwrap(),
+    );
+    assert!(out <= lim && lim == 100.0, "outstanding {out} vs limit {lim}");
+    assert_eq!(sample(&c, "leasehold_coordinator_leading"), Some(1.0));
+    // Seed 000's five: allocated vs used per DC, renewal latency and failures, rejections per pod,
+    // time since renewal per pod, and total QPS to the upstream.
+    for series in
+        ["leasehold_dc_allocated_rate_per_s", "leasehold_dc_used_rate_per_s", "leasehold_dc_lease_refusals_total"]
+    {
+        assert!(sample(&d, series).is_some(), "{series} missing:\n{d}");
+    }
+    for series in [
+        "leasehold_pod_renewal_latency_ms",
+        "leasehold_pod_rejected_total",
+        "leasehold_pod_seconds_since_renewal",
+        "leasehold_pod_leases_refused_total",
+    ] {
+        assert!(sample(&p, series).is_some(), "{series} missing:\n{p}");
+    }
+    assert!(sample(&p, "leasehold_pod_seconds_since_renewal").unwrap() < 2.0);
+    http.post(format!("http://{up_addr}/call")).send().await.unwrap();
+    let u = get(up_addr.to_string()).await;
+    assert_eq!(sample(&u, "leasehold_upstream_calls_total"), Some(1.0), "{u}");
+}
+
+async fn axum_serve(l: tokio::net::TcpListener, app: axum::Router) {
+    let _ = axum::serve(l, app).await;
+}
