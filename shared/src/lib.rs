@@ -12,6 +12,7 @@
 //! * [`ledger`]: the conservation ledger — the safety property lives here.
 //! * [`holder`]: what a lease holder keeps (send log, version fence).
 //! * [`pod`], [`dc_manager`], [`coordinator`]: the three layers as sans-I/O state machines.
+//! * [`keys`]: per-key limits (per user, per tenant tier): exact sliding log and GCRA.
 //! * [`subjects`]: NATS subjects and KV buckets/keys.
 //! * [`rng`]: seeded randomness.
 
@@ -22,6 +23,7 @@ pub mod dc_manager;
 pub mod ewma;
 pub mod expiry;
 pub mod holder;
+pub mod keys;
 pub mod ledger;
 pub mod pod;
 pub mod quota;

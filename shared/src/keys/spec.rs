@@ -1,0 +1,125 @@
+//! What a key's limit is, and what input is acceptable.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use thiserror::Error;
+
+/// Longest key accepted, in bytes.
+pub const MAX_KEY_BYTES: usize = 256;
+/// Largest `N` a sliding log may hold (its memory is 8·N bytes per key); larger limits use GCRA.
+pub const MAX_LOG_LIMIT: u64 = 10_000;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Algorithm {
+    /// Exact: at most `limit` admitted in any window of `window_ms` (seed 003).
+    #[default]
+    SlidingLog,
+    /// Smooth: `limit` per `window_ms` as a rate, with `burst` extra capacity.
+    Gcra,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitSpec {
+    #[serde(default)]
+    pub algorithm: Algorithm,
+    pub limit: u64,
+    pub window_ms: u64,
+    /// GCRA only: requests that may come at once on top of the rate (0 = strictly spaced).
+    #[serde(default)]
+    pub burst: u64,
+}
+
+impl LimitSpec {
+    pub fn sliding(limit: u64, window_ms: u64) -> Self {
+        LimitSpec { algorithm: Algorithm::SlidingLog, limit, window_ms, burst: 0 }
+    }
+
+    pub fn validate(&self) -> Result<(), KeyError> {
+        let bad = |m: String| Err(KeyError::BadSpec(m));
+        if self.limit == 0 || self.window_ms == 0 {
+            return bad(format!("limit ({}) and window_ms ({}) must be positive", self.limit, self.window_ms));
+        }
+        if self.window_ms > 86_400_000 * 31 {
+            return bad(format!("window_ms {} is above 31 days", self.window_ms));
+        }
+        if self.algorithm == Algorithm::SlidingLog && self.limit > MAX_LOG_LIMIT {
+            return bad(format!(
+                "a sliding log holds at most {MAX_LOG_LIMIT} entries per key; use gcra for limit {}",
+                self.limit
+            ));
+        }
+        if self.limit > 1_000_000_000 || self.burst > 1_000_000_000 {
+            return bad("limit and burst must be at most 10^9".into());
+        }
+        Ok(())
+    }
+
+    /// Largest cost one request may have: more could never be admitted.
+    pub fn max_cost(&self) -> u64 {
+        match self.algorithm {
+            Algorithm::SlidingLog => self.limit,
+            Algorithm::Gcra => self.burst + 1,
+        }
+    }
+}
+
+/// Tiers by name, per-key overrides, and the tier of keys nobody classified.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tiers {
+    pub default_tier: String,
+    pub tiers: BTreeMap<String, LimitSpec>,
+    #[serde(default)]
+    pub overrides: BTreeMap<String, LimitSpec>,
+}
+
+impl Default for Tiers {
+    fn default() -> Self {
+        Tiers {
+            default_tier: "free".into(),
+            tiers: BTreeMap::from([("free".to_string(), LimitSpec::sliding(20, 60_000))]),
+            overrides: BTreeMap::new(),
+        }
+    }
+}
+
+impl Tiers {
+    pub fn validate(&self) -> Result<(), KeyError> {
+        if !self.tiers.contains_key(&self.default_tier) {
+            return Err(KeyError::BadSpec(format!("default_tier {:?} is not a tier", self.default_tier)));
+        }
+        for (name, spec) in self.tiers.iter().chain(&self.overrides) {
+            spec.validate().map_err(|e| KeyError::BadSpec(format!("{name}: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// The limit for `key`: its override, else its tier (given by the caller or looked up),
+    /// else the default tier. An unknown tier name is an error, never a silent default.
+    pub fn resolve(&self, key: &str, tier: Option<&str>) -> Result<LimitSpec, KeyError> {
+        if let Some(spec) = self.overrides.get(key) {
+            return Ok(*spec);
+        }
+        let name = tier.unwrap_or(&self.default_tier);
+        self.tiers.get(name).copied().ok_or_else(|| KeyError::UnknownTier(name.to_string()))
+    }
+}
+
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum KeyError {
+    #[error("key must be 1 to {MAX_KEY_BYTES} bytes without control characters")]
+    BadKey,
+    #[error("cost must be between 1 and {max} for this key's limit, got {got}")]
+    BadCost { got: u64, max: u64 },
+    #[error("unknown tier {0:?}")]
+    UnknownTier(String),
+    #[error("invalid limit: {0}")]
+    BadSpec(String),
+}
+
+pub fn check_key(key: &str) -> Result<(), KeyError> {
+    if key.is_empty() || key.len() > MAX_KEY_BYTES || key.chars().any(char::is_control) {
+        return Err(KeyError::BadKey);
+    }
+    Ok(())
+}

@@ -1,0 +1,174 @@
+//! The keys one owner holds: decide, peek, evict idle keys, count hits for hot-key reports.
+//! Memory is bounded by `max_keys` (a full table sheds new keys instead of forgetting live ones).
+
+use super::gcra::Gcra;
+use super::spec::{check_key, Algorithm, KeyError, LimitSpec};
+use super::window_log::WindowLog;
+use std::collections::HashMap;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyState {
+    Log(WindowLog),
+    Gcra(Gcra),
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    state: KeyState,
+    hits: u64,
+}
+
+/// The answer for one request (or a read, with `allowed` true and nothing recorded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub allowed: bool,
+    pub limit: u64,
+    pub window_ms: u64,
+    pub remaining: u64,
+    pub reset_ms: u64,
+    pub retry_after_ms: u64,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TableError {
+    #[error(transparent)]
+    Input(#[from] KeyError),
+    #[error("this owner already tracks {0} keys; shedding new keys")]
+    Full(usize),
+}
+
+pub struct KeyTable {
+    keys: HashMap<String, Entry>,
+    max_keys: usize,
+}
+
+impl KeyTable {
+    pub fn new(max_keys: usize) -> Self {
+        KeyTable { keys: HashMap::new(), max_keys }
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Record a request of `cost` for `key` under `spec` at `now_ms`. Bad input changes nothing.
+    pub fn check(&mut self, key: &str, spec: &LimitSpec, cost: u64, now_ms: u64) -> Result<Verdict, TableError> {
+        check_key(key)?;
+        spec.validate()?;
+        if cost == 0 || cost > spec.max_cost() {
+            return Err(KeyError::BadCost { got: cost, max: spec.max_cost() }.into());
+        }
+        if !self.keys.contains_key(key) && self.keys.len() >= self.max_keys {
+            self.sweep(now_ms, spec.window_ms);
+            if self.keys.len() >= self.max_keys {
+                return Err(TableError::Full(self.max_keys));
+            }
+        }
+        let e = self.keys.entry(key.to_string()).or_insert_with(|| Entry { state: fresh(spec), hits: 0 });
+        e.hits += 1;
+        convert(&mut e.state, spec, now_ms);
+        Ok(match &mut e.state {
+            KeyState::Log(w) => {
+                let d = w.check(spec.limit, spec.window_ms, cost, now_ms);
+                Verdict {
+                    allowed: d.allowed,
+                    limit: spec.limit,
+                    window_ms: spec.window_ms,
+                    remaining: d.remaining,
+                    reset_ms: d.reset_ms,
+                    retry_after_ms: d.retry_after_ms,
+                }
+            }
+            KeyState::Gcra(g) => {
+                let d = g.check(spec.limit, spec.window_ms, spec.burst, cost, now_ms);
+                Verdict {
+                    allowed: d.allowed,
+                    limit: spec.limit,
+                    window_ms: spec.window_ms,
+                    remaining: d.remaining,
+                    reset_ms: d.reset_ms,
+                    retry_after_ms: d.retry_after_ms,
+                }
+            }
+        })
+    }
+
+    /// A key's current count and remaining, recording nothing.
+    pub fn peek(&mut self, key: &str, spec: &LimitSpec, now_ms: u64) -> Result<(u64, Verdict), KeyError> {
+        check_key(key)?;
+        spec.validate()?;
+        let (used, remaining, reset_ms) = match self.keys.get_mut(key).map(|e| &mut e.state) {
+            Some(KeyState::Log(w)) => w.peek(spec.limit, spec.window_ms, now_ms),
+            Some(KeyState::Gcra(g)) => g.peek(spec.limit, spec.window_ms, spec.burst, now_ms),
+            None => (0, spec.limit, 0),
+        };
+        let v = Verdict {
+            allowed: true,
+            limit: spec.limit,
+            window_ms: spec.window_ms,
+            remaining,
+            reset_ms,
+            retry_after_ms: 0,
+        };
+        Ok((used, v))
+    }
+
+    /// Forget keys whose state no longer restricts anything (nothing admitted in the window).
+    pub fn sweep(&mut self, now_ms: u64, max_window_ms: u64) {
+        self.keys.retain(|_, e| match &e.state {
+            KeyState::Log(w) => w.last_ms().is_some_and(|t| t + max_window_ms > now_ms),
+            KeyState::Gcra(g) => g.tat_us > now_ms * 1_000,
+        });
+    }
+
+    /// Keys with the most requests since the last call, at least `min_hits` (then reset).
+    pub fn take_hot(&mut self, min_hits: u64, top: usize) -> Vec<(String, u64)> {
+        let mut hot: Vec<(String, u64)> =
+            self.keys.iter().filter(|(_, e)| e.hits >= min_hits).map(|(k, e)| (k.clone(), e.hits)).collect();
+        hot.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        hot.truncate(top);
+        self.keys.values_mut().for_each(|e| e.hits = 0);
+        hot
+    }
+
+    pub fn state(&self, key: &str) -> Option<&KeyState> {
+        self.keys.get(key).map(|e| &e.state)
+    }
+
+    /// Restore a persisted key (a new owner taking over a shard).
+    pub fn restore(&mut self, key: String, state: KeyState) {
+        self.keys.insert(key, Entry { state, hits: 0 });
+    }
+
+    pub fn states(&self) -> impl Iterator<Item = (&String, &KeyState)> {
+        self.keys.iter().map(|(k, e)| (k, &e.state))
+    }
+}
+
+fn fresh(spec: &LimitSpec) -> KeyState {
+    match spec.algorithm {
+        Algorithm::SlidingLog => KeyState::Log(WindowLog::default()),
+        Algorithm::Gcra => KeyState::Gcra(Gcra::default()),
+    }
+}
+
+/// A key whose algorithm changed keeps what it already used (never a fresh start): a log's
+/// count becomes GCRA debt; GCRA debt becomes log entries at `now` (they expire a window later).
+fn convert(state: &mut KeyState, spec: &LimitSpec, now_ms: u64) {
+    match (&*state, spec.algorithm) {
+        (KeyState::Log(w), Algorithm::Gcra) => {
+            let used = w.len() as u64;
+            let t = super::gcra::interval_us(spec.limit, spec.window_ms);
+            *state = KeyState::Gcra(Gcra { tat_us: now_ms * 1_000 + used * t });
+        }
+        (KeyState::Gcra(g), Algorithm::SlidingLog) => {
+            let (used, _, _) = g.peek(spec.limit, spec.window_ms, spec.burst, now_ms);
+            *state = KeyState::Log(WindowLog::from_entries(vec![now_ms; used as usize]));
+        }
+        _ => {}
+    }
+}
