@@ -154,8 +154,19 @@ impl NatsServer {
     }
 
     /// SIGSTOP the server: it keeps its sockets but answers nothing (a GC pause, a hung host).
+    /// Returns once the kernel reports the process stopped (bounded: 2 s).
     pub fn pause(&self) {
         self.signal("-STOP");
+        let Some(pid) = self.child.as_ref().map(|c| c.id()) else { return };
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // The state is the field after the parenthesised command name.
+            if stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('T')) {
+                return;
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// SIGCONT after [`pause`](Self::pause).
