@@ -154,19 +154,20 @@ impl NatsServer {
     }
 
     /// SIGSTOP the server: it keeps its sockets but answers nothing (a GC pause, a hung host).
-    /// Returns once the kernel reports the process stopped (bounded: 2 s).
-    pub fn pause(&self) {
+    /// Returns true once the kernel reports the process stopped (false if not within 2 s).
+    pub fn pause(&self) -> bool {
         self.signal("-STOP");
-        let Some(pid) = self.child.as_ref().map(|c| c.id()) else { return };
+        let Some(pid) = self.child.as_ref().map(|c| c.id()) else { return false };
         let deadline = Instant::now() + Duration::from_secs(2);
         while Instant::now() < deadline {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
             // The state is the field after the parenthesised command name.
             if stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('T')) {
-                return;
+                return true;
             }
             std::thread::yield_now();
         }
+        false
     }
 
     /// SIGCONT after [`pause`](Self::pause).
@@ -176,7 +177,10 @@ impl NatsServer {
 
     fn signal(&self, sig: &str) {
         if let Some(c) = &self.child {
-            let _ = Command::new("kill").arg(sig).arg(c.id().to_string()).status();
+            let sent = Command::new("kill").arg(sig).arg(c.id().to_string()).status();
+            if !sent.as_ref().is_ok_and(|s| s.success()) {
+                eprintln!("nats-server harness: kill {sig} {} failed: {sent:?}", c.id());
+            }
         }
     }
 

@@ -66,7 +66,7 @@ async fn a_write_that_times_out_is_unknown_and_may_land_later() {
             other => panic!("{who}: {other:?}"),
         };
         // The server hangs: the write is sent, its acknowledgement never comes in time.
-        server.pause();
+        assert!(server.pause(), "{who}: the server did not stop");
         let ours = Bytes::from_static(b"writer-a e2");
         let outcome = compare_and_set(&store, "api", ours.clone(), Some(r1)).await;
         server.resume();
