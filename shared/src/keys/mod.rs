@@ -14,3 +14,13 @@ pub mod window_log;
 
 pub use spec::{Algorithm, KeyError, LimitSpec, Tiers};
 pub use table::{KeyTable, Verdict};
+
+/// The shard a key belongs to (FNV-1a, stable across versions and languages).
+pub fn shard_of(key: &str, shards: u32) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.as_bytes() {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % shards.max(1) as u64) as u32
+}

@@ -1,0 +1,161 @@
+//! HTTP API of the per-key limiter.
+//!
+//! * `POST /v1/keys/{key}?cost=1&tier=free` records a request: `200` with the answer, or `429`
+//!   with `Retry-After` and an `application/problem+json` body carrying the same fields.
+//! * `POST /v1/check` does the same from a JSON body `{"key": …, "cost": 1, "tier": …}`.
+//! * `GET /v1/keys/{key}?tier=free` reads the key's count and remaining, recording nothing.
+//! * `GET`/`PUT /v1/tiers` reads or replaces the tiers and overrides (validated; effective at once).
+//! * `GET /metrics`, `GET /healthz`.
+//!
+//! Every answer carries `RateLimit-Policy: "<tier>";q=<N>;w=<W s>` and
+//! `RateLimit: "<tier>";r=<remaining>;t=<reset s>`. Bad input is a `400` problem and changes
+//! nothing; a full key table sheds with `429` instead of waiting.
+
+use crate::limiter::{Answer, CheckRequest, KeyLimiter};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use leasehold_shared::keys::table::TableError;
+use leasehold_shared::keys::Tiers;
+use serde::Deserialize;
+use serde_json::json;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+#[derive(Clone)]
+struct App {
+    limiter: KeyLimiter,
+    counts: Arc<[AtomicU64; 3]>,
+}
+
+#[derive(Deserialize)]
+struct KeyQuery {
+    cost: Option<String>,
+    tier: Option<String>,
+}
+
+fn problem(status: StatusCode, title: &str, detail: String) -> Response {
+    let body = json!({ "type": "about:blank", "title": title, "status": status.as_u16(), "detail": detail });
+    (status, [(header::CONTENT_TYPE, "application/problem+json")], body.to_string()).into_response()
+}
+
+fn bad_request(detail: String) -> Response {
+    problem(StatusCode::BAD_REQUEST, "invalid request", detail)
+}
+
+fn headers(a: &Answer) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    let window_s = a.window_ms.div_ceil(1_000);
+    let reset_s = a.reset_ms.div_ceil(1_000);
+    let tier = a.tier.replace(['"', '\\'], "");
+    if let Ok(v) = HeaderValue::from_str(&format!("\"{tier}\";q={};w={window_s}", a.limit)) {
+        h.insert("ratelimit-policy", v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&format!("\"{tier}\";r={};t={reset_s}", a.remaining)) {
+        h.insert("ratelimit", v);
+    }
+    h
+}
+
+fn respond(app: &App, result: Result<Answer, TableError>) -> Response {
+    match result {
+        Ok(a) if a.allowed => {
+            app.counts[0].fetch_add(1, Relaxed);
+            (StatusCode::OK, headers(&a), Json(a)).into_response()
+        }
+        Ok(a) => {
+            app.counts[1].fetch_add(1, Relaxed);
+            let secs = a.retry_after_ms.unwrap_or(1_000).div_ceil(1_000).max(1);
+            let mut body = serde_json::to_value(&a).unwrap_or_default();
+            body["type"] = json!("about:blank");
+            body["title"] = json!("rate limited");
+            body["status"] = json!(429);
+            body["detail"] = json!(format!("key {:?} is over its limit of {} per {} ms", a.key, a.limit, a.window_ms));
+            let mut r = (StatusCode::TOO_MANY_REQUESTS, headers(&a), body.to_string()).into_response();
+            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            r
+        }
+        Err(TableError::Full(n)) => {
+            app.counts[2].fetch_add(1, Relaxed);
+            let mut r =
+                problem(StatusCode::TOO_MANY_REQUESTS, "overloaded", format!("this limiter tracks {n} keys; retry"));
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(1));
+            r
+        }
+        Err(TableError::Input(e)) => bad_request(e.to_string()),
+    }
+}
+
+/// The `cost` parameter (default 1), or the 400 problem's detail.
+fn parse_cost(v: Option<&String>) -> Result<u64, String> {
+    match v {
+        None => Ok(1),
+        Some(s) => s.parse::<u64>().map_err(|_| format!("cost must be a positive integer, got {s:?}")),
+    }
+}
+
+async fn record(State(app): State<App>, Path(key): Path<String>, Query(q): Query<KeyQuery>) -> Response {
+    let cost = match parse_cost(q.cost.as_ref()) {
+        Ok(c) => c,
+        Err(d) => return bad_request(d),
+    };
+    let result = app.limiter.check(&CheckRequest { key, cost, tier: q.tier });
+    respond(&app, result)
+}
+
+async fn record_json(State(app): State<App>, body: Result<Json<CheckRequest>, JsonRejection>) -> Response {
+    match body {
+        Ok(Json(req)) => {
+            let result = app.limiter.check(&req);
+            respond(&app, result)
+        }
+        Err(e) => bad_request(e.body_text()),
+    }
+}
+
+async fn read(State(app): State<App>, Path(key): Path<String>, Query(q): Query<KeyQuery>) -> Response {
+    match app.limiter.peek(&key, q.tier.as_deref()) {
+        Ok(a) => (StatusCode::OK, headers(&a), Json(a)).into_response(),
+        Err(e) => bad_request(e.to_string()),
+    }
+}
+
+async fn put_tiers(State(app): State<App>, body: Result<Json<Tiers>, JsonRejection>) -> Response {
+    match body {
+        Ok(Json(t)) => match app.limiter.set_tiers(t) {
+            Ok(()) => StatusCode::NO_CONTENT.into_response(),
+            Err(e) => bad_request(e.to_string()),
+        },
+        Err(e) => bad_request(e.body_text()),
+    }
+}
+
+async fn metrics(State(app): State<App>) -> Response {
+    let c = |i: usize| app.counts[i].load(Relaxed);
+    let body = format!(
+        "# TYPE leasehold_keys_allowed_total counter\nleasehold_keys_allowed_total {}\n\
+         # TYPE leasehold_keys_denied_total counter\nleasehold_keys_denied_total {}\n\
+         # TYPE leasehold_keys_shed_total counter\nleasehold_keys_shed_total {}\n\
+         # TYPE leasehold_keys_tracked gauge\nleasehold_keys_tracked {}\n",
+        c(0),
+        c(1),
+        c(2),
+        app.limiter.keys_tracked()
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+pub fn router(limiter: KeyLimiter) -> Router {
+    let app = App { limiter, counts: Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]) };
+    Router::new()
+        .route("/v1/keys/{key}", post(record).get(read))
+        .route("/v1/check", post(record_json))
+        .route("/v1/tiers", get(|State(a): State<App>| async move { Json(a.limiter.tiers()) }).put(put_tiers))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .with_state(app)
+}
