@@ -1,8 +1,6 @@
 //! Coordinator settings: defaults → TOML file → environment (`LEASEHOLD_COORDINATOR_*`),
 //! validated before anything starts.
 
-use figment::providers::{Env, Format, Serialized, Toml};
-use figment::Figment;
 use leasehold_shared::coordinator::LimitConfig;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -46,15 +44,8 @@ pub enum ConfigError {
 
 /// Load and validate.
 pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
-    let mut f = Figment::from(Serialized::defaults(Settings::default()));
-    if let Some(path) = file {
-        if !path.is_file() {
-            return Err(ConfigError::Load(format!("file {} not found", path.display())));
-        }
-        f = f.merge(Toml::file(path));
-    }
     let s: Settings =
-        f.merge(Env::prefixed("LEASEHOLD_COORDINATOR_")).extract().map_err(|e| ConfigError::Load(e.to_string()))?;
+        leasehold_nats::process::load_settings(file, "LEASEHOLD_COORDINATOR_").map_err(ConfigError::Load)?;
     s.validate()?;
     Ok(s)
 }

@@ -1,7 +1,5 @@
 //! DC manager settings: defaults → TOML file → environment (`LEASEHOLD_DC_MANAGER_*`), validated.
 
-use figment::providers::{Env, Format, Serialized, Toml};
-use figment::Figment;
 use leasehold_shared::dc_manager::DcManagerConfig;
 use leasehold_shared::quota::Quota;
 use serde::{Deserialize, Serialize};
@@ -57,15 +55,8 @@ pub enum ConfigError {
 }
 
 pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
-    let mut f = Figment::from(Serialized::defaults(Settings::default()));
-    if let Some(path) = file {
-        if !path.is_file() {
-            return Err(ConfigError::Load(format!("file {} not found", path.display())));
-        }
-        f = f.merge(Toml::file(path));
-    }
     let s: Settings =
-        f.merge(Env::prefixed("LEASEHOLD_DC_MANAGER_")).extract().map_err(|e| ConfigError::Load(e.to_string()))?;
+        leasehold_nats::process::load_settings(file, "LEASEHOLD_DC_MANAGER_").map_err(ConfigError::Load)?;
     s.validate()?;
     Ok(s)
 }

@@ -145,65 +145,17 @@ pub fn spawn(client: async_nats::Client, settings: config::Settings) -> Handle {
 /// The process: load settings, connect, run until SIGTERM/SIGINT. One-line errors, exit 2 on
 /// bad configuration.
 pub fn main_with_args(args: Vec<String>) -> std::process::ExitCode {
-    use std::process::ExitCode;
-    let file = match args.as_slice() {
-        [] => None,
-        [flag, path] if flag == "--config" => Some(std::path::PathBuf::from(path)),
-        _ => {
-            eprintln!("leasehold dc-manager: usage: [--config FILE] (settings also from LEASEHOLD_DC_MANAGER_*)");
-            return ExitCode::from(2);
-        }
-    };
-    let settings = match config::load(file.as_deref()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("leasehold dc-manager: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .try_init();
-    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("leasehold dc-manager: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let result = rt.block_on(async move {
-        let client = leasehold_nats::connect::connect(&settings.nats_url, "leasehold-dc-manager")
-            .await
-            .map_err(|e| e.to_string())?;
-        let (status, _) = watch::channel(Status::default());
-        let (stop, stop_rx) = watch::channel(false);
-        tokio::spawn(async move {
-            shutdown_signal().await;
-            let _ = stop.send(true);
-        });
-        run(client, settings, status, stop_rx).await.map_err(|e| e.to_string())
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("leasehold dc-manager: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-    }
+    use leasehold_nats::process;
+    process::main(
+        "leasehold dc-manager",
+        args,
+        |f| config::load(f).map_err(|e| e.to_string()),
+        |settings| async move {
+            let client = leasehold_nats::connect::connect(&settings.nats_url, "leasehold-dc-manager")
+                .await
+                .map_err(|e| e.to_string())?;
+            let (status, _) = watch::channel(Status::default());
+            run(client, settings, status, process::stop_on_signal()).await.map_err(|e| e.to_string())
+        },
+    )
 }

@@ -88,11 +88,13 @@ async fn until_pair(
         let left = deadline.checked_duration_since(Instant::now()).unwrap_or_else(|| {
             panic!("not within {WITHIN:?}: {what}; a {:?} b {:?}", rate(&a.borrow()), rate(&b.borrow()))
         });
-        tokio::select! {
-            _ = a.changed() => {}
-            _ = b.changed() => {}
-            _ = tokio::time::sleep(left) => {}
-        }
+        let changed = async {
+            tokio::select! {
+                _ = a.changed() => {}
+                _ = b.changed() => {}
+            }
+        };
+        let _ = tokio::time::timeout(left, changed).await;
     }
 }
 

@@ -7,7 +7,10 @@
 //!   `create_key_value` fails) and compare-and-set with an explicit "outcome unknown".
 //! * [`server`]: runs real `nats-server` processes on free loopback ports with temporary storage,
 //!   for tests and the demo; stopped and cleaned up on drop.
+//! * [`process`]: what every service process does the same way (config file, settings, runtime,
+//!   signals, one-line errors and exit codes).
 
 pub mod connect;
 pub mod kv;
+pub mod process;
 pub mod server;

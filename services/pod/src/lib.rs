@@ -78,40 +78,12 @@ impl Pod {
 /// The agent process: connect, start the pod, serve HTTP, drain on SIGTERM/SIGINT.
 /// `args` is `[]` or `["--config", FILE]`. Prints a one-line cause and exits non-zero on failure.
 pub fn agent_main(args: Vec<String>) -> std::process::ExitCode {
-    use std::process::ExitCode;
-    let file = match args.as_slice() {
-        [] => None,
-        [flag, path] if flag == "--config" => Some(std::path::PathBuf::from(path)),
-        _ => {
-            eprintln!("leasehold agent: usage: [--config FILE] (settings also from LEASEHOLD_AGENT_*)");
-            return ExitCode::from(2);
-        }
-    };
-    let settings = match PodSettings::load(file.as_deref()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("leasehold agent: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .try_init();
-    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("leasehold agent: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(run_agent(settings)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("leasehold agent: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    leasehold_nats::process::main(
+        "leasehold agent",
+        args,
+        |f| PodSettings::load(f).map_err(|e| e.to_string()),
+        run_agent,
+    )
 }
 
 async fn run_agent(settings: PodSettings) -> Result<(), String> {
@@ -125,26 +97,10 @@ async fn run_agent(settings: PodSettings) -> Result<(), String> {
     println!("pod {} listening on {local}", pod.id);
     let app = http::router(pod.limiter.clone(), pod.status.clone());
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
-    shutdown_signal().await;
+    leasehold_nats::process::shutdown_signal().await;
     tracing::info!("draining");
     let acked = pod.drain().await.map_err(|e| e.to_string())?;
     server.abort();
     println!("drained (acknowledged: {acked})");
     Ok(())
-}
-
-/// SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-    }
 }

@@ -1,7 +1,5 @@
 //! Agent settings: defaults → TOML file → environment (`LEASEHOLD_AGENT_*`), validated.
 
-use figment::providers::{Env, Format, Serialized, Toml};
-use figment::Figment;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use thiserror::Error;
@@ -54,15 +52,8 @@ pub enum SettingsError {
 
 impl PodSettings {
     pub fn load(file: Option<&Path>) -> Result<Self, SettingsError> {
-        let mut f = Figment::from(Serialized::defaults(PodSettings::default()));
-        if let Some(path) = file {
-            if !path.is_file() {
-                return Err(SettingsError::Load(format!("file {} not found", path.display())));
-            }
-            f = f.merge(Toml::file(path));
-        }
         let s: PodSettings =
-            f.merge(Env::prefixed("LEASEHOLD_AGENT_")).extract().map_err(|e| SettingsError::Load(e.to_string()))?;
+            leasehold_nats::process::load_settings(file, "LEASEHOLD_AGENT_").map_err(SettingsError::Load)?;
         s.validate()?;
         Ok(s)
     }

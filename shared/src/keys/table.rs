@@ -71,30 +71,17 @@ impl KeyTable {
         let e = self.keys.entry(key.to_string()).or_insert_with(|| Entry { state: fresh(spec), hits: 0 });
         e.hits += 1;
         convert(&mut e.state, spec, now_ms);
-        Ok(match &mut e.state {
+        let (allowed, remaining, reset_ms, retry_after_ms) = match &mut e.state {
             KeyState::Log(w) => {
                 let d = w.check(spec.limit, spec.window_ms, cost, now_ms);
-                Verdict {
-                    allowed: d.allowed,
-                    limit: spec.limit,
-                    window_ms: spec.window_ms,
-                    remaining: d.remaining,
-                    reset_ms: d.reset_ms,
-                    retry_after_ms: d.retry_after_ms,
-                }
+                (d.allowed, d.remaining, d.reset_ms, d.retry_after_ms)
             }
             KeyState::Gcra(g) => {
                 let d = g.check(spec.limit, spec.window_ms, spec.burst, cost, now_ms);
-                Verdict {
-                    allowed: d.allowed,
-                    limit: spec.limit,
-                    window_ms: spec.window_ms,
-                    remaining: d.remaining,
-                    reset_ms: d.reset_ms,
-                    retry_after_ms: d.retry_after_ms,
-                }
+                (d.allowed, d.remaining, d.reset_ms, d.retry_after_ms)
             }
-        })
+        };
+        Ok(Verdict { allowed, limit: spec.limit, window_ms: spec.window_ms, remaining, reset_ms, retry_after_ms })
     }
 
     /// A key's current count and remaining, recording nothing.
