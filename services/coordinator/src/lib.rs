@@ -90,31 +90,11 @@ pub async fn run(
     Ok(())
 }
 
-/// A running coordinator: watch its status, stop it, or drop it (which stops it too).
-pub struct Handle {
-    pub status: watch::Receiver<Status>,
-    shutdown: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<Result<(), CoordinatorError>>,
-}
-
-impl Handle {
-    /// Stop gracefully and wait.
-    pub async fn stop(self) -> Result<(), CoordinatorError> {
-        let _ = self.shutdown.send(true);
-        self.task.await.unwrap_or(Ok(()))
-    }
-
-    /// Vanish at once, as a crash would: no further writes, the leader key is left to expire.
-    pub fn crash(self) {
-        self.task.abort();
-    }
-}
+/// A running coordinator: watch its status, stop it, or crash it.
+pub type Handle = leasehold_nats::process::Handle<Status, CoordinatorError>;
 
 pub fn spawn(client: async_nats::Client, settings: config::Settings) -> Handle {
-    let (status_tx, status) = watch::channel(Status::default());
-    let (shutdown, shutdown_rx) = watch::channel(false);
-    let task = tokio::spawn(run(client, settings, status_tx, shutdown_rx));
-    Handle { status, shutdown, task }
+    leasehold_nats::process::spawn(|status, shutdown| run(client, settings, status, shutdown))
 }
 
 /// The process: load settings, connect, run until SIGTERM/SIGINT. One-line errors; exit 2 on

@@ -117,29 +117,10 @@ pub async fn run(
 }
 
 /// A running DC manager: watch its status, stop it, or crash it.
-pub struct Handle {
-    pub status: watch::Receiver<Status>,
-    shutdown: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<Result<(), DcManagerError>>,
-}
-
-impl Handle {
-    pub async fn stop(self) -> Result<(), DcManagerError> {
-        let _ = self.shutdown.send(true);
-        self.task.await.unwrap_or(Ok(()))
-    }
-
-    /// Vanish at once: no more messages; its leader key and leases run out.
-    pub fn crash(self) {
-        self.task.abort();
-    }
-}
+pub type Handle = leasehold_nats::process::Handle<Status, DcManagerError>;
 
 pub fn spawn(client: async_nats::Client, settings: config::Settings) -> Handle {
-    let (status_tx, status) = watch::channel(Status::default());
-    let (shutdown, shutdown_rx) = watch::channel(false);
-    let task = tokio::spawn(run(client, settings, status_tx, shutdown_rx));
-    Handle { status, shutdown, task }
+    leasehold_nats::process::spawn(|status, shutdown| run(client, settings, status, shutdown))
 }
 
 /// The process: load settings, connect, run until SIGTERM/SIGINT. One-line errors, exit 2 on

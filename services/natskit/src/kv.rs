@@ -57,13 +57,28 @@ pub async fn ensure_bucket(js: &jetstream::Context, spec: &BucketSpec) -> Result
         storage: stream::StorageType::File,
         ..Default::default()
     };
-    js.get_or_create_stream(config)
-        .await
-        .map_err(|e| KvError::Stream { bucket: spec.name.clone(), reason: e.to_string() })?;
-    js.get_key_value(spec.name.clone())
-        .await
-        .map_err(|e| KvError::Open { bucket: spec.name.clone(), reason: e.to_string() })
+    // A server that just started (or a busy one) may time out or not have JetStream ready yet:
+    // try a few times before giving up, so services started together come up together.
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let opened = match js.get_or_create_stream(config.clone()).await {
+            Ok(_) => js
+                .get_key_value(spec.name.clone())
+                .await
+                .map_err(|e| KvError::Open { bucket: spec.name.clone(), reason: e.to_string() }),
+            Err(e) => Err(KvError::Stream { bucket: spec.name.clone(), reason: e.to_string() }),
+        };
+        match opened {
+            Ok(store) => return Ok(store),
+            Err(e) if attempt >= ENSURE_ATTEMPTS => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200 * attempt as u64)).await,
+        }
+    }
 }
+
+/// Tries of [`ensure_bucket`] before it reports the error (about 4 s of back-off in all).
+const ENSURE_ATTEMPTS: u32 = 6;
 
 /// What a compare-and-set did.
 #[derive(Clone, Debug, PartialEq, Eq)]

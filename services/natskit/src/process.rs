@@ -98,3 +98,40 @@ where
         }
     }
 }
+
+/// A service running as a task (tests, embedding): watch its status, stop it, or crash it.
+pub struct Handle<S, E> {
+    pub status: watch::Receiver<S>,
+    shutdown: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<(), E>>,
+}
+
+impl<S, E> Handle<S, E> {
+    /// Stop gracefully and wait.
+    pub async fn stop(self) -> Result<(), E> {
+        let _ = self.shutdown.send(true);
+        match self.task.await {
+            Ok(r) => r,
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Vanish at once, as a crash would: no further messages or writes; leader keys and leases
+    /// are left to expire.
+    pub fn crash(self) {
+        self.task.abort();
+    }
+}
+
+/// Spawn `run(status, shutdown)` on the current runtime.
+pub fn spawn<S, E, F>(run: impl FnOnce(watch::Sender<S>, watch::Receiver<bool>) -> F) -> Handle<S, E>
+where
+    S: Default,
+    E: Send + 'static,
+    F: Future<Output = Result<(), E>> + Send + 'static,
+{
+    let (status_tx, status) = watch::channel(S::default());
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let task = tokio::spawn(run(status_tx, shutdown_rx));
+    Handle { status, shutdown, task }
+}
