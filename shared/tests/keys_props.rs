@@ -110,3 +110,29 @@ fn changing_a_keys_limit_or_algorithm_keeps_what_it_already_used() {
     let (used, _) = table.peek("u", &gcra, 200).unwrap();
     assert_eq!(used, 10);
 }
+
+#[test]
+fn replayed_admissions_count_as_admitted_and_assignments_win_over_the_callers_tier() {
+    use leasehold_shared::keys::{KeyTable, LimitSpec, Tiers};
+    let spec = LimitSpec::sliding(3, 1_000);
+    let mut t = KeyTable::new(10);
+    // A new owner replays three admissions (one out of order): the key is full until the
+    // newest leaves the window, and never less strict than before the move.
+    t.replay("k", &spec, 100, 1);
+    t.replay("k", &spec, 300, 1);
+    t.replay("k", &spec, 200, 1);
+    assert!(!t.check("k", &spec, 1, 1_099).unwrap().allowed);
+    assert!(t.check("k", &spec, 1, 1_100).unwrap().allowed, "the first replayed entry left at 1100");
+    assert!(!t.check("k", &spec, 1, 1_299).unwrap().allowed);
+    t.remove_where(|k| k == "k");
+    assert!(t.is_empty());
+
+    let mut tiers = Tiers::default();
+    tiers.tiers.insert("pro".into(), LimitSpec::sliding(100, 60_000));
+    tiers.assignments.insert("alice".into(), "pro".into());
+    assert_eq!(tiers.resolve_named("alice", Some("free")).unwrap().0, "pro", "the operator's assignment wins");
+    assert_eq!(tiers.resolve_named("bob", Some("pro")).unwrap().0, "pro");
+    assert_eq!(tiers.resolve_named("bob", None).unwrap().0, "free");
+    tiers.assignments.insert("carol".into(), "gold".into());
+    assert!(tiers.validate().is_err(), "an assignment to an unknown tier is refused");
+}

@@ -5,20 +5,20 @@
 //! * `POST /v1/check` does the same from a JSON body `{"key": …, "cost": 1, "tier": …}`.
 //! * `GET /v1/keys/{key}?tier=free` reads the key's count and remaining, recording nothing.
 //! * `GET`/`PUT /v1/tiers` reads or replaces the tiers and overrides (validated; effective at once).
+//! * `GET /v1/hot`: the last hot-key report (keys above `--hot-key-rps` on this owner).
 //! * `GET /metrics`, `GET /healthz`.
 //!
 //! Every answer carries `RateLimit-Policy: "<tier>";q=<N>;w=<W s>` and
 //! `RateLimit: "<tier>";r=<remaining>;t=<reset s>`. Bad input is a `400` problem and changes
 //! nothing; a full key table sheds with `429` instead of waiting.
 
-use crate::limiter::{Answer, CheckRequest, KeyLimiter};
+use crate::limiter::{Answer, CheckError, CheckRequest, KeyLimiter};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use leasehold_shared::keys::table::TableError;
 use leasehold_shared::keys::Tiers;
 use serde::Deserialize;
 use serde_json::json;
@@ -28,7 +28,7 @@ use std::sync::Arc;
 #[derive(Clone)]
 struct App {
     limiter: KeyLimiter,
-    counts: Arc<[AtomicU64; 3]>,
+    counts: Arc<[AtomicU64; 4]>,
 }
 
 #[derive(Deserialize)]
@@ -60,7 +60,7 @@ fn headers(a: &Answer) -> HeaderMap {
     h
 }
 
-fn respond(app: &App, result: Result<Answer, TableError>) -> Response {
+fn respond(app: &App, result: Result<Answer, CheckError>) -> Response {
     match result {
         Ok(a) if a.allowed => {
             app.counts[0].fetch_add(1, Relaxed);
@@ -79,14 +79,19 @@ fn respond(app: &App, result: Result<Answer, TableError>) -> Response {
             r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
             r
         }
-        Err(TableError::Full(n)) => {
+        Err(CheckError::Overloaded(detail)) => {
             app.counts[2].fetch_add(1, Relaxed);
-            let mut r =
-                problem(StatusCode::TOO_MANY_REQUESTS, "overloaded", format!("this limiter tracks {n} keys; retry"));
+            let mut r = problem(StatusCode::TOO_MANY_REQUESTS, "overloaded", detail);
             r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(1));
             r
         }
-        Err(TableError::Input(e)) => bad_request(e.to_string()),
+        Err(CheckError::Unavailable(detail)) => {
+            app.counts[3].fetch_add(1, Relaxed);
+            let mut r = problem(StatusCode::SERVICE_UNAVAILABLE, "unavailable", detail);
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(1));
+            r
+        }
+        Err(CheckError::Input(e)) => bad_request(e.to_string()),
     }
 }
 
@@ -103,14 +108,15 @@ async fn record(State(app): State<App>, Path(key): Path<String>, Query(q): Query
         Ok(c) => c,
         Err(d) => return bad_request(d),
     };
-    let result = app.limiter.check(&CheckRequest { key, cost, tier: q.tier });
+    let result = app.limiter.check(&CheckRequest::new(key, cost, q.tier)).await;
     respond(&app, result)
 }
 
 async fn record_json(State(app): State<App>, body: Result<Json<CheckRequest>, JsonRejection>) -> Response {
     match body {
+        Ok(Json(req)) if req.read => bad_request("\"read\" is for NATS; use GET /v1/keys/{key}".into()),
         Ok(Json(req)) => {
-            let result = app.limiter.check(&req);
+            let result = app.limiter.check(&req).await;
             respond(&app, result)
         }
         Err(e) => bad_request(e.body_text()),
@@ -118,17 +124,17 @@ async fn record_json(State(app): State<App>, body: Result<Json<CheckRequest>, Js
 }
 
 async fn read(State(app): State<App>, Path(key): Path<String>, Query(q): Query<KeyQuery>) -> Response {
-    match app.limiter.peek(&key, q.tier.as_deref()) {
+    match app.limiter.peek(&key, q.tier.as_deref()).await {
         Ok(a) => (StatusCode::OK, headers(&a), Json(a)).into_response(),
-        Err(e) => bad_request(e.to_string()),
+        other => respond(&app, other),
     }
 }
 
 async fn put_tiers(State(app): State<App>, body: Result<Json<Tiers>, JsonRejection>) -> Response {
     match body {
-        Ok(Json(t)) => match app.limiter.set_tiers(t) {
+        Ok(Json(t)) => match app.limiter.update_tiers(t).await {
             Ok(()) => StatusCode::NO_CONTENT.into_response(),
-            Err(e) => bad_request(e.to_string()),
+            Err(e) => respond(&app, Err(e)),
         },
         Err(e) => bad_request(e.body_text()),
     }
@@ -140,21 +146,28 @@ async fn metrics(State(app): State<App>) -> Response {
         "# TYPE leasehold_keys_allowed_total counter\nleasehold_keys_allowed_total {}\n\
          # TYPE leasehold_keys_denied_total counter\nleasehold_keys_denied_total {}\n\
          # TYPE leasehold_keys_shed_total counter\nleasehold_keys_shed_total {}\n\
-         # TYPE leasehold_keys_tracked gauge\nleasehold_keys_tracked {}\n",
+         # TYPE leasehold_keys_unavailable_total counter\nleasehold_keys_unavailable_total {}\n\
+         # TYPE leasehold_keys_tracked gauge\nleasehold_keys_tracked {}\n\
+         # TYPE leasehold_keys_shards_served gauge\nleasehold_keys_shards_served {}\n\
+         # TYPE leasehold_keys_hot_keys gauge\nleasehold_keys_hot_keys {}\n",
         c(0),
         c(1),
         c(2),
-        app.limiter.keys_tracked()
+        c(3),
+        app.limiter.keys_tracked(),
+        app.limiter.shards_served(),
+        app.limiter.hot().len(),
     );
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
 
 pub fn router(limiter: KeyLimiter) -> Router {
-    let app = App { limiter, counts: Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]) };
+    let app = App { limiter, counts: Arc::new(std::array::from_fn(|_| AtomicU64::new(0))) };
     Router::new()
         .route("/v1/keys/{key}", post(record).get(read))
         .route("/v1/check", post(record_json))
         .route("/v1/tiers", get(|State(a): State<App>| async move { Json(a.limiter.tiers()) }).put(put_tiers))
+        .route("/v1/hot", get(|State(a): State<App>| async move { Json(json!({ "hot_keys": a.limiter.hot() })) }))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .with_state(app)

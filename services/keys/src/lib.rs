@@ -5,34 +5,122 @@
 //! decisions are [`leasehold_shared::keys`]' (exact sliding-window log or GCRA); this crate reads
 //! the clock and moves requests.
 //!
-//! Status: one instance owns every shard. Shard ownership through fenced KV leases, persistence
-//! to JetStream and the Redis baseline bench are the next steps (issue 5).
+//! * [`limiter`]: validation, tiers, and where a key is decided (here, its owner, or Redis).
+//! * [`owned`]: the keys of the shards this instance owns, behind the ownership gate.
+//! * [`cluster`]: shard ownership through fenced KV leases (claim, renew, rebalance, hand over).
+//! * [`persist`]: admissions appended to JetStream, replayed by a new owner.
+//! * [`tiers_sync`]: the cluster's tiers in KV, applied live everywhere.
+//! * [`redis_backend`]: the central-Redis baseline (sorted set + Lua) for `bench keys`.
 
+pub mod cluster;
 pub mod http;
 pub mod limiter;
 pub mod nats;
+pub mod owned;
+pub mod persist;
+pub mod redis_backend;
+pub mod tiers_sync;
 
-pub use limiter::{Answer, CheckRequest, KeyLimiter};
+pub use limiter::{Answer, CheckError, CheckRequest, KeyLimiter};
 
-/// Serve HTTP on `listen` (and NATS request/reply when `nats_url` is given) until the process
-/// ends. Prints `listening on <addr>` once bound.
-pub async fn serve(
-    listen: &str,
-    nats: Option<async_nats::Client>,
-    tiers: leasehold_shared::keys::Tiers,
-    max_keys: usize,
-) -> Result<(), String> {
-    let limiter = KeyLimiter::new(tiers, max_keys).map_err(|e| e.to_string())?;
+use leasehold_shared::keys::Tiers;
+use std::time::Duration;
+
+/// How decisions are distributed.
+#[derive(Clone)]
+pub enum Mode {
+    /// This instance owns every key; nothing is stored.
+    Standalone,
+    /// Shards owned through KV leases on this NATS, admissions stored in JetStream.
+    Cluster {
+        nats: async_nats::Client,
+        shards: u32,
+        shard_ttl_ms: u64,
+        durability: persist::Durability,
+        /// Admissions kept this long: the longest window a tier may have.
+        retention_ms: u64,
+        replicas: usize,
+        instance_id: String,
+    },
+    /// Every decision in one central Redis (the baseline).
+    Redis { url: String },
+}
+
+#[derive(Clone)]
+pub struct ServeOptions {
+    pub listen: String,
+    pub tiers: Tiers,
+    pub max_keys: usize,
+    pub max_in_flight: usize,
+    /// A key above this many requests per second on its owner is reported hot.
+    pub hot_key_rps: u64,
+    pub mode: Mode,
+}
+
+/// Serve HTTP (and, in cluster mode, the owned shards on NATS) until SIGINT/SIGTERM, then hand
+/// the shards over. Prints `listening on <addr>` once bound.
+pub async fn serve(o: ServeOptions) -> Result<(), String> {
+    serve_until(o, leasehold_nats::process::stop_on_signal()).await
+}
+
+/// [`serve`] until `stop` turns true.
+pub async fn serve_until(o: ServeOptions, stop: tokio::sync::watch::Receiver<bool>) -> Result<(), String> {
     let listener =
-        tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    println!("listening on {}", listener.local_addr().map_err(|e| e.to_string())?);
-    if let Some(client) = nats {
-        let l = limiter.clone();
-        tokio::spawn(async move {
-            if let Err(e) = nats::serve(client, l).await {
-                tracing::warn!(cause = %e, "NATS request/reply stopped");
-            }
-        });
+        tokio::net::TcpListener::bind(&o.listen).await.map_err(|e| format!("cannot listen on {}: {e}", o.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let mut cluster_task = None;
+    let limiter = match o.mode {
+        Mode::Standalone => {
+            let owned = owned::Owned::standalone(o.max_keys);
+            let backend = limiter::Backend::Owned { owned, nats: None };
+            KeyLimiter::new(backend, o.tiers, o.max_in_flight, u64::MAX).map_err(|e| e.to_string())?
+        }
+        Mode::Redis { url } => {
+            let backend = limiter::Backend::Redis(redis_backend::RedisBackend::connect(&url).await?);
+            KeyLimiter::new(backend, o.tiers, o.max_in_flight, u64::MAX).map_err(|e| e.to_string())?
+        }
+        Mode::Cluster { nats, shards, shard_ttl_ms, durability, retention_ms, replicas, instance_id } => {
+            let js = leasehold_nats::connect::jetstream(nats.clone());
+            let persister = persist::Persister::start(js.clone(), durability, retention_ms, replicas)
+                .await
+                .map_err(|e| e.to_string())?;
+            let owned = owned::Owned::new(shards, o.max_keys, Some(persister), false);
+            let backend = limiter::Backend::Owned { owned: owned.clone(), nats: Some(nats.clone()) };
+            let limiter =
+                KeyLimiter::new(backend, o.tiers, o.max_in_flight, retention_ms).map_err(|e| e.to_string())?;
+            tiers_sync::start(&js, &limiter, replicas).await?;
+            let options = cluster::ClusterOptions { instance_id, shard_ttl_ms, replicas, http: addr.to_string() };
+            let (l, s) = (limiter.clone(), stop.clone());
+            cluster_task = Some(tokio::spawn(cluster::run(nats, owned, l, options, s)));
+            limiter
+        }
+    };
+    tokio::spawn(report_hot_keys(limiter.clone(), o.hot_key_rps));
+    println!("listening on {addr}");
+    let mut stop_http = stop.clone();
+    let http = axum::serve(listener, http::router(limiter)).with_graceful_shutdown(async move {
+        let _ = stop_http.wait_for(|s| *s).await;
+    });
+    http.await.map_err(|e| e.to_string())?;
+    if let Some(task) = cluster_task {
+        task.await.map_err(|e| e.to_string())??;
     }
-    axum::serve(listener, http::router(limiter)).await.map_err(|e| e.to_string())
+    Ok(())
+}
+
+/// Once a second: which keys took more than `hot_key_rps` requests here; sweep idle keys.
+async fn report_hot_keys(limiter: KeyLimiter, hot_key_rps: u64) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        if let limiter::Backend::Owned { owned, .. } = limiter.backend() {
+            let hot = owned.take_hot(hot_key_rps.max(1));
+            let before = limiter.hot();
+            for (key, hits) in hot.iter().filter(|(k, _)| !before.iter().any(|(b, _)| b == k)) {
+                tracing::warn!(key, requests_per_s = hits, "hot key (GET /v1/hot lists them)");
+            }
+            limiter.set_hot(hot);
+            owned.sweep(limiter.tiers().max_window_ms());
+        }
+    }
 }

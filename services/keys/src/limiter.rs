@@ -1,11 +1,20 @@
-//! One owner's keys and limits: the pure `KeyTable` behind a lock, the clock read in one place,
-//! and tiers that can be replaced while running (a limit change takes effect on the next request).
+//! The per-key limiter behind the HTTP and NATS APIs: validate, resolve the tier, then decide
+//! where the key's state lives: here if this instance owns the key's shard, else at the owner
+//! (NATS request on `lh.keys.check.<shard>`), or in the central Redis of the baseline.
+//!
+//! Load is bounded: at most `max_in_flight` requests at once (more are shed with 429, never
+//! queued), and a key the owner just denied is denied here until its retry time without asking
+//! again, so a hot key costs its owner one request per retry period per instance.
 
-use leasehold_shared::keys::table::{TableError, Verdict};
-use leasehold_shared::keys::{KeyError, KeyTable, Tiers};
+use crate::owned::{Owned, OwnedError};
+use crate::redis_backend::RedisBackend;
+use leasehold_shared::keys::table::Verdict;
+use leasehold_shared::keys::{shard_of, spec::check_key, KeyError, LimitSpec, Tiers};
 use serde::{Deserialize, Serialize};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::Instant;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Duration;
+use tokio::sync::Semaphore;
 
 /// A request to record (`POST`) against a key.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -16,6 +25,15 @@ pub struct CheckRequest {
     pub cost: u64,
     #[serde(default)]
     pub tier: Option<String>,
+    /// Read the key's count instead of recording (NATS API; HTTP uses `GET`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read: bool,
+}
+
+impl CheckRequest {
+    pub fn new(key: impl Into<String>, cost: u64, tier: Option<String>) -> Self {
+        CheckRequest { key: key.into(), cost, tier, read: false }
+    }
 }
 
 fn one() -> u64 {
@@ -39,74 +57,257 @@ pub struct Answer {
     pub count: Option<u64>,
 }
 
-#[derive(Clone)]
-pub struct KeyLimiter {
-    origin: Instant,
-    table: Arc<Mutex<KeyTable>>,
-    tiers: Arc<RwLock<Tiers>>,
+/// Why a request got no allow/deny answer.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CheckError {
+    /// Bad input: 400, nothing changed.
+    #[error(transparent)]
+    Input(#[from] KeyError),
+    /// Shed (429 with Retry-After): too many keys or requests at once.
+    #[error("{0}")]
+    Overloaded(String),
+    /// No owner could answer now (503 with Retry-After): a shard moving, storage unavailable.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
+impl From<OwnedError> for CheckError {
+    fn from(e: OwnedError) -> Self {
+        match e {
+            OwnedError::Input(k) => CheckError::Input(k),
+            OwnedError::Full(n) => CheckError::Overloaded(format!("this owner tracks {n} keys; shedding new keys")),
+            OwnedError::NotOwner(s) => CheckError::Unavailable(format!("shard {s} is moving to a new owner; retry")),
+            OwnedError::NotStored => CheckError::Unavailable("the admission could not be stored; retry".into()),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub enum Backend {
+    /// Shards owned here (all of them when standalone), others asked over NATS.
+    Owned { owned: Owned, nats: Option<async_nats::Client> },
+    /// The baseline: every decision in one central Redis.
+    Redis(RedisBackend),
+}
+
+#[derive(Clone)]
+pub struct KeyLimiter {
+    backend: Backend,
+    tiers: Arc<RwLock<Tiers>>,
+    in_flight: Arc<Semaphore>,
+    /// Keys denied by their owner, until when (ms since the epoch).
+    denied_until: Arc<Mutex<HashMap<String, u64>>>,
+    /// Longest window accepted (the admission stream keeps no more).
+    max_window_ms: u64,
+    /// Where the cluster's tiers live (`lh_keys_config`, key `tiers`), once connected.
+    tiers_store: Arc<OnceLock<async_nats::jetstream::kv::Store>>,
+    /// The last hot-key report: (key, requests in the last second).
+    hot: Arc<Mutex<Vec<(String, u64)>>>,
+}
+
+const DENY_CACHE_KEYS: usize = 100_000;
+const FORWARD_TIMEOUT: Duration = Duration::from_millis(1_000);
+
 impl KeyLimiter {
-    pub fn new(tiers: Tiers, max_keys: usize) -> Result<Self, KeyError> {
-        tiers.validate()?;
-        Ok(KeyLimiter {
-            origin: Instant::now(),
-            table: Arc::new(Mutex::new(KeyTable::new(max_keys))),
-            tiers: Arc::new(RwLock::new(tiers)),
-        })
+    pub fn new(backend: Backend, tiers: Tiers, max_in_flight: usize, max_window_ms: u64) -> Result<Self, KeyError> {
+        let limiter = KeyLimiter {
+            backend,
+            tiers: Arc::default(),
+            in_flight: Arc::new(Semaphore::new(max_in_flight.max(1))),
+            denied_until: Arc::default(),
+            max_window_ms,
+            tiers_store: Arc::default(),
+            hot: Arc::default(),
+        };
+        limiter.set_tiers(tiers)?;
+        Ok(limiter)
     }
 
-    fn now_ms(&self) -> u64 {
-        self.origin.elapsed().as_millis() as u64
+    /// One instance owning every shard, no NATS, no persistence.
+    pub fn standalone(tiers: Tiers, max_keys: usize) -> Result<Self, KeyError> {
+        Self::new(Backend::Owned { owned: Owned::standalone(max_keys), nats: None }, tiers, 10_000, u64::MAX)
     }
 
-    /// Replace every tier and override; validated first, so a bad set changes nothing.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// Replace every tier, override and assignment; validated first, so a bad set changes nothing.
     pub fn set_tiers(&self, tiers: Tiers) -> Result<(), KeyError> {
         tiers.validate()?;
+        if tiers.max_window_ms() > self.max_window_ms {
+            return Err(KeyError::BadSpec(format!(
+                "a window of {} ms is longer than the {} ms of admissions kept (--retention-ms)",
+                tiers.max_window_ms(),
+                self.max_window_ms
+            )));
+        }
         *self.tiers.write().unwrap_or_else(|p| p.into_inner()) = tiers;
+        self.denied_until.lock().unwrap_or_else(|p| p.into_inner()).clear();
         Ok(())
+    }
+
+    /// Change the tiers everywhere: in the cluster's KV (every instance applies it) and here.
+    pub async fn update_tiers(&self, tiers: Tiers) -> Result<(), CheckError> {
+        self.set_tiers(tiers.clone())?;
+        if let Some(store) = self.tiers_store.get() {
+            let body = serde_json::to_vec(&tiers).map_err(|e| CheckError::Unavailable(e.to_string()))?;
+            store
+                .put(crate::tiers_sync::TIERS_KEY, body.into())
+                .await
+                .map_err(|e| CheckError::Unavailable(format!("applied here, but not stored for the cluster: {e}")))?;
+        }
+        Ok(())
+    }
+
+    pub fn attach_tiers_store(&self, store: async_nats::jetstream::kv::Store) {
+        let _ = self.tiers_store.set(store);
+    }
+
+    /// Publish a hot-key report (see `serve`).
+    pub fn set_hot(&self, hot: Vec<(String, u64)>) {
+        *self.hot.lock().unwrap_or_else(|p| p.into_inner()) = hot;
+    }
+
+    pub fn hot(&self) -> Vec<(String, u64)> {
+        self.hot.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn keys_tracked(&self) -> usize {
+        match &self.backend {
+            Backend::Owned { owned, .. } => owned.keys_tracked(),
+            Backend::Redis(_) => 0,
+        }
+    }
+
+    pub fn shards_served(&self) -> usize {
+        match &self.backend {
+            Backend::Owned { owned, .. } => (0..owned.shards()).filter(|&s| owned.is_serving(s)).count(),
+            Backend::Redis(_) => 0,
+        }
     }
 
     pub fn tiers(&self) -> Tiers {
         self.tiers.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn resolve(&self, key: &str, tier: Option<&str>) -> Result<(String, leasehold_shared::keys::LimitSpec), KeyError> {
-        let tiers = self.tiers.read().unwrap_or_else(|p| p.into_inner());
-        let spec = tiers.resolve(key, tier)?;
-        let name = if tiers.overrides.contains_key(key) {
-            "override".into()
-        } else {
-            tier.unwrap_or(&tiers.default_tier).to_string()
-        };
-        Ok((name, spec))
+    /// The tier name and limit for a key (caller's tier, assignment, override or default).
+    pub fn resolve(&self, key: &str, tier: Option<&str>) -> Result<(String, LimitSpec), KeyError> {
+        check_key(key)?;
+        self.tiers.read().unwrap_or_else(|p| p.into_inner()).resolve_named(key, tier)
     }
 
-    pub fn check(&self, req: &CheckRequest) -> Result<Answer, TableError> {
-        leasehold_shared::keys::spec::check_key(&req.key)?;
+    /// Record a request: allowed or denied, wherever the key's state lives.
+    pub async fn check(&self, req: &CheckRequest) -> Result<Answer, CheckError> {
         let (tier, spec) = self.resolve(&req.key, req.tier.as_deref())?;
-        let v = self.table.lock().unwrap_or_else(|p| p.into_inner()).check(&req.key, &spec, req.cost, self.now_ms())?;
-        Ok(answer(&req.key, tier, v, None))
+        if req.cost == 0 || req.cost > spec.max_cost() {
+            return Err(KeyError::BadCost { got: req.cost, max: spec.max_cost() }.into());
+        }
+        let Ok(_permit) = self.in_flight.try_acquire() else {
+            return Err(CheckError::Overloaded("too many requests in flight here; shedding".into()));
+        };
+        match &self.backend {
+            Backend::Redis(r) => {
+                let v = r.check(&req.key, &tier, &spec, req.cost).await.map_err(CheckError::Unavailable)?;
+                Ok(answer(&req.key, tier, v, None))
+            }
+            Backend::Owned { owned, nats } => {
+                let shard = shard_of(&req.key, owned.shards());
+                if let Some(pending) = owned.try_check(shard, req, &spec)? {
+                    return Ok(answer(&req.key, tier, pending.wait().await?, None));
+                }
+                let Some(client) = nats else { return Err(OwnedError::NotOwner(shard).into()) };
+                if let Some(a) = self.cached_denial(&req.key, &tier, &spec, owned.now_epoch_ms()) {
+                    return Ok(a);
+                }
+                let a = forward(client, shard, req).await?;
+                if !a.allowed && req.cost == 1 {
+                    self.remember_denial(&a, owned.now_epoch_ms());
+                }
+                Ok(a)
+            }
+        }
     }
 
-    pub fn peek(&self, key: &str, tier: Option<&str>) -> Result<Answer, KeyError> {
-        leasehold_shared::keys::spec::check_key(key)?;
-        let (tier, spec) = self.resolve(key, tier)?;
-        let (count, v) = self.table.lock().unwrap_or_else(|p| p.into_inner()).peek(key, &spec, self.now_ms())?;
-        Ok(answer(key, tier, v, Some(count)))
+    /// A key's current count and remaining, recording nothing (asked of its owner).
+    pub async fn peek(&self, key: &str, tier: Option<&str>) -> Result<Answer, CheckError> {
+        let (name, spec) = self.resolve(key, tier)?;
+        match &self.backend {
+            Backend::Redis(r) => {
+                let (count, v) = r.peek(key, &spec).await.map_err(CheckError::Unavailable)?;
+                Ok(answer(key, name, v, Some(count)))
+            }
+            Backend::Owned { owned, nats } => {
+                let shard = shard_of(key, owned.shards());
+                if let Some((count, v)) = owned.try_peek(shard, key, &spec)? {
+                    return Ok(answer(key, name, v, Some(count)));
+                }
+                let Some(client) = nats else { return Err(OwnedError::NotOwner(shard).into()) };
+                let req = CheckRequest { key: key.into(), cost: 1, tier: tier.map(String::from), read: true };
+                forward(client, shard, &req).await
+            }
+        }
     }
 
-    pub fn keys_tracked(&self) -> usize {
-        self.table.lock().unwrap_or_else(|p| p.into_inner()).len()
+    fn cached_denial(&self, key: &str, tier: &str, spec: &LimitSpec, now_ms: u64) -> Option<Answer> {
+        let until = *self.denied_until.lock().unwrap_or_else(|p| p.into_inner()).get(key)?;
+        (until > now_ms).then(|| Answer {
+            allowed: false,
+            key: key.into(),
+            tier: tier.into(),
+            limit: spec.limit,
+            window_ms: spec.window_ms,
+            remaining: 0,
+            reset_ms: until - now_ms,
+            retry_after_ms: Some(until - now_ms),
+            count: None,
+        })
     }
 
-    /// Keys with at least `min_hits` requests since the last call (hot-key report).
-    pub fn take_hot(&self, min_hits: u64) -> Vec<(String, u64)> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner()).take_hot(min_hits, 20)
+    /// A cost-1 denial holds for any cost until its retry time: answer it here until then.
+    fn remember_denial(&self, a: &Answer, now_ms: u64) {
+        let Some(wait) = a.retry_after_ms.filter(|&w| w > 0) else { return };
+        let mut cache = self.denied_until.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= DENY_CACHE_KEYS {
+            cache.retain(|_, until| *until > now_ms);
+            if cache.len() >= DENY_CACHE_KEYS {
+                return;
+            }
+        }
+        cache.insert(a.key.clone(), now_ms + wait);
     }
 }
 
-fn answer(key: &str, tier: String, v: Verdict, count: Option<u64>) -> Answer {
+/// Ask the shard's owner. While a shard moves (no subscriber yet, or the old owner already
+/// stopped), retry for up to [`HANDOVER_PATIENCE`], so a planned hand-over is invisible.
+async fn forward(client: &async_nats::Client, shard: u32, req: &CheckRequest) -> Result<Answer, CheckError> {
+    let started = std::time::Instant::now();
+    let mut pause = Duration::from_millis(5);
+    loop {
+        match forward_once(client, shard, req).await {
+            Err(CheckError::Unavailable(_)) if started.elapsed() + pause < HANDOVER_PATIENCE => {
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How long a forwarded request waits for a moving shard's new owner.
+const HANDOVER_PATIENCE: Duration = Duration::from_millis(300);
+
+async fn forward_once(client: &async_nats::Client, shard: u32, req: &CheckRequest) -> Result<Answer, CheckError> {
+    let body = serde_json::to_vec(req).map_err(|e| CheckError::Unavailable(e.to_string()))?;
+    let subject = format!("{}.{shard}", crate::nats::SUBJECT_PREFIX);
+    let reply = tokio::time::timeout(FORWARD_TIMEOUT, client.request(subject, body.into()))
+        .await
+        .map_err(|_| CheckError::Unavailable(format!("the owner of shard {shard} did not answer in time")))?
+        .map_err(|_| CheckError::Unavailable(format!("shard {shard} has no owner right now; retry")))?;
+    crate::nats::decode_reply(&reply.payload)
+}
+
+pub fn answer(key: &str, tier: String, v: Verdict, count: Option<u64>) -> Answer {
     Answer {
         allowed: v.allowed,
         key: key.to_string(),

@@ -1,11 +1,11 @@
 //! The per-key limiter over real HTTP and a real nats-server: exact counts, 429 with Retry-After
 //! and the RateLimit headers, reads that record nothing, bad input that changes nothing, tier
-//! changes without restart, and NATS request/reply.
+//! changes without restart (one standalone instance; `cluster.rs` covers NATS).
 
 use leasehold_keys::{Answer, KeyLimiter};
 use leasehold_shared::keys::{LimitSpec, Tiers};
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn tiers(free_limit: u64) -> Tiers {
     Tiers {
@@ -15,6 +15,7 @@ fn tiers(free_limit: u64) -> Tiers {
             ("pro".to_string(), LimitSpec::sliding(100, 60_000)),
         ]),
         overrides: BTreeMap::new(),
+        assignments: BTreeMap::new(),
     }
 }
 
@@ -28,7 +29,7 @@ async fn serve(limiter: KeyLimiter) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_counts_exactly_and_answers_429_with_headers() {
-    let base = serve(KeyLimiter::new(tiers(3), 1_000).unwrap()).await;
+    let base = serve(KeyLimiter::standalone(tiers(3), 1_000).unwrap()).await;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
     for expected_remaining in [2, 1, 0] {
         let r = http.post(format!("{base}/v1/keys/user-1")).send().await.unwrap();
@@ -59,7 +60,7 @@ async fn http_counts_exactly_and_answers_429_with_headers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_a_400_and_changes_nothing() {
-    let base = serve(KeyLimiter::new(tiers(3), 1_000).unwrap()).await;
+    let base = serve(KeyLimiter::standalone(tiers(3), 1_000).unwrap()).await;
     let http = reqwest::Client::new();
     let long = "k".repeat(300);
     let cases: Vec<(reqwest::RequestBuilder, &str)> = vec![
@@ -98,7 +99,7 @@ async fn bad_input_is_a_400_and_changes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tier_change_takes_effect_without_restart() {
-    let base = serve(KeyLimiter::new(tiers(1), 1_000).unwrap()).await;
+    let base = serve(KeyLimiter::standalone(tiers(1), 1_000).unwrap()).await;
     let http = reqwest::Client::new();
     assert_eq!(http.post(format!("{base}/v1/keys/u")).send().await.unwrap().status(), 200);
     assert_eq!(http.post(format!("{base}/v1/keys/u")).send().await.unwrap().status(), 429);
@@ -109,38 +110,4 @@ async fn a_tier_change_takes_effect_without_restart() {
     assert_eq!(http.put(format!("{base}/v1/tiers")).json(&tiers(2)).send().await.unwrap().status(), 204);
     assert_eq!(http.post(format!("{base}/v1/keys/u")).send().await.unwrap().status(), 200, "the raised limit applies");
     assert_eq!(http.post(format!("{base}/v1/keys/u")).send().await.unwrap().status(), 429);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nats_request_reply_answers_on_the_keys_shard_subject() {
-    let bin = leasehold_nats::server::binaries().expect("a nats-server is needed").remove(0);
-    let server = leasehold_nats::server::NatsServer::start(&bin).unwrap();
-    let url = server.url();
-    let connect = || leasehold_nats::connect::connect_until(&url, "k", Instant::now() + Duration::from_secs(10));
-    let limiter = KeyLimiter::new(tiers(2), 1_000).unwrap();
-    let svc = connect().await.unwrap();
-    tokio::spawn(leasehold_keys::nats::serve(svc.clone(), limiter));
-    let c = connect().await.unwrap();
-    let shard = leasehold_shared::keys::shard_of("user-9", 64);
-    let subject = format!("lh.keys.check.{shard}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    // The service subscribes asynchronously: retry the first request until it is answered.
-    let first = loop {
-        match c.request(subject.clone(), "{\"key\":\"user-9\"}".into()).await {
-            Ok(m) => break m,
-            Err(e) => assert!(Instant::now() < deadline, "no answer: {e}"),
-        }
-    };
-    let a: Answer = serde_json::from_slice(&first.payload).unwrap();
-    assert!(a.allowed && a.remaining == 1);
-    let second: Answer =
-        serde_json::from_slice(&c.request(subject.clone(), "{\"key\":\"user-9\"}".into()).await.unwrap().payload)
-            .unwrap();
-    let third: Answer =
-        serde_json::from_slice(&c.request(subject.clone(), "{\"key\":\"user-9\"}".into()).await.unwrap().payload)
-            .unwrap();
-    assert!(second.allowed && !third.allowed && third.retry_after_ms.is_some());
-    let bad: serde_json::Value =
-        serde_json::from_slice(&c.request(subject, "nonsense".into()).await.unwrap().payload).unwrap();
-    assert_eq!(bad["status"], 400);
 }

@@ -48,49 +48,10 @@ enum Command {
     /// Run the strict mock upstream (a hard limit in a sliding window).
     Upstream(UpstreamArgs),
     /// Run the per-key limiter (per user / tenant tier) over HTTP and NATS request/reply.
-    Keys(KeysArgs),
+    Keys(keys_cmd::KeysArgs),
 }
 
-#[derive(clap::Args)]
-struct KeysArgs {
-    #[arg(long, default_value = "127.0.0.1:8090")]
-    listen: String,
-    /// Also answer `lh.keys.check.<shard>` requests on this NATS server.
-    #[arg(long)]
-    nats_url: Option<String>,
-    /// Tiers and overrides as JSON (`{"default_tier": …, "tiers": {…}, "overrides": {…}}`);
-    /// default: one tier "free", 20 per minute (seed 003).
-    #[arg(long)]
-    tiers: Option<std::path::PathBuf>,
-    /// Keys tracked at most; new keys beyond are shed with 429.
-    #[arg(long, default_value_t = 1_000_000)]
-    max_keys: usize,
-}
-
-fn keys(a: KeysArgs) -> Result<ExitCode, String> {
-    let tiers = match &a.tiers {
-        Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
-        }
-        None => leasehold_shared::keys::Tiers::default(),
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    rt.block_on(async move {
-        let nats = match &a.nats_url {
-            Some(url) => {
-                Some(leasehold_nats::connect::connect(url, "leasehold-keys").await.map_err(|e| e.to_string())?)
-            }
-            None => None,
-        };
-        leasehold_keys::serve(&a.listen, nats, tiers, a.max_keys).await
-    })?;
-    Ok(ExitCode::SUCCESS)
-}
+mod keys_cmd;
 
 #[derive(clap::Args)]
 struct UpstreamArgs {
@@ -131,7 +92,7 @@ fn main() -> ExitCode {
         Command::DcManager(c) => return leasehold_dc_manager::main_with_args(c.args()),
         Command::Agent(c) => return leasehold_pod::agent_main(c.args()),
         Command::Upstream(a) => return upstream(a),
-        Command::Keys(a) => keys(a),
+        Command::Keys(a) => return keys_cmd::run(a),
     };
     match result {
         Ok(code) => code,

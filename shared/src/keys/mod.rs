@@ -6,8 +6,10 @@
 //! * [`window_log`]: the exact sliding-window log: at most `N` admitted in any window `W`.
 //! * [`gcra`]: the smooth alternative: one timestamp per key.
 //! * [`table`]: the keys one owner holds, with bounded memory and idle eviction.
+//! * [`shards`]: which instance owns which shard, through fenced leases in a KV bucket.
 
 pub mod gcra;
+pub mod shards;
 pub mod spec;
 pub mod table;
 pub mod window_log;

@@ -71,6 +71,9 @@ pub struct Tiers {
     pub tiers: BTreeMap<String, LimitSpec>,
     #[serde(default)]
     pub overrides: BTreeMap<String, LimitSpec>,
+    /// Keys whose tier the operator set (key → tier name); these win over the caller's tier.
+    #[serde(default)]
+    pub assignments: BTreeMap<String, String>,
 }
 
 impl Default for Tiers {
@@ -79,6 +82,7 @@ impl Default for Tiers {
             default_tier: "free".into(),
             tiers: BTreeMap::from([("free".to_string(), LimitSpec::sliding(20, 60_000))]),
             overrides: BTreeMap::new(),
+            assignments: BTreeMap::new(),
         }
     }
 }
@@ -91,17 +95,32 @@ impl Tiers {
         for (name, spec) in self.tiers.iter().chain(&self.overrides) {
             spec.validate().map_err(|e| KeyError::BadSpec(format!("{name}: {e}")))?;
         }
+        if let Some((key, tier)) = self.assignments.iter().find(|(_, t)| !self.tiers.contains_key(*t)) {
+            return Err(KeyError::BadSpec(format!("key {key:?} is assigned to unknown tier {tier:?}")));
+        }
         Ok(())
+    }
+
+    /// The longest window of any limit (how long admissions must be kept).
+    pub fn max_window_ms(&self) -> u64 {
+        self.tiers.values().chain(self.overrides.values()).map(|s| s.window_ms).max().unwrap_or(0)
+    }
+
+    /// Like [`Tiers::resolve`], with the name shown to callers: `override`, the assigned tier,
+    /// the caller's tier, or the default, in that order of precedence.
+    pub fn resolve_named(&self, key: &str, tier: Option<&str>) -> Result<(String, LimitSpec), KeyError> {
+        if let Some(spec) = self.overrides.get(key) {
+            return Ok(("override".into(), *spec));
+        }
+        let name = self.assignments.get(key).map(String::as_str).or(tier).unwrap_or(&self.default_tier);
+        let spec = self.tiers.get(name).copied().ok_or_else(|| KeyError::UnknownTier(name.to_string()))?;
+        Ok((name.to_string(), spec))
     }
 
     /// The limit for `key`: its override, else its tier (given by the caller or looked up),
     /// else the default tier. An unknown tier name is an error, never a silent default.
     pub fn resolve(&self, key: &str, tier: Option<&str>) -> Result<LimitSpec, KeyError> {
-        if let Some(spec) = self.overrides.get(key) {
-            return Ok(*spec);
-        }
-        let name = tier.unwrap_or(&self.default_tier);
-        self.tiers.get(name).copied().ok_or_else(|| KeyError::UnknownTier(name.to_string()))
+        self.resolve_named(key, tier).map(|(_, spec)| spec)
     }
 }
 
@@ -115,6 +134,8 @@ pub enum KeyError {
     UnknownTier(String),
     #[error("invalid limit: {0}")]
     BadSpec(String),
+    #[error("{0}")]
+    Malformed(String),
 }
 
 pub fn check_key(key: &str) -> Result<(), KeyError> {

@@ -131,8 +131,36 @@ impl KeyTable {
         self.keys.insert(key, Entry { state, hits: 0 });
     }
 
+    /// Re-apply an admission read back from the persistence stream (a new owner restoring a
+    /// shard). It was admitted once, so it is counted whatever the limit says now; an entry older
+    /// than the log's newest is recorded at the newest time (kept longer: never less strict).
+    pub fn replay(&mut self, key: &str, spec: &LimitSpec, at_ms: u64, cost: u64) {
+        let e = self.keys.entry(key.to_string()).or_insert_with(|| Entry { state: fresh(spec), hits: 0 });
+        convert(&mut e.state, spec, at_ms);
+        match &mut e.state {
+            KeyState::Log(w) => w.record(at_ms, cost),
+            KeyState::Gcra(g) => {
+                let t = super::gcra::interval_us(spec.limit, spec.window_ms);
+                g.tat_us = g.tat_us.max(at_ms * 1_000) + cost * t;
+            }
+        }
+    }
+
+    /// Forget every key `belongs` says yes to (a shard given up or lost).
+    pub fn remove_where(&mut self, belongs: impl Fn(&str) -> bool) {
+        self.keys.retain(|k, _| !belongs(k));
+    }
+
     pub fn states(&self) -> impl Iterator<Item = (&String, &KeyState)> {
         self.keys.iter().map(|(k, e)| (k, &e.state))
+    }
+}
+
+/// The newest admission a sliding log holds (GCRA keeps no admission times).
+pub fn last_admission_ms(state: &KeyState) -> Option<u64> {
+    match state {
+        KeyState::Log(w) => w.last_ms(),
+        KeyState::Gcra(_) => None,
     }
 }
 

@@ -73,6 +73,12 @@ impl WindowLog {
         }
     }
 
+    /// Record `cost` units admitted at `at_ms` unconditionally (replay); never before the newest.
+    pub fn record(&mut self, at_ms: u64, cost: u64) {
+        let at_ms = self.last_ms().map_or(at_ms, |last| last.max(at_ms));
+        self.admitted_ms.extend(std::iter::repeat_n(at_ms, cost as usize));
+    }
+
     /// Current count and remaining, without recording anything.
     pub fn peek(&mut self, limit: u64, window_ms: u64, now_ms: u64) -> (u64, u64, u64) {
         self.expire(now_ms, window_ms);

@@ -7,7 +7,7 @@
 
 mod load;
 mod observe;
-mod procs;
+pub mod procs;
 mod summary;
 
 use clap::Args;

@@ -1,0 +1,277 @@
+//! Shard ownership on NATS: the async driver around [`ShardBook`].
+//!
+//! * bucket `lh_keys_shards`: `shard.<n>` = `{"owner": "<instance>"|null}`, written only by
+//!   compare-and-set; `member.<instance>` = `{"http": "<addr>"}`, rewritten every TTL/4.
+//! * A claimed shard is replayed from the admission stream, then served: this instance
+//!   subscribes to `lh.keys.check.<n>` and answers while its lease is fresh.
+//! * Leaving (SIGTERM) hands every shard over: stop answering, flush, release.
+
+use crate::limiter::KeyLimiter;
+use crate::owned::Owned;
+use crate::persist::Admission;
+use async_nats::jetstream::kv::{Operation, Store};
+use futures::StreamExt;
+use leasehold_nats::kv::{compare_and_set, ensure_bucket, BucketSpec, CasOutcome};
+use leasehold_shared::keys::shards::{Action, ShardBook, ShardRecord};
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+pub const SHARDS_BUCKET: &str = "lh_keys_shards";
+
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    pub instance_id: String,
+    pub shard_ttl_ms: u64,
+    pub replicas: usize,
+    /// Announced in the member record (where this instance's HTTP API listens).
+    pub http: String,
+}
+
+/// `keys-<8 hex>`.
+pub fn random_instance_id() -> String {
+    format!("keys-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
+}
+
+enum Event {
+    Entry { key: String, revision: u64, value: Option<bytes::Bytes> },
+    Restored { shard: u32, generation: u64, result: Result<Vec<Admission>, String> },
+}
+
+struct Driver {
+    client: async_nats::Client,
+    kv: Store,
+    owned: Owned,
+    limiter: KeyLimiter,
+    book: ShardBook,
+    options: ClusterOptions,
+    events: mpsc::Sender<Event>,
+    serving: HashMap<u32, JoinHandle<()>>,
+    generation: HashMap<u32, u64>,
+    last_member_write_ms: Option<u64>,
+}
+
+/// Run until `stop` turns true, then hand every shard over.
+pub async fn run(
+    client: async_nats::Client,
+    owned: Owned,
+    limiter: KeyLimiter,
+    options: ClusterOptions,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let js = leasehold_nats::connect::jetstream(client.clone());
+    let spec = BucketSpec { replicas: options.replicas, ..BucketSpec::new(SHARDS_BUCKET) };
+    let kv = ensure_bucket(&js, &spec).await.map_err(|e| e.to_string())?;
+    let (tx, mut rx) = mpsc::channel(4_096);
+    tokio::spawn(watch_bucket(kv.clone(), tx.clone()));
+    let book = ShardBook::new(&options.instance_id, owned.shards(), options.shard_ttl_ms);
+    let mut d = Driver {
+        client,
+        kv,
+        owned,
+        limiter,
+        book,
+        options,
+        events: tx,
+        serving: HashMap::new(),
+        generation: HashMap::new(),
+        last_member_write_ms: None,
+    };
+    let mut tick = tokio::time::interval(Duration::from_millis((d.options.shard_ttl_ms / 16).max(10)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            Some(ev) = rx.recv() => d.handle(ev).await,
+            _ = tick.tick() => d.pass().await,
+            _ = stop.changed() => break,
+        }
+    }
+    d.leave().await;
+    Ok(())
+}
+
+/// Every change of the bucket, from the current values on; re-opened if it ends.
+async fn watch_bucket(kv: Store, tx: mpsc::Sender<Event>) {
+    loop {
+        if let Ok(mut w) = kv.watch_with_history(">").await {
+            while let Some(Ok(e)) = w.next().await {
+                let value = (e.operation == Operation::Put).then_some(e.value);
+                if tx.send(Event::Entry { key: e.key, revision: e.revision, value }).await.is_err() {
+                    return;
+                }
+            }
+        }
+        if tx.is_closed() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+impl Driver {
+    async fn handle(&mut self, ev: Event) {
+        let now = self.owned.mono_ms();
+        match ev {
+            Event::Entry { key, revision, value } => {
+                if let Some(shard) = key.strip_prefix("shard.").and_then(|s| s.parse::<u32>().ok()) {
+                    let record = value.and_then(|v| serde_json::from_slice::<ShardRecord>(&v).ok());
+                    if self.book.observe_shard(shard, revision, record.as_ref(), now) {
+                        tracing::warn!(shard, "shard taken over by another instance");
+                        self.stop_serving(shard, true);
+                    }
+                } else if let Some(id) = key.strip_prefix("member.") {
+                    match value {
+                        Some(_) => self.book.observe_member(id, now),
+                        None => self.book.forget_member(id),
+                    }
+                }
+            }
+            Event::Restored { shard, generation, result } => {
+                if self.generation.get(&shard) != Some(&generation) || !self.book.held().contains(&shard) {
+                    return;
+                }
+                match result {
+                    Ok(admissions) => {
+                        let n = admissions.len();
+                        let limiter = self.limiter.clone();
+                        self.owned.restore(shard, admissions, |k, t| limiter.resolve(k, t).ok().map(|(_, s)| s));
+                        self.book.restored(shard);
+                        self.start_serving(shard).await;
+                        tracing::info!(shard, admissions = n, "shard restored and served");
+                    }
+                    Err(e) => {
+                        tracing::warn!(shard, cause = %e, "cannot restore shard; retrying");
+                        self.restore(shard);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Heartbeat, renew, rebalance; keep the answer gates in step with the book.
+    async fn pass(&mut self) {
+        let now = self.owned.mono_ms();
+        if self.last_member_write_ms.is_none_or(|at| now >= at + self.options.shard_ttl_ms / 4) {
+            let body = serde_json::json!({ "http": self.options.http }).to_string();
+            let key = format!("member.{}", self.options.instance_id);
+            if self.kv.put(key, body.into()).await.is_ok() {
+                self.last_member_write_ms = Some(now);
+            }
+        }
+        self.book.expire_in_flight(now);
+        for action in self.book.plan(now) {
+            self.execute(action).await;
+        }
+        for shard in self.book.held() {
+            self.owned.serve_until(shard, self.book.serving_until_ms(shard));
+        }
+    }
+
+    async fn execute(&mut self, action: Action) {
+        let record = |owner: Option<String>| serde_json::to_vec(&ShardRecord { owner }).unwrap_or_default();
+        let me = Some(self.options.instance_id.clone());
+        let sent_at = self.owned.mono_ms();
+        let (shard, body, expected) = match action {
+            Action::Claim { shard, expected } => (shard, record(me), expected),
+            Action::Renew { shard, expected } => (shard, record(me), Some(expected)),
+            Action::Release { shard, expected } => {
+                // Stop answering first, then make sure everything admitted is stored.
+                self.stop_serving(shard, false);
+                if let Some(p) = self.owned.persister() {
+                    if !p.flush().await {
+                        tracing::warn!(shard, "cannot store admissions before the hand-over; keeping the shard");
+                        self.book.failed(&action);
+                        self.owned.forget_shard(shard);
+                        return;
+                    }
+                }
+                (shard, record(None), Some(expected))
+            }
+        };
+        let key = format!("shard.{shard}");
+        match compare_and_set(&self.kv, &key, body.into(), expected).await {
+            Ok(CasOutcome::Written { revision }) => {
+                self.book.written(&action, revision, sent_at);
+                match action {
+                    Action::Claim { .. } => self.restore(shard),
+                    Action::Release { .. } => self.owned.forget_shard(shard),
+                    Action::Renew { .. } => {}
+                }
+            }
+            outcome => {
+                if matches!(action, Action::Renew { .. }) {
+                    tracing::warn!(shard, ?outcome, "lease renewal failed; no longer serving the shard");
+                }
+                self.book.failed(&action);
+                self.stop_serving(shard, true);
+            }
+        }
+    }
+
+    /// Replay the shard's admissions in the background; [`Event::Restored`] comes back.
+    fn restore(&mut self, shard: u32) {
+        let generation = self.generation.get(&shard).copied().unwrap_or(0) + 1;
+        self.generation.insert(shard, generation);
+        let (owned, tx) = (self.owned.clone(), self.events.clone());
+        tokio::spawn(async move {
+            let mut admissions = Vec::new();
+            let result = match owned.persister() {
+                Some(p) => p.replay(shard, |a| admissions.push(a)).await.map(|_| admissions).map_err(|e| e.to_string()),
+                None => Ok(admissions),
+            };
+            let _ = tx.send(Event::Restored { shard, generation, result }).await;
+        });
+    }
+
+    async fn start_serving(&mut self, shard: u32) {
+        let subject = format!("{}.{shard}", crate::nats::SUBJECT_PREFIX);
+        match self.client.subscribe(subject).await {
+            Ok(sub) => {
+                let (c, o, l) = (self.client.clone(), self.owned.clone(), self.limiter.clone());
+                let task = tokio::spawn(crate::nats::serve_shard(c, sub, shard, o, l));
+                if let Some(old) = self.serving.insert(shard, task) {
+                    old.abort();
+                }
+                self.owned.serve_until(shard, self.book.serving_until_ms(shard));
+            }
+            Err(e) => tracing::warn!(shard, cause = %e, "cannot subscribe; the shard is not served"),
+        }
+    }
+
+    /// Stop answering for `shard`; `forget` drops its keys at once (lost: the owner is elsewhere).
+    fn stop_serving(&mut self, shard: u32, forget: bool) {
+        self.owned.serve_until(shard, 0);
+        if let Some(task) = self.serving.remove(&shard) {
+            task.abort();
+        }
+        if forget {
+            self.owned.forget_shard(shard);
+        }
+    }
+
+    /// Graceful exit: hand every shard over, then leave the member list.
+    async fn leave(&mut self) {
+        for shard in self.book.held() {
+            self.stop_serving(shard, false);
+        }
+        let flushed = match self.owned.persister() {
+            Some(p) => p.flush().await,
+            None => true,
+        };
+        if flushed {
+            let body = serde_json::to_vec(&ShardRecord { owner: None }).unwrap_or_default();
+            for shard in self.book.held() {
+                let action = Action::Release { shard, expected: 0 };
+                let Some(expected) = self.book.held_revision(shard) else { continue };
+                if let Ok(CasOutcome::Written { revision }) =
+                    compare_and_set(&self.kv, &format!("shard.{shard}"), body.clone().into(), Some(expected)).await
+                {
+                    self.book.written(&action, revision, 0);
+                }
+            }
+        }
+        let _ = self.kv.delete(format!("member.{}", self.options.instance_id)).await;
+        tracing::info!(released = flushed, "left the cluster");
+    }
+}

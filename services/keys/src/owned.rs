@@ -1,0 +1,210 @@
+//! The keys of the shards this instance owns: the pure `KeyTable` behind one lock, the ownership
+//! gate checked under that lock (so no decision slips past a hand-over), and the admission log.
+//!
+//! Two clocks: key state uses milliseconds since the Unix epoch (it moves between instances
+//! through the admission stream; kept non-decreasing here), the ownership gate uses this
+//! process's monotonic clock (lease arithmetic must not jump).
+
+use crate::limiter::CheckRequest;
+use crate::persist::{Admission, Persister};
+use leasehold_shared::keys::table::{TableError, Verdict};
+use leasehold_shared::keys::{shard_of, KeyError, KeyTable, LimitSpec};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::oneshot;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum OwnedError {
+    #[error(transparent)]
+    Input(#[from] KeyError),
+    #[error("tracking {0} keys")]
+    Full(usize),
+    #[error("shard {0} is not served here")]
+    NotOwner(u32),
+    #[error("the admission was not stored")]
+    NotStored,
+}
+
+impl From<TableError> for OwnedError {
+    fn from(e: TableError) -> Self {
+        match e {
+            TableError::Input(k) => OwnedError::Input(k),
+            TableError::Full(n) => OwnedError::Full(n),
+        }
+    }
+}
+
+struct Inner {
+    table: Mutex<KeyTable>,
+    shards: u32,
+    origin: Instant,
+    /// Per shard: answer only while the monotonic clock (ms) is below this.
+    serving_until_ms: Vec<AtomicU64>,
+    persister: Option<Persister>,
+    last_epoch_ms: AtomicU64,
+}
+
+#[derive(Clone)]
+pub struct Owned {
+    inner: Arc<Inner>,
+}
+
+/// A decision; in zero-loss mode an allowed one is only final once stored.
+pub struct Pending {
+    verdict: Verdict,
+    stored: Option<oneshot::Receiver<bool>>,
+    shard: u32,
+    owned: Owned,
+}
+
+impl Pending {
+    /// Nothing to wait for (a denial, or not zero-loss).
+    pub fn is_final(&self) -> bool {
+        self.stored.is_none()
+    }
+
+    pub fn verdict(&self) -> Verdict {
+        self.verdict
+    }
+
+    pub async fn wait(self) -> Result<Verdict, OwnedError> {
+        if let Some(rx) = self.stored {
+            if !rx.await.unwrap_or(false) {
+                return Err(OwnedError::NotStored);
+            }
+            // Stored, but the shard may have been handed over meanwhile: then the new owner may
+            // not have seen it, so it is not given (it stays counted: wasted, never exceeded).
+            if !self.owned.is_serving(self.shard) {
+                return Err(OwnedError::NotOwner(self.shard));
+            }
+        }
+        Ok(self.verdict)
+    }
+}
+
+impl Owned {
+    pub fn new(shards: u32, max_keys: usize, persister: Option<Persister>, serving_from_start: bool) -> Self {
+        let initial = if serving_from_start { u64::MAX } else { 0 };
+        Owned {
+            inner: Arc::new(Inner {
+                table: Mutex::new(KeyTable::new(max_keys)),
+                shards: shards.max(1),
+                origin: Instant::now(),
+                serving_until_ms: (0..shards.max(1)).map(|_| AtomicU64::new(initial)).collect(),
+                persister,
+                last_epoch_ms: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// One instance that owns everything, keeps nothing on disk.
+    pub fn standalone(max_keys: usize) -> Self {
+        Self::new(64, max_keys, None, true)
+    }
+
+    pub fn shards(&self) -> u32 {
+        self.inner.shards
+    }
+
+    pub fn persister(&self) -> Option<&Persister> {
+        self.inner.persister.as_ref()
+    }
+
+    pub fn mono_ms(&self) -> u64 {
+        self.inner.origin.elapsed().as_millis() as u64
+    }
+
+    /// Wall-clock ms, never going backwards here.
+    pub fn now_epoch_ms(&self) -> u64 {
+        let wall = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        self.inner.last_epoch_ms.fetch_max(wall, Ordering::AcqRel).max(wall)
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, KeyTable> {
+        self.inner.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn is_serving(&self, shard: u32) -> bool {
+        self.inner.serving_until_ms.get(shard as usize).is_some_and(|u| self.mono_ms() < u.load(Ordering::Acquire))
+    }
+
+    /// Decide here if this instance serves the key's shard (`None`: ask the owner).
+    pub fn try_check(&self, shard: u32, req: &CheckRequest, spec: &LimitSpec) -> Result<Option<Pending>, OwnedError> {
+        let mut table = self.table();
+        if !self.is_serving(shard) {
+            return Ok(None);
+        }
+        let at_ms = self.now_epoch_ms();
+        let verdict = table.check(&req.key, spec, req.cost, at_ms)?;
+        let stored = match (&self.inner.persister, verdict.allowed) {
+            (Some(p), true) => p.record(shard, Admission(req.key.clone(), at_ms, req.cost, req.tier.clone())),
+            _ => None,
+        };
+        Ok(Some(Pending { verdict, stored, shard, owned: self.clone() }))
+    }
+
+    /// (count, verdict) if this instance serves the key's shard.
+    pub fn try_peek(&self, shard: u32, key: &str, spec: &LimitSpec) -> Result<Option<(u64, Verdict)>, OwnedError> {
+        let mut table = self.table();
+        if !self.is_serving(shard) {
+            return Ok(None);
+        }
+        Ok(Some(table.peek(key, spec, self.now_epoch_ms())?))
+    }
+
+    /// Answer for `shard` until the monotonic clock reaches `until_ms` (0: stop now). Taken under
+    /// the table lock, so a decision in progress finishes (and is queued for storage) first.
+    pub fn serve_until(&self, shard: u32, until_ms: u64) {
+        let _table = self.table();
+        if let Some(u) = self.inner.serving_until_ms.get(shard as usize) {
+            u.store(until_ms, Ordering::Release);
+        }
+    }
+
+    /// Forget the keys of `shard` (given up or lost: the next owner has them).
+    pub fn forget_shard(&self, shard: u32) {
+        let shards = self.inner.shards;
+        self.table().remove_where(|k| shard_of(k, shards) == shard);
+    }
+
+    /// Load `shard`'s admissions from the stream (before it is served).
+    pub fn restore(
+        &self,
+        shard: u32,
+        admissions: Vec<Admission>,
+        resolve: impl Fn(&str, Option<&str>) -> Option<LimitSpec>,
+    ) {
+        let shards = self.inner.shards;
+        let mut table = self.table();
+        table.remove_where(|k| shard_of(k, shards) == shard);
+        for Admission(key, at_ms, cost, tier) in admissions {
+            if let Some(spec) = resolve(&key, tier.as_deref()) {
+                table.replay(&key, &spec, at_ms, cost);
+            }
+        }
+        drop(table);
+        // Our clock must not be behind the restored entries (another instance's wall clock).
+        if let Some(latest) = self.latest_restored() {
+            self.inner.last_epoch_ms.fetch_max(latest, Ordering::AcqRel);
+        }
+    }
+
+    fn latest_restored(&self) -> Option<u64> {
+        self.table().states().filter_map(|(_, s)| leasehold_shared::keys::table::last_admission_ms(s)).max()
+    }
+
+    pub fn keys_tracked(&self) -> usize {
+        self.table().len()
+    }
+
+    pub fn take_hot(&self, min_hits: u64) -> Vec<(String, u64)> {
+        self.table().take_hot(min_hits, 20)
+    }
+
+    /// Forget idle keys (nothing in their window any more).
+    pub fn sweep(&self, max_window_ms: u64) {
+        let now = self.now_epoch_ms();
+        self.table().sweep(now, max_window_ms);
+    }
+}

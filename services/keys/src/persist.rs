@@ -1,0 +1,210 @@
+//! Shard state in JetStream: every admission is appended to the stream `LH_KEYS_ADM` on
+//! `lh.keys.adm.<shard>`, in batches (one message per shard per flush). A new owner replays its
+//! shard's subject before it answers; the stream's `max_age` (the longest window kept) trims what
+//! can no longer count. Denials change no state and are not written.
+//!
+//! Durability modes ([`Durability`]):
+//! * `interval`: flushed every `persist_interval_ms`. If an owner crashes, what it admitted since
+//!   its last acknowledged flush is lost, so a key may be over-admitted after the takeover by at
+//!   most what it was admitted in the last `persist_interval_ms` plus one publish timeout
+//!   (never more than its limit `N` per window). A graceful hand-over flushes first: no loss.
+//! * `zero-loss`: an allowed answer is held until its admission is acknowledged by JetStream
+//!   (group commit: one publish per shard for everything pending), and only given if the shard is
+//!   still ours at that moment. Nothing admitted is ever lost; it costs one JetStream round trip.
+
+use async_nats::jetstream::{self, consumer, stream};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{oneshot, Notify};
+
+pub const STREAM: &str = "LH_KEYS_ADM";
+pub const SUBJECT_PREFIX: &str = "lh.keys.adm";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Flush every so many milliseconds; a crash may lose that much.
+    Interval { persist_interval_ms: u64 },
+    /// Hold allowed answers until they are stored.
+    ZeroLoss,
+}
+
+impl std::str::FromStr for Durability {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "zero-loss" => Ok(Durability::ZeroLoss),
+            other => match other.strip_prefix("interval:").and_then(|ms| ms.parse::<u64>().ok()) {
+                Some(ms) if (1..=60_000).contains(&ms) => Ok(Durability::Interval { persist_interval_ms: ms }),
+                _ => Err(format!("durability must be zero-loss or interval:<1..60000 ms>, got {s:?}")),
+            },
+        }
+    }
+}
+
+/// One admission: key, time (ms since the epoch), cost, and the tier the caller named.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Admission(pub String, pub u64, pub u64, pub Option<String>);
+
+#[derive(Default)]
+struct Pending {
+    by_shard: BTreeMap<u32, Vec<Admission>>,
+    waiters: Vec<oneshot::Sender<bool>>,
+}
+
+#[derive(Clone)]
+pub struct Persister {
+    js: jetstream::Context,
+    durability: Durability,
+    pending: Arc<Mutex<Pending>>,
+    wake: Arc<Notify>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PersistError {
+    #[error("cannot create stream {STREAM}: {0}")]
+    Stream(String),
+    #[error("cannot replay shard {shard}: {reason}")]
+    Replay { shard: u32, reason: String },
+}
+
+impl Persister {
+    /// Create the stream (keeping admissions for `retention_ms`) and start the flusher.
+    pub async fn start(
+        js: jetstream::Context,
+        durability: Durability,
+        retention_ms: u64,
+        replicas: usize,
+    ) -> Result<Self, PersistError> {
+        let config = stream::Config {
+            name: STREAM.into(),
+            subjects: vec![format!("{SUBJECT_PREFIX}.*")],
+            max_age: Duration::from_millis(retention_ms),
+            num_replicas: replicas,
+            storage: stream::StorageType::File,
+            ..Default::default()
+        };
+        let mut attempt = 0;
+        while let Err(e) = js.get_or_create_stream(config.clone()).await {
+            attempt += 1;
+            if attempt >= 6 {
+                return Err(PersistError::Stream(e.to_string()));
+            }
+            tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+        }
+        let p = Persister { js, durability, pending: Arc::default(), wake: Arc::default() };
+        tokio::spawn(p.clone().flush_loop());
+        Ok(p)
+    }
+
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// Queue an admission. In zero-loss mode the receiver says whether it was stored.
+    pub fn record(&self, shard: u32, a: Admission) -> Option<oneshot::Receiver<bool>> {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        p.by_shard.entry(shard).or_default().push(a);
+        if self.durability != Durability::ZeroLoss {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        p.waiters.push(tx);
+        drop(p);
+        self.wake.notify_one();
+        Some(rx)
+    }
+
+    /// Wait until everything queued so far is stored (before a shard is handed over).
+    pub async fn flush(&self) -> bool {
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).waiters.push(tx);
+        self.wake.notify_one();
+        rx.await.unwrap_or(false)
+    }
+
+    async fn flush_loop(self) {
+        loop {
+            match self.durability {
+                Durability::ZeroLoss => self.wake.notified().await,
+                Durability::Interval { persist_interval_ms } => {
+                    let _ =
+                        tokio::time::timeout(Duration::from_millis(persist_interval_ms), self.wake.notified()).await;
+                }
+            }
+            let Pending { by_shard, waiters } =
+                std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+            let stored = self.publish(&by_shard).await;
+            if !stored {
+                // Keep them for the next flush, ahead of anything newer (order matters for replay).
+                let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                for (shard, mut batch) in by_shard {
+                    let newer = p.by_shard.remove(&shard).unwrap_or_default();
+                    batch.extend(newer);
+                    p.by_shard.insert(shard, batch);
+                }
+                tracing::warn!("admissions not stored; retrying on the next flush");
+            }
+            waiters.into_iter().for_each(|w| {
+                let _ = w.send(stored);
+            });
+        }
+    }
+
+    /// One message per shard, all in flight at once; true when every one is acknowledged.
+    async fn publish(&self, by_shard: &BTreeMap<u32, Vec<Admission>>) -> bool {
+        let mut acks = Vec::new();
+        for (shard, batch) in by_shard {
+            let Ok(body) = serde_json::to_vec(batch) else { return false };
+            match self.js.publish(format!("{SUBJECT_PREFIX}.{shard}"), body.into()).await {
+                Ok(ack) => acks.push(ack),
+                Err(_) => return false,
+            }
+        }
+        let all = futures::future::join_all(acks.into_iter().map(|a| tokio::time::timeout(Duration::from_secs(2), a)));
+        all.await.into_iter().all(|r| matches!(r, Ok(Ok(_))))
+    }
+
+    /// Every admission stored for `shard`, oldest first.
+    pub async fn replay(&self, shard: u32, mut apply: impl FnMut(Admission)) -> Result<usize, PersistError> {
+        let err = |reason: String| PersistError::Replay { shard, reason };
+        let subject = format!("{SUBJECT_PREFIX}.{shard}");
+        let stream = self.js.get_stream(STREAM).await.map_err(|e| err(e.to_string()))?;
+        let last = match stream.get_last_raw_message_by_subject(&subject).await {
+            Ok(m) => m.sequence,
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => return Ok(0),
+            Err(e) => return Err(err(e.to_string())),
+        };
+        let consumer = stream
+            .create_consumer(consumer::pull::OrderedConfig {
+                filter_subject: subject.clone(),
+                deliver_policy: consumer::DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| err(e.to_string()))?;
+        let mut messages = consumer.messages().await.map_err(|e| err(e.to_string()))?;
+        let mut applied = 0;
+        loop {
+            let next = tokio::time::timeout(Duration::from_secs(5), messages.next()).await;
+            let msg = match next {
+                Ok(Some(Ok(m))) => m,
+                Ok(Some(Err(e))) => return Err(err(e.to_string())),
+                Ok(None) | Err(_) => return Err(err("the stream stopped before the last admission".into())),
+            };
+            let seq = msg.info().map_err(|e| err(e.to_string()))?.stream_sequence;
+            match serde_json::from_slice::<Vec<Admission>>(&msg.payload) {
+                Ok(batch) => {
+                    applied += batch.len();
+                    batch.into_iter().for_each(&mut apply);
+                }
+                Err(e) => tracing::warn!(shard, seq, cause = %e, "skipping a malformed admission batch"),
+            }
+            if seq >= last {
+                return Ok(applied);
+            }
+        }
+    }
+}

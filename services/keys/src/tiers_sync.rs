@@ -1,0 +1,53 @@
+//! The cluster's tiers live in KV (`lh_keys_config`, key `tiers`), so one `PUT /v1/tiers` on any
+//! instance (or `nats kv put lh_keys_config tiers …`) changes every instance's limits, without a
+//! restart. An invalid document is logged and ignored: the limits in force stay.
+
+use crate::limiter::KeyLimiter;
+use async_nats::jetstream::kv::Operation;
+use futures::StreamExt;
+use leasehold_nats::kv::{ensure_bucket, BucketSpec};
+use leasehold_shared::keys::Tiers;
+use std::time::Duration;
+
+pub const CONFIG_BUCKET: &str = "lh_keys_config";
+pub const TIERS_KEY: &str = "tiers";
+
+/// Adopt the stored tiers (or store ours if there are none) and follow every change.
+pub async fn start(js: &async_nats::jetstream::Context, limiter: &KeyLimiter, replicas: usize) -> Result<(), String> {
+    let spec = BucketSpec { replicas, ..BucketSpec::new(CONFIG_BUCKET) };
+    let store = ensure_bucket(js, &spec).await.map_err(|e| e.to_string())?;
+    match leasehold_nats::kv::read(&store, TIERS_KEY).await.map_err(|e| e.to_string())? {
+        Some((_, body)) => apply(limiter, &body),
+        None => {
+            let body = serde_json::to_vec(&limiter.tiers()).map_err(|e| e.to_string())?;
+            let _ = store.create(TIERS_KEY, body.into()).await;
+        }
+    }
+    limiter.attach_tiers_store(store.clone());
+    let limiter = limiter.clone();
+    tokio::spawn(async move {
+        loop {
+            if let Ok(mut w) = store.watch(TIERS_KEY).await {
+                while let Some(Ok(e)) = w.next().await {
+                    if e.operation == Operation::Put {
+                        apply(&limiter, &e.value);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+    Ok(())
+}
+
+fn apply(limiter: &KeyLimiter, body: &[u8]) {
+    match serde_json::from_slice::<Tiers>(body).map_err(|e| e.to_string()).and_then(|t| {
+        if t == limiter.tiers() {
+            return Ok(());
+        }
+        limiter.set_tiers(t).map_err(|e| e.to_string())
+    }) {
+        Ok(()) => {}
+        Err(e) => tracing::warn!(cause = %e, "ignoring invalid tiers in {CONFIG_BUCKET}/{TIERS_KEY}"),
+    }
+}

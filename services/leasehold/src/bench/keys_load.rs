@@ -1,0 +1,195 @@
+//! The load of `bench keys` and its independent judge.
+//!
+//! Concurrent clients pick keys from a Zipf distribution and an instance at random, and record
+//! for every answer when they sent it and when it came back. The judge counts over-admissions
+//! from that alone: `N + 1` allowed answers for one key whose send-to-receive intervals all fit
+//! in less than `W − 1 ms` (the limiter's clock has 1 ms resolution) were certainly decided
+//! within one window, so each such group is one admission too many.
+
+use leasehold_shared::rng::SeededRng;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Keys drawn with probability ∝ 1 / rank^s.
+pub struct Zipf {
+    cdf: Vec<f64>,
+}
+
+impl Zipf {
+    pub fn new(keys: usize, s: f64) -> Self {
+        let mut acc = 0.0;
+        let mut cdf: Vec<f64> = (1..=keys.max(1))
+            .map(|rank| {
+                acc += 1.0 / (rank as f64).powf(s);
+                acc
+            })
+            .collect();
+        cdf.iter_mut().for_each(|c| *c /= acc);
+        Zipf { cdf }
+    }
+
+    pub fn sample(&self, rng: &mut SeededRng) -> usize {
+        let u = rng.next_f64();
+        self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1)
+    }
+}
+
+/// One answer as the client saw it.
+#[derive(Clone, Copy, Debug)]
+pub struct Observation {
+    pub key: u32,
+    pub sent_us: u64,
+    pub received_us: u64,
+    /// HTTP status, or 0 when no answer came (connection refused, timeout).
+    pub status: u16,
+    pub instance: u8,
+}
+
+pub struct LoadSpec {
+    pub bases: Vec<String>,
+    pub key_prefix: String,
+    pub keys: usize,
+    pub zipf_s: f64,
+    pub clients: usize,
+    pub duration: Duration,
+    pub seed: u64,
+}
+
+/// Drive the load; instances that refuse connections are dropped (as a load balancer would).
+pub async fn drive(spec: &LoadSpec, start: Instant) -> Vec<Observation> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .pool_max_idle_per_host(spec.clients)
+        .build()
+        .unwrap_or_default();
+    let zipf = Arc::new(Zipf::new(spec.keys, spec.zipf_s));
+    let dead: Arc<Vec<AtomicBool>> = Arc::new(spec.bases.iter().map(|_| AtomicBool::new(false)).collect());
+    let until = start + spec.duration;
+    let mut tasks = Vec::new();
+    for c in 0..spec.clients {
+        let (http, zipf, dead) = (http.clone(), zipf.clone(), dead.clone());
+        let (bases, prefix) = (spec.bases.clone(), spec.key_prefix.clone());
+        let mut rng = SeededRng::new(spec.seed ^ (c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        tasks.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while Instant::now() < until {
+                let key = zipf.sample(&mut rng) as u32;
+                let live: Vec<usize> = (0..bases.len()).filter(|&i| !dead[i].load(Ordering::Relaxed)).collect();
+                if live.is_empty() {
+                    break;
+                }
+                let i = live[rng.range_u64(0, live.len() as u64 - 1) as usize];
+                let sent_us = start.elapsed().as_micros() as u64;
+                let r = http.post(format!("{}/v1/keys/{prefix}{key}", bases[i])).send().await;
+                let received_us = start.elapsed().as_micros() as u64;
+                let status = match r {
+                    Ok(resp) => {
+                        let s = resp.status().as_u16();
+                        let _ = resp.bytes().await;
+                        s
+                    }
+                    Err(e) => {
+                        if e.is_connect() {
+                            dead[i].store(true, Ordering::Relaxed);
+                        }
+                        0
+                    }
+                };
+                seen.push(Observation { key, sent_us, received_us, status, instance: i as u8 });
+            }
+            seen
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap_or_default());
+    }
+    all
+}
+
+/// Allowed answers beyond `limit` in any window of `window_ms`, from the client's view alone.
+pub fn over_admissions(obs: &[Observation], limit: u64, window_ms: u64) -> u64 {
+    let mut by_key: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
+    for o in obs.iter().filter(|o| o.status == 200) {
+        by_key.entry(o.key).or_default().push((o.sent_us, o.received_us));
+    }
+    let n = limit as usize;
+    let window_us = window_ms.saturating_sub(1) * 1_000;
+    let mut over = 0;
+    for allowed in by_key.values_mut() {
+        allowed.sort_unstable();
+        for j in n..allowed.len() {
+            let group = &allowed[j - n..=j];
+            let last_received = group.iter().map(|&(_, r)| r).max().unwrap_or(0);
+            if last_received - group[0].0 < window_us {
+                over += 1;
+            }
+        }
+    }
+    over
+}
+
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize] as f64 / 1_000.0
+}
+
+/// Throughput and latency of the answered requests (200 and 429).
+pub fn summary(obs: &[Observation], duration: Duration, limit: u64, window_ms: u64) -> serde_json::Value {
+    let answered: Vec<&Observation> = obs.iter().filter(|o| o.status == 200 || o.status == 429).collect();
+    let mut lat: Vec<u64> = answered.iter().map(|o| o.received_us - o.sent_us).collect();
+    lat.sort_unstable();
+    let count = |f: &dyn Fn(&Observation) -> bool| obs.iter().filter(|o| f(o)).count();
+    let round = |x: f64| (x * 1000.0).round() / 1000.0;
+    serde_json::json!({
+        "decisions_per_s": round(answered.len() as f64 / duration.as_secs_f64()),
+        "p50_ms": round(percentile(&lat, 0.50)),
+        "p99_ms": round(percentile(&lat, 0.99)),
+        "p999_ms": round(percentile(&lat, 0.999)),
+        "over_admissions": over_admissions(obs, limit, window_ms),
+        "allowed": count(&|o| o.status == 200),
+        "denied": count(&|o| o.status == 429),
+        "unavailable": count(&|o| o.status == 503),
+        "no_answer": count(&|o| o.status == 0),
+        "other_status": count(&|o| ![0, 200, 429, 503].contains(&o.status)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allowed(key: u32, sent_ms: u64, received_ms: u64) -> Observation {
+        Observation { key, sent_us: sent_ms * 1_000, received_us: received_ms * 1_000, status: 200, instance: 0 }
+    }
+
+    #[test]
+    fn the_judge_counts_only_certain_over_admissions() {
+        // Three allowed within 500 ms under a limit of 2 per second: one too many.
+        let obs = [allowed(1, 0, 1), allowed(1, 200, 201), allowed(1, 400, 401)];
+        assert_eq!(over_admissions(&obs, 2, 1_000), 1);
+        // Spread over more than a window: none.
+        let obs = [allowed(1, 0, 1), allowed(1, 600, 601), allowed(1, 1_001, 1_002)];
+        assert_eq!(over_admissions(&obs, 2, 1_000), 0);
+        // A slow answer makes it uncertain: not counted.
+        let obs = [allowed(1, 0, 1), allowed(1, 200, 201), allowed(1, 400, 1_500)];
+        assert_eq!(over_admissions(&obs, 2, 1_000), 0);
+        // Different keys never add up.
+        let obs = [allowed(1, 0, 1), allowed(2, 1, 2), allowed(3, 2, 3)];
+        assert_eq!(over_admissions(&obs, 2, 1_000), 0);
+    }
+
+    #[test]
+    fn zipf_prefers_low_ranks() {
+        let z = Zipf::new(1_000, 1.1);
+        let mut rng = SeededRng::new(7);
+        let draws: Vec<usize> = (0..10_000).map(|_| z.sample(&mut rng)).collect();
+        let top = draws.iter().filter(|&&k| k == 0).count();
+        let tail = draws.iter().filter(|&&k| k == 999).count();
+        assert!(top > 500 && tail < 20, "top {top}, tail {tail}");
+    }
+}

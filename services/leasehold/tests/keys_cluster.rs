@@ -1,0 +1,207 @@
+//! Per-key limits across instances, as processes of the real binary on a real nats-server:
+//! shards spread evenly and move when instances join, leave or crash; a key's count survives
+//! every move (hand-over flushes, zero-loss stores before answering); tiers change everywhere
+//! from one instance; NATS request/reply reaches the shard's owner.
+
+use leasehold_nats::server::{binaries, NatsServer};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SHARDS: u64 = 64;
+const TTL_MS: u64 = 1_000;
+
+struct Instance {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tiers_file(limit: u64) -> String {
+    let path = std::env::temp_dir().join(format!("lh-keys-tiers-{}-{limit}.json", std::process::id()));
+    let doc = serde_json::json!({ "default_tier": "t", "tiers": { "t": { "limit": limit, "window_ms": 60_000 } } });
+    std::fs::write(&path, doc.to_string()).unwrap();
+    path.to_string_lossy().into()
+}
+
+fn start(nats: &str, id: &str, tiers: &str, durability: &str) -> Instance {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["keys", "--listen", "127.0.0.1:0", "--nats-url", nats, "--instance-id", id, "--tiers", tiers])
+        .args(["--shard-ttl-ms", &TTL_MS.to_string(), "--durability", durability])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("leasehold keys starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected {line:?}"));
+    Instance { base: format!("http://{addr}"), child }
+}
+
+fn sigterm(i: &Instance) {
+    Command::new("kill").arg("-TERM").arg(i.child.id().to_string()).status().unwrap();
+}
+
+async fn served(http: &reqwest::Client, i: &Instance) -> u64 {
+    let Ok(r) = http.get(format!("{}/metrics", i.base)).send().await else { return 0 };
+    let text = r.text().await.unwrap_or_default();
+    text.lines().find_map(|l| l.strip_prefix("leasehold_keys_shards_served ")).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// Wait until the instances serve all shards with these counts (in any order); how long it took.
+async fn wait_balanced(http: &reqwest::Client, instances: &[&Instance], within: Duration) -> Duration {
+    let start = Instant::now();
+    let n = instances.len() as u64;
+    loop {
+        let mut counts = Vec::new();
+        for i in instances {
+            counts.push(served(http, i).await);
+        }
+        if counts.iter().sum::<u64>() == SHARDS && counts.iter().all(|&c| c >= SHARDS / n && c <= SHARDS.div_ceil(n)) {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < within, "shards not balanced within {within:?}: {counts:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn post(http: &reqwest::Client, i: &Instance, key: &str) -> u16 {
+    http.post(format!("{}/v1/keys/{key}", i.base)).send().await.unwrap().status().as_u16()
+}
+
+async fn count(http: &reqwest::Client, i: &Instance, key: &str) -> u64 {
+    let v: serde_json::Value =
+        http.get(format!("{}/v1/keys/{key}", i.base)).send().await.unwrap().json().await.unwrap();
+    v["count"].as_u64().unwrap_or_else(|| panic!("no count in {v}"))
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap()
+}
+
+fn nats() -> NatsServer {
+    NatsServer::start(&binaries().expect("a nats-server is needed").remove(0)).unwrap()
+}
+
+/// Admit each key up to its limit through rotating instances; all must be allowed.
+async fn fill(http: &reqwest::Client, instances: &[&Instance], keys: &[String], limit: u64) {
+    for (k, key) in keys.iter().enumerate() {
+        for n in 0..limit {
+            let i = instances[(k + n as usize) % instances.len()];
+            assert_eq!(post(http, i, key).await, 200, "{key} admission {n}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_share_shards_count_exactly_and_rebalance_on_join_and_leave() {
+    let server = nats();
+    let tiers = tiers_file(5);
+    let http = client();
+    let a = start(&server.url(), "a", &tiers, "interval:50");
+    wait_balanced(&http, &[&a], Duration::from_secs(10)).await;
+    let b = start(&server.url(), "b", &tiers, "interval:50");
+    let c = start(&server.url(), "c", &tiers, "interval:50");
+    wait_balanced(&http, &[&a, &b, &c], Duration::from_secs(20)).await;
+
+    // Exact across instances: 5 allowed for each key wherever the requests land, then 429.
+    let keys: Vec<String> = (0..24).map(|k| format!("user-{k}")).collect();
+    fill(&http, &[&a, &b, &c], &keys, 5).await;
+    for key in &keys {
+        assert_eq!(post(&http, &c, key).await, 429, "{key}: a sixth admission");
+        assert_eq!(count(&http, &a, key).await, 5, "{key}");
+    }
+
+    // b leaves gracefully: its shards move with their state; nothing is admitted twice.
+    sigterm(&b);
+    wait_balanced(&http, &[&a, &c], Duration::from_secs(10)).await;
+    for key in &keys {
+        assert_eq!(count(&http, &c, key).await, 5, "{key} after the hand-over");
+        assert_eq!(post(&http, &a, key).await, 429, "{key} after the hand-over");
+    }
+
+    // A new instance joins and takes its share, again with the state.
+    let d = start(&server.url(), "d", &tiers, "interval:50");
+    wait_balanced(&http, &[&a, &c, &d], Duration::from_secs(20)).await;
+    for key in &keys {
+        assert_eq!(post(&http, &d, key).await, 429, "{key} after the join");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_owner_loses_no_admission_in_zero_loss_mode() {
+    let server = nats();
+    let tiers = tiers_file(4);
+    let http = client();
+    let mut a = start(&server.url(), "a", &tiers, "zero-loss");
+    let b = start(&server.url(), "b", &tiers, "zero-loss");
+    wait_balanced(&http, &[&a, &b], Duration::from_secs(20)).await;
+    let keys: Vec<String> = (0..24).map(|k| format!("tenant-{k}")).collect();
+    fill(&http, &[&a, &b], &keys, 4).await;
+
+    a.child.kill().unwrap();
+    let taken_over = wait_balanced(&http, &[&b], Duration::from_secs(10)).await;
+    // Claimed within 0.9 TTL of the last renewal, plus a planning pass and the replay.
+    assert!(taken_over < Duration::from_millis(TTL_MS * 2), "took {taken_over:?}");
+    for key in &keys {
+        assert_eq!(count(&http, &b, key).await, 4, "{key}: admissions lost in the crash");
+        assert_eq!(post(&http, &b, key).await, 429, "{key}: admitted again after the crash");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiers_change_everywhere_and_nats_reaches_the_owner() {
+    let server = nats();
+    let tiers = tiers_file(1);
+    let http = client();
+    let a = start(&server.url(), "a", &tiers, "interval:50");
+    let b = start(&server.url(), "b", &tiers, "interval:50");
+    wait_balanced(&http, &[&a, &b], Duration::from_secs(20)).await;
+    assert_eq!(post(&http, &a, "k").await, 200);
+    assert_eq!(post(&http, &b, "k").await, 429);
+
+    // Raise the limit on a; b applies it from KV.
+    let raised = serde_json::json!({ "default_tier": "t", "tiers": { "t": { "limit": 3, "window_ms": 60_000 } } });
+    assert_eq!(http.put(format!("{}/v1/tiers", a.base)).json(&raised).send().await.unwrap().status(), 204);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let t: serde_json::Value = http.get(format!("{}/v1/tiers", b.base)).send().await.unwrap().json().await.unwrap();
+        if t["tiers"]["t"]["limit"] == 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "b never applied the new tiers: {t}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(post(&http, &b, "k").await, 200, "the raised limit applies on b");
+    // A window longer than the admissions kept is refused, and changes nothing.
+    let too_long = serde_json::json!({ "default_tier": "t", "tiers": { "t": { "limit": 3, "window_ms": 7_200_000 } } });
+    assert_eq!(http.put(format!("{}/v1/tiers", a.base)).json(&too_long).send().await.unwrap().status(), 400);
+
+    // NATS request/reply on the key's shard subject: the owner answers, reads record nothing.
+    let c = leasehold_nats::connect::connect(&server.url(), "test").await.unwrap();
+    let subject = format!("lh.keys.check.{}", leasehold_shared::keys::shard_of("k", 64));
+    let ask = |body: &'static str| {
+        let (c, subject) = (c.clone(), subject.clone());
+        async move {
+            let m = c.request(subject, body.into()).await.unwrap();
+            serde_json::from_slice::<serde_json::Value>(&m.payload).unwrap()
+        }
+    };
+    let allowed = ask(r#"{"key":"k"}"#).await;
+    assert_eq!((allowed["allowed"].as_bool(), allowed["remaining"].as_u64()), (Some(true), Some(0)));
+    assert_eq!(ask(r#"{"key":"k"}"#).await["allowed"], false);
+    let read = ask(r#"{"key":"k","read":true}"#).await;
+    assert_eq!(read["count"], 3);
+    assert_eq!(ask("nonsense").await["status"], 400);
+    assert_eq!(ask(r#"{"key":"k","cost":0}"#).await["status"], 400);
+    let wrong_shard = format!("lh.keys.check.{}", (leasehold_shared::keys::shard_of("k", 64) + 1) % 64);
+    let m = c.request(wrong_shard, r#"{"key":"k"}"#.into()).await.unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+    assert_eq!(v["status"], 400, "a key sent to another shard's subject is refused: {v}");
+}

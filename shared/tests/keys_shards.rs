@@ -1,0 +1,162 @@
+//! Shard ownership through fenced KV leases, in virtual time: several instances, a KV with
+//! compare-and-set, watch events delivered a step late, stalls (GC pauses), crashes and joins.
+//! At every step at most one instance may answer for a shard.
+
+use leasehold_shared::keys::shards::{shard_of_action, Action, ShardBook, ShardRecord};
+use leasehold_shared::rng::SeededRng;
+use std::collections::BTreeMap;
+
+const SHARDS: u32 = 64;
+const TTL_MS: u64 = 3_000;
+const STEP_MS: u64 = 50;
+
+struct Kv {
+    revision: u64,
+    shards: BTreeMap<u32, (u64, Option<String>)>,
+    /// (deliver at ms, shard, revision, owner) for the watch.
+    events: Vec<(u64, u32, u64, Option<String>)>,
+}
+
+impl Kv {
+    fn cas(&mut self, shard: u32, expected: Option<u64>, owner: Option<String>, now_ms: u64) -> Option<u64> {
+        let current = self.shards.get(&shard).map(|(r, _)| *r);
+        if current != expected {
+            return None;
+        }
+        self.revision += 1;
+        self.shards.insert(shard, (self.revision, owner.clone()));
+        self.events.push((now_ms + STEP_MS, shard, self.revision, owner));
+        Some(self.revision)
+    }
+}
+
+struct Instance {
+    book: ShardBook,
+    alive: bool,
+    stalled_until_ms: u64,
+    seen_events: usize,
+}
+
+fn instance(id: &str) -> Instance {
+    Instance { book: ShardBook::new(id, SHARDS, TTL_MS), alive: true, stalled_until_ms: 0, seen_events: 0 }
+}
+
+/// One step of one instance: watch events, member heartbeats, then its planned writes.
+fn step(inst: &mut Instance, kv: &mut Kv, members: &[String], now_ms: u64) {
+    if !inst.alive || inst.stalled_until_ms > now_ms {
+        return;
+    }
+    while inst.seen_events < kv.events.len() && kv.events[inst.seen_events].0 <= now_ms {
+        let (_, shard, rev, owner) = kv.events[inst.seen_events].clone();
+        inst.book.observe_shard(shard, rev, Some(&ShardRecord { owner }), now_ms);
+        inst.seen_events += 1;
+    }
+    for m in members {
+        inst.book.observe_member(m, now_ms);
+    }
+    inst.book.expire_in_flight(now_ms);
+    for action in inst.book.plan(now_ms) {
+        let me = inst.book.me().to_string();
+        let written = match action {
+            Action::Claim { shard, expected } => kv.cas(shard, expected, Some(me), now_ms),
+            Action::Renew { shard, expected } => kv.cas(shard, Some(expected), Some(me), now_ms),
+            Action::Release { shard, expected } => kv.cas(shard, Some(expected), None, now_ms),
+        };
+        match written {
+            Some(rev) => {
+                inst.book.written(&action, rev, now_ms);
+                if matches!(action, Action::Claim { .. }) {
+                    inst.book.restored(shard_of_action(&action));
+                }
+            }
+            None => inst.book.failed(&action),
+        }
+    }
+}
+
+fn assert_single_owner(instances: &[Instance], now_ms: u64) {
+    for shard in 0..SHARDS {
+        let serving: Vec<&str> =
+            instances.iter().filter(|i| i.alive && i.book.serving(shard, now_ms)).map(|i| i.book.me()).collect();
+        assert!(serving.len() <= 1, "shard {shard} answered by {serving:?} at {now_ms} ms");
+    }
+}
+
+fn served(instances: &[Instance], now_ms: u64) -> Vec<usize> {
+    instances.iter().map(|i| (0..SHARDS).filter(|&s| i.alive && i.book.serving(s, now_ms)).count()).collect()
+}
+
+fn run(seed: u64) {
+    let mut rng = SeededRng::new(seed);
+    let mut kv = Kv { revision: 0, shards: BTreeMap::new(), events: Vec::new() };
+    let mut instances: Vec<Instance> = ["a", "b", "c"].iter().map(|id| instance(id)).collect();
+    let mut now_ms = 0;
+    let mut advance = |instances: &mut Vec<Instance>, kv: &mut Kv, until_ms: u64, now_ms: &mut u64| {
+        while *now_ms < until_ms {
+            *now_ms += STEP_MS;
+            let members: Vec<String> = instances
+                .iter()
+                .filter(|i| i.alive && i.stalled_until_ms <= *now_ms)
+                .map(|i| i.book.me().into())
+                .collect();
+            let start = rng.range_u64(0, instances.len() as u64) as usize;
+            for k in 0..instances.len() {
+                let n = instances.len();
+                step(&mut instances[(start + k) % n], kv, &members, *now_ms);
+            }
+            assert_single_owner(instances, *now_ms);
+        }
+    };
+
+    // Three instances share the 64 shards evenly.
+    advance(&mut instances, &mut kv, 10_000, &mut now_ms);
+    let counts = served(&instances, now_ms);
+    assert_eq!(counts.iter().sum::<usize>(), SHARDS as usize, "seed {seed}: {counts:?}");
+    assert!(counts.iter().all(|&c| (21..=22).contains(&c)), "seed {seed}: uneven {counts:?}");
+
+    // A fourth joins: shards move until each has 16.
+    instances.push(instance("d"));
+    advance(&mut instances, &mut kv, 25_000, &mut now_ms);
+    let counts = served(&instances, now_ms);
+    assert_eq!(counts, vec![16; 4], "seed {seed}: after a join");
+
+    // One stalls for longer than the TTL (a GC pause): the others take its shards, and when it
+    // wakes it answers for none of them (checked at every step by assert_single_owner).
+    let victim = (seed % 4) as usize;
+    instances[victim].stalled_until_ms = now_ms + 2 * TTL_MS;
+    advance(&mut instances, &mut kv, now_ms + 2 * TTL_MS - STEP_MS, &mut now_ms);
+    assert_eq!(served(&instances, now_ms)[victim], 0, "seed {seed}: a stalled owner still answers");
+    let others: usize = served(&instances, now_ms).iter().sum();
+    assert_eq!(
+        others,
+        SHARDS as usize,
+        "seed {seed}: the stalled owner's shards did not move: {:?}",
+        served(&instances, now_ms)
+    );
+    advance(&mut instances, &mut kv, now_ms + 15_000, &mut now_ms);
+    assert_eq!(served(&instances, now_ms), vec![16; 4], "seed {seed}: after the stall");
+
+    // One crashes: within one TTL every shard is answered again.
+    let crashed_at = now_ms;
+    instances[victim].alive = false;
+    let mut all_back_ms = None;
+    while now_ms < crashed_at + 3 * TTL_MS {
+        advance(&mut instances, &mut kv, now_ms + STEP_MS, &mut now_ms);
+        if all_back_ms.is_none() && served(&instances, now_ms).iter().sum::<usize>() == SHARDS as usize {
+            all_back_ms = Some(now_ms - crashed_at);
+        }
+    }
+    let back = all_back_ms.expect("shards of a crashed owner never moved");
+    assert!(back <= TTL_MS, "seed {seed}: took {back} ms");
+    advance(&mut instances, &mut kv, now_ms + 15_000, &mut now_ms);
+    let counts = served(&instances, now_ms);
+    assert_eq!(counts.iter().sum::<usize>(), SHARDS as usize);
+    assert!(counts.iter().enumerate().all(|(i, &c)| i == victim || (21..=22).contains(&c)), "{counts:?}");
+}
+
+#[test]
+fn one_owner_per_shard_through_joins_stalls_and_crashes() {
+    for seed in 0..20 {
+        run(seed);
+    }
+}
