@@ -130,6 +130,9 @@ async fn bench(a: Args) -> Result<ExitCode, String> {
         sharded["recovery_ms"] = json!(recovery);
         sharded["shard_ttl_ms"] = json!(a.shard_ttl_ms);
         sharded["answered_again_within_ttl"] = json!(recovery <= a.shard_ttl_ms);
+        if let Some(ms) = a.durability.strip_prefix("interval:").and_then(|m| m.parse::<u64>().ok()) {
+            sharded["over_admission_bound"] = json!(loss_bound(&obs, at_us, ms));
+        }
     }
     procs.stop(Duration::from_secs(5), |_| true).await;
     drop(server);
@@ -211,6 +214,14 @@ async fn progress(start: Instant, duration: Duration, what: &str) {
         tick.tick().await;
         eprintln!("bench keys: {what} {:.0} / {} s", start.elapsed().as_secs_f64(), duration.as_secs());
     }
+}
+
+/// What a crash can lose in `interval` mode: the admissions since the owner's last stored flush,
+/// so at most every admission (of any owner) answered in the last interval plus 100 ms for the
+/// publish before the kill. Each lost admission lets at most one more in: over-admissions ≤ this.
+pub fn loss_bound(obs: &[Observation], killed_at_us: u64, interval_ms: u64) -> usize {
+    let from = killed_at_us.saturating_sub((interval_ms + 100) * 1_000);
+    obs.iter().filter(|o| o.status == 200 && o.sent_us <= killed_at_us && o.received_us >= from).count()
 }
 
 /// From the kill on: when the last request that reached a live instance went unanswered.
