@@ -93,3 +93,26 @@ mod tests {
         assert_eq!(p.nested_ttl_ms(now, now, 5_000), 0);
     }
 }
+
+/// A process's clock as a chaos run or a test skews it: `elapsed_ns` since the process started,
+/// running fast or slow by `drift_ppm` (parts per million, clamped to ±10%), plus `offset_ns`.
+/// With both zero it is `elapsed_ns`. Safety assumes |drift| stays within the configured
+/// `max_drift` (1% by default); the offset is arbitrary.
+pub fn skewed_ns(elapsed_ns: u64, offset_ns: u64, drift_ppm: i64) -> u64 {
+    let drift = drift_ppm.clamp(-100_000, 100_000) as i128;
+    let scaled = elapsed_ns as i128 + elapsed_ns as i128 * drift / 1_000_000;
+    (scaled.max(0) as u64).saturating_add(offset_ns)
+}
+
+#[cfg(test)]
+mod skew_tests {
+    use super::skewed_ns;
+
+    #[test]
+    fn drift_scales_elapsed_time_and_offset_shifts_it() {
+        assert_eq!(skewed_ns(1_000_000_000, 0, 0), 1_000_000_000);
+        assert_eq!(skewed_ns(1_000_000_000, 0, 5_000), 1_005_000_000);
+        assert_eq!(skewed_ns(1_000_000_000, 3_000_000_000, -5_000), 3_995_000_000);
+        assert_eq!(skewed_ns(1_000, 0, -2_000_000), 900, "clamped to -10%");
+    }
+}

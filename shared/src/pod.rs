@@ -50,10 +50,17 @@ pub struct PodCore {
 
 impl PodCore {
     pub fn new(cfg: PodConfig) -> Self {
+        Self::with_first_seq(cfg, 1)
+    }
+
+    /// Reports start at `first_seq`. A process that may restart under the same pod id must start
+    /// above every sequence number its previous life sent (the DC manager ignores a report that
+    /// is not newer): the pod service uses its start time in µs since the epoch.
+    pub fn with_first_seq(cfg: PodConfig, first_seq: u64) -> Self {
         PodCore {
             cfg,
             bucket: Arc::new(TokenBucket::new()),
-            sent: SentLog::new(1),
+            sent: SentLog::new(first_seq),
             fence: LeaseFence::default(),
             applied: None,
             draining: false,

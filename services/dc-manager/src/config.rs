@@ -23,6 +23,9 @@ pub struct Settings {
     pub http_listen: Option<String>,
     /// Skews this manager's clock (tests and chaos runs only).
     pub clock_offset_ms: u64,
+    /// Makes this clock run fast (+) or slow (−) by so many parts per million (chaos runs only;
+    /// safety assumes it stays within `max_drift`).
+    pub clock_drift_ppm: i64,
     /// Replicas of the KV buckets if this replica creates them.
     pub replicas: usize,
     /// The sans-I/O core's settings (`instance` and `epoch` are set at each takeover).
@@ -40,6 +43,7 @@ impl Default for Settings {
             floor: Quota::ZERO,
             http_listen: None,
             clock_offset_ms: 0,
+            clock_drift_ppm: 0,
             replicas: 1,
             manager: DcManagerConfig::new("", "", ""),
         }
@@ -73,6 +77,9 @@ impl Settings {
             if let Err(e) = leasehold_shared::wire::check_id("id", id) {
                 return bad(e.to_string());
             }
+        }
+        if self.clock_drift_ppm.abs() > 100_000 {
+            return bad(format!("clock_drift_ppm must be within ±100000, got {}", self.clock_drift_ppm));
         }
         self.manager.validate().map_err(ConfigError::Invalid)?;
         if self.report_interval_ms == 0 || self.report_interval_ms > self.manager.renew_interval_ms {

@@ -83,7 +83,9 @@ impl Manager {
     }
 
     fn now_ns(&self) -> u64 {
-        self.origin.elapsed().as_nanos() as u64 + self.settings.clock_offset_ms * 1_000_000
+        let elapsed = self.origin.elapsed().as_nanos() as u64;
+        let s = &self.settings;
+        leasehold_shared::expiry::skewed_ns(elapsed, s.clock_offset_ms * 1_000_000, s.clock_drift_ppm)
     }
 
     fn ttl(&self) -> Duration {

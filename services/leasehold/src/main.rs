@@ -1,6 +1,7 @@
 //! `leasehold`: the operator CLI, and every service as a subcommand (one binary to ship).
 
 mod bench;
+mod chaos;
 mod demo;
 mod inspect;
 mod simulate;
@@ -36,7 +37,10 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Run the whole system as processes on this machine with diurnal load; print a summary.
     Demo(demo::DemoArgs),
-    /// Measurements: `bench control-plane`.
+    /// Inject seeded faults into the real system on a production-shaped NATS topology; judge
+    /// safety by the upstream's counters and recovery by the per-second throughput.
+    Chaos(chaos::ChaosArgs),
+    /// Measurements: `bench control-plane`, `bench keys`.
     #[command(subcommand)]
     Bench(bench::Bench),
     /// Run a coordinator replica (settings: LEASEHOLD_COORDINATOR_*).
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Bench(b) => bench::run(b),
+        Command::Chaos(args) => chaos::run(args),
         Command::Coordinator(c) => return leasehold_coordinator::main_with_args(c.args()),
         Command::DcManager(c) => return leasehold_dc_manager::main_with_args(c.args()),
         Command::Agent(c) => return leasehold_pod::agent_main(c.args()),

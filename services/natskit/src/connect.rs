@@ -21,22 +21,43 @@ pub struct ConnectError {
 /// unlimited reconnects.
 ///
 /// Credentials may be given in the URL (`nats://user:password@host:port`, as the production
-/// accounts in `nats/prod/` expect); errors never show the password.
+/// accounts in `nats/prod/` expect); errors never show the password. Several servers of one
+/// cluster may be given, comma-separated (the credentials of the first apply).
 pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, ConnectError> {
-    let (options, bare) = match split_credentials(url) {
-        Some((user, password, bare)) => (async_nats::ConnectOptions::with_user_and_password(user, password), bare),
-        None => (async_nats::ConnectOptions::new(), url.to_string()),
+    let first = url.split(',').next().unwrap_or(url);
+    let options = match split_credentials(first) {
+        Some((user, password, _)) => async_nats::ConnectOptions::with_user_and_password(user, password),
+        None => async_nats::ConnectOptions::new(),
     };
     let shown = redact(url);
+    let mut servers = Vec::new();
+    for one in url.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+        let bare = split_credentials(one).map_or_else(|| one.to_string(), |(_, _, bare)| bare);
+        let addr = bare.parse::<async_nats::ServerAddr>().map_err(|e| ConnectError {
+            url: shown.clone(),
+            source: async_nats::ConnectError::with_source(async_nats::ConnectErrorKind::ServerParse, e),
+        })?;
+        servers.push(addr);
+    }
     options
         .name(name)
         .ping_interval(PING_INTERVAL)
         .request_timeout(Some(CONTROL_TIMEOUT))
         .connection_timeout(CONTROL_TIMEOUT)
-        .connect(bare.as_str())
+        .reconnect_delay_callback(reconnect_delay)
+        .connect(servers)
         .await
         .map_err(|source| ConnectError { url: shown, source })
 }
+
+/// Back-off between reconnect attempts: 0, 100, 200 … ms, at most [`MAX_RECONNECT_DELAY`], so a
+/// healed partition or a restarted server is back within about a second (the client library's
+/// default grows to several seconds, which a lease TTL of a few seconds cannot afford).
+fn reconnect_delay(attempts: usize) -> Duration {
+    (Duration::from_millis(100) * attempts.saturating_sub(1) as u32).min(MAX_RECONNECT_DELAY)
+}
+
+pub const MAX_RECONNECT_DELAY: Duration = Duration::from_millis(1_000);
 
 /// [`connect`], retried until `deadline` (a server that just started may not accept yet).
 pub async fn connect_until(
@@ -70,10 +91,11 @@ fn split_credentials(url: &str) -> Option<(String, String, String)> {
 
 /// The URL with its password replaced, for messages and logs.
 pub fn redact(url: &str) -> String {
-    match split_credentials(url) {
+    let one = |u: &str| match split_credentials(u) {
         Some((user, _, bare)) => bare.replacen("://", &format!("://{user}:***@"), 1),
-        None => url.to_string(),
-    }
+        None => u.to_string(),
+    };
+    url.split(',').map(one).collect::<Vec<_>>().join(",")
 }
 
 #[cfg(test)]
@@ -88,5 +110,6 @@ mod tests {
         );
         assert_eq!(split_credentials("nats://127.0.0.1:4222"), None);
         assert_eq!(redact("nats://u:s3cret@h:1"), "nats://u:***@h:1");
+        assert_eq!(redact("nats://u:s3cret@h:1,nats://u:s3cret@h:2"), "nats://u:***@h:1,nats://u:***@h:2");
     }
 }

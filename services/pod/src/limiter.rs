@@ -70,6 +70,7 @@ pub(crate) struct Shared {
     pub origin: Instant,
     /// Added to every clock reading: lets tests and the chaos harness skew a pod's clock.
     pub clock_offset_ns: u64,
+    pub clock_drift_ppm: i64,
     interval: Interval,
     totals: Mutex<Totals>,
     pub queue: Mutex<WaitQueue>,
@@ -83,12 +84,13 @@ pub struct Limiter {
 }
 
 impl Limiter {
-    pub fn new(bucket: Arc<TokenBucket>, queue_capacity: usize, clock_offset_ns: u64) -> Self {
+    pub fn new(bucket: Arc<TokenBucket>, queue_capacity: usize, clock_offset_ns: u64, clock_drift_ppm: i64) -> Self {
         Limiter {
             shared: Arc::new(Shared {
                 bucket,
                 origin: Instant::now(),
                 clock_offset_ns,
+                clock_drift_ppm,
                 interval: Interval::default(),
                 totals: Mutex::new(Totals::default()),
                 queue: Mutex::new(WaitQueue::new(queue_capacity)),
@@ -99,7 +101,8 @@ impl Limiter {
 
     /// This pod's clock, in the bucket's and the lease's time base.
     pub fn now_ns(&self) -> u64 {
-        self.shared.origin.elapsed().as_nanos() as u64 + self.shared.clock_offset_ns
+        let elapsed = self.shared.origin.elapsed().as_nanos() as u64;
+        leasehold_shared::expiry::skewed_ns(elapsed, self.shared.clock_offset_ns, self.shared.clock_drift_ppm)
     }
 
     pub fn bucket(&self) -> &TokenBucket {

@@ -21,6 +21,9 @@ pub struct PodSettings {
     pub drain_timeout_ms: u64,
     /// Skews this pod's clock (tests and chaos runs only).
     pub clock_offset_ms: u64,
+    /// Makes this clock run fast (+) or slow (−) by so many parts per million (chaos runs only;
+    /// safety assumes it stays within `max_drift`).
+    pub clock_drift_ppm: i64,
     /// Agent HTTP endpoint (`leasehold-agent` only).
     pub http_listen: String,
 }
@@ -37,6 +40,7 @@ impl Default for PodSettings {
             queue_capacity: 1_024,
             drain_timeout_ms: 5_000,
             clock_offset_ms: 0,
+            clock_drift_ppm: 0,
             http_listen: "127.0.0.1:9090".into(),
         }
     }
@@ -69,6 +73,9 @@ impl PodSettings {
             if let Err(e) = leasehold_shared::wire::check_id("pod_id", id) {
                 return bad(e.to_string());
             }
+        }
+        if self.clock_drift_ppm.abs() > 100_000 {
+            return bad(format!("clock_drift_ppm must be within ±100000, got {}", self.clock_drift_ppm));
         }
         if !(self.weight.is_finite() && self.weight > 0.0) {
             return bad(format!("weight must be a positive number, got {}", self.weight));

@@ -79,8 +79,9 @@ impl Load {
         self.count(dc, outcome);
     }
 
-    /// Offer `rate(t)` requests per second from DC `dc`, spread round-robin over its agents.
-    pub async fn drive(self: Arc<Self>, dc: usize, agents: Vec<String>, rate: impl Fn(f64) -> f64) {
+    /// Offer `rate(t)` requests per second from DC `dc`, spread round-robin over its agents (the
+    /// list may change while it runs: pods crash, drain and join).
+    pub async fn drive(self: Arc<Self>, dc: usize, agents: Arc<Mutex<Vec<String>>>, rate: impl Fn(f64) -> f64) {
         let mut tick = tokio::time::interval(Duration::from_millis(5));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let (mut owed, mut next, mut last) = (0.0f64, 0usize, self.start.elapsed().as_secs_f64());
@@ -103,7 +104,15 @@ impl Load {
                     self.count(dc, Outcome::Error);
                     continue;
                 };
-                let agent = agents[next % agents.len()].clone();
+                let agent = {
+                    let list = agents.lock().unwrap_or_else(|p| p.into_inner());
+                    if list.is_empty() {
+                        drop(list);
+                        self.count(dc, Outcome::Error);
+                        continue;
+                    }
+                    list[next % list.len()].clone()
+                };
                 next += 1;
                 let me = self.clone();
                 tokio::spawn(async move {

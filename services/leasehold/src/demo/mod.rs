@@ -5,8 +5,8 @@
 //! mock upstream, and the diurnal load of the simulator compressed into `--duration-s`. Prints a
 //! live table to stderr and one JSON summary line to stdout; writes the follow-the-sun chart.
 
-mod load;
-mod observe;
+pub mod load;
+pub mod observe;
 pub mod procs;
 mod summary;
 
@@ -21,11 +21,11 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const LIMIT: &str = "partner-api";
-const DCS: [&str; 2] = ["bkk", "europe"];
-const PODS_PER_DC: usize = 4;
+pub const LIMIT: &str = "partner-api";
+pub const DCS: [&str; 2] = ["bkk", "europe"];
+pub const PODS_PER_DC: usize = 4;
 /// The partner API's hard limit: calls in any sliding window of `HARD_WINDOW_MS`.
-const HARD_CALLS: u64 = 1_000;
+pub const HARD_CALLS: u64 = 1_000;
 const HARD_WINDOW_MS: u64 = 1_000;
 /// Permit-to-upstream delay spread allowed for on a busy 2-core machine (R·(W+J) + B ≤ L).
 const JITTER_BUDGET_MS: u64 = 100;
@@ -51,14 +51,15 @@ pub struct DemoArgs {
     table_every_s: u64,
 }
 
-fn rate_per_s() -> u64 {
+pub fn rate_per_s() -> u64 {
     (HARD_CALLS - BURST) * 1_000 / (HARD_WINDOW_MS + JITTER_BUDGET_MS)
 }
 
-fn coordinator_toml() -> String {
+/// The coordinators' settings: the demo's limit, DC leases of `dc_ttl_ms`, buckets of `replicas`.
+pub fn coordinator_toml(dc_ttl_ms: u64, replicas: usize) -> String {
     let mut s = format!(
-        "leader_ttl_ms = 3000\nreplicas = 1\n\n[[limits]]\nlimit = \"{LIMIT}\"\n\
-         quota = {{ rate_milli_per_s = {}, burst_milli = {} }}\ndc_ttl_ms = {DC_TTL_MS}\nrenew_interval_ms = 1000\n\
+        "leader_ttl_ms = 3000\nreplicas = {replicas}\n\n[[limits]]\nlimit = \"{LIMIT}\"\n\
+         quota = {{ rate_milli_per_s = {}, burst_milli = {} }}\ndc_ttl_ms = {dc_ttl_ms}\nrenew_interval_ms = 1000\n\
          expiry = {{ max_drift = 0.01, grace_ms = 100, egress_spread_ms = {JITTER_BUDGET_MS} }}\n",
         rate_per_s() * 1_000,
         BURST * 1_000
@@ -71,9 +72,10 @@ fn coordinator_toml() -> String {
     s
 }
 
-fn dc_manager_toml(dc: &str) -> String {
+/// A DC manager replica's settings (`id` names it; replicas of the buckets it may create).
+pub fn dc_manager_toml(dc: &str, id: &str, replicas: usize) -> String {
     format!(
-        "limit = \"{LIMIT}\"\ndc = \"{dc}\"\nid = \"{dc}-mgr-a\"\nfloor = {{ rate_milli_per_s = 50000, burst_milli = 0 }}\n\
+        "limit = \"{LIMIT}\"\ndc = \"{dc}\"\nid = \"{id}\"\nreplicas = {replicas}\nfloor = {{ rate_milli_per_s = 50000, burst_milli = 0 }}\n\
          expiry = {{ max_drift = 0.01, grace_ms = 100, egress_spread_ms = {JITTER_BUDGET_MS} }}\n"
     )
 }
@@ -109,7 +111,7 @@ async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
     };
     let mut procs = Procs::new(&out.join("logs"))?;
     let coord_cfg = out.join("coordinator.toml");
-    std::fs::write(&coord_cfg, coordinator_toml()).map_err(|e| format!("cannot write {}: {e}", coord_cfg.display()))?;
+    std::fs::write(&coord_cfg, coordinator_toml(DC_TTL_MS, 1)).map_err(|e| format!("cannot write {}: {e}", coord_cfg.display()))?;
     let coord_cfg = coord_cfg.display().to_string();
     let upstream = procs
         .spawn("upstream", &["upstream", "--listen", "127.0.0.1:0", "--limit", &HARD_CALLS.to_string()], &[], true)
@@ -122,7 +124,7 @@ async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
     let mut agents: Vec<Vec<String>> = vec![Vec::new(); DCS.len()];
     for (d, dc) in DCS.iter().enumerate() {
         let cfg = out.join(format!("dc-manager-{dc}.toml"));
-        std::fs::write(&cfg, dc_manager_toml(dc)).map_err(|e| format!("cannot write {}: {e}", cfg.display()))?;
+        std::fs::write(&cfg, dc_manager_toml(dc, &format!("{dc}-mgr-a"), 1)).map_err(|e| format!("cannot write {}: {e}", cfg.display()))?;
         let env = [("LEASEHOLD_DC_MANAGER_NATS_URL", nats_url.clone())];
         procs
             .spawn(&format!("{dc}-mgr-a"), &["dc-manager", "--config", &cfg.display().to_string()], &env, false)
@@ -147,18 +149,8 @@ async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
     eprintln!("demo: {} processes up; waiting for every pod to hold a lease", 4 + DCS.len() + agents.concat().len());
     let wait_until = Instant::now() + Duration::from_secs(60);
     for addr in agents.concat() {
-        loop {
-            let st: Option<serde_json::Value> = match http.get(format!("http://{addr}/v1/status")).send().await {
-                Ok(r) => r.json().await.ok(),
-                Err(_) => None,
-            };
-            if st.is_some_and(|v| !v["lease"].is_null()) {
-                break;
-            }
-            if Instant::now() > wait_until {
-                return Err(format!("pod at {addr} got no lease within 60 s; logs in {}", out.join("logs").display()));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        if !observe::wait_for_lease(&http, &addr, wait_until).await {
+            return Err(format!("pod at {addr} got no lease within 60 s; logs in {}", out.join("logs").display()));
         }
     }
     let nats = connect_until(&nats_url, "leasehold-demo", Instant::now() + Duration::from_secs(10))
@@ -188,7 +180,8 @@ async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
     let drivers: Vec<_> = (0..DCS.len())
         .map(|d| {
             let sc = scenario.clone();
-            tokio::spawn(load.clone().drive(d, agents[d].clone(), move |t| sc.demand(d, t * day_scale)))
+            let list = Arc::new(Mutex::new(agents[d].clone()));
+            tokio::spawn(load.clone().drive(d, list, move |t| sc.demand(d, t * day_scale)))
         })
         .collect();
     let mut alloc: Vec<Option<Vec<f64>>> = vec![None; a.duration_s as usize + 2];

@@ -39,6 +39,23 @@ pub async fn leader(leaders: &Store) -> Option<String> {
     Some(String::from_utf8_lossy(&v).into_owned())
 }
 
+/// Poll the agent's status until it holds a lease (true) or `deadline` passes (false).
+pub async fn wait_for_lease(http: &reqwest::Client, addr: &str, deadline: std::time::Instant) -> bool {
+    loop {
+        let st: Option<serde_json::Value> = match http.get(format!("http://{addr}/v1/status")).send().await {
+            Ok(r) => r.json().await.ok(),
+            Err(_) => None,
+        };
+        if st.is_some_and(|v| !v["lease"].is_null()) {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// Pearson correlation of two equally long series (None when either is constant).
 pub fn correlation(x: &[f64], y: &[f64]) -> Option<f64> {
     let n = x.len().min(y.len()) as f64;

@@ -13,13 +13,16 @@ pub struct Procs {
     log_dir: PathBuf,
     children: BTreeMap<String, Child>,
     killed: Vec<String>,
+    /// How each child was started, for [`Procs::respawn`].
+    specs: BTreeMap<String, (Vec<String>, Vec<(String, String)>)>,
+    addresses: BTreeMap<String, String>,
 }
 
 impl Procs {
     pub fn new(log_dir: &Path) -> Result<Self, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
         std::fs::create_dir_all(log_dir).map_err(|e| format!("cannot create {}: {e}", log_dir.display()))?;
-        Ok(Procs { exe, log_dir: log_dir.into(), children: BTreeMap::new(), killed: Vec::new() })
+        Ok(Procs { exe, log_dir: log_dir.into(), children: BTreeMap::new(), killed: Vec::new(), specs: BTreeMap::new(), addresses: BTreeMap::new() })
     }
 
     /// Start `leasehold <args>` as `name`. With `address`, wait for its `listening on ADDR` line
@@ -31,8 +34,15 @@ impl Procs {
         env: &[(&str, String)],
         address: bool,
     ) -> Result<Option<String>, String> {
+        self.specs.insert(
+            name.to_string(),
+            (args.iter().map(|a| a.to_string()).collect(), env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()),
+        );
         let log = self.log_dir.join(format!("{name}.log"));
-        let stderr = std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
         let mut cmd = Command::new(&self.exe);
         cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true);
         cmd.env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()));
@@ -63,9 +73,41 @@ impl Procs {
             return Ok(None);
         }
         match tokio::time::timeout(Duration::from_secs(20), rx).await {
-            Ok(Ok(addr)) => Ok(Some(addr)),
+            Ok(Ok(addr)) => {
+                self.addresses.insert(name.to_string(), addr.clone());
+                Ok(Some(addr))
+            }
             _ => Err(format!("{name} did not start listening; see {}", log.display())),
         }
+    }
+
+    /// Start `name` again as it was started (after a kill, a drain or its own exit).
+    pub async fn respawn(&mut self, name: &str, address: bool) -> Result<Option<String>, String> {
+        let (args, env) = self.specs.get(name).cloned().ok_or_else(|| format!("{name} was never started"))?;
+        if let Some(mut old) = self.children.remove(name) {
+            let _ = old.kill().await;
+        }
+        self.killed.retain(|k| k != name);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        self.spawn(name, &args, &env, address).await
+    }
+
+    /// Send a signal (`"-STOP"`, `"-CONT"`, `"-TERM"`) to `name`.
+    pub fn signal(&self, name: &str, sig: &str) -> bool {
+        let Some(pid) = self.children.get(name).and_then(|c| c.id()) else { return false };
+        std::process::Command::new("kill").arg(sig).arg(pid.to_string()).status().is_ok_and(|s| s.success())
+    }
+
+    /// The address `name` printed when it last started listening.
+    pub fn address(&self, name: &str) -> Option<String> {
+        self.addresses.get(name).cloned()
+    }
+
+    /// SIGTERM `name` on purpose (a drain): its exit is not a crash.
+    pub fn terminate(&mut self, name: &str) -> bool {
+        self.killed.push(name.to_string());
+        self.signal(name, "-TERM")
     }
 
     /// SIGKILL, as a crash.

@@ -1,0 +1,207 @@
+//! Injecting and healing each fault on the running system: processes (SIGKILL, SIGSTOP, SIGTERM,
+//! restart), NATS servers (kill, restart, the partition proxy) and the adversary.
+
+use super::schedule::{Fault, FaultKind};
+use super::topology::Topology;
+use crate::demo::procs::Procs;
+use crate::demo::{DCS, LIMIT};
+use async_nats::jetstream::kv::Store;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The running system the faults act on.
+pub struct World {
+    pub procs: Procs,
+    pub topology: Topology,
+    /// Per DC: the agents the load sends to (name → address).
+    pub agents: Vec<Arc<Mutex<BTreeMap<String, String>>>>,
+    /// Per DC: the address list the load reads.
+    pub lists: Vec<Arc<Mutex<Vec<String>>>>,
+    pub hub: async_nats::Client,
+    pub leaders: Store,
+    pub joined: usize,
+    pub adversary: Option<(watch::Sender<bool>, JoinHandle<super::adversary::Sent>)>,
+    pub adversary_sent: Vec<super::adversary::Sent>,
+}
+
+/// What applying a fault did, to undo it.
+pub enum Undo {
+    Respawn { name: String, dc: usize, agent: bool },
+    Continue(String),
+    Drain { names: Vec<String>, dc: usize },
+    Heal(usize),
+    RestartHubNode(usize),
+    StartAllNats,
+    StopAdversary,
+    Nothing,
+}
+
+impl World {
+    fn sync_list(&self, dc: usize) {
+        let names = self.agents[dc].lock().unwrap_or_else(|p| p.into_inner());
+        *self.lists[dc].lock().unwrap_or_else(|p| p.into_inner()) = names.values().cloned().collect();
+    }
+
+    fn remove_agent(&self, dc: usize, name: &str) {
+        self.agents[dc].lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        self.sync_list(dc);
+    }
+
+    fn add_agent(&self, dc: usize, name: &str, addr: String) {
+        self.agents[dc].lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), addr);
+        self.sync_list(dc);
+    }
+
+    async fn leader_of(&self, key: &str) -> Option<String> {
+        let v = self.leaders.get(key).await.ok()??;
+        Some(String::from_utf8_lossy(&v).into_owned())
+    }
+
+    /// The hub node (index) leading the ledger's stream.
+    async fn stream_leader(&self) -> Option<usize> {
+        let subject = format!("$JS.API.STREAM.INFO.KV_{}", leasehold_shared::subjects::LEDGER_BUCKET);
+        let reply = self.hub.request(subject, "".into()).await.ok()?;
+        let info: serde_json::Value = serde_json::from_slice(&reply.payload).ok()?;
+        let leader = info["cluster"]["leader"].as_str()?;
+        leader.strip_prefix("hub-")?.parse::<usize>().ok().map(|n| n - 1)
+    }
+
+    /// Inject `f`; returns how to heal it and a line for the log.
+    pub async fn apply(&mut self, f: &Fault) -> Result<(Undo, String), String> {
+        let dc = DCS[f.dc];
+        let pod = format!("{dc}-pod{}", f.pod + 1);
+        Ok(match f.kind {
+            FaultKind::KillCoordinatorLeader => {
+                let Some(l) = self.leader_of(leasehold_shared::subjects::COORDINATOR_LEADER_KEY).await else {
+                    return Ok((Undo::Nothing, "no coordinator leader to kill".into()));
+                };
+                self.procs.kill(&l).await;
+                (Undo::Respawn { name: l.clone(), dc: f.dc, agent: false }, format!("SIGKILL coordinator leader {l}"))
+            }
+            FaultKind::KillDcManagerLeader => {
+                let key = format!("dc.{dc}");
+                let Some(l) = self.leader_of(&key).await else {
+                    return Ok((Undo::Nothing, format!("no {dc} manager leader to kill")));
+                };
+                self.procs.kill(&l).await;
+                (Undo::Respawn { name: l.clone(), dc: f.dc, agent: false }, format!("SIGKILL {dc} manager leader {l}"))
+            }
+            FaultKind::PausePod => {
+                self.procs.signal(&pod, "-STOP");
+                (Undo::Continue(pod.clone()), format!("SIGSTOP {pod}"))
+            }
+            FaultKind::CrashPod => {
+                self.remove_agent(f.dc, &pod);
+                self.procs.kill(&pod).await;
+                (Undo::Respawn { name: pod.clone(), dc: f.dc, agent: true }, format!("SIGKILL {pod}"))
+            }
+            FaultKind::DrainPod => {
+                self.remove_agent(f.dc, &pod);
+                self.procs.terminate(&pod);
+                (Undo::Respawn { name: pod.clone(), dc: f.dc, agent: true }, format!("SIGTERM (drain) {pod}"))
+            }
+            FaultKind::BurstJoin => {
+                let mut names = Vec::new();
+                for _ in 0..4 {
+                    self.joined += 1;
+                    let name = format!("{dc}-join{}", self.joined);
+                    let env = agent_env(&self.topology.dc_url(f.dc), dc, &name, None);
+                    let addr = self.procs.spawn(&name, &["agent"], &env, true).await?.unwrap_or_default();
+                    self.add_agent(f.dc, &name, addr);
+                    names.push(name);
+                }
+                (Undo::Drain { names: names.clone(), dc: f.dc }, format!("{} join {dc}", names.join(", ")))
+            }
+            FaultKind::PartitionDc => {
+                self.topology.partition(f.dc);
+                (Undo::Heal(f.dc), format!("partition {dc} from the NATS cluster"))
+            }
+            FaultKind::KillStreamLeaderNode => {
+                let Some(i) = self.stream_leader().await else {
+                    return Ok((Undo::Nothing, "no stream leader found".into()));
+                };
+                self.topology.hub[i].kill();
+                (Undo::RestartHubNode(i), format!("SIGKILL hub-{} (ledger stream leader)", i + 1))
+            }
+            FaultKind::RestartAllNats => {
+                for s in self.topology.hub.iter_mut() {
+                    s.kill();
+                }
+                (Undo::StartAllNats, "SIGKILL every NATS node".into())
+            }
+            FaultKind::Adversary => {
+                let (tx, rx) = watch::channel(false);
+                let task = tokio::spawn(super::adversary::run(self.topology.dc_url(f.dc), LIMIT.into(), dc.into(), rx));
+                self.adversary = Some((tx, task));
+                (Undo::StopAdversary, format!("adversary on {dc}"))
+            }
+        })
+    }
+
+    pub async fn heal(&mut self, undo: Undo) -> Result<String, String> {
+        Ok(match undo {
+            Undo::Respawn { name, dc, agent } => {
+                let addr = self.procs.respawn(&name, agent).await?;
+                if let Some(addr) = addr {
+                    self.add_agent(dc, &name, addr);
+                }
+                format!("{name} started again")
+            }
+            Undo::Continue(name) => {
+                self.procs.signal(&name, "-CONT");
+                format!("SIGCONT {name}")
+            }
+            Undo::Drain { names, dc } => {
+                for n in &names {
+                    self.remove_agent(dc, n);
+                    self.procs.terminate(n);
+                }
+                format!("{} drain", names.join(", "))
+            }
+            Undo::Heal(dc) => {
+                self.topology.heal(dc);
+                format!("{} reconnected", DCS[dc])
+            }
+            Undo::RestartHubNode(i) => {
+                self.topology.hub[i].restart().map_err(|e| e.to_string())?;
+                format!("hub-{} started again", i + 1)
+            }
+            Undo::StartAllNats => {
+                for s in self.topology.hub.iter_mut() {
+                    s.restart().map_err(|e| e.to_string())?;
+                }
+                "every NATS node started again".into()
+            }
+            Undo::StopAdversary => {
+                if let Some((tx, task)) = self.adversary.take() {
+                    let _ = tx.send(true);
+                    let sent = task.await.unwrap_or_default();
+                    let line = format!("adversary stopped: {sent:?}");
+                    self.adversary_sent.push(sent);
+                    line
+                } else {
+                    "no adversary".into()
+                }
+            }
+            Undo::Nothing => "nothing to heal".into(),
+        })
+    }
+}
+
+/// An agent's environment: its DC's link into NATS, its name, and an optional clock skew.
+pub fn agent_env(url: &str, dc: &str, name: &str, skew: Option<(u64, i64)>) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("LEASEHOLD_AGENT_NATS_URL", url.to_string()),
+        ("LEASEHOLD_AGENT_LIMIT", LIMIT.to_string()),
+        ("LEASEHOLD_AGENT_DC", dc.to_string()),
+        ("LEASEHOLD_AGENT_POD_ID", name.to_string()),
+        ("LEASEHOLD_AGENT_HTTP_LISTEN", "127.0.0.1:0".to_string()),
+    ];
+    if let Some((offset_ms, drift_ppm)) = skew {
+        env.push(("LEASEHOLD_AGENT_CLOCK_OFFSET_MS", offset_ms.to_string()));
+        env.push(("LEASEHOLD_AGENT_CLOCK_DRIFT_PPM", drift_ppm.to_string()));
+    }
+    env
+}

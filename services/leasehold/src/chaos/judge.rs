@@ -1,0 +1,97 @@
+//! From per-second counts and the fault schedule: utilization outside faults and the recovery
+//! time of each fault. Pure, so it is tested on its own.
+//!
+//! * A second's utilization is `admitted / min(offered, R)`: the share of what could have been
+//!   admitted under the leased rate `R` (demand above `R` is the limiter's job to refuse).
+//! * Seconds count as "outside faults" when they come more than three DC-lease TTLs after the
+//!   last fault healed (and before the next starts), after the warm-up.
+//! * A fault's recovery is the time from its healing until a two-second average utilization is
+//!   back within 5% of the fault-free level.
+
+use super::schedule::Fault;
+
+pub struct Judged {
+    pub utilization_outside_faults: f64,
+    /// Per fault: seconds from healing to recovery (None: not within its quiet stretch).
+    pub recovery_s: Vec<Option<f64>>,
+    pub seconds_outside_faults: usize,
+}
+
+fn usable(offered: f64, rate: f64) -> f64 {
+    offered.min(rate)
+}
+
+pub fn judge(offered: &[f64], admitted: &[f64], rate: f64, faults: &[Fault], dc_ttl_s: f64, warmup_s: f64) -> Judged {
+    let n = offered.len().min(admitted.len());
+    let outside = |s: usize| {
+        let t = s as f64;
+        if t < warmup_s {
+            return false;
+        }
+        // Not inside a fault, and more than 3 TTLs after every fault that healed before it.
+        faults.iter().all(|f| t + 1.0 <= f.at_s || t >= f.heal_at_s + 3.0 * dc_ttl_s)
+    };
+    let (mut got, mut could, mut seconds) = (0.0, 0.0, 0);
+    for s in (0..n).filter(|&s| outside(s)) {
+        got += admitted[s];
+        could += usable(offered[s], rate);
+        seconds += 1;
+    }
+    let level = if could > 0.0 { got / could } else { 1.0 };
+    let u = |s: usize| {
+        let c = usable(offered[s], rate);
+        if c > 0.0 {
+            admitted[s] / c
+        } else {
+            1.0
+        }
+    };
+    let recovery_s = faults
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let until = faults.get(i + 1).map_or(n as f64, |next| next.at_s);
+            let first = f.heal_at_s.ceil() as usize;
+            (first..n.saturating_sub(1))
+                .take_while(|&s| ((s + 2) as f64) <= until)
+                .find(|&s| (u(s) + u(s + 1)) / 2.0 >= 0.95 * level)
+                .map(|s| (s as f64 - f.heal_at_s).max(0.0))
+        })
+        .collect();
+    Judged { utilization_outside_faults: level, recovery_s, seconds_outside_faults: seconds }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::schedule::{Fault, FaultKind};
+    use super::*;
+
+    #[test]
+    fn utilization_excludes_faults_and_recovery_is_measured_from_healing() {
+        // 60 s at 100/s offered, rate 80: full use is 80/s. A fault at 20..25 s drops admissions
+        // to 10/s until 28 s; the level elsewhere is 78/80.
+        let offered = vec![100.0; 60];
+        let mut admitted = vec![78.0; 60];
+        for a in admitted.iter_mut().take(28).skip(20) {
+            *a = 10.0;
+        }
+        let faults =
+            [Fault { kind: FaultKind::PartitionDc, at_s: 20.0, heal_at_s: 25.0, dc: 0, pod: 0 }];
+        let j = judge(&offered, &admitted, 80.0, &faults, 5.0, 5.0);
+        assert!((j.utilization_outside_faults - 78.0 / 80.0).abs() < 1e-9);
+        assert_eq!(j.recovery_s, vec![Some(3.0)]);
+        // 5..19 before the fault and 40..59 after three TTLs.
+        assert_eq!(j.seconds_outside_faults, 15 + 20);
+    }
+
+    #[test]
+    fn a_fault_that_never_recovers_has_no_recovery_time() {
+        let offered = vec![100.0; 40];
+        let mut admitted = vec![80.0; 40];
+        for a in admitted.iter_mut().skip(10) {
+            *a = 0.0;
+        }
+        let faults = [Fault { kind: FaultKind::CrashPod, at_s: 10.0, heal_at_s: 12.0, dc: 0, pod: 0 }];
+        assert_eq!(judge(&offered, &admitted, 80.0, &faults, 5.0, 0.0).recovery_s, vec![None]);
+    }
+}
