@@ -18,7 +18,13 @@ fn a_short_chaos_schedule_keeps_the_limit_and_recovers() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}\n(record in {})", out_dir.display());
     let v: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
-    let injected: u64 = v["faults_injected"].as_object().unwrap().iter().filter(|(k, _)| *k != "clock_skew").map(|(_, n)| n.as_u64().unwrap()).sum();
+    let injected: u64 = v["faults_injected"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| *k != "clock_skew")
+        .map(|(_, n)| n.as_u64().unwrap())
+        .sum();
     assert!(injected >= 5, "only {injected} faults: {v}");
     assert_eq!(v["upstream_rejections"], 0, "{v}");
     assert!(v["max_window_ratio"].as_f64().unwrap() <= 1.0, "{v}");

@@ -38,15 +38,18 @@ impl Pod {
     /// Start the control loop and the wait-queue dispatcher on the current runtime.
     pub fn start(client: async_nats::Client, settings: &PodSettings) -> Pod {
         let id = settings.pod_id();
-        let config = PodConfig { limit: settings.limit.clone(), dc: settings.dc.clone(), pod: id.clone(), weight: settings.weight };
+        let config = PodConfig {
+            limit: settings.limit.clone(),
+            dc: settings.dc.clone(),
+            pod: id.clone(),
+            weight: settings.weight,
+        };
         // Above anything a previous process with this pod id sent (4 reports per second never
         // catch up with a clock in µs), so a restarted pod is heard at once.
-        let first_seq = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_micros() as u64);
+        let first_seq =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_micros() as u64);
         let core = PodCore::with_first_seq(config, first_seq);
-        let limiter =
-            Limiter::new(
+        let limiter = Limiter::new(
             core.bucket().clone(),
             settings.queue_capacity,
             settings.clock_offset_ms * 1_000_000,

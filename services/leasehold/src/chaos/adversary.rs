@@ -23,10 +23,9 @@ pub async fn run(url: String, limit: String, dc: String, mut stop: watch::Receiv
     let mut sent = Sent::default();
     let Ok(client) = leasehold_nats::connect::connect(&url, "chaos-adversary").await else { return sent };
     let prefix = format!("{}.{limit}.pod.{dc}", leasehold_shared::subjects::PREFIX);
-    let (Ok(mut leases), Ok(mut reports)) = (
-        client.subscribe(format!("{prefix}.*.lease")).await,
-        client.subscribe(format!("{prefix}.*.report")).await,
-    ) else {
+    let (Ok(mut leases), Ok(mut reports)) =
+        (client.subscribe(format!("{prefix}.*.lease")).await, client.subscribe(format!("{prefix}.*.report")).await)
+    else {
         return sent;
     };
     // Old leases by subject (kept from the first time seen), and the latest real report per pod.

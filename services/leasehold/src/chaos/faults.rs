@@ -22,6 +22,8 @@ pub struct World {
     pub hub: async_nats::Client,
     pub leaders: Store,
     pub joined: usize,
+    /// Per DC: the process now in each pod slot (a drained pod is replaced under a new id).
+    pub slots: Vec<Vec<String>>,
     pub adversary: Option<(watch::Sender<bool>, JoinHandle<super::adversary::Sent>)>,
     pub adversary_sent: Vec<super::adversary::Sent>,
 }
@@ -29,6 +31,7 @@ pub struct World {
 /// What applying a fault did, to undo it.
 pub enum Undo {
     Respawn { name: String, dc: usize, agent: bool },
+    Replace { dc: usize, slot: usize },
     Continue(String),
     Drain { names: Vec<String>, dc: usize },
     Heal(usize),
@@ -54,6 +57,16 @@ impl World {
         self.sync_list(dc);
     }
 
+    /// Start a new agent `<dc>-<kind>-n<k>` and send it load.
+    async fn start_agent(&mut self, dc: usize, kind: &str) -> Result<String, String> {
+        self.joined += 1;
+        let name = format!("{}-{kind}-n{}", DCS[dc], self.joined);
+        let env = agent_env(&self.topology.dc_url(dc), DCS[dc], &name, None);
+        let addr = self.procs.spawn(&name, &["agent"], &env, true).await?.unwrap_or_default();
+        self.add_agent(dc, &name, addr);
+        Ok(name)
+    }
+
     async fn leader_of(&self, key: &str) -> Option<String> {
         let v = self.leaders.get(key).await.ok()??;
         Some(String::from_utf8_lossy(&v).into_owned())
@@ -71,7 +84,7 @@ impl World {
     /// Inject `f`; returns how to heal it and a line for the log.
     pub async fn apply(&mut self, f: &Fault) -> Result<(Undo, String), String> {
         let dc = DCS[f.dc];
-        let pod = format!("{dc}-pod{}", f.pod + 1);
+        let pod = self.slots[f.dc][f.pod].clone();
         Ok(match f.kind {
             FaultKind::KillCoordinatorLeader => {
                 let Some(l) = self.leader_of(leasehold_shared::subjects::COORDINATOR_LEADER_KEY).await else {
@@ -100,17 +113,12 @@ impl World {
             FaultKind::DrainPod => {
                 self.remove_agent(f.dc, &pod);
                 self.procs.terminate(&pod);
-                (Undo::Respawn { name: pod.clone(), dc: f.dc, agent: true }, format!("SIGTERM (drain) {pod}"))
+                (Undo::Replace { dc: f.dc, slot: f.pod }, format!("SIGTERM (drain) {pod}"))
             }
             FaultKind::BurstJoin => {
                 let mut names = Vec::new();
                 for _ in 0..4 {
-                    self.joined += 1;
-                    let name = format!("{dc}-join{}", self.joined);
-                    let env = agent_env(&self.topology.dc_url(f.dc), dc, &name, None);
-                    let addr = self.procs.spawn(&name, &["agent"], &env, true).await?.unwrap_or_default();
-                    self.add_agent(f.dc, &name, addr);
-                    names.push(name);
+                    names.push(self.start_agent(f.dc, "join").await?);
                 }
                 (Undo::Drain { names: names.clone(), dc: f.dc }, format!("{} join {dc}", names.join(", ")))
             }
@@ -148,6 +156,13 @@ impl World {
                     self.add_agent(dc, &name, addr);
                 }
                 format!("{name} started again")
+            }
+            Undo::Replace { dc, slot } => {
+                // A drained pod's id stays closed for a while (late messages from it must not
+                // count); its replacement is a new pod, as a deployment would start.
+                let name = self.start_agent(dc, "pod").await?;
+                self.slots[dc][slot] = name.clone();
+                format!("{name} replaces it")
             }
             Undo::Continue(name) => {
                 self.procs.signal(&name, "-CONT");

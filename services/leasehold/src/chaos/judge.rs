@@ -75,8 +75,7 @@ mod tests {
         for a in admitted.iter_mut().take(28).skip(20) {
             *a = 10.0;
         }
-        let faults =
-            [Fault { kind: FaultKind::PartitionDc, at_s: 20.0, heal_at_s: 25.0, dc: 0, pod: 0 }];
+        let faults = [Fault { kind: FaultKind::PartitionDc, at_s: 20.0, heal_at_s: 25.0, dc: 0, pod: 0 }];
         let j = judge(&offered, &admitted, 80.0, &faults, 5.0, 5.0);
         assert!((j.utilization_outside_faults - 78.0 / 80.0).abs() < 1e-9);
         assert_eq!(j.recovery_s, vec![Some(3.0)]);

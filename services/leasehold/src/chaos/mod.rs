@@ -94,7 +94,9 @@ async fn start_world(a: &ChaosArgs) -> Result<World, String> {
     };
     let mut procs = Procs::new(&a.out_dir.join("logs"))?;
     let coord = write(&a.out_dir.join("coordinator.toml"), &crate::demo::coordinator_toml(a.dc_ttl_ms, 3))?;
-    procs.spawn("upstream", &["upstream", "--listen", "127.0.0.1:0", "--limit", &HARD_CALLS.to_string()], &[], true).await?;
+    procs
+        .spawn("upstream", &["upstream", "--listen", "127.0.0.1:0", "--limit", &HARD_CALLS.to_string()], &[], true)
+        .await?;
     for id in ["coord-a", "coord-b"] {
         let env = [("LEASEHOLD_COORDINATOR_NATS_URL", topology.hub_urls()), ("LEASEHOLD_COORDINATOR_ID", id.into())];
         procs.spawn(id, &["coordinator", "--config", &coord], &env, false).await?;
@@ -121,11 +123,23 @@ async fn start_world(a: &ChaosArgs) -> Result<World, String> {
         }
         agents.push(Arc::new(Mutex::new(named)));
     }
+    let slots = DCS.iter().map(|dc| (1..=PODS_PER_DC).map(|p| format!("{dc}-pod{p}")).collect()).collect();
     let lists = agents
         .iter()
         .map(|m| Arc::new(Mutex::new(m.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect())))
         .collect();
-    Ok(World { procs, topology, agents, lists, hub, leaders, joined: 0, adversary: None, adversary_sent: Vec::new() })
+    Ok(World {
+        procs,
+        topology,
+        agents,
+        lists,
+        hub,
+        leaders,
+        joined: 0,
+        slots,
+        adversary: None,
+        adversary_sent: Vec::new(),
+    })
 }
 
 async fn chaos(a: ChaosArgs) -> Result<ExitCode, String> {

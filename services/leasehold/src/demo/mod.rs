@@ -111,7 +111,8 @@ async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
     };
     let mut procs = Procs::new(&out.join("logs"))?;
     let coord_cfg = out.join("coordinator.toml");
-    std::fs::write(&coord_cfg, coordinator_toml(DC_TTL_MS, 1)).map_err(|e| format!("cannot write {}: {e}", coord_cfg.display()))?;
+    std::fs::write(&coord_cfg, coordinator_toml(DC_TTL_MS, 1))
+        .map_err(|e| format!("cannot write {}: {e}", coord_cfg.display()))?;
     let coord_cfg = coord_cfg.display().to_string();
     let upstream = procs
         .spawn("upstream", &["upstream", "--listen", "127.0.0.1:0", "--limit", &HARD_CALLS.to_string()], &[], true)
@@ -124,7 +125,8 @@ async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
     let mut agents: Vec<Vec<String>> = vec![Vec::new(); DCS.len()];
     for (d, dc) in DCS.iter().enumerate() {
         let cfg = out.join(format!("dc-manager-{dc}.toml"));
-        std::fs::write(&cfg, dc_manager_toml(dc, &format!("{dc}-mgr-a"), 1)).map_err(|e| format!("cannot write {}: {e}", cfg.display()))?;
+        std::fs::write(&cfg, dc_manager_toml(dc, &format!("{dc}-mgr-a"), 1))
+            .map_err(|e| format!("cannot write {}: {e}", cfg.display()))?;
         let env = [("LEASEHOLD_DC_MANAGER_NATS_URL", nats_url.clone())];
         procs
             .spawn(&format!("{dc}-mgr-a"), &["dc-manager", "--config", &cfg.display().to_string()], &env, false)

@@ -8,13 +8,16 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
+/// A child's arguments and environment, to start it again.
+type Spec = (Vec<String>, Vec<(String, String)>);
+
 pub struct Procs {
     exe: PathBuf,
     log_dir: PathBuf,
     children: BTreeMap<String, Child>,
     killed: Vec<String>,
     /// How each child was started, for [`Procs::respawn`].
-    specs: BTreeMap<String, (Vec<String>, Vec<(String, String)>)>,
+    specs: BTreeMap<String, Spec>,
     addresses: BTreeMap<String, String>,
 }
 
@@ -22,7 +25,14 @@ impl Procs {
     pub fn new(log_dir: &Path) -> Result<Self, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
         std::fs::create_dir_all(log_dir).map_err(|e| format!("cannot create {}: {e}", log_dir.display()))?;
-        Ok(Procs { exe, log_dir: log_dir.into(), children: BTreeMap::new(), killed: Vec::new(), specs: BTreeMap::new(), addresses: BTreeMap::new() })
+        Ok(Procs {
+            exe,
+            log_dir: log_dir.into(),
+            children: BTreeMap::new(),
+            killed: Vec::new(),
+            specs: BTreeMap::new(),
+            addresses: BTreeMap::new(),
+        })
     }
 
     /// Start `leasehold <args>` as `name`. With `address`, wait for its `listening on ADDR` line
@@ -36,13 +46,17 @@ impl Procs {
     ) -> Result<Option<String>, String> {
         self.specs.insert(
             name.to_string(),
-            (args.iter().map(|a| a.to_string()).collect(), env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()),
+            (
+                args.iter().map(|a| a.to_string()).collect(),
+                env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+            ),
         );
         let log = self.log_dir.join(format!("{name}.log"));
         let stderr = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+            .open(&log)
+            .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
         let mut cmd = Command::new(&self.exe);
         cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true);
         cmd.env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()));
