@@ -31,9 +31,14 @@ fn tiers_file(limit: u64) -> String {
 }
 
 fn start(nats: &str, id: &str, tiers: &str, durability: &str) -> Instance {
+    start_with(nats, id, tiers, durability, &[])
+}
+
+fn start_with(nats: &str, id: &str, tiers: &str, durability: &str, extra: &[&str]) -> Instance {
     let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .args(["keys", "--listen", "127.0.0.1:0", "--nats-url", nats, "--instance-id", id, "--tiers", tiers])
         .args(["--shard-ttl-ms", &TTL_MS.to_string(), "--durability", durability])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -204,4 +209,46 @@ async fn tiers_change_everywhere_and_nats_reaches_the_owner() {
     let m = c.request(wrong_shard, r#"{"key":"k"}"#.into()).await.unwrap();
     let v: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
     assert_eq!(v["status"], 400, "a key sent to another shard's subject is refused: {v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_key_is_reported_by_its_owner_and_denied_everywhere() {
+    let server = nats();
+    let tiers = tiers_file(2);
+    let http = client();
+    let a = start_with(&server.url(), "a", &tiers, "interval:50", &["--hot-key-rps", "20"]);
+    let b = start_with(&server.url(), "b", &tiers, "interval:50", &["--hot-key-rps", "20"]);
+    wait_balanced(&http, &[&a, &b], Duration::from_secs(20)).await;
+    assert_eq!(post(&http, &a, "hot").await, 200);
+    // Only the owner's table tracks the key.
+    let tracked = |i: &Instance| {
+        let (http, base) = (http.clone(), i.base.clone());
+        async move {
+            let t = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+            t.contains("leasehold_keys_tracked 1")
+        }
+    };
+    let (owner, peer) = if tracked(&a).await { (&a, &b) } else { (&b, &a) };
+    assert!(tracked(owner).await && !tracked(peer).await);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        for _ in 0..30 {
+            post(&http, owner, "hot").await;
+        }
+        let hot: serde_json::Value =
+            http.get(format!("{}/v1/hot", owner.base)).send().await.unwrap().json().await.unwrap();
+        if hot["hot_keys"].as_array().is_some_and(|h| h.iter().any(|k| k[0] == "hot")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never reported hot: {hot}");
+    }
+    let metrics = http.get(format!("{}/metrics", owner.base)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("leasehold_keys_hot_keys 1"), "{metrics}");
+    // Its peer denies it too (asking once, then from its deny cache), with a retry time.
+    for _ in 0..20 {
+        let r = http.post(format!("{}/v1/keys/hot", peer.base)).send().await.unwrap();
+        assert_eq!(r.status(), 429);
+        assert!(r.headers()["retry-after"].to_str().unwrap().parse::<u64>().unwrap() >= 1);
+    }
+    assert_eq!(count(&http, peer, "hot").await, 2, "denials record nothing");
 }

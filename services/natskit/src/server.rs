@@ -48,7 +48,6 @@ pub struct NatsServer {
     /// Extra configuration file (in the store directory) and environment for the server.
     config: Option<PathBuf>,
     env: Vec<(String, String)>,
-    jetstream: bool,
     pub version: String,
 }
 
@@ -65,17 +64,6 @@ impl NatsServer {
     /// environment (e.g. the passwords a config reads with `$VAR`). Port, JetStream and store
     /// still come from the command line.
     pub fn start_with_config(binary: &Path, files: &[(&str, &str)], env: &[(&str, &str)]) -> Result<Self, ServerError> {
-        Self::start_with_options(binary, files, env, true)
-    }
-
-    /// Like [`start_with_config`](Self::start_with_config); `jetstream: false` leaves JetStream
-    /// off (a leaf node that uses its hub's JetStream).
-    pub fn start_with_options(
-        binary: &Path,
-        files: &[(&str, &str)],
-        env: &[(&str, &str)],
-        jetstream: bool,
-    ) -> Result<Self, ServerError> {
         let unique = format!(
             "leasehold-nats-{}-{}-{}",
             std::process::id(),
@@ -101,7 +89,6 @@ impl NatsServer {
             port: 0,
             config,
             env,
-            jetstream,
             version: String::new(),
         };
         s.version = Command::new(binary)
@@ -120,11 +107,9 @@ impl NatsServer {
         if let Some(c) = &self.config {
             cmd.arg("-c").arg(c);
         }
-        cmd.args(["-a", "127.0.0.1", "-p", &port_arg]);
-        if self.jetstream {
-            cmd.arg("-js").arg("-sd").arg(&self.store);
-        }
         let mut child = cmd
+            .args(["-a", "127.0.0.1", "-p", &port_arg, "-js", "-sd"])
+            .arg(&self.store)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -205,16 +190,6 @@ impl NatsServer {
             let _ = c.kill();
             let _ = c.wait();
         }
-    }
-
-    /// Whether the process is running (not killed, not exited).
-    pub fn is_running(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
-    }
-
-    /// The store directory (for a config that needs absolute paths next to it).
-    pub fn dir(&self) -> Option<&Path> {
-        self.store.parent()
     }
 
     /// Start again on the same port with the same store (a full restart).

@@ -29,7 +29,7 @@ pub const HARD_CALLS: u64 = 1_000;
 const HARD_WINDOW_MS: u64 = 1_000;
 /// Permit-to-upstream delay spread allowed for on a busy 2-core machine (R·(W+J) + B ≤ L).
 const JITTER_BUDGET_MS: u64 = 100;
-const BURST: u64 = 20;
+pub const BURST: u64 = 20;
 const DC_TTL_MS: u64 = 10_000;
 
 #[derive(Args)]
