@@ -1,5 +1,5 @@
-//! The chaos harness, short: a 165 s schedule of the faults that hit NATS and leadership (and the
-//! adversary), on the real binaries. The upstream must never see more than its limit, every fault
+//! The chaos harness, short: a 165 s schedule of the five faults that hit NATS and leadership, on
+//! the real binaries (the soak runs of `docs/FAILURES.md` cover all ten kinds). The upstream must never see more than its limit, every fault
 //! must be recovered from within three DC-lease TTLs, and the JSON has the fields the soak runs
 //! report. A failing run leaves its fault log and per-second counts in the printed directory.
 
@@ -8,7 +8,7 @@ use std::process::Command;
 #[test]
 fn a_short_chaos_schedule_keeps_the_limit_and_recovers() {
     let out_dir = std::env::temp_dir().join(format!("lh-chaos-{}", std::process::id()));
-    let faults = "kill-coordinator-leader,kill-dc-manager-leader,kill-stream-leader-node,partition-dc,restart-all-nats,adversary";
+    let faults = "kill-coordinator-leader,kill-dc-manager-leader,kill-stream-leader-node,partition-dc,restart-all-nats";
     let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .args(["chaos", "--duration-s", "165", "--seed", "11", "--faults", faults])
         .args(["--out-dir", out_dir.to_str().unwrap()])
