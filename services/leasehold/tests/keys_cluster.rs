@@ -63,7 +63,9 @@ async fn served(http: &reqwest::Client, i: &Instance) -> u64 {
 async fn wait_balanced(http: &reqwest::Client, instances: &[&Instance], within: Duration) -> Duration {
     let start = Instant::now();
     let n = instances.len() as u64;
+    let mut poll = tokio::time::interval(Duration::from_millis(20));
     loop {
+        poll.tick().await;
         let mut counts = Vec::new();
         for i in instances {
             counts.push(served(http, i).await);
@@ -72,7 +74,6 @@ async fn wait_balanced(http: &reqwest::Client, instances: &[&Instance], within: 
             return start.elapsed();
         }
         assert!(start.elapsed() < within, "shards not balanced within {within:?}: {counts:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -175,13 +176,14 @@ async fn tiers_change_everywhere_and_nats_reaches_the_owner() {
     let raised = serde_json::json!({ "default_tier": "t", "tiers": { "t": { "limit": 3, "window_ms": 60_000 } } });
     assert_eq!(http.put(format!("{}/v1/tiers", a.base)).json(&raised).send().await.unwrap().status(), 204);
     let deadline = Instant::now() + Duration::from_secs(5);
+    let mut poll = tokio::time::interval(Duration::from_millis(20));
     loop {
+        poll.tick().await;
         let t: serde_json::Value = http.get(format!("{}/v1/tiers", b.base)).send().await.unwrap().json().await.unwrap();
         if t["tiers"]["t"]["limit"] == 3 {
             break;
         }
         assert!(Instant::now() < deadline, "b never applied the new tiers: {t}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(post(&http, &b, "k").await, 200, "the raised limit applies on b");
     // A window longer than the admissions kept is refused, and changes nothing.

@@ -10,13 +10,12 @@ mod judge;
 mod schedule;
 mod topology;
 
-use crate::demo::load::{Bins, Load};
+use crate::demo::load::start_diurnal;
 use crate::demo::procs::Procs;
 use crate::demo::{observe, DCS, HARD_CALLS, PODS_PER_DC};
 use faults::{agent_env, World};
 use leasehold_nats::connect::{connect_until, jetstream};
 use leasehold_nats::server::binaries;
-use leasehold_sim::scenario::Scenario;
 use schedule::{FaultKind, Plan};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -185,23 +184,8 @@ async fn chaos(a: ChaosArgs) -> Result<ExitCode, String> {
     eprintln!("chaos: every pod holds a lease; load starts");
 
     let duration = Duration::from_secs(a.duration_s);
-    let bins = Arc::new(Mutex::new(Bins::new(DCS.len(), a.duration_s as usize)));
-    let load = Arc::new(Load {
-        client: http.clone(),
-        upstream: upstream.clone(),
-        start: Instant::now(),
-        duration,
-        bins: bins.clone(),
-        max_wait_ms: 250,
-    });
-    let scenario = Scenario::diurnal();
-    let day_scale = scenario.day_s / a.duration_s as f64;
-    let drivers: Vec<_> = (0..DCS.len())
-        .map(|d| {
-            let sc = scenario.clone();
-            tokio::spawn(load.clone().drive(d, world.lists[d].clone(), move |t| sc.demand(d, t * day_scale)))
-        })
-        .collect();
+    let (load, drivers) = start_diurnal(http.clone(), upstream.clone(), duration, world.lists.clone());
+    let bins = load.bins.clone();
 
     let mut log = Vec::new();
     let mut pending = plan_faults.clone().into_iter().peekable();
@@ -253,7 +237,7 @@ async fn chaos(a: ChaosArgs) -> Result<ExitCode, String> {
     for d in drivers {
         let _ = d.await;
     }
-    let up = settle(&http, &upstream).await.ok_or("the upstream stopped answering")?;
+    let up = observe::settle(&http, &upstream).await.ok_or("the upstream stopped answering")?;
     let crashed = world.procs.exited();
     world.procs.stop(Duration::from_secs(8), |n| n.contains("-pod") || n.contains("-join")).await;
     world.procs.stop(Duration::from_secs(5), |_| true).await;
@@ -311,19 +295,4 @@ async fn chaos(a: ChaosArgs) -> Result<ExitCode, String> {
     eprintln!("chaos: the fault log is in {}", record.display());
     println!("{summary}");
     Ok(if safe { ExitCode::SUCCESS } else { ExitCode::FAILURE })
-}
-
-/// Let in-flight calls land: wait until the upstream's count stops moving (bounded).
-async fn settle(http: &reqwest::Client, upstream: &str) -> Option<observe::UpstreamStats> {
-    let until = Instant::now() + Duration::from_secs(5);
-    let mut last = observe::upstream_stats(http, upstream).await.map(|s| s.total);
-    while Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = observe::upstream_stats(http, upstream).await.map(|s| s.total);
-        if now == last {
-            break;
-        }
-        last = now;
-    }
-    observe::upstream_stats(http, upstream).await
 }

@@ -1,8 +1,10 @@
 //! The load generator: the simulator's `diurnal` demand, compressed into the demo's duration,
 //! sent as real HTTP calls: permit from a pod agent, then the call to the strict upstream.
 
+use leasehold_sim::scenario::Scenario;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
 
 /// Per-second counters, indexed by whole seconds since the load started.
 #[derive(Clone, Debug, Default)]
@@ -122,4 +124,28 @@ impl Load {
             }
         }
     }
+}
+
+/// Start the simulator's diurnal day, compressed into `duration`, from every DC's agents (one
+/// list per DC, which may change while it runs). Returns the load (its clock and counters) and
+/// the drivers, which end with the day.
+pub fn start_diurnal(
+    client: reqwest::Client,
+    upstream: String,
+    duration: Duration,
+    agents: Vec<Arc<Mutex<Vec<String>>>>,
+) -> (Arc<Load>, Vec<JoinHandle<()>>) {
+    let bins = Arc::new(Mutex::new(Bins::new(agents.len(), duration.as_secs() as usize)));
+    let load = Arc::new(Load { client, upstream, start: Instant::now(), duration, bins, max_wait_ms: 250 });
+    let scenario = Scenario::diurnal();
+    let day_scale = scenario.day_s / duration.as_secs_f64();
+    let drivers = agents
+        .into_iter()
+        .enumerate()
+        .map(|(d, list)| {
+            let sc = scenario.clone();
+            tokio::spawn(load.clone().drive(d, list, move |t| sc.demand(d, t * day_scale)))
+        })
+        .collect();
+    (load, drivers)
 }

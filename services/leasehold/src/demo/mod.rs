@@ -13,8 +13,7 @@ mod summary;
 use clap::Args;
 use leasehold_nats::connect::{connect_until, jetstream};
 use leasehold_nats::server::{binaries, NatsServer};
-use leasehold_sim::scenario::Scenario;
-use load::{Bins, Load};
+use load::Bins;
 use procs::Procs;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -168,24 +167,9 @@ async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
     );
 
     let duration = Duration::from_secs(a.duration_s);
-    let bins = Arc::new(Mutex::new(Bins::new(DCS.len(), a.duration_s as usize)));
-    let load = Arc::new(Load {
-        client: http.clone(),
-        upstream: upstream.clone(),
-        start: Instant::now(),
-        duration,
-        bins: bins.clone(),
-        max_wait_ms: 250,
-    });
-    let scenario = Scenario::diurnal();
-    let day_scale = scenario.day_s / a.duration_s as f64;
-    let drivers: Vec<_> = (0..DCS.len())
-        .map(|d| {
-            let sc = scenario.clone();
-            let list = Arc::new(Mutex::new(agents[d].clone()));
-            tokio::spawn(load.clone().drive(d, list, move |t| sc.demand(d, t * day_scale)))
-        })
-        .collect();
+    let lists = agents.iter().map(|list| Arc::new(Mutex::new(list.clone()))).collect();
+    let (load, drivers) = load::start_diurnal(http.clone(), upstream.clone(), duration, lists);
+    let bins = load.bins.clone();
     let mut alloc: Vec<Option<Vec<f64>>> = vec![None; a.duration_s as usize + 2];
     let mut killed: Option<(String, Instant)> = None;
     let mut failover_s: Option<f64> = None;
@@ -223,18 +207,7 @@ async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
     for d in drivers {
         let _ = d.await;
     }
-    // Let in-flight calls land: wait until the upstream's count stops moving (bounded).
-    let settle = Instant::now() + Duration::from_secs(5);
-    let mut last = observe::upstream_stats(&http, &upstream).await.map(|s| s.total);
-    while Instant::now() < settle {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = observe::upstream_stats(&http, &upstream).await.map(|s| s.total);
-        if now == last {
-            break;
-        }
-        last = now;
-    }
-    let up = observe::upstream_stats(&http, &upstream).await.ok_or("the upstream stopped answering")?;
+    let up = observe::settle(&http, &upstream).await.ok_or("the upstream stopped answering")?;
     let crashed = procs.exited();
     // Agents first, so their DC managers are still there to acknowledge the returned leases.
     procs.stop(Duration::from_secs(8), |n| n.contains("-pod")).await;

@@ -5,6 +5,7 @@ use async_nats::jetstream::kv::Store;
 use leasehold_shared::subjects;
 use leasehold_shared::wire::{decode, LedgerRecord};
 use serde::Deserialize;
+use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct UpstreamStats {
@@ -40,7 +41,7 @@ pub async fn leader(leaders: &Store) -> Option<String> {
 }
 
 /// Poll the agent's status until it holds a lease (true) or `deadline` passes (false).
-pub async fn wait_for_lease(http: &reqwest::Client, addr: &str, deadline: std::time::Instant) -> bool {
+pub async fn wait_for_lease(http: &reqwest::Client, addr: &str, deadline: Instant) -> bool {
     loop {
         let st: Option<serde_json::Value> = match http.get(format!("http://{addr}/v1/status")).send().await {
             Ok(r) => r.json().await.ok(),
@@ -49,11 +50,26 @@ pub async fn wait_for_lease(http: &reqwest::Client, addr: &str, deadline: std::t
         if st.is_some_and(|v| !v["lease"].is_null()) {
             return true;
         }
-        if std::time::Instant::now() > deadline {
+        if Instant::now() > deadline {
             return false;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Let in-flight calls land: wait until the upstream's count stops moving (bounded).
+pub async fn settle(http: &reqwest::Client, upstream: &str) -> Option<UpstreamStats> {
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut last = upstream_stats(http, upstream).await.map(|s| s.total);
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = upstream_stats(http, upstream).await.map(|s| s.total);
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    upstream_stats(http, upstream).await
 }
 
 /// Pearson correlation of two equally long series (None when either is constant).
