@@ -19,6 +19,8 @@ pub struct Procs {
     /// How each child was started, for [`Procs::respawn`].
     specs: BTreeMap<String, Spec>,
     addresses: BTreeMap<String, String>,
+    /// The tasks copying each child's stdout to its `.out` file (done once the child exited).
+    readers: BTreeMap<String, tokio::task::JoinHandle<()>>,
 }
 
 impl Procs {
@@ -32,6 +34,7 @@ impl Procs {
             killed: Vec::new(),
             specs: BTreeMap::new(),
             addresses: BTreeMap::new(),
+            readers: BTreeMap::new(),
         })
     }
 
@@ -67,7 +70,7 @@ impl Procs {
         let stdout = child.stdout.take().ok_or("no stdout")?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let out_path = self.log_dir.join(format!("{name}.out"));
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
             let mut tx = Some(tx);
             let mut lines = BufReader::new(stdout).lines();
             let mut file = tokio::fs::File::create(out_path).await.ok();
@@ -79,10 +82,12 @@ impl Procs {
                 }
                 if let Some(f) = file.as_mut() {
                     let _ = f.write_all(format!("{line}\n").as_bytes()).await;
+                    let _ = f.flush().await;
                 }
             }
         });
         self.children.insert(name.to_string(), child);
+        self.readers.insert(name.to_string(), reader);
         if !address {
             return Ok(None);
         }
@@ -145,6 +150,13 @@ impl Procs {
         for (_, c) in self.children.iter_mut().filter(|(n, _)| which(n)) {
             let _ = tokio::time::timeout_at(deadline, c.wait()).await;
             let _ = c.kill().await;
+        }
+        // What they printed last is in their `.out` files before anyone reads them.
+        let done: Vec<String> = self.readers.keys().filter(|n| which(n)).cloned().collect();
+        for name in done {
+            if let Some(r) = self.readers.remove(&name) {
+                let _ = tokio::time::timeout(Duration::from_secs(2), r).await;
+            }
         }
     }
 
