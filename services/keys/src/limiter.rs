@@ -208,7 +208,7 @@ impl KeyLimiter {
         };
         match &self.backend {
             Backend::Redis(r) => {
-                let v = r.check(&req.key, &tier, &spec, req.cost).await.map_err(CheckError::Unavailable)?;
+                let v = r.check(&req.key, &spec, req.cost).await.map_err(CheckError::Unavailable)?;
                 Ok(answer(&req.key, tier, v, None))
             }
             Backend::Owned { owned, nats } => {

@@ -86,14 +86,7 @@ impl Persister {
             storage: stream::StorageType::File,
             ..Default::default()
         };
-        let mut attempt = 0;
-        while let Err(e) = js.get_or_create_stream(config.clone()).await {
-            attempt += 1;
-            if attempt >= 6 {
-                return Err(PersistError::Stream(e.to_string()));
-            }
-            tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
-        }
+        leasehold_nats::kv::ensure_stream(&js, config).await.map_err(PersistError::Stream)?;
         let p = Persister { js, durability, pending: Arc::default(), wake: Arc::default() };
         tokio::spawn(p.clone().flush_loop());
         Ok(p)

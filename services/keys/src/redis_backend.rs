@@ -82,7 +82,7 @@ impl RedisBackend {
         }
     }
 
-    pub async fn check(&self, key: &str, _tier: &str, spec: &LimitSpec, cost: u64) -> Result<Verdict, String> {
+    pub async fn check(&self, key: &str, spec: &LimitSpec, cost: u64) -> Result<Verdict, String> {
         Self::sliding_only(spec)?;
         let nonce = format!("{}-{}", self.nonce_prefix, self.nonce.fetch_add(1, Ordering::Relaxed));
         let mut con = self.connection.clone();

@@ -68,21 +68,24 @@ struct UpstreamArgs {
     window_ms: u64,
 }
 
-fn upstream(a: UpstreamArgs) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("leasehold upstream: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(leasehold_aggregator::serve(&a.listen, a.limit, a.window_ms)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("leasehold upstream: {e}");
-            ExitCode::from(2)
-        }
-    }
+fn upstream(a: UpstreamArgs) -> Result<ExitCode, String> {
+    block_on(async move {
+        leasehold_aggregator::serve(&a.listen, a.limit, a.window_ms)
+            .await
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|e| format!("upstream: {e}"))
+    })
+}
+
+/// Run a command's async body on the runtime every command uses (2 worker threads, the
+/// machine's size).
+fn block_on<T>(body: impl std::future::Future<Output = Result<T, String>>) -> Result<T, String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    rt.block_on(body)
 }
 
 fn main() -> ExitCode {
@@ -96,7 +99,7 @@ fn main() -> ExitCode {
         Command::Coordinator(c) => return leasehold_coordinator::main_with_args(c.args()),
         Command::DcManager(c) => return leasehold_dc_manager::main_with_args(c.args()),
         Command::Agent(c) => return leasehold_pod::agent_main(c.args()),
-        Command::Upstream(a) => return upstream(a),
+        Command::Upstream(a) => upstream(a),
         Command::Keys(a) => return keys_cmd::run(a),
     };
     match result {

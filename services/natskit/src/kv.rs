@@ -57,27 +57,43 @@ pub async fn ensure_bucket(js: &jetstream::Context, spec: &BucketSpec) -> Result
         storage: stream::StorageType::File,
         ..Default::default()
     };
-    // A server that just started (or a busy one) may time out or not have JetStream ready yet:
-    // try a few times before giving up, so services started together come up together.
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let opened = match js.get_or_create_stream(config.clone()).await {
+    with_retries(|| async {
+        match js.get_or_create_stream(config.clone()).await {
             Ok(_) => js
                 .get_key_value(spec.name.clone())
                 .await
                 .map_err(|e| KvError::Open { bucket: spec.name.clone(), reason: e.to_string() }),
             Err(e) => Err(KvError::Stream { bucket: spec.name.clone(), reason: e.to_string() }),
-        };
-        match opened {
-            Ok(store) => return Ok(store),
+        }
+    })
+    .await
+}
+
+/// Create the stream if it does not exist (retried like [`ensure_bucket`]).
+pub async fn ensure_stream(js: &jetstream::Context, config: stream::Config) -> Result<(), String> {
+    with_retries(|| async { js.get_or_create_stream(config.clone()).await.map(|_| ()).map_err(|e| e.to_string()) })
+        .await
+}
+
+/// A server that just started (or a busy one) may time out or not have JetStream ready yet: try
+/// a few times before giving up, so services started together come up together.
+async fn with_retries<T, E, F, Fut>(mut attempt_once: F) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match attempt_once().await {
+            Ok(v) => return Ok(v),
             Err(e) if attempt >= ENSURE_ATTEMPTS => return Err(e),
             Err(_) => tokio::time::sleep(Duration::from_millis(200 * attempt as u64)).await,
         }
     }
 }
 
-/// Tries of [`ensure_bucket`] before it reports the error (about 4 s of back-off in all).
+/// Tries of [`ensure_bucket`] and [`ensure_stream`] before they report the error (about 4 s of back-off in all).
 const ENSURE_ATTEMPTS: u32 = 6;
 
 /// What a compare-and-set did.

@@ -55,12 +55,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     if a.pods == 0 || a.pods > 5_000 || a.duration_s == 0 {
         return Err("--pods must be within 1..=5000 and --duration-s positive".into());
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    rt.block_on(measure(a))
+    crate::block_on(measure(a))
 }
 
 async fn measure(a: Args) -> Result<ExitCode, String> {

@@ -61,12 +61,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     if a.kill_owner_at_s.is_some_and(|k| k >= a.duration_s || a.instances < 2) {
         return Err("--kill-owner-at-s must be below --duration-s, with at least 2 instances".into());
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    rt.block_on(bench(a))
+    crate::block_on(bench(a))
 }
 
 async fn bench(a: Args) -> Result<ExitCode, String> {

@@ -58,12 +58,7 @@ pub fn run(a: ChaosArgs) -> Result<ExitCode, String> {
     if !(6_000..=60_000).contains(&a.dc_ttl_ms) {
         return Err(format!("--dc-ttl-ms must be within 6000..=60000, got {}", a.dc_ttl_ms));
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    rt.block_on(chaos(a))
+    crate::block_on(chaos(a))
 }
 
 fn write(path: &std::path::Path, text: &str) -> Result<String, String> {

@@ -86,12 +86,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
     if a.table_every_s == 0 {
         return Err("--table-every-s must be at least 1".into());
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    rt.block_on(demo(a))
+    crate::block_on(demo(a))
 }
 
 async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
