@@ -9,6 +9,8 @@
 //! * [`wire`]: every message and stored record, versioned JSON, panic-free decoding.
 //! * [`bucket`]: the pod's lock-free token bucket.
 //! * [`ewma`], [`allocator`]: demand smoothing and splitting a grant among children.
+//! * [`bugs`]: switches that bring back holes found by an audit, for negative-control tests.
+//! * [`leadership`]: leadership terms through a compare-and-set key, measured from send time.
 //! * [`ledger`]: the conservation ledger — the safety property lives here.
 //! * [`holder`]: what a lease holder keeps (send log, version fence).
 //! * [`pod`], [`dc_manager`], [`coordinator`]: the three layers as sans-I/O state machines.
@@ -18,12 +20,14 @@
 
 pub mod allocator;
 pub mod bucket;
+pub mod bugs;
 pub mod coordinator;
 pub mod dc_manager;
 pub mod ewma;
 pub mod expiry;
 pub mod holder;
 pub mod keys;
+pub mod leadership;
 pub mod ledger;
 pub mod pod;
 pub mod quota;

@@ -12,9 +12,13 @@ use std::sync::Arc;
 pub struct PodConfig {
     pub limit: String,
     pub dc: String,
-    /// This process's instance id (a restarted pod is a new holder).
+    /// The pod's id (its NATS subjects are named by it).
     pub pod: String,
+    /// Drawn at random once per process start (see [`PodReport::incarnation`]).
+    pub incarnation: u64,
     pub weight: f64,
+    /// Negative controls only (see [`crate::bugs`]).
+    pub bugs: crate::bugs::KnownBugs,
 }
 
 /// Counters for one report interval, gathered by the driver.
@@ -49,18 +53,13 @@ pub struct PodCore {
 }
 
 impl PodCore {
+    /// Sequence numbers start at 1 for every process: the random `incarnation` in the config
+    /// tells this process's reports (and the leases that answer them) from a previous one's.
     pub fn new(cfg: PodConfig) -> Self {
-        Self::with_first_seq(cfg, 1)
-    }
-
-    /// Reports start at `first_seq`. A process that may restart under the same pod id must start
-    /// above every sequence number its previous life sent (the DC manager ignores a report that
-    /// is not newer): the pod service uses its start time in µs since the epoch.
-    pub fn with_first_seq(cfg: PodConfig, first_seq: u64) -> Self {
         PodCore {
             cfg,
             bucket: Arc::new(TokenBucket::new()),
-            sent: SentLog::new(first_seq),
+            sent: SentLog::new(1),
             fence: LeaseFence::default(),
             applied: None,
             draining: false,
@@ -92,7 +91,11 @@ impl PodCore {
 
     /// Apply a lease message. The countdown starts when the report it answers was sent.
     pub fn on_lease(&mut self, lease: &PodLease, now_ns: u64) -> Result<(), LeaseRejection> {
-        if lease.pod != self.cfg.pod || lease.dc != self.cfg.dc || lease.limit != self.cfg.limit {
+        if lease.pod != self.cfg.pod
+            || (lease.incarnation != self.cfg.incarnation && !self.cfg.bugs.pod_ignores_incarnation)
+            || lease.dc != self.cfg.dc
+            || lease.limit != self.cfg.limit
+        {
             return Err(LeaseRejection::NotMine);
         }
         if self.draining {
@@ -127,6 +130,7 @@ impl PodCore {
             limit: self.cfg.limit.clone(),
             dc: self.cfg.dc.clone(),
             pod: self.cfg.pod.clone(),
+            incarnation: self.cfg.incarnation,
             seq,
             interval_ms,
             offered: c.offered,
@@ -151,13 +155,18 @@ impl PodCore {
             limit: self.cfg.limit.clone(),
             dc: self.cfg.dc.clone(),
             holder: self.cfg.pod.clone(),
+            incarnation: self.cfg.incarnation,
             last_version: self.fence.current(),
         }
     }
 
     /// True once the issuer confirmed the return: the pod may exit.
     pub fn on_return_ack(&mut self, ack: &ReturnAck) -> bool {
-        if self.draining && ack.holder == self.cfg.pod && ack.dc == self.cfg.dc && ack.limit == self.cfg.limit {
+        let mine = ack.holder == self.cfg.pod
+            && ack.incarnation == self.cfg.incarnation
+            && ack.dc == self.cfg.dc
+            && ack.limit == self.cfg.limit;
+        if self.draining && mine {
             self.drained = true;
         }
         self.drained
@@ -175,6 +184,7 @@ mod tests {
             limit: "l".into(),
             dc: "bkk".into(),
             pod: "p1".into(),
+            incarnation: 7,
             issuer: "m".into(),
             version,
             lease_id: "x".into(),
@@ -185,7 +195,14 @@ mod tests {
     }
 
     fn pod() -> PodCore {
-        PodCore::new(PodConfig { limit: "l".into(), dc: "bkk".into(), pod: "p1".into(), weight: 1.0 })
+        PodCore::new(PodConfig {
+            limit: "l".into(),
+            dc: "bkk".into(),
+            pod: "p1".into(),
+            incarnation: 7,
+            weight: 1.0,
+            bugs: Default::default(),
+        })
     }
 
     #[test]
@@ -219,6 +236,12 @@ mod tests {
         assert_eq!(ret.last_version, Some(LeaseVersion::new(1, 1)));
         assert!(!p.bucket().try_acquire(1, 2_000 * MS).unwrap().is_granted());
         assert_eq!(p.on_lease(&lease(LeaseVersion::new(1, 2), r.seq), MS), Err(LeaseRejection::Draining));
-        assert!(p.on_return_ack(&ReturnAck { v: 1, limit: "l".into(), dc: "bkk".into(), holder: "p1".into() }));
+        assert!(p.on_return_ack(&ReturnAck {
+            v: 1,
+            limit: "l".into(),
+            dc: "bkk".into(),
+            holder: "p1".into(),
+            incarnation: 7
+        }));
     }
 }

@@ -1,7 +1,7 @@
 //! Lease lifecycle events from seed 000, driven through the DC manager and coordinator cores.
 
 use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig};
-use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput, FailMode};
+use leasehold_shared::dc_manager::{holder_key, DcManagerConfig, DcManagerCore, DcOutput, FailMode};
 use leasehold_shared::holder::LeaseRejection;
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcLease, DcReport, LeaseReturn, LeaseVersion, PodLease, PodReport};
@@ -22,13 +22,9 @@ impl Dc {
     fn new(mode: FailMode, floor: Quota) -> Self {
         let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
         cfg.fail_mode = mode;
-        Dc {
-            core: DcManagerCore::new(cfg, floor, 0),
-            floor,
-            seqs: BTreeMap::new(),
-            held: BTreeMap::new(),
-            lease_seq: 0,
-        }
+        let mut core = DcManagerCore::new(cfg, 0);
+        core.on_floor(floor, 0);
+        Dc { core, floor, seqs: BTreeMap::new(), held: BTreeMap::new(), lease_seq: 0 }
     }
 
     /// Give the manager a DC lease of `quota` with `ttl_ms`, answering a report sent at `now`.
@@ -72,6 +68,7 @@ impl Dc {
             limit: "api".into(),
             dc: "bkk".into(),
             pod: pod.into(),
+            incarnation: 1,
             seq: *seq,
             interval_ms: 250,
             offered: 50,
@@ -135,6 +132,7 @@ fn a_draining_pod_returns_its_lease_and_the_rest_resplit_at_once() {
         limit: "api".into(),
         dc: "bkk".into(),
         holder: "p3".into(),
+        incarnation: 1,
         last_version: dc.held.get("p3").map(|l| l.version),
     };
     let out = dc.core.on_lease_return(&ret, 10 * MS);
@@ -182,7 +180,7 @@ fn an_unhealthy_pod_is_excluded_next_cycle_but_its_lease_is_not_revoked() {
     dc.absorb(out);
     assert_eq!(dc.held["p2"], p2_lease, "no new lease for the unhealthy pod");
     assert!(
-        dc.core.ledger().holder_claim(&"p2".to_string(), 1_100 * MS).rate_milli_per_s > 0,
+        dc.core.ledger().holder_claim(&holder_key("p2", 1), 1_100 * MS).rate_milli_per_s > 0,
         "its lease still counts"
     );
 }

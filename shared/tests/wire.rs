@@ -40,6 +40,7 @@ fn pod_lease_roundtrip() {
         limit: "partner-api".into(),
         dc: "bkk".into(),
         pod: "bkk-pod-3".into(),
+        incarnation: 0x5eed,
         issuer: "bkk-mgr-7f3a".into(),
         version: v(1, 17),
         lease_id: "bkk-mgr-7f3a-1-17".into(),
@@ -56,6 +57,7 @@ fn pod_report_roundtrip() {
         limit: "partner-api".into(),
         dc: "bkk".into(),
         pod: "bkk-pod-3".into(),
+        incarnation: 0x5eed,
         seq: 12,
         interval_ms: 250,
         offered: 60,
@@ -91,9 +93,10 @@ fn lease_return_and_ack_roundtrip() {
         limit: "l".into(),
         dc: "bkk".into(),
         holder: "p1".into(),
+        incarnation: 9,
         last_version: Some(v(1, 3)),
     });
-    roundtrip(ReturnAck { v: 1, limit: "l".into(), dc: "bkk".into(), holder: "p1".into() });
+    roundtrip(ReturnAck { v: 1, limit: "l".into(), dc: "bkk".into(), holder: "p1".into(), incarnation: 9 });
 }
 
 #[test]
@@ -104,6 +107,7 @@ fn ledger_record_roundtrip() {
         epoch: 3,
         writer: "coord-a".into(),
         leases: vec![dc_lease()],
+        floors: [("bkk".to_string(), Quota::per_s(50, 1))].into(),
     });
 }
 

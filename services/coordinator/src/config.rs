@@ -11,7 +11,8 @@ pub struct Settings {
     pub nats_url: String,
     /// This replica's id (written into the ledger record it writes). Default: a random UUID.
     pub id: Option<String>,
-    /// How long leadership lasts without renewal (the leader bucket's `max_age`).
+    /// How long leadership lasts without renewal: a standby claims after seeing the leader key
+    /// unchanged this long on its own clock (see `leasehold_shared::leadership`).
     pub leader_ttl_ms: u64,
     /// Replicas of the ledger and leader buckets (3 in production clusters).
     pub replicas: usize,

@@ -1,18 +1,22 @@
 //! Leadership through the `lh_leaders` KV key, and fenced writes of the ledger records.
 //!
-//! * A follower tries to `create` the leader key each tick; the bucket's `max_age` (the leader
-//!   TTL) makes an unrenewed key vanish, so a dead leader is replaced within one TTL + one tick.
-//! * A new leader reads every limit's ledger record, takes an epoch above all of them, resumes
-//!   each core from its record (old leases keep counting) and writes the records back by
-//!   compare-and-set before it issues anything.
+//! * Terms follow the core's [`Leadership`] rules: a standby claims the key only after seeing
+//!   it unchanged for a full TTL on its own clock, and a leader acts only while its last landed
+//!   renewal was *sent* less than 0.6·TTL ago. No server clock (nor a bucket's `max_age`) is
+//!   relied on.
+//! * A new leader reads every limit's ledger record, takes an epoch above all of them and above
+//!   its claim's revision (so a lost record cannot restart epochs), resumes each core from its
+//!   record (old leases keep counting; a missing record means a quiet period, see
+//!   `CoordinatorCore::resume`) and writes the records back by compare-and-set before it issues
+//!   anything.
 //! * Every write is a compare-and-set on the revision this leader last wrote. A conflict means
 //!   someone else leads: step down at once. A timed-out write is re-read: if the stored value
 //!   is not exactly ours, step down.
-//! * A leader that cannot renew its key within 80% of the TTL (its own clock) stops leading.
 
 use bytes::Bytes;
 use leasehold_nats::kv::{compare_and_set, read, CasOutcome};
 use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig};
+use leasehold_shared::leadership::{Leadership, LeadershipConfig, Transition};
 use leasehold_shared::subjects;
 use leasehold_shared::wire::{decode, encode, DcReport, LedgerRecord};
 use std::collections::BTreeMap;
@@ -47,32 +51,31 @@ struct LimitState {
     record_rev: Option<u64>,
 }
 
-struct Leadership {
-    leader_rev: u64,
-    renewed_at: Instant,
+struct Term {
     limits: BTreeMap<String, LimitState>,
 }
 
 pub struct Leader {
     id: String,
     limits: Vec<LimitConfig>,
-    leader_ttl: Duration,
     ledger: Store,
     leaders: Store,
     origin: Instant,
-    leadership: Option<Leadership>,
+    election: Leadership,
+    leadership: Option<Term>,
     pub status: Status,
 }
 
 impl Leader {
     pub fn new(id: String, limits: Vec<LimitConfig>, leader_ttl: Duration, ledger: Store, leaders: Store) -> Self {
+        let election = Leadership::new(&id, LeadershipConfig::new(leader_ttl.as_millis() as u64));
         Leader {
             id,
             limits,
-            leader_ttl,
             ledger,
             leaders,
             origin: Instant::now(),
+            election,
             leadership: None,
             status: Status::default(),
         }
@@ -105,7 +108,8 @@ impl Leader {
             .unwrap_or_default();
     }
 
-    fn step_down(&mut self, why: &str) {
+    fn step_down(&mut self, why: &'static str) {
+        self.election.resign(why);
         self.status.limits.clear();
         if self.leadership.take().is_some() {
             warn!(id = %self.id, epoch = self.status.epoch, reason = why, "stepping down");
@@ -116,21 +120,18 @@ impl Leader {
 
     /// Periodic step: renew or seek leadership, then renew every DC's lease.
     pub async fn tick(&mut self) {
-        match self.leadership.as_ref().map(|l| (l.leader_rev, l.renewed_at)) {
-            Some((rev, renewed_at)) => {
-                let id = Bytes::from(self.id.clone());
-                match compare_and_set(&self.leaders, subjects::COORDINATOR_LEADER_KEY, id, Some(rev)).await {
-                    Ok(CasOutcome::Written { revision }) => {
-                        let l = self.leadership.as_mut().expect("leading");
-                        l.leader_rev = revision;
-                        l.renewed_at = Instant::now();
-                    }
-                    Ok(CasOutcome::Conflict) => return self.step_down("leader key taken"),
-                    Ok(CasOutcome::Unknown) | Err(_) => {
-                        if renewed_at.elapsed() > self.leader_ttl.mul_f64(0.8) {
-                            return self.step_down("cannot renew the leader key in time");
-                        }
-                    }
+        let origin = self.origin;
+        let clock = move || origin.elapsed().as_nanos() as u64;
+        let key = subjects::COORDINATOR_LEADER_KEY;
+        match leasehold_nats::leader_key::step(&mut self.election, &self.leaders, key, clock).await {
+            Some(Transition::Elected { epoch }) => return self.take_over(epoch).await,
+            Some(Transition::Deposed { reason }) => return self.step_down(reason),
+            None => {}
+        }
+        match self.leadership.as_ref() {
+            Some(_) => {
+                if self.election.acting_epoch(self.now_ns()).is_none() {
+                    return; // the last landed renewal is too old to act on: wait for the next
                 }
                 let now = self.now_ns();
                 let names: Vec<String> = self.limits.iter().map(|l| l.limit.clone()).collect();
@@ -144,18 +145,11 @@ impl Leader {
                 }
                 self.refresh_books();
             }
-            None => {
-                let id = Bytes::from(self.id.clone());
-                if let Ok(CasOutcome::Written { revision }) =
-                    compare_and_set(&self.leaders, subjects::COORDINATOR_LEADER_KEY, id, None).await
-                {
-                    self.take_over(revision).await;
-                }
-            }
+            None => {}
         }
     }
 
-    async fn take_over(&mut self, leader_rev: u64) {
+    async fn take_over(&mut self, claim_revision: u64) {
         let mut records = BTreeMap::new();
         for cfg in &self.limits {
             let key = subjects::ledger_key(&cfg.limit).expect("validated");
@@ -170,16 +164,21 @@ impl Leader {
                     Err(e) => {
                         // Never lead on a ledger we cannot read: its leases would go uncounted.
                         warn!(limit = %cfg.limit, cause = %e, "ledger record unreadable; not taking over");
+                        self.election.resign("the ledger record is unreadable");
                         return;
                     }
                 },
                 Err(e) => {
                     warn!(limit = %cfg.limit, cause = %e, "cannot read the ledger; not taking over");
+                    self.election.resign("the ledger cannot be read");
                     return;
                 }
             }
         }
-        let epoch = records.values().filter_map(|(_, r)| r.as_ref().map(|r| r.epoch)).max().unwrap_or(0) + 1;
+        // Above every stored epoch, and at least the claim's revision: revisions only grow, so a
+        // record that was lost (a single-replica bucket) cannot make epochs start again at 1.
+        let stored = records.values().filter_map(|(_, r)| r.as_ref().map(|r| r.epoch)).max().unwrap_or(0);
+        let epoch = (stored + 1).max(claim_revision);
         let now = self.now_ns();
         let limits = self
             .limits
@@ -190,7 +189,7 @@ impl Leader {
                 (cfg.limit.clone(), LimitState { core, record_rev: *rev })
             })
             .collect();
-        self.leadership = Some(Leadership { leader_rev, renewed_at: Instant::now(), limits });
+        self.leadership = Some(Term { limits });
         self.status.leading = true;
         self.status.epoch = epoch;
         self.status.takeovers += 1;

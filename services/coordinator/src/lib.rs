@@ -49,12 +49,7 @@ pub async fn run(
     let leader_ttl = Duration::from_millis(settings.leader_ttl_ms);
     let leaders = ensure_bucket(
         &js,
-        &BucketSpec {
-            history: 1,
-            replicas: settings.replicas,
-            max_age: leader_ttl,
-            ..BucketSpec::new(subjects::LEADER_BUCKET)
-        },
+        &BucketSpec { history: 1, replicas: settings.replicas, ..BucketSpec::new(subjects::LEADER_BUCKET) },
     )
     .await?;
     let subject = format!("{}.*.dc.*.report", subjects::PREFIX);

@@ -1,7 +1,6 @@
 //! DC manager settings: defaults → TOML file → environment (`LEASEHOLD_DC_MANAGER_*`), validated.
 
 use leasehold_shared::dc_manager::DcManagerConfig;
-use leasehold_shared::quota::Quota;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use thiserror::Error;
@@ -12,13 +11,11 @@ pub struct Settings {
     /// This replica's id. Default: `<dc>-mgr-<random>`. Each leadership term is a new holder
     /// (`<id>-e<epoch>`), so a replica that leads again never reuses an old lease's identity.
     pub id: Option<String>,
-    /// Leadership without renewal lasts this long (must match the `lh_leaders` bucket's max_age,
-    /// which the coordinator's `leader_ttl_ms` sets when it creates the bucket first).
+    /// Leadership without renewal lasts this long: a standby claims after seeing the leader key
+    /// unchanged this long on its own clock (see `leasehold_shared::leadership`).
     pub leader_ttl_ms: u64,
     /// Period of DC reports to the coordinator (pod leases are renewed every `renew_interval_ms`).
     pub report_interval_ms: u64,
-    /// The floor reserved for this DC (learned again from every DC lease).
-    pub floor: Quota,
     /// Serve Prometheus metrics and status here (e.g. `127.0.0.1:9100`); none by default.
     pub http_listen: Option<String>,
     /// Skews this manager's clock (tests and chaos runs only).
@@ -40,7 +37,6 @@ impl Default for Settings {
             id: None,
             leader_ttl_ms: 3_000,
             report_interval_ms: 250,
-            floor: Quota::ZERO,
             http_listen: None,
             clock_offset_ms: 0,
             clock_drift_ppm: 0,

@@ -67,12 +67,7 @@ pub async fn run(
     .await?;
     let leaders = ensure_bucket(
         &js,
-        &BucketSpec {
-            history: 1,
-            replicas: settings.replicas,
-            max_age: Duration::from_millis(settings.leader_ttl_ms),
-            ..BucketSpec::new(subjects::LEADER_BUCKET)
-        },
+        &BucketSpec { history: 1, replicas: settings.replicas, ..BucketSpec::new(subjects::LEADER_BUCKET) },
     )
     .await?;
     let (limit, dc) = (settings.manager.limit.clone(), settings.manager.dc.clone());

@@ -1,15 +1,16 @@
 //! Leadership of the DC (`dc.<dc>` in `lh_leaders`) and the core's inputs and outputs.
 //!
-//! * A replica leads while it holds the key; each term gets epoch = the key's KV revision
-//!   (strictly increasing), so every pod lease of a newer term is newer to the pods.
-//! * A leader whose last successful renewal is older than 80% of the TTL (its own monotonic
-//!   clock) does nothing at all until it renews: after a long pause it cannot issue from a lease
-//!   a successor may already be using. The successor's core waits a full pod-lease lifetime
-//!   before it uses the floor (see `DcManagerCore::new`).
+//! * Terms follow the core's [`Leadership`] rules (acting measured from the send time of the
+//!   last landed write; standbys claim only after seeing the key unchanged for a full TTL). Each
+//!   term's epoch is the revision of its claim (strictly increasing), so every pod lease of a
+//!   newer term is newer to the pods.
+//! * A replica that may not act (not leading, or its last landed renewal too old) does nothing
+//!   at all: after a long pause it cannot issue from a lease a successor may already be using.
+//!   The successor's core waits a full pod-lease lifetime before it uses the floor (see
+//!   `DcManagerCore::new`), and uses only the floor the coordinator's record names.
 
-use bytes::Bytes;
-use leasehold_nats::kv::{compare_and_set, CasOutcome};
 use leasehold_shared::dc_manager::{DcManagerCore, DcOutput};
+use leasehold_shared::leadership::{Leadership, LeadershipConfig, Transition};
 use leasehold_shared::subjects::{self, PodChannel};
 use leasehold_shared::wire::{decode, encode, LeaseReturn, LedgerRecord, PodReport};
 use std::time::{Duration, Instant};
@@ -47,8 +48,6 @@ pub struct Status {
 
 struct Term {
     core: DcManagerCore,
-    leader_rev: u64,
-    renewed_at: Instant,
     last_dc_lease_at: Option<Instant>,
 }
 
@@ -58,8 +57,10 @@ pub struct Manager {
     client: async_nats::Client,
     leaders: Store,
     origin: Instant,
+    leadership: Leadership,
     term: Option<Term>,
-    last_renew_try: Option<Instant>,
+    /// The DC's floor in the coordinator's last record (none until one was read).
+    floor: Option<leasehold_shared::quota::Quota>,
     admitted_window: Vec<(Instant, u64)>,
     pub status: Status,
 }
@@ -69,65 +70,53 @@ const PUBLISH_TIMEOUT: Duration = Duration::from_secs(1);
 impl Manager {
     pub fn new(settings: Settings, client: async_nats::Client, leaders: Store) -> Self {
         let id = settings.id();
+        let leadership = Leadership::new(&id, LeadershipConfig::new(settings.leader_ttl_ms));
         Manager {
             id,
             settings,
             client,
             leaders,
             origin: Instant::now(),
+            leadership,
             term: None,
-            last_renew_try: None,
+            floor: None,
             admitted_window: Vec::new(),
             status: Status::default(),
         }
     }
 
+    /// This process's clock (skewed as configured): every decision reads it.
+    fn clock(&self) -> impl Fn() -> u64 {
+        let (origin, s) = (self.origin, &self.settings);
+        let (offset_ns, drift_ppm) = (s.clock_offset_ms * 1_000_000, s.clock_drift_ppm);
+        move || leasehold_shared::expiry::skewed_ns(origin.elapsed().as_nanos() as u64, offset_ns, drift_ppm)
+    }
+
     fn now_ns(&self) -> u64 {
-        let elapsed = self.origin.elapsed().as_nanos() as u64;
-        let s = &self.settings;
-        leasehold_shared::expiry::skewed_ns(elapsed, s.clock_offset_ms * 1_000_000, s.clock_drift_ppm)
+        self.clock()()
     }
 
-    fn ttl(&self) -> Duration {
-        Duration::from_millis(self.settings.leader_ttl_ms)
-    }
-
-    /// Leading, and renewed recently enough to act.
+    /// Leading, and the last landed renewal recent enough to act.
     fn fresh(&self) -> bool {
-        self.term.as_ref().is_some_and(|t| t.renewed_at.elapsed() < self.ttl().mul_f64(0.8))
-    }
-
-    fn step_down(&mut self, why: &str) {
-        if self.term.take().is_some() {
-            warn!(id = %self.id, epoch = self.status.epoch, reason = why, "stepping down");
-            self.status.step_downs += 1;
-        }
-        self.status.leading = false;
+        self.term.is_some() && self.leadership.acting_epoch(self.now_ns()).is_some()
     }
 
     /// Every report interval: keep or seek leadership, then run the core's periodic step.
     pub async fn tick(&mut self) {
         let key = subjects::dc_leader_key(&self.settings.manager.dc).expect("validated");
-        let renew_due = self.last_renew_try.is_none_or(|t| t.elapsed() >= self.ttl() / 4);
-        if renew_due {
-            self.last_renew_try = Some(Instant::now());
-            let expected = self.term.as_ref().map(|t| t.leader_rev);
-            match compare_and_set(&self.leaders, &key, Bytes::from(self.id.clone()), expected).await {
-                Ok(CasOutcome::Written { revision }) => match self.term.as_mut() {
-                    Some(t) => {
-                        t.leader_rev = revision;
-                        t.renewed_at = Instant::now();
-                    }
-                    None => self.take_over(revision),
-                },
-                Ok(CasOutcome::Conflict) => self.step_down("leader key taken"),
-                Ok(CasOutcome::Unknown) | Err(_) => {}
+        let now = self.clock();
+        match leasehold_nats::leader_key::step(&mut self.leadership, &self.leaders, &key, now).await {
+            Some(Transition::Elected { epoch }) => self.take_over(epoch).await,
+            Some(Transition::Deposed { reason }) => {
+                if self.term.take().is_some() {
+                    warn!(id = %self.id, epoch = self.status.epoch, reason, "stepping down");
+                    self.status.step_downs += 1;
+                }
+                self.status.leading = false;
             }
+            None => {}
         }
         if !self.fresh() {
-            if self.term.as_ref().is_some_and(|t| t.renewed_at.elapsed() > self.ttl()) {
-                self.step_down("cannot renew the leader key");
-            }
             return;
         }
         let now = self.now_ns();
@@ -136,16 +125,19 @@ impl Manager {
         self.refresh_status();
     }
 
-    fn take_over(&mut self, revision: u64) {
+    async fn take_over(&mut self, epoch: u64) {
         let mut cfg = self.settings.manager.clone();
-        cfg.epoch = revision;
-        cfg.instance = format!("{}-e{}", self.id, revision);
-        info!(instance = %cfg.instance, epoch = revision, "leading the DC");
-        let core = DcManagerCore::new(cfg, self.settings.floor, self.now_ns());
-        self.term = Some(Term { core, leader_rev: revision, renewed_at: Instant::now(), last_dc_lease_at: None });
+        cfg.epoch = epoch;
+        cfg.instance = format!("{}-e{}", self.id, epoch);
+        info!(instance = %cfg.instance, epoch, "leading the DC");
+        let now = self.now_ns();
+        let mut core = DcManagerCore::new(cfg, now);
+        let out = self.floor.map(|f| core.on_floor(f, now)).unwrap_or_default();
+        self.term = Some(Term { core, last_dc_lease_at: None });
         self.status.leading = true;
-        self.status.epoch = revision;
+        self.status.epoch = epoch;
         self.status.takeovers += 1;
+        self.route(out).await;
     }
 
     /// A new value of the ledger record: apply the newest DC lease addressed to this term.
@@ -154,10 +146,15 @@ impl Manager {
             Ok(r) => r,
             Err(_) => return self.status.messages_malformed += 1,
         };
+        self.floor = rec.floors.get(&self.settings.manager.dc).copied();
         if !self.fresh() {
             return;
         }
         let now = self.now_ns();
+        let term = self.term.as_mut().expect("fresh");
+        // Only the floor the coordinator's durable record names (none if it names none).
+        let out = term.core.on_floor(self.floor.unwrap_or_default(), now);
+        self.route(out).await;
         let term = self.term.as_mut().expect("fresh");
         let instance = term.core.config().instance.clone();
         let Some(lease) = rec.leases.iter().filter(|l| l.holder == instance).max_by_key(|l| l.version) else { return };

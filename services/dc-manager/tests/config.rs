@@ -11,7 +11,6 @@ fn the_example_config_loads_and_validates() {
     assert_eq!((s.manager.limit.as_str(), s.manager.dc.as_str()), ("partner-api", "bkk"));
     assert_eq!(s.manager.split, SplitMode::Equal);
     assert_eq!(s.manager.fail_mode, FailMode::Strict);
-    assert_eq!(s.floor.rate_milli_per_s, 50_000);
     assert_eq!(s.manager.expiry.egress_spread_ms, 144);
 }
 

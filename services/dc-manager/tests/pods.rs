@@ -43,7 +43,6 @@ fn manager(url: &str, id: &str) -> Settings {
         id: Some(id.into()),
         leader_ttl_ms: 1_000,
         report_interval_ms: 100,
-        floor: Quota::per_s(10, 0),
         manager: m,
         ..Settings::default()
     }

@@ -42,13 +42,12 @@ impl Pod {
             limit: settings.limit.clone(),
             dc: settings.dc.clone(),
             pod: id.clone(),
+            // Random per process, never from a clock: a restart under the same id is a new holder.
+            incarnation: uuid::Uuid::new_v4().as_u64_pair().0,
             weight: settings.weight,
+            bugs: Default::default(),
         };
-        // Above anything a previous process with this pod id sent (4 reports per second never
-        // catch up with a clock in µs), so a restarted pod is heard at once.
-        let first_seq =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_micros() as u64);
-        let core = PodCore::with_first_seq(config, first_seq);
+        let core = PodCore::new(config);
         let limiter = Limiter::new(
             core.bucket().clone(),
             settings.queue_capacity,

@@ -14,13 +14,15 @@ pub enum FaultKind {
     PartitionPodDc,
     CoordinatorCrash,
     CoordinatorPause,
+    /// The DC's leading manager dies; a standby takes over one leader TTL later.
+    DcManagerCrash,
     MessageLoss,
     MessageDuplication,
     MessageDelay,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 11] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::PodCrash,
         FaultKind::PodPause,
         FaultKind::PodJoin,
@@ -29,6 +31,7 @@ impl FaultKind {
         FaultKind::PartitionPodDc,
         FaultKind::CoordinatorCrash,
         FaultKind::CoordinatorPause,
+        FaultKind::DcManagerCrash,
         FaultKind::MessageLoss,
         FaultKind::MessageDuplication,
         FaultKind::MessageDelay,
@@ -72,6 +75,7 @@ pub fn schedule(rng: &mut SeededRng, from_s: u64, until_s: u64, mean_gap_s: f64)
             FaultKind::PartitionPodDc => (3.0, 15.0, 0.0),
             FaultKind::CoordinatorCrash => (5.0, 20.0, 0.0),
             FaultKind::CoordinatorPause => (4.0, 8.0, 0.0),
+            FaultKind::DcManagerCrash => (3.0, 4.0, 0.0),
             FaultKind::MessageLoss => (5.0, 30.0, 0.05 + rng.next_f64() * 0.25),
             FaultKind::MessageDuplication => (5.0, 30.0, 0.05 + rng.next_f64() * 0.25),
             FaultKind::MessageDelay => (5.0, 30.0, 50.0 + rng.next_f64() * 450.0),

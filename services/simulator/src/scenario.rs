@@ -56,6 +56,8 @@ pub struct Scenario {
     /// Best-effort mode: each DC may use this much on top of its floor once its lease expired.
     /// Zero means strict mode.
     pub emergency_per_dc: Quota,
+    /// Negative controls: bring back holes an audit found (see `leasehold_shared::bugs`).
+    pub bugs: leasehold_shared::bugs::KnownBugs,
 }
 
 impl Scenario {
@@ -84,6 +86,7 @@ impl Scenario {
             max_clock_drift: 0.0,
             expiry_override: None,
             emergency_per_dc: Quota::ZERO,
+            bugs: Default::default(),
         };
         s.quota = s.leased_quota();
         s

@@ -45,6 +45,8 @@ pub struct CoordinatorCore {
     rate_split: Rebalancer,
     burst_split: Rebalancer,
     next_seq: u64,
+    /// No DC lease is issued before then (this leader's clock): see [`CoordinatorCore::resume`].
+    issue_from_ns: u64,
     counters: CoordinatorCounters,
 }
 
@@ -63,14 +65,23 @@ impl CoordinatorCore {
             writer: writer.into(),
             cfg,
             next_seq: 0,
+            issue_from_ns: 0,
             counters: CoordinatorCounters::default(),
         }
     }
 
     /// Take over from the durable record with a higher `epoch`. Every lease in it is counted
     /// until `now + ttl·(1+drift) + grace` on this leader's clock.
+    ///
+    /// Without a record the leader cannot tell a first start from a record that was lost (a
+    /// single-replica bucket whose server died) while DC leases are still live: it issues
+    /// nothing for one full DC-lease lifetime (`dc_ttl_ms`, stretched), so any such lease has
+    /// expired first. DCs run on their floors meanwhile.
     pub fn resume(cfg: LimitConfig, writer: &str, epoch: u64, record: Option<&LedgerRecord>, now_ns: u64) -> Self {
         let mut c = CoordinatorCore::new(cfg, writer, epoch);
+        if record.is_none() {
+            c.issue_from_ns = c.cfg.expiry.issuer_live_until_ns(now_ns, c.cfg.dc_ttl_ms);
+        }
         if let Some(rec) = record {
             for l in &rec.leases {
                 let live_until_ns = c.cfg.expiry.issuer_live_until_ns(now_ns, l.ttl_ms);
@@ -112,6 +123,7 @@ impl CoordinatorCore {
             epoch: self.epoch(),
             writer: self.writer.clone(),
             leases: self.leases.values().cloned().collect(),
+            floors: self.cfg.dcs.iter().map(|d| (d.name.clone(), d.floor)).collect(),
         }
     }
 
@@ -229,7 +241,15 @@ impl CoordinatorCore {
         starved.iter().filter_map(|d| self.issue(d, now_ns)).collect()
     }
 
+    /// When this leader may issue its first DC lease (its clock).
+    pub fn issues_from_ns(&self) -> u64 {
+        self.issue_from_ns
+    }
+
     fn issue(&mut self, dc: &str, now_ns: u64) -> Option<DcLease> {
+        if now_ns < self.issue_from_ns {
+            return None;
+        }
         let v = &self.dcs[dc];
         let holder = v.holder.clone()?;
         let quota = self.ledger.grantable(&holder, v.target, now_ns);

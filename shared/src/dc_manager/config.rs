@@ -36,6 +36,10 @@ pub struct DcManagerConfig {
     /// Fencing epoch for pod leases (from the DC's leader election).
     pub epoch: u64,
     pub pod_ttl_ms: u64,
+    /// The longest pod-lease TTL an earlier term of this DC may have used (published with its
+    /// leadership); a new term waits for it before it uses the floor. 0: only `pod_ttl_ms`.
+    #[serde(default)]
+    pub inherited_pod_ttl_ms: u64,
     pub renew_interval_ms: u64,
     /// A pod silent for longer is excluded from the next split (its lease is not revoked).
     pub heartbeat_timeout_ms: u64,
@@ -48,6 +52,9 @@ pub struct DcManagerConfig {
     /// Shortest pod lease worth issuing; below it (parent about to expire) pods keep what they have.
     pub min_pod_ttl_ms: u64,
     pub max_pods: usize,
+    /// Negative controls only: brings back holes an audit found. Never read from a file.
+    #[serde(skip)]
+    pub bugs: crate::bugs::KnownBugs,
 }
 
 impl DcManagerConfig {
@@ -58,6 +65,7 @@ impl DcManagerConfig {
             instance: instance.into(),
             epoch: 1,
             pod_ttl_ms: 5_000,
+            inherited_pod_ttl_ms: 0,
             renew_interval_ms: 1_000,
             heartbeat_timeout_ms: 1_500,
             max_error_ratio: 0.5,
@@ -67,6 +75,7 @@ impl DcManagerConfig {
             fail_mode: FailMode::Strict,
             min_pod_ttl_ms: 250,
             max_pods: 10_000,
+            bugs: Default::default(),
         }
     }
 

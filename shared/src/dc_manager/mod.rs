@@ -17,7 +17,7 @@ mod config;
 mod pods;
 
 pub use config::{DcManagerConfig, FailMode, SplitMode};
-pub use pods::{PodView, ReportOutcome};
+pub use pods::{holder_key, PodView, ReportOutcome};
 
 use crate::expiry::NS_PER_MS;
 use crate::holder::{LeaseFence, LeaseRejection, SentLog};
@@ -84,9 +84,12 @@ pub struct DcManagerCore {
 }
 
 impl DcManagerCore {
-    /// `known_floor` is the DC's reserved floor from configuration (learned again from leases).
-    pub fn new(cfg: DcManagerConfig, known_floor: Quota, now_ns: u64) -> Self {
-        let quiet_ns = cfg.expiry.issuer_live_until_ns(now_ns, cfg.pod_ttl_ms);
+    /// A new term. Its floor is zero until the coordinator's durable record names it
+    /// ([`on_floor`](Self::on_floor) or a DC lease), and neither the floor nor the emergency
+    /// allowance is used before every pod lease an earlier term may have cut from them has
+    /// expired: `max(pod_ttl_ms, inherited_pod_ttl_ms)` from now, stretched for drift.
+    pub fn new(cfg: DcManagerConfig, now_ns: u64) -> Self {
+        let quiet_ns = cfg.expiry.issuer_live_until_ns(now_ns, cfg.pod_ttl_ms.max(cfg.inherited_pod_ttl_ms));
         let epoch = cfg.epoch;
         DcManagerCore {
             cfg,
@@ -95,7 +98,7 @@ impl DcManagerCore {
             held: Vec::new(),
             fence: LeaseFence::default(),
             sent: SentLog::new(1),
-            floor: known_floor,
+            floor: Quota::ZERO,
             floor_usable_from_ns: quiet_ns,
             next_seq: 0,
             acked: None,
@@ -120,19 +123,38 @@ impl DcManagerCore {
         self.pods.views.iter()
     }
 
-    /// The newest DC lease still valid at `now_ns`.
+    /// The newest DC lease, if it is still valid at `now_ns`. Only the newest is ever spent
+    /// under: once a newer lease arrived the older ones may already be reported superseded and
+    /// re-granted elsewhere, so when the newest expires the DC falls to its floor, never back.
     pub fn current_lease(&self, now_ns: u64) -> Option<&HeldDcLease> {
-        self.held.iter().rev().find(|l| l.expires_at_ns > now_ns)
+        if self.cfg.bugs.dc_falls_back_to_older_lease {
+            return self.held.iter().rev().find(|l| l.expires_at_ns > now_ns);
+        }
+        self.held.last().filter(|l| l.expires_at_ns > now_ns)
+    }
+
+    /// The DC's reserved floor as the coordinator's durable record names it.
+    pub fn on_floor(&mut self, floor: Quota, now_ns: u64) -> Vec<DcOutput> {
+        if floor == self.floor {
+            return Vec::new();
+        }
+        self.floor = floor;
+        self.pass(now_ns, Pass::Full)
     }
 
     /// What the pods may share at `now_ns`, and the instant pod leases must end by (if nested).
     pub fn budget(&self, now_ns: u64) -> (Quota, Option<u64>) {
-        let floor = if now_ns >= self.floor_usable_from_ns { self.floor } else { Quota::ZERO };
+        // Before the quiet period ends, pods of an earlier term may still spend the floor (and,
+        // in best-effort mode, the emergency allowance): this term uses neither.
+        let quiet = now_ns < self.floor_usable_from_ns;
+        let floor = if quiet { Quota::ZERO } else { self.floor };
         match self.current_lease(now_ns) {
             Some(l) => (floor.saturating_add(l.quota), Some(l.expires_at_ns)),
             None => match self.cfg.fail_mode {
-                FailMode::Strict => (floor, None),
-                FailMode::BestEffort { emergency } => (floor.saturating_add(emergency), None),
+                FailMode::BestEffort { emergency } if !quiet || self.cfg.bugs.emergency_before_quiet_period => {
+                    (floor.saturating_add(emergency), None)
+                }
+                _ => (floor, None),
             },
         }
     }
@@ -159,6 +181,7 @@ impl DcManagerCore {
         }
         self.fence.accept(lease.version);
         self.floor = lease.floor;
+        // Older leases stay listed only for the ack rule in `report`; they are never spent again.
         self.held.retain(|h| h.expires_at_ns > now_ns);
         self.held.push(HeldDcLease {
             version: lease.version,
@@ -175,7 +198,8 @@ impl DcManagerCore {
             self.counters.reports_foreign += 1;
             return Vec::new();
         }
-        if self.ledger.is_closed(&r.pod) {
+        let holder = pods::holder_key(&r.pod, r.incarnation);
+        if self.ledger.is_closed(&holder) {
             self.counters.reports_stale += 1;
             return Vec::new();
         }
@@ -193,11 +217,11 @@ impl DcManagerCore {
         let release_at = self.cfg.expiry.released_until_ns(now_ns);
         if let Some(v) = r.lease_in_use {
             // Unknown versions (a forged or pre-restart ack) change nothing.
-            let _ = self.ledger.confirm_in_use(&r.pod, v, release_at);
+            let _ = self.ledger.confirm_in_use(&holder, v, release_at);
         }
         // Re-split at once if a pod below its target can now grow (fast rebalance), or a
         // brand-new pod has no lease yet.
-        let newcomer = self.ledger.holder_claim(&r.pod, now_ns).is_zero() && r.lease_in_use.is_none();
+        let newcomer = self.ledger.holder_claim(&holder, now_ns).is_zero() && r.lease_in_use.is_none();
         if newcomer {
             return self.pass(now_ns, Pass::Full);
         }
@@ -215,14 +239,16 @@ impl DcManagerCore {
         }
         self.counters.returns += 1;
         let forget = self.cfg.expiry.issuer_live_until_ns(now_ns, self.cfg.pod_ttl_ms * 4);
-        self.ledger.close(&r.holder, self.cfg.expiry.released_until_ns(now_ns), forget);
-        self.pods.views.remove(&r.holder);
+        let holder = pods::holder_key(&r.holder, r.incarnation);
+        self.ledger.close(&holder, self.cfg.expiry.released_until_ns(now_ns), forget);
+        self.pods.views.remove(&holder);
         let mut out = self.pass(now_ns, Pass::Full);
         out.push(DcOutput::ReturnAck(ReturnAck {
             v: SCHEMA_VERSION,
             limit: self.cfg.limit.clone(),
             dc: self.cfg.dc.clone(),
             holder: r.holder.clone(),
+            incarnation: r.incarnation,
         }));
         out
     }
@@ -318,13 +344,15 @@ impl DcManagerCore {
             if self.ledger.grant(&pod, quota, version, live_until, now_ns).is_err() {
                 continue;
             }
-            let basis_seq = self.pods.views[&pod].last_seq;
+            let view = &self.pods.views[&pod];
+            let basis_seq = view.last_seq;
             self.counters.pod_leases_issued += 1;
             out.push(DcOutput::PodLease(PodLease {
                 v: SCHEMA_VERSION,
                 limit: self.cfg.limit.clone(),
                 dc: self.cfg.dc.clone(),
-                pod,
+                pod: view.pod.clone(),
+                incarnation: view.incarnation,
                 issuer: self.cfg.instance.clone(),
                 version,
                 lease_id: format!("{}-{}-{}", self.cfg.instance, self.cfg.epoch, self.next_seq),

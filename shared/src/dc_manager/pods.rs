@@ -9,8 +9,15 @@ use std::collections::BTreeMap;
 
 use super::config::{DcManagerConfig, SplitMode};
 
+/// The ledger's and the split's name for one pod process: its id and its incarnation.
+pub fn holder_key(pod: &str, incarnation: u64) -> String {
+    format!("{pod}#{incarnation:016x}")
+}
+
 #[derive(Clone, Debug)]
 pub struct PodView {
+    pub pod: String,
+    pub incarnation: u64,
     pub demand: Ewma,
     pub last_seen_ns: u64,
     pub last_seq: u64,
@@ -27,17 +34,20 @@ pub enum ReportOutcome {
     TooManyPods,
 }
 
-#[derive(Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Pods {
     pub views: BTreeMap<String, PodView>,
 }
 
 impl Pods {
     pub fn observe(&mut self, r: &PodReport, cfg: &DcManagerConfig, now_ns: u64) -> ReportOutcome {
-        if !self.views.contains_key(&r.pod) && self.views.len() >= cfg.max_pods {
+        let key = holder_key(&r.pod, r.incarnation);
+        if !self.views.contains_key(&key) && self.views.len() >= cfg.max_pods {
             return ReportOutcome::TooManyPods;
         }
-        let v = self.views.entry(r.pod.clone()).or_insert_with(|| PodView {
+        let v = self.views.entry(key).or_insert_with(|| PodView {
+            pod: r.pod.clone(),
+            incarnation: r.incarnation,
             demand: Ewma::new(cfg.ewma_alpha),
             last_seen_ns: now_ns,
             last_seq: 0,

@@ -53,8 +53,10 @@ pub struct PodLease {
     pub v: u32,
     pub limit: String,
     pub dc: String,
-    /// The pod instance that holds it.
+    /// The pod that holds it.
     pub pod: String,
+    /// The pod process (incarnation) it is addressed to: the one whose report it answers.
+    pub incarnation: u64,
     /// The DC manager instance that issued it.
     pub issuer: String,
     pub version: LeaseVersion,
@@ -72,6 +74,10 @@ pub struct PodReport {
     pub limit: String,
     pub dc: String,
     pub pod: String,
+    /// Random number a pod process draws once at start. A pod restarted under the same id is a
+    /// new holder: its sequence numbers start again and leases answering the old process's
+    /// reports never apply to it. Never derived from a wall clock.
+    pub incarnation: u64,
     pub seq: u64,
     /// Length of the interval the counters cover.
     pub interval_ms: u64,
@@ -114,6 +120,8 @@ pub struct LeaseReturn {
     pub limit: String,
     pub dc: String,
     pub holder: String,
+    /// The holder process (the pod's `incarnation`) that gives its leases back.
+    pub incarnation: u64,
     /// The holder has stopped using every lease and will apply no further one.
     pub last_version: Option<LeaseVersion>,
 }
@@ -126,6 +134,7 @@ pub struct ReturnAck {
     pub limit: String,
     pub dc: String,
     pub holder: String,
+    pub incarnation: u64,
 }
 
 /// The coordinator's durable ledger for one limit: one KV key, written only by compare-and-set.
@@ -139,6 +148,10 @@ pub struct LedgerRecord {
     pub writer: String,
     /// Every DC lease that may still be in use, superseded ones included.
     pub leases: Vec<DcLease>,
+    /// Each DC's reserved floor. A DC manager uses no floor but the one named here (a term
+    /// that has not read the record yet uses none).
+    #[serde(default)]
+    pub floors: std::collections::BTreeMap<String, Quota>,
 }
 
 fn check_quota(field: &'static str, q: &Quota) -> Result<(), WireError> {
@@ -231,6 +244,10 @@ impl WireMessage for LedgerRecord {
         if self.leases.len() > 1_024 {
             return Err(WireError::Invalid { field: "leases", reason: "more than 1024 entries".into() });
         }
+        self.floors.iter().try_for_each(|(dc, f)| {
+            check_id("floors", dc)?;
+            check_quota("floors", f)
+        })?;
         self.leases.iter().try_for_each(WireMessage::validate)
     }
 }

@@ -74,7 +74,7 @@ pub fn coordinator_toml(dc_ttl_ms: u64, replicas: usize) -> String {
 /// A DC manager replica's settings (`id` names it; replicas of the buckets it may create).
 pub fn dc_manager_toml(dc: &str, id: &str, replicas: usize) -> String {
     format!(
-        "limit = \"{LIMIT}\"\ndc = \"{dc}\"\nid = \"{id}\"\nreplicas = {replicas}\nfloor = {{ rate_milli_per_s = 50000, burst_milli = 0 }}\n\
+        "limit = \"{LIMIT}\"\ndc = \"{dc}\"\nid = \"{id}\"\nreplicas = {replicas}\n\
          expiry = {{ max_drift = 0.01, grace_ms = 100, egress_spread_ms = {JITTER_BUDGET_MS} }}\n"
     )
 }

@@ -20,12 +20,16 @@ impl World {
         ExpiryPolicy { max_drift: 0.01, grace_ms: 100, egress_spread_ms: self.sc.egress_spread_ms() }
     }
 
-    pub(super) fn dc_config(&self, d: usize) -> DcManagerConfig {
-        let mut c = DcManagerConfig::new("partner-api", &self.sc.dcs[d].name, &format!("{}-mgr", self.sc.dcs[d].name));
+    /// The configuration of DC `d`'s manager term `term` (each term is a new DC-lease holder).
+    pub(super) fn dc_config(&self, d: usize, term: u64) -> DcManagerConfig {
+        let instance = format!("{}-mgr-e{term}", self.sc.dcs[d].name);
+        let mut c = DcManagerConfig::new("partner-api", &self.sc.dcs[d].name, &instance);
+        c.epoch = term;
         c.pod_ttl_ms = self.sc.pod_ttl_ms;
         c.renew_interval_ms = self.sc.renew_ms;
         c.heartbeat_timeout_ms = self.sc.pod_report_ms * 6;
         c.expiry = self.expiry();
+        c.bugs = self.sc.bugs;
         if !self.sc.emergency_per_dc.is_zero() {
             c.fail_mode = leasehold_shared::dc_manager::FailMode::BestEffort { emergency: self.sc.emergency_per_dc };
         }
@@ -69,14 +73,18 @@ impl World {
         slot.queue.clear();
         slot.retry_at = None;
         slot.counters = IntervalCounters::default();
-        let instance = format!("{}-pod{}-i{}", self.sc.dcs[d].name, p, slot.incarnation);
+        // A restart keeps the pod's id (as a StatefulSet would); only the incarnation is new.
+        let instance = format!("{}-pod{}", self.sc.dcs[d].name, p);
+        let incarnation = self.rng.next_u64();
         match self.policy {
             Policy::Leasehold => {
                 slot.core = Some(PodCore::new(PodConfig {
                     limit: "partner-api".into(),
                     dc: self.sc.dcs[d].name.clone(),
                     pod: instance.clone(),
+                    incarnation,
                     weight: 1.0,
+                    bugs: self.sc.bugs,
                 }));
                 slot.routable = false; // joins the load balancer once it holds a lease
                 self.pod_by_instance.insert(instance, p);
@@ -128,8 +136,26 @@ impl World {
     pub(super) fn on_dc_tick(&mut self, d: usize) {
         let next = self.now + self.dcs[d].clock.real_span(self.sc.dc_report_ms * MS);
         self.push(next, Ev::DcTick(d));
+        if self.dcs[d].down {
+            return;
+        }
         let slot = &mut self.dcs[d];
         let out = slot.core.tick(slot.clock.local(self.now));
+        self.route_dc(d, out);
+    }
+
+    /// A standby takes DC `d` over: a new term (new holder, higher epoch) that learns its floor
+    /// from the last ledger record and waits out the previous term's pod leases.
+    pub(super) fn dc_takeover(&mut self, d: usize) {
+        let slot = &mut self.dcs[d];
+        slot.term += 1;
+        slot.down = false;
+        let local = slot.clock.local(self.now);
+        let cfg = self.dc_config(d, self.dcs[d].term);
+        let mut core = leasehold_shared::dc_manager::DcManagerCore::new(cfg, local);
+        let floor = self.kv.record.as_ref().and_then(|r| r.floors.get(&self.sc.dcs[d].name).copied());
+        let out = floor.map(|f| core.on_floor(f, local)).unwrap_or_default();
+        self.dcs[d].core = core;
         self.route_dc(d, out);
     }
 
@@ -234,16 +260,19 @@ impl World {
     pub(super) fn on_message(&mut self, m: Msg) {
         match m {
             Msg::PodReport(p, r) => {
-                if self.pods[p].state == PodState::Down {
+                let d = self.pods[p].dc;
+                if self.pods[p].state == PodState::Down || self.dcs[d].down {
                     return;
                 }
-                let d = self.pods[p].dc;
                 let DcSlot { clock, core, .. } = &mut self.dcs[d];
                 let out = core.on_pod_report(&r, clock.local(self.now));
                 self.route_dc(d, out);
             }
             Msg::LeaseReturn(p, r) => {
                 let d = self.pods[p].dc;
+                if self.dcs[d].down {
+                    return;
+                }
                 let DcSlot { clock, core, .. } = &mut self.dcs[d];
                 let out = core.on_lease_return(&r, clock.local(self.now));
                 self.route_dc(d, out);
@@ -285,6 +314,13 @@ impl World {
                 }
             }
             Msg::Record(d, rec) => {
+                if self.dcs[d].down {
+                    return;
+                }
+                let DcSlot { clock, core, .. } = &mut self.dcs[d];
+                let floor = rec.floors.get(&core.config().dc).copied().unwrap_or_default();
+                let out = core.on_floor(floor, clock.local(self.now));
+                self.route_dc(d, out);
                 let DcSlot { clock, core, .. } = &mut self.dcs[d];
                 let instance = core.config().instance.clone();
                 let newest: Option<&DcLease> =

@@ -65,6 +65,13 @@ impl World {
                 self.coords[c].write_on_wake = true;
                 self.faults[i].target = c as u64;
             }),
+            FaultKind::DcManagerCrash => {
+                let d = (f.target % self.dcs.len() as u64) as usize;
+                (!self.dcs[d].down).then(|| {
+                    self.dcs[d].down = true;
+                    self.faults[i].target = d as u64;
+                })
+            }
             FaultKind::MessageLoss => {
                 self.net.faults.loss = f.amount;
                 Some(())
@@ -132,6 +139,7 @@ impl World {
                 self.push(self.now, Ev::CoordTick(t, inc));
             }
             FaultKind::CoordinatorPause => {}
+            FaultKind::DcManagerCrash => self.dc_takeover(t),
             FaultKind::MessageLoss => self.net.faults.loss = 0.0,
             FaultKind::MessageDuplication => self.net.faults.duplicate = 0.0,
             FaultKind::MessageDelay => self.net.faults.extra_delay_ms = 0,

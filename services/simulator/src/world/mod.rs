@@ -87,7 +87,11 @@ struct PodSlot {
 
 struct DcSlot {
     clock: NodeClock,
+    /// The current manager term (a crash hands the DC to a standby: a new term, a new holder).
     core: DcManagerCore,
+    term: u64,
+    /// The leading manager crashed; a standby has not taken over yet.
+    down: bool,
     static_bucket: Option<TokenBucket>,
 }
 
@@ -179,7 +183,7 @@ impl World {
     fn build(&mut self) {
         for d in 0..self.sc.dcs.len() {
             let clock = self.clock();
-            let core = DcManagerCore::new(self.dc_config(d), self.sc.dcs[d].floor, clock.local(0));
+            let core = DcManagerCore::new(self.dc_config(d, 1), clock.local(0));
             let static_bucket = (self.policy == Policy::StaticSplit).then(|| {
                 let n = self.sc.dcs.len() as u64;
                 let b = TokenBucket::new();
@@ -188,7 +192,7 @@ impl World {
                 b.apply_lease(share, clock.local(0) + 36_000 * S, clock.local(0)).expect("static lease fits");
                 b
             });
-            self.dcs.push(DcSlot { clock, core, static_bucket });
+            self.dcs.push(DcSlot { clock, core, term: 1, down: false, static_bucket });
             for _ in 0..self.sc.dcs[d].pods {
                 let p = self.add_pod_slot(d);
                 self.start_pod(p);

@@ -1,0 +1,35 @@
+//! Drives a [`Leadership`] state machine against its key in JetStream KV: performs the one read
+//! or compare-and-set it asks for and feeds the answer back. Every service with standbys uses it.
+
+use crate::kv::{compare_and_set, read, CasOutcome};
+use async_nats::jetstream::kv::Store;
+use bytes::Bytes;
+use leasehold_shared::leadership::{KeyState, LeaderRequest, Leadership, Transition, WriteOutcome};
+
+/// One step: ask the state machine what to do at `now()`, do it, feed back the answer (timed by
+/// `now()` again when it arrives). Returns the transition, if the term began or ended.
+pub async fn step(leadership: &mut Leadership, store: &Store, key: &str, now: impl Fn() -> u64) -> Option<Transition> {
+    match leadership.poll(now())? {
+        LeaderRequest::Read => match read(store, key).await {
+            Ok(entry) => {
+                let state = match entry {
+                    None => KeyState::Absent,
+                    Some((revision, value)) => {
+                        KeyState::Held { revision, holder: String::from_utf8_lossy(&value).into_owned() }
+                    }
+                };
+                leadership.on_read(state, now())
+            }
+            Err(_) => leadership.abandon(now()),
+        },
+        LeaderRequest::Write { expected_revision } => {
+            let value = Bytes::from(leadership.id().to_owned());
+            let outcome = match compare_and_set(store, key, value, expected_revision).await {
+                Ok(CasOutcome::Written { revision }) => WriteOutcome::Written { revision },
+                Ok(CasOutcome::Conflict) => WriteOutcome::Conflict,
+                Ok(CasOutcome::Unknown) | Err(_) => WriteOutcome::Unknown,
+            };
+            leadership.on_write(outcome, now())
+        }
+    }
+}
