@@ -1,0 +1,176 @@
+//! The moves the explorer may take from a state: time, the network, and bounded faults.
+
+use crate::config::ModelConfig;
+use crate::model;
+use crate::state::{Shadow, State};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "action", content = "arg")]
+pub enum Action {
+    /// Advance time one tick; every node's due timers fire.
+    Tick,
+    /// Deliver in-flight message `i`, the oldest deliverable one.
+    Deliver(usize),
+    /// Move in-flight message `i` behind all others (it is reordered, and may be delayed past
+    /// the next tick).
+    Delay(usize),
+    Drop(usize),
+    Duplicate(usize),
+    /// Pod `p` crashes and restarts at once as a new instance.
+    CrashPod(usize),
+    PausePod(usize),
+    /// DC `d`'s leading manager crashes; its standby takes over once the leader key expires.
+    CrashManager(usize),
+    /// The coordinator leader crashes; the standby takes over once the leader key expires.
+    CrashCoordinator,
+    /// The coordinator leader freezes between deciding and writing (GC pause).
+    PauseCoordinator,
+    /// The coordinator leader restarts with the changed `dc_ttl_ms` (new epoch).
+    ChangeConfig,
+}
+
+/// Why an action cannot be taken in a state (for replays of hand-written traces).
+#[derive(Debug, PartialEq, Eq)]
+pub struct NotEnabled(pub Action);
+
+impl std::fmt::Display for NotEnabled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "action {:?} is not enabled in this state", self.0)
+    }
+}
+
+impl std::error::Error for NotEnabled {}
+
+/// Every action enabled in `s`, in a fixed order.
+pub fn enabled(cfg: &ModelConfig, s: &State) -> Vec<Action> {
+    let mut out = Vec::new();
+    let b = &s.budget;
+    let waiting = s.net.iter().filter(|m| s.deliverable(m)).count();
+    let quiet = waiting <= cfg.max_carry_over;
+    if s.tick < cfg.horizon_ticks && quiet {
+        out.push(Action::Tick);
+    }
+    let head = s.fifo_head();
+    let any_fault = b.total > 0;
+    for i in 0..s.net.len() {
+        let deliverable = s.deliverable(&s.net[i]);
+        if deliverable && Some(i) == head {
+            out.push(Action::Deliver(i));
+        }
+        if any_fault && b.delays > 0 && i + 1 < s.net.len() {
+            out.push(Action::Delay(i));
+        }
+        if any_fault && b.losses > 0 {
+            out.push(Action::Drop(i));
+        }
+        if any_fault && b.duplicates > 0 && s.net.len() < cfg.max_in_flight {
+            out.push(Action::Duplicate(i));
+        }
+    }
+    // Node faults strike between ticks, once the system has started: a crash in the middle of a
+    // tick's message exchange is a crash at its boundary plus the loss of undelivered messages.
+    if s.tick == 0 || !any_fault || !quiet {
+        return out;
+    }
+    for p in 0..s.pods.len() {
+        if b.pod_crashes > 0 {
+            out.push(Action::CrashPod(p));
+        }
+        if b.pod_pauses > 0 && s.pods[p].paused_until.is_none() {
+            out.push(Action::PausePod(p));
+        }
+    }
+    for dc in 0..cfg.dcs {
+        if b.manager_crashes > 0 && (dc * 2..dc * 2 + 2).any(|m| s.managers[m].alive && s.managers[m].core.is_some()) {
+            out.push(Action::CrashManager(dc));
+        }
+    }
+    if let Some(c) = s.coordinator_leader() {
+        if b.coordinator_crashes > 0 {
+            out.push(Action::CrashCoordinator);
+        }
+        if b.coordinator_pauses > 0 && s.coords[c].paused_until.is_none() {
+            out.push(Action::PauseCoordinator);
+        }
+        if b.config_changes > 0 && s.coords[c].paused_until.is_none() {
+            out.push(Action::ChangeConfig);
+        }
+    }
+    out
+}
+
+/// Take `a` in `s`. Fails, changing nothing, when `a` is not enabled.
+pub fn apply(cfg: &ModelConfig, s: &mut State, a: Action) -> Result<(), NotEnabled> {
+    if !enabled(cfg, s).contains(&a) {
+        return Err(NotEnabled(a));
+    }
+    apply_enabled(cfg, s, a);
+    Ok(())
+}
+
+/// Take `a`, which must be in `enabled(cfg, s)`.
+pub fn apply_enabled(cfg: &ModelConfig, s: &mut State, a: Action) {
+    let t = s.tick;
+    if !matches!(a, Action::Tick | Action::Deliver(_)) {
+        s.budget.total -= 1;
+    }
+    match a {
+        Action::Tick => s.tick(cfg),
+        Action::Deliver(i) => s.deliver(cfg, i),
+        Action::Delay(i) => {
+            s.budget.delays -= 1;
+            let m = s.net.remove(i);
+            s.net.push(m);
+        }
+        Action::Drop(i) => {
+            s.budget.losses -= 1;
+            s.net.remove(i);
+        }
+        Action::Duplicate(i) => {
+            s.budget.duplicates -= 1;
+            let m = s.net[i].clone();
+            s.net.push(m);
+        }
+        Action::CrashPod(p) => {
+            s.budget.pod_crashes -= 1;
+            let pod = &mut s.pods[p];
+            pod.incarnation += 1;
+            pod.core = model::new_pod(cfg, pod.dc, p, pod.incarnation);
+            pod.paused_until = None;
+            pod.shadow = Shadow::default();
+        }
+        Action::PausePod(p) => {
+            s.budget.pod_pauses -= 1;
+            s.pods[p].paused_until = Some(t + cfg.pause_ticks);
+        }
+        Action::CrashManager(dc) => {
+            s.budget.manager_crashes -= 1;
+            for m in dc * 2..dc * 2 + 2 {
+                if s.managers[m].core.is_some() {
+                    s.managers[m].alive = false;
+                    s.managers[m].core = None;
+                }
+            }
+        }
+        Action::CrashCoordinator => {
+            s.budget.coordinator_crashes -= 1;
+            let c = s.coordinator_leader().expect("enabled");
+            s.coords[c].alive = false;
+            s.coords[c].core = None;
+        }
+        Action::PauseCoordinator => {
+            s.budget.coordinator_pauses -= 1;
+            let c = s.coordinator_leader().expect("enabled");
+            s.coords[c].paused_until = Some(t + cfg.pause_ticks);
+            s.coords[c].write_on_wake = true;
+        }
+        Action::ChangeConfig => {
+            s.budget.config_changes -= 1;
+            let c = s.coordinator_leader().expect("enabled");
+            s.config_changed = true;
+            let now = s.coords[c].clock.local(s.real_ns(cfg.tick_ms));
+            s.take_over(cfg, c, now);
+        }
+    }
+}

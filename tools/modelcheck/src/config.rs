@@ -1,0 +1,177 @@
+//! What is modelled: topology, timing, fault budgets, and the mutation ("bug switch") under test.
+//!
+//! Everything is in virtual ticks of `tick_ms` real milliseconds, so the state space stays finite.
+
+use serde::{Deserialize, Serialize};
+
+/// A deliberate defect injected into the model's wiring, to prove the checker can catch it.
+/// `None` checks the cores as they are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mutation {
+    #[default]
+    None,
+    /// A coordinator taking over ignores the durable ledger record (forgets live DC leases).
+    ResumeWithoutRecord,
+    /// Every pod clock runs 5% slow, far beyond the policy's `max_drift`.
+    DriftBeyondBound,
+}
+
+/// How many faults of each kind one run may contain.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FaultBudget {
+    /// Faults of all kinds together (reorders included).
+    pub total: u8,
+    pub losses: u8,
+    pub duplicates: u8,
+    /// Messages moved behind every other in-flight message (reordering and delay).
+    pub delays: u8,
+    pub pod_crashes: u8,
+    pub pod_pauses: u8,
+    pub manager_crashes: u8,
+    pub coordinator_crashes: u8,
+    pub coordinator_pauses: u8,
+    pub config_changes: u8,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ModelConfig {
+    /// R and B, in milli-units.
+    pub rate_milli_per_s: u64,
+    pub burst_milli: u64,
+    pub dcs: usize,
+    pub pods_per_dc: usize,
+    /// Coordinator processes: a leader and (with 2) a standby.
+    pub coordinators: usize,
+    /// Reserved floor per DC (same for every DC), milli-units.
+    pub floor_rate_milli_per_s: u64,
+    pub floor_burst_milli: u64,
+    /// Best-effort emergency allowance per DC (rate, burst); `None` = strict mode.
+    pub emergency_milli: Option<(u64, u64)>,
+    /// Requests offered per pod report, per DC (drives the coordinator's demand split).
+    pub offered_per_report: Vec<u64>,
+    pub tick_ms: u64,
+    /// Pods report every tick; DC managers tick every tick; the coordinator every this many ticks.
+    pub coordinator_every_ticks: u32,
+    pub pod_ttl_ms: u64,
+    pub pod_renew_ms: u64,
+    pub dc_ttl_ms: u64,
+    /// `dc_ttl_ms` after the one configuration change (the leader restarts with it).
+    pub changed_dc_ttl_ms: u64,
+    pub coordinator_renew_ms: u64,
+    pub report_timeout_ms: u64,
+    /// Leader-key TTL of coordinators and DC managers, in ticks.
+    pub leader_ttl_ticks: u32,
+    pub pause_ticks: u32,
+    pub max_drift: f64,
+    pub grace_ms: u64,
+    /// Each clock group (coordinators, DC managers, pods) picks one drift from this set at init,
+    /// in parts per million. Every node also has its own fixed clock offset.
+    pub drift_ppm_choices: Vec<i64>,
+    /// Last tick of a run.
+    pub horizon_ticks: u32,
+    /// Time may advance only while at most this many messages are in flight (they are delayed).
+    pub max_carry_over: usize,
+    /// No new message is queued beyond this many in flight (the extra ones are lost).
+    pub max_in_flight: usize,
+    pub faults: FaultBudget,
+    pub mutation: Mutation,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            rate_milli_per_s: 100_000,
+            burst_milli: 20_000,
+            dcs: 2,
+            pods_per_dc: 2,
+            coordinators: 2,
+            floor_rate_milli_per_s: 10_000,
+            floor_burst_milli: 2_000,
+            emergency_milli: None,
+            offered_per_report: vec![30, 10],
+            tick_ms: 500,
+            coordinator_every_ticks: 2,
+            pod_ttl_ms: 2_000,
+            pod_renew_ms: 1_000,
+            dc_ttl_ms: 4_000,
+            changed_dc_ttl_ms: 2_500,
+            coordinator_renew_ms: 1_000,
+            report_timeout_ms: 1_500,
+            leader_ttl_ticks: 4,
+            pause_ticks: 5,
+            max_drift: 0.01,
+            grace_ms: 50,
+            drift_ppm_choices: vec![0, 5_000],
+            horizon_ticks: 12,
+            max_carry_over: 2,
+            max_in_flight: 16,
+            faults: FaultBudget {
+                total: 1,
+                losses: 1,
+                duplicates: 1,
+                delays: 1,
+                pod_crashes: 1,
+                pod_pauses: 0,
+                manager_crashes: 1,
+                coordinator_crashes: 1,
+                coordinator_pauses: 0,
+                config_changes: 0,
+            },
+            mutation: Mutation::None,
+        }
+    }
+}
+
+/// Why a configuration cannot be modelled.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid model configuration: {}", self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl ModelConfig {
+    /// Number of clock groups, each with one drift: coordinators, DC managers, pods.
+    pub fn clock_groups(&self) -> usize {
+        3
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError(m));
+        if self.dcs == 0 || self.dcs > 4 || self.pods_per_dc == 0 || self.pods_per_dc > 4 {
+            return bad(format!("need 1..=4 DCs and 1..=4 pods per DC, got {} and {}", self.dcs, self.pods_per_dc));
+        }
+        if !(1..=2).contains(&self.coordinators) {
+            return bad(format!("need 1 or 2 coordinators, got {}", self.coordinators));
+        }
+        if self.offered_per_report.len() != self.dcs {
+            return bad(format!("offered_per_report needs {} entries", self.dcs));
+        }
+        if self.tick_ms == 0 || self.coordinator_every_ticks == 0 || self.leader_ttl_ticks == 0 {
+            return bad("tick_ms, coordinator_every_ticks and leader_ttl_ticks must be positive".into());
+        }
+        if self.drift_ppm_choices.is_empty() {
+            return bad("drift_ppm_choices must not be empty".into());
+        }
+        if self.floor_rate_milli_per_s * self.dcs as u64 > self.rate_milli_per_s {
+            return bad("the DC floors exceed the limit".into());
+        }
+        if self.max_carry_over > self.max_in_flight {
+            return bad("max_carry_over must not exceed max_in_flight".into());
+        }
+        crate::model::validate_core_configs(self).map_err(ConfigError)
+    }
+
+    /// The bound the ground truth is checked against: R, B, plus Σ E in best-effort mode.
+    pub fn allowed_milli(&self) -> (u64, u64) {
+        let (er, eb) = self.emergency_milli.unwrap_or((0, 0));
+        (self.rate_milli_per_s + er * self.dcs as u64, self.burst_milli + eb * self.dcs as u64)
+    }
+}

@@ -1,0 +1,191 @@
+//! One state of the modelled world: the real cores, the network, the KV store, fault budgets.
+
+use crate::config::FaultBudget;
+use leasehold_shared::coordinator::CoordinatorCore;
+use leasehold_shared::dc_manager::DcManagerCore;
+use leasehold_shared::expiry::skewed_ns;
+use leasehold_shared::pod::PodCore;
+use leasehold_shared::wire::{DcReport, LeaseVersion, LedgerRecord, PodLease, PodReport};
+use std::sync::Arc;
+
+pub const NS_PER_MS: u64 = 1_000_000;
+
+/// A node's clock: an arbitrary offset and a bounded rate error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Clock {
+    pub offset_ns: u64,
+    pub drift_ppm: i64,
+}
+
+impl Clock {
+    pub fn local(&self, real_ns: u64) -> u64 {
+        skewed_ns(real_ns, self.offset_ns, self.drift_ppm)
+    }
+}
+
+/// What the driver saw a core do, for the fingerprint: the cores keep these fields private.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Shadow {
+    /// The last few (sequence, local send time) of this holder's reports.
+    pub sent: Vec<(u64, u64)>,
+    /// DC leases accepted, as (version, expiry on this node's clock); pods: unused.
+    pub held: Vec<(LeaseVersion, u64)>,
+    /// Newest version acknowledged upward in a report.
+    pub acked: Option<LeaseVersion>,
+    /// Local time of the last full re-split (DC managers).
+    pub last_pass_ns: Option<u64>,
+}
+
+impl Shadow {
+    pub const SENT_KEPT: usize = 3;
+
+    pub fn record_send(&mut self, seq: u64, now_ns: u64) {
+        self.sent.push((seq, now_ns));
+        if self.sent.len() > Self::SENT_KEPT {
+            self.sent.remove(0);
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct PodNode {
+    pub dc: usize,
+    pub incarnation: u32,
+    pub core: PodCore,
+    pub clock: Clock,
+    /// Frozen until this tick (exclusive): no reports, no deliveries.
+    pub paused_until: Option<u32>,
+    pub shadow: Shadow,
+}
+
+#[derive(Clone)]
+pub struct ManagerNode {
+    pub dc: usize,
+    pub slot: usize,
+    pub alive: bool,
+    /// Some while this process leads the DC.
+    pub core: Option<DcManagerCore>,
+    pub clock: Clock,
+    /// Local time the current term started (the floor waits from there).
+    pub term_started_ns: u64,
+    pub shadow: Shadow,
+}
+
+#[derive(Clone)]
+pub struct CoordNode {
+    pub id: String,
+    pub alive: bool,
+    pub paused_until: Option<u32>,
+    /// Paused between checking leadership and writing: finishes that write on waking.
+    pub write_on_wake: bool,
+    pub core: Option<CoordinatorCore>,
+    /// KV revision of the record this leader last wrote or read.
+    pub record_rev: u64,
+    pub clock: Clock,
+}
+
+/// JetStream KV stand-in: leader keys with server-side TTL, the ledger record, all by CAS.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Kv {
+    /// (coordinator index, expires at tick).
+    pub coord_leader: Option<(usize, u32)>,
+    pub record: Option<Arc<LedgerRecord>>,
+    pub record_rev: u64,
+    pub max_epoch: u64,
+    /// Per DC: (manager slot, expires at tick), and the key's revision (the term's epoch).
+    pub dc_leader: Vec<Option<(usize, u32)>>,
+    pub dc_rev: Vec<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Msg {
+    PodReport {
+        dc: usize,
+        report: PodReport,
+    },
+    PodLease {
+        pod: usize,
+        lease: PodLease,
+    },
+    DcReport(DcReport),
+    /// A KV watch update of the ledger record, to one DC's managers.
+    Record {
+        dc: usize,
+        record: Arc<LedgerRecord>,
+    },
+}
+
+impl Msg {
+    /// One line for traces.
+    pub fn summary(&self) -> String {
+        match self {
+            Msg::PodReport { report, .. } => {
+                format!("PodReport {} seq {} in_use {}", report.pod, report.seq, version(report.lease_in_use))
+            }
+            Msg::PodLease { lease, .. } => format!(
+                "PodLease {} {} {}/{} ttl {} basis {}",
+                lease.pod,
+                lease.version,
+                lease.quota.rate_milli_per_s,
+                lease.quota.burst_milli,
+                lease.ttl_ms,
+                lease.basis_seq
+            ),
+            Msg::DcReport(r) => format!("DcReport {} seq {} in_use {}", r.holder, r.seq, version(r.lease_in_use)),
+            Msg::Record { dc, record } => {
+                let leases: Vec<String> = record
+                    .leases
+                    .iter()
+                    .map(|l| {
+                        format!(
+                            "{}:{}:{}/{}:ttl{}",
+                            l.holder, l.version, l.quota.rate_milli_per_s, l.quota.burst_milli, l.ttl_ms
+                        )
+                    })
+                    .collect();
+                format!("Record to dc{dc} e{} [{}]", record.epoch, leases.join(", "))
+            }
+        }
+    }
+}
+
+fn version(v: Option<LeaseVersion>) -> String {
+    v.map_or("-".into(), |v| v.to_string())
+}
+
+#[derive(Clone)]
+pub struct State {
+    pub tick: u32,
+    pub pods: Vec<PodNode>,
+    /// Two per DC: index `dc * 2 + slot`.
+    pub managers: Vec<ManagerNode>,
+    pub coords: Vec<CoordNode>,
+    pub kv: Kv,
+    /// In flight, oldest first.
+    pub net: Vec<Msg>,
+    pub budget: FaultBudget,
+    pub config_changed: bool,
+}
+
+impl State {
+    pub fn real_ns(&self, tick_ms: u64) -> u64 {
+        self.tick as u64 * tick_ms * NS_PER_MS
+    }
+
+    /// Whether message `m` can be delivered now (a paused pod takes nothing until it wakes).
+    pub fn deliverable(&self, m: &Msg) -> bool {
+        match m {
+            Msg::PodLease { pod, .. } => self.pods[*pod].paused_until.is_none(),
+            _ => true,
+        }
+    }
+
+    /// Index of the oldest deliverable message: delivering it is free, any other costs a reorder.
+    pub fn fifo_head(&self) -> Option<usize> {
+        self.net.iter().position(|m| self.deliverable(m))
+    }
+
+    pub fn coordinator_leader(&self) -> Option<usize> {
+        self.kv.coord_leader.map(|(c, _)| c).filter(|&c| self.coords[c].alive && self.coords[c].core.is_some())
+    }
+}
