@@ -41,6 +41,9 @@ pub struct AppliedLease {
     pub issuer: String,
 }
 
+/// Clones share the token bucket (the request path's handle): a model checker that clones whole
+/// states must judge them by [`PodCore::applied`], never by the bucket.
+#[derive(Clone)]
 pub struct PodCore {
     cfg: PodConfig,
     bucket: Arc<TokenBucket>,

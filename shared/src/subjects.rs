@@ -24,6 +24,9 @@ pub const PREFIX: &str = "lh";
 pub const LEDGER_BUCKET: &str = "lh_ledger";
 pub const LEADER_BUCKET: &str = "lh_leaders";
 pub const COORDINATOR_LEADER_KEY: &str = "coordinator";
+/// In the leader bucket (a different stream from the ledger): the highest epoch under which a
+/// ledger record may have been written. A missing record below a fence was lost, not never made.
+pub const LEDGER_FENCE_KEY: &str = "ledger-fence";
 
 /// Which per-pod subject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

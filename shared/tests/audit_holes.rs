@@ -266,15 +266,19 @@ fn late_lease_after_restart(bugs: KnownBugs) -> Result<(), LeaseRejection> {
     new.on_lease(&late, 950 * MS)
 }
 
-/// Hole 6: a new leader that finds no ledger record cannot tell a first start from a lost record
-/// while DC leases are live: it issues nothing for a full DC-lease lifetime.
+/// Hole 6: a new leader that finds no ledger record although the fence shows one was written
+/// (a lost single-replica bucket) issues nothing for a full DC-lease lifetime.
 #[test]
-fn a_leader_without_a_ledger_record_waits_a_full_dc_lease_lifetime_before_issuing() {
-    use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig};
+fn a_leader_whose_ledger_record_was_lost_waits_a_full_dc_lease_lifetime_before_issuing() {
+    use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
     use leasehold_shared::wire::DcReport;
     let cfg = LimitConfig::new("api", Quota::per_s(1_000, 20), &[("bkk", Quota::ZERO), ("eu", Quota::ZERO)]);
     let ttl_ns = cfg.dc_ttl_ms * MS;
-    let mut c = CoordinatorCore::resume(cfg, "c2", 9, None, 0);
+    assert!(matches!(Stored::classify(None, Some(8)), Stored::Lost), "a fence without a record means it was lost");
+    assert!(matches!(Stored::classify(None, None), Stored::Fresh));
+    let fresh = CoordinatorCore::resume(cfg.clone(), "c1", 1, Stored::Fresh, 0);
+    assert_eq!(fresh.issues_from_ns(), 0, "a first start issues at once");
+    let mut c = CoordinatorCore::resume(cfg, "c2", 9, Stored::Lost, 0);
     let report = |seq, dc: &str| DcReport {
         v: 1,
         limit: "api".into(),

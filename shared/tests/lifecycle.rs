@@ -1,6 +1,6 @@
 //! Lease lifecycle events from seed 000, driven through the DC manager and coordinator cores.
 
-use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig};
+use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
 use leasehold_shared::dc_manager::{holder_key, DcManagerConfig, DcManagerCore, DcOutput, FailMode};
 use leasehold_shared::holder::LeaseRejection;
 use leasehold_shared::quota::Quota;
@@ -263,7 +263,7 @@ fn a_new_leader_keeps_counting_the_old_leaders_leases() {
     let record = a.record();
     // The new leader's clock is unrelated to the old one's.
     let t0 = 777 * S;
-    let mut b = CoordinatorCore::resume(cfg, "coord-b", 2, Some(&record), t0);
+    let mut b = CoordinatorCore::resume(cfg, "coord-b", 2, Stored::Record(&record), t0);
     assert_eq!(b.ledger().holder_claim(&"bkk-mgr".to_string(), t0).rate_milli_per_s, bkk);
     // Europe now wants everything: it cannot have BKK's share while that lease may be in use.
     b.on_dc_report(&dc_report("bkk", "bkk-mgr", 2, 0, None), t0);

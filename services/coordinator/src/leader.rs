@@ -15,7 +15,7 @@
 
 use bytes::Bytes;
 use leasehold_nats::kv::{compare_and_set, read, CasOutcome};
-use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig};
+use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
 use leasehold_shared::leadership::{Leadership, LeadershipConfig, Transition};
 use leasehold_shared::subjects;
 use leasehold_shared::wire::{decode, encode, DcReport, LedgerRecord};
@@ -149,7 +149,28 @@ impl Leader {
         }
     }
 
+    /// The ledger fence: `(revision, epoch)` if written. `Err` when it cannot be read or parsed.
+    async fn read_fence(&self) -> Result<Option<(u64, u64)>, String> {
+        match read(&self.leaders, subjects::LEDGER_FENCE_KEY).await {
+            Ok(None) => Ok(None),
+            Ok(Some((rev, bytes))) => std::str::from_utf8(&bytes)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .map(|e| Some((rev, e)))
+                .ok_or_else(|| format!("the {} key is not a number", subjects::LEDGER_FENCE_KEY)),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
     async fn take_over(&mut self, claim_revision: u64) {
+        let fence = match self.read_fence().await {
+            Ok(f) => f,
+            Err(e) => {
+                warn!(cause = %e, "cannot read the ledger fence; not taking over");
+                self.election.resign("the ledger fence cannot be read");
+                return;
+            }
+        };
         let mut records = BTreeMap::new();
         for cfg in &self.limits {
             let key = subjects::ledger_key(&cfg.limit).expect("validated");
@@ -178,14 +199,29 @@ impl Leader {
         // Above every stored epoch, and at least the claim's revision: revisions only grow, so a
         // record that was lost (a single-replica bucket) cannot make epochs start again at 1.
         let stored = records.values().filter_map(|(_, r)| r.as_ref().map(|r| r.epoch)).max().unwrap_or(0);
-        let epoch = (stored + 1).max(claim_revision);
+        let fence_epoch = fence.map(|(_, e)| e);
+        let epoch = (stored.max(fence_epoch.unwrap_or(0)) + 1).max(claim_revision);
+        // The fence goes up before any record of this epoch exists.
+        let value = Bytes::from(epoch.to_string());
+        match compare_and_set(&self.leaders, subjects::LEDGER_FENCE_KEY, value, fence.map(|(rev, _)| rev)).await {
+            Ok(CasOutcome::Written { .. }) => {}
+            other => {
+                warn!(outcome = ?other, "cannot raise the ledger fence; not taking over");
+                self.election.resign("the ledger fence cannot be raised");
+                return;
+            }
+        }
         let now = self.now_ns();
         let limits = self
             .limits
             .iter()
             .map(|cfg| {
                 let (rev, rec) = &records[&cfg.limit];
-                let core = CoordinatorCore::resume(cfg.clone(), &self.id, epoch, rec.as_ref(), now);
+                let stored = Stored::classify(rec.as_ref(), fence_epoch);
+                if matches!(stored, Stored::Lost) {
+                    warn!(limit = %cfg.limit, fence = ?fence_epoch, "ledger record missing below the fence: it was lost; issuing nothing for one DC-lease lifetime");
+                }
+                let core = CoordinatorCore::resume(cfg.clone(), &self.id, epoch, stored, now);
                 (cfg.limit.clone(), LimitState { core, record_rev: *rev })
             })
             .collect();

@@ -35,6 +35,28 @@ pub struct CoordinatorCounters {
     pub acks_unknown: u64,
 }
 
+/// What a new leader found in durable storage for one limit.
+#[derive(Clone, Copy, Debug)]
+pub enum Stored<'a> {
+    Record(&'a LedgerRecord),
+    /// No record, and the fence shows none was ever written: a first start.
+    Fresh,
+    /// No record, but the fence shows one was written: it was lost.
+    Lost,
+}
+
+impl<'a> Stored<'a> {
+    /// From the record read (if any) and the fence epoch read (if any).
+    pub fn classify(record: Option<&'a LedgerRecord>, fence_epoch: Option<u64>) -> Self {
+        match (record, fence_epoch) {
+            (Some(r), _) => Stored::Record(r),
+            (None, None) => Stored::Fresh,
+            (None, Some(_)) => Stored::Lost,
+        }
+    }
+}
+
+#[derive(Clone)]
 pub struct CoordinatorCore {
     cfg: LimitConfig,
     writer: String,
@@ -70,18 +92,23 @@ impl CoordinatorCore {
         }
     }
 
-    /// Take over from the durable record with a higher `epoch`. Every lease in it is counted
-    /// until `now + ttl·(1+drift) + grace` on this leader's clock.
+    /// Take over from the durable state with a higher `epoch`. Every lease in the record is
+    /// counted until `now + ttl·(1+drift) + grace` on this leader's clock.
     ///
-    /// Without a record the leader cannot tell a first start from a record that was lost (a
-    /// single-replica bucket whose server died) while DC leases are still live: it issues
-    /// nothing for one full DC-lease lifetime (`dc_ttl_ms`, stretched), so any such lease has
-    /// expired first. DCs run on their floors meanwhile.
-    pub fn resume(cfg: LimitConfig, writer: &str, epoch: u64, record: Option<&LedgerRecord>, now_ns: u64) -> Self {
+    /// A record that is missing although the fence says one was written ([`Stored::Lost`]: a
+    /// single-replica bucket whose server died) may have named DC leases that are still live:
+    /// the leader issues nothing for one full DC-lease lifetime (`dc_ttl_ms`, stretched), so any
+    /// such lease has expired first. DCs run on their floors meanwhile.
+    pub fn resume(cfg: LimitConfig, writer: &str, epoch: u64, stored: Stored<'_>, now_ns: u64) -> Self {
         let mut c = CoordinatorCore::new(cfg, writer, epoch);
-        if record.is_none() {
-            c.issue_from_ns = c.cfg.expiry.issuer_live_until_ns(now_ns, c.cfg.dc_ttl_ms);
-        }
+        let record = match stored {
+            Stored::Record(r) => Some(r),
+            Stored::Fresh => None,
+            Stored::Lost => {
+                c.issue_from_ns = c.cfg.expiry.issuer_live_until_ns(now_ns, c.cfg.dc_ttl_ms);
+                None
+            }
+        };
         if let Some(rec) = record {
             for l in &rec.leases {
                 let live_until_ns = c.cfg.expiry.issuer_live_until_ns(now_ns, l.ttl_ms);

@@ -67,6 +67,7 @@ pub struct DcCounters {
     pub passes_growth: u64,
 }
 
+#[derive(Clone)]
 pub struct DcManagerCore {
     cfg: DcManagerConfig,
     pods: Pods,

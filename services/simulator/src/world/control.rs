@@ -3,7 +3,7 @@
 
 use super::{CoordSlot, DcSlot, Ev, Msg, PodSlot, PodState, Policy, World, MS};
 use crate::net::Link;
-use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig};
+use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
 use leasehold_shared::dc_manager::{DcManagerConfig, DcOutput};
 use leasehold_shared::expiry::ExpiryPolicy;
 use leasehold_shared::holder::LeaseRejection;
@@ -218,13 +218,10 @@ impl World {
             self.kv.leader = Some((c, self.now + leader_ttl));
             let epoch = self.kv.max_epoch + 1;
             let local = self.coords[c].clock.local(self.now);
-            let core = CoordinatorCore::resume(
-                self.limit_config(),
-                &self.coords[c].id,
-                epoch,
-                self.kv.record.as_deref(),
-                local,
-            );
+            // The world's fence: the highest epoch ever written, kept apart from the record.
+            let fence = (self.kv.max_epoch > 0).then_some(self.kv.max_epoch);
+            let stored = Stored::classify(self.kv.record.as_deref(), fence);
+            let core = CoordinatorCore::resume(self.limit_config(), &self.coords[c].id, epoch, stored, local);
             self.coords[c].core = Some(core);
             self.coords[c].record_rev = self.kv.record_rev;
             self.metrics.takeovers += 1;
