@@ -1,7 +1,7 @@
 //! The checkers must be able to fail: break an assumption on purpose and watch them catch it.
 
 use leasehold_shared::expiry::ExpiryPolicy;
-use leasehold_sim::{run_scenario, Policy, Scenario};
+use leasehold_sim::{run_scenario, run_seed, Policy, Scenario};
 
 #[test]
 fn clocks_drifting_beyond_the_assumed_bound_are_caught() {
@@ -22,4 +22,16 @@ fn uncoordinated_pods_overrun_the_upstream_in_overload() {
     let r = run_scenario(Scenario::overload(), 1, Policy::Uncoordinated);
     assert!(r.upstream_rejections > 0);
     assert!(r.max_window_ratio > 1.5, "{}", r.max_window_ratio);
+}
+
+#[test]
+fn uncoordinated_baseline_breaks_the_limit_in_chaos_and_storm() {
+    // Seed 1 is the R/B variant (3 regions), seed 2 the sliding-window one (2 DCs).
+    for (scenario, seed) in [("chaos", 1), ("storm", 2)] {
+        let r = run_seed(scenario, seed, Policy::Uncoordinated).expect("known scenario");
+        assert!(r.upstream_rejections > 0, "{} seed {seed}: the upstream saw no overrun", r.variant);
+        // Not a rounding error at the edge: most of the overload is turned away.
+        let rejected = r.upstream_rejections as f64 / r.upstream_calls as f64;
+        assert!(rejected > 0.25, "{} seed {seed}: only {rejected:.3} of calls rejected", r.variant);
+    }
 }

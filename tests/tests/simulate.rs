@@ -1,5 +1,6 @@
 //! The simulator end to end: every scenario meets its targets on a few seeds, runs are
-//! deterministic, and chaos covers every fault kind with zero violations.
+//! deterministic, and chaos and storm cover every fault kind with zero violations while the
+//! demand overloads the limit (the uncoordinated baseline in the same run breaks it).
 
 use leasehold_sim::faults::FaultKind;
 use leasehold_sim::{run_many, run_seed, Policy, RunOptions, Summary};
@@ -24,6 +25,8 @@ fn diurnal_follows_the_sun_without_violations() {
     assert!(s.utilization >= 0.99, "{}", s.utilization);
     assert!(s.max_window_ratio <= 1.0);
     assert!(s.baselines["static_split"].utilization < s.utilization - 0.05, "the static split must be visibly worse");
+    assert!(!s.judge_has_teeth, "diurnal demand stays below the limit: even no limit at all holds it");
+    assert_eq!(s.teeth_warning(), None, "only overloaded scenarios must show teeth");
 }
 
 #[test]
@@ -56,6 +59,26 @@ fn chaos_holds_the_limit_through_every_fault_and_recovers() {
     }
     assert!(s.fenced_writes > 0, "a paused leader's late write must be fenced at least once");
     assert!(s.liveness_utilization_min.unwrap() >= 0.95, "{:?}", s.liveness_utilization_min);
+    assert!(s.offered_over_limit >= 0.9, "{}", s.offered_over_limit);
+    assert!(s.judge_has_teeth, "{:?}", s.baselines["uncoordinated"]);
+    assert!(s.baselines["uncoordinated"].seeds >= 3);
+    assert_eq!(s.teeth_warning(), None);
+    let toothless = Summary { judge_has_teeth: false, ..s };
+    assert!(toothless.teeth_warning().is_some_and(|w| w.contains("no teeth")));
+}
+
+#[test]
+fn storm_holds_the_limit_while_faults_overlap() {
+    let s = summary("storm", 2);
+    assert_eq!(s.violations, 0, "failing seeds {:?}: {s:?}", s.failing_seeds);
+    // chaos injects about 40 faults per seed (one every ~12 s); storm one every ~3 s.
+    assert!(s.faults_injected_min >= 100, "{}", s.faults_injected_min);
+    for k in FaultKind::ALL {
+        assert!(s.faults_by_kind.get(&k).copied().unwrap_or(0) > 0, "{k:?} never injected");
+    }
+    assert!(s.offered_over_limit >= 0.9, "{}", s.offered_over_limit);
+    assert!(s.judge_has_teeth, "{:?}", s.baselines["uncoordinated"]);
+    assert!(s.liveness_utilization_min.unwrap() >= 0.9, "{:?}", s.liveness_utilization_min);
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 #[derive(Args)]
 pub struct SimulateArgs {
-    /// diurnal | overload | tenant-shift | chaos
+    /// diurnal | overload | tenant-shift | chaos | storm
     #[arg(long)]
     scenario: String,
     /// Number of seeds to run.
@@ -66,5 +66,8 @@ pub fn run(a: SimulateArgs) -> Result<ExitCode, String> {
         eprintln!("chart written to {}", path.display());
     }
     println!("{}", serde_json::to_string(&summary).map_err(|e| e.to_string())?);
+    if let Some(warning) = summary.teeth_warning() {
+        eprintln!("WARNING: {warning}");
+    }
     Ok(if summary.violations == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

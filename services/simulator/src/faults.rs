@@ -50,8 +50,19 @@ pub struct Fault {
     pub amount: f64,
 }
 
-/// A fault every ~`mean_gap_s` seconds in `[from_s, until_s)`, each healed before `until_s`.
-pub fn schedule(rng: &mut SeededRng, from_s: u64, until_s: u64, mean_gap_s: f64) -> Vec<Fault> {
+/// How often faults start and how long they last.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FaultPace {
+    /// Mean time between two fault onsets (exponential gaps, at least 1 s).
+    pub mean_gap_s: f64,
+    /// Multiplies every fault's duration range (1.0: the usual ranges).
+    pub duration_scale: f64,
+}
+
+/// A fault every ~`pace.mean_gap_s` seconds in `[from_s, until_s)`, each lasting
+/// `pace.duration_scale` times its kind's usual range, each healed before `until_s`. Short gaps
+/// and long faults overlap.
+pub fn schedule(rng: &mut SeededRng, from_s: u64, until_s: u64, pace: FaultPace) -> Vec<Fault> {
     let mut out = Vec::new();
     let mut t = from_s as f64;
     // Every kind once first (in a seeded order), then at random: each run covers all of them.
@@ -60,7 +71,7 @@ pub fn schedule(rng: &mut SeededRng, from_s: u64, until_s: u64, mean_gap_s: f64)
         first.swap(i, rng.range_u64(0, i as u64) as usize);
     }
     loop {
-        t += rng.exp(mean_gap_s).max(1.0);
+        t += rng.exp(pace.mean_gap_s).max(1.0);
         if t >= until_s as f64 {
             break;
         }
@@ -80,7 +91,7 @@ pub fn schedule(rng: &mut SeededRng, from_s: u64, until_s: u64, mean_gap_s: f64)
             FaultKind::MessageDuplication => (5.0, 30.0, 0.05 + rng.next_f64() * 0.25),
             FaultKind::MessageDelay => (5.0, 30.0, 50.0 + rng.next_f64() * 450.0),
         };
-        let duration_s = (lo + rng.next_f64() * (hi - lo)).min(until_s as f64 - t);
+        let duration_s = ((lo + rng.next_f64() * (hi - lo)) * pace.duration_scale).min(until_s as f64 - t);
         out.push(Fault { at_s: t, kind, duration_s, target: rng.next_u64(), amount });
     }
     out
@@ -92,13 +103,29 @@ mod tests {
 
     #[test]
     fn schedule_is_seeded_covers_every_kind_and_heals_in_time() {
-        let a = schedule(&mut SeededRng::new(3), 20, 540, 15.0);
-        let b = schedule(&mut SeededRng::new(3), 20, 540, 15.0);
+        let a = schedule(&mut SeededRng::new(3), 20, 540, FaultPace { mean_gap_s: 15.0, duration_scale: 1.0 });
+        let b = schedule(&mut SeededRng::new(3), 20, 540, FaultPace { mean_gap_s: 15.0, duration_scale: 1.0 });
         assert_eq!(a, b);
         assert!(a.len() >= 20, "{}", a.len());
         for k in FaultKind::ALL {
             assert!(a.iter().any(|f| f.kind == k), "{k:?} missing");
         }
         assert!(a.iter().all(|f| f.at_s + f.duration_s <= 540.0));
+    }
+
+    /// How many faults are active at time `t`.
+    fn active_at(faults: &[Fault], t: f64) -> usize {
+        faults.iter().filter(|f| f.at_s <= t && t < f.at_s + f.duration_s).count()
+    }
+
+    #[test]
+    fn short_gaps_and_long_faults_overlap() {
+        let sparse = schedule(&mut SeededRng::new(3), 20, 540, FaultPace { mean_gap_s: 12.0, duration_scale: 1.0 });
+        let dense = schedule(&mut SeededRng::new(3), 20, 540, FaultPace { mean_gap_s: 3.0, duration_scale: 2.0 });
+        assert!(dense.len() >= 3 * sparse.len(), "{} vs {}", dense.len(), sparse.len());
+        let mean_active = |f: &[Fault]| (20..540).map(|t| active_at(f, t as f64)).sum::<usize>() as f64 / 520.0;
+        assert!(mean_active(&dense) >= 4.0, "{}", mean_active(&dense));
+        assert!(mean_active(&dense) >= 4.0 * mean_active(&sparse));
+        assert!(dense.iter().all(|f| f.at_s + f.duration_s <= 540.0));
     }
 }

@@ -7,7 +7,10 @@
 //! a failing seed replays exactly.
 //!
 //! ## Layout
-//! * [`scenario`]: topology, limits and demand (`diurnal`, `overload`, `tenant-shift`, `chaos`).
+//! * [`scenario`]: topology, limits and demand (`diurnal`, `overload`, `tenant-shift`, `chaos`,
+//!   `storm`). `chaos` and `storm` overload the limit (offered ≥ 1.5× R for most of the run), so
+//!   the uncoordinated baseline breaks it in the same run: proof that the judge can see a leak.
+//!   `storm` is `chaos` with overlapping faults (a fault every 3 s, each twice as long).
 //! * [`world`]: the event loop and the wiring of the shared cores.
 //! * [`net`], [`clock`]: the network and per-node clocks.
 //! * [`upstream`]: the strict judge.

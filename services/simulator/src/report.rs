@@ -2,7 +2,7 @@
 
 use crate::faults::FaultKind;
 use crate::metrics::Series;
-use crate::scenario::Scenario;
+use crate::scenario::{OfferedLoad, Scenario};
 use crate::world::{Policy, World};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -48,6 +48,8 @@ pub struct SeedResult {
     pub takeovers: u64,
     pub fenced_writes: u64,
     pub overshoot_rate_per_s: f64,
+    /// This seed's offered load, from the scenario's demand function.
+    pub offered: OfferedLoad,
     #[serde(skip)]
     pub series: Series,
 }
@@ -57,6 +59,9 @@ pub struct BaselineResult {
     pub utilization: f64,
     pub violations: u64,
     pub max_window_ratio: f64,
+    pub seeds: u64,
+    /// Seeds in which the upstream rejected at least one call.
+    pub seeds_with_violations: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -93,7 +98,37 @@ pub struct Summary {
     pub leased_burst: f64,
     pub egress_spread_ms: u64,
     pub seconds: f64,
+    /// Fraction of seconds in which the total offered demand is ≥ 1.5× R (the smallest over the
+    /// seeds' variants), from the scenario's demand function.
+    pub offered_over_limit: f64,
+    /// Mean over seeds and seconds of the total offered demand ÷ R.
+    pub offered_to_limit_mean: f64,
+    /// The uncoordinated baseline broke the limit in every seed it ran in this run: the upstream
+    /// would have rejected a leak, so `violations: 0` means something.
+    pub judge_has_teeth: bool,
     pub baselines: BTreeMap<&'static str, BaselineResult>,
+}
+
+impl Summary {
+    /// Why this run's `violations: 0` proves less than it seems, if it does: the scenario is
+    /// meant to overload the limit, but the uncoordinated baseline did not break it everywhere.
+    pub fn teeth_warning(&self) -> Option<String> {
+        let overloaded = Scenario::by_name(&self.scenario, self.first_seed).is_some_and(|s| s.overloaded);
+        if !overloaded || self.judge_has_teeth {
+            return None;
+        }
+        let unc = self.baselines.get("uncoordinated").cloned().unwrap_or_default();
+        Some(format!(
+            "the judge had no teeth in this {} run: the uncoordinated baseline (no limit at all) broke the limit in \
+             only {} of {} seeds, so the upstream could not have caught a leak there (offered >= 1.5x R in {:.0}% \
+             of seconds, mean offered/R {:.2})",
+            self.scenario,
+            unc.seeds_with_violations,
+            unc.seeds,
+            self.offered_over_limit * 100.0,
+            self.offered_to_limit_mean
+        ))
+    }
 }
 
 /// Run one seed of a scenario under a policy.
@@ -105,6 +140,7 @@ pub fn run_seed(scenario: &str, seed: u64, policy: Policy) -> Option<SeedResult>
 pub fn run_scenario(sc: Scenario, seed: u64, policy: Policy) -> SeedResult {
     let variant = sc.name.clone();
     let virtual_s = sc.duration_s;
+    let offered = sc.offered_load();
     let mut w = World::new(sc, policy, seed);
     let events = w.run();
     let fresh = crate::metrics::Metrics::new(w.scenario());
@@ -128,6 +164,7 @@ pub fn run_scenario(sc: Scenario, seed: u64, policy: Policy) -> SeedResult {
         takeovers: m.takeovers,
         fenced_writes: m.fenced_writes,
         overshoot_rate_per_s: m.overshoot_max.rate_per_s(),
+        offered,
         series: m.series,
     }
 }
@@ -166,6 +203,40 @@ fn parallel<T: Send>(
     let mut v = out.into_inner().unwrap_or_else(|p| p.into_inner());
     v.sort_by_key(|(i, _)| *i);
     v.into_iter().map(|(_, r)| r).collect()
+}
+
+/// The naive baselines on the first seeds of the run (no faults: they are not fault-tolerant).
+/// An overloaded scenario runs them on at least 3 seeds, so that both of its variants show
+/// whether the judge can see a leak.
+fn run_baselines(opts: &RunOptions) -> BTreeMap<&'static str, BaselineResult> {
+    let overloaded = Scenario::by_name(&opts.scenario, opts.first_seed).is_some_and(|s| s.overloaded);
+    let count = if overloaded { opts.baseline_seeds.max(3) } else { opts.baseline_seeds.clamp(1, opts.seeds) };
+    let seeds: Vec<u64> = (opts.first_seed..opts.first_seed + count).collect();
+    let mut baselines = BTreeMap::new();
+    for (name, policy) in [
+        ("static_split", Policy::StaticSplit),
+        ("static_per_pod", Policy::StaticPerPod),
+        ("uncoordinated", Policy::Uncoordinated),
+    ] {
+        let rs = parallel(
+            seeds.clone(),
+            opts.threads,
+            |seed| run_seed(&opts.scenario, seed, policy).expect("scenario checked"),
+            |_| {},
+        );
+        let n = rs.len().max(1) as f64;
+        baselines.insert(
+            name,
+            BaselineResult {
+                utilization: rs.iter().map(|r| r.utilization).sum::<f64>() / n,
+                violations: rs.iter().map(|r| r.upstream_rejections).sum(),
+                max_window_ratio: rs.iter().map(|r| r.max_window_ratio).fold(0.0, f64::max),
+                seeds: rs.len() as u64,
+                seeds_with_violations: rs.iter().filter(|r| r.upstream_rejections > 0).count() as u64,
+            },
+        );
+    }
+    baselines
 }
 
 /// Run `opts.seeds` seeds and the baselines; returns the summary and the per-seed results.
@@ -208,30 +279,8 @@ pub fn run_many(opts: &RunOptions) -> Result<(Summary, Vec<SeedResult>), String>
         },
     );
 
-    let baseline_seeds: Vec<u64> = seeds.iter().copied().take(opts.baseline_seeds.max(1) as usize).collect();
-    let mut baselines = BTreeMap::new();
-    for (name, policy) in [
-        ("static_split", Policy::StaticSplit),
-        ("static_per_pod", Policy::StaticPerPod),
-        ("uncoordinated", Policy::Uncoordinated),
-    ] {
-        let rs = parallel(
-            baseline_seeds.clone(),
-            opts.threads,
-            |seed| run_seed(&opts.scenario, seed, policy).expect("scenario checked"),
-            |_| {},
-        );
-        let n = rs.len().max(1) as f64;
-        baselines.insert(
-            name,
-            BaselineResult {
-                utilization: rs.iter().map(|r| r.utilization).sum::<f64>() / n,
-                violations: rs.iter().map(|r| r.upstream_rejections).sum(),
-                max_window_ratio: rs.iter().map(|r| r.max_window_ratio).fold(0.0, f64::max),
-            },
-        );
-    }
-
+    let baselines = run_baselines(opts);
+    let judge_has_teeth = baselines["uncoordinated"].seeds_with_violations == baselines["uncoordinated"].seeds;
     let mut rebalance: Vec<f64> = results.iter().flat_map(|r| r.rebalance_s.iter().copied()).collect();
     rebalance.sort_by(f64::total_cmp);
     let mut faults_by_kind = BTreeMap::new();
@@ -271,6 +320,9 @@ pub fn run_many(opts: &RunOptions) -> Result<(Summary, Vec<SeedResult>), String>
         leased_burst: sc.quota.burst(),
         egress_spread_ms: sc.egress_spread_ms(),
         seconds: (started.elapsed().as_secs_f64() * 100.0).round() / 100.0,
+        offered_over_limit: results.iter().map(|r| r.offered.over_limit_fraction).fold(1.0, f64::min),
+        offered_to_limit_mean: results.iter().map(|r| r.offered.mean_to_limit).sum::<f64>() / n,
+        judge_has_teeth,
         baselines,
     };
     Ok((summary, results))

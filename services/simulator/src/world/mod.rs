@@ -145,7 +145,7 @@ impl World {
         let mut rng = SeededRng::new(seed);
         let net_rng = rng.fork(1);
         let faults = if sc.chaos && policy == Policy::Leasehold {
-            crate::faults::schedule(&mut rng.fork(2), sc.fault_from_s, sc.fault_until_s, 12.0)
+            crate::faults::schedule(&mut rng.fork(2), sc.fault_from_s, sc.fault_until_s, sc.fault_pace())
         } else {
             Vec::new()
         };
