@@ -150,7 +150,7 @@ fn out_of_range_fields_are_refused() {
     let mut l = dc_lease();
     l.quota = Quota::new(u64::MAX, 0);
     assert!(matches!(decode::<DcLease>(&encode(&l)), Err(WireError::Invalid { field: "quota", .. })));
-    let r = br#"{"v":1,"limit":"l","dc":"d","pod":"p","seq":1,"interval_ms":250,"offered":99999999999999,"admitted":0,"rejected":0,"queued":0,"errors":0,"healthy":true,"draining":false,"weight":1.0,"lease_in_use":null}"#;
+    let r = br#"{"v":1,"limit":"l","dc":"d","pod":"p","incarnation":1,"seq":1,"interval_ms":250,"offered":99999999999999,"admitted":0,"rejected":0,"queued":0,"errors":0,"healthy":true,"draining":false,"weight":1.0,"lease_in_use":null}"#;
     assert!(matches!(decode::<PodReport>(r), Err(WireError::Invalid { field: "offered", .. })));
 }
 

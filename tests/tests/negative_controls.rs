@@ -1,6 +1,8 @@
 //! The checkers must be able to fail: break an assumption on purpose and watch them catch it.
 
+use leasehold_shared::bugs::KnownBugs;
 use leasehold_shared::expiry::ExpiryPolicy;
+use leasehold_shared::quota::Quota;
 use leasehold_sim::{run_scenario, run_seed, Policy, Scenario};
 
 #[test]
@@ -34,4 +36,23 @@ fn uncoordinated_baseline_breaks_the_limit_in_chaos_and_storm() {
         let rejected = r.upstream_rejections as f64 / r.upstream_calls as f64;
         assert!(rejected > 0.25, "{} seed {seed}: only {rejected:.3} of calls rejected", r.variant);
     }
+}
+
+/// A hole an audit found, brought back by its switch, must be caught by some seed of the
+/// overloaded fault scenarios (the same runs report 0 violations with every switch off).
+fn breaches_with(bugs: KnownBugs, storm: bool, emergency: Quota, seeds: std::ops::RangeInclusive<u64>) -> u64 {
+    seeds
+        .map(|seed| {
+            let mut sc = if storm { Scenario::by_name("storm", seed).expect("storm") } else { Scenario::chaos(seed) };
+            sc.bugs = bugs;
+            sc.emergency_per_dc = emergency;
+            run_scenario(sc, seed, Policy::Leasehold).violations
+        })
+        .sum()
+}
+
+#[test]
+fn the_simulator_catches_the_emergency_allowance_before_the_quiet_period() {
+    let bugs = KnownBugs { emergency_before_quiet_period: true, ..KnownBugs::default() };
+    assert!(breaches_with(bugs, true, Quota::per_s(50, 0), 1..=6) > 0);
 }

@@ -117,9 +117,10 @@ async fn a_standby_takes_over_with_a_higher_epoch_and_keeps_the_old_leases() {
             crashed_at.elapsed() >= Duration::from_millis(LEADER_TTL_MS / 2),
             "took over before the old key could expire"
         );
-        assert_eq!(s.epoch, epoch + 1, "{}", server.version);
+        // Above every stored epoch and at least its claim's revision in the leader bucket.
+        assert!(s.epoch > epoch, "{}: epoch {} after {epoch}", server.version, s.epoch);
         let (_, rec) = record_until(&js, &mut standby.status, "new writer", |r| r.writer == standby_id).await;
-        assert_eq!(rec.epoch, epoch + 1);
+        assert_eq!(rec.epoch, s.epoch);
         assert!(
             rec.leases.iter().any(|l| l.dc == "bkk" && l.version.epoch == epoch),
             "the old leader's lease is still on record"
@@ -156,7 +157,7 @@ async fn a_deposed_leader_cannot_write_the_ledger() {
     assert!(now.writer == "intruder" || now.epoch > rec.epoch, "a deposed write landed: {now:?}");
     // Once its own key expires it may lead again, but only above the intruder's epoch.
     let s = until(&mut a.status, Duration::from_secs(10), "a leads again", |s| s.leading && s.takeovers >= 2).await;
-    assert_eq!(s.epoch, rec.epoch + 1);
+    assert!(s.epoch > rec.epoch, "leads again at {} after the intruder's {}", s.epoch, rec.epoch);
     a.stop().await.unwrap();
 }
 

@@ -14,15 +14,26 @@ pub enum FaultKind {
     PartitionPodDc,
     CoordinatorCrash,
     CoordinatorPause,
-    /// The DC's leading manager dies; a standby takes over one leader TTL later.
+    /// A DC's leading manager dies; its standby claims the DC after a leader TTL, and the
+    /// dead one comes back as a standby.
     DcManagerCrash,
+    /// A DC's leading manager freezes past its leader TTL with pod leases computed but not
+    /// sent; on waking it sends them (the GC-pause bug) and finds its term taken.
+    DcManagerPause,
+    /// Answers from the leader keys come back late (slow compare-and-set replies), by up to
+    /// `amount` ms: a leader must time its term from the send.
+    SlowLeaderReplies,
+    /// A rolling restart with new settings: `dc_ttl_ms` and `pod_ttl_ms` shrink to 60% (or grow
+    /// back); the coordinator leader and each DC's leading manager restart, so standbys with the
+    /// new settings take over.
+    ConfigChange,
     MessageLoss,
     MessageDuplication,
     MessageDelay,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 15] = [
         FaultKind::PodCrash,
         FaultKind::PodPause,
         FaultKind::PodJoin,
@@ -32,6 +43,9 @@ impl FaultKind {
         FaultKind::CoordinatorCrash,
         FaultKind::CoordinatorPause,
         FaultKind::DcManagerCrash,
+        FaultKind::DcManagerPause,
+        FaultKind::SlowLeaderReplies,
+        FaultKind::ConfigChange,
         FaultKind::MessageLoss,
         FaultKind::MessageDuplication,
         FaultKind::MessageDelay,
@@ -86,7 +100,10 @@ pub fn schedule(rng: &mut SeededRng, from_s: u64, until_s: u64, pace: FaultPace)
             FaultKind::PartitionPodDc => (3.0, 15.0, 0.0),
             FaultKind::CoordinatorCrash => (5.0, 20.0, 0.0),
             FaultKind::CoordinatorPause => (4.0, 8.0, 0.0),
-            FaultKind::DcManagerCrash => (3.0, 4.0, 0.0),
+            FaultKind::DcManagerCrash => (3.0, 12.0, 0.0),
+            FaultKind::DcManagerPause => (4.0, 9.0, 0.0),
+            FaultKind::ConfigChange => (3.0, 12.0, 0.0),
+            FaultKind::SlowLeaderReplies => (5.0, 20.0, 300.0 + rng.next_f64() * 1_200.0),
             FaultKind::MessageLoss => (5.0, 30.0, 0.05 + rng.next_f64() * 0.25),
             FaultKind::MessageDuplication => (5.0, 30.0, 0.05 + rng.next_f64() * 0.25),
             FaultKind::MessageDelay => (5.0, 30.0, 50.0 + rng.next_f64() * 450.0),

@@ -41,6 +41,8 @@ pub struct Metrics {
     pub first_breach: Option<(f64, String)>,
     pub faults_by_kind: BTreeMap<FaultKind, u64>,
     pub takeovers: u64,
+    /// DC-manager terms begun (the first per DC included).
+    pub dc_takeovers: u64,
     pub fenced_writes: u64,
     pub lease_rejections: u64,
     pub drains_acked: u64,
@@ -79,6 +81,7 @@ impl Metrics {
             first_breach: None,
             faults_by_kind: BTreeMap::new(),
             takeovers: 0,
+            dc_takeovers: 0,
             fenced_writes: 0,
             lease_rejections: 0,
             drains_acked: 0,

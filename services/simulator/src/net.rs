@@ -17,6 +17,8 @@ pub struct NetFaults {
     pub duplicate: f64,
     /// Extra uniformly random delay up to this many ms (reorders messages).
     pub extra_delay_ms: u64,
+    /// Extra delay of every answer from the leader keys (slow compare-and-set replies).
+    pub slow_leader_replies_ms: u64,
 }
 
 #[derive(Clone, Debug)]

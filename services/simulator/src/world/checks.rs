@@ -28,8 +28,10 @@ impl World {
             self.metrics.invariant(self.now, msg);
         }
         // The leader the KV names (a paused, deposed one may still believe it leads).
-        let Some(c) = self.kv.leader.map(|(c, _)| c).filter(|&c| self.coords[c].core.is_some() && self.coords[c].alive)
-        else {
+        let named = self.leader_keys.holder("coordinator");
+        let Some(c) = (0..self.coords.len()).find(|&c| {
+            Some(self.coords[c].id.as_str()) == named && self.coords[c].core.is_some() && self.coords[c].alive
+        }) else {
             return;
         };
         let local = self.coords[c].clock.local(self.now);
@@ -38,12 +40,17 @@ impl World {
             self.metrics.invariant(self.now, format!("coordinator ledger: {e}"));
         }
         // Nesting: a DC's pods never hold more than its floor plus what the coordinator counts.
+        // Every holder of the DC counts: a new manager term's pods and the previous term's may
+        // overlap, and so do their DC leases on the coordinator's books.
+        let record = core.record();
         for (d, used) in per_dc.iter().enumerate() {
-            let counted = core
-                .dcs()
-                .get(&self.sc.dcs[d].name)
-                .and_then(|v| v.holder.as_ref())
-                .map_or(Quota::ZERO, |h| core.ledger().holder_claim(h, local));
+            let mut holders: Vec<&str> =
+                record.leases.iter().filter(|l| l.dc == self.sc.dcs[d].name).map(|l| l.holder.as_str()).collect();
+            holders.sort_unstable();
+            holders.dedup();
+            let counted = holders
+                .iter()
+                .fold(Quota::ZERO, |s, h| s.saturating_add(core.ledger().holder_claim(&h.to_string(), local)));
             let allowed = counted.saturating_add(self.sc.dcs[d].floor).saturating_add(self.sc.emergency_per_dc);
             if !used.fits_in(&allowed) {
                 let msg =
@@ -62,7 +69,10 @@ impl World {
             .map(|d| match self.policy {
                 Policy::Leasehold => {
                     let slot = &self.dcs[d];
-                    slot.core.budget(slot.clock.local(self.now)).0.rate_per_s()
+                    slot.acting(self.now).map_or(0.0, |r| {
+                        let m = &slot.mgrs[r];
+                        m.core.as_ref().expect("acting").budget(m.clock.local(self.now)).0.rate_per_s()
+                    })
                 }
                 _ => 0.0,
             })

@@ -1,9 +1,10 @@
 //! The control plane: pod reports, DC manager ticks, coordinator leadership through the KV
 //! register, and message delivery. All decisions are made by the shared cores.
 
-use super::{CoordSlot, DcSlot, Ev, Msg, PodSlot, PodState, Policy, World, MS};
+use super::leaders::Who;
+use super::{CoordSlot, Ev, Msg, PodSlot, PodState, Policy, World, MS};
 use crate::net::Link;
-use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
+use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::dc_manager::{DcManagerConfig, DcOutput};
 use leasehold_shared::expiry::ExpiryPolicy;
 use leasehold_shared::holder::LeaseRejection;
@@ -25,7 +26,9 @@ impl World {
         let instance = format!("{}-mgr-e{term}", self.sc.dcs[d].name);
         let mut c = DcManagerConfig::new("partner-api", &self.sc.dcs[d].name, &instance);
         c.epoch = term;
-        c.pod_ttl_ms = self.sc.pod_ttl_ms;
+        c.pod_ttl_ms = self.live.pod_ttl_ms;
+        // Set by the operator during a rollout that changes pod_ttl_ms: the longest any term used.
+        c.inherited_pod_ttl_ms = self.live.pod_ttl_ms_max;
         c.renew_interval_ms = self.sc.renew_ms;
         c.heartbeat_timeout_ms = self.sc.pod_report_ms * 6;
         c.expiry = self.expiry();
@@ -39,7 +42,7 @@ impl World {
     pub(super) fn limit_config(&self) -> LimitConfig {
         let dcs: Vec<(&str, Quota)> = self.sc.dcs.iter().map(|d| (d.name.as_str(), d.floor)).collect();
         let mut c = LimitConfig::new("partner-api", self.sc.quota, &dcs);
-        c.dc_ttl_ms = self.sc.dc_ttl_ms;
+        c.dc_ttl_ms = self.live.dc_ttl_ms;
         c.renew_interval_ms = self.sc.renew_ms;
         c.expiry = self.expiry();
         c
@@ -133,33 +136,30 @@ impl World {
         self.send(Link::PodDc(p), || Msg::PodReport(p, report.clone()));
     }
 
-    pub(super) fn on_dc_tick(&mut self, d: usize) {
-        let next = self.now + self.dcs[d].clock.real_span(self.sc.dc_report_ms * MS);
-        self.push(next, Ev::DcTick(d));
-        if self.dcs[d].down {
+    pub(super) fn on_dc_tick(&mut self, d: usize, r: usize, inc: u64) {
+        let m = &self.dcs[d].mgrs[r];
+        if m.incarnation != inc || !m.alive {
             return;
         }
-        let slot = &mut self.dcs[d];
-        let out = slot.core.tick(slot.clock.local(self.now));
+        if m.paused_until > self.now {
+            let at = m.paused_until;
+            self.push(at, Ev::DcTick(d, r, inc));
+            return;
+        }
+        let next = self.now + m.clock.real_span(self.sc.dc_report_ms * MS);
+        self.push(next, Ev::DcTick(d, r, inc));
+        let held = std::mem::take(&mut self.dcs[d].mgrs[r].send_on_wake);
+        self.route_dc(d, held);
+        self.poll_election(Who::Mgr(d, r));
+        if self.dcs[d].acting(self.now) != Some(r) {
+            return;
+        }
+        let m = &mut self.dcs[d].mgrs[r];
+        let out = m.core.as_mut().expect("acting").tick(m.clock.local(self.now));
         self.route_dc(d, out);
     }
 
-    /// A standby takes DC `d` over: a new term (new holder, higher epoch) that learns its floor
-    /// from the last ledger record and waits out the previous term's pod leases.
-    pub(super) fn dc_takeover(&mut self, d: usize) {
-        let slot = &mut self.dcs[d];
-        slot.term += 1;
-        slot.down = false;
-        let local = slot.clock.local(self.now);
-        let cfg = self.dc_config(d, self.dcs[d].term);
-        let mut core = leasehold_shared::dc_manager::DcManagerCore::new(cfg, local);
-        let floor = self.kv.record.as_ref().and_then(|r| r.floors.get(&self.sc.dcs[d].name).copied());
-        let out = floor.map(|f| core.on_floor(f, local)).unwrap_or_default();
-        self.dcs[d].core = core;
-        self.route_dc(d, out);
-    }
-
-    fn route_dc(&mut self, d: usize, out: Vec<DcOutput>) {
+    pub(super) fn route_dc(&mut self, d: usize, out: Vec<DcOutput>) {
         for o in out {
             match o {
                 DcOutput::PodLease(l) => {
@@ -192,47 +192,35 @@ impl World {
         }
         let next = self.now + self.coords[c].clock.real_span(self.sc.renew_ms * MS);
         self.push(next, Ev::CoordTick(c, inc));
-        let leader_ttl = self.sc.leader_ttl_ms * MS;
         if std::mem::take(&mut self.coords[c].write_on_wake) && self.coords[c].core.is_some() {
+            // It checked its leadership before the pause and writes now, unchecked.
             let local = self.coords[c].clock.local(self.now);
             self.coords[c].core.as_mut().expect("leader").tick(local);
             self.write_record(c, false);
         }
-        if self.coords[c].core.is_some() {
-            // Renew the leader key by compare-and-set; a deposed leader finds it taken.
-            match self.kv.leader {
-                Some((holder, _)) if holder == c => self.kv.leader = Some((c, self.now + leader_ttl)),
-                _ => {
-                    self.coords[c].core = None;
-                    return;
-                }
-            }
-            let local = self.coords[c].clock.local(self.now);
-            let leases = self.coords[c].core.as_mut().expect("leader").tick(local);
-            self.write_record(c, leases.is_empty());
+        self.poll_election(Who::Coord(c));
+        let local = self.coords[c].clock.local(self.now);
+        if self.coords[c].core.is_none() || self.coords[c].election.acting_epoch(local).is_none() {
             return;
         }
-        // Standby: take over once the leader key expired on the KV server.
-        let vacant = self.kv.leader.is_none_or(|(_, exp)| exp <= self.now);
-        if vacant {
-            self.kv.leader = Some((c, self.now + leader_ttl));
-            let epoch = self.kv.max_epoch + 1;
-            let local = self.coords[c].clock.local(self.now);
-            // The world's fence: the highest epoch ever written, kept apart from the record.
-            let fence = (self.kv.max_epoch > 0).then_some(self.kv.max_epoch);
-            let stored = Stored::classify(self.kv.record.as_deref(), fence);
-            let core = CoordinatorCore::resume(self.limit_config(), &self.coords[c].id, epoch, stored, local);
-            self.coords[c].core = Some(core);
-            self.coords[c].record_rev = self.kv.record_rev;
-            self.metrics.takeovers += 1;
-            self.write_record(c, false);
-        }
+        let leases = self.coords[c].core.as_mut().expect("leader").tick(local);
+        self.write_record(c, leases.is_empty());
+    }
+
+    /// DC `d`'s manager whose term may act now, with its local time: the one that handles the
+    /// DC's messages (every replica hears them; the others ignore them).
+    fn acting_mgr(&mut self, d: usize) -> Option<(&mut leasehold_shared::dc_manager::DcManagerCore, u64)> {
+        let r = self.dcs[d].acting(self.now)?;
+        let m = &mut self.dcs[d].mgrs[r];
+        let local = m.clock.local(self.now);
+        Some((m.core.as_mut().expect("acting"), local))
     }
 
     /// Compare-and-set the ledger record; on success every DC's watch sees it.
-    fn write_record(&mut self, c: usize, quiet: bool) {
+    pub(super) fn write_record(&mut self, c: usize, quiet: bool) {
         if self.coords[c].record_rev != self.kv.record_rev {
             self.coords[c].core = None; // fenced: someone else wrote since
+            self.coords[c].election.resign("the ledger was written by another");
             self.metrics.fenced_writes += 1;
             return;
         }
@@ -258,20 +246,17 @@ impl World {
         match m {
             Msg::PodReport(p, r) => {
                 let d = self.pods[p].dc;
-                if self.pods[p].state == PodState::Down || self.dcs[d].down {
+                if self.pods[p].state == PodState::Down {
                     return;
                 }
-                let DcSlot { clock, core, .. } = &mut self.dcs[d];
-                let out = core.on_pod_report(&r, clock.local(self.now));
+                let Some((m, local)) = self.acting_mgr(d) else { return };
+                let out = m.on_pod_report(&r, local);
                 self.route_dc(d, out);
             }
             Msg::LeaseReturn(p, r) => {
                 let d = self.pods[p].dc;
-                if self.dcs[d].down {
-                    return;
-                }
-                let DcSlot { clock, core, .. } = &mut self.dcs[d];
-                let out = core.on_lease_return(&r, clock.local(self.now));
+                let Some((m, local)) = self.acting_mgr(d) else { return };
+                let out = m.on_lease_return(&r, local);
                 self.route_dc(d, out);
             }
             Msg::PodLease(p, l) => {
@@ -311,19 +296,16 @@ impl World {
                 }
             }
             Msg::Record(d, rec) => {
-                if self.dcs[d].down {
-                    return;
-                }
-                let DcSlot { clock, core, .. } = &mut self.dcs[d];
-                let floor = rec.floors.get(&core.config().dc).copied().unwrap_or_default();
-                let out = core.on_floor(floor, clock.local(self.now));
+                let Some((m, local)) = self.acting_mgr(d) else { return };
+                let floor = rec.floors.get(&m.config().dc).copied().unwrap_or_default();
+                let out = m.on_floor(floor, local);
                 self.route_dc(d, out);
-                let DcSlot { clock, core, .. } = &mut self.dcs[d];
-                let instance = core.config().instance.clone();
+                let Some((m, local)) = self.acting_mgr(d) else { return };
+                let instance = m.config().instance.clone();
                 let newest: Option<&DcLease> =
                     rec.leases.iter().filter(|l| l.holder == instance).max_by_key(|l| l.version);
                 if let Some(l) = newest {
-                    match core.on_dc_lease(l, clock.local(self.now)) {
+                    match m.on_dc_lease(l, local) {
                         Ok(out) => self.route_dc(d, out),
                         // The watch re-delivers the whole record: an already-applied lease is normal.
                         Err(LeaseRejection::NotNewer { .. }) => {}

@@ -9,6 +9,50 @@ impl World {
         (!candidates.is_empty()).then(|| candidates[(target % candidates.len() as u64) as usize])
     }
 
+    fn crash_mgr(&mut self, d: usize, r: usize) {
+        let m = &mut self.dcs[d].mgrs[r];
+        m.alive = false;
+        m.core = None;
+        m.incarnation += 1;
+        m.send_on_wake.clear();
+    }
+
+    /// A new process in the replica's place, as a standby.
+    fn restart_mgr(&mut self, d: usize, r: usize) {
+        let id = format!("{}-mgr{r}", self.sc.dcs[d].name);
+        let bug = self.sc.bugs.leader_fresh_from_reply;
+        let m = &mut self.dcs[d].mgrs[r];
+        m.alive = true;
+        m.core = None;
+        m.incarnation += 1;
+        m.election = super::leaders::election(&id, self.sc.leader_ttl_ms, bug);
+        let inc = m.incarnation;
+        self.push(self.now, Ev::DcTick(d, r, inc));
+    }
+
+    /// A new coordinator process in the slot's place, as a standby.
+    fn restart_coordinator(&mut self, c: usize) {
+        let bug = self.sc.bugs.leader_fresh_from_reply;
+        let co = &mut self.coords[c];
+        co.alive = true;
+        co.core = None;
+        co.incarnation += 1;
+        co.paused_until = 0;
+        co.write_on_wake = false;
+        co.election = super::leaders::election(&co.id, self.sc.leader_ttl_ms, bug);
+        let inc = co.incarnation;
+        self.push(self.now, Ev::CoordTick(c, inc));
+    }
+
+    /// The leading manager (term open, alive, not paused) of the DC `target` picks.
+    fn leading_mgr(&self, target: u64) -> Option<(usize, usize)> {
+        let d = (target % self.dcs.len() as u64) as usize;
+        let slot = &self.dcs[d];
+        (0..slot.mgrs.len())
+            .find(|&r| slot.mgrs[r].alive && slot.mgrs[r].paused_until <= self.now && slot.mgrs[r].core.is_some())
+            .map(|r| (d, r))
+    }
+
     fn leader(&self) -> Option<usize> {
         (0..self.coords.len()).find(|&c| self.coords[c].core.is_some() && self.coords[c].alive)
     }
@@ -65,12 +109,41 @@ impl World {
                 self.coords[c].write_on_wake = true;
                 self.faults[i].target = c as u64;
             }),
-            FaultKind::DcManagerCrash => {
-                let d = (f.target % self.dcs.len() as u64) as usize;
-                (!self.dcs[d].down).then(|| {
-                    self.dcs[d].down = true;
-                    self.faults[i].target = d as u64;
-                })
+            FaultKind::DcManagerCrash => self.leading_mgr(f.target).map(|(d, r)| {
+                self.crash_mgr(d, r);
+                self.faults[i].target = (d * 16 + r) as u64;
+            }),
+            FaultKind::DcManagerPause => self.leading_mgr(f.target).map(|(d, r)| {
+                let m = &mut self.dcs[d].mgrs[r];
+                let local = m.clock.local(self.now);
+                // It had decided to renew every pod's lease just before it froze.
+                m.send_on_wake = m.core.as_mut().map(|c| c.tick(local)).unwrap_or_default();
+                m.paused_until = heal_at;
+                self.faults[i].target = (d * 16 + r) as u64;
+            }),
+            FaultKind::SlowLeaderReplies => {
+                self.net.faults.slow_leader_replies_ms = f.amount as u64;
+                Some(())
+            }
+            FaultKind::ConfigChange => {
+                let l = &mut self.live;
+                l.changes += 1;
+                let shrink = l.changes % 2 == 1;
+                let scale = |base: u64| if shrink { base * 6 / 10 } else { base };
+                l.dc_ttl_ms = scale(self.sc.dc_ttl_ms);
+                l.pod_ttl_ms = scale(self.sc.pod_ttl_ms);
+                l.pod_ttl_ms_max = l.pod_ttl_ms_max.max(l.pod_ttl_ms);
+                // The leaders restart last (standbys already run the new settings).
+                if let Some(c) = self.leader() {
+                    self.restart_coordinator(c);
+                }
+                for d in 0..self.dcs.len() {
+                    if let Some((d, r)) = self.leading_mgr(d as u64) {
+                        self.crash_mgr(d, r);
+                        self.restart_mgr(d, r);
+                    }
+                }
+                Some(())
             }
             FaultKind::MessageLoss => {
                 self.net.faults.loss = f.amount;
@@ -132,14 +205,11 @@ impl World {
             }
             FaultKind::PartitionDcCoordinator => self.net.cut_dcs[t] = false,
             FaultKind::PartitionPodDc => self.net.cut_pods[t] = false,
-            FaultKind::CoordinatorCrash => {
-                // Comes back as a standby.
-                self.coords[t].alive = true;
-                let inc = self.coords[t].incarnation;
-                self.push(self.now, Ev::CoordTick(t, inc));
-            }
+            FaultKind::CoordinatorCrash => self.restart_coordinator(t),
             FaultKind::CoordinatorPause => {}
-            FaultKind::DcManagerCrash => self.dc_takeover(t),
+            FaultKind::DcManagerCrash => self.restart_mgr(t / 16, t % 16),
+            FaultKind::DcManagerPause | FaultKind::ConfigChange => {}
+            FaultKind::SlowLeaderReplies => self.net.faults.slow_leader_replies_ms = 0,
             FaultKind::MessageLoss => self.net.faults.loss = 0.0,
             FaultKind::MessageDuplication => self.net.faults.duplicate = 0.0,
             FaultKind::MessageDelay => self.net.faults.extra_delay_ms = 0,

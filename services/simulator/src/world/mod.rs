@@ -7,6 +7,7 @@
 mod checks;
 mod control;
 mod faults;
+mod leaders;
 mod requests;
 
 use crate::clock::NodeClock;
@@ -17,7 +18,7 @@ use crate::scenario::Scenario;
 use crate::upstream::Upstream;
 use leasehold_shared::bucket::TokenBucket;
 use leasehold_shared::coordinator::CoordinatorCore;
-use leasehold_shared::dc_manager::DcManagerCore;
+use leasehold_shared::dc_manager::{DcManagerCore, DcOutput};
 use leasehold_shared::pod::{IntervalCounters, PodCore};
 use leasehold_shared::rng::SeededRng;
 use leasehold_shared::wire::{DcReport, LeaseReturn, LedgerRecord, PodLease, PodReport, ReturnAck};
@@ -45,8 +46,11 @@ enum Ev {
     Arrival(usize),
     PodRetry(usize, u64),
     PodTick(usize, u64),
-    DcTick(usize),
+    /// DC, manager replica, incarnation.
+    DcTick(usize, usize, u64),
     CoordTick(usize, u64),
+    /// A leadership operation moves (see `leaders`).
+    Leader(usize),
     Deliver(usize),
     Fault(usize),
     Heal(usize),
@@ -85,14 +89,37 @@ struct PodSlot {
     static_bucket: Option<TokenBucket>,
 }
 
+/// One DC manager replica: it leads the DC while its election says it may act.
+struct MgrReplica {
+    clock: NodeClock,
+    election: leasehold_shared::leadership::Leadership,
+    /// The state of its current term (a new term is a new holder).
+    core: Option<DcManagerCore>,
+    alive: bool,
+    paused_until: u64,
+    /// Events of a previous process are ignored.
+    incarnation: u64,
+    /// Computed just before a pause and sent when it wakes (the GC-pause bug to survive).
+    send_on_wake: Vec<DcOutput>,
+}
+
 struct DcSlot {
     clock: NodeClock,
-    /// The current manager term (a crash hands the DC to a standby: a new term, a new holder).
-    core: DcManagerCore,
-    term: u64,
-    /// The leading manager crashed; a standby has not taken over yet.
-    down: bool,
+    mgrs: Vec<MgrReplica>,
     static_bucket: Option<TokenBucket>,
+}
+
+impl DcSlot {
+    /// The replica whose term may act now, if any.
+    fn acting(&self, now: u64) -> Option<usize> {
+        (0..self.mgrs.len()).find(|&r| {
+            let m = &self.mgrs[r];
+            m.alive
+                && m.paused_until <= now
+                && m.core.is_some()
+                && m.election.acting_epoch(m.clock.local(now)).is_some()
+        })
+    }
 }
 
 struct CoordSlot {
@@ -101,6 +128,7 @@ struct CoordSlot {
     alive: bool,
     paused_until: u64,
     incarnation: u64,
+    election: leasehold_shared::leadership::Leadership,
     core: Option<CoordinatorCore>,
     /// KV revision of the ledger record this leader last wrote or read.
     record_rev: u64,
@@ -109,18 +137,27 @@ struct CoordSlot {
     write_on_wake: bool,
 }
 
-/// The JetStream KV stand-in: a leader key with a server-side TTL and the ledger record, both
-/// written by compare-and-set on revisions.
+/// The ledger bucket stand-in: the record, written by compare-and-set on its revision, and the
+/// fence (the highest epoch ever written, kept apart from the record).
 #[derive(Default)]
 struct Kv {
-    leader: Option<(usize, u64)>,
     record: Option<Rc<LedgerRecord>>,
     record_rev: u64,
     max_epoch: u64,
 }
 
+/// Settings a rolling restart may change while the world runs; new terms pick them up.
+#[derive(Clone, Copy, Debug)]
+struct LiveConfig {
+    dc_ttl_ms: u64,
+    pod_ttl_ms: u64,
+    pod_ttl_ms_max: u64,
+    changes: u64,
+}
+
 pub struct World {
     sc: Scenario,
+    live: LiveConfig,
     policy: Policy,
     now: u64,
     seq: u64,
@@ -135,6 +172,8 @@ pub struct World {
     dcs: Vec<DcSlot>,
     coords: Vec<CoordSlot>,
     kv: Kv,
+    leader_keys: leaders::LeaderKeys,
+    leader_ops: Vec<Option<leaders::LeaderOp>>,
     upstream: Upstream,
     faults: Vec<Fault>,
     pub metrics: Metrics,
@@ -152,7 +191,14 @@ impl World {
         let total_pods: usize = sc.dcs.iter().map(|d| d.pods).sum();
         let upstream = Upstream::new(sc.judged_limit());
         let metrics = Metrics::new(&sc);
+        let live = LiveConfig {
+            dc_ttl_ms: sc.dc_ttl_ms,
+            pod_ttl_ms: sc.pod_ttl_ms,
+            pod_ttl_ms_max: sc.pod_ttl_ms,
+            changes: 0,
+        };
         let mut w = World {
+            live,
             net: Network::new(total_pods, sc.dcs.len()),
             policy,
             now: 0,
@@ -167,6 +213,8 @@ impl World {
             dcs: Vec::new(),
             coords: Vec::new(),
             kv: Kv::default(),
+            leader_keys: Default::default(),
+            leader_ops: Vec::new(),
             upstream,
             faults,
             metrics,
@@ -183,7 +231,6 @@ impl World {
     fn build(&mut self) {
         for d in 0..self.sc.dcs.len() {
             let clock = self.clock();
-            let core = DcManagerCore::new(self.dc_config(d, 1), clock.local(0));
             let static_bucket = (self.policy == Policy::StaticSplit).then(|| {
                 let n = self.sc.dcs.len() as u64;
                 let b = TokenBucket::new();
@@ -192,22 +239,39 @@ impl World {
                 b.apply_lease(share, clock.local(0) + 36_000 * S, clock.local(0)).expect("static lease fits");
                 b
             });
-            self.dcs.push(DcSlot { clock, core, term: 1, down: false, static_bucket });
+            self.dcs.push(DcSlot { clock, mgrs: Vec::new(), static_bucket });
             for _ in 0..self.sc.dcs[d].pods {
                 let p = self.add_pod_slot(d);
                 self.start_pod(p);
             }
             self.schedule_arrival(d);
             if self.policy == Policy::Leasehold {
-                let first = self.rng.range_u64(0, 250) * MS;
-                self.push(first, Ev::DcTick(d));
+                for r in 0..2 {
+                    let clock = self.clock();
+                    let id = format!("{}-mgr{r}", self.sc.dcs[d].name);
+                    let election = leaders::election(&id, self.sc.leader_ttl_ms, self.sc.bugs.leader_fresh_from_reply);
+                    self.dcs[d].mgrs.push(MgrReplica {
+                        clock,
+                        election,
+                        core: None,
+                        alive: true,
+                        paused_until: 0,
+                        incarnation: 0,
+                        send_on_wake: Vec::new(),
+                    });
+                    let first = self.rng.range_u64(0, 250) * MS;
+                    self.push(first, Ev::DcTick(d, r, 0));
+                }
             }
         }
         if self.policy == Policy::Leasehold {
             for i in 0..2 {
                 let clock = self.clock();
+                let id = format!("coord-{i}");
+                let election = leaders::election(&id, self.sc.leader_ttl_ms, self.sc.bugs.leader_fresh_from_reply);
                 self.coords.push(CoordSlot {
-                    id: format!("coord-{i}"),
+                    id,
+                    election,
                     clock,
                     alive: true,
                     paused_until: 0,
@@ -264,8 +328,12 @@ impl World {
                     self.on_pod_tick(p, inc);
                     self.check();
                 }
-                Ev::DcTick(d) => {
-                    self.on_dc_tick(d);
+                Ev::DcTick(d, r, inc) => {
+                    self.on_dc_tick(d, r, inc);
+                    self.check();
+                }
+                Ev::Leader(i) => {
+                    self.on_leader_op(i);
                     self.check();
                 }
                 Ev::CoordTick(c, inc) => {

@@ -1,0 +1,209 @@
+//! Leadership of the coordinator and of each DC's managers, through the core's [`Leadership`]
+//! state machine against a compare-and-set key register. Reads and writes take time (and may be
+//! slowed or lost); nothing here expires a key by itself.
+
+use super::{Ev, World, MS};
+use leasehold_shared::coordinator::{CoordinatorCore, Stored};
+use leasehold_shared::dc_manager::DcManagerCore;
+use leasehold_shared::leadership::{KeyState, LeaderRequest, Leadership, LeadershipConfig, Transition, WriteOutcome};
+use std::collections::BTreeMap;
+
+/// Which replica a leadership operation belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Who {
+    Coord(usize),
+    /// DC, replica.
+    Mgr(usize, usize),
+}
+
+/// A leadership operation on its way: to the register, then back with its answer.
+pub(super) struct LeaderOp {
+    who: Who,
+    incarnation: u64,
+    request: LeaderRequest,
+    answer: Option<Answer>,
+}
+
+#[derive(Clone, Debug)]
+enum Answer {
+    Read(KeyState),
+    Wrote(WriteOutcome),
+    /// Lost on the way: the driver's own timeout fires.
+    TimedOut,
+}
+
+/// The leader keys (one bucket-wide revision counter, like a JetStream stream sequence).
+#[derive(Default)]
+pub(super) struct LeaderKeys {
+    revision: u64,
+    keys: BTreeMap<String, (u64, String)>,
+}
+
+impl LeaderKeys {
+    pub(super) fn holder(&self, key: &str) -> Option<&str> {
+        self.keys.get(key).map(|(_, h)| h.as_str())
+    }
+}
+
+/// How long a replica waits for an answer before it counts it as lost.
+const OP_TIMEOUT_MS: u64 = 1_000;
+
+pub(super) fn election(id: &str, ttl_ms: u64, bug_fresh_from_reply: bool) -> Leadership {
+    let mut cfg = LeadershipConfig::new(ttl_ms);
+    cfg.bug_fresh_from_reply = bug_fresh_from_reply;
+    Leadership::new(id, cfg)
+}
+
+impl World {
+    fn key_of(&self, who: Who) -> String {
+        match who {
+            Who::Coord(_) => "coordinator".into(),
+            Who::Mgr(d, _) => format!("dc.{}", self.sc.dcs[d].name),
+        }
+    }
+
+    fn election_mut(&mut self, who: Who) -> &mut Leadership {
+        match who {
+            Who::Coord(c) => &mut self.coords[c].election,
+            Who::Mgr(d, r) => &mut self.dcs[d].mgrs[r].election,
+        }
+    }
+
+    pub(super) fn local_of(&self, who: Who) -> u64 {
+        match who {
+            Who::Coord(c) => self.coords[c].clock.local(self.now),
+            Who::Mgr(d, r) => self.dcs[d].mgrs[r].clock.local(self.now),
+        }
+    }
+
+    fn incarnation_of(&self, who: Who) -> u64 {
+        match who {
+            Who::Coord(c) => self.coords[c].incarnation,
+            Who::Mgr(d, r) => self.dcs[d].mgrs[r].incarnation,
+        }
+    }
+
+    fn op_delay(&mut self) -> u64 {
+        self.net_rng.range_u64(1, 5) * MS + self.net_rng.range_u64(0, 999_999)
+    }
+
+    /// Let the replica's election send what it wants to send now.
+    pub(super) fn poll_election(&mut self, who: Who) {
+        let local = self.local_of(who);
+        let Some(request) = self.election_mut(who).poll(local) else { return };
+        let incarnation = self.incarnation_of(who);
+        self.leader_ops.push(Some(LeaderOp { who, incarnation, request, answer: None }));
+        let i = self.leader_ops.len() - 1;
+        let at = self.now + self.op_delay();
+        self.push(at, Ev::Leader(i));
+    }
+
+    /// Step of an operation: served by the register, or its answer arriving.
+    pub(super) fn on_leader_op(&mut self, i: usize) {
+        let Some(mut op) = self.leader_ops[i].take() else { return };
+        if op.incarnation != self.incarnation_of(op.who) {
+            return; // the process that sent it is gone
+        }
+        let Some(answer) = op.answer.take() else {
+            // At the register.
+            let answer = self.serve(op.who, op.request);
+            let lost = self.net_rng.chance(self.net.faults.loss);
+            let (answer, delay) = if lost {
+                (Answer::TimedOut, OP_TIMEOUT_MS * MS)
+            } else {
+                (answer, self.op_delay() + self.net.faults.slow_leader_replies_ms * MS)
+            };
+            op.answer = Some(answer);
+            self.leader_ops[i] = Some(op);
+            self.push(self.now + delay, Ev::Leader(i));
+            return;
+        };
+        if self.is_frozen(op.who) {
+            // A paused process reads its socket when it wakes.
+            let at = self.frozen_until(op.who);
+            op.answer = Some(answer);
+            self.leader_ops[i] = Some(op);
+            self.push(at, Ev::Leader(i));
+            return;
+        }
+        let local = self.local_of(op.who);
+        let e = self.election_mut(op.who);
+        let t = match answer {
+            Answer::Read(state) => e.on_read(state, local),
+            Answer::Wrote(outcome) => e.on_write(outcome, local),
+            Answer::TimedOut => e.abandon(local),
+        };
+        match t {
+            Some(Transition::Elected { epoch }) => self.elected(op.who, epoch),
+            Some(Transition::Deposed { .. }) => self.deposed(op.who),
+            None => {}
+        }
+    }
+
+    fn serve(&mut self, who: Who, request: LeaderRequest) -> Answer {
+        let key = self.key_of(who);
+        let me = self.election_mut(who).id().to_string();
+        let lk = &mut self.leader_keys;
+        match request {
+            LeaderRequest::Read => Answer::Read(match lk.keys.get(&key) {
+                None => KeyState::Absent,
+                Some((revision, holder)) => KeyState::Held { revision: *revision, holder: holder.clone() },
+            }),
+            LeaderRequest::Write { expected_revision } => {
+                if lk.keys.get(&key).map(|(r, _)| *r) != expected_revision {
+                    return Answer::Wrote(WriteOutcome::Conflict);
+                }
+                lk.revision += 1;
+                lk.keys.insert(key, (lk.revision, me));
+                Answer::Wrote(WriteOutcome::Written { revision: lk.revision })
+            }
+        }
+    }
+
+    fn is_frozen(&self, who: Who) -> bool {
+        self.frozen_until(who) > self.now
+    }
+
+    fn frozen_until(&self, who: Who) -> u64 {
+        match who {
+            Who::Coord(c) => self.coords[c].paused_until,
+            Who::Mgr(d, r) => self.dcs[d].mgrs[r].paused_until,
+        }
+    }
+
+    fn elected(&mut self, who: Who, claim_revision: u64) {
+        match who {
+            Who::Coord(c) => {
+                // Epoch above the fence (every epoch ever written) and at least the claim's revision.
+                let epoch = (self.kv.max_epoch + 1).max(claim_revision);
+                let fence = (self.kv.max_epoch > 0).then_some(self.kv.max_epoch);
+                let stored = Stored::classify(self.kv.record.as_deref(), fence);
+                let local = self.coords[c].clock.local(self.now);
+                let core = CoordinatorCore::resume(self.limit_config(), &self.coords[c].id, epoch, stored, local);
+                self.kv.max_epoch = epoch; // the fence goes up before any record of this epoch
+                self.coords[c].core = Some(core);
+                self.coords[c].record_rev = self.kv.record_rev;
+                self.metrics.takeovers += 1;
+                self.write_record(c, false);
+            }
+            Who::Mgr(d, r) => {
+                let mut cfg = self.dc_config(d, claim_revision);
+                cfg.instance = format!("{}-mgr{r}-e{claim_revision}", self.sc.dcs[d].name);
+                let local = self.dcs[d].mgrs[r].clock.local(self.now);
+                let mut core = DcManagerCore::new(cfg, local);
+                let floor = self.kv.record.as_ref().and_then(|rec| rec.floors.get(&self.sc.dcs[d].name).copied());
+                let out = floor.map(|f| core.on_floor(f, local)).unwrap_or_default();
+                self.dcs[d].mgrs[r].core = Some(core);
+                self.metrics.dc_takeovers += 1;
+                self.route_dc(d, out);
+            }
+        }
+    }
+
+    fn deposed(&mut self, who: Who) {
+        match who {
+            Who::Coord(c) => self.coords[c].core = None,
+            Who::Mgr(d, r) => self.dcs[d].mgrs[r].core = None,
+        }
+    }
+}
