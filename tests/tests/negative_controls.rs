@@ -38,12 +38,12 @@ fn uncoordinated_baseline_breaks_the_limit_in_chaos_and_storm() {
     }
 }
 
-/// A hole an audit found, brought back by its switch, must be caught by some seed of the
-/// overloaded fault scenarios (the same runs report 0 violations with every switch off).
-fn breaches_with(bugs: KnownBugs, storm: bool, emergency: Quota, seeds: std::ops::RangeInclusive<u64>) -> u64 {
+/// A hole an audit found, brought back by its switch, must be caught by some seed of `storm`
+/// (whose runs report 0 violations with every switch off).
+fn storm_breaches_with(bugs: KnownBugs, emergency: Quota, seeds: std::ops::RangeInclusive<u64>) -> u64 {
     seeds
         .map(|seed| {
-            let mut sc = if storm { Scenario::by_name("storm", seed).expect("storm") } else { Scenario::chaos(seed) };
+            let mut sc = Scenario::by_name("storm", seed).expect("storm");
             sc.bugs = bugs;
             sc.emergency_per_dc = emergency;
             run_scenario(sc, seed, Policy::Leasehold).violations
@@ -54,5 +54,20 @@ fn breaches_with(bugs: KnownBugs, storm: bool, emergency: Quota, seeds: std::ops
 #[test]
 fn the_simulator_catches_the_emergency_allowance_before_the_quiet_period() {
     let bugs = KnownBugs { emergency_before_quiet_period: true, ..KnownBugs::default() };
-    assert!(breaches_with(bugs, true, Quota::per_s(50, 0), 1..=6) > 0);
+    assert!(storm_breaches_with(bugs, Quota::per_s(50, 0), 1..=6) > 0);
+}
+
+/// Hole 1 end to end: a rolling restart lowers dc_ttl_ms while demand moves, then the DC that
+/// gave up share is cut off. The old rule goes back to the larger lease it replaced.
+#[test]
+fn the_rolling_restart_path_breaks_the_old_lease_rule_and_holds_with_the_new_one() {
+    let run = |bugs: KnownBugs| {
+        let mut sc = Scenario::rolling_restart();
+        sc.bugs = bugs;
+        run_scenario(sc, 1, Policy::Leasehold)
+    };
+    let fixed = run(KnownBugs::default());
+    assert_eq!(fixed.violations, 0, "{:?}", fixed.first_breach);
+    let old = run(KnownBugs { dc_falls_back_to_older_lease: true, ..KnownBugs::default() });
+    assert!(old.violations > 0, "the old rule went unnoticed");
 }

@@ -23,8 +23,8 @@ pub enum FaultKind {
     /// Answers from the leader keys come back late (slow compare-and-set replies), by up to
     /// `amount` ms: a leader must time its term from the send.
     SlowLeaderReplies,
-    /// A rolling restart with new settings: `dc_ttl_ms` and `pod_ttl_ms` shrink to 60% (or grow
-    /// back); the coordinator leader and each DC's leading manager restart, so standbys with the
+    /// A rolling restart with new settings: `dc_ttl_ms` and `pod_ttl_ms` shrink to `amount`
+    /// (60% in random schedules), or grow back; the coordinator leader and each DC's leading manager restart, so standbys with the
     /// new settings take over.
     ConfigChange,
     MessageLoss,
@@ -102,7 +102,7 @@ pub fn schedule(rng: &mut SeededRng, from_s: u64, until_s: u64, pace: FaultPace)
             FaultKind::CoordinatorPause => (4.0, 8.0, 0.0),
             FaultKind::DcManagerCrash => (3.0, 12.0, 0.0),
             FaultKind::DcManagerPause => (4.0, 9.0, 0.0),
-            FaultKind::ConfigChange => (3.0, 12.0, 0.0),
+            FaultKind::ConfigChange => (3.0, 12.0, 0.6),
             FaultKind::SlowLeaderReplies => (5.0, 20.0, 300.0 + rng.next_f64() * 1_200.0),
             FaultKind::MessageLoss => (5.0, 30.0, 0.05 + rng.next_f64() * 0.25),
             FaultKind::MessageDuplication => (5.0, 30.0, 0.05 + rng.next_f64() * 0.25),

@@ -69,6 +69,8 @@ pub struct Scenario {
     pub emergency_per_dc: Quota,
     /// Negative controls: bring back holes an audit found (see `leasehold_shared::bugs`).
     pub bugs: leasehold_shared::bugs::KnownBugs,
+    /// A fixed fault schedule instead of a seeded one (a named path through the failure space).
+    pub fixed_faults: Vec<crate::faults::Fault>,
 }
 
 impl Scenario {
@@ -101,6 +103,7 @@ impl Scenario {
             expiry_override: None,
             emergency_per_dc: Quota::ZERO,
             bugs: Default::default(),
+            fixed_faults: Vec::new(),
         };
         s.quota = s.leased_quota();
         s
@@ -253,11 +256,43 @@ impl Scenario {
             "tenant-shift" => Some(Scenario::tenant_shift()),
             "chaos" => Some(Scenario::chaos(seed)),
             "storm" => Some(Scenario::storm(seed)),
+            "rolling-restart" => Some(Scenario::rolling_restart()),
             _ => None,
         }
     }
 
-    pub const NAMES: [&'static str; 5] = ["diurnal", "overload", "tenant-shift", "chaos", "storm"];
+    /// The path an audit used to break the limit: demand moves from BKK to Europe while a rolling
+    /// restart lowers `dc_ttl_ms` to 30% (10 s → 3 s); BKK acks its new, smaller lease and
+    /// Europe gets the difference; then BKK is cut off from the coordinator, so its newest lease
+    /// expires while the older, larger one it replaced would still be valid.
+    pub fn rolling_restart() -> Self {
+        use crate::faults::{Fault, FaultKind};
+        // Six cycles of 40 s; the cut comes at a different offset after each restart, so one of
+        // them lands between the new leader's first lease and the old lease's end.
+        let cycles = 6;
+        let (mut bkk, mut europe, mut faults) = (vec![(0.0, 950.0)], vec![(0.0, 60.0)], Vec::new());
+        let fault = |at_s, kind, duration_s, amount| Fault { at_s, kind, duration_s, target: 0, amount };
+        for k in 0..cycles {
+            let t = 40.0 + 40.0 * k as f64;
+            let (heavy, light) = if k % 2 == 0 { (&mut europe, &mut bkk) } else { (&mut bkk, &mut europe) };
+            heavy.push((t + 1.0, 950.0));
+            light.push((t + 1.0, 60.0));
+            // Shrink (target 0: the coordinator restarts), then grow back 20 s later.
+            faults.push(fault(t, FaultKind::ConfigChange, 1.0, 0.3));
+            faults.push(fault(t + 20.0, FaultKind::ConfigChange, 1.0, 0.3));
+            let dc = if k % 2 == 0 { 0 } else { 1 };
+            let mut cut = fault(t + 5.0 + 0.5 * k as f64, FaultKind::PartitionDcCoordinator, 12.0, 0.0);
+            cut.target = dc;
+            faults.push(cut);
+        }
+        faults.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+        let duration_s = 40 + 40 * cycles + 20;
+        let mut s = Scenario::bkk_and_europe("rolling-restart", Demand::Steps(bkk), Demand::Steps(europe), duration_s);
+        s.fixed_faults = faults;
+        s
+    }
+
+    pub const NAMES: [&'static str; 6] = ["diurnal", "overload", "tenant-shift", "chaos", "storm", "rolling-restart"];
 }
 
 #[cfg(test)]

@@ -129,18 +129,23 @@ impl World {
                 let l = &mut self.live;
                 l.changes += 1;
                 let shrink = l.changes % 2 == 1;
-                let scale = |base: u64| if shrink { base * 6 / 10 } else { base };
+                let scale = |base: u64| if shrink { (base as f64 * f.amount) as u64 } else { base };
                 l.dc_ttl_ms = scale(self.sc.dc_ttl_ms);
                 l.pod_ttl_ms = scale(self.sc.pod_ttl_ms);
                 l.pod_ttl_ms_max = l.pod_ttl_ms_max.max(l.pod_ttl_ms);
-                // The leaders restart last (standbys already run the new settings).
-                if let Some(c) = self.leader() {
-                    self.restart_coordinator(c);
-                }
-                for d in 0..self.dcs.len() {
-                    if let Some((d, r)) = self.leading_mgr(d as u64) {
-                        self.crash_mgr(d, r);
-                        self.restart_mgr(d, r);
+                // The leader restarts last (standbys already run the new settings): the
+                // coordinators' for even targets (dc_ttl_ms), each DC's managers' for odd ones
+                // (pod_ttl_ms).
+                if f.target.is_multiple_of(2) {
+                    if let Some(c) = self.leader() {
+                        self.restart_coordinator(c);
+                    }
+                } else {
+                    for d in 0..self.dcs.len() {
+                        if let Some((d, r)) = self.leading_mgr(d as u64) {
+                            self.crash_mgr(d, r);
+                            self.restart_mgr(d, r);
+                        }
                     }
                 }
                 Some(())

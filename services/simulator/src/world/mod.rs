@@ -183,7 +183,9 @@ impl World {
     pub fn new(sc: Scenario, policy: Policy, seed: u64) -> Self {
         let mut rng = SeededRng::new(seed);
         let net_rng = rng.fork(1);
-        let faults = if sc.chaos && policy == Policy::Leasehold {
+        let faults = if !sc.fixed_faults.is_empty() && policy == Policy::Leasehold {
+            sc.fixed_faults.clone()
+        } else if sc.chaos && policy == Policy::Leasehold {
             crate::faults::schedule(&mut rng.fork(2), sc.fault_from_s, sc.fault_until_s, sc.fault_pace())
         } else {
             Vec::new()
