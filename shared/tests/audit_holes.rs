@@ -284,6 +284,7 @@ fn a_leader_whose_ledger_record_was_lost_waits_a_full_dc_lease_lifetime_before_i
         limit: "api".into(),
         dc: dc.into(),
         holder: format!("{dc}-mgr"),
+        term: 1,
         seq,
         demand: Quota::per_s(900, 0),
         pods_healthy: 2,
@@ -303,4 +304,30 @@ fn a_leader_whose_ledger_record_was_lost_waits_a_full_dc_lease_lifetime_before_i
     }
     let first = first_grant.expect("the leader issues once the quiet period is over");
     assert!(first >= ttl_ns, "issued after {} ms, before a {} ms DC lease could expire", first / MS, ttl_ns / MS);
+}
+
+/// Hole 7 (waste): a delayed report from a previous DC-manager term must not turn the DC's
+/// holder back to a manager that is gone (its next lease would be wasted for a whole TTL).
+#[test]
+fn a_delayed_report_from_an_earlier_manager_term_does_not_change_the_dcs_holder() {
+    use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
+    use leasehold_shared::wire::DcReport;
+    let cfg = LimitConfig::new("api", Quota::per_s(1_000, 20), &[("bkk", Quota::ZERO)]);
+    let mut c = CoordinatorCore::resume(cfg, "c", 1, Stored::Fresh, 0);
+    let report = |holder: &str, term, seq| DcReport {
+        v: 1,
+        limit: "api".into(),
+        dc: "bkk".into(),
+        holder: holder.into(),
+        term,
+        seq,
+        demand: Quota::per_s(500, 0),
+        pods_healthy: 2,
+        lease_in_use: None,
+    };
+    c.on_dc_report(&report("bkk-mgr-e9", 9, 1), 0);
+    c.on_dc_report(&report("bkk-mgr-e4", 4, 77), MS);
+    assert_eq!(c.dcs()["bkk"].holder.as_deref(), Some("bkk-mgr-e9"));
+    let leases = c.tick(2 * MS);
+    assert!(leases.iter().all(|l| l.holder == "bkk-mgr-e9"), "{leases:?}");
 }

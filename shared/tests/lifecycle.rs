@@ -244,6 +244,7 @@ fn dc_report(dc: &str, holder: &str, seq: u64, demand: u64, ack: Option<LeaseVer
         limit: "api".into(),
         dc: dc.into(),
         holder: holder.into(),
+        term: 1,
         seq,
         demand: Quota::per_s(demand, 0),
         pods_healthy: 4,

@@ -79,6 +79,7 @@ fn dc_report_roundtrip() {
         limit: "partner-api".into(),
         dc: "europe".into(),
         holder: "eu-mgr-1".into(),
+        term: 4,
         seq: 5,
         demand: Quota::per_s(650, 0),
         pods_healthy: 4,

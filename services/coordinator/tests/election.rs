@@ -70,6 +70,7 @@ fn report(dc: &str, seq: u64, demand: u64) -> Vec<u8> {
         limit: "api".into(),
         dc: dc.into(),
         holder: format!("{dc}-mgr"),
+        term: 1,
         seq,
         demand: Quota::per_s(demand, 0),
         pods_healthy: 4,

@@ -34,6 +34,7 @@ async fn inspect_shows_the_leader_and_the_dc_leases() {
         limit: "api".into(),
         dc: "bkk".into(),
         holder: "bkk-mgr".into(),
+        term: 1,
         seq: 1,
         demand: Quota::per_s(300, 0),
         pods_healthy: 2,

@@ -146,19 +146,25 @@ impl Scenario {
     /// R and B to lease so that the upstream's hard limit holds at the upstream, not only at the
     /// pods: jitter of `J` lets a bucket's calls bunch up by `R·J`, which comes out of the burst.
     /// Latency differences between DCs are handled by the ledger's release hold instead.
+    ///
+    /// Buckets refill on each pod's clock, which may run fast by δ (the assumed `max_drift`), so
+    /// in true time a bucket refills `R·(1 + δ)`: the sizing includes that margin.
     pub fn leased_quota(&self) -> Quota {
         let j = self.jitter_ms as f64 / 1_000.0;
+        let drift = leasehold_shared::expiry::ExpiryPolicy::default().max_drift;
         match self.hard {
             HardLimit::SlidingWindow { calls, window_ms } => {
-                // calls in any window W ≤ R·(W + J) + B: keep B small, the rest is rate.
+                // calls in any window W ≤ R·(W·(1 + δ) + J) + B: keep B small, the rest is rate.
                 let w = window_ms as f64 / 1_000.0;
                 let burst = (calls as f64 * 0.02).floor();
-                let rate = ((calls as f64 - burst) / (w + j)).floor();
+                let rate = ((calls as f64 - burst) / (w * (1.0 + drift) + j)).floor();
                 Quota::new((rate * 1_000.0) as u64, (burst * 1_000.0) as u64)
             }
             HardLimit::TokenBucket { rate_per_s, burst } => {
-                let slack = (rate_per_s as f64 * j).ceil() + 1.0;
-                Quota::new(rate_per_s * 1_000, ((burst as f64 - slack).max(0.0) * 1_000.0) as u64)
+                // A sustained R·(1 + δ) would drain any upstream bucket: lease R / (1 + δ).
+                let rate = (rate_per_s as f64 / (1.0 + drift)).floor();
+                let slack = (rate * j).ceil() + 1.0;
+                Quota::new((rate * 1_000.0) as u64, ((burst as f64 - slack).max(0.0) * 1_000.0) as u64)
             }
         }
     }
@@ -316,7 +322,7 @@ mod tests {
     fn leased_quota_keeps_the_window_bound() {
         let s = Scenario::diurnal();
         let q = s.quota;
-        let bound = q.rate_per_s() * (1.0 + s.jitter_ms as f64 / 1000.0) + q.burst();
+        let bound = q.rate_per_s() * (1.01 + s.jitter_ms as f64 / 1000.0) + q.burst();
         assert!(bound <= 1_000.0, "{bound}");
         assert!(q.rate_per_s() >= 950.0);
     }

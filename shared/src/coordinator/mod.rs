@@ -20,6 +20,8 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DcView {
     pub holder: Option<String>,
+    /// The leadership term of `holder` (its reports' `term`).
+    pub holder_term: u64,
     pub demand_milli: u64,
     pub pods_healthy: u32,
     pub last_report_ns: Option<u64>,
@@ -161,11 +163,16 @@ impl CoordinatorCore {
             return Vec::new();
         };
         let same_holder = view.holder.as_deref() == Some(r.holder.as_str());
-        if same_holder && r.seq <= view.last_seq {
+        let stale =
+            if same_holder { r.seq <= view.last_seq } else { view.holder.is_some() && r.term < view.holder_term };
+        if stale {
+            // A duplicate, or a delayed report of an earlier manager term: counting it would send
+            // the next lease to a holder that is gone (waste for a whole TTL).
             self.counters.reports_rejected += 1;
             return Vec::new();
         }
         view.holder = Some(r.holder.clone());
+        view.holder_term = r.term;
         view.demand_milli = r.demand.rate_milli_per_s;
         view.pods_healthy = r.pods_healthy;
         view.last_report_ns = Some(now_ns);

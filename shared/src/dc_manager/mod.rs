@@ -277,6 +277,7 @@ impl DcManagerCore {
             limit: self.cfg.limit.clone(),
             dc: self.cfg.dc.clone(),
             holder: self.cfg.instance.clone(),
+            term: self.cfg.epoch,
             seq,
             demand: Quota::new(self.pods.demand_milli(&eligible), 0),
             pods_healthy: eligible.len() as u32,

@@ -104,6 +104,10 @@ pub struct DcReport {
     pub limit: String,
     pub dc: String,
     pub holder: String,
+    /// The epoch of the manager's leadership term: a report from an older term than the one the
+    /// coordinator already heard (a delayed message) never changes the DC's holder back.
+    #[serde(default)]
+    pub term: u64,
     pub seq: u64,
     /// EWMA-smoothed offered demand of the DC's healthy pods.
     pub demand: Quota,

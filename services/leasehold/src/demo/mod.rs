@@ -50,8 +50,12 @@ pub struct DemoArgs {
     table_every_s: u64,
 }
 
+/// The leased rate: any true window W sees at most `R·(W·(1 + δ) + J) + B` calls, with pods'
+/// clocks up to δ = `max_drift` fast (1%, as configured below) and J the jitter budget.
 pub fn rate_per_s() -> u64 {
-    (HARD_CALLS - BURST) * 1_000 / (HARD_WINDOW_MS + JITTER_BUDGET_MS)
+    const MAX_DRIFT_PPM: u64 = 10_000;
+    let window_on_fast_clocks_ms = HARD_WINDOW_MS + HARD_WINDOW_MS * MAX_DRIFT_PPM / 1_000_000;
+    (HARD_CALLS - BURST) * 1_000 / (window_on_fast_clocks_ms + JITTER_BUDGET_MS)
 }
 
 /// The coordinators' settings: the demo's limit, DC leases of `dc_ttl_ms`, buckets of `replicas`.
