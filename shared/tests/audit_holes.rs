@@ -168,12 +168,12 @@ fn newer_lease_expires_first(bugs: KnownBugs) -> (Quota, Quota, bool) {
     let s1 = dc.report_seq(0);
     // Leader 1: 900/s for 10 s.
     dc.dc_lease(Quota::per_s(900, 18), 10_000, LeaseVersion::new(1, 1), s1, 0);
-    dc.run(&PODS, 0, 1 * S, 0);
+    dc.run(&PODS, 0, S, 0);
     // Leader 2 (a rolling restart to dc_ttl_ms = 6 s): 100/s for 6 s. The manager acks it once
     // its pods are inside 100/s, and the coordinator gives the other 800/s to Europe.
-    let s2 = dc.report_seq(1 * S);
-    dc.dc_lease(Quota::per_s(100, 2), 6_000, LeaseVersion::new(2, 1), s2, 1 * S + 50 * MS);
-    dc.run(&PODS, 1 * S, 6 * S, 0);
+    let s2 = dc.report_seq(S);
+    dc.dc_lease(Quota::per_s(100, 2), 6_000, LeaseVersion::new(2, 1), s2, S + 50 * MS);
+    dc.run(&PODS, S, 6 * S, 0);
     // Leader 2 crashes: no renewal. Its lease ends at 7 s, leader 1's at 10 s.
     let after_expiry = dc.run(&PODS, 6 * S, 10 * S, 7 * S + 1);
     (after_expiry, floor, dc.core.current_lease(8 * S).is_some())
@@ -186,9 +186,9 @@ fn a_newer_lease_answering_an_older_report_still_supersedes_every_older_lease() 
     let floor = Quota::per_s(10, 2);
     let mut dc = Dc::new(FailMode::Strict, floor, "bkk-mgr", 0);
     let s1 = dc.report_seq(0);
-    let s2 = dc.report_seq(1 * S);
-    dc.dc_lease(Quota::per_s(900, 18), 10_000, LeaseVersion::new(1, 1), s2, 1 * S + 50 * MS);
-    dc.run(&PODS, 1 * S, 2 * S, 0);
+    let s2 = dc.report_seq(S);
+    dc.dc_lease(Quota::per_s(900, 18), 10_000, LeaseVersion::new(1, 1), s2, S + 50 * MS);
+    dc.run(&PODS, S, 2 * S, 0);
     dc.dc_lease(Quota::per_s(100, 2), 10_000, LeaseVersion::new(2, 1), s1, 2 * S);
     dc.run(&PODS, 2 * S, 10 * S, 0);
     // The newer lease ended at 10 s (from report 1), the older one would last until 11 s.

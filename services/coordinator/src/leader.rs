@@ -128,25 +128,20 @@ impl Leader {
             Some(Transition::Deposed { reason }) => return self.step_down(reason),
             None => {}
         }
-        match self.leadership.as_ref() {
-            Some(_) => {
-                if self.election.acting_epoch(self.now_ns()).is_none() {
-                    return; // the last landed renewal is too old to act on: wait for the next
-                }
-                let now = self.now_ns();
-                let names: Vec<String> = self.limits.iter().map(|l| l.limit.clone()).collect();
-                for name in names {
-                    if let Some(l) = self.leadership.as_mut().and_then(|l| l.limits.get_mut(&name)) {
-                        l.core.tick(now);
-                    }
-                    if !self.write(&name).await {
-                        return;
-                    }
-                }
-                self.refresh_books();
-            }
-            None => {}
+        let now = self.now_ns();
+        if self.leadership.is_none() || self.election.acting_epoch(now).is_none() {
+            return; // not leading, or the last landed renewal is too old to act on
         }
+        let names: Vec<String> = self.limits.iter().map(|l| l.limit.clone()).collect();
+        for name in names {
+            if let Some(l) = self.leadership.as_mut().and_then(|l| l.limits.get_mut(&name)) {
+                l.core.tick(now);
+            }
+            if !self.write(&name).await {
+                return;
+            }
+        }
+        self.refresh_books();
     }
 
     /// The ledger fence: `(revision, epoch)` if written. `Err` when it cannot be read or parsed.
