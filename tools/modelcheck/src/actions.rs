@@ -17,7 +17,8 @@ pub enum Action {
     Delay(usize),
     Drop(usize),
     Duplicate(usize),
-    /// Pod `p` crashes and restarts at once as a new instance.
+    /// Pod `p` crashes and restarts at once as a new process under the same pod id (sequence
+    /// numbers start again, a new random incarnation).
     CrashPod(usize),
     PausePod(usize),
     /// DC `d`'s leading manager crashes; its standby takes over once the leader key expires.
@@ -28,6 +29,8 @@ pub enum Action {
     PauseCoordinator,
     /// The coordinator leader restarts with the changed `dc_ttl_ms` (new epoch).
     ChangeConfig,
+    /// Demand moves: from now on every DC offers `shifted_offered_per_report`.
+    ShiftDemand,
 }
 
 /// Why an action cannot be taken in a state (for replays of hand-written traces).
@@ -58,6 +61,9 @@ pub fn enabled(cfg: &ModelConfig, s: &State) -> Vec<Action> {
         if deliverable && Some(i) == head {
             out.push(Action::Deliver(i));
         }
+        if !cfg.message_may_fail(s.net[i].kind()) {
+            continue;
+        }
         if any_fault && b.delays > 0 && i + 1 < s.net.len() {
             out.push(Action::Delay(i));
         }
@@ -73,7 +79,10 @@ pub fn enabled(cfg: &ModelConfig, s: &State) -> Vec<Action> {
     if s.tick == 0 || !any_fault || !quiet {
         return out;
     }
-    for p in 0..s.pods.len() {
+    if b.demand_shifts > 0 && !s.demand_shifted {
+        out.push(Action::ShiftDemand);
+    }
+    for p in (0..s.pods.len()).filter(|&p| cfg.pod_may_fail(p)) {
         if b.pod_crashes > 0 {
             out.push(Action::CrashPod(p));
         }
@@ -135,8 +144,8 @@ pub fn apply_enabled(cfg: &ModelConfig, s: &mut State, a: Action) {
         Action::CrashPod(p) => {
             s.budget.pod_crashes -= 1;
             let pod = &mut s.pods[p];
-            pod.incarnation += 1;
-            pod.core = model::new_pod(cfg, pod.dc, p, pod.incarnation);
+            pod.restarts += 1;
+            pod.core = std::sync::Arc::new(model::new_pod(cfg, pod.dc, p, model::pod_incarnation(p, pod.restarts)));
             pod.paused_until = None;
             pod.shadow = Shadow::default();
         }
@@ -171,6 +180,10 @@ pub fn apply_enabled(cfg: &ModelConfig, s: &mut State, a: Action) {
             s.config_changed = true;
             let now = s.coords[c].clock.local(s.real_ns(cfg.tick_ms));
             s.take_over(cfg, c, now);
+        }
+        Action::ShiftDemand => {
+            s.budget.demand_shifts -= 1;
+            s.demand_shifted = true;
         }
     }
 }

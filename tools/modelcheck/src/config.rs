@@ -1,20 +1,53 @@
-//! What is modelled: topology, timing, fault budgets, and the mutation ("bug switch") under test.
+//! What is modelled: topology, timing, demand, fault budgets, and the bug switches under test.
 //!
 //! Everything is in virtual ticks of `tick_ms` real milliseconds, so the state space stays finite.
 
 use serde::{Deserialize, Serialize};
 
-/// A deliberate defect injected into the model's wiring, to prove the checker can catch it.
-/// `None` checks the cores as they are.
+/// The `KnownBugs` switches of `leasehold_shared::bugs` this model can turn on (the negative
+/// controls). All off checks the cores as they are.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BugSwitches {
+    /// Hole 1: a DC manager falls back to an older, larger DC lease when its newest expires.
+    pub dc_falls_back_to_older_lease: bool,
+    /// Hole 2: a new best-effort DC-manager term spends E before the quiet period ends.
+    pub emergency_before_quiet_period: bool,
+    /// Hole 3: a pod applies leases addressed to an earlier process with its id.
+    pub pod_ignores_incarnation: bool,
+}
+
+impl BugSwitches {
+    pub fn any(&self) -> bool {
+        self.dc_falls_back_to_older_lease || self.emergency_before_quiet_period || self.pod_ignores_incarnation
+    }
+
+    pub fn known_bugs(&self) -> leasehold_shared::bugs::KnownBugs {
+        leasehold_shared::bugs::KnownBugs {
+            dc_falls_back_to_older_lease: self.dc_falls_back_to_older_lease,
+            emergency_before_quiet_period: self.emergency_before_quiet_period,
+            pod_ignores_incarnation: self.pod_ignores_incarnation,
+            leader_fresh_from_reply: false,
+        }
+    }
+}
+
+/// From tick `from_tick` on (inclusive), each pod of DC `d` offers `offered_per_report[d]`
+/// requests per report.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DemandStep {
+    pub from_tick: u32,
+    pub offered_per_report: Vec<u64>,
+}
+
+/// The kinds of in-flight message, for narrowing which ones network faults may strike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Mutation {
-    #[default]
-    None,
-    /// A coordinator taking over ignores the durable ledger record (forgets live DC leases).
-    ResumeWithoutRecord,
-    /// Every pod clock runs 5% slow, far beyond the policy's `max_drift`.
-    DriftBeyondBound,
+pub enum MsgKind {
+    PodReport,
+    PodLease,
+    DcReport,
+    Record,
 }
 
 /// How many faults of each kind one run may contain.
@@ -33,6 +66,8 @@ pub struct FaultBudget {
     pub coordinator_crashes: u8,
     pub coordinator_pauses: u8,
     pub config_changes: u8,
+    /// "Demand moves": from then on every DC offers `shifted_offered_per_report`.
+    pub demand_shifts: u8,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -52,6 +87,10 @@ pub struct ModelConfig {
     pub emergency_milli: Option<(u64, u64)>,
     /// Requests offered per pod report, per DC (drives the coordinator's demand split).
     pub offered_per_report: Vec<u64>,
+    /// Deterministic demand changes over time (sorted by tick; the last step reached applies).
+    pub demand_schedule: Vec<DemandStep>,
+    /// Demand after the explorer's "demand moves" action (fault budget `demand_shifts`).
+    pub shifted_offered_per_report: Vec<u64>,
     pub tick_ms: u64,
     /// Pods report every tick; DC managers tick every tick; the coordinator every this many ticks.
     pub coordinator_every_ticks: u32,
@@ -62,14 +101,19 @@ pub struct ModelConfig {
     pub changed_dc_ttl_ms: u64,
     pub coordinator_renew_ms: u64,
     pub report_timeout_ms: u64,
-    /// Leader-key TTL of coordinators and DC managers, in ticks.
+    /// Leader-key TTL of the coordinators, in ticks.
     pub leader_ttl_ticks: u32,
+    /// Leader-key TTL of the DC managers, in ticks: a standby takes over this long after a crash.
+    pub manager_leader_ttl_ticks: u32,
     pub pause_ticks: u32,
     pub max_drift: f64,
     pub grace_ms: u64,
     /// Each clock group (coordinators, DC managers, pods) picks one drift from this set at init,
     /// in parts per million. Every node also has its own fixed clock offset.
     pub drift_ppm_choices: Vec<i64>,
+    /// Every initial state is the state after this many ticks of fault-free, in-order running
+    /// (a "warm" start: leases are out before the explorer branches).
+    pub warmup_ticks: u32,
     /// Last tick of a run.
     pub horizon_ticks: u32,
     /// Time may advance only while at most this many messages are in flight (they are delayed).
@@ -77,7 +121,11 @@ pub struct ModelConfig {
     /// No new message is queued beyond this many in flight (the extra ones are lost).
     pub max_in_flight: usize,
     pub faults: FaultBudget,
-    pub mutation: Mutation,
+    /// Pods that may crash or pause (empty: all). Narrows a negative control's search.
+    pub faulty_pods: Vec<usize>,
+    /// Kinds of message that may be lost, duplicated or reordered (empty: all).
+    pub faulty_messages: Vec<MsgKind>,
+    pub bugs: BugSwitches,
 }
 
 impl Default for ModelConfig {
@@ -92,6 +140,8 @@ impl Default for ModelConfig {
             floor_burst_milli: 2_000,
             emergency_milli: None,
             offered_per_report: vec![30, 10],
+            demand_schedule: Vec::new(),
+            shifted_offered_per_report: vec![5, 40],
             tick_ms: 500,
             coordinator_every_ticks: 2,
             pod_ttl_ms: 2_000,
@@ -101,10 +151,12 @@ impl Default for ModelConfig {
             coordinator_renew_ms: 1_000,
             report_timeout_ms: 1_500,
             leader_ttl_ticks: 4,
+            manager_leader_ttl_ticks: 2,
             pause_ticks: 5,
             max_drift: 0.01,
             grace_ms: 50,
             drift_ppm_choices: vec![0, 5_000],
+            warmup_ticks: 0,
             horizon_ticks: 12,
             max_carry_over: 2,
             max_in_flight: 16,
@@ -119,8 +171,11 @@ impl Default for ModelConfig {
                 coordinator_crashes: 1,
                 coordinator_pauses: 0,
                 config_changes: 0,
+                demand_shifts: 0,
             },
-            mutation: Mutation::None,
+            faulty_pods: Vec::new(),
+            faulty_messages: Vec::new(),
+            bugs: BugSwitches::default(),
         }
     }
 }
@@ -151,11 +206,28 @@ impl ModelConfig {
         if !(1..=2).contains(&self.coordinators) {
             return bad(format!("need 1 or 2 coordinators, got {}", self.coordinators));
         }
-        if self.offered_per_report.len() != self.dcs {
-            return bad(format!("offered_per_report needs {} entries", self.dcs));
+        let demand_ok = |v: &Vec<u64>| v.len() == self.dcs;
+        if !demand_ok(&self.offered_per_report)
+            || !demand_ok(&self.shifted_offered_per_report)
+            || !self.demand_schedule.iter().all(|s| demand_ok(&s.offered_per_report))
+        {
+            return bad(format!("every demand vector needs {} entries (one per DC)", self.dcs));
         }
-        if self.tick_ms == 0 || self.coordinator_every_ticks == 0 || self.leader_ttl_ticks == 0 {
-            return bad("tick_ms, coordinator_every_ticks and leader_ttl_ticks must be positive".into());
+        if self.faulty_pods.iter().any(|&p| p >= self.dcs * self.pods_per_dc) {
+            return bad("faulty_pods names a pod that does not exist".into());
+        }
+        if self.warmup_ticks >= self.horizon_ticks {
+            return bad(format!(
+                "warmup_ticks {} must be below horizon_ticks {}",
+                self.warmup_ticks, self.horizon_ticks
+            ));
+        }
+        if self.tick_ms == 0
+            || self.coordinator_every_ticks == 0
+            || self.leader_ttl_ticks == 0
+            || self.manager_leader_ttl_ticks == 0
+        {
+            return bad("tick_ms, coordinator_every_ticks and the leader TTLs must be positive".into());
         }
         if self.drift_ppm_choices.is_empty() {
             return bad("drift_ppm_choices must not be empty".into());
@@ -167,6 +239,25 @@ impl ModelConfig {
             return bad("max_carry_over must not exceed max_in_flight".into());
         }
         crate::model::validate_core_configs(self).map_err(ConfigError)
+    }
+
+    /// Requests each pod of DC `dc` offers per report at `tick`.
+    pub fn offered_per_report(&self, dc: usize, tick: u32, demand_shifted: bool) -> u64 {
+        if demand_shifted {
+            return self.shifted_offered_per_report[dc];
+        }
+        let step = self.demand_schedule.iter().filter(|s| s.from_tick <= tick).max_by_key(|s| s.from_tick);
+        step.map_or(self.offered_per_report[dc], |s| s.offered_per_report[dc])
+    }
+
+    /// Whether network faults may strike a message of this kind.
+    pub fn message_may_fail(&self, kind: MsgKind) -> bool {
+        self.faulty_messages.is_empty() || self.faulty_messages.contains(&kind)
+    }
+
+    /// Whether pod `pod` may crash or pause.
+    pub fn pod_may_fail(&self, pod: usize) -> bool {
+        self.faulty_pods.is_empty() || self.faulty_pods.contains(&pod)
     }
 
     /// The bound the ground truth is checked against: R, B, plus Σ E in best-effort mode.

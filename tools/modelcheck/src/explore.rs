@@ -9,6 +9,7 @@ use crate::trace::Trace;
 use crate::world::{initial_choices, initial_state, InitChoice};
 use std::collections::{HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug)]
@@ -19,6 +20,14 @@ pub struct Limits {
     pub max_depth: u32,
     /// Print a progress line on stderr this often.
     pub progress_every: Option<Duration>,
+    /// Keep at most this many whole states in the queue; beyond it a queued state is kept as
+    /// (its parent, the action) and recomputed when expanded: memory for time.
+    pub max_stored_states: usize,
+}
+
+impl Limits {
+    /// About 3 KB per stored state: 300 000 stored states stay under 1 GB.
+    pub const DEFAULT_MAX_STORED_STATES: usize = 300_000;
 }
 
 #[derive(Clone, Debug)]
@@ -63,11 +72,32 @@ enum Step {
     Act { parent: u32, action: Action },
 }
 
+/// A queued state: whole, or as its parent and the action that leads to it.
+enum Pending {
+    Stored(State),
+    Recompute(Arc<State>, Action),
+}
+
+impl Pending {
+    fn into_state(self, cfg: &ModelConfig) -> State {
+        match self {
+            Pending::Stored(s) => s,
+            Pending::Recompute(parent, action) => {
+                let mut s = (*parent).clone();
+                apply_enabled(cfg, &mut s, action);
+                s
+            }
+        }
+    }
+}
+
 struct Search<'a> {
     cfg: &'a ModelConfig,
     steps: Vec<Step>,
     visited: HashSet<u128, BuildHasherDefault<FingerprintHasher>>,
-    queue: VecDeque<(u32, u32, State)>,
+    queue: VecDeque<(u32, u32, Pending)>,
+    stored: usize,
+    max_stored: usize,
 }
 
 impl Search<'_> {
@@ -87,14 +117,27 @@ impl Search<'_> {
         }
     }
 
-    /// Records a new state; returns its violation, if any.
-    fn admit(&mut self, step: Step, depth: u32, state: State) -> Option<Counterexample> {
+    /// Records a new state; returns its violation, if any. `lazy` is how to recompute it.
+    fn admit(
+        &mut self,
+        step: Step,
+        depth: u32,
+        state: State,
+        lazy: Option<(&Arc<State>, Action)>,
+    ) -> Option<Counterexample> {
         self.steps.push(step);
         let node = (self.steps.len() - 1) as u32;
         if let Err(violation) = check(self.cfg, &state) {
             return Some(Counterexample { trace: self.trace_to(node), violation });
         }
-        self.queue.push_back((node, depth, state));
+        let pending = match lazy {
+            Some((parent, action)) if self.stored >= self.max_stored => Pending::Recompute(parent.clone(), action),
+            _ => {
+                self.stored += 1;
+                Pending::Stored(state)
+            }
+        };
+        self.queue.push_back((node, depth, pending));
         None
     }
 }
@@ -103,7 +146,14 @@ pub fn explore(cfg: &ModelConfig, limits: &Limits) -> Result<Outcome, String> {
     cfg.validate().map_err(|e| e.to_string())?;
     let started = Instant::now();
     let mut last_progress = started;
-    let mut search = Search { cfg, steps: Vec::new(), visited: HashSet::default(), queue: VecDeque::new() };
+    let mut search = Search {
+        cfg,
+        steps: Vec::new(),
+        visited: HashSet::default(),
+        queue: VecDeque::new(),
+        stored: 0,
+        max_stored: limits.max_stored_states,
+    };
     let mut outcome = Outcome {
         initial_states: 0,
         states: 0,
@@ -117,31 +167,36 @@ pub fn explore(cfg: &ModelConfig, limits: &Limits) -> Result<Outcome, String> {
         let state = initial_state(cfg, &init)?;
         if search.visited.insert(fingerprint(cfg, &state)) {
             outcome.initial_states += 1;
-            if let Some(cx) = search.admit(Step::Init(init), 0, state) {
+            if let Some(cx) = search.admit(Step::Init(init), 0, state, None) {
                 outcome.counterexample = Some(cx);
             }
         }
     }
     let mut cut_by_depth = false;
     'search: while outcome.counterexample.is_none() {
-        let Some((node, depth, state)) = search.queue.pop_front() else {
+        let Some((node, depth, pending)) = search.queue.pop_front() else {
             outcome.exhausted = !cut_by_depth;
             break;
         };
+        if matches!(pending, Pending::Stored(_)) {
+            search.stored -= 1;
+        }
+        let state = Arc::new(pending.into_state(cfg));
         outcome.max_depth = outcome.max_depth.max(depth);
         if depth >= limits.max_depth {
             cut_by_depth = true;
             continue;
         }
         for action in enabled(cfg, &state) {
-            let mut next = state.clone();
+            let mut next = (*state).clone();
             apply_enabled(cfg, &mut next, action);
             outcome.transitions += 1;
             if !search.visited.insert(fingerprint(cfg, &next)) {
                 continue;
             }
             outcome.max_depth = outcome.max_depth.max(depth + 1);
-            if let Some(cx) = search.admit(Step::Act { parent: node, action }, depth + 1, next) {
+            if let Some(cx) = search.admit(Step::Act { parent: node, action }, depth + 1, next, Some((&state, action)))
+            {
                 outcome.counterexample = Some(cx);
                 break 'search;
             }

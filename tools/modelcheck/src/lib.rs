@@ -6,7 +6,7 @@
 //! The real cores from `leasehold-shared` make every decision; the ground-truth invariant (what
 //! live pods may spend sums to at most R and B) is checked in every state.
 //!
-//! * [`config`]: what is modelled and the fault budgets; [`config::Mutation`] is the bug switch.
+//! * [`config`]: what is modelled and the fault budgets; [`config::BugSwitches`] are the negative controls.
 //! * [`model`]: the only module that calls the cores.
 //! * [`state`], [`world`], [`actions`]: the state, the driver, the moves.
 //! * [`invariant`], [`fingerprint`], [`explore`], [`trace`]: checking, dedup, search, replay.

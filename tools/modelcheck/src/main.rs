@@ -12,13 +12,15 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(about = "Exhaustive model check of Leasehold's cores on small configurations")]
 struct Args {
-    /// Named configuration: ci, deep, best-effort, older-lease-fallback, resume-without-record,
-    /// drift-beyond-bound.
+    /// Named configuration: ci, deep, best-effort, older-lease, emergency-quiet, pod-incarnation.
     #[arg(long, default_value = "ci")]
     preset: String,
     /// A JSON model configuration (overrides --preset).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Turn every bug switch off: check the fixed cores on a negative control's model.
+    #[arg(long)]
+    fixed: bool,
     /// Stop after this many distinct states.
     #[arg(long, default_value_t = 1_000_000)]
     max_states: usize,
@@ -28,6 +30,9 @@ struct Args {
     /// Override the model's last tick.
     #[arg(long)]
     horizon: Option<u32>,
+    /// Keep at most this many whole states queued (about 3 KB each); the rest are recomputed.
+    #[arg(long, default_value_t = Limits::DEFAULT_MAX_STORED_STATES)]
+    max_stored_states: usize,
     /// Write a counterexample here (JSON, replayable with --replay).
     #[arg(long, default_value = "counterexample.json")]
     trace_out: PathBuf,
@@ -72,6 +77,9 @@ fn load_config(args: &Args) -> Result<ModelConfig, String> {
     if let Some(h) = args.horizon {
         cfg.horizon_ticks = h;
     }
+    if args.fixed {
+        cfg = presets::without_bugs(cfg);
+    }
     cfg.validate().map_err(|e| e.to_string())?;
     Ok(cfg)
 }
@@ -97,6 +105,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         max_states: args.max_states,
         max_depth: args.depth,
         progress_every: Some(Duration::from_secs(args.progress_secs.max(1))),
+        max_stored_states: args.max_stored_states,
     };
     let out = explore(&cfg, &limits)?;
     println!(

@@ -1,9 +1,9 @@
 //! The only module that calls the cores: building them and feeding them inputs. When a core's
 //! API changes (a constructor argument, a new report field), adapt it here.
 
-use crate::config::{ModelConfig, Mutation};
+use crate::config::ModelConfig;
 use crate::state::Shadow;
-use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig};
+use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
 use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput, FailMode};
 use leasehold_shared::expiry::ExpiryPolicy;
 use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
@@ -17,8 +17,23 @@ pub fn dc_name(dc: usize) -> String {
     format!("dc{dc}")
 }
 
-pub fn pod_name(pod: usize, incarnation: u32) -> String {
-    format!("p{pod}-i{incarnation}")
+/// A pod's id: the same across restarts (as a StatefulSet keeps it); only the incarnation changes.
+pub fn pod_name(dc: usize, pod: usize) -> String {
+    format!("dc{dc}-pod{pod}")
+}
+
+/// The instance id of DC `dc`'s manager term `epoch` (each term is a new DC-lease holder).
+pub fn manager_instance(dc: usize, epoch: u64) -> String {
+    format!("dc{dc}-mgr-e{epoch}")
+}
+
+/// A pod process's random incarnation: a fixed pseudo-random function of (pod, restart count),
+/// so states stay reproducible and traces replay.
+pub fn pod_incarnation(pod: usize, restarts: u32) -> u64 {
+    let mut z = (pod as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (restarts as u64 + 1).wrapping_mul(0xbf58_476d);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 pub fn expiry(cfg: &ModelConfig) -> ExpiryPolicy {
@@ -41,14 +56,17 @@ pub fn limit_config(cfg: &ModelConfig, dc_ttl_ms: u64) -> LimitConfig {
     c
 }
 
-pub fn manager_config(cfg: &ModelConfig, dc: usize, instance: &str, epoch: u64) -> DcManagerConfig {
-    let mut c = DcManagerConfig::new(LIMIT, &dc_name(dc), instance);
+pub fn manager_config(cfg: &ModelConfig, dc: usize, epoch: u64) -> DcManagerConfig {
+    let mut c = DcManagerConfig::new(LIMIT, &dc_name(dc), &manager_instance(dc, epoch));
     c.epoch = epoch;
     c.pod_ttl_ms = cfg.pod_ttl_ms;
+    // Every term uses the same pod TTL, so no earlier term's pod lease outlives `pod_ttl_ms`.
+    c.inherited_pod_ttl_ms = 0;
     c.renew_interval_ms = cfg.pod_renew_ms;
     c.heartbeat_timeout_ms = cfg.tick_ms * 3;
     c.expiry = expiry(cfg);
     c.min_pod_ttl_ms = cfg.tick_ms / 2;
+    c.bugs = cfg.bugs.known_bugs();
     if let Some((rate, burst)) = cfg.emergency_milli {
         c.fail_mode = FailMode::BestEffort { emergency: Quota::new(rate, burst) };
     }
@@ -59,17 +77,26 @@ pub fn manager_config(cfg: &ModelConfig, dc: usize, instance: &str, epoch: u64) 
 pub fn validate_core_configs(cfg: &ModelConfig) -> Result<(), String> {
     limit_config(cfg, cfg.dc_ttl_ms).validate()?;
     limit_config(cfg, cfg.changed_dc_ttl_ms).validate()?;
-    manager_config(cfg, 0, "m", 1).validate()
+    manager_config(cfg, 0, 1).validate()
 }
 
 // ---- pods ----
 
-pub fn new_pod(cfg: &ModelConfig, dc: usize, pod: usize, incarnation: u32) -> PodCore {
-    let _ = cfg;
-    PodCore::new(PodConfig { limit: LIMIT.into(), dc: dc_name(dc), pod: pod_name(pod, incarnation), weight: 1.0 })
+pub fn new_pod(cfg: &ModelConfig, dc: usize, pod: usize, incarnation: u64) -> PodCore {
+    PodCore::new(PodConfig {
+        limit: LIMIT.into(),
+        dc: dc_name(dc),
+        pod: pod_name(dc, pod),
+        incarnation,
+        weight: 1.0,
+        bugs: cfg.bugs.known_bugs(),
+    })
 }
 
+/// A process's first report covers no time (the core counts it as a 1 ms interval), so it
+/// offers nothing; later reports offer `offered`.
 pub fn pod_report(core: &mut PodCore, shadow: &mut Shadow, now_ns: u64, offered: u64) -> PodReport {
+    let offered = if shadow.sent.is_empty() { 0 } else { offered };
     let counters = IntervalCounters { offered, admitted: offered, ..Default::default() };
     let r = core.report(now_ns, counters, true);
     shadow.record_send(r.seq, now_ns);
@@ -77,24 +104,43 @@ pub fn pod_report(core: &mut PodCore, shadow: &mut Shadow, now_ns: u64, offered:
 }
 
 /// True when the pod applied the lease.
-pub fn pod_on_lease(core: &mut PodCore, lease: &PodLease, now_ns: u64) -> bool {
-    core.on_lease(lease, now_ns).is_ok()
+pub fn pod_on_lease(core: &mut PodCore, shadow: &mut Shadow, lease: &PodLease, now_ns: u64) -> bool {
+    let applied = core.on_lease(lease, now_ns).is_ok();
+    if applied {
+        shadow.acked = Some(lease.version);
+    }
+    applied
 }
 
-/// What the pod may spend at `now_ns` (its own clock): the ground truth.
+/// What the pod may spend at `now_ns` (its own clock): the ground truth. Judged by `applied()`
+/// only: clones of a `PodCore` share its token bucket.
 pub fn pod_applied(core: &PodCore, now_ns: u64) -> Quota {
     core.applied(now_ns).map_or(Quota::ZERO, |a| a.quota)
 }
 
 /// Fingerprint material the pod exposes.
 pub fn write_pod_view(core: &PodCore, w: &mut dyn Write) -> fmt::Result {
-    write!(w, "{:?}/{}", core.applied(0), core.is_draining())
+    write!(w, "{}/{:?}/{}", core.config().incarnation, core.applied(0), core.is_draining())
 }
 
 // ---- DC managers ----
 
-pub fn new_manager(cfg: &ModelConfig, dc: usize, instance: &str, epoch: u64, now_ns: u64) -> DcManagerCore {
-    DcManagerCore::new(manager_config(cfg, dc, instance, epoch), floor(cfg), now_ns)
+/// A new term of DC `dc` at `epoch`; its floor comes from the last durable record, if any.
+pub fn new_manager(
+    cfg: &ModelConfig,
+    dc: usize,
+    epoch: u64,
+    record: Option<&LedgerRecord>,
+    shadow: &mut Shadow,
+    now_ns: u64,
+) -> (DcManagerCore, Vec<DcOutput>) {
+    let mut core = DcManagerCore::new(manager_config(cfg, dc, epoch), now_ns);
+    let floor = record.and_then(|r| r.floors.get(&dc_name(dc)).copied());
+    let out = match floor {
+        Some(f) => observed(&mut core, shadow, now_ns, |c| c.on_floor(f, now_ns)),
+        None => Vec::new(),
+    };
+    (core, out)
 }
 
 /// Runs `f` on the core and notes in the shadow what the fingerprint needs.
@@ -131,26 +177,30 @@ pub fn manager_on_pod_report(
     observed(core, shadow, now_ns, |c| c.on_pod_report(report, now_ns))
 }
 
-/// A KV watch update: apply the newest DC lease addressed to this manager's term.
+/// A KV watch update: the DC's floor as the record names it, then the newest DC lease addressed
+/// to this manager's term (as the simulator's driver does).
 pub fn manager_on_record(
     core: &mut DcManagerCore,
     shadow: &mut Shadow,
     record: &LedgerRecord,
     now_ns: u64,
 ) -> Vec<DcOutput> {
+    let floor = record.floors.get(&core.config().dc).copied().unwrap_or_default();
+    let mut out = observed(core, shadow, now_ns, |c| c.on_floor(floor, now_ns));
+    shadow.floor = Some(floor);
     let instance = core.config().instance.clone();
     let Some(lease) = record.leases.iter().filter(|l| l.holder == instance).max_by_key(|l| l.version) else {
-        return Vec::new();
+        return out;
     };
     let lease: DcLease = lease.clone();
     let mut accepted = false;
-    let out = observed(core, shadow, now_ns, |c| match c.on_dc_lease(&lease, now_ns) {
+    out.extend(observed(core, shadow, now_ns, |c| match c.on_dc_lease(&lease, now_ns) {
         Ok(out) => {
             accepted = true;
             out
         }
         Err(_) => Vec::new(),
-    });
+    }));
     if accepted {
         let sent = shadow.sent.iter().find(|(s, _)| *s == lease.basis_seq).map_or(0, |(_, t)| *t);
         shadow.held.retain(|(_, exp)| *exp > now_ns);
@@ -161,22 +211,25 @@ pub fn manager_on_record(
 
 /// Fingerprint material the manager exposes.
 pub fn write_manager_view(core: &DcManagerCore, now_ns: u64, w: &mut dyn Write) -> fmt::Result {
-    write!(w, "{}/{:?}/{:?}/", core.config().instance, core.ledger(), core.budget(now_ns))?;
+    write!(w, "{}/{:?}/{:?}/{:?}/", core.config().instance, core.ledger(), core.budget(now_ns), core.counters())?;
     core.pods().try_for_each(|(p, v)| write!(w, "{p}:{v:?};"))
 }
 
 // ---- coordinators ----
 
+/// A new leader at `epoch` from what the KV holds: the record and the fence (the highest epoch
+/// ever written, kept apart from the record).
 pub fn coordinator_resume(
     cfg: &ModelConfig,
     dc_ttl_ms: u64,
     id: &str,
     epoch: u64,
     record: Option<&LedgerRecord>,
+    fence_epoch: Option<u64>,
     now_ns: u64,
 ) -> CoordinatorCore {
-    let record = if cfg.mutation == Mutation::ResumeWithoutRecord { None } else { record };
-    CoordinatorCore::resume(limit_config(cfg, dc_ttl_ms), id, epoch, record, now_ns)
+    let stored = Stored::classify(record, fence_epoch);
+    CoordinatorCore::resume(limit_config(cfg, dc_ttl_ms), id, epoch, stored, now_ns)
 }
 
 pub fn coordinator_tick(core: &mut CoordinatorCore, now_ns: u64) -> Vec<DcLease> {
@@ -193,5 +246,15 @@ pub fn coordinator_record(core: &CoordinatorCore) -> LedgerRecord {
 
 /// Fingerprint material the coordinator exposes.
 pub fn write_coordinator_view(core: &CoordinatorCore, w: &mut dyn Write) -> fmt::Result {
-    write!(w, "{}/{:?}/{:?}/{}", core.epoch(), core.ledger(), core.dcs(), core.config().dc_ttl_ms)
+    write!(
+        w,
+        "{}/{:?}/{:?}/{}/{}/{:?}/{:?}",
+        core.epoch(),
+        core.ledger(),
+        core.dcs(),
+        core.config().dc_ttl_ms,
+        core.issues_from_ns(),
+        core.counters(),
+        core.record().leases
+    )
 }

@@ -1,10 +1,11 @@
 //! One state of the modelled world: the real cores, the network, the KV store, fault budgets.
 
-use crate::config::FaultBudget;
+use crate::config::{FaultBudget, MsgKind};
 use leasehold_shared::coordinator::CoordinatorCore;
 use leasehold_shared::dc_manager::DcManagerCore;
 use leasehold_shared::expiry::skewed_ns;
 use leasehold_shared::pod::PodCore;
+use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcReport, LeaseVersion, LedgerRecord, PodLease, PodReport};
 use std::sync::Arc;
 
@@ -30,8 +31,10 @@ pub struct Shadow {
     pub sent: Vec<(u64, u64)>,
     /// DC leases accepted, as (version, expiry on this node's clock); pods: unused.
     pub held: Vec<(LeaseVersion, u64)>,
-    /// Newest version acknowledged upward in a report.
+    /// Newest version acknowledged upward in a report (managers) or applied (pods).
     pub acked: Option<LeaseVersion>,
+    /// The floor last read from a record (DC managers).
+    pub floor: Option<Quota>,
     /// Local time of the last full re-split (DC managers).
     pub last_pass_ns: Option<u64>,
 }
@@ -50,8 +53,10 @@ impl Shadow {
 #[derive(Clone)]
 pub struct PodNode {
     pub dc: usize,
-    pub incarnation: u32,
-    pub core: PodCore,
+    /// Processes started under this pod id before the current one.
+    pub restarts: u32,
+    /// Copy-on-write: a successor state shares every core it did not change with its parent.
+    pub core: Arc<PodCore>,
     pub clock: Clock,
     /// Frozen until this tick (exclusive): no reports, no deliveries.
     pub paused_until: Option<u32>,
@@ -64,7 +69,7 @@ pub struct ManagerNode {
     pub slot: usize,
     pub alive: bool,
     /// Some while this process leads the DC.
-    pub core: Option<DcManagerCore>,
+    pub core: Option<Arc<DcManagerCore>>,
     pub clock: Clock,
     /// Local time the current term started (the floor waits from there).
     pub term_started_ns: u64,
@@ -78,7 +83,7 @@ pub struct CoordNode {
     pub paused_until: Option<u32>,
     /// Paused between checking leadership and writing: finishes that write on waking.
     pub write_on_wake: bool,
-    pub core: Option<CoordinatorCore>,
+    pub core: Option<Arc<CoordinatorCore>>,
     /// KV revision of the record this leader last wrote or read.
     pub record_rev: u64,
     pub clock: Clock,
@@ -97,17 +102,19 @@ pub struct Kv {
     pub dc_rev: Vec<u64>,
 }
 
+/// A message in flight. Payloads are shared (`Arc`): a sent message never changes, and the
+/// states that hold it in flight share one copy.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Msg {
     PodReport {
         dc: usize,
-        report: PodReport,
+        report: Arc<PodReport>,
     },
     PodLease {
         pod: usize,
-        lease: PodLease,
+        lease: Arc<PodLease>,
     },
-    DcReport(DcReport),
+    DcReport(Arc<DcReport>),
     /// A KV watch update of the ledger record, to one DC's managers.
     Record {
         dc: usize,
@@ -116,22 +123,45 @@ pub enum Msg {
 }
 
 impl Msg {
+    pub fn kind(&self) -> MsgKind {
+        match self {
+            Msg::PodReport { .. } => MsgKind::PodReport,
+            Msg::PodLease { .. } => MsgKind::PodLease,
+            Msg::DcReport(_) => MsgKind::DcReport,
+            Msg::Record { .. } => MsgKind::Record,
+        }
+    }
+
     /// One line for traces.
     pub fn summary(&self) -> String {
         match self {
             Msg::PodReport { report, .. } => {
-                format!("PodReport {} seq {} in_use {}", report.pod, report.seq, version(report.lease_in_use))
+                format!(
+                    "PodReport {}#{:x} seq {} offered {} in_use {}",
+                    report.pod,
+                    report.incarnation,
+                    report.seq,
+                    report.offered,
+                    version(report.lease_in_use)
+                )
             }
             Msg::PodLease { lease, .. } => format!(
-                "PodLease {} {} {}/{} ttl {} basis {}",
+                "PodLease {}#{:x} {} {}/{} ttl {} basis {}",
                 lease.pod,
+                lease.incarnation,
                 lease.version,
                 lease.quota.rate_milli_per_s,
                 lease.quota.burst_milli,
                 lease.ttl_ms,
                 lease.basis_seq
             ),
-            Msg::DcReport(r) => format!("DcReport {} seq {} in_use {}", r.holder, r.seq, version(r.lease_in_use)),
+            Msg::DcReport(r) => format!(
+                "DcReport {} seq {} demand {} in_use {}",
+                r.holder,
+                r.seq,
+                r.demand.rate_milli_per_s,
+                version(r.lease_in_use)
+            ),
             Msg::Record { dc, record } => {
                 let leases: Vec<String> = record
                     .leases
@@ -165,6 +195,8 @@ pub struct State {
     pub net: Vec<Msg>,
     pub budget: FaultBudget,
     pub config_changed: bool,
+    /// The "demand moves" action was taken.
+    pub demand_shifted: bool,
 }
 
 impl State {

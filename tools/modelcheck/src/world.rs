@@ -1,7 +1,7 @@
 //! The driver: initial states, timers on each tick, message delivery, leadership through the KV.
 //! Every decision is the cores'; this module only moves inputs and outputs (through `model`).
 
-use crate::config::{ModelConfig, Mutation};
+use crate::config::ModelConfig;
 use crate::model;
 use crate::state::{Clock, CoordNode, Kv, ManagerNode, Msg, PodNode, Shadow, State, NS_PER_MS};
 use leasehold_shared::dc_manager::DcOutput;
@@ -37,8 +37,20 @@ pub fn initial_choices(cfg: &ModelConfig) -> Vec<InitChoice> {
     out
 }
 
-/// Why an initial choice cannot be built.
+/// The state an initial choice starts from: the cold start, then `warmup_ticks` ticks of
+/// fault-free, in-order running. Fails when the choice does not fit the configuration.
 pub fn initial_state(cfg: &ModelConfig, init: &InitChoice) -> Result<State, String> {
+    let mut s = cold_state(cfg, init)?;
+    while s.tick < cfg.warmup_ticks {
+        s.tick(cfg);
+        while let Some(i) = s.fifo_head() {
+            s.deliver(cfg, i);
+        }
+    }
+    Ok(s)
+}
+
+fn cold_state(cfg: &ModelConfig, init: &InitChoice) -> Result<State, String> {
     if init.drift_index.len() != cfg.clock_groups()
         || init.drift_index.iter().any(|&i| i >= cfg.drift_ppm_choices.len())
     {
@@ -72,19 +84,28 @@ pub fn initial_state(cfg: &ModelConfig, init: &InitChoice) -> Result<State, Stri
         }
         for _ in 0..cfg.pods_per_dc {
             let p = pods.len();
-            let pod_drift = if cfg.mutation == Mutation::DriftBeyondBound { -50_000 } else { drift(2) };
             pods.push(PodNode {
                 dc,
-                incarnation: 1,
-                core: model::new_pod(cfg, dc, p, 1),
-                clock: Clock { offset_ns: (200 + p as u64 * 11) * NS_PER_S, drift_ppm: pod_drift },
+                restarts: 0,
+                core: Arc::new(model::new_pod(cfg, dc, p, model::pod_incarnation(p, 0))),
+                clock: Clock { offset_ns: (200 + p as u64 * 11) * NS_PER_S, drift_ppm: drift(2) },
                 paused_until: None,
                 shadow: Shadow::default(),
             });
         }
     }
     let kv = Kv { dc_leader: vec![None; cfg.dcs], dc_rev: vec![0; cfg.dcs], ..Kv::default() };
-    Ok(State { tick: 0, pods, managers, coords, kv, net: Vec::new(), budget: cfg.faults, config_changed: false })
+    Ok(State {
+        tick: 0,
+        pods,
+        managers,
+        coords,
+        kv,
+        net: Vec::new(),
+        budget: cfg.faults,
+        config_changed: false,
+        demand_shifted: false,
+    })
 }
 
 impl State {
@@ -116,7 +137,7 @@ impl State {
                 self.coords[c].paused_until = None;
                 if std::mem::take(&mut self.coords[c].write_on_wake) && self.coords[c].core.is_some() {
                     let now = self.coords[c].clock.local(self.real_ns(cfg.tick_ms));
-                    model::coordinator_tick(self.coords[c].core.as_mut().expect("checked"), now);
+                    model::coordinator_tick(self.coords[c].core.as_mut().map(Arc::make_mut).expect("checked"), now);
                     self.write_record(cfg, c, false);
                 }
             }
@@ -128,9 +149,10 @@ impl State {
                 continue;
             }
             let now = pod.clock.local(real);
-            let report = model::pod_report(&mut pod.core, &mut pod.shadow, now, cfg.offered_per_report[pod.dc]);
+            let offered = cfg.offered_per_report(pod.dc, t, self.demand_shifted);
+            let report = model::pod_report(Arc::make_mut(&mut pod.core), &mut pod.shadow, now, offered);
             let dc = pod.dc;
-            self.push(cfg, Msg::PodReport { dc, report });
+            self.push(cfg, Msg::PodReport { dc, report: Arc::new(report) });
         }
         for m in 0..self.managers.len() {
             self.manager_timer(cfg, m);
@@ -148,7 +170,7 @@ impl State {
         if !self.managers[m].alive {
             return;
         }
-        let ttl = cfg.leader_ttl_ticks;
+        let ttl = cfg.manager_leader_ttl_ticks;
         if self.managers[m].core.is_some() {
             match self.kv.dc_leader[dc] {
                 Some((holder, _)) if holder == slot => self.kv.dc_leader[dc] = Some((slot, t + ttl)),
@@ -165,17 +187,19 @@ impl State {
             self.kv.dc_rev[dc] += 1;
             let epoch = self.kv.dc_rev[dc];
             self.kv.dc_leader[dc] = Some((slot, t + ttl));
+            let record = self.kv.record.clone();
             let node = &mut self.managers[m];
             let now = node.clock.local(self.tick as u64 * cfg.tick_ms * NS_PER_MS);
-            let instance = format!("dc{dc}-m{slot}-e{epoch}");
-            node.core = Some(model::new_manager(cfg, dc, &instance, epoch, now));
-            node.term_started_ns = now;
             node.shadow = Shadow::default();
+            let (core, out) = model::new_manager(cfg, dc, epoch, record.as_deref(), &mut node.shadow, now);
+            node.core = Some(Arc::new(core));
+            node.term_started_ns = now;
+            self.route(cfg, out);
         }
         let real = self.real_ns(cfg.tick_ms);
         let node = &mut self.managers[m];
         let now = node.clock.local(real);
-        let out = model::manager_tick(node.core.as_mut().expect("leading"), &mut node.shadow, now);
+        let out = model::manager_tick(node.core.as_mut().map(Arc::make_mut).expect("leading"), &mut node.shadow, now);
         self.route(cfg, out);
     }
 
@@ -195,7 +219,7 @@ impl State {
                     return;
                 }
             }
-            let leases = model::coordinator_tick(self.coords[c].core.as_mut().expect("leader"), now);
+            let leases = model::coordinator_tick(self.coords[c].core.as_mut().map(Arc::make_mut).expect("leader"), now);
             self.write_record(cfg, c, leases.is_empty());
             return;
         }
@@ -210,8 +234,9 @@ impl State {
         let epoch = self.kv.max_epoch + 1;
         let ttl = self.dc_ttl_ms(cfg);
         let record = self.kv.record.clone();
-        let core = model::coordinator_resume(cfg, ttl, &self.coords[c].id, epoch, record.as_deref(), now_ns);
-        self.coords[c].core = Some(core);
+        let fence = (self.kv.max_epoch > 0).then_some(self.kv.max_epoch);
+        let core = model::coordinator_resume(cfg, ttl, &self.coords[c].id, epoch, record.as_deref(), fence, now_ns);
+        self.coords[c].core = Some(Arc::new(core));
         self.coords[c].record_rev = self.kv.record_rev;
         self.write_record(cfg, c, false);
     }
@@ -238,13 +263,13 @@ impl State {
         for o in out {
             match o {
                 DcOutput::PodLease(lease) => {
-                    let target =
-                        (0..self.pods.len()).find(|&p| model::pod_name(p, self.pods[p].incarnation) == lease.pod);
+                    // Addressed by pod id: whichever process runs under it now receives it.
+                    let target = (0..self.pods.len()).find(|&p| model::pod_name(self.pods[p].dc, p) == lease.pod);
                     if let Some(pod) = target {
-                        self.push(cfg, Msg::PodLease { pod, lease });
+                        self.push(cfg, Msg::PodLease { pod, lease: Arc::new(lease) });
                     }
                 }
-                DcOutput::Report(r) => self.push(cfg, Msg::DcReport(r)),
+                DcOutput::Report(r) => self.push(cfg, Msg::DcReport(Arc::new(r))),
                 DcOutput::ReturnAck(_) => {}
             }
         }
@@ -260,7 +285,7 @@ impl State {
                     let node = &mut self.managers[m];
                     let now = node.clock.local(real);
                     let out = model::manager_on_pod_report(
-                        node.core.as_mut().expect("leading"),
+                        node.core.as_mut().map(Arc::make_mut).expect("leading"),
                         &mut node.shadow,
                         &report,
                         now,
@@ -271,7 +296,7 @@ impl State {
             Msg::PodLease { pod, lease } => {
                 let node = &mut self.pods[pod];
                 let now = node.clock.local(real);
-                model::pod_on_lease(&mut node.core, &lease, now);
+                model::pod_on_lease(Arc::make_mut(&mut node.core), &mut node.shadow, &lease, now);
             }
             Msg::DcReport(report) => {
                 for c in 0..self.coords.len() {
@@ -280,7 +305,7 @@ impl State {
                         continue;
                     }
                     let now = node.clock.local(real);
-                    let Some(core) = node.core.as_mut() else { continue };
+                    let Some(core) = node.core.as_mut().map(Arc::make_mut) else { continue };
                     let leases: Vec<DcLease> = model::coordinator_on_report(core, &report, now);
                     if !leases.is_empty() {
                         self.write_record(cfg, c, false);
@@ -291,8 +316,12 @@ impl State {
                 for m in self.leading_managers(dc) {
                     let node = &mut self.managers[m];
                     let now = node.clock.local(real);
-                    let out =
-                        model::manager_on_record(node.core.as_mut().expect("leading"), &mut node.shadow, &record, now);
+                    let out = model::manager_on_record(
+                        node.core.as_mut().map(Arc::make_mut).expect("leading"),
+                        &mut node.shadow,
+                        &record,
+                        now,
+                    );
                     self.route(cfg, out);
                 }
             }
