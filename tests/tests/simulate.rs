@@ -119,3 +119,10 @@ fn a_seed_replays_exactly() {
     let c = run_seed("chaos", 9, Policy::Leasehold).unwrap();
     assert_ne!(a.upstream_calls, c.upstream_calls, "different seeds differ");
 }
+
+#[test]
+fn every_chaos_seed_has_a_dc_manager_failover_and_a_configuration_change() {
+    let s = summary("chaos", 6);
+    assert!(s.dc_manager_failovers_min >= 1, "{}", s.dc_manager_failovers_min);
+    assert!(s.config_changes_min >= 1, "{}", s.config_changes_min);
+}

@@ -46,6 +46,8 @@ pub struct SeedResult {
     pub events: u64,
     pub upstream_calls: u64,
     pub takeovers: u64,
+    /// DC-manager terms begun after each DC's first: standbys that took a DC over.
+    pub dc_manager_failovers: u64,
     pub fenced_writes: u64,
     pub overshoot_rate_per_s: f64,
     /// This seed's offered load, from the scenario's demand function.
@@ -86,6 +88,10 @@ pub struct Summary {
     pub faults_by_kind: BTreeMap<FaultKind, u64>,
     pub virtual_s_per_seed_min: u64,
     pub leader_takeovers: u64,
+    /// The fewest DC-manager failovers in any seed (standbys taking a DC over).
+    pub dc_manager_failovers_min: u64,
+    /// The fewest configuration changes (rolling restarts) in any seed.
+    pub config_changes_min: u64,
     /// Writes by a deposed leader that the ledger's compare-and-set refused.
     pub fenced_writes: u64,
     /// "strict", or "best-effort" with an emergency allowance per DC.
@@ -140,6 +146,7 @@ pub fn run_seed(scenario: &str, seed: u64, policy: Policy) -> Option<SeedResult>
 pub fn run_scenario(sc: Scenario, seed: u64, policy: Policy) -> SeedResult {
     let variant = sc.name.clone();
     let virtual_s = sc.duration_s;
+    let sc_dcs = sc.dcs.len();
     let offered = sc.offered_load();
     let mut w = World::new(sc, policy, seed);
     let events = w.run();
@@ -162,6 +169,7 @@ pub fn run_scenario(sc: Scenario, seed: u64, policy: Policy) -> SeedResult {
         events,
         upstream_calls: m.upstream_calls,
         takeovers: m.takeovers,
+        dc_manager_failovers: m.dc_takeovers.saturating_sub(sc_dcs as u64),
         fenced_writes: m.fenced_writes,
         overshoot_rate_per_s: m.overshoot_max.rate_per_s(),
         offered,
@@ -312,6 +320,12 @@ pub fn run_many(opts: &RunOptions) -> Result<(Summary, Vec<SeedResult>), String>
         faults_by_kind,
         virtual_s_per_seed_min: results.iter().map(|r| r.virtual_s).min().unwrap_or(0),
         leader_takeovers: results.iter().map(|r| r.takeovers).sum(),
+        dc_manager_failovers_min: results.iter().map(|r| r.dc_manager_failovers).min().unwrap_or(0),
+        config_changes_min: results
+            .iter()
+            .map(|r| r.faults.get(&FaultKind::ConfigChange).copied().unwrap_or(0))
+            .min()
+            .unwrap_or(0),
         fenced_writes: results.iter().map(|r| r.fenced_writes).sum(),
         mode: if opts.emergency_per_dc.is_zero() { "strict" } else { "best-effort" },
         overshoot_bound_rate_per_s: sc_with(opts, sc.clone()).overshoot_bound().rate_per_s(),

@@ -53,6 +53,12 @@ impl World {
             .map(|r| (d, r))
     }
 
+    /// A leading manager, in the DC `target` picks or else the next DC that has one.
+    fn any_leading_mgr(&self, target: u64) -> Option<(usize, usize)> {
+        let n = self.dcs.len() as u64;
+        (0..n).find_map(|i| self.leading_mgr(target % n + i))
+    }
+
     fn leader(&self) -> Option<usize> {
         (0..self.coords.len()).find(|&c| self.coords[c].core.is_some() && self.coords[c].alive)
     }
@@ -109,11 +115,11 @@ impl World {
                 self.coords[c].write_on_wake = true;
                 self.faults[i].target = c as u64;
             }),
-            FaultKind::DcManagerCrash => self.leading_mgr(f.target).map(|(d, r)| {
+            FaultKind::DcManagerCrash => self.any_leading_mgr(f.target).map(|(d, r)| {
                 self.crash_mgr(d, r);
                 self.faults[i].target = (d * 16 + r) as u64;
             }),
-            FaultKind::DcManagerPause => self.leading_mgr(f.target).map(|(d, r)| {
+            FaultKind::DcManagerPause => self.any_leading_mgr(f.target).map(|(d, r)| {
                 let m = &mut self.dcs[d].mgrs[r];
                 let local = m.clock.local(self.now);
                 // It had decided to renew every pod's lease just before it froze.
