@@ -15,7 +15,7 @@
 
 use bytes::Bytes;
 use leasehold_nats::kv::{compare_and_set, read, CasOutcome};
-use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
+use leasehold_shared::coordinator::{next_epoch, CoordinatorCore, LimitConfig, Stored};
 use leasehold_shared::leadership::{Leadership, LeadershipConfig, Transition};
 use leasehold_shared::subjects;
 use leasehold_shared::wire::{decode, encode, DcReport, LedgerRecord};
@@ -195,7 +195,7 @@ impl Leader {
         // record that was lost (a single-replica bucket) cannot make epochs start again at 1.
         let stored = records.values().filter_map(|(_, r)| r.as_ref().map(|r| r.epoch)).max().unwrap_or(0);
         let fence_epoch = fence.map(|(_, e)| e);
-        let epoch = (stored.max(fence_epoch.unwrap_or(0)) + 1).max(claim_revision);
+        let epoch = next_epoch(stored, fence_epoch, claim_revision);
         // The fence goes up before any record of this epoch exists.
         let value = Bytes::from(epoch.to_string());
         match compare_and_set(&self.leaders, subjects::LEDGER_FENCE_KEY, value, fence.map(|(rev, _)| rev)).await {

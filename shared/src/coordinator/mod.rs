@@ -37,6 +37,13 @@ pub struct CoordinatorCounters {
     pub acks_unknown: u64,
 }
 
+/// The epoch of a new coordinator term: above every epoch stored in a record or the fence, and
+/// at least the revision of its claim on the leader key (revisions only grow, so a lost record
+/// cannot make epochs start again at 1).
+pub fn next_epoch(stored_epoch_max: u64, fence_epoch: Option<u64>, claim_revision: u64) -> u64 {
+    (stored_epoch_max.max(fence_epoch.unwrap_or(0)) + 1).max(claim_revision)
+}
+
 /// What a new leader found in durable storage for one limit.
 #[derive(Clone, Copy, Debug)]
 pub enum Stored<'a> {

@@ -21,9 +21,10 @@ impl World {
         ExpiryPolicy { max_drift: 0.01, grace_ms: 100, egress_spread_ms: self.sc.egress_spread_ms() }
     }
 
-    /// The configuration of DC `d`'s manager term `term` (each term is a new DC-lease holder).
-    pub(super) fn dc_config(&self, d: usize, term: u64) -> DcManagerConfig {
-        let instance = format!("{}-mgr-e{term}", self.sc.dcs[d].name);
+    /// The configuration of a term of DC `d`'s manager replica `r`, with epoch `term` (each term
+    /// is a new DC-lease holder).
+    pub(super) fn dc_config(&self, d: usize, r: usize, term: u64) -> DcManagerConfig {
+        let instance = format!("{}-mgr{r}-e{term}", self.sc.dcs[d].name);
         let mut c = DcManagerConfig::new("partner-api", &self.sc.dcs[d].name, &instance);
         c.epoch = term;
         c.pod_ttl_ms = self.live.pod_ttl_ms;

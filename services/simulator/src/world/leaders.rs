@@ -3,7 +3,7 @@
 //! slowed or lost); nothing here expires a key by itself.
 
 use super::{Ev, World, MS};
-use leasehold_shared::coordinator::{CoordinatorCore, Stored};
+use leasehold_shared::coordinator::{next_epoch, CoordinatorCore, Stored};
 use leasehold_shared::dc_manager::DcManagerCore;
 use leasehold_shared::leadership::{KeyState, LeaderRequest, Leadership, LeadershipConfig, Transition, WriteOutcome};
 use std::collections::BTreeMap;
@@ -174,9 +174,9 @@ impl World {
     fn elected(&mut self, who: Who, claim_revision: u64) {
         match who {
             Who::Coord(c) => {
-                // Epoch above the fence (every epoch ever written) and at least the claim's revision.
-                let epoch = (self.kv.max_epoch + 1).max(claim_revision);
+                // The world's fence is the highest epoch ever written (records included).
                 let fence = (self.kv.max_epoch > 0).then_some(self.kv.max_epoch);
+                let epoch = next_epoch(0, fence, claim_revision);
                 let stored = Stored::classify(self.kv.record.as_deref(), fence);
                 let local = self.coords[c].clock.local(self.now);
                 let core = CoordinatorCore::resume(self.limit_config(), &self.coords[c].id, epoch, stored, local);
@@ -187,8 +187,7 @@ impl World {
                 self.write_record(c, false);
             }
             Who::Mgr(d, r) => {
-                let mut cfg = self.dc_config(d, claim_revision);
-                cfg.instance = format!("{}-mgr{r}-e{claim_revision}", self.sc.dcs[d].name);
+                let cfg = self.dc_config(d, r, claim_revision);
                 let local = self.dcs[d].mgrs[r].clock.local(self.now);
                 let mut core = DcManagerCore::new(cfg, local);
                 let floor = self.kv.record.as_ref().and_then(|rec| rec.floors.get(&self.sc.dcs[d].name).copied());
