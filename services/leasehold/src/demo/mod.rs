@@ -52,6 +52,9 @@ pub struct DemoArgs {
 
 /// The leased rate: any true window W sees at most `R·(W·(1 + δ) + J) + B` calls, with pods'
 /// clocks up to δ = `max_drift` fast (1%, as configured below) and J the jitter budget.
+/// Leadership TTL of the coordinators and DC managers the demo and the chaos harness start.
+pub const LEADER_TTL_MS: u64 = 3_000;
+
 pub fn rate_per_s() -> u64 {
     const MAX_DRIFT_PPM: u64 = 10_000;
     let window_on_fast_clocks_ms = HARD_WINDOW_MS + HARD_WINDOW_MS * MAX_DRIFT_PPM / 1_000_000;
@@ -61,7 +64,7 @@ pub fn rate_per_s() -> u64 {
 /// The coordinators' settings: the demo's limit, DC leases of `dc_ttl_ms`, buckets of `replicas`.
 pub fn coordinator_toml(dc_ttl_ms: u64, replicas: usize) -> String {
     let mut s = format!(
-        "leader_ttl_ms = 3000\nreplicas = {replicas}\n\n[[limits]]\nlimit = \"{LIMIT}\"\n\
+        "leader_ttl_ms = {LEADER_TTL_MS}\nreplicas = {replicas}\n\n[[limits]]\nlimit = \"{LIMIT}\"\n\
          quota = {{ rate_milli_per_s = {}, burst_milli = {} }}\ndc_ttl_ms = {dc_ttl_ms}\nrenew_interval_ms = 1000\n\
          expiry = {{ max_drift = 0.01, grace_ms = 100, egress_spread_ms = {JITTER_BUDGET_MS} }}\n",
         rate_per_s() * 1_000,
