@@ -39,6 +39,9 @@ pub struct AppliedLease {
     /// Pod clock.
     pub expires_at_ns: u64,
     pub issuer: String,
+    /// The process the lease was addressed to (this one's incarnation, unless a known bug is on):
+    /// the issuer counts it under that holder.
+    pub incarnation: u64,
 }
 
 /// Clones share the token bucket (the request path's handle): a model checker that clones whole
@@ -119,6 +122,7 @@ impl PodCore {
             quota: lease.quota,
             expires_at_ns,
             issuer: lease.issuer.clone(),
+            incarnation: lease.incarnation,
         });
         Ok(())
     }

@@ -57,6 +57,22 @@ fn the_simulator_catches_the_emergency_allowance_before_the_quiet_period() {
     assert!(storm_breaches_with(bugs, Quota::per_s(50, 0), 1..=6) > 0);
 }
 
+/// Hole 3: a crash-looping pod applies a lease meant for its previous process (flushed late by a
+/// manager that reconnected) and times it from its own report of the same number.
+#[test]
+fn the_simulator_catches_a_pod_that_applies_another_processs_lease() {
+    let bugs = KnownBugs { pod_ignores_incarnation: true, ..KnownBugs::default() };
+    assert!(storm_breaches_with(bugs, Quota::ZERO, 1..=8) > 0);
+}
+
+/// Hole 4: a manager frozen right after sending its renewal reads the answer when it wakes and,
+/// timing its term from that answer, acts beside the standby that took over.
+#[test]
+fn the_simulator_catches_a_leader_that_times_its_term_from_the_reply() {
+    let bugs = KnownBugs { leader_fresh_from_reply: true, ..KnownBugs::default() };
+    assert!(storm_breaches_with(bugs, Quota::ZERO, 1..=2) > 0);
+}
+
 /// Hole 1 end to end: a rolling restart lowers dc_ttl_ms while demand moves, then the DC that
 /// gave up share is cut off. The old rule goes back to the larger lease it replaced.
 #[test]

@@ -7,6 +7,9 @@ use serde::Serialize;
 #[serde(rename_all = "snake_case")]
 pub enum FaultKind {
     PodCrash,
+    /// A pod crashes and is restarted under the same id again and again (lives of 0.3–1.5 s,
+    /// restarts after 20–300 ms): leases meant for one process reach the next.
+    PodCrashLoop,
     PodPause,
     PodJoin,
     PodDrain,
@@ -20,6 +23,10 @@ pub enum FaultKind {
     /// A DC's leading manager freezes past its leader TTL with pod leases computed but not
     /// sent; on waking it sends them (the GC-pause bug) and finds its term taken.
     DcManagerPause,
+    /// A DC's managers lose their NATS connection and reconnect after `duration`: what they
+    /// publish meanwhile is buffered by the client and flushed on reconnect (late leases), and
+    /// what pods publish to them meanwhile is lost.
+    DcManagerReconnect,
     /// Answers from the leader keys come back late (slow compare-and-set replies), by up to
     /// `amount` ms: a leader must time its term from the send.
     SlowLeaderReplies,
@@ -33,8 +40,9 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 15] = [
+    pub const ALL: [FaultKind; 17] = [
         FaultKind::PodCrash,
+        FaultKind::PodCrashLoop,
         FaultKind::PodPause,
         FaultKind::PodJoin,
         FaultKind::PodDrain,
@@ -44,6 +52,7 @@ impl FaultKind {
         FaultKind::CoordinatorPause,
         FaultKind::DcManagerCrash,
         FaultKind::DcManagerPause,
+        FaultKind::DcManagerReconnect,
         FaultKind::SlowLeaderReplies,
         FaultKind::ConfigChange,
         FaultKind::MessageLoss,
@@ -93,6 +102,7 @@ pub fn schedule(rng: &mut SeededRng, from_s: u64, until_s: u64, pace: FaultPace)
             first.pop().unwrap_or_else(|| FaultKind::ALL[rng.range_u64(0, FaultKind::ALL.len() as u64 - 1) as usize]);
         let (lo, hi, amount) = match kind {
             FaultKind::PodCrash => (2.0, 15.0, 0.0),
+            FaultKind::PodCrashLoop => (4.0, 12.0, 0.0),
             FaultKind::PodPause => (6.0, 12.0, 0.0),
             FaultKind::PodJoin => (20.0, 60.0, rng.range_u64(1, 3) as f64),
             FaultKind::PodDrain => (5.0, 20.0, 0.0),
@@ -102,6 +112,7 @@ pub fn schedule(rng: &mut SeededRng, from_s: u64, until_s: u64, pace: FaultPace)
             FaultKind::CoordinatorPause => (4.0, 8.0, 0.0),
             FaultKind::DcManagerCrash => (3.0, 12.0, 0.0),
             FaultKind::DcManagerPause => (4.0, 9.0, 0.0),
+            FaultKind::DcManagerReconnect => (0.5, 4.0, 0.0),
             FaultKind::ConfigChange => (3.0, 12.0, 0.6),
             FaultKind::SlowLeaderReplies => (5.0, 20.0, 300.0 + rng.next_f64() * 1_200.0),
             FaultKind::MessageLoss => (5.0, 30.0, 0.05 + rng.next_f64() * 0.25),

@@ -28,6 +28,8 @@ pub struct Network {
     pub faults: NetFaults,
     pub cut_pods: Vec<bool>,
     pub cut_dcs: Vec<bool>,
+    /// Per DC: its managers are disconnected from NATS until this instant (virtual ns).
+    pub dc_reconnect_at: Vec<u64>,
 }
 
 impl Network {
@@ -38,6 +40,7 @@ impl Network {
             faults: NetFaults::default(),
             cut_pods: vec![false; pods],
             cut_dcs: vec![false; dcs],
+            dc_reconnect_at: vec![0; dcs],
         }
     }
 

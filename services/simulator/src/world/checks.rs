@@ -1,6 +1,7 @@
 //! Invariants checked after every control step, and the periodic metrics sample.
 
 use super::{PodState, Policy, World, MS, S};
+use leasehold_shared::dc_manager::holder_key;
 use leasehold_shared::quota::Quota;
 
 impl World {
@@ -21,6 +22,8 @@ impl World {
                 per_dc[slot.dc] = per_dc[slot.dc].saturating_add(a.quota);
             }
         }
+        self.check_one_term_acts();
+        self.check_pods_nest_in_their_issuers();
         self.metrics.overshoot(total.saturating_sub(self.sc.quota));
         let allowed = self.sc.quota.saturating_add(self.sc.overshoot_bound());
         if !total.fits_in(&allowed) {
@@ -60,6 +63,53 @@ impl World {
         }
     }
 
+    /// Leadership's promise, on ground truth: at no instant do two terms of one role act (each
+    /// judged on its own clock). The quiet periods and the coordinator's books rely on it.
+    fn check_one_term_acts(&mut self) {
+        let coordinators = (0..self.coords.len()).filter(|&c| self.coord_acts(c)).count();
+        if coordinators > 1 {
+            self.metrics.invariant(self.now, format!("{coordinators} coordinator terms act at once"));
+        }
+        for d in 0..self.dcs.len() {
+            let acting = self.dcs[d].acting(self.now);
+            if acting.len() > 1 {
+                let msg = format!("{} manager terms of dc {} act at once", acting.len(), self.sc.dcs[d].name);
+                self.metrics.invariant(self.now, msg);
+            }
+        }
+    }
+
+    /// Sub-lease nesting, on ground truth: a lease a pod may spend is counted, in full, by the
+    /// manager term that issued it (while that term lives; a dead term's pod leases are covered by
+    /// its successor's quiet period and the DC check above).
+    fn check_pods_nest_in_their_issuers(&mut self) {
+        for p in 0..self.pods.len() {
+            let slot = &self.pods[p];
+            if slot.state == PodState::Down {
+                continue;
+            }
+            let Some(core) = slot.core.as_ref() else { continue };
+            let Some(a) = core.applied(slot.clock.local(self.now)) else { continue };
+            let issuer = self.dcs[slot.dc]
+                .mgrs
+                .iter()
+                .find(|m| m.alive && m.core.as_ref().is_some_and(|c| c.config().instance == a.issuer));
+            let Some(m) = issuer else { continue };
+            let holder = holder_key(&core.config().pod, a.incarnation);
+            let counted = m.core.as_ref().expect("found").ledger().holder_claim(&holder, m.clock.local(self.now));
+            if !a.quota.fits_in(&counted) {
+                let msg = format!(
+                    "pod {} may spend {} under {}'s lease {}, which counts {counted} for it",
+                    core.config().pod,
+                    a.quota,
+                    a.issuer,
+                    a.version
+                );
+                self.metrics.invariant(self.now, msg);
+            }
+        }
+    }
+
     pub(super) fn on_sample(&mut self) {
         self.push(self.now + 100 * MS, super::Ev::Sample);
         self.upstream.advance(self.now);
@@ -69,7 +119,7 @@ impl World {
             .map(|d| match self.policy {
                 Policy::Leasehold => {
                     let slot = &self.dcs[d];
-                    slot.acting(self.now).map_or(0.0, |r| {
+                    slot.acting(self.now).first().map_or(0.0, |&r| {
                         let m = &slot.mgrs[r];
                         m.core.as_ref().expect("acting").budget(m.clock.local(self.now)).0.rate_per_s()
                     })

@@ -2,7 +2,7 @@
 //! register, and message delivery. All decisions are made by the shared cores.
 
 use super::leaders::Who;
-use super::{CoordSlot, Ev, Msg, PodSlot, PodState, Policy, World, MS};
+use super::{Ev, Msg, PodSlot, PodState, Policy, World, MS};
 use crate::net::Link;
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::dc_manager::{DcManagerConfig, DcOutput};
@@ -152,7 +152,7 @@ impl World {
         let held = std::mem::take(&mut self.dcs[d].mgrs[r].send_on_wake);
         self.route_dc(d, held);
         self.poll_election(Who::Mgr(d, r));
-        if self.dcs[d].acting(self.now) != Some(r) {
+        if !self.dcs[d].acts(r, self.now) {
             return;
         }
         let m = &mut self.dcs[d].mgrs[r];
@@ -161,25 +161,32 @@ impl World {
     }
 
     pub(super) fn route_dc(&mut self, d: usize, out: Vec<DcOutput>) {
+        // While the managers reconnect, the client buffers what they publish.
+        let held = self.net.dc_reconnect_at[d].saturating_sub(self.now);
         for o in out {
             match o {
                 DcOutput::PodLease(l) => {
                     if let Some(&p) = self.pod_by_instance.get(&l.pod) {
-                        self.send(Link::PodDc(p), || Msg::PodLease(p, l.clone()));
+                        self.send_after(Link::PodDc(p), held, || Msg::PodLease(p, l.clone()));
                     }
                 }
                 DcOutput::ReturnAck(a) => {
                     if let Some(&p) = self.pod_by_instance.get(&a.holder) {
-                        self.send(Link::PodDc(p), || Msg::ReturnAck(p, a.clone()));
+                        self.send_after(Link::PodDc(p), held, || Msg::ReturnAck(p, a.clone()));
                     }
                 }
-                DcOutput::Report(r) => self.send(Link::DcCoord(d), || Msg::DcReport(r.clone())),
+                DcOutput::Report(r) => self.send_after(Link::DcCoord(d), held, || Msg::DcReport(r.clone())),
             }
         }
     }
 
-    fn coord_active(c: &CoordSlot, now: u64) -> bool {
-        c.alive && c.paused_until <= now
+    /// Whether coordinator `c` believes its term may act now.
+    pub(super) fn coord_acts(&self, c: usize) -> bool {
+        let co = &self.coords[c];
+        co.alive
+            && co.paused_until <= self.now
+            && co.core.is_some()
+            && co.election.acting_epoch(co.clock.local(self.now)).is_some()
     }
 
     pub(super) fn on_coord_tick(&mut self, c: usize, inc: u64) {
@@ -200,21 +207,29 @@ impl World {
             self.write_record(c, false);
         }
         self.poll_election(Who::Coord(c));
-        let local = self.coords[c].clock.local(self.now);
-        if self.coords[c].core.is_none() || self.coords[c].election.acting_epoch(local).is_none() {
+        if !self.coord_acts(c) {
             return;
         }
+        let local = self.coords[c].clock.local(self.now);
         let leases = self.coords[c].core.as_mut().expect("leader").tick(local);
         self.write_record(c, leases.is_empty());
     }
 
-    /// DC `d`'s manager whose term may act now, with its local time: the one that handles the
-    /// DC's messages (every replica hears them; the others ignore them).
-    fn acting_mgr(&mut self, d: usize) -> Option<(&mut leasehold_shared::dc_manager::DcManagerCore, u64)> {
-        let r = self.dcs[d].acting(self.now)?;
-        let m = &mut self.dcs[d].mgrs[r];
-        let local = m.clock.local(self.now);
-        Some((m.core.as_mut().expect("acting"), local))
+    /// Every replica of DC `d` hears the DC's messages; those whose term acts now handle them.
+    fn for_each_acting_mgr(
+        &mut self,
+        d: usize,
+        mut handle: impl FnMut(&mut leasehold_shared::dc_manager::DcManagerCore, u64) -> Vec<DcOutput>,
+    ) {
+        if self.net.dc_reconnect_at[d] > self.now {
+            return; // disconnected: published to it meanwhile is lost
+        }
+        for r in self.dcs[d].acting(self.now) {
+            let m = &mut self.dcs[d].mgrs[r];
+            let local = m.clock.local(self.now);
+            let out = handle(m.core.as_mut().expect("acting"), local);
+            self.route_dc(d, out);
+        }
     }
 
     /// Compare-and-set the ledger record; on success every DC's watch sees it.
@@ -250,15 +265,11 @@ impl World {
                 if self.pods[p].state == PodState::Down {
                     return;
                 }
-                let Some((m, local)) = self.acting_mgr(d) else { return };
-                let out = m.on_pod_report(&r, local);
-                self.route_dc(d, out);
+                self.for_each_acting_mgr(d, |m, local| m.on_pod_report(&r, local));
             }
             Msg::LeaseReturn(p, r) => {
                 let d = self.pods[p].dc;
-                let Some((m, local)) = self.acting_mgr(d) else { return };
-                let out = m.on_lease_return(&r, local);
-                self.route_dc(d, out);
+                self.for_each_acting_mgr(d, |m, local| m.on_lease_return(&r, local));
             }
             Msg::PodLease(p, l) => {
                 let slot = &mut self.pods[p];
@@ -285,7 +296,7 @@ impl World {
             }
             Msg::DcReport(r) => {
                 for c in 0..self.coords.len() {
-                    if !Self::coord_active(&self.coords[c], self.now) {
+                    if !self.coord_acts(c) {
                         continue;
                     }
                     let local = self.coords[c].clock.local(self.now);
@@ -297,22 +308,24 @@ impl World {
                 }
             }
             Msg::Record(d, rec) => {
-                let Some((m, local)) = self.acting_mgr(d) else { return };
-                let floor = rec.floors.get(&m.config().dc).copied().unwrap_or_default();
-                let out = m.on_floor(floor, local);
-                self.route_dc(d, out);
-                let Some((m, local)) = self.acting_mgr(d) else { return };
-                let instance = m.config().instance.clone();
-                let newest: Option<&DcLease> =
-                    rec.leases.iter().filter(|l| l.holder == instance).max_by_key(|l| l.version);
-                if let Some(l) = newest {
-                    match m.on_dc_lease(l, local) {
-                        Ok(out) => self.route_dc(d, out),
-                        // The watch re-delivers the whole record: an already-applied lease is normal.
-                        Err(LeaseRejection::NotNewer { .. }) => {}
-                        Err(_) => self.metrics.lease_rejections += 1,
+                let mut rejected = 0;
+                self.for_each_acting_mgr(d, |m, local| {
+                    let floor = rec.floors.get(&m.config().dc).copied().unwrap_or_default();
+                    let mut out = m.on_floor(floor, local);
+                    let instance = &m.config().instance;
+                    let newest: Option<&DcLease> =
+                        rec.leases.iter().filter(|l| &l.holder == instance).max_by_key(|l| l.version);
+                    if let Some(l) = newest {
+                        match m.on_dc_lease(l, local) {
+                            Ok(more) => out.extend(more),
+                            // The watch re-delivers the whole record: an already-applied lease is normal.
+                            Err(LeaseRejection::NotNewer { .. }) => {}
+                            Err(_) => rejected += 1,
+                        }
                     }
-                }
+                    out
+                });
+                self.metrics.lease_rejections += rejected;
             }
         }
     }

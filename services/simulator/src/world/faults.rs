@@ -1,6 +1,6 @@
 //! Applying and healing scheduled faults.
 
-use super::{Ev, PodState, World, S};
+use super::{Ev, PodState, World, MS, S};
 use crate::faults::FaultKind;
 
 impl World {
@@ -15,6 +15,7 @@ impl World {
         m.core = None;
         m.incarnation += 1;
         m.send_on_wake.clear();
+        m.pause_after_write_ns = None;
     }
 
     /// A new process in the replica's place, as a standby.
@@ -39,9 +40,29 @@ impl World {
         co.incarnation += 1;
         co.paused_until = 0;
         co.write_on_wake = false;
+        co.pause_after_write_ns = None;
         co.election = super::leaders::election(&co.id, self.sc.leader_ttl_ms, bug);
         let inc = co.incarnation;
         self.push(self.now, Ev::CoordTick(c, inc));
+    }
+
+    /// Freeze a manager replica until `until`. It had decided to renew every pod's lease just
+    /// before it froze, and sends those leases when it wakes.
+    pub(super) fn pause_mgr(&mut self, d: usize, r: usize, until: u64) {
+        let m = &mut self.dcs[d].mgrs[r];
+        let local = m.clock.local(self.now);
+        m.send_on_wake = m.core.as_mut().map(|c| c.tick(local)).unwrap_or_default();
+        m.paused_until = until;
+        m.pause_after_write_ns = None;
+    }
+
+    /// Freeze a coordinator until `until`, between checking its leadership and writing the
+    /// ledger: it finishes that write when it wakes.
+    pub(super) fn pause_coordinator(&mut self, c: usize, until: u64) {
+        let co = &mut self.coords[c];
+        co.paused_until = until;
+        co.write_on_wake = true;
+        co.pause_after_write_ns = None;
     }
 
     /// The leading manager (term open, alive, not paused) of the DC `target` picks.
@@ -70,6 +91,10 @@ impl World {
             FaultKind::PodCrash => self.pick_pod(f.target, |s| s == PodState::Up).map(|p| {
                 self.stop_pod(p);
                 self.faults[i].target = p as u64;
+            }),
+            FaultKind::PodCrashLoop => self.pick_pod(f.target, |s| s == PodState::Up).map(|p| {
+                self.faults[i].target = p as u64;
+                self.crash_loop_step(i, true);
             }),
             FaultKind::PodPause => self.pick_pod(f.target, |s| s == PodState::Up).map(|p| {
                 self.pods[p].state = PodState::Paused;
@@ -111,8 +136,12 @@ impl World {
                 self.faults[i].target = c as u64;
             }),
             FaultKind::CoordinatorPause => self.leader().map(|c| {
-                self.coords[c].paused_until = heal_at;
-                self.coords[c].write_on_wake = true;
+                // Odd targets freeze right after the next leader-key renewal is sent.
+                if f.target % 2 == 1 {
+                    self.coords[c].pause_after_write_ns = Some(heal_at - self.now);
+                } else {
+                    self.pause_coordinator(c, heal_at);
+                }
                 self.faults[i].target = c as u64;
             }),
             FaultKind::DcManagerCrash => self.any_leading_mgr(f.target).map(|(d, r)| {
@@ -120,13 +149,20 @@ impl World {
                 self.faults[i].target = (d * 16 + r) as u64;
             }),
             FaultKind::DcManagerPause => self.any_leading_mgr(f.target).map(|(d, r)| {
-                let m = &mut self.dcs[d].mgrs[r];
-                let local = m.clock.local(self.now);
-                // It had decided to renew every pod's lease just before it froze.
-                m.send_on_wake = m.core.as_mut().map(|c| c.tick(local)).unwrap_or_default();
-                m.paused_until = heal_at;
+                // Odd targets freeze right after the next leader-key renewal is sent.
+                if (f.target / 7) % 2 == 1 {
+                    self.dcs[d].mgrs[r].pause_after_write_ns = Some(heal_at - self.now);
+                } else {
+                    self.pause_mgr(d, r, heal_at);
+                }
                 self.faults[i].target = (d * 16 + r) as u64;
             }),
+            FaultKind::DcManagerReconnect => {
+                let d = (f.target % self.dcs.len() as u64) as usize;
+                self.net.dc_reconnect_at[d] = heal_at;
+                self.faults[i].target = d as u64;
+                Some(())
+            }
             FaultKind::SlowLeaderReplies => {
                 self.net.faults.slow_leader_replies_ms = f.amount as u64;
                 Some(())
@@ -175,6 +211,25 @@ impl World {
         }
     }
 
+    /// One step of a crash loop: the pod dies after a short life, or comes back soon after.
+    /// The loop ends (with the pod up) when the fault heals.
+    pub(super) fn crash_loop_step(&mut self, i: usize, crash: bool) {
+        let f = &self.faults[i];
+        let (p, heal_at) = (f.target as usize, ((f.at_s + f.duration_s) * S as f64) as u64);
+        if self.now >= heal_at {
+            return;
+        }
+        if crash && self.pods[p].state == PodState::Up {
+            self.stop_pod(p);
+            let down_ns = self.rng.range_u64(20, 300) * MS;
+            self.push(self.now + down_ns, Ev::CrashLoop(i, false));
+        } else if !crash && self.pods[p].state == PodState::Down {
+            self.start_pod(p);
+            let life_ns = self.rng.range_u64(300, 1_500) * MS;
+            self.push(self.now + life_ns, Ev::CrashLoop(i, true));
+        }
+    }
+
     pub(super) fn stop_pod(&mut self, p: usize) {
         let slot = &mut self.pods[p];
         slot.state = PodState::Down;
@@ -190,6 +245,11 @@ impl World {
         let t = f.target as usize;
         match f.kind {
             FaultKind::PodCrash => self.start_pod(t),
+            FaultKind::PodCrashLoop => {
+                if self.pods[t].state == PodState::Down {
+                    self.start_pod(t);
+                }
+            }
             FaultKind::PodPause => {
                 if self.pods[t].state == PodState::Paused {
                     self.pods[t].state = PodState::Up;
@@ -219,7 +279,8 @@ impl World {
             FaultKind::CoordinatorCrash => self.restart_coordinator(t),
             FaultKind::CoordinatorPause => {}
             FaultKind::DcManagerCrash => self.restart_mgr(t / 16, t % 16),
-            FaultKind::DcManagerPause | FaultKind::ConfigChange => {}
+            // Reconnected at heal time by construction (the buffer's delay ends then).
+            FaultKind::DcManagerPause | FaultKind::ConfigChange | FaultKind::DcManagerReconnect => {}
             FaultKind::SlowLeaderReplies => self.net.faults.slow_leader_replies_ms = 0,
             FaultKind::MessageLoss => self.net.faults.loss = 0.0,
             FaultKind::MessageDuplication => self.net.faults.duplicate = 0.0,

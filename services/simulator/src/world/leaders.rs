@@ -96,6 +96,25 @@ impl World {
         let i = self.leader_ops.len() - 1;
         let at = self.now + self.op_delay();
         self.push(at, Ev::Leader(i));
+        if matches!(request, LeaderRequest::Write { .. }) {
+            self.pause_if_armed(who);
+        }
+    }
+
+    /// A pause fault armed for "right after the next write" starts now.
+    fn pause_if_armed(&mut self, who: Who) {
+        match who {
+            Who::Coord(c) => {
+                if let Some(ns) = self.coords[c].pause_after_write_ns {
+                    self.pause_coordinator(c, self.now + ns);
+                }
+            }
+            Who::Mgr(d, r) => {
+                if let Some(ns) = self.dcs[d].mgrs[r].pause_after_write_ns {
+                    self.pause_mgr(d, r, self.now + ns);
+                }
+            }
+        }
     }
 
     /// Step of an operation: served by the register, or its answer arriving.
@@ -107,7 +126,8 @@ impl World {
         let Some(answer) = op.answer.take() else {
             // At the register.
             let answer = self.serve(op.who, op.request);
-            let lost = self.net_rng.chance(self.net.faults.loss);
+            let disconnected = matches!(op.who, Who::Mgr(d, _) if self.net.dc_reconnect_at[d] > self.now);
+            let lost = disconnected || self.net_rng.chance(self.net.faults.loss);
             let (answer, delay) = if lost {
                 (Answer::TimedOut, OP_TIMEOUT_MS * MS)
             } else {

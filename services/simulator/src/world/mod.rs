@@ -54,6 +54,8 @@ enum Ev {
     Deliver(usize),
     Fault(usize),
     Heal(usize),
+    /// The next crash (`true`) or restart of a crash-looping pod, by fault index.
+    CrashLoop(usize, bool),
     Sample,
 }
 
@@ -101,6 +103,9 @@ struct MgrReplica {
     incarnation: u64,
     /// Computed just before a pause and sent when it wakes (the GC-pause bug to survive).
     send_on_wake: Vec<DcOutput>,
+    /// A pause (ns) to begin right after its next leader-key write is sent: the worst moment,
+    /// with the write's answer arriving while it is frozen.
+    pause_after_write_ns: Option<u64>,
 }
 
 struct DcSlot {
@@ -110,15 +115,17 @@ struct DcSlot {
 }
 
 impl DcSlot {
-    /// The replica whose term may act now, if any.
-    fn acting(&self, now: u64) -> Option<usize> {
-        (0..self.mgrs.len()).find(|&r| {
-            let m = &self.mgrs[r];
-            m.alive
-                && m.paused_until <= now
-                && m.core.is_some()
-                && m.election.acting_epoch(m.clock.local(now)).is_some()
-        })
+    /// Whether replica `r` believes its term may act now (alive, awake, term open and fresh).
+    /// Every replica hears the DC's subjects and decides for itself, as the real service does:
+    /// two may act at once only if leadership is broken, which the checks catch.
+    fn acts(&self, r: usize, now: u64) -> bool {
+        let m = &self.mgrs[r];
+        m.alive && m.paused_until <= now && m.core.is_some() && m.election.acting_epoch(m.clock.local(now)).is_some()
+    }
+
+    /// The replicas that act now (one, when leadership holds).
+    fn acting(&self, now: u64) -> Vec<usize> {
+        (0..self.mgrs.len()).filter(|&r| self.acts(r, now)).collect()
     }
 }
 
@@ -135,6 +142,8 @@ struct CoordSlot {
     /// Paused between checking its leadership and writing: on waking it finishes that write
     /// first (the classic GC-pause bug), which the record's compare-and-set must refuse.
     write_on_wake: bool,
+    /// As [`MgrReplica::pause_after_write_ns`].
+    pause_after_write_ns: Option<u64>,
 }
 
 /// The ledger bucket stand-in: the record, written by compare-and-set on its revision, and the
@@ -260,6 +269,7 @@ impl World {
                         paused_until: 0,
                         incarnation: 0,
                         send_on_wake: Vec::new(),
+                        pause_after_write_ns: None,
                     });
                     let first = self.rng.range_u64(0, 250) * MS;
                     self.push(first, Ev::DcTick(d, r, 0));
@@ -281,6 +291,7 @@ impl World {
                     core: None,
                     record_rev: 0,
                     write_on_wake: false,
+                    pause_after_write_ns: None,
                 });
                 self.push(i as u64 * 300 * MS, Ev::CoordTick(i, 0));
             }
@@ -297,7 +308,13 @@ impl World {
     }
 
     fn send(&mut self, link: crate::net::Link, msg: impl Fn() -> Msg) {
+        self.send_after(link, 0, msg)
+    }
+
+    /// As [`send`](Self::send), leaving `held_ns` later (a client's buffer flushed on reconnect).
+    fn send_after(&mut self, link: crate::net::Link, held_ns: u64, msg: impl Fn() -> Msg) {
         for delay in self.net.deliveries(link, &mut self.net_rng) {
+            let delay = delay + held_ns;
             let m = msg();
             let idx = match self.free_msgs.pop() {
                 Some(i) => {
@@ -354,6 +371,10 @@ impl World {
                 }
                 Ev::Heal(i) => {
                     self.heal_fault(i);
+                    self.check();
+                }
+                Ev::CrashLoop(i, crash) => {
+                    self.crash_loop_step(i, crash);
                     self.check();
                 }
                 Ev::Sample => self.on_sample(),
