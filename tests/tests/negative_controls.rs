@@ -73,6 +73,20 @@ fn the_simulator_catches_a_leader_that_times_its_term_from_the_reply() {
     assert!(storm_breaches_with(bugs, Quota::ZERO, 1..=2) > 0);
 }
 
+/// A machine suspended with a clock that stops meanwhile (Linux's CLOCK_MONOTONIC, what
+/// `std::time::Instant` reads) wakes with its lease or term looking as fresh as before.
+#[test]
+fn the_simulator_catches_clocks_that_stop_while_the_machine_is_suspended() {
+    let breaches: u64 = (1..=2)
+        .map(|seed| {
+            let mut sc = Scenario::by_name("storm", seed).expect("storm");
+            sc.clocks_stop_while_suspended = true;
+            run_scenario(sc, seed, Policy::Leasehold).violations
+        })
+        .sum();
+    assert!(breaches > 0, "suspensions that stop clocks went unnoticed");
+}
+
 /// Hole 1 end to end: a rolling restart lowers dc_ttl_ms while demand moves, then the DC that
 /// gave up share is cut off. The old rule goes back to the larger lease it replaced.
 #[test]

@@ -20,7 +20,7 @@ use leasehold_shared::leadership::{Leadership, LeadershipConfig, Transition};
 use leasehold_shared::subjects;
 use leasehold_shared::wire::{decode, encode, DcReport, LedgerRecord};
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tracing::{info, warn};
 
 use async_nats::jetstream::kv::Store;
@@ -60,7 +60,7 @@ pub struct Leader {
     limits: Vec<LimitConfig>,
     ledger: Store,
     leaders: Store,
-    origin: Instant,
+    origin: leasehold_nats::clock::LeaseClock,
     election: Leadership,
     leadership: Option<Term>,
     pub status: Status,
@@ -74,16 +74,16 @@ impl Leader {
             limits,
             ledger,
             leaders,
-            origin: Instant::now(),
+            origin: leasehold_nats::clock::LeaseClock::start(),
             election,
             leadership: None,
             status: Status::default(),
         }
     }
 
-    /// The only clock reading: monotonic nanoseconds since start.
+    /// The only clock reading: nanoseconds since start, counting suspension.
     fn now_ns(&self) -> u64 {
-        self.origin.elapsed().as_nanos() as u64
+        self.origin.elapsed_ns()
     }
 
     /// Copy every limit's books into the status (for metrics).
@@ -121,7 +121,7 @@ impl Leader {
     /// Periodic step: renew or seek leadership, then renew every DC's lease.
     pub async fn tick(&mut self) {
         let origin = self.origin;
-        let clock = move || origin.elapsed().as_nanos() as u64;
+        let clock = move || origin.elapsed_ns();
         let key = subjects::COORDINATOR_LEADER_KEY;
         match leasehold_nats::leader_key::step(&mut self.election, &self.leaders, key, clock).await {
             Some(Transition::Elected { epoch }) => return self.take_over(epoch).await,

@@ -56,7 +56,7 @@ pub struct Manager {
     settings: Settings,
     client: async_nats::Client,
     leaders: Store,
-    origin: Instant,
+    origin: leasehold_nats::clock::LeaseClock,
     leadership: Leadership,
     term: Option<Term>,
     /// The DC's floor in the coordinator's last record (none until one was read).
@@ -76,7 +76,7 @@ impl Manager {
             settings,
             client,
             leaders,
-            origin: Instant::now(),
+            origin: leasehold_nats::clock::LeaseClock::start(),
             leadership,
             term: None,
             floor: None,
@@ -89,7 +89,7 @@ impl Manager {
     fn clock(&self) -> impl Fn() -> u64 {
         let (origin, s) = (self.origin, &self.settings);
         let (offset_ns, drift_ppm) = (s.clock_offset_ms * 1_000_000, s.clock_drift_ppm);
-        move || leasehold_shared::expiry::skewed_ns(origin.elapsed().as_nanos() as u64, offset_ns, drift_ppm)
+        move || leasehold_shared::expiry::skewed_ns(origin.elapsed_ns(), offset_ns, drift_ppm)
     }
 
     fn now_ns(&self) -> u64 {

@@ -11,7 +11,7 @@ use leasehold_shared::keys::table::{TableError, Verdict};
 use leasehold_shared::keys::{shard_of, KeyError, KeyTable, LimitSpec};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::oneshot;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -38,7 +38,7 @@ impl From<TableError> for OwnedError {
 struct Inner {
     table: Mutex<KeyTable>,
     shards: u32,
-    origin: Instant,
+    origin: leasehold_nats::clock::LeaseClock,
     /// Per shard: answer only while the monotonic clock (ms) is below this.
     serving_until_ms: Vec<AtomicU64>,
     persister: Option<Persister>,
@@ -90,7 +90,7 @@ impl Owned {
             inner: Arc::new(Inner {
                 table: Mutex::new(KeyTable::new(max_keys)),
                 shards: shards.max(1),
-                origin: Instant::now(),
+                origin: leasehold_nats::clock::LeaseClock::start(),
                 serving_until_ms: (0..shards.max(1)).map(|_| AtomicU64::new(initial)).collect(),
                 persister,
                 last_epoch_ms: AtomicU64::new(0),
@@ -112,7 +112,7 @@ impl Owned {
     }
 
     pub fn mono_ms(&self) -> u64 {
-        self.inner.origin.elapsed().as_millis() as u64
+        self.inner.origin.elapsed_ns() / 1_000_000
     }
 
     /// Wall-clock ms, never going backwards here.

@@ -1,6 +1,7 @@
 //! # Leasehold's NATS plumbing
 //!
 //! ## Layout
+//! * [`clock`]: the lease clock (counts time the machine spent suspended).
 //! * [`connect`]: connection defaults for control-plane traffic (short timeouts, fast dead-peer
 //!   detection) and a JetStream context with a short ack timeout.
 //! * [`kv`]: KV buckets created by hand (works on nats-server 2.9.10, where async-nats'
@@ -11,6 +12,7 @@
 //! * [`process`]: what every service process does the same way (config file, settings, runtime,
 //!   signals, one-line errors and exit codes).
 
+pub mod clock;
 pub mod connect;
 pub mod kv;
 pub mod leader_key;

@@ -6,7 +6,7 @@ use leasehold_shared::bucket::{BucketError, Decision, DenyReason, TokenBucket};
 use leasehold_shared::pod::IntervalCounters;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::{oneshot, Notify};
 
@@ -67,7 +67,7 @@ pub struct Totals {
 
 pub(crate) struct Shared {
     pub bucket: Arc<TokenBucket>,
-    pub origin: Instant,
+    pub origin: leasehold_nats::clock::LeaseClock,
     /// Added to every clock reading: lets tests and the chaos harness skew a pod's clock.
     pub clock_offset_ns: u64,
     pub clock_drift_ppm: i64,
@@ -88,7 +88,7 @@ impl Limiter {
         Limiter {
             shared: Arc::new(Shared {
                 bucket,
-                origin: Instant::now(),
+                origin: leasehold_nats::clock::LeaseClock::start(),
                 clock_offset_ns,
                 clock_drift_ppm,
                 interval: Interval::default(),
@@ -101,7 +101,7 @@ impl Limiter {
 
     /// This pod's clock, in the bucket's and the lease's time base.
     pub fn now_ns(&self) -> u64 {
-        let elapsed = self.shared.origin.elapsed().as_nanos() as u64;
+        let elapsed = self.shared.origin.elapsed_ns();
         leasehold_shared::expiry::skewed_ns(elapsed, self.shared.clock_offset_ns, self.shared.clock_drift_ppm)
     }
 

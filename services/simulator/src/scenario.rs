@@ -64,6 +64,10 @@ pub struct Scenario {
     /// Replaces the expiry policy the nodes assume (tests use it to break the drift assumption
     /// on purpose and check that the checkers notice).
     pub expiry_override: Option<leasehold_shared::expiry::ExpiryPolicy>,
+    /// Pauses are machine suspends; with this on, a suspended node's clock stops meanwhile (as
+    /// `CLOCK_MONOTONIC` does on Linux). A negative control: the services read a clock that
+    /// counts suspension (`leasehold_nats::clock`), which the default models.
+    pub clocks_stop_while_suspended: bool,
     /// Best-effort mode: each DC may use this much on top of its floor once its lease expired.
     /// Zero means strict mode.
     pub emergency_per_dc: Quota,
@@ -101,6 +105,7 @@ impl Scenario {
             max_clock_offset_ms: 0,
             max_clock_drift: 0.0,
             expiry_override: None,
+            clocks_stop_while_suspended: false,
             emergency_per_dc: Quota::ZERO,
             bugs: Default::default(),
             fixed_faults: Vec::new(),

@@ -49,19 +49,27 @@ impl World {
     /// Freeze a manager replica until `until`. It had decided to renew every pod's lease just
     /// before it froze, and sends those leases when it wakes.
     pub(super) fn pause_mgr(&mut self, d: usize, r: usize, until: u64) {
+        let stops = self.sc.clocks_stop_while_suspended;
         let m = &mut self.dcs[d].mgrs[r];
         let local = m.clock.local(self.now);
         m.send_on_wake = m.core.as_mut().map(|c| c.tick(local)).unwrap_or_default();
         m.paused_until = until;
+        if stops {
+            m.clock.stop(self.now, until);
+        }
         m.pause_after_write_ns = None;
     }
 
     /// Freeze a coordinator until `until`, between checking its leadership and writing the
     /// ledger: it finishes that write when it wakes.
     pub(super) fn pause_coordinator(&mut self, c: usize, until: u64) {
+        let stops = self.sc.clocks_stop_while_suspended;
         let co = &mut self.coords[c];
         co.paused_until = until;
         co.write_on_wake = true;
+        if stops {
+            co.clock.stop(self.now, until);
+        }
         co.pause_after_write_ns = None;
     }
 
@@ -99,6 +107,9 @@ impl World {
             FaultKind::PodPause => self.pick_pod(f.target, |s| s == PodState::Up).map(|p| {
                 self.pods[p].state = PodState::Paused;
                 self.pods[p].paused_until = heal_at;
+                if self.sc.clocks_stop_while_suspended {
+                    self.pods[p].clock.stop(self.now, heal_at);
+                }
                 self.faults[i].target = p as u64;
             }),
             FaultKind::PodDrain => self.pick_pod(f.target, |s| s == PodState::Up).map(|p| {
