@@ -18,4 +18,9 @@ pub struct KnownBugs {
     /// Hole 4: a leader's freshness is measured from when its renewal's reply arrived, not from
     /// when the renewal was sent.
     pub leader_fresh_from_reply: bool,
+    /// Hole 8 (found by the simulator, storm seed 23 at b92f8eb): a DC manager's ledger lets a
+    /// pod's claim cut under a larger, older DC lease license a share of the smaller, newer one
+    /// that outlives that claim; once the coordinator stops counting the old DC lease, the pods
+    /// hold more than the DC's lease.
+    pub grant_checked_only_now: bool,
 }

@@ -4,8 +4,10 @@
 //! **Accounting rule.** A holder uses at most one lease at a time: the newest it has applied
 //! (holders refuse older versions). So a holder's claim on the limit is the component-wise
 //! maximum over its live leases, and the ledger's total is the sum of those maxima. A new grant to
-//! holder `h` must satisfy `Σ_{others} + max(h's live leases, new) ≤ capacity`, which keeps
-//! `Σ rate ≤ R` and `Σ burst ≤ B` at every instant even while old and new leases overlap.
+//! holder `h` must satisfy `Σ_{others}(t) + max(h's live leases at t, new) ≤ capacity` at every
+//! instant `t` of the new lease's life where it raises `h`'s claim (see [`Ledger::grantable`]),
+//! which keeps `Σ rate ≤ R` and `Σ burst ≤ B` at every instant even while old and new leases
+//! overlap, and even when the capacity shrank under leases cut from the larger one.
 //!
 //! Older leases leave the ledger when the holder reports a newer version *in use* (it can never
 //! go back), when it returns everything (drain), or when they expire on the issuer's clock
@@ -57,11 +59,21 @@ pub struct Ledger<H: Ord + Clone> {
     capacity: Quota,
     epoch: u64,
     holders: BTreeMap<H, HolderLeases>,
+    /// Extra capacity until an instant (`until_ns`, capacity then): leases cut from a larger,
+    /// older parent lease that the parent's issuer still counts until then.
+    covers: Vec<(u64, Quota)>,
+    known_bug_grant_checked_only_now: bool,
 }
 
 impl<H: Ord + Clone> Ledger<H> {
     pub fn new(capacity: Quota, epoch: u64) -> Self {
-        Ledger { capacity, epoch, holders: BTreeMap::new() }
+        Ledger {
+            capacity,
+            epoch,
+            holders: BTreeMap::new(),
+            covers: Vec::new(),
+            known_bug_grant_checked_only_now: false,
+        }
     }
 
     pub fn capacity(&self) -> Quota {
@@ -72,6 +84,20 @@ impl<H: Ord + Clone> Ledger<H> {
     /// Leases already out stay counted; a shrink only blocks growth until they drain.
     pub fn set_capacity(&mut self, capacity: Quota) {
         self.capacity = capacity;
+        self.covers.clear();
+    }
+
+    /// `capacity` from now on, and at least each cover's capacity until its instant: an issuer
+    /// whose own parent lease shrank, while its parent's issuer still counts the older, larger
+    /// one (until it ends or is confirmed superseded).
+    pub fn set_capacity_profile(&mut self, capacity: Quota, covers: Vec<(u64, Quota)>) {
+        self.capacity = capacity;
+        self.covers = covers;
+    }
+
+    /// The capacity at `t_ns`.
+    pub fn capacity_at(&self, t_ns: u64) -> Quota {
+        self.covers.iter().filter(|(until, _)| *until > t_ns).fold(self.capacity, |m, (_, q)| m.max(*q))
     }
 
     pub fn epoch(&self) -> u64 {
@@ -106,10 +132,59 @@ impl<H: Ord + Clone> Ledger<H> {
         self.capacity.saturating_sub(others)
     }
 
-    /// The most an issuer may grant `holder` towards `target` now: anything up to its current
-    /// claim (a shrink or a plain renewal) or up to the headroom, whichever is larger.
-    pub fn grantable(&self, holder: &H, target: Quota, now_ns: u64) -> Quota {
-        target.min(self.headroom_for(holder, now_ns).max(self.holder_claim(holder, now_ns)))
+    /// The most an issuer may grant `holder` towards `target`, as a lease it will count until
+    /// `live_until_ns`. At every instant of that life the grant must either stay within the
+    /// holder's own claim at that instant (a shrink or a plain renewal) or fit beside everyone
+    /// else's claims then. A claim licenses a grant only while it lasts: a lease cut under a
+    /// larger, older capacity ends with it and cannot vouch for a longer one.
+    pub fn grantable(&self, holder: &H, target: Quota, live_until_ns: u64, now_ns: u64) -> Quota {
+        target.min(self.allowed(holder, live_until_ns, now_ns))
+    }
+
+    fn allowed(&self, holder: &H, live_until_ns: u64, now_ns: u64) -> Quota {
+        // The negative control checks the grant at `now` only (the old rule).
+        let until = if self.known_bug_grant_checked_only_now { now_ns + 1 } else { live_until_ns };
+        Quota::new(
+            self.most_allowed(holder, |q| q.rate_milli_per_s, until, now_ns),
+            self.most_allowed(holder, |q| q.burst_milli, until, now_ns),
+        )
+    }
+
+    /// One component of [`allowed`](Self::allowed). A level `q` is fine iff, from the instant the
+    /// holder's own claim falls below `q` (if before `until`), the room left by the others'
+    /// claims stays at least `q`. Others' claims only fall over time, so within a stretch of
+    /// constant capacity the room only grows: the binding instants are that first one and each
+    /// later drop of capacity. The fine levels are `0..=q*`, and `q*` is among the candidates.
+    fn most_allowed(&self, holder: &H, get: impl Fn(&Quota) -> u64, until: u64, now: u64) -> u64 {
+        let own: &[LeaseEntry] = self.holders.get(holder).map_or(&[], |h| h.entries.as_slice());
+        let own: Vec<&LeaseEntry> = own.iter().filter(|e| e.live_until_ns > now).collect();
+        let covered_until =
+            |q: u64| own.iter().filter(|e| get(&e.quota) >= q).map(|e| e.live_until_ns).max().unwrap_or(now).max(now);
+        let room_at = |t: u64| {
+            let others = self
+                .holders
+                .iter()
+                .filter(|(k, _)| *k != holder)
+                .fold(0u64, |s, (_, h)| s.saturating_add(get(&h.claim(t))));
+            get(&self.capacity_at(t)).saturating_sub(others)
+        };
+        let drops: Vec<u64> = self.covers.iter().map(|(t, _)| *t).filter(|&t| t > now && t < until).collect();
+        let fine = |q: u64| {
+            let from = covered_until(q);
+            from >= until || (q <= room_at(from) && drops.iter().filter(|&&t| t > from).all(|&t| q <= room_at(t)))
+        };
+        let mut candidates = vec![room_at(now)];
+        for e in &own {
+            candidates.push(get(&e.quota));
+            candidates.push(room_at(e.live_until_ns));
+        }
+        candidates.extend(drops.iter().map(|&t| room_at(t)));
+        candidates.into_iter().filter(|&q| fine(q)).max().unwrap_or(0)
+    }
+
+    /// Negative control only (see [`crate::bugs`]): check grants at the instant of granting.
+    pub fn set_known_bug_grant_checked_only_now(&mut self, on: bool) {
+        self.known_bug_grant_checked_only_now = on;
     }
 
     /// `holder` is below `target` in some component and the headroom would let it rise there.
@@ -133,7 +208,6 @@ impl<H: Ord + Clone> Ledger<H> {
         if version.epoch != self.epoch {
             return Err(LedgerError::WrongEpoch { got: version.epoch, current: self.epoch });
         }
-        let headroom = self.headroom_for(holder, now_ns);
         let state = self.holders.get(holder);
         if let Some(h) = state {
             if h.closed_until_ns.is_some() {
@@ -145,13 +219,9 @@ impl<H: Ord + Clone> Ledger<H> {
                 }
             }
         }
-        let current = state.map(|h| h.claim(now_ns)).unwrap_or_default();
-        let after = current.max(quota);
-        let rate_ok =
-            after.rate_milli_per_s <= current.rate_milli_per_s || after.rate_milli_per_s <= headroom.rate_milli_per_s;
-        let burst_ok = after.burst_milli <= current.burst_milli || after.burst_milli <= headroom.burst_milli;
-        if !(rate_ok && burst_ok) {
-            return Err(LedgerError::ExceedsHeadroom { wanted: quota, headroom });
+        let allowed = self.allowed(holder, live_until_ns, now_ns);
+        if !quota.fits_in(&allowed) {
+            return Err(LedgerError::ExceedsHeadroom { wanted: quota, headroom: allowed });
         }
         let h = self.holders.entry(holder.clone()).or_default();
         h.entries.push(LeaseEntry { version, quota, live_until_ns });
@@ -234,10 +304,11 @@ impl<H: Ord + Clone> Ledger<H> {
     /// The conservation invariant at `now_ns` (fixed-capacity issuers).
     pub fn check(&self, now_ns: u64) -> Result<(), String> {
         let out = self.outstanding(now_ns);
-        if out.fits_in(&self.capacity) {
+        let capacity = self.capacity_at(now_ns);
+        if out.fits_in(&capacity) {
             Ok(())
         } else {
-            Err(format!("outstanding {out} exceeds capacity {}", self.capacity))
+            Err(format!("outstanding {out} exceeds capacity {capacity}"))
         }
     }
 }
@@ -328,5 +399,26 @@ mod tests {
             l.grant(&"a", Quota::per_s(100, 10), LeaseVersion::new(3, 1), 60, 0).is_ok(),
             "renewing the same amount is no increase"
         );
+    }
+
+    #[test]
+    fn a_claim_licenses_a_grant_only_while_it_lasts() {
+        // Capacity shrank from 1000 to 200; a (800) and b (200) hold leases cut from the 1000.
+        let mut l = Ledger::new(Quota::per_s(1000, 0), E);
+        l.grant(&"a", Quota::per_s(800, 0), v(1), 100, 0).unwrap();
+        l.grant(&"b", Quota::per_s(200, 0), v(2), 50, 0).unwrap();
+        l.set_capacity(Quota::per_s(200, 0));
+        // b may renew its 200 only up to when its claim ends (50): beyond, a's 800 is still there.
+        assert_eq!(l.grantable(&"b", Quota::per_s(200, 0), 50, 10).rate_milli_per_s, 200_000);
+        assert_eq!(l.grantable(&"b", Quota::per_s(200, 0), 150, 10).rate_milli_per_s, 0);
+        assert!(l.grant(&"b", Quota::per_s(100, 0), v(3), 150, 10).is_err());
+        // With the old, larger capacity still counted until 120 (the parent's older lease), b's
+        // claim carries it past 50; from 120 on, only the 200 is there and a's claim has ended.
+        l.set_capacity_profile(Quota::per_s(200, 0), vec![(120, Quota::per_s(1000, 0))]);
+        assert_eq!(l.grantable(&"b", Quota::per_s(200, 0), 150, 10).rate_milli_per_s, 200_000);
+        // But not if a's claim outlived the cover.
+        l.grant(&"a", Quota::per_s(100, 0), v(4), 200, 10).unwrap();
+        assert_eq!(l.grantable(&"b", Quota::per_s(200, 0), 150, 10).rate_milli_per_s, 100_000);
+        assert_eq!(l.check(10), Ok(()));
     }
 }

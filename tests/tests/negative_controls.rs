@@ -87,6 +87,14 @@ fn the_simulator_catches_clocks_that_stop_while_the_machine_is_suspended() {
     assert!(breaches > 0, "suspensions that stop clocks went unnoticed");
 }
 
+/// Hole 8: a pod's claim from the larger DC lease licenses a share of the smaller one that
+/// outlives it (found by storm seed 23 at b92f8eb; see shared/tests/carried_claim.rs).
+#[test]
+fn the_simulator_catches_a_grant_licensed_by_a_claim_that_ends_first() {
+    let bugs = KnownBugs { grant_checked_only_now: true, ..KnownBugs::default() };
+    assert!(storm_breaches_with(bugs, Quota::ZERO, 1..=5) > 0);
+}
+
 /// Hole 1 end to end: a rolling restart lowers dc_ttl_ms while demand moves, then the DC that
 /// gave up share is cut off. The old rule goes back to the larger lease it replaced.
 #[test]

@@ -293,10 +293,10 @@ impl CoordinatorCore {
         }
         let v = &self.dcs[dc];
         let holder = v.holder.clone()?;
-        let quota = self.ledger.grantable(&holder, v.target, now_ns);
+        let live_until = self.cfg.expiry.issuer_live_until_ns(now_ns, self.cfg.dc_ttl_ms);
+        let quota = self.ledger.grantable(&holder, v.target, live_until, now_ns);
         self.next_seq += 1;
         let version = LeaseVersion::new(self.epoch(), self.next_seq);
-        let live_until = self.cfg.expiry.issuer_live_until_ns(now_ns, self.cfg.dc_ttl_ms);
         self.ledger.grant(&holder, quota, version, live_until, now_ns).ok()?;
         let floor = self.cfg.dcs.iter().find(|d| d.name == dc).map_or(Quota::ZERO, |d| d.floor);
         let lease = DcLease {

@@ -92,10 +92,12 @@ impl DcManagerCore {
     pub fn new(cfg: DcManagerConfig, now_ns: u64) -> Self {
         let quiet_ns = cfg.expiry.issuer_live_until_ns(now_ns, cfg.pod_ttl_ms.max(cfg.inherited_pod_ttl_ms));
         let epoch = cfg.epoch;
+        let mut ledger = Ledger::new(Quota::ZERO, epoch);
+        ledger.set_known_bug_grant_checked_only_now(cfg.bugs.grant_checked_only_now);
         DcManagerCore {
             cfg,
             pods: Pods::default(),
-            ledger: Ledger::new(Quota::ZERO, epoch),
+            ledger,
             held: Vec::new(),
             fence: LeaseFence::default(),
             sent: SentLog::new(1),
@@ -285,23 +287,48 @@ impl DcManagerCore {
         }
     }
 
+    /// Older DC leases the coordinator still counts for this holder (not yet confirmed
+    /// superseded), as (until, budget under it): pod leases cut from them may run on until then
+    /// beside the newer, smaller lease's, but no longer; see [`Ledger::set_capacity_profile`].
+    fn older_leases_still_counted(&self, budget: Quota, now_ns: u64) -> Vec<(u64, Quota)> {
+        let Some(current) = self.current_lease(now_ns) else { return Vec::new() };
+        let floor = budget.saturating_sub(current.quota);
+        self.held
+            .iter()
+            .filter(|l| l.version < current.version && self.acked.is_none_or(|a| l.version >= a))
+            .filter(|l| l.expires_at_ns > now_ns)
+            .map(|l| (l.expires_at_ns, floor.saturating_add(l.quota)))
+            .collect()
+    }
+
     /// Some eligible pod is below its target and the ledger has room for it to grow.
     fn someone_can_grow(&self, now_ns: u64) -> bool {
-        let (budget, _) = self.budget(now_ns);
+        let (budget, parent_expiry) = self.budget(now_ns);
+        let Some((_, live_until)) = self.pod_lease_live_until(now_ns, parent_expiry) else { return false };
         let eligible = self.pods.eligible(&self.cfg, now_ns);
         let targets = self.pods.split(budget, &eligible, self.cfg.split);
-        eligible.iter().zip(targets).any(|(p, t)| self.worth_growing(p, t, now_ns))
+        eligible.iter().zip(targets).any(|(p, t)| self.worth_growing(p, t, live_until, now_ns))
+    }
+
+    /// Until when (this clock) a pod lease issued now must be counted, with its TTL nested in the
+    /// parent lease; `None` when too little of the parent is left to issue one.
+    fn pod_lease_live_until(&self, now_ns: u64, parent_expiry: Option<u64>) -> Option<(u64, u64)> {
+        let ttl_ms = match parent_expiry {
+            Some(e) => self.cfg.expiry.nested_ttl_ms(now_ns, e, self.cfg.pod_ttl_ms),
+            None => self.cfg.pod_ttl_ms,
+        };
+        (ttl_ms >= self.cfg.min_pod_ttl_ms).then(|| (ttl_ms, self.cfg.expiry.issuer_live_until_ns(now_ns, ttl_ms)))
     }
 
     /// The ledger lets `pod` grow towards `target` by a step worth a message: at least
     /// [`MIN_GROWTH_STEP`] of the target (and one milli-unit). Smaller steps wait for the
     /// periodic renewal, so many pods confirming one by one do not each trigger a re-split.
-    fn worth_growing(&self, pod: &String, target: Quota, now_ns: u64) -> bool {
+    fn worth_growing(&self, pod: &String, target: Quota, live_until_ns: u64, now_ns: u64) -> bool {
         if !self.ledger.can_grow(pod, target, now_ns) {
             return false;
         }
         let claim = self.ledger.holder_claim(pod, now_ns);
-        let grant = self.ledger.grantable(pod, target, now_ns);
+        let grant = self.ledger.grantable(pod, target, live_until_ns, now_ns);
         let step = |t: u64| ((t as f64 * MIN_GROWTH_STEP) as u64).max(1);
         grant.rate_milli_per_s >= claim.rate_milli_per_s + step(target.rate_milli_per_s)
             || grant.burst_milli >= claim.burst_milli + step(target.burst_milli)
@@ -318,14 +345,11 @@ impl DcManagerCore {
         }
         self.ledger.expire(now_ns);
         let (budget, parent_expiry) = self.budget(now_ns);
-        self.ledger.set_capacity(budget);
-        let ttl_ms = match parent_expiry {
-            Some(e) => self.cfg.expiry.nested_ttl_ms(now_ns, e, self.cfg.pod_ttl_ms),
-            None => self.cfg.pod_ttl_ms,
-        };
-        if ttl_ms < self.cfg.min_pod_ttl_ms {
+        let covers = self.older_leases_still_counted(budget, now_ns);
+        self.ledger.set_capacity_profile(budget, covers);
+        let Some((ttl_ms, live_until)) = self.pod_lease_live_until(now_ns, parent_expiry) else {
             return Vec::new();
-        }
+        };
         let eligible = self.pods.eligible(&self.cfg, now_ns);
         let targets = self.pods.split(budget, &eligible, self.cfg.split);
         // Shrinking pods first, so their freed share is visible before others grow.
@@ -334,13 +358,12 @@ impl DcManagerCore {
             let claim = self.ledger.holder_claim(p, now_ns);
             (t.rate_milli_per_s as i128 - claim.rate_milli_per_s as i128, t.burst_milli)
         });
-        let live_until = self.cfg.expiry.issuer_live_until_ns(now_ns, ttl_ms);
         let mut out = Vec::with_capacity(order.len());
         for (pod, target) in order {
-            if kind == Pass::GrowthOnly && !self.worth_growing(&pod, target, now_ns) {
+            if kind == Pass::GrowthOnly && !self.worth_growing(&pod, target, live_until, now_ns) {
                 continue;
             }
-            let quota = self.ledger.grantable(&pod, target, now_ns);
+            let quota = self.ledger.grantable(&pod, target, live_until, now_ns);
             self.next_seq += 1;
             let version = LeaseVersion::new(self.cfg.epoch, self.next_seq);
             if self.ledger.grant(&pod, quota, version, live_until, now_ns).is_err() {
