@@ -11,15 +11,15 @@
 //! and the manager ticks every 250 ms; it prints the same lines):
 //! * 0.1 s   DC lease L1 = 1000/s, burst 1000, ttl 6 s: p1 and p2 get 500 each.
 //! * 2.25 s  p2 is cut off from the manager (pod <-> DC partition); its last lease (500, nested
-//!           under L1, lost on the way) still counts in the manager's ledger until about L1's end.
+//!   under L1, lost on the way) still counts in the manager's ledger until about L1's end.
 //! * 4.05 s  the coordinator shrinks the DC: L2 = 200/s, burst 200. Only p1 is eligible: p1 gets
-//!           all 200 (a "shrink" from its claim of 500).
+//!   all 200 (a "shrink" from its claim of 500).
 //! * 4.25 s  p2's partition heals. 5 s: p1 is cut off (its next leases never arrive).
 //! * 5.25 s  renewal split 100 / 100: p2's claim is still its L1-era 500, so its 100 is granted
-//!           as a "shrink" although L2's headroom is 0 (p1 holds all 200 of it).
+//!   as a "shrink" although L2's headroom is 0 (p1 holds all 200 of it).
 //! * 6.16 s  the coordinator's count of L1 ends (issued 0.1 s + 6 s x 1.01 + 100 ms grace); the
-//!           manager never acked L2 (its pods exceed it), so the coordinator now counts L2 = 200
-//!           for the DC and may give the other 800 to Europe.
+//!   manager never acked L2 (its pods exceed it), so the coordinator now counts L2 = 200
+//!   for the DC and may give the other 800 to Europe.
 //! * from then until p1's lease ends (~9 s): p1 spends 200 and p2 spends 100 under L2 = 200.
 
 use leasehold_shared::bugs::KnownBugs;
