@@ -55,13 +55,15 @@ pub struct PodCore {
     applied: Option<AppliedLease>,
     draining: bool,
     drained: bool,
-    last_report_ns: Option<u64>,
+    /// Start of the interval the next report covers.
+    counting_since_ns: u64,
 }
 
 impl PodCore {
     /// Sequence numbers start at 1 for every process: the random `incarnation` in the config
     /// tells this process's reports (and the leases that answer them) from a previous one's.
-    pub fn new(cfg: PodConfig) -> Self {
+    /// Counting starts at `now_ns`: the first report's interval runs from then.
+    pub fn new(cfg: PodConfig, now_ns: u64) -> Self {
         PodCore {
             cfg,
             bucket: Arc::new(TokenBucket::new()),
@@ -70,7 +72,7 @@ impl PodCore {
             applied: None,
             draining: false,
             drained: false,
-            last_report_ns: None,
+            counting_since_ns: now_ns,
         }
     }
 
@@ -129,8 +131,8 @@ impl PodCore {
 
     /// Build the next demand report/heartbeat and remember when it was sent.
     pub fn report(&mut self, now_ns: u64, c: IntervalCounters, healthy: bool) -> PodReport {
-        let interval_ms = self.last_report_ns.map_or(1, |t| (now_ns.saturating_sub(t) / NS_PER_MS).max(1));
-        self.last_report_ns = Some(now_ns);
+        let interval_ms = (now_ns.saturating_sub(self.counting_since_ns) / NS_PER_MS).clamp(1, 600_000);
+        self.counting_since_ns = now_ns;
         let seq = self.sent.record(now_ns);
         PodReport {
             v: SCHEMA_VERSION,
@@ -202,14 +204,26 @@ mod tests {
     }
 
     fn pod() -> PodCore {
-        PodCore::new(PodConfig {
-            limit: "l".into(),
-            dc: "bkk".into(),
-            pod: "p1".into(),
-            incarnation: 7,
-            weight: 1.0,
-            bugs: Default::default(),
-        })
+        PodCore::new(
+            PodConfig {
+                limit: "l".into(),
+                dc: "bkk".into(),
+                pod: "p1".into(),
+                incarnation: 7,
+                weight: 1.0,
+                bugs: Default::default(),
+            },
+            0,
+        )
+    }
+
+    #[test]
+    fn the_first_report_covers_the_time_since_the_pod_started_counting() {
+        let mut p = pod();
+        // 50 offered in the 250 ms since start: 200/s, not 50 per millisecond.
+        let c = IntervalCounters { offered: 50, ..Default::default() };
+        assert_eq!(p.report(250 * MS, c, true).interval_ms, 250);
+        assert_eq!(p.report(500 * MS, c, true).interval_ms, 250);
     }
 
     #[test]

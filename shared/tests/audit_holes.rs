@@ -244,7 +244,7 @@ fn late_lease_after_restart(bugs: KnownBugs) -> Result<(), LeaseRejection> {
         weight: 1.0,
         bugs,
     };
-    let mut old = PodCore::new(cfg(0x01d));
+    let mut old = PodCore::new(cfg(0x01d), 0);
     let first = old.report(0, IntervalCounters::default(), true);
     // The old process dies; its DC manager answers its report late.
     let late = PodLease {
@@ -260,7 +260,7 @@ fn late_lease_after_restart(bugs: KnownBugs) -> Result<(), LeaseRejection> {
         ttl_ms: 1_000,
         basis_seq: first.seq,
     };
-    let mut new = PodCore::new(cfg(0x9e3));
+    let mut new = PodCore::new(cfg(0x9e3), 800 * MS);
     let again = new.report(900 * MS, IntervalCounters::default(), true);
     assert_eq!(again.seq, first.seq, "sequence numbers start again in every process");
     new.on_lease(&late, 950 * MS)

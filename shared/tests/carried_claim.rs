@@ -55,14 +55,17 @@ impl World {
         let pods = ["p1", "p2"]
             .iter()
             .map(|p| {
-                PodCore::new(PodConfig {
-                    limit: "api".into(),
-                    dc: "bkk".into(),
-                    pod: (*p).into(),
-                    incarnation: 7,
-                    weight: 1.0,
-                    bugs: Default::default(),
-                })
+                PodCore::new(
+                    PodConfig {
+                        limit: "api".into(),
+                        dc: "bkk".into(),
+                        pod: (*p).into(),
+                        incarnation: 7,
+                        weight: 1.0,
+                        bugs: Default::default(),
+                    },
+                    0,
+                )
             })
             .collect();
         World {

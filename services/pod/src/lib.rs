@@ -47,7 +47,10 @@ impl Pod {
             weight: settings.weight,
             bugs: Default::default(),
         };
-        let core = PodCore::new(config);
+        // Counting starts with the limiter's clock (skewed as configured).
+        let started_ns =
+            leasehold_shared::expiry::skewed_ns(0, settings.clock_offset_ms * 1_000_000, settings.clock_drift_ppm);
+        let core = PodCore::new(config, started_ns);
         let limiter = Limiter::new(
             core.bucket().clone(),
             settings.queue_capacity,

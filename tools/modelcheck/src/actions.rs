@@ -143,9 +143,11 @@ pub fn apply_enabled(cfg: &ModelConfig, s: &mut State, a: Action) {
         }
         Action::CrashPod(p) => {
             s.budget.pod_crashes -= 1;
+            let real = s.real_ns(cfg.tick_ms);
             let pod = &mut s.pods[p];
             pod.restarts += 1;
-            pod.core = std::sync::Arc::new(model::new_pod(cfg, pod.dc, p, model::pod_incarnation(p, pod.restarts)));
+            let (incarnation, now) = (model::pod_incarnation(p, pod.restarts), pod.clock.local(real));
+            pod.core = std::sync::Arc::new(model::new_pod(cfg, pod.dc, p, incarnation, now));
             pod.paused_until = None;
             pod.shadow = Shadow::default();
         }

@@ -82,19 +82,22 @@ pub fn validate_core_configs(cfg: &ModelConfig) -> Result<(), String> {
 
 // ---- pods ----
 
-pub fn new_pod(cfg: &ModelConfig, dc: usize, pod: usize, incarnation: u64) -> PodCore {
-    PodCore::new(PodConfig {
-        limit: LIMIT.into(),
-        dc: dc_name(dc),
-        pod: pod_name(dc, pod),
-        incarnation,
-        weight: 1.0,
-        bugs: cfg.bugs.known_bugs(),
-    })
+pub fn new_pod(cfg: &ModelConfig, dc: usize, pod: usize, incarnation: u64, now_ns: u64) -> PodCore {
+    PodCore::new(
+        PodConfig {
+            limit: LIMIT.into(),
+            dc: dc_name(dc),
+            pod: pod_name(dc, pod),
+            incarnation,
+            weight: 1.0,
+            bugs: cfg.bugs.known_bugs(),
+        },
+        now_ns,
+    )
 }
 
-/// A process's first report covers no time (the core counts it as a 1 ms interval), so it
-/// offers nothing; later reports offer `offered`.
+/// A process's first report offers nothing (the process has just started); later reports offer
+/// `offered`.
 pub fn pod_report(core: &mut PodCore, shadow: &mut Shadow, now_ns: u64, offered: u64) -> PodReport {
     let offered = if shadow.sent.is_empty() { 0 } else { offered };
     let counters = IntervalCounters { offered, admitted: offered, ..Default::default() };

@@ -84,11 +84,12 @@ fn cold_state(cfg: &ModelConfig, init: &InitChoice) -> Result<State, String> {
         }
         for _ in 0..cfg.pods_per_dc {
             let p = pods.len();
+            let clock = Clock { offset_ns: (200 + p as u64 * 11) * NS_PER_S, drift_ppm: drift(2) };
             pods.push(PodNode {
                 dc,
                 restarts: 0,
-                core: Arc::new(model::new_pod(cfg, dc, p, model::pod_incarnation(p, 0))),
-                clock: Clock { offset_ns: (200 + p as u64 * 11) * NS_PER_S, drift_ppm: drift(2) },
+                core: Arc::new(model::new_pod(cfg, dc, p, model::pod_incarnation(p, 0), clock.local(0))),
+                clock,
                 paused_until: None,
                 shadow: Shadow::default(),
             });

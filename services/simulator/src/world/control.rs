@@ -82,14 +82,17 @@ impl World {
         let incarnation = self.rng.next_u64();
         match self.policy {
             Policy::Leasehold => {
-                slot.core = Some(PodCore::new(PodConfig {
-                    limit: "partner-api".into(),
-                    dc: self.sc.dcs[d].name.clone(),
-                    pod: instance.clone(),
-                    incarnation,
-                    weight: 1.0,
-                    bugs: self.sc.bugs,
-                }));
+                slot.core = Some(PodCore::new(
+                    PodConfig {
+                        limit: "partner-api".into(),
+                        dc: self.sc.dcs[d].name.clone(),
+                        pod: instance.clone(),
+                        incarnation,
+                        weight: 1.0,
+                        bugs: self.sc.bugs,
+                    },
+                    slot.clock.local(self.now),
+                ));
                 slot.routable = false; // joins the load balancer once it holds a lease
                 self.pod_by_instance.insert(instance, p);
                 let inc = slot.incarnation;
