@@ -4,7 +4,8 @@
 //! Every switch is off by default and is not part of any configuration file (`serde(skip)` where
 //! it sits in a config): only tests turn them on.
 
-/// One switch per hole an outside audit found (issue "Earn the guarantee").
+/// One switch per hole an outside audit found (issue "Earn the guarantee"), and per rule that
+/// keeps reconfiguration from creating quota (issue 10).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct KnownBugs {
     /// Hole 1: a DC manager spends under its newest *unexpired* DC lease, so when a newer lease
@@ -18,4 +19,14 @@ pub struct KnownBugs {
     /// Hole 4: a leader's freshness is measured from when its renewal's reply arrived, not from
     /// when the renewal was sent.
     pub leader_fresh_from_reply: bool,
+    /// A new coordinator term takes a DC's floor out of its books as soon as its configuration
+    /// lowers it, and names a raised floor at once, although a DC cut off from the coordinator
+    /// keeps spending the last floor it read (floors never expire).
+    pub floor_change_at_once: bool,
+    /// After a capacity shrinks, a holder may renew at the level of a lease that predates it, so
+    /// the excess outlives the old lease.
+    pub renewal_reuses_inherited_claim: bool,
+    /// A DC manager takes the floor any record names, a delayed older one included, so it can go
+    /// back up to a floor the coordinator already stopped reserving.
+    pub dc_takes_any_floor: bool,
 }

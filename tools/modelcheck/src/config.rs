@@ -27,7 +27,7 @@ impl BugSwitches {
             dc_falls_back_to_older_lease: self.dc_falls_back_to_older_lease,
             emergency_before_quiet_period: self.emergency_before_quiet_period,
             pod_ignores_incarnation: self.pod_ignores_incarnation,
-            leader_fresh_from_reply: false,
+            ..Default::default()
         }
     }
 }
