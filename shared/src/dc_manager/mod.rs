@@ -9,11 +9,15 @@
 //! * **Acks upward**: the manager tells the coordinator it is bound by DC lease `w` only once its
 //!   pods' outstanding leases fit inside floor + `w`, so the coordinator never forgets a larger
 //!   lease that pods may still be spending.
+//! * **Floors** (`floors.rs`): only the newest floor the coordinator named is used (never an
+//!   older one a delayed record carries), and the report says which floor the pods may still be
+//!   spending under, so the coordinator knows when it may stop reserving an older, larger one.
 //! * Lifecycle: a joining pod is included in the next split; a draining pod's return frees its
 //!   share at once; a silent pod is excluded but its lease expires naturally; the floor is only
 //!   used once every lease a previous manager instance could have issued from it has expired.
 
 mod config;
+mod floors;
 mod pods;
 
 pub use config::{DcManagerConfig, FailMode, SplitMode};
@@ -76,6 +80,11 @@ pub struct DcManagerCore {
     fence: LeaseFence,
     sent: SentLog,
     floor: Quota,
+    /// The version of `floor` (a floor from a record, or the DC lease that carried it): an older
+    /// one is never taken again.
+    floor_version: Option<LeaseVersion>,
+    /// The largest floor this term's pod leases may still rely on (`DcReport.floor_in_use`).
+    floor_bound: Quota,
     /// The floor may be used from then on (a previous instance's floor leases have expired).
     floor_usable_from_ns: u64,
     next_seq: u64,
@@ -91,15 +100,17 @@ impl DcManagerCore {
     /// expired: `max(pod_ttl_ms, inherited_pod_ttl_ms)` from now, stretched for drift.
     pub fn new(cfg: DcManagerConfig, now_ns: u64) -> Self {
         let quiet_ns = cfg.expiry.issuer_live_until_ns(now_ns, cfg.pod_ttl_ms.max(cfg.inherited_pod_ttl_ms));
-        let epoch = cfg.epoch;
+        let ledger = Ledger::new(Quota::ZERO, cfg.epoch).with_bugs(&cfg.bugs);
         DcManagerCore {
             cfg,
             pods: Pods::default(),
-            ledger: Ledger::new(Quota::ZERO, epoch),
+            ledger,
             held: Vec::new(),
             fence: LeaseFence::default(),
             sent: SentLog::new(1),
             floor: Quota::ZERO,
+            floor_version: None,
+            floor_bound: Quota::ZERO,
             floor_usable_from_ns: quiet_ns,
             next_seq: 0,
             acked: None,
@@ -132,15 +143,6 @@ impl DcManagerCore {
             return self.held.iter().rev().find(|l| l.expires_at_ns > now_ns);
         }
         self.held.last().filter(|l| l.expires_at_ns > now_ns)
-    }
-
-    /// The DC's reserved floor as the coordinator's durable record names it.
-    pub fn on_floor(&mut self, floor: Quota, now_ns: u64) -> Vec<DcOutput> {
-        if floor == self.floor {
-            return Vec::new();
-        }
-        self.floor = floor;
-        self.pass(now_ns, Pass::Full)
     }
 
     /// What the pods may share at `now_ns`, and the instant pod leases must end by (if nested).
@@ -181,7 +183,8 @@ impl DcManagerCore {
             return Err(LeaseRejection::AlreadyExpired);
         }
         self.fence.accept(lease.version);
-        self.floor = lease.floor;
+        // The floor it carries was the newest when the lease was issued (a lower version).
+        self.take_floor(lease.floor, lease.version);
         // Older leases stay listed only for the ack rule in `report`; they are never spent again.
         self.held.retain(|h| h.expires_at_ns > now_ns);
         self.held.push(HeldDcLease {
@@ -270,6 +273,7 @@ impl DcManagerCore {
         if let Some(l) = self.held.iter().rev().find(|l| outstanding.fits_in(&self.floor.saturating_add(l.quota))) {
             self.acked = Some(self.acked.map_or(l.version, |a| a.max(l.version)));
         }
+        let floor_in_use = self.floor_in_use(outstanding, now_ns);
         let eligible = self.pods.eligible(&self.cfg, now_ns);
         let seq = self.sent.record(now_ns);
         DcReport {
@@ -282,6 +286,7 @@ impl DcManagerCore {
             demand: Quota::new(self.pods.demand_milli(&eligible), 0),
             pods_healthy: eligible.len() as u32,
             lease_in_use: self.acked,
+            floor_in_use,
         }
     }
 

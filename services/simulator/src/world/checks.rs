@@ -39,7 +39,8 @@ impl World {
         if let Err(e) = core.ledger().check(local) {
             self.metrics.invariant(self.now, format!("coordinator ledger: {e}"));
         }
-        // Nesting: a DC's pods never hold more than its floor plus what the coordinator counts.
+        // Nesting: a DC's pods never hold more than the floor the coordinator reserves for it
+        // plus what it counts for the DC's holders.
         // Every holder of the DC counts: a new manager term's pods and the previous term's may
         // overlap, and so do their DC leases on the coordinator's books.
         let record = core.record();
@@ -51,7 +52,8 @@ impl World {
             let counted = holders
                 .iter()
                 .fold(Quota::ZERO, |s, h| s.saturating_add(core.ledger().holder_claim(&h.to_string(), local)));
-            let allowed = counted.saturating_add(self.sc.dcs[d].floor).saturating_add(self.sc.emergency_per_dc);
+            let floor = core.floor_reserved(&self.sc.dcs[d].name, local);
+            let allowed = counted.saturating_add(floor).saturating_add(self.sc.emergency_per_dc);
             if !used.fits_in(&allowed) {
                 let msg =
                     format!("dc {} pods hold {used}, above floor + counted DC lease {allowed}", self.sc.dcs[d].name);

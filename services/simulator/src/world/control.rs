@@ -226,6 +226,8 @@ impl World {
             return;
         }
         let record = Rc::new(self.coords[c].core.as_ref().expect("leader").record());
+        // A changed floor must reach the DCs even when no lease changed.
+        let quiet = quiet && self.kv.record.as_ref().is_some_and(|r| r.floors == record.floors);
         if record.epoch < self.kv.max_epoch {
             self.metrics
                 .invariant(self.now, format!("ledger epoch went back from {} to {}", self.kv.max_epoch, record.epoch));
@@ -235,7 +237,7 @@ impl World {
         self.coords[c].record_rev = self.kv.record_rev;
         self.kv.record = Some(record.clone());
         if quiet {
-            return; // nothing new: the watch would deliver the same leases again
+            return; // nothing new: the watch would deliver the same leases and floors again
         }
         for d in 0..self.dcs.len() {
             let r = record.clone();
@@ -298,9 +300,10 @@ impl World {
             }
             Msg::Record(d, rec) => {
                 let Some((m, local)) = self.acting_mgr(d) else { return };
-                let floor = rec.floors.get(&m.config().dc).copied().unwrap_or_default();
-                let out = m.on_floor(floor, local);
-                self.route_dc(d, out);
+                if let Some((floor, version)) = rec.floor_of(&m.config().dc) {
+                    let out = m.on_floor(floor, version, local);
+                    self.route_dc(d, out);
+                }
                 let Some((m, local)) = self.acting_mgr(d) else { return };
                 let instance = m.config().instance.clone();
                 let newest: Option<&DcLease> =
