@@ -21,10 +21,12 @@ impl World {
                 per_dc[slot.dc] = per_dc[slot.dc].saturating_add(a.quota);
             }
         }
-        self.metrics.overshoot(total.saturating_sub(self.sc.quota));
-        let allowed = self.sc.quota.saturating_add(self.sc.overshoot_bound());
+        // The limit in force: a lowered R or B holds one DC-lease lifetime after the change.
+        let limit = self.live.limit_in_force(self.now);
+        self.metrics.overshoot(total.saturating_sub(limit));
+        let allowed = limit.saturating_add(self.sc.overshoot_bound());
         if !total.fits_in(&allowed) {
-            let msg = format!("pods may spend {total} together, above the limit {allowed}");
+            let msg = format!("pods may spend {total} together, above the limit in force {allowed}");
             self.metrics.invariant(self.now, msg);
         }
         // The leader the KV names (a paused, deposed one may still believe it leads).

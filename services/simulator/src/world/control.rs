@@ -41,11 +41,13 @@ impl World {
     }
 
     pub(super) fn limit_config(&self) -> LimitConfig {
-        let dcs: Vec<(&str, Quota)> = self.sc.dcs.iter().map(|d| (d.name.as_str(), d.floor)).collect();
-        let mut c = LimitConfig::new("partner-api", self.sc.quota, &dcs);
+        let dcs: Vec<(&str, Quota)> =
+            self.sc.dcs.iter().zip(&self.live.floors).map(|(d, f)| (d.name.as_str(), *f)).collect();
+        let mut c = LimitConfig::new("partner-api", self.live.quota, &dcs);
         c.dc_ttl_ms = self.live.dc_ttl_ms;
         c.renew_interval_ms = self.sc.renew_ms;
         c.expiry = self.expiry();
+        c.bugs = self.sc.bugs;
         c
     }
 
