@@ -71,3 +71,33 @@ fn the_rolling_restart_path_breaks_the_old_lease_rule_and_holds_with_the_new_one
     let old = run(KnownBugs { dc_falls_back_to_older_lease: true, ..KnownBugs::default() });
     assert!(old.violations > 0, "the old rule went unnoticed");
 }
+
+/// Reconfiguration end to end: rolling restarts lower R and B or move floor while a DC is cut
+/// off (`Scenario::limit_change`). Either old rule lets pods spend above the limit in force:
+/// forgetting a floor a cut-off DC still spends, or renewing at the level of a lease that
+/// predates the lower limit.
+#[test]
+fn the_limit_change_path_breaks_each_old_reconfiguration_rule_and_holds_with_the_new_ones() {
+    let run = |bugs: KnownBugs| {
+        let mut sc = Scenario::limit_change();
+        sc.bugs = bugs;
+        run_scenario(sc, 1, Policy::Leasehold)
+    };
+    let fixed = run(KnownBugs::default());
+    assert_eq!(fixed.violations, 0, "{:?}", fixed.first_breach);
+    assert_eq!(fixed.overshoot_rate_per_s, 0.0);
+    for bugs in [
+        KnownBugs { floor_change_at_once: true, ..KnownBugs::default() },
+        KnownBugs { renewal_reuses_inherited_claim: true, ..KnownBugs::default() },
+    ] {
+        let old = run(bugs);
+        assert!(old.violations > 0, "{bugs:?} went unnoticed");
+        assert!(old.overshoot_rate_per_s > 0.0, "{bugs:?}: pods never could spend above the limit in force");
+    }
+}
+
+#[test]
+fn the_simulator_catches_a_floor_change_at_once() {
+    let bugs = KnownBugs { floor_change_at_once: true, ..KnownBugs::default() };
+    assert!(storm_breaches_with(bugs, Quota::ZERO, 1..=2) > 0);
+}
