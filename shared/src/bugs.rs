@@ -4,7 +4,8 @@
 //! Every switch is off by default and is not part of any configuration file (`serde(skip)` where
 //! it sits in a config): only tests turn them on.
 
-/// One switch per hole an outside audit found (issue "Earn the guarantee").
+/// One switch per hole an outside audit found (issue "Earn the guarantee"), and per rule that
+/// keeps reconfiguration from creating quota (issue 10).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct KnownBugs {
     /// Hole 1: a DC manager spends under its newest *unexpired* DC lease, so when a newer lease
@@ -18,9 +19,17 @@ pub struct KnownBugs {
     /// Hole 4: a leader's freshness is measured from when its renewal's reply arrived, not from
     /// when the renewal was sent.
     pub leader_fresh_from_reply: bool,
-    /// Hole 8 (found by the simulator, storm seed 23 at b92f8eb): a DC manager's ledger lets a
-    /// pod's claim cut under a larger, older DC lease license a share of the smaller, newer one
-    /// that outlives that claim; once the coordinator stops counting the old DC lease, the pods
-    /// hold more than the DC's lease.
-    pub grant_checked_only_now: bool,
+    /// A new coordinator term takes a DC's floor out of its books as soon as its configuration
+    /// lowers it, and names a raised floor at once, although a DC cut off from the coordinator
+    /// keeps spending the last floor it read (floors never expire).
+    pub floor_change_at_once: bool,
+    /// After a capacity shrinks, a holder may renew at the level of a lease that predates it, so
+    /// the excess outlives the old lease. Hole 8 (found by the simulator, storm seed 23 at
+    /// b92f8eb): a DC manager's budget shrank with a new, smaller DC lease; a pod's claim cut
+    /// under the larger one licensed a share of the smaller one that outlived it, and once the
+    /// coordinator stopped counting the old DC lease the pods held more than the DC's lease.
+    pub renewal_reuses_inherited_claim: bool,
+    /// A DC manager takes the floor any record names, a delayed older one included, so it can go
+    /// back up to a floor the coordinator already stopped reserving.
+    pub dc_takes_any_floor: bool,
 }

@@ -4,20 +4,32 @@
 //! **Accounting rule.** A holder uses at most one lease at a time: the newest it has applied
 //! (holders refuse older versions). So a holder's claim on the limit is the component-wise
 //! maximum over its live leases, and the ledger's total is the sum of those maxima. A new grant to
-//! holder `h` must satisfy `Σ_{others}(t) + max(h's live leases at t, new) ≤ capacity` at every
-//! instant `t` of the new lease's life where it raises `h`'s claim (see [`Ledger::grantable`]),
-//! which keeps `Σ rate ≤ R` and `Σ burst ≤ B` at every instant even while old and new leases
-//! overlap, and even when the capacity shrank under leases cut from the larger one.
+//! holder `h` must satisfy `Σ_{others} + max(h's live leases, new) ≤ capacity`, which keeps
+//! `Σ rate ≤ R` and `Σ burst ≤ B` at every instant even while old and new leases overlap.
 //!
 //! Older leases leave the ledger when the holder reports a newer version *in use* (it can never
 //! go back), when it returns everything (drain), or when they expire on the issuer's clock
 //! ([`ExpiryPolicy::issuer_live_until_ns`](crate::expiry::ExpiryPolicy::issuer_live_until_ns)).
 //! Grants carry the issuer's epoch; anything from a lower epoch is refused.
+//!
+//! **Shrinking capacity.** When the capacity goes down ([`Ledger::set_capacity`]) or a leader
+//! adopts leases from durable state ([`Ledger::adopt`]), the leases already out may sum above it.
+//! They are *inherited*: they keep counting, but only because they end by themselves. Every
+//! grant then also keeps the leases that *last* (granted since, or never expiring) within the
+//! capacity: `Σ_{others} lasting + max(lasting_h, new) ≤ capacity`, unless it raises nobody's
+//! lasting claim. So no instant sees more than the larger of the old total and the capacity,
+//! and once the inherited leases have expired the total is within the new capacity. Without this
+//! a holder could renew at the level of an inherited lease and carry the excess past its end.
+//! Entries that never expire (a DC's floor on the coordinator's books) are never inherited.
 
 use crate::quota::Quota;
 use crate::wire::LeaseVersion;
 use std::collections::BTreeMap;
 use thiserror::Error;
+
+/// `live_until_ns` of an entry that never expires (released only when its holder confirms a
+/// newer one).
+pub const NEVER: u64 = u64::MAX;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseEntry {
@@ -46,11 +58,33 @@ struct HolderLeases {
     entries: Vec<LeaseEntry>,
     last_version: Option<LeaseVersion>,
     closed_until_ns: Option<u64>,
+    /// Entries below this version that expire by themselves are inherited.
+    inherited_below: Option<LeaseVersion>,
 }
 
 impl HolderLeases {
     fn claim(&self, now_ns: u64) -> Quota {
         self.entries.iter().filter(|e| e.live_until_ns > now_ns).fold(Quota::ZERO, |m, e| m.max(e.quota))
+    }
+
+    fn inherited(&self, e: &LeaseEntry) -> bool {
+        e.live_until_ns != NEVER && self.inherited_below.is_some_and(|b| e.version < b)
+    }
+
+    /// The claim of the entries that last (see the module docs).
+    fn lasting_claim(&self, now_ns: u64) -> Quota {
+        self.entries
+            .iter()
+            .filter(|e| e.live_until_ns > now_ns && !self.inherited(e))
+            .fold(Quota::ZERO, |m, e| m.max(e.quota))
+    }
+
+    /// Every entry held now becomes inherited.
+    fn inherit_all(&mut self) {
+        if let Some(v) = self.entries.iter().map(|e| e.version).max() {
+            let next = LeaseVersion::new(v.epoch, v.seq.saturating_add(1));
+            self.inherited_below = Some(self.inherited_below.map_or(next, |b| b.max(next)));
+        }
     }
 }
 
@@ -59,21 +93,22 @@ pub struct Ledger<H: Ord + Clone> {
     capacity: Quota,
     epoch: u64,
     holders: BTreeMap<H, HolderLeases>,
-    /// Extra capacity until an instant (`until_ns`, capacity then): leases cut from a larger,
-    /// older parent lease that the parent's issuer still counts until then.
-    covers: Vec<(u64, Quota)>,
-    known_bug_grant_checked_only_now: bool,
+    /// The most the total may reach while inherited leases are live: the largest earlier
+    /// capacity, or what was adopted.
+    ceiling: Quota,
+    /// Negative control: `KnownBugs::renewal_reuses_inherited_claim`.
+    reuse_inherited: bool,
 }
 
 impl<H: Ord + Clone> Ledger<H> {
     pub fn new(capacity: Quota, epoch: u64) -> Self {
-        Ledger {
-            capacity,
-            epoch,
-            holders: BTreeMap::new(),
-            covers: Vec::new(),
-            known_bug_grant_checked_only_now: false,
-        }
+        Ledger { capacity, epoch, holders: BTreeMap::new(), ceiling: Quota::ZERO, reuse_inherited: false }
+    }
+
+    /// Bring back the behaviours `bugs` names (negative-control tests only).
+    pub fn with_bugs(mut self, bugs: &crate::bugs::KnownBugs) -> Self {
+        self.reuse_inherited = bugs.renewal_reuses_inherited_claim;
+        self
     }
 
     pub fn capacity(&self) -> Quota {
@@ -81,23 +116,15 @@ impl<H: Ord + Clone> Ledger<H> {
     }
 
     /// Change what the ledger may hand out (a DC manager's budget moves with its DC lease).
-    /// Leases already out stay counted; a shrink only blocks growth until they drain.
+    /// Leases already out stay counted; after a shrink they are inherited (see the module docs):
+    /// growth waits until they drain, and renewals fit the new capacity with what was granted
+    /// since.
     pub fn set_capacity(&mut self, capacity: Quota) {
+        if !self.capacity.fits_in(&capacity) {
+            self.ceiling = self.ceiling.max(self.capacity);
+            self.holders.values_mut().for_each(HolderLeases::inherit_all);
+        }
         self.capacity = capacity;
-        self.covers.clear();
-    }
-
-    /// `capacity` from now on, and at least each cover's capacity until its instant: an issuer
-    /// whose own parent lease shrank, while its parent's issuer still counts the older, larger
-    /// one (until it ends or is confirmed superseded).
-    pub fn set_capacity_profile(&mut self, capacity: Quota, covers: Vec<(u64, Quota)>) {
-        self.capacity = capacity;
-        self.covers = covers;
-    }
-
-    /// The capacity at `t_ns`.
-    pub fn capacity_at(&self, t_ns: u64) -> Quota {
-        self.covers.iter().filter(|(until, _)| *until > t_ns).fold(self.capacity, |m, (_, q)| m.max(*q))
     }
 
     pub fn epoch(&self) -> u64 {
@@ -132,59 +159,29 @@ impl<H: Ord + Clone> Ledger<H> {
         self.capacity.saturating_sub(others)
     }
 
-    /// The most an issuer may grant `holder` towards `target`, as a lease it will count until
-    /// `live_until_ns`. At every instant of that life the grant must either stay within the
-    /// holder's own claim at that instant (a shrink or a plain renewal) or fit beside everyone
-    /// else's claims then. A claim licenses a grant only while it lasts: a lease cut under a
-    /// larger, older capacity ends with it and cannot vouch for a longer one.
-    pub fn grantable(&self, holder: &H, target: Quota, live_until_ns: u64, now_ns: u64) -> Quota {
-        target.min(self.allowed(holder, live_until_ns, now_ns))
+    /// Capacity minus everyone else's lasting claims (≥ [`Ledger::headroom_for`]).
+    fn lasting_headroom_for(&self, holder: &H, now_ns: u64) -> Quota {
+        let others = self
+            .holders
+            .iter()
+            .filter(|(k, _)| *k != holder)
+            .fold(Quota::ZERO, |s, (_, h)| s.saturating_add(h.lasting_claim(now_ns)));
+        self.capacity.saturating_sub(others)
     }
 
-    fn allowed(&self, holder: &H, live_until_ns: u64, now_ns: u64) -> Quota {
-        // The negative control checks the grant at `now` only (the old rule).
-        let until = if self.known_bug_grant_checked_only_now { now_ns + 1 } else { live_until_ns };
-        Quota::new(
-            self.most_allowed(holder, |q| q.rate_milli_per_s, until, now_ns),
-            self.most_allowed(holder, |q| q.burst_milli, until, now_ns),
-        )
+    fn lasting_claim(&self, holder: &H, now_ns: u64) -> Quota {
+        self.holders.get(holder).map(|h| h.lasting_claim(now_ns)).unwrap_or_default()
     }
 
-    /// One component of [`allowed`](Self::allowed). A level `q` is fine iff, from the instant the
-    /// holder's own claim falls below `q` (if before `until`), the room left by the others'
-    /// claims stays at least `q`. Others' claims only fall over time, so within a stretch of
-    /// constant capacity the room only grows: the binding instants are that first one and each
-    /// later drop of capacity. The fine levels are `0..=q*`, and `q*` is among the candidates.
-    fn most_allowed(&self, holder: &H, get: impl Fn(&Quota) -> u64, until: u64, now: u64) -> u64 {
-        let own: &[LeaseEntry] = self.holders.get(holder).map_or(&[], |h| h.entries.as_slice());
-        let own: Vec<&LeaseEntry> = own.iter().filter(|e| e.live_until_ns > now).collect();
-        let covered_until =
-            |q: u64| own.iter().filter(|e| get(&e.quota) >= q).map(|e| e.live_until_ns).max().unwrap_or(now).max(now);
-        let room_at = |t: u64| {
-            let others = self
-                .holders
-                .iter()
-                .filter(|(k, _)| *k != holder)
-                .fold(0u64, |s, (_, h)| s.saturating_add(get(&h.claim(t))));
-            get(&self.capacity_at(t)).saturating_sub(others)
-        };
-        let drops: Vec<u64> = self.covers.iter().map(|(t, _)| *t).filter(|&t| t > now && t < until).collect();
-        let fine = |q: u64| {
-            let from = covered_until(q);
-            from >= until || (q <= room_at(from) && drops.iter().filter(|&&t| t > from).all(|&t| q <= room_at(t)))
-        };
-        let mut candidates = vec![room_at(now)];
-        for e in &own {
-            candidates.push(get(&e.quota));
-            candidates.push(room_at(e.live_until_ns));
+    /// The most an issuer may grant `holder` towards `target` now: anything up to its current
+    /// claim (a shrink or a plain renewal) or up to the headroom, whichever is larger; and no
+    /// more than the lasting leases leave room for, unless it is within its lasting claim.
+    pub fn grantable(&self, holder: &H, target: Quota, now_ns: u64) -> Quota {
+        let grantable = target.min(self.headroom_for(holder, now_ns).max(self.holder_claim(holder, now_ns)));
+        if self.reuse_inherited {
+            return grantable;
         }
-        candidates.extend(drops.iter().map(|&t| room_at(t)));
-        candidates.into_iter().filter(|&q| fine(q)).max().unwrap_or(0)
-    }
-
-    /// Negative control only (see [`crate::bugs`]): check grants at the instant of granting.
-    pub fn set_known_bug_grant_checked_only_now(&mut self, on: bool) {
-        self.known_bug_grant_checked_only_now = on;
+        grantable.min(self.lasting_headroom_for(holder, now_ns).max(self.lasting_claim(holder, now_ns)))
     }
 
     /// `holder` is below `target` in some component and the headroom would let it rise there.
@@ -208,6 +205,7 @@ impl<H: Ord + Clone> Ledger<H> {
         if version.epoch != self.epoch {
             return Err(LedgerError::WrongEpoch { got: version.epoch, current: self.epoch });
         }
+        let headroom = self.headroom_for(holder, now_ns);
         let state = self.holders.get(holder);
         if let Some(h) = state {
             if h.closed_until_ns.is_some() {
@@ -219,9 +217,20 @@ impl<H: Ord + Clone> Ledger<H> {
                 }
             }
         }
-        let allowed = self.allowed(holder, live_until_ns, now_ns);
-        if !quota.fits_in(&allowed) {
-            return Err(LedgerError::ExceedsHeadroom { wanted: quota, headroom: allowed });
+        // Neither the total nor the lasting total may rise above the capacity, except by a grant
+        // that raises nothing (component by component).
+        let fits = |current: Quota, room: Quota| {
+            let after = current.max(quota);
+            (after.rate_milli_per_s <= current.rate_milli_per_s || after.rate_milli_per_s <= room.rate_milli_per_s)
+                && (after.burst_milli <= current.burst_milli || after.burst_milli <= room.burst_milli)
+        };
+        let current = state.map(|h| h.claim(now_ns)).unwrap_or_default();
+        if !fits(current, headroom) {
+            return Err(LedgerError::ExceedsHeadroom { wanted: quota, headroom });
+        }
+        let lasting_room = self.lasting_headroom_for(holder, now_ns);
+        if !self.reuse_inherited && !fits(self.lasting_claim(holder, now_ns), lasting_room) {
+            return Err(LedgerError::ExceedsHeadroom { wanted: quota, headroom: lasting_room });
         }
         let h = self.holders.entry(holder.clone()).or_default();
         h.entries.push(LeaseEntry { version, quota, live_until_ns });
@@ -230,11 +239,17 @@ impl<H: Ord + Clone> Ledger<H> {
     }
 
     /// Re-enter a lease found in durable state (leader takeover). It is counted whatever the
-    /// headroom: it exists, so it must be counted.
+    /// headroom: it exists, so it must be counted. It is inherited unless it never expires.
     pub fn adopt(&mut self, holder: &H, entry: LeaseEntry) {
         let h = self.holders.entry(holder.clone()).or_default();
         h.last_version = Some(h.last_version.map_or(entry.version, |v| v.max(entry.version)));
         h.entries.push(entry);
+        h.inherit_all();
+        let adopted = self
+            .holders
+            .values()
+            .fold(Quota::ZERO, |s, h| s.saturating_add(h.entries.iter().fold(Quota::ZERO, |m, e| m.max(e.quota))));
+        self.ceiling = self.ceiling.max(adopted);
     }
 
     /// The holder applied `version`: it will never use an older lease again. Older leases stop
@@ -301,124 +316,25 @@ impl<H: Ord + Clone> Ledger<H> {
         self.holders.keys()
     }
 
-    /// The conservation invariant at `now_ns` (fixed-capacity issuers).
+    /// The conservation invariant at `now_ns`: the lasting leases fit the capacity, and the total
+    /// never rises above the larger of the capacity and what was there when it shrank (or was
+    /// adopted); once the inherited leases have expired, the total fits the capacity.
     pub fn check(&self, now_ns: u64) -> Result<(), String> {
-        let out = self.outstanding(now_ns);
-        let capacity = self.capacity_at(now_ns);
-        if out.fits_in(&capacity) {
-            Ok(())
-        } else {
-            Err(format!("outstanding {out} exceeds capacity {capacity}"))
+        let lasting = self.holders.values().fold(Quota::ZERO, |s, h| s.saturating_add(h.lasting_claim(now_ns)));
+        if !lasting.fits_in(&self.capacity) {
+            return Err(format!("lasting leases {lasting} exceed capacity {}", self.capacity));
         }
+        let out = self.outstanding(now_ns);
+        let bound = self.capacity.max(self.ceiling);
+        if !out.fits_in(&bound) {
+            return Err(format!(
+                "outstanding {out} exceeds capacity {} (inherited ceiling {})",
+                self.capacity, self.ceiling
+            ));
+        }
+        Ok(())
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    const E: u64 = 1;
-
-    fn v(seq: u64) -> LeaseVersion {
-        LeaseVersion::new(E, seq)
-    }
-
-    #[test]
-    fn overlapping_old_and_new_leases_count_once_per_holder_as_the_max() {
-        let mut l = Ledger::new(Quota::per_s(1000, 100), E);
-        l.grant(&"bkk", Quota::per_s(800, 80), v(1), 100, 0).unwrap();
-        l.grant(&"eu", Quota::per_s(200, 20), v(2), 100, 0).unwrap();
-        // BKK shrinks to 300: allowed, but its 800 still counts until confirmed.
-        l.grant(&"bkk", Quota::per_s(300, 30), v(3), 200, 0).unwrap();
-        assert_eq!(l.outstanding(0), Quota::per_s(1000, 100));
-        let err = l.grant(&"eu", Quota::per_s(700, 70), v(4), 200, 0).unwrap_err();
-        assert!(matches!(err, LedgerError::ExceedsHeadroom { .. }));
-        // BKK confirms v3 in use: the 800 lease is gone, EU can grow.
-        assert!(l.confirm_in_use(&"bkk", v(3), 0).unwrap());
-        assert!(!l.confirm_in_use(&"bkk", v(3), 0).unwrap(), "idempotent");
-        l.grant(&"eu", Quota::per_s(700, 70), v(5), 200, 0).unwrap();
-        assert_eq!(l.outstanding(0), Quota::per_s(1000, 100));
-    }
-
-    #[test]
-    fn crashed_holders_share_is_reused_only_after_expiry() {
-        let mut l = Ledger::new(Quota::per_s(100, 10), E);
-        l.grant(&"p1", Quota::per_s(100, 10), v(1), 5_000, 0).unwrap();
-        assert!(l.grant(&"p2", Quota::per_s(1, 0), v(2), 9_000, 4_999).is_err());
-        l.expire(5_000);
-        l.grant(&"p2", Quota::per_s(100, 10), v(3), 9_000, 5_000).unwrap();
-    }
-
-    #[test]
-    fn return_is_idempotent_and_frees_at_once() {
-        let mut l = Ledger::new(Quota::per_s(100, 10), E);
-        l.grant(&"p1", Quota::per_s(100, 10), v(1), 5_000, 0).unwrap();
-        assert!(l.close(&"p1", 0, 9_000));
-        assert!(!l.close(&"p1", 0, 9_000));
-        assert_eq!(l.grant(&"p1", Quota::per_s(1, 1), v(2), 5_000, 0), Err(LedgerError::HolderClosed));
-        l.grant(&"p2", Quota::per_s(100, 10), v(3), 5_000, 0).unwrap();
-    }
-
-    #[test]
-    fn stale_epochs_and_versions_are_refused() {
-        let mut l = Ledger::new(Quota::per_s(100, 10), 2);
-        assert!(matches!(
-            l.grant(&"a", Quota::ZERO, LeaseVersion::new(1, 9), 5, 0),
-            Err(LedgerError::WrongEpoch { .. })
-        ));
-        l.grant(&"a", Quota::ZERO, LeaseVersion::new(2, 5), 5, 0).unwrap();
-        assert!(matches!(
-            l.grant(&"a", Quota::ZERO, LeaseVersion::new(2, 5), 5, 0),
-            Err(LedgerError::VersionNotIncreasing { .. })
-        ));
-        assert!(l.advance_epoch(1).is_err());
-        assert_eq!(
-            l.confirm_in_use(&"a", LeaseVersion::new(2, 99), 0),
-            Err(LedgerError::UnknownVersion(LeaseVersion::new(2, 99)))
-        );
-    }
-
-    #[test]
-    fn released_leases_keep_counting_for_the_egress_spread() {
-        let mut l = Ledger::new(Quota::per_s(100, 10), E);
-        l.grant(&"a", Quota::per_s(100, 10), v(1), 10_000, 0).unwrap();
-        l.grant(&"a", Quota::per_s(10, 1), v(2), 10_000, 0).unwrap();
-        l.confirm_in_use(&"a", v(2), 150).unwrap();
-        assert_eq!(l.holder_claim(&"a", 149), Quota::per_s(100, 10));
-        assert_eq!(l.holder_claim(&"a", 150), Quota::per_s(10, 1));
-        l.close(&"a", 300, 1_000);
-        assert_eq!(l.outstanding(299), Quota::per_s(10, 1));
-        assert_eq!(l.outstanding(300), Quota::ZERO);
-    }
-
-    #[test]
-    fn adopted_leases_count_even_over_capacity() {
-        let mut l: Ledger<&str> = Ledger::new(Quota::per_s(100, 10), 3);
-        l.adopt(&"a", LeaseEntry { version: LeaseVersion::new(2, 1), quota: Quota::per_s(100, 10), live_until_ns: 50 });
-        assert_eq!(l.headroom_for(&"b", 0), Quota::ZERO);
-        assert!(
-            l.grant(&"a", Quota::per_s(100, 10), LeaseVersion::new(3, 1), 60, 0).is_ok(),
-            "renewing the same amount is no increase"
-        );
-    }
-
-    #[test]
-    fn a_claim_licenses_a_grant_only_while_it_lasts() {
-        // Capacity shrank from 1000 to 200; a (800) and b (200) hold leases cut from the 1000.
-        let mut l = Ledger::new(Quota::per_s(1000, 0), E);
-        l.grant(&"a", Quota::per_s(800, 0), v(1), 100, 0).unwrap();
-        l.grant(&"b", Quota::per_s(200, 0), v(2), 50, 0).unwrap();
-        l.set_capacity(Quota::per_s(200, 0));
-        // b may renew its 200 only up to when its claim ends (50): beyond, a's 800 is still there.
-        assert_eq!(l.grantable(&"b", Quota::per_s(200, 0), 50, 10).rate_milli_per_s, 200_000);
-        assert_eq!(l.grantable(&"b", Quota::per_s(200, 0), 150, 10).rate_milli_per_s, 0);
-        assert!(l.grant(&"b", Quota::per_s(100, 0), v(3), 150, 10).is_err());
-        // With the old, larger capacity still counted until 120 (the parent's older lease), b's
-        // claim carries it past 50; from 120 on, only the 200 is there and a's claim has ended.
-        l.set_capacity_profile(Quota::per_s(200, 0), vec![(120, Quota::per_s(1000, 0))]);
-        assert_eq!(l.grantable(&"b", Quota::per_s(200, 0), 150, 10).rate_milli_per_s, 200_000);
-        // But not if a's claim outlived the cover.
-        l.grant(&"a", Quota::per_s(100, 0), v(4), 200, 10).unwrap();
-        assert_eq!(l.grantable(&"b", Quota::per_s(200, 0), 150, 10).rate_milli_per_s, 100_000);
-        assert_eq!(l.check(10), Ok(()));
-    }
-}
+mod tests;

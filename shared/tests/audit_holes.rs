@@ -33,7 +33,7 @@ impl Dc {
         cfg.bugs = bugs;
         cfg.pod_ttl_ms = 2_000;
         let mut core = DcManagerCore::new(cfg, now);
-        core.on_floor(floor, now);
+        core.on_floor(floor, LeaseVersion::new(1, 0), now);
         Dc {
             core,
             instance: instance.into(),
@@ -289,6 +289,7 @@ fn a_leader_whose_ledger_record_was_lost_waits_a_full_dc_lease_lifetime_before_i
         demand: Quota::per_s(900, 0),
         pods_healthy: 2,
         lease_in_use: None,
+        floor_in_use: None,
     };
     let mut t = 0;
     let mut first_grant = None;
@@ -324,6 +325,7 @@ fn a_delayed_report_from_an_earlier_manager_term_does_not_change_the_dcs_holder(
         demand: Quota::per_s(500, 0),
         pods_healthy: 2,
         lease_in_use: None,
+        floor_in_use: None,
     };
     c.on_dc_report(&report("bkk-mgr-e9", 9, 1), 0);
     c.on_dc_report(&report("bkk-mgr-e4", 4, 77), MS);

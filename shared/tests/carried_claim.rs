@@ -207,10 +207,11 @@ fn a_pod_claim_from_a_larger_expired_dc_lease_never_licenses_a_share_of_the_smal
     assert!(breach.is_none(), "{}", breach.unwrap());
 }
 
-/// Negative control: the old rule (a grant checked at the instant of granting only) breaks here.
+/// Negative control: the old rule (after the DC lease shrank, a pod's claim under the larger one
+/// still licenses a renewal at its level) breaks here.
 #[test]
 fn the_old_grant_rule_breaks_on_this_path() {
-    let bugs = KnownBugs { grant_checked_only_now: true, ..KnownBugs::default() };
+    let bugs = KnownBugs { renewal_reuses_inherited_claim: true, ..KnownBugs::default() };
     let breach = first_breach(bugs).expect("the old rule held");
     assert!(breach.contains("pods hold 300.000/s"), "{breach}");
 }

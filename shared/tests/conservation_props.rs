@@ -83,6 +83,60 @@ proptest! {
         }
     }
 
+    /// The capacity moves (a lower or higher R, a DC manager's budget) while holders renew at
+    /// whatever the issuer may grant: the books never fail their check, and once every lease out
+    /// at the last shrink has expired the total is within the capacity.
+    #[test]
+    fn after_a_shrink_the_total_fits_the_new_capacity_once_the_old_leases_expire(
+        ops in proptest::collection::vec(op(), 1..120),
+        caps in proptest::collection::vec((200_000u64..1_200_000, 20_000u64..150_000), 1..6),
+    ) {
+        let mut l: Ledger<u8> = Ledger::new(Quota::new(1_000_000, 100_000), 1);
+        let (mut now, mut seq, mut inherited_until) = (0u64, 0u64, 0u64);
+        let mut issued: Vec<(u8, LeaseVersion)> = Vec::new();
+        let mut caps = caps.into_iter().cycle();
+        for (i, op) in ops.into_iter().enumerate() {
+            if i % 10 == 9 {
+                let (rate, burst) = caps.next().expect("cycle");
+                let cap = Quota::new(rate, burst);
+                if !l.capacity().fits_in(&cap) {
+                    inherited_until = l.entries().map(|(_, e)| e.live_until_ns).fold(inherited_until, u64::max);
+                }
+                l.set_capacity(cap);
+            }
+            match op {
+                Op::Grant { holder, rate, burst, ttl } => {
+                    seq += 1;
+                    let told = l.grantable(&holder, Quota::new(rate, burst), now);
+                    let version = LeaseVersion::new(l.epoch(), seq);
+                    match l.grant(&holder, told, version, now + ttl, now) {
+                        Ok(()) => issued.push((holder, version)),
+                        Err(LedgerError::HolderClosed) => {}
+                        Err(e) => prop_assert!(false, "a grantable amount was refused: {e}"),
+                    }
+                }
+                Op::Confirm { holder, back } => {
+                    let mine: Vec<LeaseVersion> = issued.iter().filter(|(h, _)| *h == holder).map(|(_, v)| *v).collect();
+                    if let Some(v) = mine.iter().rev().nth(back as usize) {
+                        let _ = l.confirm_in_use(&holder, *v, now);
+                    }
+                }
+                Op::Close { holder } => {
+                    l.close(&holder, now, now + 100);
+                }
+                Op::Advance { dt } => {
+                    now += dt;
+                    l.expire(now);
+                }
+                Op::NewEpoch => {}
+            }
+            prop_assert!(l.check(now).is_ok(), "{:?}", l.check(now));
+            if now >= inherited_until {
+                prop_assert!(l.outstanding(now).fits_in(&l.capacity()), "{} above {}", l.outstanding(now), l.capacity());
+            }
+        }
+    }
+
     #[test]
     fn allocations_fit_and_water_fill_never_overfeeds_while_another_starves(
         demands in proptest::collection::vec(0u64..2_000_000, 1..8),

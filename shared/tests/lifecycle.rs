@@ -23,7 +23,7 @@ impl Dc {
         let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
         cfg.fail_mode = mode;
         let mut core = DcManagerCore::new(cfg, 0);
-        core.on_floor(floor, 0);
+        core.on_floor(floor, LeaseVersion::new(1, 0), 0);
         Dc { core, floor, seqs: BTreeMap::new(), held: BTreeMap::new(), lease_seq: 0 }
     }
 
@@ -249,6 +249,7 @@ fn dc_report(dc: &str, holder: &str, seq: u64, demand: u64, ack: Option<LeaseVer
         demand: Quota::per_s(demand, 0),
         pods_healthy: 4,
         lease_in_use: ack,
+        floor_in_use: None,
     }
 }
 

@@ -121,8 +121,9 @@ fn a_seed_replays_exactly() {
 }
 
 #[test]
-fn every_chaos_seed_has_a_dc_manager_failover_and_a_configuration_change() {
+fn every_chaos_seed_has_a_dc_manager_failover_a_ttl_change_and_a_limit_change() {
     let s = summary("chaos", 6);
     assert!(s.dc_manager_failovers_min >= 1, "{}", s.dc_manager_failovers_min);
     assert!(s.config_changes_min >= 1, "{}", s.config_changes_min);
+    assert!(s.limit_changes_min >= 1, "{}", s.limit_changes_min);
 }

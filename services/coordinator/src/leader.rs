@@ -99,7 +99,7 @@ impl Leader {
                         let books = LimitBooks {
                             capacity: st.core.config().quota,
                             outstanding: st.core.ledger().outstanding(now),
-                            dc_leases: st.core.ledger().entries().count() as u32,
+                            dc_leases: st.core.dc_leases() as u32,
                         };
                         (name.clone(), books)
                     })

@@ -75,6 +75,7 @@ fn report(dc: &str, seq: u64, demand: u64) -> Vec<u8> {
         demand: Quota::per_s(demand, 0),
         pods_healthy: 4,
         lease_in_use: None,
+        floor_in_use: None,
     })
 }
 

@@ -59,8 +59,9 @@ pub struct Manager {
     origin: leasehold_nats::clock::LeaseClock,
     leadership: Leadership,
     term: Option<Term>,
-    /// The DC's floor in the coordinator's last record (none until one was read).
-    floor: Option<leasehold_shared::quota::Quota>,
+    /// The DC's floor in the coordinator's last record and its version (none until one was
+    /// read).
+    floor: Option<(leasehold_shared::quota::Quota, leasehold_shared::wire::LeaseVersion)>,
     admitted_window: Vec<(Instant, u64)>,
     pub status: Status,
 }
@@ -132,7 +133,7 @@ impl Manager {
         info!(instance = %cfg.instance, epoch, "leading the DC");
         let now = self.now_ns();
         let mut core = DcManagerCore::new(cfg, now);
-        let out = self.floor.map(|f| core.on_floor(f, now)).unwrap_or_default();
+        let out = self.floor.map(|(f, v)| core.on_floor(f, v, now)).unwrap_or_default();
         self.term = Some(Term { core, last_dc_lease_at: None });
         self.status.leading = true;
         self.status.epoch = epoch;
@@ -146,14 +147,15 @@ impl Manager {
             Ok(r) => r,
             Err(_) => return self.status.messages_malformed += 1,
         };
-        self.floor = rec.floors.get(&self.settings.manager.dc).copied();
+        self.floor = rec.floor_of(&self.settings.manager.dc);
         if !self.fresh() {
             return;
         }
         let now = self.now_ns();
         let term = self.term.as_mut().expect("fresh");
-        // Only the floor the coordinator's durable record names (none if it names none).
-        let out = term.core.on_floor(self.floor.unwrap_or_default(), now);
+        // Only the floor the coordinator's durable record names (none if it names none), and
+        // never one older than the term already uses.
+        let out = self.floor.map(|(f, v)| term.core.on_floor(f, v, now)).unwrap_or_default();
         self.route(out).await;
         let term = self.term.as_mut().expect("fresh");
         let instance = term.core.config().instance.clone();

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 #[derive(Args)]
 pub struct SimulateArgs {
-    /// diurnal | overload | tenant-shift | chaos | storm
+    /// diurnal | overload | tenant-shift | chaos | storm | rolling-restart | limit-change
     #[arg(long)]
     scenario: String,
     /// Number of seeds to run.

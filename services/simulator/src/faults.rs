@@ -34,13 +34,18 @@ pub enum FaultKind {
     /// (60% in random schedules), or grow back; the coordinator leader and each DC's leading manager restart, so standbys with the
     /// new settings take over.
     ConfigChange,
+    /// A rolling restart of the coordinators with a new limit: R and/or B go down to `amount`
+    /// (60–80% in random schedules) and/or floor moves from one DC to the next (the giver keeps
+    /// `amount` of its floor); when it heals, another rolling restart brings the settings back.
+    /// Which parts change: bits of `target` (see `world::limit_change_parts`).
+    LimitChange,
     MessageLoss,
     MessageDuplication,
     MessageDelay,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 17] = [
+    pub const ALL: [FaultKind; 18] = [
         FaultKind::PodCrash,
         FaultKind::PodCrashLoop,
         FaultKind::PodPause,
@@ -55,6 +60,7 @@ impl FaultKind {
         FaultKind::DcManagerReconnect,
         FaultKind::SlowLeaderReplies,
         FaultKind::ConfigChange,
+        FaultKind::LimitChange,
         FaultKind::MessageLoss,
         FaultKind::MessageDuplication,
         FaultKind::MessageDelay,
@@ -114,6 +120,7 @@ pub fn schedule(rng: &mut SeededRng, from_s: u64, until_s: u64, pace: FaultPace)
             FaultKind::DcManagerPause => (4.0, 9.0, 0.0),
             FaultKind::DcManagerReconnect => (0.5, 4.0, 0.0),
             FaultKind::ConfigChange => (3.0, 12.0, 0.6),
+            FaultKind::LimitChange => (3.0, 12.0, 0.6 + rng.next_f64() * 0.2),
             FaultKind::SlowLeaderReplies => (5.0, 20.0, 300.0 + rng.next_f64() * 1_200.0),
             FaultKind::MessageLoss => (5.0, 30.0, 0.05 + rng.next_f64() * 0.25),
             FaultKind::MessageDuplication => (5.0, 30.0, 0.05 + rng.next_f64() * 0.25),

@@ -90,8 +90,12 @@ pub struct Summary {
     pub leader_takeovers: u64,
     /// The fewest DC-manager failovers in any seed (standbys taking a DC over).
     pub dc_manager_failovers_min: u64,
-    /// The fewest configuration changes (rolling restarts) in any seed.
+    /// The fewest TTL changes (rolling restarts that change `dc_ttl_ms` or `pod_ttl_ms`) in any
+    /// seed.
     pub config_changes_min: u64,
+    /// The fewest limit changes (rolling restarts that lower R or B or move floor, each undone
+    /// by another when it heals) in any seed.
+    pub limit_changes_min: u64,
     /// Writes by a deposed leader that the ledger's compare-and-set refused.
     pub fenced_writes: u64,
     /// "strict", or "best-effort" with an emergency allowance per DC.
@@ -175,6 +179,11 @@ pub fn run_scenario(sc: Scenario, seed: u64, policy: Policy) -> SeedResult {
         offered,
         series: m.series,
     }
+}
+
+/// The fewest faults of `kind` injected in any seed.
+fn fewest(results: &[SeedResult], kind: FaultKind) -> u64 {
+    results.iter().map(|r| r.faults.get(&kind).copied().unwrap_or(0)).min().unwrap_or(0)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
@@ -321,11 +330,8 @@ pub fn run_many(opts: &RunOptions) -> Result<(Summary, Vec<SeedResult>), String>
         virtual_s_per_seed_min: results.iter().map(|r| r.virtual_s).min().unwrap_or(0),
         leader_takeovers: results.iter().map(|r| r.takeovers).sum(),
         dc_manager_failovers_min: results.iter().map(|r| r.dc_manager_failovers).min().unwrap_or(0),
-        config_changes_min: results
-            .iter()
-            .map(|r| r.faults.get(&FaultKind::ConfigChange).copied().unwrap_or(0))
-            .min()
-            .unwrap_or(0),
+        config_changes_min: fewest(&results, FaultKind::ConfigChange),
+        limit_changes_min: fewest(&results, FaultKind::LimitChange),
         fenced_writes: results.iter().map(|r| r.fenced_writes).sum(),
         mode: if opts.emergency_per_dc.is_zero() { "strict" } else { "best-effort" },
         overshoot_bound_rate_per_s: sc_with(opts, sc.clone()).overshoot_bound().rate_per_s(),

@@ -3,6 +3,7 @@
 use crate::upstream::HardLimit;
 use leasehold_shared::quota::Quota;
 
+mod limit_change;
 mod overloaded;
 
 pub use overloaded::OfferedLoad;
@@ -268,6 +269,7 @@ impl Scenario {
             "chaos" => Some(Scenario::chaos(seed)),
             "storm" => Some(Scenario::storm(seed)),
             "rolling-restart" => Some(Scenario::rolling_restart()),
+            "limit-change" => Some(Scenario::limit_change()),
             _ => None,
         }
     }
@@ -303,7 +305,8 @@ impl Scenario {
         s
     }
 
-    pub const NAMES: [&'static str; 6] = ["diurnal", "overload", "tenant-shift", "chaos", "storm", "rolling-restart"];
+    pub const NAMES: [&'static str; 7] =
+        ["diurnal", "overload", "tenant-shift", "chaos", "storm", "rolling-restart", "limit-change"];
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
 use crate::allocator::AllocMode;
+use crate::bugs::KnownBugs;
 use crate::expiry::ExpiryPolicy;
 use crate::quota::Quota;
 use serde::{Deserialize, Serialize};
@@ -49,6 +50,9 @@ pub struct LimitConfig {
     pub min_burst_per_pod_milli: u64,
     #[serde(default)]
     pub expiry: ExpiryPolicy,
+    /// Negative controls only (see [`KnownBugs`]).
+    #[serde(skip)]
+    pub bugs: KnownBugs,
 }
 
 mod defaults {
@@ -87,6 +91,7 @@ impl LimitConfig {
             min_realloc_interval_ms: defaults::min_realloc_interval_ms(),
             min_burst_per_pod_milli: defaults::min_burst_per_pod_milli(),
             expiry: ExpiryPolicy::default(),
+            bugs: KnownBugs::default(),
         }
     }
 

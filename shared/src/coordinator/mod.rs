@@ -5,10 +5,19 @@
 //! [`resume`](CoordinatorCore::resume)s from the last record with a higher epoch and keeps counting
 //! every lease in it as live for a full stretched TTL from the takeover (it cannot trust the old
 //! leader's clock).
+//!
+//! **Reconfiguration never creates quota.** A new term may run with a lower R or B, or with floor
+//! moved between DCs. Its ledger's capacity is the new R and B; the leases it adopts keep
+//! counting until they expire (they are *inherited*, see [`crate::ledger`]), and every grant
+//! fits the new capacity together with what lasts. Floors are holders on the same books
+//! (`floors.rs`): a lowered floor counts until its DC confirms it no longer uses the old one, a
+//! raised one waits for headroom. A raised R or B applies at once.
 
 mod config;
+mod floors;
 
 pub use config::{DcSpec, LimitConfig};
+pub use floors::floor_holder;
 
 use crate::allocator::{allocate, Claim, Rebalancer};
 use crate::expiry::NS_PER_MS;
@@ -82,15 +91,22 @@ pub struct CoordinatorCore {
 }
 
 impl CoordinatorCore {
-    /// A leader starting from an empty ledger at `epoch`.
+    /// A leader starting from an empty ledger at `epoch`: every DC's configured floor is
+    /// reserved at once.
     pub fn new(cfg: LimitConfig, writer: &str, epoch: u64) -> Self {
-        let capacity = cfg.quota.saturating_sub(cfg.floors());
+        let mut c = CoordinatorCore::empty(cfg, writer, epoch);
+        c.settle_floors(0);
+        c
+    }
+
+    /// Books with nothing on them, floors included.
+    fn empty(cfg: LimitConfig, writer: &str, epoch: u64) -> Self {
         let dcs = cfg.dcs.iter().map(|d| (d.name.clone(), DcView::default())).collect();
         let interval = cfg.min_realloc_interval_ms * NS_PER_MS;
         CoordinatorCore {
             rate_split: Rebalancer::new(cfg.hysteresis, interval),
             burst_split: Rebalancer::new(cfg.hysteresis, interval),
-            ledger: Ledger::new(capacity, epoch),
+            ledger: Ledger::new(cfg.quota, epoch).with_bugs(&cfg.bugs),
             leases: BTreeMap::new(),
             dcs,
             writer: writer.into(),
@@ -107,9 +123,13 @@ impl CoordinatorCore {
     /// A record that is missing although the fence says one was written ([`Stored::Lost`]: a
     /// single-replica bucket whose server died) may have named DC leases that are still live:
     /// the leader issues nothing for one full DC-lease lifetime (`dc_ttl_ms`, stretched), so any
-    /// such lease has expired first. DCs run on their floors meanwhile.
+    /// such lease has expired first. DCs run on their floors meanwhile. (The floors such a
+    /// record reserved are lost with it: the configured ones are reserved.)
+    ///
+    /// The floors a record names or reserves keep counting; the configured ones are then
+    /// approached as `floors.rs` describes.
     pub fn resume(cfg: LimitConfig, writer: &str, epoch: u64, stored: Stored<'_>, now_ns: u64) -> Self {
-        let mut c = CoordinatorCore::new(cfg, writer, epoch);
+        let mut c = CoordinatorCore::empty(cfg, writer, epoch);
         let record = match stored {
             Stored::Record(r) => Some(r),
             Stored::Fresh => None,
@@ -127,7 +147,9 @@ impl CoordinatorCore {
                     v.holder = Some(l.holder.clone());
                 }
             }
+            c.adopt_floors(rec);
         }
+        c.settle_floors(now_ns);
         c
     }
 
@@ -151,16 +173,34 @@ impl CoordinatorCore {
         &self.counters
     }
 
-    /// The record to write after this step: every lease still outstanding.
+    /// DC leases on the books (superseded ones that may still be in use included).
+    pub fn dc_leases(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// The record to write after this step: every lease still outstanding, and every DC's newest
+    /// floor with what is reserved for it.
     pub fn record(&self) -> LedgerRecord {
-        LedgerRecord {
+        let mut rec = LedgerRecord {
             v: SCHEMA_VERSION,
             limit: self.cfg.limit.clone(),
             epoch: self.epoch(),
             writer: self.writer.clone(),
             leases: self.leases.values().cloned().collect(),
-            floors: self.cfg.dcs.iter().map(|d| (d.name.clone(), d.floor)).collect(),
+            floors: Default::default(),
+            floor_versions: Default::default(),
+            floors_reserved: Default::default(),
+        };
+        for dc in self.floor_dcs() {
+            let Some((floor, version)) = self.floor_named(&dc) else { continue };
+            // Reserved for good (the egress hold of a confirmed release may still run).
+            let reserved =
+                self.ledger.entries().filter(|(h, _)| **h == floor_holder(&dc)).fold(floor, |m, (_, e)| m.max(e.quota));
+            rec.floors.insert(dc.clone(), floor);
+            rec.floor_versions.insert(dc.clone(), version);
+            rec.floors_reserved.insert(dc, reserved);
         }
+        rec
     }
 
     /// A DC manager's report. Returns new leases when an ack freed capacity a DC is waiting for.
@@ -189,6 +229,9 @@ impl CoordinatorCore {
                 self.counters.acks_unknown += 1;
             }
         }
+        if let Some(f) = r.floor_in_use {
+            self.confirm_floor(&r.dc, f, now_ns);
+        }
         self.grow_starved(now_ns)
     }
 
@@ -212,27 +255,34 @@ impl CoordinatorCore {
     fn recompute_targets(&mut self, now_ns: u64) {
         let dcs = self.reporting(now_ns);
         // Split the whole limit with each reporting DC's floor served first, then lease out the
-        // part above the floor (floors are reserved for every DC, reporting or not).
-        let silent_floors =
-            self.cfg.dcs.iter().filter(|d| !dcs.contains(&d.name)).fold(Quota::ZERO, |s, d| s.saturating_add(d.floor));
+        // part above the floor (floors are reserved for every DC, reporting or not). A floor
+        // counts at its configured value, or more while more is reserved for it.
+        let mut floor_dcs: Vec<String> = self.cfg.dcs.iter().map(|d| d.name.clone()).collect();
+        floor_dcs.extend(self.floor_dcs());
+        floor_dcs.sort_unstable();
+        floor_dcs.dedup();
+        let silent_floors = floor_dcs
+            .iter()
+            .filter(|d| !dcs.contains(d))
+            .fold(Quota::ZERO, |s, d| s.saturating_add(self.floor_set_aside(d, now_ns)));
         let total = self.cfg.quota.saturating_sub(silent_floors);
-        let floor_of = |d: &str| self.cfg.dcs.iter().find(|s| s.name == d).map_or(Quota::ZERO, |s| s.floor);
+        let floors: Vec<Quota> = dcs.iter().map(|d| self.floor_set_aside(d, now_ns)).collect();
         let rate_claims: Vec<Claim> = dcs
             .iter()
-            .map(|d| Claim {
+            .zip(&floors)
+            .map(|(d, f)| Claim {
                 demand_milli: self.dcs[d].demand_milli,
                 weight: self.weight(d),
-                floor_milli: floor_of(d).rate_milli_per_s,
+                floor_milli: f.rate_milli_per_s,
             })
             .collect();
         let burst_claims: Vec<Claim> = dcs
             .iter()
-            .map(|d| Claim {
+            .zip(&floors)
+            .map(|(d, f)| Claim {
                 demand_milli: self.dcs[d].demand_milli,
                 weight: self.weight(d),
-                floor_milli: floor_of(d)
-                    .burst_milli
-                    .max(self.dcs[d].pods_healthy as u64 * self.cfg.min_burst_per_pod_milli),
+                floor_milli: f.burst_milli.max(self.dcs[d].pods_healthy as u64 * self.cfg.min_burst_per_pod_milli),
             })
             .collect();
         let rates = allocate(total.rate_milli_per_s, self.cfg.reserve, &rate_claims, self.cfg.alloc_mode);
@@ -242,8 +292,8 @@ impl CoordinatorCore {
         for v in self.dcs.values_mut() {
             v.target = Quota::ZERO;
         }
-        for ((d, r), b) in dcs.iter().zip(rates).zip(bursts) {
-            let above_floor = Quota::new(r, b).saturating_sub(floor_of(d));
+        for (((d, r), b), f) in dcs.iter().zip(rates).zip(bursts).zip(floors) {
+            let above_floor = Quota::new(r, b).saturating_sub(f);
             self.dcs.get_mut(d).expect("listed").target = above_floor;
         }
     }
@@ -256,6 +306,7 @@ impl CoordinatorCore {
     pub fn tick(&mut self, now_ns: u64) -> Vec<DcLease> {
         self.ledger.expire(now_ns);
         self.prune_leases();
+        self.settle_floors(now_ns);
         self.recompute_targets(now_ns);
         let mut dcs: Vec<String> = self.reporting(now_ns);
         // Shrinking DCs first: their reduction must be on record before anyone grows.
@@ -271,6 +322,8 @@ impl CoordinatorCore {
     fn grow_starved(&mut self, now_ns: u64) -> Vec<DcLease> {
         self.ledger.expire(now_ns);
         self.prune_leases();
+        // Floors first: a raised floor waits for exactly this room.
+        self.settle_floors(now_ns);
         let starved: Vec<String> = self
             .reporting(now_ns)
             .into_iter()
@@ -293,12 +346,12 @@ impl CoordinatorCore {
         }
         let v = &self.dcs[dc];
         let holder = v.holder.clone()?;
-        let live_until = self.cfg.expiry.issuer_live_until_ns(now_ns, self.cfg.dc_ttl_ms);
-        let quota = self.ledger.grantable(&holder, v.target, live_until, now_ns);
+        let quota = self.ledger.grantable(&holder, v.target, now_ns);
         self.next_seq += 1;
         let version = LeaseVersion::new(self.epoch(), self.next_seq);
+        let live_until = self.cfg.expiry.issuer_live_until_ns(now_ns, self.cfg.dc_ttl_ms);
         self.ledger.grant(&holder, quota, version, live_until, now_ns).ok()?;
-        let floor = self.cfg.dcs.iter().find(|d| d.name == dc).map_or(Quota::ZERO, |d| d.floor);
+        let floor = self.floor_named(dc).map_or(Quota::ZERO, |(f, _)| f);
         let lease = DcLease {
             v: SCHEMA_VERSION,
             limit: self.cfg.limit.clone(),

@@ -9,11 +9,15 @@
 //! * **Acks upward**: the manager tells the coordinator it is bound by DC lease `w` only once its
 //!   pods' outstanding leases fit inside floor + `w`, so the coordinator never forgets a larger
 //!   lease that pods may still be spending.
+//! * **Floors** (`floors.rs`): only the newest floor the coordinator named is used (never an
+//!   older one a delayed record carries), and the report says which floor the pods may still be
+//!   spending under, so the coordinator knows when it may stop reserving an older, larger one.
 //! * Lifecycle: a joining pod is included in the next split; a draining pod's return frees its
 //!   share at once; a silent pod is excluded but its lease expires naturally; the floor is only
 //!   used once every lease a previous manager instance could have issued from it has expired.
 
 mod config;
+mod floors;
 mod pods;
 
 pub use config::{DcManagerConfig, FailMode, SplitMode};
@@ -76,6 +80,11 @@ pub struct DcManagerCore {
     fence: LeaseFence,
     sent: SentLog,
     floor: Quota,
+    /// The version of `floor` (a floor from a record, or the DC lease that carried it): an older
+    /// one is never taken again.
+    floor_version: Option<LeaseVersion>,
+    /// The largest floor this term's pod leases may still rely on (`DcReport.floor_in_use`).
+    floor_bound: Quota,
     /// The floor may be used from then on (a previous instance's floor leases have expired).
     floor_usable_from_ns: u64,
     next_seq: u64,
@@ -91,9 +100,7 @@ impl DcManagerCore {
     /// expired: `max(pod_ttl_ms, inherited_pod_ttl_ms)` from now, stretched for drift.
     pub fn new(cfg: DcManagerConfig, now_ns: u64) -> Self {
         let quiet_ns = cfg.expiry.issuer_live_until_ns(now_ns, cfg.pod_ttl_ms.max(cfg.inherited_pod_ttl_ms));
-        let epoch = cfg.epoch;
-        let mut ledger = Ledger::new(Quota::ZERO, epoch);
-        ledger.set_known_bug_grant_checked_only_now(cfg.bugs.grant_checked_only_now);
+        let ledger = Ledger::new(Quota::ZERO, cfg.epoch).with_bugs(&cfg.bugs);
         DcManagerCore {
             cfg,
             pods: Pods::default(),
@@ -102,6 +109,8 @@ impl DcManagerCore {
             fence: LeaseFence::default(),
             sent: SentLog::new(1),
             floor: Quota::ZERO,
+            floor_version: None,
+            floor_bound: Quota::ZERO,
             floor_usable_from_ns: quiet_ns,
             next_seq: 0,
             acked: None,
@@ -134,15 +143,6 @@ impl DcManagerCore {
             return self.held.iter().rev().find(|l| l.expires_at_ns > now_ns);
         }
         self.held.last().filter(|l| l.expires_at_ns > now_ns)
-    }
-
-    /// The DC's reserved floor as the coordinator's durable record names it.
-    pub fn on_floor(&mut self, floor: Quota, now_ns: u64) -> Vec<DcOutput> {
-        if floor == self.floor {
-            return Vec::new();
-        }
-        self.floor = floor;
-        self.pass(now_ns, Pass::Full)
     }
 
     /// What the pods may share at `now_ns`, and the instant pod leases must end by (if nested).
@@ -183,7 +183,8 @@ impl DcManagerCore {
             return Err(LeaseRejection::AlreadyExpired);
         }
         self.fence.accept(lease.version);
-        self.floor = lease.floor;
+        // The floor it carries was the newest when the lease was issued (a lower version).
+        self.take_floor(lease.floor, lease.version);
         // Older leases stay listed only for the ack rule in `report`; they are never spent again.
         self.held.retain(|h| h.expires_at_ns > now_ns);
         self.held.push(HeldDcLease {
@@ -272,6 +273,7 @@ impl DcManagerCore {
         if let Some(l) = self.held.iter().rev().find(|l| outstanding.fits_in(&self.floor.saturating_add(l.quota))) {
             self.acked = Some(self.acked.map_or(l.version, |a| a.max(l.version)));
         }
+        let floor_in_use = self.floor_in_use(outstanding, now_ns);
         let eligible = self.pods.eligible(&self.cfg, now_ns);
         let seq = self.sent.record(now_ns);
         DcReport {
@@ -284,51 +286,27 @@ impl DcManagerCore {
             demand: Quota::new(self.pods.demand_milli(&eligible), 0),
             pods_healthy: eligible.len() as u32,
             lease_in_use: self.acked,
+            floor_in_use,
         }
-    }
-
-    /// Older DC leases the coordinator still counts for this holder (not yet confirmed
-    /// superseded), as (until, budget under it): pod leases cut from them may run on until then
-    /// beside the newer, smaller lease's, but no longer; see [`Ledger::set_capacity_profile`].
-    fn older_leases_still_counted(&self, budget: Quota, now_ns: u64) -> Vec<(u64, Quota)> {
-        let Some(current) = self.current_lease(now_ns) else { return Vec::new() };
-        let floor = budget.saturating_sub(current.quota);
-        self.held
-            .iter()
-            .filter(|l| l.version < current.version && self.acked.is_none_or(|a| l.version >= a))
-            .filter(|l| l.expires_at_ns > now_ns)
-            .map(|l| (l.expires_at_ns, floor.saturating_add(l.quota)))
-            .collect()
     }
 
     /// Some eligible pod is below its target and the ledger has room for it to grow.
     fn someone_can_grow(&self, now_ns: u64) -> bool {
-        let (budget, parent_expiry) = self.budget(now_ns);
-        let Some((_, live_until)) = self.pod_lease_live_until(now_ns, parent_expiry) else { return false };
+        let (budget, _) = self.budget(now_ns);
         let eligible = self.pods.eligible(&self.cfg, now_ns);
         let targets = self.pods.split(budget, &eligible, self.cfg.split);
-        eligible.iter().zip(targets).any(|(p, t)| self.worth_growing(p, t, live_until, now_ns))
-    }
-
-    /// Until when (this clock) a pod lease issued now must be counted, with its TTL nested in the
-    /// parent lease; `None` when too little of the parent is left to issue one.
-    fn pod_lease_live_until(&self, now_ns: u64, parent_expiry: Option<u64>) -> Option<(u64, u64)> {
-        let ttl_ms = match parent_expiry {
-            Some(e) => self.cfg.expiry.nested_ttl_ms(now_ns, e, self.cfg.pod_ttl_ms),
-            None => self.cfg.pod_ttl_ms,
-        };
-        (ttl_ms >= self.cfg.min_pod_ttl_ms).then(|| (ttl_ms, self.cfg.expiry.issuer_live_until_ns(now_ns, ttl_ms)))
+        eligible.iter().zip(targets).any(|(p, t)| self.worth_growing(p, t, now_ns))
     }
 
     /// The ledger lets `pod` grow towards `target` by a step worth a message: at least
     /// [`MIN_GROWTH_STEP`] of the target (and one milli-unit). Smaller steps wait for the
     /// periodic renewal, so many pods confirming one by one do not each trigger a re-split.
-    fn worth_growing(&self, pod: &String, target: Quota, live_until_ns: u64, now_ns: u64) -> bool {
+    fn worth_growing(&self, pod: &String, target: Quota, now_ns: u64) -> bool {
         if !self.ledger.can_grow(pod, target, now_ns) {
             return false;
         }
         let claim = self.ledger.holder_claim(pod, now_ns);
-        let grant = self.ledger.grantable(pod, target, live_until_ns, now_ns);
+        let grant = self.ledger.grantable(pod, target, now_ns);
         let step = |t: u64| ((t as f64 * MIN_GROWTH_STEP) as u64).max(1);
         grant.rate_milli_per_s >= claim.rate_milli_per_s + step(target.rate_milli_per_s)
             || grant.burst_milli >= claim.burst_milli + step(target.burst_milli)
@@ -345,11 +323,14 @@ impl DcManagerCore {
         }
         self.ledger.expire(now_ns);
         let (budget, parent_expiry) = self.budget(now_ns);
-        let covers = self.older_leases_still_counted(budget, now_ns);
-        self.ledger.set_capacity_profile(budget, covers);
-        let Some((ttl_ms, live_until)) = self.pod_lease_live_until(now_ns, parent_expiry) else {
-            return Vec::new();
+        self.ledger.set_capacity(budget);
+        let ttl_ms = match parent_expiry {
+            Some(e) => self.cfg.expiry.nested_ttl_ms(now_ns, e, self.cfg.pod_ttl_ms),
+            None => self.cfg.pod_ttl_ms,
         };
+        if ttl_ms < self.cfg.min_pod_ttl_ms {
+            return Vec::new();
+        }
         let eligible = self.pods.eligible(&self.cfg, now_ns);
         let targets = self.pods.split(budget, &eligible, self.cfg.split);
         // Shrinking pods first, so their freed share is visible before others grow.
@@ -358,12 +339,13 @@ impl DcManagerCore {
             let claim = self.ledger.holder_claim(p, now_ns);
             (t.rate_milli_per_s as i128 - claim.rate_milli_per_s as i128, t.burst_milli)
         });
+        let live_until = self.cfg.expiry.issuer_live_until_ns(now_ns, ttl_ms);
         let mut out = Vec::with_capacity(order.len());
         for (pod, target) in order {
-            if kind == Pass::GrowthOnly && !self.worth_growing(&pod, target, live_until, now_ns) {
+            if kind == Pass::GrowthOnly && !self.worth_growing(&pod, target, now_ns) {
                 continue;
             }
-            let quota = self.ledger.grantable(&pod, target, live_until, now_ns);
+            let quota = self.ledger.grantable(&pod, target, now_ns);
             self.next_seq += 1;
             let version = LeaseVersion::new(self.cfg.epoch, self.next_seq);
             if self.ledger.grant(&pod, quota, version, live_until, now_ns).is_err() {

@@ -114,6 +114,11 @@ pub struct DcReport {
     pub pods_healthy: u32,
     /// The newest DC lease the manager is bound by; older ones may be forgotten by the issuer.
     pub lease_in_use: Option<LeaseVersion>,
+    /// The largest floor the DC's pods may still be spending under, once the manager knows it
+    /// (none before every pod lease of earlier terms has expired). Once it fits the newest floor
+    /// the coordinator named, the coordinator stops reserving older, larger ones.
+    #[serde(default)]
+    pub floor_in_use: Option<Quota>,
 }
 
 /// A holder gives back its lease for good (graceful drain). Idempotent.
@@ -156,6 +161,29 @@ pub struct LedgerRecord {
     /// that has not read the record yet uses none).
     #[serde(default)]
     pub floors: std::collections::BTreeMap<String, Quota>,
+    /// The version of each floor in `floors`: a DC manager takes a floor only from a newer
+    /// version than the one it uses (a delayed record never brings an older floor back).
+    /// Missing: `(epoch, 0)`.
+    #[serde(default)]
+    pub floor_versions: std::collections::BTreeMap<String, LeaseVersion>,
+    /// What the coordinator reserves for each DC's floor: at least `floors`, and more while the
+    /// DC has not confirmed it no longer uses an older, larger floor. Missing: `floors`.
+    #[serde(default)]
+    pub floors_reserved: std::collections::BTreeMap<String, Quota>,
+}
+
+impl LedgerRecord {
+    /// DC `dc`'s floor as this record names it, with its version.
+    pub fn floor_of(&self, dc: &str) -> Option<(Quota, LeaseVersion)> {
+        let floor = *self.floors.get(dc)?;
+        Some((floor, self.floor_versions.get(dc).copied().unwrap_or(LeaseVersion::new(self.epoch, 0))))
+    }
+
+    /// What the coordinator that wrote this record reserved for DC `dc`'s floor.
+    pub fn floor_reserved(&self, dc: &str) -> Option<Quota> {
+        let floor = *self.floors.get(dc)?;
+        Some(self.floors_reserved.get(dc).map_or(floor, |r| r.max(floor)))
+    }
 }
 
 fn check_quota(field: &'static str, q: &Quota) -> Result<(), WireError> {
@@ -221,7 +249,8 @@ impl WireMessage for DcReport {
         check_id("limit", &self.limit)?;
         check_id("dc", &self.dc)?;
         check_id("holder", &self.holder)?;
-        check_quota("demand", &self.demand)
+        check_quota("demand", &self.demand)?;
+        self.floor_in_use.as_ref().map_or(Ok(()), |f| check_quota("floor_in_use", f))
     }
 }
 
@@ -248,10 +277,13 @@ impl WireMessage for LedgerRecord {
         if self.leases.len() > 1_024 {
             return Err(WireError::Invalid { field: "leases", reason: "more than 1024 entries".into() });
         }
-        self.floors.iter().try_for_each(|(dc, f)| {
-            check_id("floors", dc)?;
-            check_quota("floors", f)
-        })?;
+        for (field, floors) in [("floors", &self.floors), ("floors_reserved", &self.floors_reserved)] {
+            floors.iter().try_for_each(|(dc, f)| {
+                check_id(field, dc)?;
+                check_quota(field, f)
+            })?;
+        }
+        self.floor_versions.keys().try_for_each(|dc| check_id("floor_versions", dc))?;
         self.leases.iter().try_for_each(WireMessage::validate)
     }
 }

@@ -15,16 +15,11 @@ pub struct BugSwitches {
     pub emergency_before_quiet_period: bool,
     /// Hole 3: a pod applies leases addressed to an earlier process with its id.
     pub pod_ignores_incarnation: bool,
-    /// Hole 8: a ledger checks a grant at the instant of granting only.
-    pub grant_checked_only_now: bool,
 }
 
 impl BugSwitches {
     pub fn any(&self) -> bool {
-        self.dc_falls_back_to_older_lease
-            || self.emergency_before_quiet_period
-            || self.pod_ignores_incarnation
-            || self.grant_checked_only_now
+        self.dc_falls_back_to_older_lease || self.emergency_before_quiet_period || self.pod_ignores_incarnation
     }
 
     pub fn known_bugs(&self) -> leasehold_shared::bugs::KnownBugs {
@@ -32,7 +27,6 @@ impl BugSwitches {
             dc_falls_back_to_older_lease: self.dc_falls_back_to_older_lease,
             emergency_before_quiet_period: self.emergency_before_quiet_period,
             pod_ignores_incarnation: self.pod_ignores_incarnation,
-            grant_checked_only_now: self.grant_checked_only_now,
             ..Default::default()
         }
     }

@@ -138,9 +138,9 @@ pub fn new_manager(
     now_ns: u64,
 ) -> (DcManagerCore, Vec<DcOutput>) {
     let mut core = DcManagerCore::new(manager_config(cfg, dc, epoch), now_ns);
-    let floor = record.and_then(|r| r.floors.get(&dc_name(dc)).copied());
+    let floor = record.and_then(|r| r.floor_of(&dc_name(dc)));
     let out = match floor {
-        Some(f) => observed(&mut core, shadow, now_ns, |c| c.on_floor(f, now_ns)),
+        Some((f, v)) => observed(&mut core, shadow, now_ns, |c| c.on_floor(f, v, now_ns)),
         None => Vec::new(),
     };
     (core, out)
@@ -188,8 +188,8 @@ pub fn manager_on_record(
     record: &LedgerRecord,
     now_ns: u64,
 ) -> Vec<DcOutput> {
-    let floor = record.floors.get(&core.config().dc).copied().unwrap_or_default();
-    let mut out = observed(core, shadow, now_ns, |c| c.on_floor(floor, now_ns));
+    let (floor, version) = record.floor_of(&core.config().dc).unwrap_or_default();
+    let mut out = observed(core, shadow, now_ns, |c| c.on_floor(floor, version, now_ns));
     shadow.floor = Some(floor);
     let instance = core.config().instance.clone();
     let Some(lease) = record.leases.iter().filter(|l| l.holder == instance).max_by_key(|l| l.version) else {

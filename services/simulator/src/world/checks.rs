@@ -24,10 +24,12 @@ impl World {
         }
         self.check_one_term_acts();
         self.check_pods_nest_in_their_issuers();
-        self.metrics.overshoot(total.saturating_sub(self.sc.quota));
-        let allowed = self.sc.quota.saturating_add(self.sc.overshoot_bound());
+        // The limit in force: a lowered R or B holds one DC-lease lifetime after the change.
+        let limit = self.live.limit_in_force(self.now);
+        self.metrics.overshoot(total.saturating_sub(limit));
+        let allowed = limit.saturating_add(self.sc.overshoot_bound());
         if !total.fits_in(&allowed) {
-            let msg = format!("pods may spend {total} together, above the limit {allowed}");
+            let msg = format!("pods may spend {total} together, above the limit in force {allowed}");
             self.metrics.invariant(self.now, msg);
         }
         // The leader the KV names (a paused, deposed one may still believe it leads).
@@ -42,7 +44,8 @@ impl World {
         if let Err(e) = core.ledger().check(local) {
             self.metrics.invariant(self.now, format!("coordinator ledger: {e}"));
         }
-        // Nesting: a DC's pods never hold more than its floor plus what the coordinator counts.
+        // Nesting: a DC's pods never hold more than the floor the coordinator reserves for it
+        // plus what it counts for the DC's holders.
         // Every holder of the DC counts: a new manager term's pods and the previous term's may
         // overlap, and so do their DC leases on the coordinator's books.
         let record = core.record();
@@ -54,7 +57,8 @@ impl World {
             let counted = holders
                 .iter()
                 .fold(Quota::ZERO, |s, h| s.saturating_add(core.ledger().holder_claim(&h.to_string(), local)));
-            let allowed = counted.saturating_add(self.sc.dcs[d].floor).saturating_add(self.sc.emergency_per_dc);
+            let floor = core.floor_reserved(&self.sc.dcs[d].name, local);
+            let allowed = counted.saturating_add(floor).saturating_add(self.sc.emergency_per_dc);
             if !used.fits_in(&allowed) {
                 let msg =
                     format!("dc {} pods hold {used}, above floor + counted DC lease {allowed}", self.sc.dcs[d].name);

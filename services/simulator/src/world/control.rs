@@ -41,11 +41,13 @@ impl World {
     }
 
     pub(super) fn limit_config(&self) -> LimitConfig {
-        let dcs: Vec<(&str, Quota)> = self.sc.dcs.iter().map(|d| (d.name.as_str(), d.floor)).collect();
-        let mut c = LimitConfig::new("partner-api", self.sc.quota, &dcs);
+        let dcs: Vec<(&str, Quota)> =
+            self.sc.dcs.iter().zip(&self.live.floors).map(|(d, f)| (d.name.as_str(), *f)).collect();
+        let mut c = LimitConfig::new("partner-api", self.live.quota, &dcs);
         c.dc_ttl_ms = self.live.dc_ttl_ms;
         c.renew_interval_ms = self.sc.renew_ms;
         c.expiry = self.expiry();
+        c.bugs = self.sc.bugs;
         c
     }
 
@@ -244,6 +246,8 @@ impl World {
             return;
         }
         let record = Rc::new(self.coords[c].core.as_ref().expect("leader").record());
+        // A changed floor must reach the DCs even when no lease changed.
+        let quiet = quiet && self.kv.record.as_ref().is_some_and(|r| r.floors == record.floors);
         if record.epoch < self.kv.max_epoch {
             self.metrics
                 .invariant(self.now, format!("ledger epoch went back from {} to {}", self.kv.max_epoch, record.epoch));
@@ -253,7 +257,7 @@ impl World {
         self.coords[c].record_rev = self.kv.record_rev;
         self.kv.record = Some(record.clone());
         if quiet {
-            return; // nothing new: the watch would deliver the same leases again
+            return; // nothing new: the watch would deliver the same leases and floors again
         }
         for d in 0..self.dcs.len() {
             let r = record.clone();
@@ -313,8 +317,10 @@ impl World {
             Msg::Record(d, rec) => {
                 let mut rejected = 0;
                 self.for_each_acting_mgr(d, |m, local| {
-                    let floor = rec.floors.get(&m.config().dc).copied().unwrap_or_default();
-                    let mut out = m.on_floor(floor, local);
+                    let mut out = match rec.floor_of(&m.config().dc) {
+                        Some((floor, version)) => m.on_floor(floor, version, local),
+                        None => Vec::new(),
+                    };
                     let instance = &m.config().instance;
                     let newest: Option<&DcLease> =
                         rec.leases.iter().filter(|l| &l.holder == instance).max_by_key(|l| l.version);

@@ -2,6 +2,7 @@
 
 use super::{Ev, PodState, World, MS, S};
 use crate::faults::FaultKind;
+use leasehold_shared::quota::Quota;
 
 impl World {
     fn pick_pod(&self, target: u64, want: impl Fn(PodState) -> bool) -> Option<usize> {
@@ -203,6 +204,10 @@ impl World {
                 }
                 Some(())
             }
+            FaultKind::LimitChange => {
+                self.change_limit(f.target, Some(f.amount));
+                Some(())
+            }
             FaultKind::MessageLoss => {
                 self.net.faults.loss = f.amount;
                 Some(())
@@ -238,6 +243,40 @@ impl World {
             self.start_pod(p);
             let life_ns = self.rng.range_u64(300, 1_500) * MS;
             self.push(self.now + life_ns, Ev::CrashLoop(i, true));
+        }
+    }
+
+    /// A rolling restart of the coordinators with new R, B or floors (the parts `target` names):
+    /// scaled by `scale` from the scenario's, or back to the scenario's (`None`). Every
+    /// coordinator process that holds a term restarts; standbys elected later read the new
+    /// settings.
+    fn change_limit(&mut self, target: u64, scale: Option<f64>) {
+        use super::live::{limit_change_parts, CHANGE_BURST, CHANGE_FLOORS, CHANGE_RATE};
+        let (parts, giver) = limit_change_parts(target, self.dcs.len());
+        let s = scale.unwrap_or(1.0);
+        let scaled = |v: u64| (v as f64 * s) as u64;
+        let base = self.sc.quota;
+        let mut quota = self.live.quota;
+        if parts & CHANGE_RATE != 0 {
+            quota.rate_milli_per_s = scaled(base.rate_milli_per_s);
+        }
+        if parts & CHANGE_BURST != 0 {
+            quota.burst_milli = scaled(base.burst_milli);
+        }
+        if parts & CHANGE_FLOORS != 0 {
+            let taker = (giver + 1) % self.dcs.len();
+            let (g, t) = (self.sc.dcs[giver].floor, self.sc.dcs[taker].floor);
+            let kept = Quota::new(scaled(g.rate_milli_per_s), scaled(g.burst_milli));
+            self.live.floors[giver] = kept;
+            self.live.floors[taker] = t.saturating_add(g.saturating_sub(kept));
+        }
+        let ttl_ms = self.live.dc_ttl_ms.max(self.sc.dc_ttl_ms);
+        let window_end = self.expiry().issuer_live_until_ns(self.now, ttl_ms);
+        self.live.set_quota(quota, self.now, window_end);
+        for c in 0..self.coords.len() {
+            if self.coords[c].alive && self.coords[c].core.is_some() {
+                self.restart_coordinator(c);
+            }
         }
     }
 
@@ -292,6 +331,7 @@ impl World {
             FaultKind::DcManagerCrash => self.restart_mgr(t / 16, t % 16),
             // Reconnected at heal time by construction (the buffer's delay ends then).
             FaultKind::DcManagerPause | FaultKind::ConfigChange | FaultKind::DcManagerReconnect => {}
+            FaultKind::LimitChange => self.change_limit(f.target, None),
             FaultKind::SlowLeaderReplies => self.net.faults.slow_leader_replies_ms = 0,
             FaultKind::MessageLoss => self.net.faults.loss = 0.0,
             FaultKind::MessageDuplication => self.net.faults.duplicate = 0.0,

@@ -210,8 +210,8 @@ impl World {
                 let cfg = self.dc_config(d, r, claim_revision);
                 let local = self.dcs[d].mgrs[r].clock.local(self.now);
                 let mut core = DcManagerCore::new(cfg, local);
-                let floor = self.kv.record.as_ref().and_then(|rec| rec.floors.get(&self.sc.dcs[d].name).copied());
-                let out = floor.map(|f| core.on_floor(f, local)).unwrap_or_default();
+                let floor = self.kv.record.as_ref().and_then(|rec| rec.floor_of(&self.sc.dcs[d].name));
+                let out = floor.map(|(f, v)| core.on_floor(f, v, local)).unwrap_or_default();
                 self.dcs[d].mgrs[r].core = Some(core);
                 self.metrics.dc_takeovers += 1;
                 self.route_dc(d, out);

@@ -8,7 +8,10 @@ mod checks;
 mod control;
 mod faults;
 mod leaders;
+mod live;
 mod requests;
+
+pub use live::{limit_change_parts, limit_change_target, CHANGE_BURST, CHANGE_FLOORS, CHANGE_RATE};
 
 use crate::clock::NodeClock;
 use crate::faults::Fault;
@@ -155,18 +158,9 @@ struct Kv {
     max_epoch: u64,
 }
 
-/// Settings a rolling restart may change while the world runs; new terms pick them up.
-#[derive(Clone, Copy, Debug)]
-struct LiveConfig {
-    dc_ttl_ms: u64,
-    pod_ttl_ms: u64,
-    pod_ttl_ms_max: u64,
-    changes: u64,
-}
-
 pub struct World {
     sc: Scenario,
-    live: LiveConfig,
+    live: live::LiveConfig,
     policy: Policy,
     now: u64,
     seq: u64,
@@ -202,12 +196,8 @@ impl World {
         let total_pods: usize = sc.dcs.iter().map(|d| d.pods).sum();
         let upstream = Upstream::new(sc.judged_limit());
         let metrics = Metrics::new(&sc);
-        let live = LiveConfig {
-            dc_ttl_ms: sc.dc_ttl_ms,
-            pod_ttl_ms: sc.pod_ttl_ms,
-            pod_ttl_ms_max: sc.pod_ttl_ms,
-            changes: 0,
-        };
+        let floors = sc.dcs.iter().map(|d| d.floor).collect();
+        let live = live::LiveConfig::new(sc.dc_ttl_ms, sc.pod_ttl_ms, sc.quota, floors);
         let mut w = World {
             live,
             net: Network::new(total_pods, sc.dcs.len()),

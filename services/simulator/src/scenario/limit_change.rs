@@ -1,0 +1,63 @@
+//! `limit-change`: a named path through reconfiguration. Rolling restarts of the coordinators
+//! lower R and B or move floor from one DC to the other while a DC is cut off from the
+//! coordinator, with every DC over its share, so any quota the change creates is spent.
+
+use super::{Demand, Scenario};
+use crate::faults::{Fault, FaultKind};
+use crate::world::{limit_change_target, CHANGE_BURST, CHANGE_FLOORS, CHANGE_RATE};
+
+/// One cycle of the path: seconds between two changes.
+const CYCLE_S: f64 = 60.0;
+const CYCLES: u64 = 12;
+
+impl Scenario {
+    /// Six cycles on seed 000's topology, both DCs offering 1,350/s throughout:
+    /// 1. BKK is cut off, then 80% of its floor moves to Europe (back 40 s later);
+    /// 2. the same with Europe cut off and giving up floor;
+    /// 3. R and B go down to 60% (back 20 s later), then BKK is cut off 1 s after the change;
+    /// 4. the same, Europe cut off 3 s after the change;
+    /// 5. R, B and floor (from BKK) all change at once while BKK is cut off;
+    /// 6. floor moves from BKK with nobody cut off.
+    pub fn limit_change() -> Self {
+        let fault = |at_s, kind, duration_s, target, amount| Fault { at_s, kind, duration_s, target, amount };
+        let change = |at_s, duration_s, parts, giver, amount| {
+            fault(at_s, FaultKind::LimitChange, duration_s, limit_change_target(parts, giver), amount)
+        };
+        let cut = |at_s, dc, duration_s| fault(at_s, FaultKind::PartitionDcCoordinator, duration_s, dc, 0.0);
+        let limit = CHANGE_RATE | CHANGE_BURST;
+        let mut faults = Vec::new();
+        for k in 0..CYCLES {
+            let t = 30.0 + CYCLE_S * k as f64;
+            match k {
+                0 | 1 => {
+                    faults.push(cut(t - 2.0, k, 30.0));
+                    faults.push(change(t, 40.0, CHANGE_FLOORS, k as usize, 0.2));
+                }
+                2 | 3 => {
+                    faults.push(change(t, 20.0, limit, 0, 0.6));
+                    faults.push(cut(t + 1.0 + 2.0 * (k - 2) as f64, k - 2, 12.0));
+                }
+                4 => {
+                    faults.push(cut(t - 2.0, 0, 30.0));
+                    faults.push(change(t, 20.0, limit | CHANGE_FLOORS, 0, 0.6));
+                }
+                5 => faults.push(change(t, 20.0, CHANGE_FLOORS, 0, 0.2)),
+                _ => {
+                    // BKK cannot confirm its smaller lease (a pod cut off from its manager
+                    // keeps its old, larger one), Europe is cut off after the new leader's
+                    // first renewals: BKK is offered everything while its old claim stands.
+                    faults.push(change(t, 30.0, limit, 0, 0.6));
+                    faults.push(fault(t + 1.0, FaultKind::PartitionPodDc, 10.0, 0, 0.0));
+                    faults.push(cut(t + 3.0 + 0.5 * (k - 6) as f64, 1, 15.0));
+                }
+            }
+        }
+        faults.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+        let duration_s = 30 + CYCLES * CYCLE_S as u64;
+        let heavy = || Demand::Steps(vec![(0.0, 1_350.0)]);
+        let mut s = Scenario::bkk_and_europe("limit-change", heavy(), heavy(), duration_s);
+        s.overloaded = true;
+        s.fixed_faults = faults;
+        s
+    }
+}

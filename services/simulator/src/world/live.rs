@@ -1,0 +1,97 @@
+//! Settings a rolling restart may change while the world runs, and the limit in force.
+//!
+//! New terms pick the settings up; the invariant checks read the limit in force from here.
+
+use leasehold_shared::quota::Quota;
+
+/// What [`FaultKind::LimitChange`](crate::faults::FaultKind::LimitChange) changes: bits of its
+/// `target`.
+pub const CHANGE_RATE: u64 = 1;
+pub const CHANGE_BURST: u64 = 2;
+pub const CHANGE_FLOORS: u64 = 4;
+
+/// Which parts a limit change with `target` changes (its low 3 bits; 0 means all), and the DC
+/// that gives up floor when floors move (to the next DC): `target / 8`.
+pub fn limit_change_parts(target: u64, dcs: usize) -> (u64, usize) {
+    let parts = match target % 8 {
+        0 => CHANGE_RATE | CHANGE_BURST | CHANGE_FLOORS,
+        p => p,
+    };
+    (parts, ((target / 8) % dcs as u64) as usize)
+}
+
+/// The `target` of a limit change of `parts` with `giver` giving up floor.
+pub fn limit_change_target(parts: u64, giver: usize) -> u64 {
+    (parts & 7) + 8 * giver as u64
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct LiveConfig {
+    pub dc_ttl_ms: u64,
+    pub pod_ttl_ms: u64,
+    pub pod_ttl_ms_max: u64,
+    /// TTL changes so far.
+    pub changes: u64,
+    /// R and B the coordinators run with now.
+    pub quota: Quota,
+    /// Each DC's configured floor now.
+    pub floors: Vec<Quota>,
+    /// Limits replaced by a lower one, each in force until the end of its transition window
+    /// (virtual ns): leases cut under it may still be spent until then.
+    superseded: Vec<(u64, Quota)>,
+}
+
+impl LiveConfig {
+    pub fn new(dc_ttl_ms: u64, pod_ttl_ms: u64, quota: Quota, floors: Vec<Quota>) -> Self {
+        LiveConfig {
+            dc_ttl_ms,
+            pod_ttl_ms,
+            pod_ttl_ms_max: pod_ttl_ms,
+            changes: 0,
+            quota,
+            floors,
+            superseded: Vec::new(),
+        }
+    }
+
+    /// The limit no instant may see exceeded: the current R and B, or any larger one replaced
+    /// less than one transition window ago.
+    pub fn limit_in_force(&self, now_ns: u64) -> Quota {
+        self.superseded.iter().filter(|(until, _)| *until > now_ns).fold(self.quota, |m, (_, q)| m.max(*q))
+    }
+
+    /// Run with R and B = `quota` from `now_ns`. A raise holds at once; the old limit stays in
+    /// force until `window_end_ns` (one DC-lease lifetime, stretched) when any part goes down.
+    pub fn set_quota(&mut self, quota: Quota, now_ns: u64, window_end_ns: u64) {
+        self.superseded.retain(|(until, _)| *until > now_ns);
+        if !self.quota.fits_in(&quota) {
+            self.superseded.push((window_end_ns, self.quota));
+        }
+        self.quota = quota;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lower_limit_holds_after_its_window_and_a_higher_one_at_once() {
+        let mut l = LiveConfig::new(10_000, 5_000, Quota::per_s(100, 10), vec![]);
+        l.set_quota(Quota::per_s(60, 10), 1_000, 11_000);
+        assert_eq!(l.limit_in_force(10_999), Quota::per_s(100, 10));
+        assert_eq!(l.limit_in_force(11_000), Quota::per_s(60, 10));
+        l.set_quota(Quota::per_s(100, 6), 12_000, 22_000);
+        assert_eq!(l.limit_in_force(12_000), Quota::per_s(100, 10), "B went down: the old B holds");
+        assert_eq!(l.limit_in_force(22_000), Quota::per_s(100, 6));
+    }
+
+    #[test]
+    fn every_change_target_changes_something() {
+        for t in 0..64 {
+            let (parts, giver) = limit_change_parts(t, 3);
+            assert!((1..=7).contains(&parts) && giver < 3);
+        }
+        assert_eq!(limit_change_parts(limit_change_target(CHANGE_FLOORS, 2), 3), (CHANGE_FLOORS, 2));
+    }
+}

@@ -1,0 +1,114 @@
+//! Floors on the coordinator's books.
+//!
+//! A DC's floor has no expiry: its manager keeps spending the last floor it read, however long
+//! it is cut off. So each DC's floor is a holder in the ledger (`floor.<dc>`: no wire id contains
+//! a dot) whose entries never expire, and a floor changes like a lease:
+//!
+//! * **down** at once: the lower floor is named in the next record, but the larger one keeps
+//!   counting until the DC reports (`DcReport.floor_in_use`) a floor that fits the newest one;
+//! * **up** only as far as the headroom allows: a raise is a grant, so it waits until the
+//!   leases that used the room have been released or have expired.
+//!
+//! The record carries, per DC, the newest floor, its version and what is reserved, so the next
+//! leader keeps counting a floor a DC may still use.
+
+use super::CoordinatorCore;
+use crate::ledger::{LeaseEntry, NEVER};
+use crate::quota::Quota;
+use crate::wire::{LeaseVersion, LedgerRecord};
+
+/// The ledger holder that stands for DC `dc`'s floor.
+pub fn floor_holder(dc: &str) -> String {
+    format!("floor.{dc}")
+}
+
+/// The DC a ledger holder stands for the floor of, if it is one.
+fn floor_dc(holder: &str) -> Option<&str> {
+    holder.strip_prefix("floor.")
+}
+
+impl CoordinatorCore {
+    /// The newest floor granted to `dc` and its version: what records name and DC leases carry.
+    pub fn floor_named(&self, dc: &str) -> Option<(Quota, LeaseVersion)> {
+        let key = floor_holder(dc);
+        self.ledger
+            .entries()
+            .filter(|(h, _)| **h == key)
+            .max_by_key(|(_, e)| e.version)
+            .map(|(_, e)| (e.quota, e.version))
+    }
+
+    /// What the books reserve for `dc`'s floor at `now_ns`: the newest floor, or an older, larger
+    /// one the DC has not yet confirmed it stopped using.
+    pub fn floor_reserved(&self, dc: &str, now_ns: u64) -> Quota {
+        self.ledger.holder_claim(&floor_holder(dc), now_ns)
+    }
+
+    /// Every DC with a floor on the books (a DC dropped from the configuration included).
+    pub(super) fn floor_dcs(&self) -> Vec<String> {
+        let mut dcs: Vec<String> = self.ledger.holders().filter_map(|h| floor_dc(h)).map(String::from).collect();
+        dcs.dedup();
+        dcs
+    }
+
+    /// What the split keeps aside for `dc`'s floor: the configured floor, or more while more is
+    /// reserved.
+    pub(super) fn floor_set_aside(&self, dc: &str, now_ns: u64) -> Quota {
+        let configured = self.cfg.dcs.iter().find(|d| d.name == dc).map_or(Quota::ZERO, |d| d.floor);
+        configured.max(self.floor_reserved(dc, now_ns))
+    }
+
+    /// Count every floor the record names or reserves (a new leader's takeover).
+    pub(super) fn adopt_floors(&mut self, rec: &LedgerRecord) {
+        for dc in rec.floors.keys() {
+            let (named, version) = rec.floor_of(dc).expect("listed");
+            let version = version.max(LeaseVersion::new(0, 1));
+            let reserved = rec.floor_reserved(dc).expect("listed");
+            let key = floor_holder(dc);
+            if reserved != named {
+                let older = LeaseEntry { version: LeaseVersion::new(0, 0), quota: reserved, live_until_ns: NEVER };
+                self.ledger.adopt(&key, older);
+            }
+            self.ledger.adopt(&key, LeaseEntry { version, quota: named, live_until_ns: NEVER });
+        }
+    }
+
+    /// Move every configured DC's floor towards its configured value: down at once, up as far
+    /// as the headroom allows. True if a floor changed (the record must go out).
+    pub(super) fn settle_floors(&mut self, now_ns: u64) -> bool {
+        let mut changed = false;
+        for (dc, want) in self.cfg.dcs.iter().map(|d| (d.name.clone(), d.floor)).collect::<Vec<_>>() {
+            let named = self.floor_named(&dc).map(|(q, _)| q);
+            if named == Some(want) {
+                continue;
+            }
+            let key = floor_holder(&dc);
+            let quota =
+                if self.cfg.bugs.floor_change_at_once { want } else { self.ledger.grantable(&key, want, now_ns) };
+            if named == Some(quota) {
+                continue; // no room yet
+            }
+            self.next_seq += 1;
+            let version = LeaseVersion::new(self.epoch(), self.next_seq);
+            if self.cfg.bugs.floor_change_at_once {
+                // The old rule: the configured floor is in force at once, the old one forgotten.
+                self.ledger.adopt(&key, LeaseEntry { version, quota, live_until_ns: NEVER });
+                let _ = self.ledger.confirm_in_use(&key, version, now_ns);
+                changed = true;
+            } else {
+                changed |= self.ledger.grant(&key, quota, version, NEVER, now_ns).is_ok();
+            }
+        }
+        changed
+    }
+
+    /// The DC's manager spends under no floor above `in_use`: once that fits the newest floor,
+    /// the older ones stop counting (after the egress spread).
+    pub(super) fn confirm_floor(&mut self, dc: &str, in_use: Quota, now_ns: u64) {
+        let Some((named, version)) = self.floor_named(dc) else { return };
+        if in_use.fits_in(&named) {
+            let release_at = self.cfg.expiry.released_until_ns(now_ns);
+            let _ = self.ledger.confirm_in_use(&floor_holder(dc), version, release_at);
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! The DC's floor on the manager's side.
+//!
+//! A floor has no expiry: a manager cut off from the coordinator keeps the last one it read. So
+//! the manager (1) never goes back to a floor older than the one it uses (floors carry versions),
+//! and (2) tells the coordinator, in `DcReport.floor_in_use`, the largest floor its pods may
+//! still be spending under, so that the coordinator knows when an older, larger floor it still
+//! reserves is no longer used.
+
+use super::{DcManagerCore, DcOutput, Pass};
+use crate::quota::Quota;
+use crate::wire::LeaseVersion;
+
+impl DcManagerCore {
+    /// The DC's reserved floor as the coordinator's durable record names it, with its version
+    /// ([`LedgerRecord::floor_of`](crate::wire::LedgerRecord::floor_of)). A floor not newer than
+    /// the one in use is ignored: a delayed record never brings back a floor the coordinator may
+    /// already have given to someone else.
+    pub fn on_floor(&mut self, floor: Quota, version: LeaseVersion, now_ns: u64) -> Vec<DcOutput> {
+        if !self.take_floor(floor, version) {
+            return Vec::new();
+        }
+        self.pass(now_ns, Pass::Full)
+    }
+
+    /// Use `floor` if `version` is newer than the floor's in use; true if the floor changed.
+    pub(super) fn take_floor(&mut self, floor: Quota, version: LeaseVersion) -> bool {
+        let newer = self.floor_version.is_none_or(|v| version > v) || self.cfg.bugs.dc_takes_any_floor;
+        if !newer {
+            return false;
+        }
+        self.floor_version = Some(version);
+        std::mem::replace(&mut self.floor, floor) != floor
+    }
+
+    /// The largest floor this DC's pods may still spend under, if this term knows it: not
+    /// before the quiet period ends (pods of earlier terms may hold leases cut from any floor
+    /// they saw). The floor in use, once the pods' leases fit it plus the DC leases the
+    /// coordinator still counts (the acked one and newer); until then the larger floor before.
+    pub(super) fn floor_in_use(&mut self, outstanding: Quota, now_ns: u64) -> Option<Quota> {
+        if now_ns < self.floor_usable_from_ns {
+            return None;
+        }
+        let counted = self
+            .held
+            .iter()
+            .filter(|l| l.expires_at_ns > now_ns && self.acked.is_none_or(|a| l.version >= a))
+            .fold(Quota::ZERO, |m, l| m.max(l.quota));
+        self.floor_bound = if outstanding.fits_in(&self.floor.saturating_add(counted)) {
+            self.floor
+        } else {
+            self.floor_bound.max(self.floor)
+        };
+        Some(self.floor_bound)
+    }
+}
