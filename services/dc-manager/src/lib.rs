@@ -83,7 +83,7 @@ pub async fn run(
     };
     let mut reports = subscribe(PodChannel::Report).await?;
     let mut returns = subscribe(PodChannel::Return).await?;
-    let mut records = watch_record(ledger, subjects::ledger_key(&limit).expect("validated"));
+    let mut records = watch_record(ledger.clone(), subjects::ledger_key(&limit).expect("validated"));
     if let Some(addr) = settings.http_listen.clone() {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
@@ -93,7 +93,7 @@ pub async fn run(
     }
     let mut tick = tokio::time::interval(Duration::from_millis(settings.report_interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut m = Manager::new(settings, client, leaders);
+    let mut m = Manager::new(settings, client, leaders, ledger);
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,

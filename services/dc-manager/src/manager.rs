@@ -56,6 +56,8 @@ pub struct Manager {
     settings: Settings,
     client: async_nats::Client,
     leaders: Store,
+    /// The ledger bucket, read directly when a term begins (the watch may lag).
+    ledger: Store,
     origin: leasehold_nats::clock::LeaseClock,
     leadership: Leadership,
     term: Option<Term>,
@@ -69,7 +71,7 @@ pub struct Manager {
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Manager {
-    pub fn new(settings: Settings, client: async_nats::Client, leaders: Store) -> Self {
+    pub fn new(settings: Settings, client: async_nats::Client, leaders: Store, ledger: Store) -> Self {
         let id = settings.id();
         let leadership = Leadership::new(&id, LeadershipConfig::new(settings.leader_ttl_ms));
         Manager {
@@ -77,6 +79,7 @@ impl Manager {
             settings,
             client,
             leaders,
+            ledger,
             origin: leasehold_nats::clock::LeaseClock::start(),
             leadership,
             term: None,
@@ -131,6 +134,9 @@ impl Manager {
         cfg.epoch = epoch;
         cfg.instance = format!("{}-e{}", self.id, epoch);
         info!(instance = %cfg.instance, epoch, "leading the DC");
+        // The record as the bucket holds it now, not only as the watch last delivered it: a term
+        // must start from a floor at least as new as any its predecessor used.
+        self.read_record_now().await;
         let now = self.now_ns();
         let mut core = DcManagerCore::new(cfg, now);
         let out = self.floor.map(|(f, v)| core.on_floor(f, v, now)).unwrap_or_default();
@@ -141,13 +147,36 @@ impl Manager {
         self.route(out).await;
     }
 
+    /// Read the ledger record directly and keep its floor if it is newer than the cached one.
+    /// On failure the cache stays (the watch keeps it current).
+    async fn read_record_now(&mut self) {
+        let Ok(key) = subjects::ledger_key(&self.settings.manager.limit) else { return };
+        match self.ledger.get(&key).await {
+            Ok(Some(payload)) => match decode::<LedgerRecord>(&payload) {
+                Ok(rec) => self.remember_floor(&rec),
+                Err(_) => self.status.messages_malformed += 1,
+            },
+            Ok(None) => {}
+            Err(e) => warn!(cause = %e, "could not read the ledger record at takeover; using the watched one"),
+        }
+    }
+
+    /// Cache the record's floor for this DC, never going back to an older version.
+    fn remember_floor(&mut self, rec: &LedgerRecord) {
+        if let Some((f, v)) = rec.floor_of(&self.settings.manager.dc) {
+            if self.floor.is_none_or(|(_, cached)| v >= cached) {
+                self.floor = Some((f, v));
+            }
+        }
+    }
+
     /// A new value of the ledger record: apply the newest DC lease addressed to this term.
     pub async fn on_record(&mut self, payload: &[u8]) {
         let rec = match decode::<LedgerRecord>(payload) {
             Ok(r) => r,
             Err(_) => return self.status.messages_malformed += 1,
         };
-        self.floor = rec.floor_of(&self.settings.manager.dc);
+        self.remember_floor(&rec);
         if !self.fresh() {
             return;
         }
