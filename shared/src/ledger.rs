@@ -241,10 +241,20 @@ impl<H: Ord + Clone> Ledger<H> {
     /// Re-enter a lease found in durable state (leader takeover). It is counted whatever the
     /// headroom: it exists, so it must be counted. It is inherited unless it never expires.
     pub fn adopt(&mut self, holder: &H, entry: LeaseEntry) {
+        self.adopt_as(holder, entry, true);
+    }
+
+    /// As [`adopt`](Self::adopt); `inherited: false` keeps the lease lasting (its writer granted
+    /// it under a capacity no larger than this ledger's, and counted it as lasting).
+    pub fn adopt_as(&mut self, holder: &H, entry: LeaseEntry, inherited: bool) {
         let h = self.holders.entry(holder.clone()).or_default();
         h.last_version = Some(h.last_version.map_or(entry.version, |v| v.max(entry.version)));
+        let version = entry.version;
         h.entries.push(entry);
-        h.inherit_all();
+        if inherited {
+            let next = LeaseVersion::new(version.epoch, version.seq.saturating_add(1));
+            h.inherited_below = Some(h.inherited_below.map_or(next, |b| b.max(next)));
+        }
         let adopted = self
             .holders
             .values()
@@ -314,6 +324,11 @@ impl<H: Ord + Clone> Ledger<H> {
 
     pub fn holders(&self) -> impl Iterator<Item = &H> {
         self.holders.keys()
+    }
+
+    /// Per holder, the version below which its leases are inherited (for the durable record).
+    pub fn inherited_below(&self) -> impl Iterator<Item = (&H, LeaseVersion)> {
+        self.holders.iter().filter_map(|(k, h)| h.inherited_below.map(|v| (k, v)))
     }
 
     /// The conservation invariant at `now_ns`: the lasting leases fit the capacity, and the total

@@ -275,3 +275,39 @@ fn a_manager_reports_the_old_floor_until_its_pods_fit_the_new_one() {
     step(&mut m, &mut leases, t + 2 * S);
     assert_eq!(floor_reported(&m.tick(t + 3 * S)), Some(Some(Quota::per_s(20, 0))));
 }
+
+/// Storm seed 72 (after `LimitChange` joined the schedule), reduced: R drops (term 2 inherits
+/// term 1's leases and renews Europe within the new R), then a plain takeover without any change
+/// (term 3) while Europe is cut off. Term 3 must count Europe's term-2 lease as lasting, not
+/// inherited: else it renews BKK at its inherited level beside it, and once term 1's leases are
+/// gone the DCs hold more than the new R.
+fn takeover_after_a_shrink(bugs: KnownBugs) -> Quota {
+    let rec1 = first_term(config(Quota::per_s(1_000, 20), 50, 50, bugs));
+    let after = || config(Quota::per_s(600, 20), 50, 50, bugs);
+    let mut held = Held::default();
+    held.absorb(rec1.leases.clone(), 0);
+    let mut b = CoordinatorCore::resume(after(), "coord-b", 2, Stored::Record(&rec1), S);
+    b.on_dc_report(&report("eu", 2, held.version("eu"), None), S);
+    held.absorb(b.tick(S), S);
+    let rec2 = b.record();
+    let mut c = CoordinatorCore::resume(after(), "coord-c", 3, Stored::Record(&rec2), 2 * S);
+    let mut worst = Quota::ZERO;
+    for k in 0..30u64 {
+        let now = 2 * S + k * S;
+        // Europe is cut off from term 3: it keeps spending its term-2 lease and never reports.
+        c.on_dc_report(&report("bkk", 3 + k, held.version("bkk"), None), now);
+        held.absorb(c.tick(now).into_iter().filter(|l| l.dc == "bkk").collect(), now);
+        // Once term 1's leases (granted at 0) have ended, the new R holds.
+        for t in (0..4).map(|q| now + q * 250 * MS).filter(|&t| t > 10 * S) {
+            worst = worst.max(held.spendable(t));
+        }
+    }
+    worst
+}
+
+#[test]
+fn a_plain_takeover_keeps_the_leases_granted_since_a_shrink_lasting() {
+    let worst = takeover_after_a_shrink(KnownBugs::default());
+    // Leases above the floors (50 + 50 of the 600 stay reserved).
+    assert!(worst.fits_in(&Quota::per_s(500, 20)), "DC leases reached {worst} above the floors");
+}

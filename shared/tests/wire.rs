@@ -123,6 +123,8 @@ fn ledger_record_roundtrip() {
         floors: [("bkk".to_string(), Quota::per_s(50, 1))].into(),
         floor_versions: [("bkk".to_string(), v(3, 7))].into(),
         floors_reserved: [("bkk".to_string(), Quota::per_s(80, 1))].into(),
+        capacity: Some(Quota::per_s(1_000, 20)),
+        inherited_below: [("bkk-mgr-e2".to_string(), v(3, 5))].into(),
     });
 }
 

@@ -139,9 +139,14 @@ impl CoordinatorCore {
             }
         };
         if let Some(rec) = record {
+            // Leases the writer counted as lasting stay lasting under a capacity at least as
+            // large; under a smaller one (or an unknown one) every lease is inherited.
+            let kept = rec.capacity.is_some_and(|cap| cap.fits_in(&c.ledger.capacity()));
             for l in &rec.leases {
                 let live_until_ns = c.cfg.expiry.issuer_live_until_ns(now_ns, l.ttl_ms);
-                c.ledger.adopt(&l.holder, LeaseEntry { version: l.version, quota: l.quota, live_until_ns });
+                let inherited = !kept || rec.inherited_below.get(&l.holder).is_some_and(|b| l.version < *b);
+                let entry = LeaseEntry { version: l.version, quota: l.quota, live_until_ns };
+                c.ledger.adopt_as(&l.holder, entry, inherited);
                 c.leases.insert((l.holder.clone(), l.version), l.clone());
                 if let Some(v) = c.dcs.get_mut(&l.dc) {
                     v.holder = Some(l.holder.clone());
@@ -190,6 +195,8 @@ impl CoordinatorCore {
             floors: Default::default(),
             floor_versions: Default::default(),
             floors_reserved: Default::default(),
+            capacity: Some(self.ledger.capacity()),
+            inherited_below: self.ledger.inherited_below().map(|(h, v)| (h.clone(), v)).collect(),
         };
         for dc in self.floor_dcs() {
             let Some((floor, version)) = self.floor_named(&dc) else { continue };

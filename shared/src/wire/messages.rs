@@ -170,6 +170,15 @@ pub struct LedgerRecord {
     /// DC has not confirmed it no longer uses an older, larger floor. Missing: `floors`.
     #[serde(default)]
     pub floors_reserved: std::collections::BTreeMap<String, Quota>,
+    /// The writer's capacity (R and B). Missing (older writers): unknown.
+    #[serde(default)]
+    pub capacity: Option<Quota>,
+    /// Per holder, the version below which the writer counted its leases as inherited (cut under
+    /// a larger, earlier capacity). A new leader whose capacity is at least `capacity` adopts the
+    /// others as lasting; one with a smaller capacity, or reading a record without `capacity`,
+    /// adopts every lease as inherited.
+    #[serde(default)]
+    pub inherited_below: std::collections::BTreeMap<String, LeaseVersion>,
 }
 
 impl LedgerRecord {

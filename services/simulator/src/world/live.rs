@@ -60,12 +60,16 @@ impl LiveConfig {
         self.superseded.iter().filter(|(until, _)| *until > now_ns).fold(self.quota, |m, (_, q)| m.max(*q))
     }
 
-    /// Run with R and B = `quota` from `now_ns`. A raise holds at once; the old limit stays in
-    /// force until `window_end_ns` (one DC-lease lifetime, stretched) when any part goes down.
+    /// Run with R and B = `quota` from `now_ns`. A raise holds at once; the limit in force until
+    /// now (the old R and B, or a larger one still in its window) stays in force until
+    /// `window_end_ns` (one DC-lease lifetime, stretched) when any part goes down. Back-to-back
+    /// changes each restart the window: the new leader inherits every lease still out, those cut
+    /// under a limit whose own window has not ended included.
     pub fn set_quota(&mut self, quota: Quota, now_ns: u64, window_end_ns: u64) {
+        let in_force = self.limit_in_force(now_ns);
         self.superseded.retain(|(until, _)| *until > now_ns);
-        if !self.quota.fits_in(&quota) {
-            self.superseded.push((window_end_ns, self.quota));
+        if !in_force.fits_in(&quota) {
+            self.superseded.push((window_end_ns, in_force));
         }
         self.quota = quota;
     }
@@ -84,6 +88,15 @@ mod tests {
         l.set_quota(Quota::per_s(100, 6), 12_000, 22_000);
         assert_eq!(l.limit_in_force(12_000), Quota::per_s(100, 10), "B went down: the old B holds");
         assert_eq!(l.limit_in_force(22_000), Quota::per_s(100, 6));
+    }
+
+    #[test]
+    fn a_change_inside_another_ones_window_carries_the_larger_limit_to_its_own_window_end() {
+        let mut l = LiveConfig::new(10_000, 5_000, Quota::per_s(100, 20), vec![]);
+        l.set_quota(Quota::per_s(100, 12), 1_000, 11_000);
+        l.set_quota(Quota::per_s(100, 14), 3_000, 13_000); // a raise, but B 20 is still in force
+        assert_eq!(l.limit_in_force(12_000), Quota::per_s(100, 20));
+        assert_eq!(l.limit_in_force(13_000), Quota::per_s(100, 14));
     }
 
     #[test]
