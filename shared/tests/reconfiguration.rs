@@ -311,3 +311,37 @@ fn a_plain_takeover_keeps_the_leases_granted_since_a_shrink_lasting() {
     // Leases above the floors (50 + 50 of the 600 stay reserved).
     assert!(worst.fits_in(&Quota::per_s(500, 20)), "DC leases reached {worst} above the floors");
 }
+
+/// Storm seed 136, reduced: a new manager term reads floor 50 and is still in its quiet period
+/// at its first reports (`floor_in_use: None`); once the quiet period is over a pod report makes
+/// it cut a 50/s pod lease from the floor, and the lowered floor (20) arrives before its next
+/// report. The pod still holds 50 until it confirms a smaller lease: the report must say 50, or
+/// the coordinator stops reserving the old floor while the pod spends it.
+#[test]
+fn a_floor_used_between_two_reports_is_reported_after_it_is_lowered() {
+    let mut m = manager(KnownBugs::default());
+    m.on_floor(Quota::per_s(50, 0), LeaseVersion::new(2, 1), 0);
+    assert_eq!(floor_reported(&m.tick(0)), Some(None), "quiet period");
+    let t = 5 * S;
+    let mut held = Quota::ZERO;
+    for o in m.on_pod_report(&pod_report("p1", 1, None), t) {
+        if let DcOutput::PodLease(l) = o {
+            held = l.quota;
+        }
+    }
+    assert_eq!(held, Quota::per_s(50, 0), "the pod's lease is cut from the whole floor");
+    // No report went out since: the floor goes down to 20, then the next report.
+    let mut out = m.on_floor(Quota::per_s(20, 0), LeaseVersion::new(3, 1), t + 10 * MS);
+    out.extend(m.tick(t + 20 * MS));
+    let reported = floor_reported(&out).flatten();
+    eprintln!("pod holds {held}; manager reports floor_in_use {reported:?}");
+    assert_eq!(reported, Some(Quota::per_s(50, 0)), "the pod may still spend the old floor");
+    // What the coordinator would do with that report: the old floor must keep counting.
+    let q = Quota::per_s(1_000, 20);
+    let rec = first_term(config(q, 50, 50, KnownBugs::default()));
+    let mut c = CoordinatorCore::resume(config(q, 20, 80, KnownBugs::default()), "coord-b", 2, Stored::Record(&rec), t);
+    c.on_dc_report(&report("bkk", 9, None, reported), t + 30 * MS);
+    let reserved = c.floor_reserved("bkk", t + S);
+    eprintln!("coordinator reserves {reserved} for bkk's floor while the pod holds {held}");
+    assert!(held.fits_in(&reserved), "pod holds {held}, the books reserve {reserved}");
+}

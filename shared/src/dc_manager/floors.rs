@@ -32,6 +32,15 @@ impl DcManagerCore {
         std::mem::replace(&mut self.floor, floor) != floor
     }
 
+    /// A pass is about to cut pod leases from the floor in use: it bounds what the pods may
+    /// spend from now on, whether or not a report goes out before the floor changes again (a
+    /// term's first passes after its quiet period run before any report names a floor).
+    pub(super) fn note_floor_spent(&mut self, now_ns: u64) {
+        if now_ns >= self.floor_usable_from_ns {
+            self.floor_bound = self.floor_bound.max(self.floor);
+        }
+    }
+
     /// The largest floor this DC's pods may still spend under, if this term knows it: not
     /// before the quiet period ends (pods of earlier terms may hold leases cut from any floor
     /// they saw). The floor in use, once the pods' leases fit it plus the DC leases the

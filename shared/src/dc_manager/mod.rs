@@ -323,6 +323,7 @@ impl DcManagerCore {
         }
         self.ledger.expire(now_ns);
         let (budget, parent_expiry) = self.budget(now_ns);
+        self.note_floor_spent(now_ns);
         self.ledger.set_capacity(budget);
         let ttl_ms = match parent_expiry {
             Some(e) => self.cfg.expiry.nested_ttl_ms(now_ns, e, self.cfg.pod_ttl_ms),
