@@ -151,21 +151,18 @@ impl<H: Ord + Clone> Ledger<H> {
 
     /// The most `holder` may be granted now: capacity minus everyone else's claims.
     pub fn headroom_for(&self, holder: &H, now_ns: u64) -> Quota {
-        let others = self
-            .holders
-            .iter()
-            .filter(|(k, _)| *k != holder)
-            .fold(Quota::ZERO, |s, (_, h)| s.saturating_add(h.claim(now_ns)));
-        self.capacity.saturating_sub(others)
+        self.room_beside(holder, |h| h.claim(now_ns))
     }
 
     /// Capacity minus everyone else's lasting claims (≥ [`Ledger::headroom_for`]).
     fn lasting_headroom_for(&self, holder: &H, now_ns: u64) -> Quota {
-        let others = self
-            .holders
-            .iter()
-            .filter(|(k, _)| *k != holder)
-            .fold(Quota::ZERO, |s, (_, h)| s.saturating_add(h.lasting_claim(now_ns)));
+        self.room_beside(holder, |h| h.lasting_claim(now_ns))
+    }
+
+    /// Capacity minus what `claim` counts for every holder but `holder`.
+    fn room_beside(&self, holder: &H, claim: impl Fn(&HolderLeases) -> Quota) -> Quota {
+        let others =
+            self.holders.iter().filter(|(k, _)| *k != holder).fold(Quota::ZERO, |s, (_, h)| s.saturating_add(claim(h)));
         self.capacity.saturating_sub(others)
     }
 
