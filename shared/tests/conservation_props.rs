@@ -28,6 +28,26 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// The operations both properties apply the same way: confirmations, returns, time passing.
+fn bookkeeping(l: &mut Ledger<u8>, op: Op, issued: &[(u8, LeaseVersion)], now: &mut u64) {
+    match op {
+        Op::Confirm { holder, back } => {
+            let mine: Vec<LeaseVersion> = issued.iter().filter(|(h, _)| *h == holder).map(|(_, v)| *v).collect();
+            if let Some(v) = mine.iter().rev().nth(back as usize) {
+                let _ = l.confirm_in_use(&holder, *v, *now);
+            }
+        }
+        Op::Close { holder } => {
+            l.close(&holder, *now, *now + 100);
+        }
+        Op::Advance { dt } => {
+            *now += dt;
+            l.expire(*now);
+        }
+        Op::Grant { .. } | Op::NewEpoch => unreachable!("not bookkeeping"),
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -61,19 +81,7 @@ proptest! {
                     let greedy = Quota::new(cap.rate_milli_per_s + 1, 0);
                     prop_assert!(l.grant(&holder, greedy, LeaseVersion::new(l.epoch(), seq), now + ttl, now).is_err());
                 }
-                Op::Confirm { holder, back } => {
-                    let mine: Vec<LeaseVersion> = issued.iter().filter(|(h, _)| *h == holder).map(|(_, v)| *v).collect();
-                    if let Some(v) = mine.iter().rev().nth(back as usize) {
-                        let _ = l.confirm_in_use(&holder, *v, now);
-                    }
-                }
-                Op::Close { holder } => {
-                    l.close(&holder, now, now + 100);
-                }
-                Op::Advance { dt } => {
-                    now += dt;
-                    l.expire(now);
-                }
+                Op::Confirm { .. } | Op::Close { .. } | Op::Advance { .. } => bookkeeping(&mut l, op, &issued, &mut now),
                 Op::NewEpoch => {
                     let e = l.epoch() + 1;
                     l.advance_epoch(e).unwrap();
@@ -115,19 +123,7 @@ proptest! {
                         Err(e) => prop_assert!(false, "a grantable amount was refused: {e}"),
                     }
                 }
-                Op::Confirm { holder, back } => {
-                    let mine: Vec<LeaseVersion> = issued.iter().filter(|(h, _)| *h == holder).map(|(_, v)| *v).collect();
-                    if let Some(v) = mine.iter().rev().nth(back as usize) {
-                        let _ = l.confirm_in_use(&holder, *v, now);
-                    }
-                }
-                Op::Close { holder } => {
-                    l.close(&holder, now, now + 100);
-                }
-                Op::Advance { dt } => {
-                    now += dt;
-                    l.expire(now);
-                }
+                Op::Confirm { .. } | Op::Close { .. } | Op::Advance { .. } => bookkeeping(&mut l, op, &issued, &mut now),
                 Op::NewEpoch => {}
             }
             prop_assert!(l.check(now).is_ok(), "{:?}", l.check(now));
