@@ -5,16 +5,20 @@
 //! Which binaries: `LEASEHOLD_NATS_SERVERS` (paths separated by `:`, as printed by
 //! `scripts/nats-servers`), else `nats-server` on `PATH`, else `/usr/sbin/nats-server`.
 
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// How long a server may take to start listening.
 pub const START_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How many of the server's last log lines are kept for [`NatsServer::log_tail`].
+const LOG_TAIL_LINES: usize = 40;
 
 #[derive(Debug, Error)]
 pub enum ServerError {
@@ -49,6 +53,8 @@ pub struct NatsServer {
     config: Option<PathBuf>,
     env: Vec<(String, String)>,
     pub version: String,
+    /// The last lines the running (or last) process wrote to its log.
+    log: Arc<Mutex<VecDeque<String>>>,
 }
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -90,6 +96,7 @@ impl NatsServer {
             config,
             env,
             version: String::new(),
+            log: Arc::default(),
         };
         s.version = Command::new(binary)
             .arg("--version")
@@ -118,9 +125,18 @@ impl NatsServer {
             .map_err(|e| ServerError::Spawn { binary: binary.clone(), reason: e.to_string() })?;
         let stderr = child.stderr.take().expect("piped");
         let (tx, rx) = mpsc::channel();
-        // Reads the log for the whole life of the process (a full pipe would block the server).
+        let tail = self.log.clone();
+        // Reads the log for the whole life of the process (a full pipe would block the server):
+        // the start waits on the first lines, the tail keeps the last ones for diagnosis.
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                {
+                    let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
+                    if t.len() == LOG_TAIL_LINES {
+                        t.pop_front();
+                    }
+                    t.push_back(line.clone());
+                }
                 let _ = tx.send(line);
             }
         });
@@ -151,6 +167,17 @@ impl NatsServer {
 
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Whether the process is still alive (false once it exited or was killed).
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// The server's last log lines (its own account of why it is not doing what a test expects).
+    pub fn log_tail(&self, lines: usize) -> Vec<String> {
+        let t = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        t.iter().skip(t.len().saturating_sub(lines)).cloned().collect()
     }
 
     /// SIGSTOP the server: it keeps its sockets but answers nothing (a GC pause, a hung host).

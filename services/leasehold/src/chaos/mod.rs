@@ -70,23 +70,26 @@ fn write(path: &std::path::Path, text: &str) -> Result<String, String> {
 async fn start_world(a: &ChaosArgs) -> Result<World, String> {
     std::fs::create_dir_all(&a.out_dir).map_err(|e| format!("cannot create {}: {e}", a.out_dir.display()))?;
     let binary = binaries().map_err(|e| format!("{e} (install nats-server)"))?.remove(0);
-    let topology = topology::Topology::start(&binary, DCS.len()).await?;
+    let mut topology = topology::Topology::start(&binary, DCS.len()).await?;
     eprintln!("chaos: a 3-node NATS cluster (JetStream R3) and a link proxy for each of {} up", DCS.join(", "));
     let hub = connect_until(&topology.hub_urls(), "chaos-observer", Instant::now() + Duration::from_secs(10))
         .await
         .map_err(|e| e.to_string())?;
     let js = jetstream(hub.clone());
-    // Clustered JetStream needs a meta leader before anything can create an R3 stream.
+    // Clustered JetStream needs a meta leader before anything can create an R3 stream. The
+    // leader bucket is created as the services create it (terms live in the values, no max_age).
     let leaders_spec = leasehold_nats::kv::BucketSpec {
+        history: 1,
         replicas: 3,
-        max_age: Duration::from_millis(3_000),
         ..leasehold_nats::kv::BucketSpec::new(leasehold_shared::subjects::LEADER_BUCKET)
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     let leaders = loop {
         match leasehold_nats::kv::ensure_bucket(&js, &leaders_spec).await {
             Ok(s) => break s,
-            Err(e) if Instant::now() > deadline => return Err(format!("the hub's JetStream is not ready: {e}")),
+            Err(e) if Instant::now() > deadline => {
+                return Err(format!("the hub's JetStream is not ready: {e} ({})", topology.diagnosis()))
+            }
             Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
         }
     };

@@ -38,20 +38,43 @@ fn hub_config(i: usize, cluster_ports: &[u16]) -> String {
     )
 }
 
+/// How many times the hub is started afresh when a node dies at start (e.g. a cluster port
+/// reserved by [`free_port`] was taken by another socket before the node bound it).
+const HUB_START_ATTEMPTS: usize = 3;
+
 impl Topology {
     pub async fn start(binary: &Path, dcs: usize) -> Result<Self, String> {
-        let cluster_ports: Vec<u16> = (0..3).map(|_| free_port()).collect::<Result<_, _>>()?;
-        let mut hub = Vec::new();
-        for i in 0..3 {
-            let config = hub_config(i, &cluster_ports);
-            hub.push(NatsServer::start_with_config(binary, &[("hub.conf", &config)], &[]).map_err(|e| e.to_string())?);
+        let mut hub = start_hub(binary).await;
+        for attempt in 2..=HUB_START_ATTEMPTS {
+            match hub {
+                Ok(_) => break,
+                Err(e) => {
+                    eprintln!("chaos: the NATS cluster did not come up ({e}); starting it again (attempt {attempt})");
+                    hub = start_hub(binary).await;
+                }
+            }
         }
+        let hub = hub?;
         let client_ports: Vec<u16> = hub.iter().map(NatsServer::port).collect();
         let mut proxies = Vec::new();
         for _ in 0..dcs {
             proxies.push(Proxy::start(client_ports.clone()).await?);
         }
         Ok(Topology { hub, proxies })
+    }
+
+    /// Each hub node: alive or not, and its last log lines (for an error message).
+    pub fn diagnosis(&mut self) -> String {
+        let nodes: Vec<String> = self
+            .hub
+            .iter_mut()
+            .enumerate()
+            .map(|(i, s)| {
+                let state = if s.is_running() { "running" } else { "exited" };
+                format!("hub-{} {state}: {}", i + 1, s.log_tail(4).join(" | "))
+            })
+            .collect();
+        nodes.join("; ")
     }
 
     /// Every hub node's client URL, comma-separated (clients fail over between them).
@@ -71,6 +94,33 @@ impl Topology {
     pub fn heal(&self, dc: usize) {
         self.proxies[dc].heal();
     }
+}
+
+/// Three clustered nodes, returned once every one of them is alive and accepts route
+/// connections on its cluster port (a node that lost its port to another socket exits).
+async fn start_hub(binary: &Path) -> Result<Vec<NatsServer>, String> {
+    let cluster_ports: Vec<u16> = (0..3).map(|_| free_port()).collect::<Result<_, _>>()?;
+    let mut hub = Vec::new();
+    for i in 0..3 {
+        let config = hub_config(i, &cluster_ports);
+        hub.push(NatsServer::start_with_config(binary, &[("hub.conf", &config)], &[]).map_err(|e| e.to_string())?);
+    }
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    for (i, port) in cluster_ports.iter().enumerate() {
+        loop {
+            if !hub[i].is_running() {
+                return Err(format!("hub-{} exited: {}", i + 1, hub[i].log_tail(3).join(" | ")));
+            }
+            if TcpStream::connect(("127.0.0.1", *port)).await.is_ok() {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(format!("hub-{} does not listen for routes on {port}", i + 1));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+    Ok(hub)
 }
 
 /// A TCP proxy from a DC to the cluster's client ports (the first node that answers).
