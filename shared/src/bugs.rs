@@ -19,6 +19,10 @@ pub struct KnownBugs {
     /// Hole 4: a leader's freshness is measured from when its renewal's reply arrived, not from
     /// when the renewal was sent.
     pub leader_fresh_from_reply: bool,
+    /// A leader (or claimant) whose write timed out forgets it once a read shows it has not
+    /// landed yet; when it lands later, a later write's send is credited for it and the term
+    /// outlasts what the followers allow (found by a second outside review).
+    pub leader_forgets_unresolved_writes: bool,
     /// A new coordinator term takes a DC's floor out of its books as soon as its configuration
     /// lowers it, and names a raised floor at once, although a DC cut off from the coordinator
     /// keeps spending the last floor it read (floors never expire).
@@ -32,4 +36,13 @@ pub struct KnownBugs {
     /// A DC manager takes the floor any record names, a delayed older one included, so it can go
     /// back up to a floor the coordinator already stopped reserving.
     pub dc_takes_any_floor: bool,
+    /// The coordinator stops reserving an older, larger floor as soon as a DC reports a floor in
+    /// use that fits the newest one, without knowing whether the DC has read the newest one: a
+    /// DC whose ledger watch lags may still move up to a raise a later term took back (found by
+    /// a second outside review: 1,030/s against 1,000/s).
+    pub floor_confirmed_by_amount: bool,
+    /// A leader that finds the ledger record lost waits one lifetime of its *own* DC lease TTL,
+    /// although an earlier term may have issued longer ones (a rolling restart that shortened
+    /// `dc_ttl_ms` and lost the record: 2,000/s against 1,000/s).
+    pub lost_record_waits_own_ttl: bool,
 }

@@ -13,6 +13,11 @@
 //!   ends its term at once; an unknown outcome (timeout) is resolved by reading the key: if the
 //!   stored revision is newer and names this replica, the write landed, and the term is extended
 //!   from the *earliest* send whose outcome was unknown.
+//! * A write whose outcome is unknown may land at any later time, as long as the key still has
+//!   the revision it expected. It stays remembered (its send time counts) until the key is past
+//!   that revision; a read showing it has not landed *yet* does not forget it. A renewal that
+//!   conflicts while such a write is pending reads the key first: a conflict with its own late
+//!   write is not another leader.
 //! * A follower claims only after it has seen the key unchanged (the same revision, or absent)
 //!   for a full `ttl` on its own clock, measured from when the *answer* of the first such read
 //!   arrived, and only by compare-and-set on exactly that revision.
@@ -83,13 +88,21 @@ pub struct LeadershipConfig {
     pub act_fraction: f64,
     /// Negative controls only: freshness from the reply instead of the send (see [`crate::bugs`]).
     pub bug_fresh_from_reply: bool,
+    /// Negative controls only: a read that shows an unknown write has not landed (yet) forgets
+    /// it, so when it lands later a later write's send is credited for it (see [`crate::bugs`]).
+    pub bug_forgets_unresolved_writes: bool,
 }
 
 impl LeadershipConfig {
     pub const DEFAULT_ACT_FRACTION: f64 = 0.6;
 
     pub fn new(ttl_ms: u64) -> Self {
-        LeadershipConfig { ttl_ms, act_fraction: Self::DEFAULT_ACT_FRACTION, bug_fresh_from_reply: false }
+        LeadershipConfig {
+            ttl_ms,
+            act_fraction: Self::DEFAULT_ACT_FRACTION,
+            bug_fresh_from_reply: false,
+            bug_forgets_unresolved_writes: false,
+        }
     }
 
     fn ttl_ns(&self) -> u64 {
@@ -105,20 +118,52 @@ impl LeadershipConfig {
     }
 }
 
+/// Writes this replica sent whose outcome it does not know. Any of them may still land, at any
+/// time, for as long as the key's revision is the one it expected; revisions only grow, so once
+/// the key is past `highest_expected` none can land any more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Unresolved {
+    /// The earliest send among them: a term that one of them opened or extended is measured from
+    /// here (never later than the send of the write that actually landed).
+    earliest_sent_ns: u64,
+    /// The highest revision any of them expected (0 for a create).
+    highest_expected: u64,
+}
+
+impl Unresolved {
+    fn add(this: &mut Option<Unresolved>, sent_ns: u64, expected: Option<u64>) {
+        let expected = expected.unwrap_or(0);
+        *this = Some(match *this {
+            None => Unresolved { earliest_sent_ns: sent_ns, highest_expected: expected },
+            Some(u) => Unresolved {
+                earliest_sent_ns: u.earliest_sent_ns.min(sent_ns),
+                highest_expected: u.highest_expected.max(expected),
+            },
+        });
+    }
+
+    /// Forget them once the key has moved past every revision they expected.
+    fn settle(this: &mut Option<Unresolved>, stored: Option<u64>) {
+        if this.is_some_and(|u| stored.unwrap_or(0) > u.highest_expected) {
+            *this = None;
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Role {
     Follower {
         /// The key as last read, and when the first answer showing it unchanged arrived.
         seen: Option<(KeyState, u64)>,
-        /// A claim whose outcome is unknown was sent then (resolved by the next read).
-        claim_unknown_since: Option<u64>,
+        /// Claims whose outcome is unknown.
+        unresolved: Option<Unresolved>,
     },
     Leader {
         epoch: u64,
         revision: u64,
         acts_until_ns: u64,
-        /// Earliest send of a renewal whose outcome is unknown.
-        renew_unknown_since: Option<u64>,
+        /// Renewals whose outcome is unknown (or that conflicted while one was).
+        unresolved: Option<Unresolved>,
     },
 }
 
@@ -130,10 +175,13 @@ pub struct Leadership {
     act_ns: u64,
     renew_every_ns: u64,
     bug_fresh_from_reply: bool,
+    bug_forgets_unresolved_writes: bool,
     role: Role,
     /// The write in flight and when it was sent (at most one at a time).
     in_flight: Option<(LeaderRequest, u64)>,
     last_write_sent_ns: Option<u64>,
+    /// A write's outcome is unknown (or a renewal conflicted while one was): read before writing.
+    read_due: bool,
 }
 
 impl Leadership {
@@ -144,9 +192,11 @@ impl Leadership {
             act_ns: cfg.act_ns(),
             renew_every_ns: cfg.renew_every_ns(),
             bug_fresh_from_reply: cfg.bug_fresh_from_reply,
-            role: Role::Follower { seen: None, claim_unknown_since: None },
+            bug_forgets_unresolved_writes: cfg.bug_forgets_unresolved_writes,
+            role: Role::Follower { seen: None, unresolved: None },
             in_flight: None,
             last_write_sent_ns: None,
+            read_due: false,
         }
     }
 
@@ -185,17 +235,16 @@ impl Leadership {
             return None;
         }
         let req = match &self.role {
-            Role::Leader { revision, renew_unknown_since, .. } => {
-                if renew_unknown_since.is_some() {
-                    LeaderRequest::Read
-                } else if self.last_write_sent_ns.is_none_or(|t| now_ns.saturating_sub(t) >= self.renew_every_ns) {
+            _ if self.read_due => LeaderRequest::Read,
+            Role::Leader { revision, .. } => {
+                if self.last_write_sent_ns.is_none_or(|t| now_ns.saturating_sub(t) >= self.renew_every_ns) {
                     LeaderRequest::Write { expected_revision: Some(*revision) }
                 } else {
                     return None;
                 }
             }
-            Role::Follower { seen, claim_unknown_since } => match seen {
-                Some((state, since)) if claim_unknown_since.is_none() && self.waited_out(*since, now_ns) => {
+            Role::Follower { seen, .. } => match seen {
+                Some((state, since)) if self.waited_out(*since, now_ns) => {
                     LeaderRequest::Write { expected_revision: state.revision() }
                 }
                 _ => LeaderRequest::Read,
@@ -226,26 +275,40 @@ impl Leadership {
 
     /// The answer to the write in flight.
     pub fn on_write(&mut self, outcome: WriteOutcome, now_ns: u64) -> Option<Transition> {
-        let Some((LeaderRequest::Write { .. }, sent_ns)) = self.in_flight.take() else { return None };
+        let Some((LeaderRequest::Write { expected_revision }, sent_ns)) = self.in_flight.take() else { return None };
         let from_ns = if self.bug_fresh_from_reply { now_ns } else { sent_ns };
         match (&mut self.role, outcome) {
-            (Role::Leader { revision, acts_until_ns, .. }, WriteOutcome::Written { revision: r }) => {
+            (Role::Leader { revision, acts_until_ns, unresolved, .. }, WriteOutcome::Written { revision: r }) => {
                 *revision = r;
                 *acts_until_ns = (*acts_until_ns).max(from_ns + self.act_ns);
+                Unresolved::settle(unresolved, Some(r));
                 None
             }
-            (Role::Leader { renew_unknown_since, .. }, WriteOutcome::Unknown) => {
-                renew_unknown_since.get_or_insert(sent_ns);
+            (Role::Leader { unresolved, .. }, WriteOutcome::Unknown) => {
+                Unresolved::add(unresolved, sent_ns, expected_revision);
+                self.read_due = true;
+                None
+            }
+            (Role::Leader { unresolved: Some(_), .. }, WriteOutcome::Conflict) => {
+                // Perhaps an earlier renewal of ours landed late: the read tells.
+                self.read_due = true;
                 None
             }
             (Role::Leader { .. }, WriteOutcome::Conflict) => Some(self.depose("the leader key was written by another")),
-            (Role::Follower { .. }, WriteOutcome::Written { revision }) => Some(self.elect(revision, from_ns)),
-            (Role::Follower { claim_unknown_since, .. }, WriteOutcome::Unknown) => {
-                claim_unknown_since.get_or_insert(sent_ns);
+            (Role::Follower { unresolved, .. }, WriteOutcome::Written { revision }) => {
+                // An earlier claim that landed would have made this one conflict.
+                let from_ns = unresolved.map_or(from_ns, |u| u.earliest_sent_ns.min(from_ns));
+                Some(self.elect(revision, from_ns))
+            }
+            (Role::Follower { unresolved, .. }, WriteOutcome::Unknown) => {
+                Unresolved::add(unresolved, sent_ns, expected_revision);
+                self.read_due = true;
                 None
             }
-            (Role::Follower { seen, .. }, WriteOutcome::Conflict) => {
+            (Role::Follower { seen, unresolved }, WriteOutcome::Conflict) => {
                 *seen = None;
+                // A conflict with a claim of ours that landed late is told by the next read.
+                self.read_due = unresolved.is_some();
                 None
             }
         }
@@ -255,28 +318,39 @@ impl Leadership {
     pub fn on_read(&mut self, state: KeyState, now_ns: u64) -> Option<Transition> {
         if matches!(self.in_flight, Some((LeaderRequest::Read, _))) {
             self.in_flight = None;
+            self.read_due = false;
         }
         let mine = matches!(&state, KeyState::Held { holder, .. } if *holder == self.me);
+        let stored = state.revision();
         let act_ns = self.act_ns;
+        let forget = self.bug_forgets_unresolved_writes;
         match &mut self.role {
-            Role::Leader { revision, acts_until_ns, renew_unknown_since, .. } => {
-                let stored = state.revision();
+            Role::Leader { revision, acts_until_ns, unresolved, .. } => {
                 if mine && stored.is_some_and(|r| r >= *revision) {
-                    if let (Some(sent), Some(r)) = (renew_unknown_since.take(), stored) {
+                    if let (Some(u), Some(r)) = (*unresolved, stored) {
                         if r > *revision {
-                            // A renewal whose answer was lost did land: measured from its send.
+                            // A renewal whose answer was lost did land: measured from the
+                            // earliest send that may be it.
                             *revision = r;
-                            *acts_until_ns = (*acts_until_ns).max(sent + act_ns);
+                            *acts_until_ns = (*acts_until_ns).max(u.earliest_sent_ns + act_ns);
                         }
+                    }
+                    Unresolved::settle(unresolved, stored);
+                    if forget {
+                        *unresolved = None;
                     }
                     None
                 } else {
                     Some(self.depose("the leader key names another holder"))
                 }
             }
-            Role::Follower { seen, claim_unknown_since } => {
-                if let (Some(sent), true, Some(r)) = (claim_unknown_since.take(), mine, state.revision()) {
-                    return Some(self.elect(r, sent));
+            Role::Follower { seen, unresolved } => {
+                if let (Some(u), true, Some(r)) = (*unresolved, mine, stored) {
+                    return Some(self.elect(r, u.earliest_sent_ns));
+                }
+                Unresolved::settle(unresolved, stored);
+                if forget {
+                    *unresolved = None;
                 }
                 match seen {
                     Some((old, _)) if *old == state => {}
@@ -288,14 +362,15 @@ impl Leadership {
     }
 
     fn elect(&mut self, revision: u64, from_ns: u64) -> Transition {
-        self.role =
-            Role::Leader { epoch: revision, revision, acts_until_ns: from_ns + self.act_ns, renew_unknown_since: None };
+        self.role = Role::Leader { epoch: revision, revision, acts_until_ns: from_ns + self.act_ns, unresolved: None };
+        self.read_due = false;
         Transition::Elected { epoch: revision }
     }
 
     fn depose(&mut self, reason: &'static str) -> Transition {
-        self.role = Role::Follower { seen: None, claim_unknown_since: None };
+        self.role = Role::Follower { seen: None, unresolved: None };
         self.in_flight = None;
+        self.read_due = false;
         Transition::Deposed { reason }
     }
 

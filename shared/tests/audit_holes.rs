@@ -271,14 +271,15 @@ fn late_lease_after_restart(bugs: KnownBugs) -> Result<(), LeaseRejection> {
 #[test]
 fn a_leader_whose_ledger_record_was_lost_waits_a_full_dc_lease_lifetime_before_issuing() {
     use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
-    use leasehold_shared::wire::DcReport;
+    use leasehold_shared::wire::{DcReport, LedgerFence};
     let cfg = LimitConfig::new("api", Quota::per_s(1_000, 20), &[("bkk", Quota::ZERO), ("eu", Quota::ZERO)]);
     let ttl_ns = cfg.dc_ttl_ms * MS;
-    assert!(matches!(Stored::classify(None, Some(8)), Stored::Lost), "a fence without a record means it was lost");
+    let fence = LedgerFence::raised(None, 8, cfg.dc_ttl_ms);
+    assert!(matches!(Stored::classify(None, Some(&fence)), Stored::Lost(_)), "a fence without a record: lost");
     assert!(matches!(Stored::classify(None, None), Stored::Fresh));
     let fresh = CoordinatorCore::resume(cfg.clone(), "c1", 1, Stored::Fresh, 0);
     assert_eq!(fresh.issues_from_ns(), 0, "a first start issues at once");
-    let mut c = CoordinatorCore::resume(cfg, "c2", 9, Stored::Lost, 0);
+    let mut c = CoordinatorCore::resume(cfg, "c2", 9, Stored::classify(None, Some(&fence)), 0);
     let report = |seq, dc: &str| DcReport {
         v: 1,
         limit: "api".into(),
@@ -290,6 +291,7 @@ fn a_leader_whose_ledger_record_was_lost_waits_a_full_dc_lease_lifetime_before_i
         pods_healthy: 2,
         lease_in_use: None,
         floor_in_use: None,
+        floor_version: None,
     };
     let mut t = 0;
     let mut first_grant = None;
@@ -326,6 +328,7 @@ fn a_delayed_report_from_an_earlier_manager_term_does_not_change_the_dcs_holder(
         pods_healthy: 2,
         lease_in_use: None,
         floor_in_use: None,
+        floor_version: None,
     };
     c.on_dc_report(&report("bkk-mgr-e9", 9, 1), 0);
     c.on_dc_report(&report("bkk-mgr-e4", 4, 77), MS);

@@ -250,6 +250,7 @@ fn dc_report(dc: &str, holder: &str, seq: u64, demand: u64, ack: Option<LeaseVer
         pods_healthy: 4,
         lease_in_use: ack,
         floor_in_use: None,
+        floor_version: None,
     }
 }
 

@@ -20,7 +20,8 @@ fn config(quota: Quota, bkk: u64, eu: u64, bugs: KnownBugs) -> LimitConfig {
     c
 }
 
-fn report(dc: &str, seq: u64, ack: Option<LeaseVersion>, floor_in_use: Option<Quota>) -> DcReport {
+/// `floor`: the floor the DC's pods may spend under and the version of the newest floor taken.
+fn report(dc: &str, seq: u64, ack: Option<LeaseVersion>, floor: Option<(Quota, LeaseVersion)>) -> DcReport {
     DcReport {
         v: 1,
         limit: "api".into(),
@@ -31,7 +32,8 @@ fn report(dc: &str, seq: u64, ack: Option<LeaseVersion>, floor_in_use: Option<Qu
         demand: Quota::per_s(2_000, 0),
         pods_healthy: 4,
         lease_in_use: ack,
-        floor_in_use,
+        floor_in_use: floor.map(|(f, _)| f),
+        floor_version: floor.map(|(_, v)| v),
     }
 }
 
@@ -81,8 +83,8 @@ fn floor_moves_from_a_cut_off_dc(bugs: KnownBugs) -> (Quota, CoordinatorCore) {
     let (mut t, mut seq) = (t0, 1);
     while t < t0 + 30 * S {
         seq += 1;
-        let floor = b.record().floors["eu"];
-        held.absorb(b.on_dc_report(&report("eu", seq, held.version("eu"), Some(floor)), t), t);
+        let floor = b.floor_named("eu");
+        held.absorb(b.on_dc_report(&report("eu", seq, held.version("eu"), floor), t), t);
         held.absorb(b.tick(t), t);
         let eu = held.0.get("eu").map_or(Quota::ZERO, |(l, _)| l.quota);
         worst = worst.max(eu.saturating_add(b.record().floors["eu"]).saturating_add(Quota::per_s(50, 0)));
@@ -100,9 +102,10 @@ fn a_floor_moved_away_from_a_cut_off_dc_keeps_counting_until_that_dc_confirms() 
     let rec = b.record();
     assert_eq!((rec.floors["bkk"], rec.floors_reserved["bkk"]), (Quota::per_s(10, 0), Quota::per_s(50, 0)));
     // BKK comes back: first still on its old floor, then on the new one.
-    b.on_dc_report(&report("bkk", 90, None, Some(Quota::per_s(50, 0))), t);
+    let (_, lowered) = b.floor_named("bkk").expect("named");
+    b.on_dc_report(&report("bkk", 90, None, Some((Quota::per_s(50, 0), LeaseVersion::new(1, 0)))), t);
     assert_eq!(b.floor_reserved("bkk", t + S), Quota::per_s(50, 0));
-    b.on_dc_report(&report("bkk", 91, None, Some(Quota::per_s(10, 0))), t + S);
+    b.on_dc_report(&report("bkk", 91, None, Some((Quota::per_s(10, 0), lowered))), t + S);
     assert_eq!(b.floor_reserved("bkk", t + S), Quota::per_s(50, 0), "in-flight calls: the egress hold");
     assert_eq!(b.floor_reserved("bkk", t + 2 * S), Quota::per_s(10, 0));
     assert_eq!(b.ledger().check(t + 2 * S), Ok(()));
@@ -127,8 +130,8 @@ fn a_raised_floor_is_named_only_once_the_leases_that_used_its_room_are_released(
     while b.record().floors["eu"] != Quota::per_s(90, 0) && t < t0 + 20 * S {
         seq += 1;
         for dc in ["bkk", "eu"] {
-            let floor = b.record().floors[dc];
-            held.absorb(b.on_dc_report(&report(dc, seq, held.version(dc), Some(floor)), t), t);
+            let floor = b.floor_named(dc);
+            held.absorb(b.on_dc_report(&report(dc, seq, held.version(dc), floor), t), t);
         }
         held.absorb(b.tick(t), t);
         let floors = Quota::per_s(50, 0).saturating_add(b.record().floors["eu"]);
@@ -340,7 +343,7 @@ fn a_floor_used_between_two_reports_is_reported_after_it_is_lowered() {
     let q = Quota::per_s(1_000, 20);
     let rec = first_term(config(q, 50, 50, KnownBugs::default()));
     let mut c = CoordinatorCore::resume(config(q, 20, 80, KnownBugs::default()), "coord-b", 2, Stored::Record(&rec), t);
-    c.on_dc_report(&report("bkk", 9, None, reported), t + 30 * MS);
+    c.on_dc_report(&report("bkk", 9, None, reported.map(|f| (f, LeaseVersion::new(3, 1)))), t + 30 * MS);
     let reserved = c.floor_reserved("bkk", t + S);
     eprintln!("coordinator reserves {reserved} for bkk's floor while the pod holds {held}");
     assert!(held.fits_in(&reserved), "pod holds {held}, the books reserve {reserved}");

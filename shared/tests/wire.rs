@@ -85,13 +85,15 @@ fn dc_report_roundtrip() {
         pods_healthy: 4,
         lease_in_use: None,
         floor_in_use: Some(Quota::per_s(50, 0)),
+        floor_version: Some(LeaseVersion::new(4, 2)),
     });
 }
 
 #[test]
 fn reports_and_records_without_the_floor_fields_still_decode() {
     let report = br#"{"v":1,"limit":"l","dc":"bkk","holder":"m","seq":1,"demand":{"rate_milli_per_s":1,"burst_milli":0},"pods_healthy":1,"lease_in_use":null}"#;
-    assert_eq!(decode::<DcReport>(report).unwrap().floor_in_use, None);
+    let r = decode::<DcReport>(report).unwrap();
+    assert_eq!((r.floor_in_use, r.floor_version), (None, None));
     let record = br#"{"v":1,"limit":"l","epoch":3,"writer":"c","leases":[],"floors":{"bkk":{"rate_milli_per_s":50000,"burst_milli":0}}}"#;
     let rec = decode::<LedgerRecord>(record).unwrap();
     assert_eq!(rec.floor_of("bkk"), Some((Quota::per_s(50, 0), v(3, 0))), "version (epoch, 0) when missing");

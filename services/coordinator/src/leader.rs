@@ -18,7 +18,7 @@ use leasehold_nats::kv::{compare_and_set, read, CasOutcome};
 use leasehold_shared::coordinator::{next_epoch, CoordinatorCore, LimitConfig, Stored};
 use leasehold_shared::leadership::{Leadership, LeadershipConfig, Transition};
 use leasehold_shared::subjects;
-use leasehold_shared::wire::{decode, encode, DcReport, LedgerRecord};
+use leasehold_shared::wire::{decode, encode, DcReport, LedgerFence, LedgerRecord};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tracing::{info, warn};
@@ -53,6 +53,8 @@ struct LimitState {
 
 struct Term {
     limits: BTreeMap<String, LimitState>,
+    /// The ledger fence as this term last wrote it, and its revision.
+    fence: (u64, LedgerFence),
 }
 
 pub struct Leader {
@@ -144,15 +146,13 @@ impl Leader {
         self.refresh_books();
     }
 
-    /// The ledger fence: `(revision, epoch)` if written. `Err` when it cannot be read or parsed.
-    async fn read_fence(&self) -> Result<Option<(u64, u64)>, String> {
+    /// The ledger fence and its revision, if written. `Err` when it cannot be read or parsed.
+    async fn read_fence(&self) -> Result<Option<(u64, LedgerFence)>, String> {
         match read(&self.leaders, subjects::LEDGER_FENCE_KEY).await {
             Ok(None) => Ok(None),
-            Ok(Some((rev, bytes))) => std::str::from_utf8(&bytes)
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok())
-                .map(|e| Some((rev, e)))
-                .ok_or_else(|| format!("the {} key is not a number", subjects::LEDGER_FENCE_KEY)),
+            Ok(Some((rev, bytes))) => LedgerFence::parse(&bytes)
+                .map(|f| Some((rev, f)))
+                .map_err(|e| format!("the {} key is unreadable: {e}", subjects::LEDGER_FENCE_KEY)),
             Err(e) => Err(e.to_string()),
         }
     }
@@ -194,33 +194,37 @@ impl Leader {
         // Above every stored epoch, and at least the claim's revision: revisions only grow, so a
         // record that was lost (a single-replica bucket) cannot make epochs start again at 1.
         let stored = records.values().filter_map(|(_, r)| r.as_ref().map(|r| r.epoch)).max().unwrap_or(0);
-        let fence_epoch = fence.map(|(_, e)| e);
+        let fence_epoch = fence.as_ref().map(|(_, f)| f.epoch);
         let epoch = next_epoch(stored, fence_epoch, claim_revision);
-        // The fence goes up before any record of this epoch exists.
-        let value = Bytes::from(epoch.to_string());
-        match compare_and_set(&self.leaders, subjects::LEDGER_FENCE_KEY, value, fence.map(|(rev, _)| rev)).await {
-            Ok(CasOutcome::Written { .. }) => {}
+        // The fence goes up before any record of this epoch exists, with the longest DC-lease
+        // TTL any term used (what a record lost later may have held).
+        let longest_ttl_ms = self.limits.iter().map(|l| l.dc_ttl_ms).max().unwrap_or(0);
+        let raised = LedgerFence::raised(fence.as_ref().map(|(_, f)| f), epoch, longest_ttl_ms);
+        let value = Bytes::from(encode(&raised));
+        let fence_rev = fence.as_ref().map(|(rev, _)| *rev);
+        let fence_rev = match compare_and_set(&self.leaders, subjects::LEDGER_FENCE_KEY, value, fence_rev).await {
+            Ok(CasOutcome::Written { revision }) => revision,
             other => {
                 warn!(outcome = ?other, "cannot raise the ledger fence; not taking over");
                 self.election.resign("the ledger fence cannot be raised");
                 return;
             }
-        }
+        };
         let now = self.now_ns();
         let limits = self
             .limits
             .iter()
             .map(|cfg| {
                 let (rev, rec) = &records[&cfg.limit];
-                let stored = Stored::classify(rec.as_ref(), fence_epoch);
-                if matches!(stored, Stored::Lost) {
-                    warn!(limit = %cfg.limit, fence = ?fence_epoch, "ledger record missing below the fence: it was lost; issuing nothing for one DC-lease lifetime");
+                let stored = Stored::classify(rec.as_ref(), fence.as_ref().map(|(_, f)| f));
+                if let Stored::Lost(f) = stored {
+                    warn!(limit = %cfg.limit, fence = ?fence_epoch, dc_ttl_ms_max = f.dc_ttl_ms_max, "ledger record missing below the fence: it was lost; issuing nothing for the longest DC-lease lifetime, counting the largest floors it may have named");
                 }
                 let core = CoordinatorCore::resume(cfg.clone(), &self.id, epoch, stored, now);
                 (cfg.limit.clone(), LimitState { core, record_rev: *rev })
             })
             .collect();
-        self.leadership = Some(Term { limits });
+        self.leadership = Some(Term { limits, fence: (fence_rev, raised) });
         self.status.leading = true;
         self.status.epoch = epoch;
         self.status.takeovers += 1;
@@ -233,10 +237,19 @@ impl Leader {
         }
     }
 
-    /// Compare-and-set the limit's record. False when this replica no longer leads.
+    /// Compare-and-set the limit's record (after the fence, if the record names a floor above
+    /// it). False when this replica no longer leads.
     async fn write(&mut self, limit: &str) -> bool {
+        let Some(term) = self.leadership.as_ref() else { return false };
+        let Some(state) = term.limits.get(limit) else { return false };
+        let record = state.core.record();
+        if let Some(raised) = term.fence.1.covering(&record) {
+            if !self.raise_fence(raised).await {
+                return false;
+            }
+        }
         let Some(state) = self.leadership.as_ref().and_then(|l| l.limits.get(limit)) else { return false };
-        let bytes = Bytes::from(encode(&state.core.record()));
+        let bytes = Bytes::from(encode(&record));
         let expected = state.record_rev;
         let key = subjects::ledger_key(limit).expect("validated");
         let outcome = match compare_and_set(&self.ledger, &key, bytes.clone(), expected).await {
@@ -257,6 +270,24 @@ impl Leader {
             }
             _ => {
                 self.step_down("the ledger was written by someone else");
+                false
+            }
+        }
+    }
+
+    /// Write a raised fence before a record that needs it. False (stepped down) if it could not.
+    async fn raise_fence(&mut self, raised: LedgerFence) -> bool {
+        let Some(expected) = self.leadership.as_ref().map(|t| t.fence.0) else { return false };
+        let value = Bytes::from(encode(&raised));
+        match compare_and_set(&self.leaders, subjects::LEDGER_FENCE_KEY, value, Some(expected)).await {
+            Ok(CasOutcome::Written { revision }) => {
+                if let Some(t) = self.leadership.as_mut() {
+                    t.fence = (revision, raised);
+                }
+                true
+            }
+            _ => {
+                self.step_down("the ledger fence could not be raised");
                 false
             }
         }

@@ -76,6 +76,7 @@ fn report(dc: &str, seq: u64, demand: u64) -> Vec<u8> {
         pods_healthy: 4,
         lease_in_use: None,
         floor_in_use: None,
+        floor_version: None,
     })
 }
 

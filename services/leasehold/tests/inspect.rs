@@ -40,6 +40,7 @@ async fn inspect_shows_the_leader_and_the_dc_leases() {
         pods_healthy: 2,
         lease_in_use: None,
         floor_in_use: None,
+        floor_version: None,
     };
     publisher.publish("lh.api.dc.bkk.report", Bytes::from(encode(&report))).await.unwrap();
     publisher.flush().await.unwrap();

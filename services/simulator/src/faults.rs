@@ -15,6 +15,8 @@ pub enum FaultKind {
     PodDrain,
     PartitionDcCoordinator,
     PartitionPodDc,
+    /// The coordinator leader dies; one crash in four takes a single-replica ledger bucket down
+    /// with it (the record is lost, the fence in the leader bucket is not).
     CoordinatorCrash,
     CoordinatorPause,
     /// A DC's leading manager dies; its standby claims the DC after a leader TTL, and the
@@ -28,7 +30,8 @@ pub enum FaultKind {
     /// what pods publish to them meanwhile is lost.
     DcManagerReconnect,
     /// Answers from the leader keys come back late (slow compare-and-set replies), by up to
-    /// `amount` ms: a leader must time its term from the send.
+    /// `amount` ms: a leader must time its term from the send. A share of requests is also held
+    /// up on its way past the driver's timeout: it lands after the driver gave up on it.
     SlowLeaderReplies,
     /// A rolling restart with new settings: `dc_ttl_ms` and `pod_ttl_ms` shrink to `amount`
     /// (60% in random schedules), or grow back; the coordinator leader and each DC's leading manager restart, so standbys with the

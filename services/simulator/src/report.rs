@@ -49,6 +49,7 @@ pub struct SeedResult {
     /// DC-manager terms begun after each DC's first: standbys that took a DC over.
     pub dc_manager_failovers: u64,
     pub fenced_writes: u64,
+    pub records_lost: u64,
     pub overshoot_rate_per_s: f64,
     /// This seed's offered load, from the scenario's demand function.
     pub offered: OfferedLoad,
@@ -98,6 +99,8 @@ pub struct Summary {
     pub limit_changes_min: u64,
     /// Writes by a deposed leader that the ledger's compare-and-set refused.
     pub fenced_writes: u64,
+    /// Ledger records lost (a coordinator crash that took a single-replica bucket with it).
+    pub records_lost: u64,
     /// "strict", or "best-effort" with an emergency allowance per DC.
     pub mode: &'static str,
     /// Σ E (rate/s): the documented overshoot bound; 0 in strict mode.
@@ -175,6 +178,7 @@ pub fn run_scenario(sc: Scenario, seed: u64, policy: Policy) -> SeedResult {
         takeovers: m.takeovers,
         dc_manager_failovers: m.dc_takeovers.saturating_sub(sc_dcs as u64),
         fenced_writes: m.fenced_writes,
+        records_lost: m.records_lost,
         overshoot_rate_per_s: m.overshoot_max.rate_per_s(),
         offered,
         series: m.series,
@@ -333,6 +337,7 @@ pub fn run_many(opts: &RunOptions) -> Result<(Summary, Vec<SeedResult>), String>
         config_changes_min: fewest(&results, FaultKind::ConfigChange),
         limit_changes_min: fewest(&results, FaultKind::LimitChange),
         fenced_writes: results.iter().map(|r| r.fenced_writes).sum(),
+        records_lost: results.iter().map(|r| r.records_lost).sum(),
         mode: if opts.emergency_per_dc.is_zero() { "strict" } else { "best-effort" },
         overshoot_bound_rate_per_s: sc_with(opts, sc.clone()).overshoot_bound().rate_per_s(),
         overshoot_measured_rate_per_s: results.iter().map(|r| r.overshoot_rate_per_s).fold(0.0, f64::max),

@@ -5,7 +5,10 @@
 //! a dot) whose entries never expire, and a floor changes like a lease:
 //!
 //! * **down** at once: the lower floor is named in the next record, but the larger one keeps
-//!   counting until the DC reports (`DcReport.floor_in_use`) a floor that fits the newest one;
+//!   counting until the DC reports (`DcReport.floor_in_use`) a floor that fits the newest one
+//!   *and* (`DcReport.floor_version`) that it has taken the newest one: a manager that has not
+//!   read it yet may still move to an older floor it has not seen either (a raise a later term
+//!   took back);
 //! * **up** only as far as the headroom allows: a raise is a grant, so it waits until the
 //!   leases that used the room have been released or have expired.
 //!
@@ -73,11 +76,23 @@ impl CoordinatorCore {
         }
     }
 
+    /// A lost record's floors, as far as the fence knows them: each counts (as an older floor
+    /// the DC has not confirmed leaving) until the DC reports the floor named from now on.
+    pub(super) fn adopt_lost_floors(&mut self, floors: &std::collections::BTreeMap<String, Quota>) {
+        for (dc, floor) in floors {
+            let older = LeaseEntry { version: LeaseVersion::new(0, 0), quota: *floor, live_until_ns: NEVER };
+            self.ledger.adopt(&floor_holder(dc), older);
+        }
+    }
+
     /// Move every configured DC's floor towards its configured value: down at once, up as far
-    /// as the headroom allows. True if a floor changed (the record must go out).
+    /// as the headroom allows (not at all while a lost record's leases may be live). True if a
+    /// floor changed (the record must go out).
     pub(super) fn settle_floors(&mut self, now_ns: u64) -> bool {
         let mut changed = false;
-        for (dc, want) in self.cfg.dcs.iter().map(|d| (d.name.clone(), d.floor)).collect::<Vec<_>>() {
+        let quiet = now_ns < self.issue_from_ns;
+        for (dc, configured) in self.cfg.dcs.iter().map(|d| (d.name.clone(), d.floor)).collect::<Vec<_>>() {
+            let want = if quiet { configured.min(self.floor_reserved(&dc, now_ns)) } else { configured };
             let named = self.floor_named(&dc).map(|(q, _)| q);
             if named == Some(want) {
                 continue;
@@ -102,11 +117,13 @@ impl CoordinatorCore {
         changed
     }
 
-    /// The DC's manager spends under no floor above `in_use`: once that fits the newest floor,
-    /// the older ones stop counting (after the egress spread).
-    pub(super) fn confirm_floor(&mut self, dc: &str, in_use: Quota, now_ns: u64) {
+    /// The DC's manager spends under no floor above `in_use` and takes no floor older than
+    /// `taken`: once the first fits the newest floor and the second is at least its version, the
+    /// older ones stop counting (after the egress spread).
+    pub(super) fn confirm_floor(&mut self, dc: &str, in_use: Quota, taken: Option<LeaseVersion>, now_ns: u64) {
         let Some((named, version)) = self.floor_named(dc) else { return };
-        if in_use.fits_in(&named) {
+        let seen = taken.is_some_and(|t| t >= version) || self.cfg.bugs.floor_confirmed_by_amount;
+        if in_use.fits_in(&named) && seen {
             let release_at = self.cfg.expiry.released_until_ns(now_ns);
             let _ = self.ledger.confirm_in_use(&floor_holder(dc), version, release_at);
         }

@@ -23,7 +23,7 @@ use crate::allocator::{allocate, Claim, Rebalancer};
 use crate::expiry::NS_PER_MS;
 use crate::ledger::{LeaseEntry, Ledger};
 use crate::quota::Quota;
-use crate::wire::{DcLease, DcReport, LeaseVersion, LedgerRecord, SCHEMA_VERSION};
+use crate::wire::{DcLease, DcReport, LeaseVersion, LedgerFence, LedgerRecord, SCHEMA_VERSION};
 use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -59,17 +59,19 @@ pub enum Stored<'a> {
     Record(&'a LedgerRecord),
     /// No record, and the fence shows none was ever written: a first start.
     Fresh,
-    /// No record, but the fence shows one was written: it was lost.
-    Lost,
+    /// No record, but the fence shows one was written: it was lost. The fence bounds what it
+    /// held: no DC lease longer than `dc_ttl_ms_max` (0: unknown, an older fence), no floor above
+    /// `floors_max`.
+    Lost(&'a LedgerFence),
 }
 
 impl<'a> Stored<'a> {
-    /// From the record read (if any) and the fence epoch read (if any).
-    pub fn classify(record: Option<&'a LedgerRecord>, fence_epoch: Option<u64>) -> Self {
-        match (record, fence_epoch) {
+    /// From the record read (if any) and the fence read (if any).
+    pub fn classify(record: Option<&'a LedgerRecord>, fence: Option<&'a LedgerFence>) -> Self {
+        match (record, fence) {
             (Some(r), _) => Stored::Record(r),
             (None, None) => Stored::Fresh,
-            (None, Some(_)) => Stored::Lost,
+            (None, Some(f)) => Stored::Lost(f),
         }
     }
 }
@@ -122,9 +124,11 @@ impl CoordinatorCore {
     ///
     /// A record that is missing although the fence says one was written ([`Stored::Lost`]: a
     /// single-replica bucket whose server died) may have named DC leases that are still live:
-    /// the leader issues nothing for one full DC-lease lifetime (`dc_ttl_ms`, stretched), so any
-    /// such lease has expired first. DCs run on their floors meanwhile. (The floors such a
-    /// record reserved are lost with it: the configured ones are reserved.)
+    /// the leader issues nothing for one full lifetime of the longest DC lease any term may
+    /// have issued (the fence's `dc_ttl_ms_max`, or its own `dc_ttl_ms` if longer; stretched), so
+    /// any such lease has expired first. DCs run on their floors meanwhile: the largest floor
+    /// the fence says any record named for a DC counts until that DC confirms the floor named
+    /// now, and no floor goes up before the wait is over.
     ///
     /// The floors a record names or reserves keep counting; the configured ones are then
     /// approached as `floors.rs` describes.
@@ -133,8 +137,13 @@ impl CoordinatorCore {
         let record = match stored {
             Stored::Record(r) => Some(r),
             Stored::Fresh => None,
-            Stored::Lost => {
-                c.issue_from_ns = c.cfg.expiry.issuer_live_until_ns(now_ns, c.cfg.dc_ttl_ms);
+            Stored::Lost(fence) => {
+                let earlier_dc_ttl_ms = if c.cfg.bugs.lost_record_waits_own_ttl { 0 } else { fence.dc_ttl_ms_max };
+                let longest_ms = c.cfg.dc_ttl_ms.max(earlier_dc_ttl_ms);
+                c.issue_from_ns = c.cfg.expiry.issuer_live_until_ns(now_ns, longest_ms);
+                if let Some(floors) = fence.floors_of(&c.cfg.limit) {
+                    c.adopt_lost_floors(floors);
+                }
                 None
             }
         };
@@ -237,7 +246,7 @@ impl CoordinatorCore {
             }
         }
         if let Some(f) = r.floor_in_use {
-            self.confirm_floor(&r.dc, f, now_ns);
+            self.confirm_floor(&r.dc, f, r.floor_version, now_ns);
         }
         self.grow_starved(now_ns)
     }

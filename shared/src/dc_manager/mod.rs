@@ -287,6 +287,7 @@ impl DcManagerCore {
             pods_healthy: eligible.len() as u32,
             lease_in_use: self.acked,
             floor_in_use,
+            floor_version: self.floor_version,
         }
     }
 

@@ -1,6 +1,8 @@
 //! Step-by-step checks of leadership terms in virtual time: three replicas with drifting clocks,
 //! a compare-and-set register, requests and replies delayed or lost, replicas stalled with a
-//! write in flight. At every step at most one replica may act.
+//! write in flight, and a driver that gives up on a request after a timeout (so a write it
+//! abandoned may still land later, after the read that was meant to resolve it). At every step
+//! at most one replica may act.
 
 use super::*;
 use crate::rng::SeededRng;
@@ -8,21 +10,26 @@ use std::collections::BTreeMap;
 
 const MS: u64 = 1_000_000;
 const TTL_MS: u64 = 1_000;
+/// The driver's request timeout: its answer is dropped if it comes later.
+const TIMEOUT_MS: u64 = 400;
+/// Seeds of the stormy run (about 0.4 ms each).
+const STORM_SEEDS: u64 = 3_000;
 
 #[derive(Clone, Copy, Debug)]
 enum Ev {
     Tick(usize),
-    /// The request of replica `.0` reaches the register.
-    Serve(usize, LeaderRequest),
-    /// The answer reaches replica `.0`.
-    Answer(usize, Answer),
+    /// Request `.1` of replica `.0` reaches the register.
+    Serve(usize, u64, LeaderRequest),
+    /// The answer to request `.1` reaches replica `.0`.
+    Answer(usize, u64, Answer),
+    /// Replica `.0`'s driver stops waiting for request `.1`.
+    Timeout(usize, u64),
 }
 
 #[derive(Clone, Copy, Debug)]
 enum Answer {
     Wrote(WriteOutcome),
     Read(Option<(u64, usize)>),
-    Lost,
 }
 
 struct Replica {
@@ -31,6 +38,9 @@ struct Replica {
     base_ns: u64,
     stalled_until: u64,
     epochs: Vec<u64>,
+    /// The request the driver waits for, and the id the next one gets.
+    outstanding: Option<u64>,
+    next_request: u64,
 }
 
 impl Replica {
@@ -50,13 +60,13 @@ struct World {
     /// Longest delay of a request or its answer, ms.
     delay_ms: u64,
     loss: f64,
+    /// Chance that a request is held up past the driver's timeout (up to three timeouts).
+    stuck: f64,
 }
 
 impl World {
-    fn new(seed: u64, bug_fresh_from_reply: bool, drift: f64) -> Self {
+    fn new(seed: u64, cfg: LeadershipConfig, drift: f64) -> Self {
         let mut rng = SeededRng::new(seed);
-        let mut cfg = LeadershipConfig::new(TTL_MS);
-        cfg.bug_fresh_from_reply = bug_fresh_from_reply;
         let replicas = (0..3)
             .map(|i| Replica {
                 core: Leadership::new(&format!("r{i}"), cfg),
@@ -64,6 +74,8 @@ impl World {
                 base_ns: rng.range_u64(0, 1_000_000) * MS,
                 stalled_until: 0,
                 epochs: Vec::new(),
+                outstanding: None,
+                next_request: 0,
             })
             .collect();
         let mut w = World {
@@ -76,6 +88,7 @@ impl World {
             rng,
             delay_ms: 20,
             loss: 0.0,
+            stuck: 0.0,
         };
         for i in 0..3 {
             let at = w.rng.range_u64(0, 100) * MS;
@@ -102,22 +115,33 @@ impl World {
     fn step(&mut self) {
         let ((at, _), ev) = self.queue.pop_first().expect("ticks keep the queue non-empty");
         self.now = at;
+        if let Ev::Tick(i) | Ev::Answer(i, ..) | Ev::Timeout(i, _) = ev {
+            // A stalled process runs its timers and reads its socket when it wakes.
+            let until = self.replicas[i].stalled_until;
+            if until > self.now {
+                self.push(until, ev);
+                return;
+            }
+        }
         match ev {
             Ev::Tick(i) => {
-                let next = self.now + 50 * MS;
-                if self.replicas[i].stalled_until > self.now {
-                    let until = self.replicas[i].stalled_until;
-                    self.push(until, Ev::Tick(i));
-                    return;
-                }
-                self.push(next, Ev::Tick(i));
+                self.push(self.now + 50 * MS, Ev::Tick(i));
                 let local = self.replicas[i].local(self.now);
                 if let Some(req) = self.replicas[i].core.poll(local) {
-                    let d = self.delay();
-                    self.push(self.now + d, Ev::Serve(i, req));
+                    let r = &mut self.replicas[i];
+                    r.next_request += 1;
+                    let id = r.next_request;
+                    r.outstanding = Some(id);
+                    let d = if self.rng.chance(self.stuck) {
+                        self.rng.range_u64(TIMEOUT_MS, 3 * TIMEOUT_MS) * MS
+                    } else {
+                        self.delay()
+                    };
+                    self.push(self.now + d, Ev::Serve(i, id, req));
+                    self.push(self.now + TIMEOUT_MS * MS, Ev::Timeout(i, id));
                 }
             }
-            Ev::Serve(i, req) => {
+            Ev::Serve(i, id, req) => {
                 let answer = match req {
                     LeaderRequest::Read => Answer::Read(self.key),
                     LeaderRequest::Write { expected_revision } => {
@@ -130,17 +154,16 @@ impl World {
                         }
                     }
                 };
-                let answer = if self.rng.chance(self.loss) { Answer::Lost } else { answer };
-                let d = self.delay();
-                self.push(self.now + d, Ev::Answer(i, answer));
-            }
-            Ev::Answer(i, answer) => {
-                if self.replicas[i].stalled_until > self.now {
-                    // A stalled process reads its socket when it wakes.
-                    let until = self.replicas[i].stalled_until;
-                    self.push(until, Ev::Answer(i, answer));
-                    return;
+                if !self.rng.chance(self.loss) {
+                    let d = self.delay();
+                    self.push(self.now + d, Ev::Answer(i, id, answer));
                 }
+            }
+            Ev::Answer(i, id, answer) => {
+                if self.replicas[i].outstanding != Some(id) {
+                    return; // the driver gave up on it
+                }
+                self.replicas[i].outstanding = None;
                 let local = self.replicas[i].local(self.now);
                 let core = &mut self.replicas[i].core;
                 let t = match answer {
@@ -152,9 +175,16 @@ impl World {
                         };
                         core.on_read(state, local)
                     }
-                    Answer::Lost => core.abandon(local),
                 };
                 self.apply(i, t);
+            }
+            Ev::Timeout(i, id) => {
+                if self.replicas[i].outstanding == Some(id) {
+                    self.replicas[i].outstanding = None;
+                    let local = self.replicas[i].local(self.now);
+                    let t = self.replicas[i].core.abandon(local);
+                    self.apply(i, t);
+                }
             }
         }
     }
@@ -179,13 +209,15 @@ impl World {
     }
 }
 
-/// Faults: slow answers (up to 40% of the TTL each way), lost answers, and a leader stalled
+/// Faults: slow answers (up to 40% of the TTL each way), lost answers, requests stuck past the
+/// driver's timeout (they may land after the read meant to resolve them), and a leader stalled
 /// for two TTLs with a renewal in flight.
-fn stormy_run(seed: u64, bug: bool) -> (Option<String>, World) {
-    let mut w = World::new(seed, bug, 0.05);
+fn stormy_run(seed: u64, cfg: LeadershipConfig) -> (Option<String>, World) {
+    let mut w = World::new(seed, cfg, 0.05);
     assert_eq!(w.run(3_000), None, "seed {seed}: calm start");
     w.delay_ms = 400;
     w.loss = 0.2;
+    w.stuck = 0.5;
     let breach = w.run(8_000);
     if breach.is_some() {
         return (breach, w);
@@ -199,13 +231,14 @@ fn stormy_run(seed: u64, bug: bool) -> (Option<String>, World) {
     }
     w.delay_ms = 20;
     w.loss = 0.0;
+    w.stuck = 0.0;
     (w.run(20_000), w)
 }
 
 #[test]
 fn at_most_one_replica_acts_through_slow_replies_losses_and_stalls() {
-    for seed in 1..=40 {
-        let (breach, w) = stormy_run(seed, false);
+    for seed in 1..=STORM_SEEDS {
+        let (breach, w) = stormy_run(seed, LeadershipConfig::new(TTL_MS));
         assert_eq!(breach, None, "seed {seed}");
         // Liveness: after the faults, someone acts, and every term's epoch is higher.
         let local = |i: usize| w.replicas[i].local(w.now);
@@ -220,8 +253,16 @@ fn at_most_one_replica_acts_through_slow_replies_losses_and_stalls() {
 
 #[test]
 fn negative_control_freshness_from_the_reply_lets_two_replicas_act() {
-    let breaches = (1..=40).filter(|&seed| stormy_run(seed, true).0.is_some()).count();
-    assert!(breaches > 0, "slow replies must break the old rule in some seed");
+    let cfg = LeadershipConfig { bug_fresh_from_reply: true, ..LeadershipConfig::new(TTL_MS) };
+    let caught = (1..=STORM_SEEDS).find(|&seed| stormy_run(seed, cfg).0.is_some());
+    assert!(caught.is_some(), "slow replies must break the old rule in some seed");
+}
+
+#[test]
+fn negative_control_forgetting_an_unresolved_write_lets_two_replicas_act() {
+    let cfg = LeadershipConfig { bug_forgets_unresolved_writes: true, ..LeadershipConfig::new(TTL_MS) };
+    let caught = (1..=STORM_SEEDS).find(|&seed| stormy_run(seed, cfg).0.is_some());
+    assert!(caught.is_some(), "requests stuck past the timeout must break the old rule in some seed");
 }
 
 #[test]
@@ -263,4 +304,128 @@ fn an_unknown_renewal_that_landed_keeps_the_term() {
         Some(Transition::Deposed { reason: "the leader key was written by another" })
     );
     assert_eq!(l.term(), None);
+}
+
+/// A compare-and-set register of the leader key.
+#[derive(Default)]
+struct Key {
+    state: Option<(u64, String)>,
+}
+
+impl Key {
+    fn read(&self) -> KeyState {
+        match &self.state {
+            None => KeyState::Absent,
+            Some((revision, holder)) => KeyState::Held { revision: *revision, holder: holder.clone() },
+        }
+    }
+
+    fn write(&mut self, expected: Option<u64>, who: &str) -> WriteOutcome {
+        let current = self.state.as_ref().map(|(r, _)| *r);
+        if current != expected {
+            return WriteOutcome::Conflict;
+        }
+        let revision = current.unwrap_or(0) + 1;
+        self.state = Some((revision, who.into()));
+        WriteOutcome::Written { revision }
+    }
+}
+
+/// TTL 1 s (act 0.6 s, renew every 0.25 s), one clock, no drift. Leader `a`'s renewal W1 times
+/// out; its read R1 is served before W1 lands but answered late (640 ms, within the 1.5 s the
+/// simulator allows); W1 then lands. `a` sends W2 (compare-and-set on the old revision: it
+/// conflicts, the answer is lost), reads, finds W1's revision naming itself and extends its term
+/// from W2's send. Follower `b` saw W1's revision 1.1 s before that extension ends, claims after
+/// a full TTL and acts while `a` still does.
+#[test]
+fn a_renewal_that_landed_after_a_read_missed_it_never_extends_a_later_renewals_term() {
+    let cfg = LeadershipConfig::new(1_000);
+    let mut key = Key::default();
+    let mut a = Leadership::new("a", cfg);
+    let mut b = Leadership::new("b", cfg);
+    let ms = |x: u64| x * MS;
+
+    // `a` is elected: reads the key absent at 0, claims at 1000.
+    assert_eq!(a.poll(0), Some(LeaderRequest::Read));
+    a.on_read(key.read(), 0);
+    assert_eq!(a.poll(ms(1_000)), Some(LeaderRequest::Write { expected_revision: None }));
+    assert_eq!(a.on_write(key.write(None, "a"), ms(1_005)), Some(Transition::Elected { epoch: 1 }));
+    // `b` starts watching.
+    assert_eq!(b.poll(ms(1_010)), Some(LeaderRequest::Read));
+    b.on_read(key.read(), ms(1_010));
+
+    // 1250: renewal W1 (CAS on 1); no answer by 1450.
+    assert_eq!(a.poll(ms(1_250)), Some(LeaderRequest::Write { expected_revision: Some(1) }));
+    assert_eq!(a.abandon(ms(1_450)), None);
+    // 1450: `a` reads to resolve it (R1). The register serves R1 at 1460: revision 1.
+    assert_eq!(a.poll(ms(1_450)), Some(LeaderRequest::Read));
+    let r1 = key.read();
+    // 1470: W1 lands after all (a timed-out write may land later).
+    assert_eq!(key.write(Some(1), "a"), WriteOutcome::Written { revision: 2 });
+    // 1490: `b` sees revision 2 and starts its full-TTL wait from there.
+    assert_eq!(b.poll(ms(1_480)), Some(LeaderRequest::Read));
+    b.on_read(key.read(), ms(1_490));
+    // 2100: R1's slow answer: revision 1, the write "did not land". `a` is not acting (1605).
+    assert_eq!(a.on_read(r1, ms(2_100)), None);
+    assert_eq!(a.acting_epoch(ms(2_100)), None);
+    // 2100: W2 (CAS on 1) conflicts with W1's revision 2; its answer is lost.
+    assert_eq!(a.poll(ms(2_100)), Some(LeaderRequest::Write { expected_revision: Some(1) }));
+    assert_eq!(key.write(Some(1), "a"), WriteOutcome::Conflict);
+    assert_eq!(a.abandon(ms(2_300)), None);
+    // 2300: `a` reads: revision 2 names it. It takes W1's revision for W2's.
+    assert_eq!(a.poll(ms(2_300)), Some(LeaderRequest::Read));
+    assert_eq!(a.on_read(key.read(), ms(2_310)), None);
+    println!("a acts until {:?} ms", a.acts_until_ns().map(|t| t / MS));
+    // 2350: `a` renews (W3, CAS on 2); it is slow and reaches the register only after b's claim.
+    assert_eq!(a.poll(ms(2_350)), Some(LeaderRequest::Write { expected_revision: Some(2) }));
+    // `b` keeps reading the same revision 2 and claims after a full TTL since 1490.
+    assert_eq!(b.poll(ms(2_000)), Some(LeaderRequest::Read));
+    b.on_read(key.read(), ms(2_000));
+    assert_eq!(b.poll(ms(2_490)), Some(LeaderRequest::Write { expected_revision: Some(2) }));
+    assert_eq!(b.on_write(key.write(Some(2), "b"), ms(2_495)), Some(Transition::Elected { epoch: 3 }));
+    // W3 reaches the register now: conflict; its answer reaches `a` at 2800.
+    let w3 = key.write(Some(2), "a");
+    let both = (ms(2_495)..ms(2_800))
+        .step_by(MS as usize * 5)
+        .find(|&t| a.acting_epoch(t).is_some() && b.acting_epoch(t).is_some());
+    if let Some(t) = both {
+        println!(
+            "at {} ms both act: a (epoch {:?}, until {:?} ms) and b (epoch {:?})",
+            t / MS,
+            a.acting_epoch(t),
+            a.acts_until_ns().map(|x| x / MS),
+            b.acting_epoch(t)
+        );
+    }
+    a.on_write(w3, ms(2_800));
+    assert_eq!(both, None, "two replicas act at once");
+}
+
+/// A renewal that timed out lands late and makes the next renewal conflict: the read that
+/// follows shows the leader's own newer revision, so the term goes on (measured from the
+/// earlier send) instead of ending for a whole TTL.
+#[test]
+fn a_renewal_that_conflicts_with_its_own_late_predecessor_keeps_the_term() {
+    let mut key = Key::default();
+    let mut a = Leadership::new("a", LeadershipConfig::new(1_000));
+    a.poll(0);
+    a.on_read(key.read(), 0);
+    a.poll(1_000 * MS);
+    assert_eq!(a.on_write(key.write(None, "a"), 1_001 * MS), Some(Transition::Elected { epoch: 1 }));
+    // W1 at 1,250 ms times out; the read shows it has not landed yet.
+    assert_eq!(a.poll(1_250 * MS), Some(LeaderRequest::Write { expected_revision: Some(1) }));
+    a.abandon(1_450 * MS);
+    a.poll(1_450 * MS);
+    assert_eq!(a.on_read(key.read(), 1_460 * MS), None);
+    // W1 lands; W2 (CAS on 1) at 1,500 ms conflicts with it.
+    key.write(Some(1), "a");
+    assert_eq!(a.poll(1_500 * MS), Some(LeaderRequest::Write { expected_revision: Some(1) }));
+    assert_eq!(a.on_write(key.write(Some(1), "a"), 1_510 * MS), None, "no step-down before the read");
+    assert_eq!(a.poll(1_510 * MS), Some(LeaderRequest::Read));
+    assert_eq!(a.on_read(key.read(), 1_520 * MS), None);
+    assert_eq!(a.term(), Some(1));
+    // Extended from W1's send (1,250 + 600), not W2's.
+    assert_eq!(a.acting_epoch(1_849 * MS), Some(1));
+    assert_eq!(a.acting_epoch(1_850 * MS), None);
+    assert_eq!(a.poll(1_760 * MS), Some(LeaderRequest::Write { expected_revision: Some(2) }));
 }

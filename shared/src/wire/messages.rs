@@ -119,6 +119,12 @@ pub struct DcReport {
     /// the coordinator named, the coordinator stops reserving older, larger ones.
     #[serde(default)]
     pub floor_in_use: Option<Quota>,
+    /// The version of the newest floor the manager has taken (it never takes an older one). The
+    /// coordinator stops reserving older, larger floors only once this is at least the version
+    /// of the floor it names: a manager that has not yet read the newest floor may still move
+    /// to an older one it has not seen either. Missing: never confirms.
+    #[serde(default)]
+    pub floor_version: Option<LeaseVersion>,
 }
 
 /// A holder gives back its lease for good (graceful drain). Idempotent.

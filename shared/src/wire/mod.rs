@@ -4,8 +4,10 @@
 //! message or a [`WireError`]; it never panics, refuses oversized input before parsing, refuses
 //! unknown schema versions, and validates field ranges.
 
+mod fence;
 mod messages;
 
+pub use fence::LedgerFence;
 pub use messages::*;
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};

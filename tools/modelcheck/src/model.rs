@@ -8,7 +8,7 @@ use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput, Fai
 use leasehold_shared::expiry::ExpiryPolicy;
 use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
 use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{DcLease, DcReport, LedgerRecord, PodLease, PodReport};
+use leasehold_shared::wire::{DcLease, DcReport, LedgerFence, LedgerRecord, PodLease, PodReport};
 use std::fmt::{self, Write};
 
 pub const LIMIT: &str = "modelled-limit";
@@ -231,7 +231,9 @@ pub fn coordinator_resume(
     fence_epoch: Option<u64>,
     now_ns: u64,
 ) -> CoordinatorCore {
-    let stored = Stored::classify(record, fence_epoch);
+    // The model never loses a record, so the fence's TTL only has to be plausible.
+    let fence = fence_epoch.map(|epoch| LedgerFence::raised(None, epoch, dc_ttl_ms));
+    let stored = Stored::classify(record, fence.as_ref());
     CoordinatorCore::resume(limit_config(cfg, dc_ttl_ms), id, epoch, stored, now_ns)
 }
 

@@ -44,6 +44,11 @@ impl World {
         if let Err(e) = core.ledger().check(local) {
             self.metrics.invariant(self.now, format!("coordinator ledger: {e}"));
         }
+        if local < core.issues_from_ns() {
+            // A leader that found the record lost knows its books miss the leases it held; it
+            // issues nothing until they have expired (only the total above can be judged).
+            return;
+        }
         // Nesting: a DC's pods never hold more than the floor the coordinator reserves for it
         // plus what it counts for the DC's holders.
         // Every holder of the DC counts: a new manager term's pods and the previous term's may

@@ -246,6 +246,10 @@ impl World {
             return;
         }
         let record = Rc::new(self.coords[c].core.as_ref().expect("leader").record());
+        // The fence goes up first when the record names a floor above it.
+        if let Some(raised) = self.kv.fence.as_ref().and_then(|f| f.covering(&record)) {
+            self.kv.fence = Some(raised);
+        }
         // A changed floor must reach the DCs even when no lease changed.
         let quiet = quiet && self.kv.record.as_ref().is_some_and(|r| r.floors == record.floors);
         if record.epoch < self.kv.max_epoch {

@@ -22,19 +22,19 @@ impl World {
     /// A new process in the replica's place, as a standby.
     fn restart_mgr(&mut self, d: usize, r: usize) {
         let id = format!("{}-mgr{r}", self.sc.dcs[d].name);
-        let bug = self.sc.bugs.leader_fresh_from_reply;
+        let bugs = self.sc.bugs;
         let m = &mut self.dcs[d].mgrs[r];
         m.alive = true;
         m.core = None;
         m.incarnation += 1;
-        m.election = super::leaders::election(&id, self.sc.leader_ttl_ms, bug);
+        m.election = super::leaders::election(&id, self.sc.leader_ttl_ms, &bugs);
         let inc = m.incarnation;
         self.push(self.now, Ev::DcTick(d, r, inc));
     }
 
     /// A new coordinator process in the slot's place, as a standby.
     fn restart_coordinator(&mut self, c: usize) {
-        let bug = self.sc.bugs.leader_fresh_from_reply;
+        let bugs = self.sc.bugs;
         let co = &mut self.coords[c];
         co.alive = true;
         co.core = None;
@@ -42,7 +42,7 @@ impl World {
         co.paused_until = 0;
         co.write_on_wake = false;
         co.pause_after_write_ns = None;
-        co.election = super::leaders::election(&co.id, self.sc.leader_ttl_ms, bug);
+        co.election = super::leaders::election(&co.id, self.sc.leader_ttl_ms, &bugs);
         let inc = co.incarnation;
         self.push(self.now, Ev::CoordTick(c, inc));
     }
@@ -142,6 +142,13 @@ impl World {
                 self.faults[i].target = p as u64;
             }),
             FaultKind::CoordinatorCrash => self.leader().map(|c| {
+                // One crash in four takes a single-replica ledger bucket down with it: the
+                // record is gone, the fence (another stream) is not.
+                if (f.target >> 8).is_multiple_of(4) && self.kv.record.is_some() {
+                    self.kv.record = None;
+                    self.kv.record_rev += 1;
+                    self.metrics.records_lost += 1;
+                }
                 self.coords[c].alive = false;
                 self.coords[c].core = None;
                 self.coords[c].incarnation += 1;

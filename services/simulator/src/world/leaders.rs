@@ -3,9 +3,11 @@
 //! slowed or lost); nothing here expires a key by itself.
 
 use super::{Ev, World, MS};
+use leasehold_shared::bugs::KnownBugs;
 use leasehold_shared::coordinator::{next_epoch, CoordinatorCore, Stored};
 use leasehold_shared::dc_manager::DcManagerCore;
 use leasehold_shared::leadership::{KeyState, LeaderRequest, Leadership, LeadershipConfig, Transition, WriteOutcome};
+use leasehold_shared::wire::LedgerFence;
 use std::collections::BTreeMap;
 
 /// Which replica a leadership operation belongs to.
@@ -22,6 +24,8 @@ pub(super) struct LeaderOp {
     incarnation: u64,
     request: LeaderRequest,
     answer: Option<Answer>,
+    /// The driver gave up on it (its answer is dropped; a write may still land).
+    abandoned: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -47,10 +51,14 @@ impl LeaderKeys {
 
 /// How long a replica waits for an answer before it counts it as lost.
 const OP_TIMEOUT_MS: u64 = 1_000;
+/// While leader replies are slow, the share of requests held up on their way to the register
+/// past the driver's timeout (they land after the driver gave up on them).
+const STUCK_SHARE: f64 = 0.2;
 
-pub(super) fn election(id: &str, ttl_ms: u64, bug_fresh_from_reply: bool) -> Leadership {
+pub(super) fn election(id: &str, ttl_ms: u64, bugs: &KnownBugs) -> Leadership {
     let mut cfg = LeadershipConfig::new(ttl_ms);
-    cfg.bug_fresh_from_reply = bug_fresh_from_reply;
+    cfg.bug_fresh_from_reply = bugs.leader_fresh_from_reply;
+    cfg.bug_forgets_unresolved_writes = bugs.leader_forgets_unresolved_writes;
     Leadership::new(id, cfg)
 }
 
@@ -92,9 +100,15 @@ impl World {
         let local = self.local_of(who);
         let Some(request) = self.election_mut(who).poll(local) else { return };
         let incarnation = self.incarnation_of(who);
-        self.leader_ops.push(Some(LeaderOp { who, incarnation, request, answer: None }));
+        self.leader_ops.push(Some(LeaderOp { who, incarnation, request, answer: None, abandoned: false }));
         let i = self.leader_ops.len() - 1;
-        let at = self.now + self.op_delay();
+        let slow_ms = self.net.faults.slow_leader_replies_ms;
+        let at = if slow_ms > 0 && self.net_rng.chance(STUCK_SHARE) {
+            self.push(self.now + OP_TIMEOUT_MS * MS, Ev::LeaderTimeout(i));
+            self.now + OP_TIMEOUT_MS * MS + self.net_rng.range_u64(1, slow_ms.max(2)) * MS
+        } else {
+            self.now + self.op_delay()
+        };
         self.push(at, Ev::Leader(i));
         if matches!(request, LeaderRequest::Write { .. }) {
             self.pause_if_armed(who);
@@ -124,7 +138,7 @@ impl World {
             return; // the process that sent it is gone
         }
         let Some(answer) = op.answer.take() else {
-            // At the register.
+            // At the register (served even if the driver has given up on it).
             let answer = self.serve(op.who, op.request);
             let disconnected = matches!(op.who, Who::Mgr(d, _) if self.net.dc_reconnect_at[d] > self.now);
             let lost = disconnected || self.net_rng.chance(self.net.faults.loss);
@@ -138,6 +152,9 @@ impl World {
             self.push(self.now + delay, Ev::Leader(i));
             return;
         };
+        if op.abandoned {
+            return; // the driver gave up on it: its answer is dropped
+        }
         if self.is_frozen(op.who) {
             // A paused process reads its socket when it wakes.
             let at = self.frozen_until(op.who);
@@ -153,9 +170,35 @@ impl World {
             Answer::Wrote(outcome) => e.on_write(outcome, local),
             Answer::TimedOut => e.abandon(local),
         };
+        self.on_transition(op.who, t);
+    }
+
+    /// The driver's timeout for an operation stuck on its way: it gives up (the operation may
+    /// still reach the register later).
+    pub(super) fn on_leader_timeout(&mut self, i: usize) {
+        let Some(op) = self.leader_ops[i].as_ref() else { return }; // answered already
+        let who = op.who;
+        if op.abandoned || op.incarnation != self.incarnation_of(who) {
+            return;
+        }
+        if self.is_frozen(who) {
+            // A paused process runs its timers when it wakes.
+            let at = self.frozen_until(who);
+            self.push(at, Ev::LeaderTimeout(i));
+            return;
+        }
+        if let Some(op) = self.leader_ops[i].as_mut() {
+            op.abandoned = true;
+        }
+        let local = self.local_of(who);
+        let t = self.election_mut(who).abandon(local);
+        self.on_transition(who, t);
+    }
+
+    fn on_transition(&mut self, who: Who, t: Option<Transition>) {
         match t {
-            Some(Transition::Elected { epoch }) => self.elected(op.who, epoch),
-            Some(Transition::Deposed { .. }) => self.deposed(op.who),
+            Some(Transition::Elected { epoch }) => self.elected(who, epoch),
+            Some(Transition::Deposed { .. }) => self.deposed(who),
             None => {}
         }
     }
@@ -194,13 +237,15 @@ impl World {
     fn elected(&mut self, who: Who, claim_revision: u64) {
         match who {
             Who::Coord(c) => {
-                // The world's fence is the highest epoch ever written (records included).
-                let fence = (self.kv.max_epoch > 0).then_some(self.kv.max_epoch);
-                let epoch = next_epoch(0, fence, claim_revision);
-                let stored = Stored::classify(self.kv.record.as_deref(), fence);
+                let fence = self.kv.fence.clone();
+                let epoch = next_epoch(self.kv.max_epoch, fence.as_ref().map(|f| f.epoch), claim_revision);
+                let stored = Stored::classify(self.kv.record.as_deref(), fence.as_ref());
                 let local = self.coords[c].clock.local(self.now);
-                let core = CoordinatorCore::resume(self.limit_config(), &self.coords[c].id, epoch, stored, local);
-                self.kv.max_epoch = epoch; // the fence goes up before any record of this epoch
+                let cfg = self.limit_config();
+                // The fence goes up before any record of this epoch.
+                self.kv.fence = Some(LedgerFence::raised(fence.as_ref(), epoch, cfg.dc_ttl_ms));
+                let core = CoordinatorCore::resume(cfg, &self.coords[c].id, epoch, stored, local);
+                self.kv.max_epoch = epoch;
                 self.coords[c].core = Some(core);
                 self.coords[c].record_rev = self.kv.record_rev;
                 self.metrics.takeovers += 1;

@@ -24,7 +24,7 @@ use leasehold_shared::coordinator::CoordinatorCore;
 use leasehold_shared::dc_manager::{DcManagerCore, DcOutput};
 use leasehold_shared::pod::{IntervalCounters, PodCore};
 use leasehold_shared::rng::SeededRng;
-use leasehold_shared::wire::{DcReport, LeaseReturn, LedgerRecord, PodLease, PodReport, ReturnAck};
+use leasehold_shared::wire::{DcReport, LeaseReturn, LedgerFence, LedgerRecord, PodLease, PodReport, ReturnAck};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::rc::Rc;
@@ -54,6 +54,8 @@ enum Ev {
     CoordTick(usize, u64),
     /// A leadership operation moves (see `leaders`).
     Leader(usize),
+    /// The driver stops waiting for a leadership operation that is stuck on its way.
+    LeaderTimeout(usize),
     Deliver(usize),
     Fault(usize),
     Heal(usize),
@@ -150,12 +152,14 @@ struct CoordSlot {
 }
 
 /// The ledger bucket stand-in: the record, written by compare-and-set on its revision, and the
-/// fence (the highest epoch ever written, kept apart from the record).
+/// fence (kept apart from the record, raised by every new coordinator term).
 #[derive(Default)]
 struct Kv {
     record: Option<Rc<LedgerRecord>>,
     record_rev: u64,
+    /// The highest epoch any record was written under.
     max_epoch: u64,
+    fence: Option<LedgerFence>,
 }
 
 pub struct World {
@@ -250,7 +254,7 @@ impl World {
                 for r in 0..2 {
                     let clock = self.clock();
                     let id = format!("{}-mgr{r}", self.sc.dcs[d].name);
-                    let election = leaders::election(&id, self.sc.leader_ttl_ms, self.sc.bugs.leader_fresh_from_reply);
+                    let election = leaders::election(&id, self.sc.leader_ttl_ms, &self.sc.bugs);
                     self.dcs[d].mgrs.push(MgrReplica {
                         clock,
                         election,
@@ -270,7 +274,7 @@ impl World {
             for i in 0..2 {
                 let clock = self.clock();
                 let id = format!("coord-{i}");
-                let election = leaders::election(&id, self.sc.leader_ttl_ms, self.sc.bugs.leader_fresh_from_reply);
+                let election = leaders::election(&id, self.sc.leader_ttl_ms, &self.sc.bugs);
                 self.coords.push(CoordSlot {
                     id,
                     election,
@@ -343,6 +347,10 @@ impl World {
                 }
                 Ev::Leader(i) => {
                     self.on_leader_op(i);
+                    self.check();
+                }
+                Ev::LeaderTimeout(i) => {
+                    self.on_leader_timeout(i);
                     self.check();
                 }
                 Ev::CoordTick(c, inc) => {
