@@ -49,6 +49,8 @@ pub fn ci() -> ModelConfig {
             coordinator_pauses: 1,
             config_changes: 1,
             demand_shifts: 1,
+            slow_leader_replies: 0,
+            leader_timeouts: 0,
         },
         ..ModelConfig::default()
     }
