@@ -1,6 +1,7 @@
 //! The moves the explorer may take from a state: time, the network, and bounded faults.
 
 use crate::config::ModelConfig;
+use crate::leaders::{Replica, WriteFault};
 use crate::model;
 use crate::state::{Shadow, State};
 use serde::{Deserialize, Serialize};
@@ -31,6 +32,8 @@ pub enum Action {
     ChangeConfig,
     /// Demand moves: from now on every DC offers `shifted_offered_per_report`.
     ShiftDemand,
+    /// The next leader-key write of this leader (its renewal) meets the fault.
+    FailLeaderWrite(Replica, WriteFault),
 }
 
 /// Why an action cannot be taken in a state (for replays of hand-written traces).
@@ -106,6 +109,20 @@ pub fn enabled(cfg: &ModelConfig, s: &State) -> Vec<Action> {
             out.push(Action::ChangeConfig);
         }
     }
+    let leaders = (0..s.coords.len()).map(Replica::Coordinator).chain((0..s.managers.len()).map(Replica::Manager));
+    for who in leaders {
+        let e = s.elector(who);
+        if !s.runs(who) || e.election.term().is_none() || e.armed.is_some() {
+            continue;
+        }
+        if b.slow_leader_replies > 0 {
+            out.push(Action::FailLeaderWrite(who, WriteFault::SlowReply));
+        }
+        if b.leader_timeouts > 0 {
+            out.push(Action::FailLeaderWrite(who, WriteFault::ReplyLost));
+            out.push(Action::FailLeaderWrite(who, WriteFault::RequestLost));
+        }
+    }
     out
 }
 
@@ -166,26 +183,36 @@ pub fn apply_enabled(cfg: &ModelConfig, s: &mut State, a: Action) {
         }
         Action::CrashCoordinator => {
             s.budget.coordinator_crashes -= 1;
-            let c = s.coordinator_leader().expect("enabled");
+            let Some(c) = s.coordinator_leader() else { return };
             s.coords[c].alive = false;
             s.coords[c].core = None;
         }
         Action::PauseCoordinator => {
             s.budget.coordinator_pauses -= 1;
-            let c = s.coordinator_leader().expect("enabled");
+            let Some(c) = s.coordinator_leader() else { return };
             s.coords[c].paused_until = Some(t + cfg.pause_ticks);
             s.coords[c].write_on_wake = true;
         }
         Action::ChangeConfig => {
             s.budget.config_changes -= 1;
-            let c = s.coordinator_leader().expect("enabled");
+            let Some(c) = s.coordinator_leader() else { return };
             s.config_changed = true;
             let now = s.coords[c].clock.local(s.real_ns(cfg.tick_ms));
-            s.take_over(cfg, c, now);
+            s.take_over(cfg, c, now, 0);
         }
         Action::ShiftDemand => {
             s.budget.demand_shifts -= 1;
             s.demand_shifted = true;
+        }
+        Action::FailLeaderWrite(who, fault) => {
+            match fault {
+                WriteFault::SlowReply => s.budget.slow_leader_replies -= 1,
+                WriteFault::ReplyLost | WriteFault::RequestLost => s.budget.leader_timeouts -= 1,
+            }
+            match who {
+                Replica::Coordinator(c) => s.coords[c].elector.armed = Some(fault),
+                Replica::Manager(m) => s.managers[m].elector.armed = Some(fault),
+            }
         }
     }
 }

@@ -15,11 +15,16 @@ pub struct BugSwitches {
     pub emergency_before_quiet_period: bool,
     /// Hole 3: a pod applies leases addressed to an earlier process with its id.
     pub pod_ignores_incarnation: bool,
+    /// Hole 4: a leader times its term from when its write's reply arrived, not from the send.
+    pub leader_fresh_from_reply: bool,
 }
 
 impl BugSwitches {
     pub fn any(&self) -> bool {
-        self.dc_falls_back_to_older_lease || self.emergency_before_quiet_period || self.pod_ignores_incarnation
+        self.dc_falls_back_to_older_lease
+            || self.emergency_before_quiet_period
+            || self.pod_ignores_incarnation
+            || self.leader_fresh_from_reply
     }
 
     pub fn known_bugs(&self) -> leasehold_shared::bugs::KnownBugs {
@@ -27,6 +32,7 @@ impl BugSwitches {
             dc_falls_back_to_older_lease: self.dc_falls_back_to_older_lease,
             emergency_before_quiet_period: self.emergency_before_quiet_period,
             pod_ignores_incarnation: self.pod_ignores_incarnation,
+            leader_fresh_from_reply: self.leader_fresh_from_reply,
             ..Default::default()
         }
     }
@@ -68,6 +74,10 @@ pub struct FaultBudget {
     pub config_changes: u8,
     /// "Demand moves": from then on every DC offers `shifted_offered_per_report`.
     pub demand_shifts: u8,
+    /// A leader's leader-key write whose answer arrives `slow_leader_reply_ticks` late.
+    pub slow_leader_replies: u8,
+    /// A leader's leader-key write that times out (unknown outcome), landed or not.
+    pub leader_timeouts: u8,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -101,10 +111,15 @@ pub struct ModelConfig {
     pub changed_dc_ttl_ms: u64,
     pub coordinator_renew_ms: u64,
     pub report_timeout_ms: u64,
-    /// Leader-key TTL of the coordinators, in ticks.
+    /// Leadership TTL of the coordinators, in ticks (the `Leadership` core's `ttl_ms`).
     pub leader_ttl_ticks: u32,
-    /// Leader-key TTL of the DC managers, in ticks: a standby takes over this long after a crash.
+    /// Leadership TTL of the DC managers, in ticks: a standby claims once it has seen the key
+    /// unchanged this long.
     pub manager_leader_ttl_ticks: u32,
+    /// The driver's own timeout on a leader-key write: after it the outcome is unknown.
+    pub leader_timeout_ticks: u32,
+    /// How late a slow leader-key write's answer arrives (fault `slow_leader_replies`).
+    pub slow_leader_reply_ticks: u32,
     pub pause_ticks: u32,
     pub max_drift: f64,
     pub grace_ms: u64,
@@ -152,6 +167,8 @@ impl Default for ModelConfig {
             report_timeout_ms: 1_500,
             leader_ttl_ticks: 4,
             manager_leader_ttl_ticks: 2,
+            leader_timeout_ticks: 2,
+            slow_leader_reply_ticks: 3,
             pause_ticks: 5,
             max_drift: 0.01,
             grace_ms: 50,
@@ -172,6 +189,8 @@ impl Default for ModelConfig {
                 coordinator_pauses: 0,
                 config_changes: 0,
                 demand_shifts: 0,
+                slow_leader_replies: 0,
+                leader_timeouts: 0,
             },
             faulty_pods: Vec::new(),
             faulty_messages: Vec::new(),
@@ -226,8 +245,12 @@ impl ModelConfig {
             || self.coordinator_every_ticks == 0
             || self.leader_ttl_ticks == 0
             || self.manager_leader_ttl_ticks == 0
+            || self.leader_timeout_ticks == 0
+            || self.slow_leader_reply_ticks == 0
         {
-            return bad("tick_ms, coordinator_every_ticks and the leader TTLs must be positive".into());
+            return bad("tick_ms, coordinator_every_ticks, the leader TTLs, the leader timeout and the slow reply \
+                 must be positive"
+                .into());
         }
         if self.drift_ppm_choices.is_empty() {
             return bad("drift_ppm_choices must not be empty".into());

@@ -1,8 +1,9 @@
 //! A 128-bit fingerprint of a state's canonical encoding, for the visited set.
 //!
 //! The cores keep some fields private; the encoding uses what they expose (ledgers, views,
-//! applied leases, records) plus the driver's [`Shadow`](crate::state::Shadow) of what it saw them
-//! do (send times, accepted DC leases, acks). Two states with equal fingerprints are treated as
+//! applied leases, records; the whole `Leadership` state through its `Debug`) plus the driver's
+//! [`Shadow`](crate::state::Shadow) of what it saw them do (send times, accepted DC leases, acks)
+//! and what it holds for them (armed faults, held answers). Two states with equal fingerprints are treated as
 //! one: a coarser encoding could only merge states, never report a false violation.
 
 use crate::config::ModelConfig;
@@ -56,12 +57,18 @@ fn encode(cfg: &ModelConfig, s: &State, w: &mut dyn Write) -> fmt::Result {
     }
     for m in &s.managers {
         write!(w, "M{}:{:?}:{}:{:?}:", m.alive, m.clock, m.term_started_ns, m.shadow)?;
+        if m.alive {
+            write!(w, "{:?}:", m.elector)?;
+        }
         if let Some(core) = &m.core {
             model::write_manager_view(core, m.clock.local(real), w)?;
         }
     }
     for c in &s.coords {
         write!(w, "C{}:{:?}:{}:{}:{:?}:", c.alive, c.paused_until, c.write_on_wake, c.record_rev, c.clock)?;
+        if c.alive {
+            write!(w, "{:?}:", c.elector)?;
+        }
         if let Some(core) = &c.core {
             model::write_coordinator_view(core, w)?;
         }

@@ -7,20 +7,22 @@
 //! live pods may spend sums to at most R and B) is checked in every state.
 //!
 //! * [`config`]: what is modelled and the fault budgets; [`config::BugSwitches`] are the negative controls.
-//! * [`model`]: the only module that calls the cores.
+//! * [`model`]: the only module that calls the limiter's cores; [`leaders`]: the driver of the
+//!   shared `Leadership` core (coordinators and DC managers) against the KV's leader keys.
 //! * [`state`], [`world`], [`actions`]: the state, the driver, the moves.
 //! * [`invariant`], [`fingerprint`], [`explore`], [`trace`]: checking, dedup, search, replay.
 //!
 //! The network is delay-bounded: the oldest deliverable message may always be delivered, time
 //! may advance while at most `max_carry_over` messages are still in flight (they are delayed),
 //! and moving a message behind the others (reordering), a loss or a duplicate spends a fault
-//! budget.
+//! budget, as do a slow answer to a leader's write and a write that times out.
 
 pub mod actions;
 pub mod config;
 pub mod explore;
 pub mod fingerprint;
 pub mod invariant;
+pub mod leaders;
 pub mod model;
 pub mod presets;
 pub mod state;

@@ -3,13 +3,15 @@
 
 use crate::config::{BugSwitches, DemandStep, FaultBudget, ModelConfig, MsgKind};
 
-pub const NAMES: &[&str] = &["ci", "deep", "best-effort", "older-lease", "emergency-quiet", "pod-incarnation"];
+pub const NAMES: &[&str] =
+    &["ci", "deep", "best-effort", "older-lease", "emergency-quiet", "pod-incarnation", "term-from-reply"];
 
 /// The negative controls: (preset name, the hole it brings back).
 pub const CONTROLS: &[(&str, &str)] = &[
     ("older-lease", "hole 1: a DC manager falls back to an older, larger DC lease"),
     ("emergency-quiet", "hole 2: a new best-effort term spends E before the quiet period"),
     ("pod-incarnation", "hole 3: a restarted pod applies its previous process's late lease"),
+    ("term-from-reply", "hole 4: a leader times its term from a late reply and acts beside its successor"),
 ];
 
 pub fn by_name(name: &str) -> Option<ModelConfig> {
@@ -20,6 +22,7 @@ pub fn by_name(name: &str) -> Option<ModelConfig> {
         "older-lease" => older_lease(),
         "emergency-quiet" => emergency_quiet(),
         "pod-incarnation" => pod_incarnation(),
+        "term-from-reply" => term_from_reply(),
         _ => return None,
     })
 }
@@ -31,8 +34,8 @@ pub fn without_bugs(cfg: ModelConfig) -> ModelConfig {
 
 /// 2 DCs × 2 pods, coordinator + standby, DC manager + standby per DC, warm start after 3 s;
 /// one fault of any kind (loss, duplicate, reorder, pod crash or pause, manager crash,
-/// coordinator crash or pause, configuration change, demand move) on top of in-order delivery
-/// with up to 2 messages carried over a tick.
+/// coordinator crash or pause, configuration change, demand move, a leader's write answered late
+/// or timing out) on top of in-order delivery with up to 2 messages carried over a tick.
 pub fn ci() -> ModelConfig {
     ModelConfig {
         warmup_ticks: 6,
@@ -49,6 +52,8 @@ pub fn ci() -> ModelConfig {
             coordinator_pauses: 1,
             config_changes: 1,
             demand_shifts: 1,
+            slow_leader_replies: 1,
+            leader_timeouts: 1,
         },
         ..ModelConfig::default()
     }
@@ -142,6 +147,23 @@ pub fn pod_incarnation() -> ModelConfig {
         faulty_pods: vec![0],
         faults: FaultBudget { total: 3, delays: 1, pod_pauses: 1, pod_crashes: 1, ..FaultBudget::default() },
         bugs: BugSwitches { pod_ignores_incarnation: true, ..BugSwitches::default() },
+        ..ModelConfig::default()
+    }
+}
+
+/// Hole 4. 2 DCs × 1 pod, in-order delivery, faults only on leader-key writes: one answer
+/// `slow_leader_reply_ticks` (1.5 s) late and one write that times out, landed or not. A DC
+/// manager whose renewal is answered late has stopped acting when the standby, having seen the
+/// key unchanged for the TTL (1 s), claims; timing its term from the late answer, it acts again
+/// beside the new term.
+pub fn term_from_reply() -> ModelConfig {
+    ModelConfig {
+        pods_per_dc: 1,
+        warmup_ticks: 6,
+        horizon_ticks: 20,
+        max_carry_over: 0,
+        faults: FaultBudget { total: 2, slow_leader_replies: 1, leader_timeouts: 1, ..FaultBudget::default() },
+        bugs: BugSwitches { leader_fresh_from_reply: true, ..BugSwitches::default() },
         ..ModelConfig::default()
     }
 }

@@ -1,6 +1,7 @@
 //! One state of the modelled world: the real cores, the network, the KV store, fault budgets.
 
 use crate::config::{FaultBudget, MsgKind};
+use crate::leaders::{Elector, LeaderKey};
 use leasehold_shared::coordinator::CoordinatorCore;
 use leasehold_shared::dc_manager::DcManagerCore;
 use leasehold_shared::expiry::skewed_ns;
@@ -74,6 +75,8 @@ pub struct ManagerNode {
     /// Local time the current term started (the floor waits from there).
     pub term_started_ns: u64,
     pub shadow: Shadow,
+    /// Its replica of the DC's leadership (the shared `Leadership` core) and what is in flight.
+    pub elector: Elector,
 }
 
 #[derive(Clone)]
@@ -87,19 +90,19 @@ pub struct CoordNode {
     /// KV revision of the record this leader last wrote or read.
     pub record_rev: u64,
     pub clock: Clock,
+    pub elector: Elector,
 }
 
-/// JetStream KV stand-in: leader keys with server-side TTL, the ledger record, all by CAS.
+/// JetStream KV stand-in: leader keys and the ledger record, all written by compare-and-set on
+/// their revision. Nothing expires by itself: replicas time terms on their own clocks.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Kv {
-    /// (coordinator index, expires at tick).
-    pub coord_leader: Option<(usize, u32)>,
+    pub coord_key: LeaderKey,
     pub record: Option<Arc<LedgerRecord>>,
     pub record_rev: u64,
     pub max_epoch: u64,
-    /// Per DC: (manager slot, expires at tick), and the key's revision (the term's epoch).
-    pub dc_leader: Vec<Option<(usize, u32)>>,
-    pub dc_rev: Vec<u64>,
+    /// One leader key per DC; a term's epoch is the revision of its winning claim.
+    pub dc_keys: Vec<LeaderKey>,
 }
 
 /// A message in flight. Payloads are shared (`Arc`): a sent message never changes, and the
@@ -217,7 +220,11 @@ impl State {
         self.net.iter().position(|m| self.deliverable(m))
     }
 
+    /// The coordinator the leader key names, if it is alive and holds a term's core (a paused,
+    /// deposed one may still believe it leads; it is not this one).
     pub fn coordinator_leader(&self) -> Option<usize> {
-        self.kv.coord_leader.map(|(c, _)| c).filter(|&c| self.coords[c].alive && self.coords[c].core.is_some())
+        let named = self.kv.coord_key.holder()?;
+        (0..self.coords.len())
+            .find(|&c| self.coords[c].id == named && self.coords[c].alive && self.coords[c].core.is_some())
     }
 }

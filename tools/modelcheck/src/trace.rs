@@ -3,6 +3,7 @@
 use crate::actions::{apply, Action};
 use crate::config::ModelConfig;
 use crate::invariant::{check, spendable};
+use crate::leaders::Replica;
 use crate::model;
 use crate::state::State;
 use crate::world::{initial_state, InitChoice};
@@ -38,14 +39,24 @@ pub fn describe(cfg: &ModelConfig, s: &State) -> String {
         })
         .collect();
     let leader = s.coordinator_leader().and_then(|c| Some((c, s.coords[c].core.as_ref()?.epoch())));
+    let acting: Vec<String> = (0..s.coords.len())
+        .map(Replica::Coordinator)
+        .chain((0..s.managers.len()).map(Replica::Manager))
+        .filter(|&who| s.acts(cfg, who))
+        .map(|who| {
+            let e = &s.elector(who).election;
+            format!("{}@{}", e.id(), e.term().unwrap_or(0))
+        })
+        .collect();
     format!(
-        "t={} ms | spendable {}/{} | {} | budgets {} | leader {:?} | in flight {}",
+        "t={} ms | spendable {}/{} | {} | budgets {} | leader {:?} | acting {} | in flight {}",
         real / 1_000_000,
         total.rate_milli_per_s,
         total.burst_milli,
         pods.join(" "),
         managers.join(" "),
         leader,
+        acting.join(" "),
         s.net.len()
     )
 }

@@ -1,7 +1,9 @@
-//! The driver: initial states, timers on each tick, message delivery, leadership through the KV.
-//! Every decision is the cores'; this module only moves inputs and outputs (through `model`).
+//! The driver: initial states, timers on each tick, message delivery, the ledger record in the
+//! KV. Every decision is the cores'; this module only moves inputs and outputs (through `model`,
+//! and `leaders` for leadership).
 
 use crate::config::ModelConfig;
+use crate::leaders::{Elector, LeaderKey, Replica};
 use crate::model;
 use crate::state::{Clock, CoordNode, Kv, ManagerNode, Msg, PodNode, Shadow, State, NS_PER_MS};
 use leasehold_shared::dc_manager::DcOutput;
@@ -57,29 +59,41 @@ fn cold_state(cfg: &ModelConfig, init: &InitChoice) -> Result<State, String> {
         return Err(format!("init needs {} drift indexes below {}", cfg.clock_groups(), cfg.drift_ppm_choices.len()));
     }
     let drift = |group: usize| cfg.drift_ppm_choices[init.drift_index[group]];
+    // Every replica has watched its leader key stay absent for one TTL before tick 0.
+    let elector = |id: &str, ttl_ticks: u32, clock: Clock| {
+        let ttl_ms = ttl_ticks as u64 * cfg.tick_ms;
+        Elector::new(id, ttl_ms, cfg, clock.local(0).saturating_sub(ttl_ms * NS_PER_MS))
+    };
     let coords = (0..cfg.coordinators)
-        .map(|c| CoordNode {
-            id: format!("coord{c}"),
-            alive: true,
-            paused_until: None,
-            write_on_wake: false,
-            core: None,
-            record_rev: 0,
-            clock: Clock { offset_ns: (c as u64 + 1) * 7 * NS_PER_S, drift_ppm: drift(0) },
+        .map(|c| {
+            let id = format!("coord{c}");
+            let clock = Clock { offset_ns: (c as u64 + 1) * 7 * NS_PER_S, drift_ppm: drift(0) };
+            CoordNode {
+                elector: elector(&id, cfg.leader_ttl_ticks, clock),
+                id,
+                alive: true,
+                paused_until: None,
+                write_on_wake: false,
+                core: None,
+                record_rev: 0,
+                clock,
+            }
         })
         .collect();
     let mut managers = Vec::new();
     let mut pods = Vec::new();
     for dc in 0..cfg.dcs {
         for slot in 0..2 {
+            let clock = Clock { offset_ns: (100 + (dc * 2 + slot) as u64 * 3) * NS_PER_S, drift_ppm: drift(1) };
             managers.push(ManagerNode {
                 dc,
                 slot,
                 alive: true,
                 core: None,
-                clock: Clock { offset_ns: (100 + (dc * 2 + slot) as u64 * 3) * NS_PER_S, drift_ppm: drift(1) },
+                clock,
                 term_started_ns: 0,
                 shadow: Shadow::default(),
+                elector: elector(&format!("dc{dc}-mgr{slot}"), cfg.manager_leader_ttl_ticks, clock),
             });
         }
         for _ in 0..cfg.pods_per_dc {
@@ -95,7 +109,7 @@ fn cold_state(cfg: &ModelConfig, init: &InitChoice) -> Result<State, String> {
             });
         }
     }
-    let kv = Kv { dc_leader: vec![None; cfg.dcs], dc_rev: vec![0; cfg.dcs], ..Kv::default() };
+    let kv = Kv { dc_keys: vec![LeaderKey::default(); cfg.dcs], ..Kv::default() };
     Ok(State {
         tick: 0,
         pods,
@@ -163,92 +177,50 @@ impl State {
                 self.coordinator_timer(cfg, c);
             }
         }
+        self.deliver_held_answers(cfg);
     }
 
     fn manager_timer(&mut self, cfg: &ModelConfig, m: usize) {
-        let t = self.tick;
-        let (dc, slot) = (self.managers[m].dc, self.managers[m].slot);
         if !self.managers[m].alive {
             return;
         }
-        let ttl = cfg.manager_leader_ttl_ticks;
-        if self.managers[m].core.is_some() {
-            match self.kv.dc_leader[dc] {
-                Some((holder, _)) if holder == slot => self.kv.dc_leader[dc] = Some((slot, t + ttl)),
-                _ => {
-                    self.managers[m].core = None;
-                    return;
-                }
-            }
-        } else {
-            let vacant = self.kv.dc_leader[dc].is_none_or(|(_, exp)| exp <= t);
-            if !vacant {
-                return;
-            }
-            self.kv.dc_rev[dc] += 1;
-            let epoch = self.kv.dc_rev[dc];
-            self.kv.dc_leader[dc] = Some((slot, t + ttl));
-            let record = self.kv.record.clone();
-            let node = &mut self.managers[m];
-            let now = node.clock.local(self.tick as u64 * cfg.tick_ms * NS_PER_MS);
-            node.shadow = Shadow::default();
-            let (core, out) = model::new_manager(cfg, dc, epoch, record.as_deref(), &mut node.shadow, now);
-            node.core = Some(Arc::new(core));
-            node.term_started_ns = now;
-            self.route(cfg, out);
+        self.run_election(cfg, Replica::Manager(m));
+        if !self.acts(cfg, Replica::Manager(m)) {
+            return;
         }
-        let real = self.real_ns(cfg.tick_ms);
+        let now = self.local_ns(cfg, Replica::Manager(m));
         let node = &mut self.managers[m];
-        let now = node.clock.local(real);
-        let out = model::manager_tick(node.core.as_mut().map(Arc::make_mut).expect("leading"), &mut node.shadow, now);
+        let Some(core) = node.core.as_mut().map(Arc::make_mut) else { return };
+        let out = model::manager_tick(core, &mut node.shadow, now);
         self.route(cfg, out);
     }
 
     fn coordinator_timer(&mut self, cfg: &ModelConfig, c: usize) {
-        let t = self.tick;
-        let node = &self.coords[c];
-        if !node.alive || node.paused_until.is_some() {
+        if !self.runs(Replica::Coordinator(c)) {
             return;
         }
-        let now = node.clock.local(self.real_ns(cfg.tick_ms));
-        let ttl = cfg.leader_ttl_ticks;
-        if node.core.is_some() {
-            match self.kv.coord_leader {
-                Some((holder, _)) if holder == c => self.kv.coord_leader = Some((c, t + ttl)),
-                _ => {
-                    self.coords[c].core = None;
-                    return;
-                }
-            }
-            let leases = model::coordinator_tick(self.coords[c].core.as_mut().map(Arc::make_mut).expect("leader"), now);
-            self.write_record(cfg, c, leases.is_empty());
+        let had_core = self.coords[c].core.is_some();
+        self.run_election(cfg, Replica::Coordinator(c));
+        // A term that began now wrote its first record already.
+        if !had_core || !self.acts(cfg, Replica::Coordinator(c)) {
             return;
         }
-        if self.kv.coord_leader.is_none_or(|(_, exp)| exp <= t) {
-            self.kv.coord_leader = Some((c, t + ttl));
-            self.take_over(cfg, c, now);
-        }
+        let now = self.local_ns(cfg, Replica::Coordinator(c));
+        let Some(core) = self.coords[c].core.as_mut().map(Arc::make_mut) else { return };
+        let leases = model::coordinator_tick(core, now);
+        self.write_record(cfg, c, leases.is_empty());
     }
 
-    /// Coordinator `c` leads from the KV record at a higher epoch (a takeover or a restart).
-    pub fn take_over(&mut self, cfg: &ModelConfig, c: usize, now_ns: u64) {
-        let epoch = self.kv.max_epoch + 1;
-        let ttl = self.dc_ttl_ms(cfg);
-        let record = self.kv.record.clone();
-        let fence = (self.kv.max_epoch > 0).then_some(self.kv.max_epoch);
-        let core = model::coordinator_resume(cfg, ttl, &self.coords[c].id, epoch, record.as_deref(), fence, now_ns);
-        self.coords[c].core = Some(Arc::new(core));
-        self.coords[c].record_rev = self.kv.record_rev;
-        self.write_record(cfg, c, false);
-    }
-
-    /// Compare-and-set the ledger record; on success every DC's watch gets it.
-    fn write_record(&mut self, cfg: &ModelConfig, c: usize, quiet: bool) {
+    /// Compare-and-set the ledger record; on success every DC's watch gets it. A conflict ends
+    /// the writer's term (it resigns; the key is left to the followers' observation).
+    pub fn write_record(&mut self, cfg: &ModelConfig, c: usize, quiet: bool) {
         if self.coords[c].record_rev != self.kv.record_rev {
             self.coords[c].core = None;
+            self.coords[c].elector.election.resign("the ledger was written by another");
             return;
         }
-        let record = Arc::new(model::coordinator_record(self.coords[c].core.as_ref().expect("leader")));
+        let Some(core) = self.coords[c].core.as_ref() else { return };
+        let record = Arc::new(model::coordinator_record(core));
         self.kv.max_epoch = self.kv.max_epoch.max(record.epoch);
         self.kv.record_rev += 1;
         self.coords[c].record_rev = self.kv.record_rev;
@@ -260,7 +232,7 @@ impl State {
         }
     }
 
-    fn route(&mut self, cfg: &ModelConfig, out: Vec<DcOutput>) {
+    pub fn route(&mut self, cfg: &ModelConfig, out: Vec<DcOutput>) {
         for o in out {
             match o {
                 DcOutput::PodLease(lease) => {
@@ -282,7 +254,7 @@ impl State {
         let real = self.real_ns(cfg.tick_ms);
         match msg {
             Msg::PodReport { dc, report } => {
-                for m in self.leading_managers(dc) {
+                for m in self.acting_managers(cfg, dc) {
                     let node = &mut self.managers[m];
                     let now = node.clock.local(real);
                     let out = model::manager_on_pod_report(
@@ -301,10 +273,10 @@ impl State {
             }
             Msg::DcReport(report) => {
                 for c in 0..self.coords.len() {
-                    let node = &mut self.coords[c];
-                    if !node.alive || node.paused_until.is_some() {
+                    if !self.acts(cfg, Replica::Coordinator(c)) {
                         continue;
                     }
+                    let node = &mut self.coords[c];
                     let now = node.clock.local(real);
                     let Some(core) = node.core.as_mut().map(Arc::make_mut) else { continue };
                     let leases: Vec<DcLease> = model::coordinator_on_report(core, &report, now);
@@ -314,7 +286,7 @@ impl State {
                 }
             }
             Msg::Record { dc, record } => {
-                for m in self.leading_managers(dc) {
+                for m in self.acting_managers(cfg, dc) {
                     let node = &mut self.managers[m];
                     let now = node.clock.local(real);
                     let out = model::manager_on_record(
@@ -329,7 +301,8 @@ impl State {
         }
     }
 
-    fn leading_managers(&self, dc: usize) -> Vec<usize> {
-        (dc * 2..dc * 2 + 2).filter(|&m| self.managers[m].alive && self.managers[m].core.is_some()).collect()
+    /// DC `dc`'s managers that act now (one, while leadership holds); each decides for itself.
+    pub fn acting_managers(&self, cfg: &ModelConfig, dc: usize) -> Vec<usize> {
+        (dc * 2..dc * 2 + 2).filter(|&m| self.acts(cfg, Replica::Manager(m))).collect()
     }
 }

@@ -71,3 +71,10 @@ fn finds_the_emergency_allowance_spent_during_the_quiet_period() {
 fn finds_a_restarted_pod_applying_its_previous_processs_lease() {
     control_fires_only_with_its_switch("pod-incarnation", 80_000, 120);
 }
+
+/// Hole 4: a DC manager's renewal is answered late; timing its term from that answer, it acts
+/// again beside the standby that claimed meanwhile.
+#[test]
+fn finds_a_leader_timing_its_term_from_a_late_reply() {
+    control_fires_only_with_its_switch("term-from-reply", 20_000, 40);
+}
