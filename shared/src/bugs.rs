@@ -45,4 +45,9 @@ pub struct KnownBugs {
     /// although an earlier term may have issued longer ones (a rolling restart that shortened
     /// `dc_ttl_ms` and lost the record: 2,000/s against 1,000/s).
     pub lost_record_waits_own_ttl: bool,
+    /// A DC manager acks a DC lease (and reports a lowered floor in use) once its *amount*
+    /// covers the pods' leases, although pod leases cut under an older, longer DC lease may
+    /// outlive it on the coordinator's books (a takeover that shortened `dc_ttl_ms`: 1,250/s
+    /// against 1,000/s; found by a third outside review).
+    pub ack_by_amount_only: bool,
 }

@@ -345,8 +345,12 @@ impl Leadership {
                 }
             }
             Role::Follower { seen, unresolved } => {
+                // Only a revision past what the pending claims expected can be one of them (the
+                // key may still name this replica from an earlier term).
                 if let (Some(u), true, Some(r)) = (*unresolved, mine, stored) {
-                    return Some(self.elect(r, u.earliest_sent_ns));
+                    if r > u.highest_expected {
+                        return Some(self.elect(r, u.earliest_sent_ns));
+                    }
                 }
                 Unresolved::settle(unresolved, stored);
                 if forget {

@@ -44,21 +44,24 @@ impl DcManagerCore {
     /// The largest floor this DC's pods may still spend under, if this term knows it: not
     /// before the quiet period ends (pods of earlier terms may hold leases cut from any floor
     /// they saw). The floor in use, once the pods' leases fit it plus the DC leases the
-    /// coordinator still counts (the acked one and newer); until then the larger floor before.
+    /// coordinator still counts (the acked one and newer) and those that outlive the first of
+    /// these DC leases fit the floor alone; until then the larger floor before.
     pub(super) fn floor_in_use(&mut self, outstanding: Quota, now_ns: u64) -> Option<Quota> {
         if now_ns < self.floor_usable_from_ns {
             return None;
         }
-        let counted = self
+        let counted: Vec<_> = self
             .held
             .iter()
             .filter(|l| l.expires_at_ns > now_ns && self.acked.is_none_or(|a| l.version >= a))
-            .fold(Quota::ZERO, |m, l| m.max(l.quota));
-        self.floor_bound = if outstanding.fits_in(&self.floor.saturating_add(counted)) {
-            self.floor
-        } else {
-            self.floor_bound.max(self.floor)
-        };
+            .collect();
+        let counted_quota = counted.iter().fold(Quota::ZERO, |m, l| m.max(l.quota));
+        // Pod leases that outlive the DC leases counted beside the floor must fit the floor.
+        let first_end = counted.iter().map(|l| l.expires_at_ns).min().unwrap_or(now_ns);
+        let outlive = self.ledger.outstanding(first_end);
+        let fits = outstanding.fits_in(&self.floor.saturating_add(counted_quota))
+            && (self.cfg.bugs.ack_by_amount_only || outlive.fits_in(&self.floor));
+        self.floor_bound = if fits { self.floor } else { self.floor_bound.max(self.floor) };
         Some(self.floor_bound)
     }
 }

@@ -269,8 +269,14 @@ impl DcManagerCore {
     fn report(&mut self, now_ns: u64) -> DcReport {
         self.ledger.expire(now_ns);
         let outstanding = self.ledger.outstanding(now_ns);
-        // Newest lease whose amount covers what pods may still spend.
-        if let Some(l) = self.held.iter().rev().find(|l| outstanding.fits_in(&self.floor.saturating_add(l.quota))) {
+        // Newest lease whose amount covers what pods may still spend, and after whose end the
+        // pods may spend no more than the floor (leases cut under an older, longer lease may
+        // outlive it: a takeover that shortened `dc_ttl_ms`).
+        let covers = |l: &&HeldDcLease| {
+            outstanding.fits_in(&self.floor.saturating_add(l.quota))
+                && (self.cfg.bugs.ack_by_amount_only || self.ledger.outstanding(l.expires_at_ns).fits_in(&self.floor))
+        };
+        if let Some(l) = self.held.iter().rev().find(covers) {
             self.acked = Some(self.acked.map_or(l.version, |a| a.max(l.version)));
         }
         let floor_in_use = self.floor_in_use(outstanding, now_ns);
