@@ -75,16 +75,6 @@ fn the_simulator_catches_a_leader_that_times_its_term_from_the_reply() {
     assert!(storm_breaches_with(bugs, Quota::ZERO, 1..=2) > 0);
 }
 
-/// A leader whose renewal is stuck past its driver's timeout reads the key, forgets the renewal
-/// because it has not landed yet, and when it lands credits a later renewal's send for it.
-#[test]
-fn the_simulator_catches_a_leader_that_forgets_a_write_still_on_its_way() {
-    let bugs = KnownBugs { leader_forgets_unresolved_writes: true, ..KnownBugs::default() };
-    // Seeds 17 and 33 of the first 40 reach it (a renewal stuck past the timeout, a read that
-    // overtakes it, then a second renewal whose answer is lost).
-    assert!(storm_breaches_with(bugs, Quota::ZERO, 17..=17) > 0);
-}
-
 /// A machine suspended with a clock that stops meanwhile (Linux's CLOCK_MONOTONIC, what
 /// `std::time::Instant` reads) wakes with its lease or term looking as fresh as before.
 #[test]
