@@ -430,8 +430,8 @@ fn lost_record_with_a_shorter_ttl(bugs: KnownBugs) -> (Quota, Quota) {
 
 /// Term A names BKK's floor 400; BKK is cut off and keeps spending it. The record is lost and
 /// term B starts with BKK's floor lowered to 200 and Europe's raised from 0 to 300. From the
-/// fence alone, B must keep counting BKK's 400 until BKK confirms the lower floor, and must not
-/// raise Europe's floor while the lost record's leases may still be live.
+/// fence alone, B must keep counting BKK's 400 until BKK confirms the lower floor, and must name
+/// no floor above zero while the lost record's leases may still be live.
 #[test]
 fn a_leader_without_a_record_counts_the_largest_floors_the_fence_says_were_named() {
     let q = Quota::per_s(1_000, 20);
@@ -442,17 +442,21 @@ fn a_leader_without_a_record_counts_the_largest_floors_the_fence_says_were_named
     let t0 = 5 * S;
     let fence = LedgerFence::raised(Some(&fence), 2, after.dc_ttl_ms);
     let mut b = CoordinatorCore::resume(after, "coord-b", 2, Stored::classify(None, Some(&fence)), t0);
-    assert_eq!(b.floor_named("bkk").map(|(f, _)| f), Some(Quota::per_s(200, 0)), "lowered at once");
     assert_eq!(b.floor_reserved("bkk", t0), Quota::per_s(400, 0), "the floor BKK may still spend counts");
-    let eu_named = |b: &CoordinatorCore| b.floor_named("eu").map_or(Quota::ZERO, |(f, _)| f);
+    let named = |b: &CoordinatorCore, dc| b.floor_named(dc).map_or(Quota::ZERO, |(f, _)| f);
     let mut t = t0;
     while t < b.issues_from_ns() {
         b.tick(t);
-        assert!(eu_named(&b).is_zero(), "Europe's floor went up to {} during the wait", eu_named(&b));
+        // Nothing is named above zero: a new manager term must not take a floor the lost
+        // record may no longer have named while its DC leases are still live.
+        assert!(named(&b, "eu").is_zero(), "Europe's floor went up to {} during the wait", named(&b, "eu"));
+        assert!(named(&b, "bkk").is_zero(), "BKK's floor was named {} during the wait", named(&b, "bkk"));
         t += 250 * MS;
     }
     b.tick(t);
-    assert_eq!(eu_named(&b), Quota::per_s(300, 0), "raised once the wait is over");
+    assert_eq!(named(&b, "eu"), Quota::per_s(300, 0), "raised once the wait is over");
+    assert_eq!(named(&b, "bkk"), Quota::per_s(200, 0));
+    assert_eq!(b.floor_reserved("bkk", t), Quota::per_s(400, 0), "until BKK confirms");
     // BKK comes back and reports the floor B names: only then does its 400 stop counting.
     let named = b.floor_named("bkk");
     b.on_dc_report(&dc_report("bkk", 1, None, named), t);

@@ -77,11 +77,15 @@ impl CoordinatorCore {
     }
 
     /// A lost record's floors, as far as the fence knows them: each counts (as an older floor
-    /// the DC has not confirmed leaving) until the DC reports the floor named from now on.
+    /// the DC has not confirmed leaving) until the DC reports the floor named from now on. What
+    /// is named meanwhile is zero at the lowest version: a manager that holds a floor from the
+    /// lost record keeps it (its version is newer), a new manager term takes none.
     pub(super) fn adopt_lost_floors(&mut self, floors: &std::collections::BTreeMap<String, Quota>) {
         for (dc, floor) in floors {
             let older = LeaseEntry { version: LeaseVersion::new(0, 0), quota: *floor, live_until_ns: NEVER };
             self.ledger.adopt(&floor_holder(dc), older);
+            let named = LeaseEntry { version: LeaseVersion::new(0, 1), quota: Quota::ZERO, live_until_ns: NEVER };
+            self.ledger.adopt(&floor_holder(dc), named);
         }
     }
 
@@ -92,8 +96,10 @@ impl CoordinatorCore {
         let mut changed = false;
         let quiet = now_ns < self.issue_from_ns;
         for (dc, configured) in self.cfg.dcs.iter().map(|d| (d.name.clone(), d.floor)).collect::<Vec<_>>() {
-            let want = if quiet { configured.min(self.floor_reserved(&dc, now_ns)) } else { configured };
             let named = self.floor_named(&dc).map(|(q, _)| q);
+            // While a lost record's leases may be live, a floor may only go down from what is
+            // named (a lost record's floors are named as zero: `adopt_lost_floors`).
+            let want = if quiet { configured.min(named.unwrap_or(Quota::ZERO)) } else { configured };
             if named == Some(want) {
                 continue;
             }

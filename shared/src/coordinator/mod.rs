@@ -128,7 +128,7 @@ impl CoordinatorCore {
     /// have issued (the fence's `dc_ttl_ms_max`, or its own `dc_ttl_ms` if longer; stretched), so
     /// any such lease has expired first. DCs run on their floors meanwhile: the largest floor
     /// the fence says any record named for a DC counts until that DC confirms the floor named
-    /// now, and no floor goes up before the wait is over.
+    /// now, and no floor above zero is named before the wait is over.
     ///
     /// The floors a record names or reserves keep counting; the configured ones are then
     /// approached as `floors.rs` describes.

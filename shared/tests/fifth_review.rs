@@ -1,0 +1,235 @@
+//! Holes a fifth outside review found, each driven through the real sans-I/O cores and
+//! asserting the safe outcome (so each test fails while the hole is open).
+//!
+//! Numbers are in whole requests per second (rate) and tokens (burst); times are explicit
+//! `now_ns` values on one clock (no skew).
+
+use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
+use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput};
+use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
+use leasehold_shared::quota::Quota;
+use leasehold_shared::wire::{DcLease, DcReport, LedgerFence};
+
+const MS: u64 = 1_000_000;
+const S: u64 = 1_000_000_000;
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+fn config(quota: Quota, bkk_floor: u64, eu_floor: u64) -> LimitConfig {
+    let mut c =
+        LimitConfig::new("api", quota, &[("bkk", Quota::per_s(bkk_floor, 0)), ("eu", Quota::per_s(eu_floor, 0))]);
+    c.expiry.egress_spread_ms = 150;
+    c.validate().expect("a valid configuration");
+    c
+}
+
+fn pod(dc: &str, name: &str) -> PodCore {
+    let cfg = PodConfig {
+        limit: "api".into(),
+        dc: dc.into(),
+        pod: name.into(),
+        incarnation: 7,
+        weight: 1.0,
+        bugs: Default::default(),
+    };
+    PodCore::new(cfg, 0)
+}
+
+fn manager(dc: &str, instance: &str, epoch: u64, now: u64) -> DcManagerCore {
+    let mut cfg = DcManagerConfig::new("api", dc, instance);
+    cfg.epoch = epoch;
+    cfg.expiry.egress_spread_ms = 150;
+    cfg.validate().expect("valid");
+    DcManagerCore::new(cfg, now)
+}
+
+/// One DC manager term and its pods.
+struct Dc {
+    name: &'static str,
+    mgr: DcManagerCore,
+    pods: Vec<PodCore>,
+    offered: u64,
+}
+
+impl Dc {
+    fn new(name: &'static str, instance: &str, epoch: u64, now: u64) -> Self {
+        let pods = vec![pod(name, &format!("{name}-p1")), pod(name, &format!("{name}-p2"))];
+        Dc { name, mgr: manager(name, instance, epoch, now), pods, offered: 2_000 }
+    }
+
+    fn route(&mut self, out: Vec<DcOutput>, now: u64) -> Vec<DcReport> {
+        let mut reports = Vec::new();
+        for o in out {
+            match o {
+                DcOutput::PodLease(l) => {
+                    if let Some(p) = self.pods.iter_mut().find(|p| p.config().pod == l.pod) {
+                        let _ = p.on_lease(&l, now);
+                    }
+                }
+                DcOutput::Report(r) => reports.push(r),
+                DcOutput::ReturnAck(_) => {}
+            }
+        }
+        reports
+    }
+
+    fn step(&mut self, now: u64) -> Vec<DcReport> {
+        let mut reports = Vec::new();
+        for i in 0..self.pods.len() {
+            let c = IntervalCounters { offered: self.offered, admitted: self.offered.min(100), ..Default::default() };
+            let r = self.pods[i].report(now, c, true);
+            let out = self.mgr.on_pod_report(&r, now);
+            reports.extend(self.route(out, now));
+        }
+        let out = self.mgr.tick(now);
+        reports.extend(self.route(out, now));
+        reports
+    }
+
+    fn on_dc_leases(&mut self, leases: &[DcLease], now: u64) {
+        let name = self.name;
+        for l in leases.iter().filter(|l| l.dc == name) {
+            if let Ok(out) = self.mgr.on_dc_lease(l, now) {
+                self.route(out, now);
+            }
+        }
+    }
+
+    fn on_record(&mut self, coord: &CoordinatorCore, now: u64) {
+        if let Some((f, v)) = coord.record().floor_of(self.name) {
+            let out = self.mgr.on_floor(f, v, now);
+            self.route(out, now);
+        }
+    }
+
+    fn pods_hold(&self, now: u64) -> Quota {
+        self.pods.iter().filter_map(|p| p.applied(now)).fold(Quota::ZERO, |s, a| s.saturating_add(a.quota))
+    }
+}
+
+// -------------------------------------------------------------------------------------------
+// 1. A leader that finds the ledger record lost names, during its wait, a floor the lost record
+//    no longer named (the fence's historical maximum), while the lost record's DC leases live
+// -------------------------------------------------------------------------------------------
+
+/// R = 1,000/s. Term 1 of the coordinator runs with floors BKK 400, Europe 500 (the fence
+/// records them). Term 2 moves Europe's floor to 0; Europe confirms, and BKK's DC lease grows to
+/// 600 (BKK's pods hold 400 + 600 = 1,000). Term 2's record is lost at 12 s; term 3 takes over
+/// with the configuration back at Europe 500. It finds no record below the fence, so it issues
+/// nothing for a DC-lease lifetime (until ~22.3 s) and reserves the fence's `floors_max`. But
+/// `settle_floors` during that wait wants `min(configured, reserved)` = min(500, 500) for
+/// Europe, and the fence's entry is already named: the record names Europe's floor 500 at once.
+/// A new Europe manager term (started with the takeover) takes it from the record and, after
+/// its own quiet period (~17.3 s), splits 500 among its pods, while BKK's pods still spend the
+/// lost record's 600 DC lease (until ~22 s) on top of BKK's 400 floor: 1,500/s against 1,000/s.
+///
+/// The rule at fault: `CoordinatorCore::settle_floors` (coordinator/floors.rs) treats the
+/// fence's `floors_max` (the largest floor any record *ever* named) as a floor it may name during
+/// the wait; the lost record named less, and its live DC leases used the difference.
+#[test]
+fn a_leader_without_a_record_names_no_floor_above_what_the_lost_record_named_during_its_wait() {
+    let q = Quota::per_s(1_000, 20);
+    let mut log = Vec::new();
+    // Term 1: floors BKK 400, Europe 500; the fence covers its record.
+    let c1 = CoordinatorCore::new(config(q, 400, 500), "coord1", 1);
+    let rec1 = c1.record();
+    let fence1 = LedgerFence::raised(None, 1, 10_000);
+    let fence1 = fence1.covering(&rec1).unwrap_or(fence1);
+    // Term 2: Europe's floor moves to 0.
+    let mut coord = CoordinatorCore::resume(config(q, 400, 0), "coord2", 2, Stored::Record(&rec1), 0);
+    let mut fence = LedgerFence::raised(Some(&fence1), 2, 10_000);
+    if let Some(f) = fence.covering(&coord.record()) {
+        fence = f;
+    }
+    log.push(format!("fence floors_max: {:?}", fence.floors_of("api")));
+    let mut bkk = Dc::new("bkk", "bkk-mgr-a", 1, 0);
+    bkk.on_record(&coord, 0);
+    // Europe's manager of term 2's time: it takes the lowered floor and has no pods (demand 0).
+    let mut eu_old = Dc::new("eu", "eu-mgr-a", 1, 0);
+    eu_old.pods.clear();
+    eu_old.on_record(&coord, 0);
+    let loss = 12 * S;
+    let end = 26 * S;
+    let mut eu: Option<Dc> = None;
+    let (mut t, mut worst) = (0u64, Quota::ZERO);
+    while t < end {
+        if t == loss {
+            log.push(format!(
+                "{:6.3}s record of term 2 lost; reserved floors bkk {} eu {}; bkk's pods hold {}; bkk's DC lease {:?}",
+                secs(t),
+                coord.floor_reserved("bkk", t),
+                coord.floor_reserved("eu", t),
+                bkk.pods_hold(t),
+                bkk.mgr.current_lease(t).map(|l| (l.quota.to_string(), secs(l.expires_at_ns)))
+            ));
+            coord = CoordinatorCore::resume(config(q, 400, 500), "coord3", 3, Stored::Lost(&fence), t);
+            log.push(format!(
+                "{:6.3}s term 3 issues from {:.3}s; its record names eu floor {:?}, bkk floor {:?}",
+                secs(t),
+                secs(coord.issues_from_ns()),
+                coord.record().floor_of("eu").map(|(f, v)| (f.to_string(), v.to_string())),
+                coord.record().floor_of("bkk").map(|(f, v)| (f.to_string(), v.to_string())),
+            ));
+            // Europe's manager fails over with the coordinator (a new term reads the record).
+            let mut term = Dc::new("eu", "eu-mgr-b", 2, t);
+            term.on_record(&coord, t);
+            eu = Some(term);
+        }
+        let mut reports = bkk.step(t);
+        if t < loss {
+            reports.extend(eu_old.step(t));
+        }
+        if let Some(e) = eu.as_mut() {
+            reports.extend(e.step(t));
+        }
+        for r in reports {
+            let out = coord.on_dc_report(&r, t);
+            bkk.on_dc_leases(&out, t);
+            if let Some(e) = eu.as_mut() {
+                e.on_dc_leases(&out, t);
+            }
+        }
+        if t.is_multiple_of(S) {
+            let out = coord.tick(t);
+            for l in &out {
+                log.push(format!(
+                    "{:6.3}s {} gets DC lease {} {} (epoch {})",
+                    secs(t),
+                    l.dc,
+                    l.version,
+                    l.quota,
+                    coord.epoch()
+                ));
+            }
+            bkk.on_dc_leases(&out, t);
+            if let Some(e) = eu.as_mut() {
+                e.on_dc_leases(&out, t);
+            }
+            bkk.on_record(&coord, t);
+            if let Some(e) = eu.as_mut() {
+                e.on_record(&coord, t);
+            }
+        }
+        for k in 0..25 {
+            let now = t + k * 10 * MS;
+            let b = bkk.pods_hold(now);
+            let e = eu.as_ref().map_or(Quota::ZERO, |e| e.pods_hold(now));
+            let total = b.saturating_add(e);
+            if !total.fits_in(&q) && !total.fits_in(&worst) {
+                log.push(format!(
+                    "{:6.3}s bkk's pods hold {b}, europe's pods hold {e}: sum {total} > limit {q}",
+                    secs(now)
+                ));
+            }
+            worst = worst.max(total);
+        }
+        t += 250 * MS;
+    }
+    for l in &log {
+        println!("{l}");
+    }
+    println!("most ever held: {worst} (limit {q})");
+    assert!(worst.fits_in(&q), "BKK's and Europe's pods held {worst} > {q}");
+}
