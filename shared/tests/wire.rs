@@ -127,6 +127,8 @@ fn ledger_record_roundtrip() {
         floors_reserved: [("bkk".to_string(), Quota::per_s(80, 1))].into(),
         capacity: Some(Quota::per_s(1_000, 20)),
         inherited_below: [("bkk-mgr-e2".to_string(), v(3, 5))].into(),
+        lost_floors: [("eu".to_string(), Quota::per_s(300, 0))].into(),
+        lost_wait_dc_ttl_ms: Some(10_000),
     });
 }
 

@@ -30,6 +30,12 @@ fn floor_dc(holder: &str) -> Option<&str> {
     holder.strip_prefix("floor.")
 }
 
+/// The ledger holder that stands for the floor a lost record may have named for DC `dc`: apart
+/// from the DC's own floor, so that it never counts as room for raising that floor.
+fn lost_floor_holder(dc: &str) -> String {
+    format!("lost-floor.{dc}")
+}
+
 impl CoordinatorCore {
     /// The newest floor granted to `dc` and its version: what records name and DC leases carry.
     pub fn floor_named(&self, dc: &str) -> Option<(Quota, LeaseVersion)> {
@@ -42,9 +48,10 @@ impl CoordinatorCore {
     }
 
     /// What the books reserve for `dc`'s floor at `now_ns`: the newest floor, or an older, larger
-    /// one the DC has not yet confirmed it stopped using.
+    /// one the DC has not yet confirmed it stopped using, plus a lost record's floor for it.
     pub fn floor_reserved(&self, dc: &str, now_ns: u64) -> Quota {
-        self.ledger.holder_claim(&floor_holder(dc), now_ns)
+        let own = self.ledger.holder_claim(&floor_holder(dc), now_ns);
+        own.saturating_add(self.ledger.holder_claim(&lost_floor_holder(dc), now_ns))
     }
 
     /// Every DC with a floor on the books (a DC dropped from the configuration included).
@@ -76,17 +83,25 @@ impl CoordinatorCore {
         }
     }
 
-    /// A lost record's floors, as far as the fence knows them: each counts (as an older floor
-    /// the DC has not confirmed leaving) until the DC reports the floor named from now on. What
-    /// is named meanwhile is zero at the lowest version: a manager that holds a floor from the
-    /// lost record keeps it (its version is newer), a new manager term takes none.
+    /// A lost record's floors, as far as the fence knows them (or as the record of a leader
+    /// still recovering carries them): each counts, under a holder of its own, until the DC
+    /// confirms a floor named since the loss. Meanwhile the DC's own floor is named zero (see
+    /// [`settle_floors`](Self::settle_floors)), so a connected DC drops the floor it may hold
+    /// from the lost record and confirms, and no raise counts a lost floor as its own room.
     pub(super) fn adopt_lost_floors(&mut self, floors: &std::collections::BTreeMap<String, Quota>) {
         for (dc, floor) in floors {
-            let older = LeaseEntry { version: LeaseVersion::new(0, 0), quota: *floor, live_until_ns: NEVER };
-            self.ledger.adopt(&floor_holder(dc), older);
-            let named = LeaseEntry { version: LeaseVersion::new(0, 1), quota: Quota::ZERO, live_until_ns: NEVER };
-            self.ledger.adopt(&floor_holder(dc), named);
+            let lost = LeaseEntry { version: LeaseVersion::new(0, 0), quota: *floor, live_until_ns: NEVER };
+            self.ledger.adopt(&lost_floor_holder(dc), lost);
         }
+    }
+
+    /// Per DC, the lost floors still counted (for the durable record).
+    pub(super) fn lost_floors(&self) -> std::collections::BTreeMap<String, Quota> {
+        self.ledger
+            .entries()
+            .filter(|(_, e)| e.live_until_ns == NEVER)
+            .filter_map(|(h, e)| h.strip_prefix("lost-floor.").map(|dc| (dc.to_string(), e.quota)))
+            .collect()
     }
 
     /// Move every configured DC's floor towards its configured value: down at once, up as far
@@ -97,8 +112,8 @@ impl CoordinatorCore {
         let quiet = now_ns < self.issue_from_ns;
         for (dc, configured) in self.cfg.dcs.iter().map(|d| (d.name.clone(), d.floor)).collect::<Vec<_>>() {
             let named = self.floor_named(&dc).map(|(q, _)| q);
-            // While a lost record's leases may be live, a floor may only go down from what is
-            // named (a lost record's floors are named as zero: `adopt_lost_floors`).
+            // While a lost record's leases may be live, a floor may only go down from what this
+            // term names (nothing yet: zero, at a version of this term).
             let want = if quiet { configured.min(named.unwrap_or(Quota::ZERO)) } else { configured };
             if named == Some(want) {
                 continue;
@@ -132,6 +147,11 @@ impl CoordinatorCore {
         if in_use.fits_in(&named) && seen {
             let release_at = self.cfg.expiry.released_until_ns(now_ns);
             let _ = self.ledger.confirm_in_use(&floor_holder(dc), version, release_at);
+            // A floor named since a loss is taken: the lost record's floor is left for good.
+            let lost = lost_floor_holder(dc);
+            if self.ledger.holder_claim(&lost, now_ns) != Quota::ZERO {
+                self.ledger.close(&lost, release_at, release_at);
+            }
         }
     }
 }

@@ -89,6 +89,9 @@ pub struct CoordinatorCore {
     next_seq: u64,
     /// No DC lease is issued before then (this leader's clock): see [`CoordinatorCore::resume`].
     issue_from_ns: u64,
+    /// While waiting out a lost record's DC leases: the longest TTL waited for (the record
+    /// carries it, so a next leader waits too).
+    lost_wait_dc_ttl_ms: Option<u64>,
     counters: CoordinatorCounters,
 }
 
@@ -115,6 +118,7 @@ impl CoordinatorCore {
             cfg,
             next_seq: 0,
             issue_from_ns: 0,
+            lost_wait_dc_ttl_ms: None,
             counters: CoordinatorCounters::default(),
         }
     }
@@ -126,9 +130,10 @@ impl CoordinatorCore {
     /// single-replica bucket whose server died) may have named DC leases that are still live:
     /// the leader issues nothing for one full lifetime of the longest DC lease any term may
     /// have issued (the fence's `dc_ttl_ms_max`, or its own `dc_ttl_ms` if longer; stretched), so
-    /// any such lease has expired first. DCs run on their floors meanwhile: the largest floor
-    /// the fence says any record named for a DC counts until that DC confirms the floor named
-    /// now, and no floor above zero is named before the wait is over.
+    /// any such lease has expired first. The largest floor the fence says any record named for
+    /// a DC counts apart from the DC's own floor until the DC confirms a floor named since, and
+    /// every floor is named zero until the wait is over. The record carries both (a leader
+    /// resuming from a record written during the wait waits in full from its own takeover).
     ///
     /// The floors a record names or reserves keep counting; the configured ones are then
     /// approached as `floors.rs` describes.
@@ -139,14 +144,20 @@ impl CoordinatorCore {
             Stored::Fresh => None,
             Stored::Lost(fence) => {
                 let earlier_dc_ttl_ms = if c.cfg.bugs.lost_record_waits_own_ttl { 0 } else { fence.dc_ttl_ms_max };
-                let longest_ms = c.cfg.dc_ttl_ms.max(earlier_dc_ttl_ms);
-                c.issue_from_ns = c.cfg.expiry.issuer_live_until_ns(now_ns, longest_ms);
+                c.wait_out_lost_record(earlier_dc_ttl_ms, now_ns);
                 if let Some(floors) = fence.floors_of(&c.cfg.limit) {
                     c.adopt_lost_floors(floors);
                 }
                 None
             }
         };
+        if let Some(rec) = record {
+            // The writer was still waiting out a lost record: so does this leader, in full.
+            if let Some(ttl_ms) = rec.lost_wait_dc_ttl_ms {
+                c.wait_out_lost_record(ttl_ms, now_ns);
+            }
+            c.adopt_lost_floors(&rec.lost_floors);
+        }
         if let Some(rec) = record {
             // Leases the writer counted as lasting stay lasting under a capacity at least as
             // large; under a smaller one (or an unknown one) every lease is inherited.
@@ -165,6 +176,13 @@ impl CoordinatorCore {
         }
         c.settle_floors(now_ns);
         c
+    }
+
+    /// Issue nothing for one full lifetime of the longest DC lease a lost record may hold.
+    fn wait_out_lost_record(&mut self, earlier_dc_ttl_ms: u64, now_ns: u64) {
+        let longest_ms = self.cfg.dc_ttl_ms.max(earlier_dc_ttl_ms);
+        self.issue_from_ns = self.issue_from_ns.max(self.cfg.expiry.issuer_live_until_ns(now_ns, longest_ms));
+        self.lost_wait_dc_ttl_ms = Some(longest_ms);
     }
 
     pub fn epoch(&self) -> u64 {
@@ -206,6 +224,8 @@ impl CoordinatorCore {
             floors_reserved: Default::default(),
             capacity: Some(self.ledger.capacity()),
             inherited_below: self.ledger.inherited_below().map(|(h, v)| (h.clone(), v)).collect(),
+            lost_floors: self.lost_floors(),
+            lost_wait_dc_ttl_ms: self.lost_wait_dc_ttl_ms,
         };
         for dc in self.floor_dcs() {
             let Some((floor, version)) = self.floor_named(&dc) else { continue };
@@ -320,6 +340,9 @@ impl CoordinatorCore {
 
     /// Periodic step (every renew interval): re-split and renew every reporting DC.
     pub fn tick(&mut self, now_ns: u64) -> Vec<DcLease> {
+        if now_ns >= self.issue_from_ns {
+            self.lost_wait_dc_ttl_ms = None; // the lost record's leases have all expired
+        }
         self.ledger.expire(now_ns);
         self.prune_leases();
         self.settle_floors(now_ns);

@@ -119,6 +119,8 @@ mod tests {
             floors_reserved: BTreeMap::new(),
             capacity: None,
             inherited_below: BTreeMap::new(),
+            lost_floors: BTreeMap::new(),
+            lost_wait_dc_ttl_ms: None,
         };
         let f = LedgerFence::raised(None, 1, 10_000);
         let f = f.covering(&record(50)).expect("a floor above the fence raises it");

@@ -185,6 +185,15 @@ pub struct LedgerRecord {
     /// adopts every lease as inherited.
     #[serde(default)]
     pub inherited_below: std::collections::BTreeMap<String, LeaseVersion>,
+    /// Per DC, the largest floor a lost record may have named (from the fence), reserved apart
+    /// from the DC's own floor until the DC confirms a floor named since the loss. Missing: none.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub lost_floors: std::collections::BTreeMap<String, Quota>,
+    /// Set while the writer was still waiting out a lost record's DC leases: the longest TTL it
+    /// waits for. A leader resuming from this record waits a full such lifetime from its own
+    /// takeover. Missing: no wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_wait_dc_ttl_ms: Option<u64>,
 }
 
 impl LedgerRecord {
@@ -292,7 +301,12 @@ impl WireMessage for LedgerRecord {
         if self.leases.len() > 1_024 {
             return Err(WireError::Invalid { field: "leases", reason: "more than 1024 entries".into() });
         }
-        for (field, floors) in [("floors", &self.floors), ("floors_reserved", &self.floors_reserved)] {
+        if let Some(ttl_ms) = self.lost_wait_dc_ttl_ms {
+            check_ttl(ttl_ms)?;
+        }
+        for (field, floors) in
+            [("floors", &self.floors), ("floors_reserved", &self.floors_reserved), ("lost_floors", &self.lost_floors)]
+        {
             floors.iter().try_for_each(|(dc, f)| {
                 check_id(field, dc)?;
                 check_quota(field, f)

@@ -1,0 +1,324 @@
+//! Holes a sixth outside review found, each driven through the real sans-I/O cores and
+//! asserting the safe outcome (so each test fails while the hole is open).
+//!
+//! Numbers are in whole requests per second (rate) and tokens (burst); times are explicit
+//! `now_ns` values on one clock (no skew).
+
+use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
+use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput};
+use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
+use leasehold_shared::quota::Quota;
+use leasehold_shared::wire::{DcLease, DcReport, LedgerFence};
+
+const MS: u64 = 1_000_000;
+const S: u64 = 1_000_000_000;
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+fn config(quota: Quota, bkk_floor: u64, eu_floor: u64) -> LimitConfig {
+    let mut c =
+        LimitConfig::new("api", quota, &[("bkk", Quota::per_s(bkk_floor, 0)), ("eu", Quota::per_s(eu_floor, 0))]);
+    c.expiry.egress_spread_ms = 150;
+    c.validate().expect("a valid configuration");
+    c
+}
+
+fn pod(dc: &str, name: &str) -> PodCore {
+    let cfg = PodConfig {
+        limit: "api".into(),
+        dc: dc.into(),
+        pod: name.into(),
+        incarnation: 7,
+        weight: 1.0,
+        bugs: Default::default(),
+    };
+    PodCore::new(cfg, 0)
+}
+
+fn manager(dc: &str, instance: &str, epoch: u64, now: u64) -> DcManagerCore {
+    let mut cfg = DcManagerConfig::new("api", dc, instance);
+    cfg.epoch = epoch;
+    cfg.expiry.egress_spread_ms = 150;
+    cfg.validate().expect("valid");
+    DcManagerCore::new(cfg, now)
+}
+
+/// One DC manager term and its pods.
+struct Dc {
+    name: &'static str,
+    mgr: DcManagerCore,
+    pods: Vec<PodCore>,
+    offered: u64,
+}
+
+impl Dc {
+    fn new(name: &'static str, instance: &str, epoch: u64, now: u64) -> Self {
+        let pods = vec![pod(name, &format!("{name}-p1")), pod(name, &format!("{name}-p2"))];
+        Dc { name, mgr: manager(name, instance, epoch, now), pods, offered: 2_000 }
+    }
+
+    fn route(&mut self, out: Vec<DcOutput>, now: u64) -> Vec<DcReport> {
+        let mut reports = Vec::new();
+        for o in out {
+            match o {
+                DcOutput::PodLease(l) => {
+                    if let Some(p) = self.pods.iter_mut().find(|p| p.config().pod == l.pod) {
+                        let _ = p.on_lease(&l, now);
+                    }
+                }
+                DcOutput::Report(r) => reports.push(r),
+                DcOutput::ReturnAck(_) => {}
+            }
+        }
+        reports
+    }
+
+    fn step(&mut self, now: u64) -> Vec<DcReport> {
+        let mut reports = Vec::new();
+        for i in 0..self.pods.len() {
+            let c = IntervalCounters { offered: self.offered, admitted: self.offered.min(100), ..Default::default() };
+            let r = self.pods[i].report(now, c, true);
+            let out = self.mgr.on_pod_report(&r, now);
+            reports.extend(self.route(out, now));
+        }
+        let out = self.mgr.tick(now);
+        reports.extend(self.route(out, now));
+        reports
+    }
+
+    fn on_dc_leases(&mut self, leases: &[DcLease], now: u64) {
+        let name = self.name;
+        for l in leases.iter().filter(|l| l.dc == name) {
+            if let Ok(out) = self.mgr.on_dc_lease(l, now) {
+                self.route(out, now);
+            }
+        }
+    }
+
+    fn on_record(&mut self, coord: &CoordinatorCore, now: u64) {
+        if let Some((f, v)) = coord.record().floor_of(self.name) {
+            let out = self.mgr.on_floor(f, v, now);
+            self.route(out, now);
+        }
+    }
+
+    fn pods_hold(&self, now: u64) -> Quota {
+        self.pods.iter().filter_map(|p| p.applied(now)).fold(Quota::ZERO, |s, a| s.saturating_add(a.quota))
+    }
+}
+
+/// Feed one batch of reports to the coordinator and the DC leases it answers with to `dcs`.
+fn deliver(coord: &mut CoordinatorCore, reports: Vec<DcReport>, dcs: &mut [&mut Dc], t: u64) {
+    for r in reports {
+        let out = coord.on_dc_report(&r, t);
+        for d in dcs.iter_mut() {
+            d.on_dc_leases(&out, t);
+        }
+    }
+}
+
+// -------------------------------------------------------------------------------------------
+// 1. After a lost record's wait, a floor is raised up to the fence's historical maximum because
+//    that maximum (reserved at e0v0) counts as the floor holder's own claim
+// -------------------------------------------------------------------------------------------
+
+/// R = 1,000/s. Term 1 runs with floors BKK 800, Europe 200 (the fence records them). Term 2
+/// moves the floor: BKK 200, Europe 800; BKK confirms, Europe's raise goes through, Europe's pods
+/// spend 800 from the floor. Term 2's record is lost at 12 s and Europe is cut off from the
+/// coordinator from then on (it keeps its last floor, 800, as floors never expire). Term 3 takes
+/// over with term 1's configuration (BKK 800, Europe 200). It reserves the fence's `floors_max`
+/// at e0v0 for each DC (BKK 800, Europe 800: already 1,600 against 1,000) and names zero. Once
+/// the wait is over, `settle_floors` raises BKK's floor to 800: `Ledger::grantable` lets a holder
+/// go up to its *current claim* whatever the headroom, and BKK's claim is the e0v0 entry (800), a
+/// historical maximum BKK was not using. BKK's pods split 800 while Europe's still spend 800.
+#[test]
+fn a_floor_raised_after_a_lost_records_wait_never_counts_the_fences_historical_maximum_as_its_own_room() {
+    let q = Quota::per_s(1_000, 20);
+    let mut log = Vec::new();
+    let c1 = CoordinatorCore::new(config(q, 800, 200), "coord1", 1);
+    let fence1 = LedgerFence::raised(None, 1, 10_000);
+    let fence1 = fence1.covering(&c1.record()).unwrap_or(fence1);
+    let mut coord = CoordinatorCore::resume(config(q, 200, 800), "coord2", 2, Stored::Record(&c1.record()), 0);
+    let mut fence = LedgerFence::raised(Some(&fence1), 2, 10_000);
+    let mut bkk = Dc::new("bkk", "bkk-mgr-a", 1, 0);
+    let mut eu = Dc::new("eu", "eu-mgr-a", 1, 0);
+    bkk.on_record(&coord, 0);
+    eu.on_record(&coord, 0);
+    let loss = 12 * S;
+    let end = 30 * S;
+    let (mut t, mut worst) = (0u64, Quota::ZERO);
+    while t < end {
+        if t == loss {
+            log.push(format!(
+                "{:6.3}s record of term 2 lost (names bkk {:?}, eu {:?}); fence floors_max {:?}; pods hold bkk {} eu {}",
+                secs(t),
+                coord.record().floor_of("bkk").map(|(f, v)| (f.to_string(), v.to_string())),
+                coord.record().floor_of("eu").map(|(f, v)| (f.to_string(), v.to_string())),
+                fence.floors_of("api"),
+                bkk.pods_hold(t),
+                eu.pods_hold(t),
+            ));
+            coord = CoordinatorCore::resume(config(q, 800, 200), "coord3", 3, Stored::Lost(&fence), t);
+            log.push(format!(
+                "{:6.3}s term 3 (floors bkk 800, eu 200) issues from {:.3}s; europe cut off from now on",
+                secs(t),
+                secs(coord.issues_from_ns())
+            ));
+        }
+        let cut = t >= loss;
+        let mut reports = bkk.step(t);
+        let eu_reports = eu.step(t);
+        if !cut {
+            reports.extend(eu_reports);
+        }
+        deliver(&mut coord, reports, &mut [&mut bkk], t);
+        if t.is_multiple_of(S) {
+            let out = coord.tick(t);
+            bkk.on_dc_leases(&out, t);
+            if !cut {
+                eu.on_dc_leases(&out, t);
+            }
+            let named = coord.record().floor_of("bkk");
+            bkk.on_record(&coord, t);
+            if !cut {
+                eu.on_record(&coord, t);
+                if let Some(f) = fence.covering(&coord.record()) {
+                    fence = f;
+                }
+            }
+            log.push(format!(
+                "{:6.3}s record names bkk {:?} eu {:?}; reserved bkk {} eu {}",
+                secs(t),
+                named.map(|(f, v)| (f.to_string(), v.to_string())),
+                coord.record().floor_of("eu").map(|(f, v)| (f.to_string(), v.to_string())),
+                coord.floor_reserved("bkk", t),
+                coord.floor_reserved("eu", t),
+            ));
+        }
+        for k in 0..25 {
+            let now = t + k * 10 * MS;
+            let (b, e) = (bkk.pods_hold(now), eu.pods_hold(now));
+            let total = b.saturating_add(e);
+            if !total.fits_in(&q) && !total.fits_in(&worst) {
+                log.push(format!(
+                    "{:6.3}s bkk's pods hold {b}, europe's pods hold {e}: sum {total} > limit {q}",
+                    secs(now)
+                ));
+            }
+            worst = worst.max(total);
+        }
+        t += 250 * MS;
+    }
+    for l in &log {
+        println!("{l}");
+    }
+    println!("most ever held: {worst} (limit {q})");
+    assert!(worst.fits_in(&q), "BKK's and Europe's pods held {worst} > {q}");
+}
+
+// -------------------------------------------------------------------------------------------
+// 2. A leader that resumes from a record written during a lost record's wait does not wait:
+//    the wait is not on record, so a crash during it ends it
+// -------------------------------------------------------------------------------------------
+
+/// R = 1,000/s, floors BKK 200, Europe 200. Term 1 gives BKK (busy) a 600 DC lease; Europe is
+/// idle. At 12 s term 1's record is lost and BKK is cut off from the coordinator (its manager
+/// keeps spending its DC lease until it ends, ~22 s, as it may). Term 2 finds the record lost and
+/// rightly waits until ~22.35 s; it writes its record at once (no leases, floors named zero,
+/// reserved 200 each). Term 2 crashes at 14 s. Term 3 resumes from *term 2's record*
+/// (`Stored::Record`), so it does not wait: it names the floors again at once and, Europe now
+/// being busy, gives Europe a 600 DC lease while BKK's pods still spend term 1's 600.
+#[test]
+fn a_leader_resuming_from_a_record_written_during_a_lost_records_wait_still_waits_it_out() {
+    let q = Quota::per_s(1_000, 20);
+    let cfg = || config(q, 200, 200);
+    let mut log = Vec::new();
+    let mut coord = CoordinatorCore::new(cfg(), "coord1", 1);
+    let mut fence = LedgerFence::raised(None, 1, 10_000);
+    if let Some(f) = fence.covering(&coord.record()) {
+        fence = f;
+    }
+    let mut bkk = Dc::new("bkk", "bkk-mgr-a", 1, 0);
+    let mut eu = Dc::new("eu", "eu-mgr-a", 1, 0);
+    eu.offered = 0;
+    bkk.on_record(&coord, 0);
+    eu.on_record(&coord, 0);
+    let (loss, crash, end) = (12 * S, 14 * S, 26 * S);
+    let (mut t, mut worst) = (0u64, Quota::ZERO);
+    while t < end {
+        if t == loss {
+            log.push(format!(
+                "{:6.3}s term 1's record lost; bkk cut off; bkk's DC lease {:?}; pods hold bkk {} eu {}",
+                secs(t),
+                bkk.mgr.current_lease(t).map(|l| (l.version.to_string(), l.quota.to_string(), secs(l.expires_at_ns))),
+                bkk.pods_hold(t),
+                eu.pods_hold(t),
+            ));
+            coord = CoordinatorCore::resume(cfg(), "coord2", 2, Stored::Lost(&fence), t);
+            log.push(format!("{:6.3}s term 2 (record lost) issues from {:.3}s", secs(t), secs(coord.issues_from_ns())));
+            eu.offered = 2_000;
+        }
+        if t == crash {
+            let rec2 = coord.record();
+            log.push(format!(
+                "{:6.3}s term 2 crashes; its record names bkk {:?} eu {:?}, {} leases",
+                secs(t),
+                rec2.floor_of("bkk").map(|(f, v)| (f.to_string(), v.to_string())),
+                rec2.floor_of("eu").map(|(f, v)| (f.to_string(), v.to_string())),
+                rec2.leases.len()
+            ));
+            coord = CoordinatorCore::resume(cfg(), "coord3", 3, Stored::Record(&rec2), t);
+            log.push(format!(
+                "{:6.3}s term 3 resumes from it; issues from {:.3}s",
+                secs(t),
+                secs(coord.issues_from_ns())
+            ));
+        }
+        let cut = t >= loss;
+        let mut reports = eu.step(t);
+        let bkk_reports = bkk.step(t);
+        if !cut {
+            reports.extend(bkk_reports);
+        }
+        if cut {
+            deliver(&mut coord, reports, &mut [&mut eu], t);
+        } else {
+            deliver(&mut coord, reports, &mut [&mut eu, &mut bkk], t);
+        }
+        if t.is_multiple_of(S) {
+            let out = coord.tick(t);
+            for l in &out {
+                log.push(format!("{:6.3}s {} gets DC lease {} {}", secs(t), l.dc, l.version, l.quota));
+            }
+            eu.on_dc_leases(&out, t);
+            eu.on_record(&coord, t);
+            if !cut {
+                bkk.on_dc_leases(&out, t);
+                bkk.on_record(&coord, t);
+            }
+            if let Some(f) = fence.covering(&coord.record()) {
+                fence = f;
+            }
+        }
+        for k in 0..25 {
+            let now = t + k * 10 * MS;
+            let (b, e) = (bkk.pods_hold(now), eu.pods_hold(now));
+            let total = b.saturating_add(e);
+            if !total.fits_in(&q) && !total.fits_in(&worst) {
+                log.push(format!(
+                    "{:6.3}s bkk's pods hold {b}, europe's pods hold {e}: sum {total} > limit {q}",
+                    secs(now)
+                ));
+            }
+            worst = worst.max(total);
+        }
+        t += 250 * MS;
+    }
+    for l in &log {
+        println!("{l}");
+    }
+    println!("most ever held: {worst} (limit {q})");
+    assert!(worst.fits_in(&q), "BKK's and Europe's pods held {worst} > {q}");
+}
