@@ -5,17 +5,13 @@
 //! `now_ns` values on one clock (no skew).
 
 use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
-use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput};
-use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
+use leasehold_shared::dc_manager::{DcManagerCore, DcOutput};
+use leasehold_shared::pod::{IntervalCounters, PodCore};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcLease, DcReport, LedgerFence};
 
-const MS: u64 = 1_000_000;
-const S: u64 = 1_000_000_000;
-
-fn secs(ns: u64) -> f64 {
-    ns as f64 / 1e9
-}
+mod support;
+use support::{manager, pod, secs, MS, S};
 
 fn config(quota: Quota, bkk_floor: u64, eu_floor: u64) -> LimitConfig {
     let mut c =
@@ -23,26 +19,6 @@ fn config(quota: Quota, bkk_floor: u64, eu_floor: u64) -> LimitConfig {
     c.expiry.egress_spread_ms = 150;
     c.validate().expect("a valid configuration");
     c
-}
-
-fn pod(dc: &str, name: &str) -> PodCore {
-    let cfg = PodConfig {
-        limit: "api".into(),
-        dc: dc.into(),
-        pod: name.into(),
-        incarnation: 7,
-        weight: 1.0,
-        bugs: Default::default(),
-    };
-    PodCore::new(cfg, 0)
-}
-
-fn manager(dc: &str, instance: &str, epoch: u64, now: u64) -> DcManagerCore {
-    let mut cfg = DcManagerConfig::new("api", dc, instance);
-    cfg.epoch = epoch;
-    cfg.expiry.egress_spread_ms = 150;
-    cfg.validate().expect("valid");
-    DcManagerCore::new(cfg, now)
 }
 
 /// One DC manager term and its pods.

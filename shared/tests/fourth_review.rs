@@ -10,12 +10,8 @@ use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcLease, DcReport, LeaseVersion};
 
-const MS: u64 = 1_000_000;
-const S: u64 = 1_000_000_000;
-
-fn secs(ns: u64) -> f64 {
-    ns as f64 / 1e9
-}
+mod support;
+use support::{secs, Newest, MS, S};
 
 fn config_with_floor(quota: Quota, bkk_floor: u64) -> LimitConfig {
     let mut c = LimitConfig::new("api", quota, &[("bkk", Quota::per_s(bkk_floor, 0)), ("eu", Quota::ZERO)]);
@@ -37,31 +33,6 @@ fn eu_report_asking(seq: u64, ack: Option<LeaseVersion>, demand_per_s: u64) -> D
         lease_in_use: ack,
         floor_in_use: None,
         floor_version: None,
-    }
-}
-
-/// The newest DC lease a hand-driven DC received and the send time of the report it answers.
-#[derive(Default)]
-struct Newest(Option<(DcLease, u64)>);
-
-impl Newest {
-    fn absorb(&mut self, dc: &str, leases: &[DcLease], basis_sent_at: u64) {
-        for l in leases.iter().filter(|l| l.dc == dc) {
-            if self.0.as_ref().is_none_or(|(o, _)| l.version > o.version) {
-                self.0 = Some((l.clone(), basis_sent_at));
-            }
-        }
-    }
-
-    fn version(&self) -> Option<LeaseVersion> {
-        self.0.as_ref().map(|(l, _)| l.version)
-    }
-
-    fn spendable(&self, now: u64) -> Quota {
-        match &self.0 {
-            Some((l, sent)) if sent + l.ttl_ms * MS > now => l.quota,
-            _ => Quota::ZERO,
-        }
     }
 }
 

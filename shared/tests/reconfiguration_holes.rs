@@ -10,10 +10,10 @@ use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
 use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput};
 use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
 use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{DcLease, DcReport, LeaseVersion, LedgerFence, LedgerRecord};
+use leasehold_shared::wire::{DcReport, LeaseVersion, LedgerFence, LedgerRecord};
 
-const MS: u64 = 1_000_000;
-const S: u64 = 1_000_000_000;
+mod support;
+use support::{secs, Newest, MS, S};
 
 fn config(quota: Quota, bkk_floor: u64, eu_floor: u64) -> LimitConfig {
     config_with_bugs(quota, bkk_floor, eu_floor, KnownBugs::default())
@@ -43,33 +43,6 @@ fn dc_report(dc: &str, seq: u64, ack: Option<LeaseVersion>, floor: Option<(Quota
         lease_in_use: ack,
         floor_in_use: floor.map(|(f, _)| f),
         floor_version: floor.map(|(_, v)| v),
-    }
-}
-
-/// The newest DC lease a hand-driven DC received, when, and the send time of the report it
-/// answers (the holder's countdown starts there; no skew: one clock).
-#[derive(Default, Clone)]
-struct Newest(Option<(DcLease, u64)>);
-
-impl Newest {
-    fn absorb(&mut self, dc: &str, leases: &[DcLease], basis_sent_at: u64) {
-        for l in leases.iter().filter(|l| l.dc == dc) {
-            if self.0.as_ref().is_none_or(|(o, _)| l.version > o.version) {
-                self.0 = Some((l.clone(), basis_sent_at));
-            }
-        }
-    }
-
-    fn version(&self) -> Option<LeaseVersion> {
-        self.0.as_ref().map(|(l, _)| l.version)
-    }
-
-    /// What the DC may spend under its newest DC lease at `now` (holder's countdown).
-    fn spendable(&self, now: u64) -> Quota {
-        match &self.0 {
-            Some((l, sent)) if sent + l.ttl_ms * MS > now => l.quota,
-            _ => Quota::ZERO,
-        }
     }
 }
 
@@ -179,10 +152,6 @@ impl Bkk {
     fn pods_hold(&self, now: u64) -> Quota {
         self.pods.iter().filter_map(|p| p.applied(now)).fold(Quota::ZERO, |s, a| s.saturating_add(a.quota))
     }
-}
-
-fn secs(ns: u64) -> f64 {
-    ns as f64 / 1e9
 }
 
 /// Term A (BKK's floor 20) from 0 s; term B (a rolling restart raising BKK's floor to 50) from

@@ -1,0 +1,64 @@
+//! Pieces the review-round tests share: time units, a hand-driven DC's newest lease, and real
+//! pods and DC managers as the services configure them. Each test file uses what it needs.
+#![allow(dead_code)]
+
+use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore};
+use leasehold_shared::pod::{PodConfig, PodCore};
+use leasehold_shared::quota::Quota;
+use leasehold_shared::wire::{DcLease, LeaseVersion};
+
+pub const MS: u64 = 1_000_000;
+pub const S: u64 = 1_000_000_000;
+
+pub fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// The newest DC lease a hand-driven DC received, and the send time of the report it answers
+/// (the holder's countdown starts there; no skew: one clock).
+#[derive(Default, Clone)]
+pub struct Newest(pub Option<(DcLease, u64)>);
+
+impl Newest {
+    pub fn absorb(&mut self, dc: &str, leases: &[DcLease], basis_sent_at: u64) {
+        for l in leases.iter().filter(|l| l.dc == dc) {
+            if self.0.as_ref().is_none_or(|(o, _)| l.version > o.version) {
+                self.0 = Some((l.clone(), basis_sent_at));
+            }
+        }
+    }
+
+    pub fn version(&self) -> Option<LeaseVersion> {
+        self.0.as_ref().map(|(l, _)| l.version)
+    }
+
+    /// What the DC may spend under its newest DC lease at `now` (holder's countdown).
+    pub fn spendable(&self, now: u64) -> Quota {
+        match &self.0 {
+            Some((l, sent)) if sent + l.ttl_ms * MS > now => l.quota,
+            _ => Quota::ZERO,
+        }
+    }
+}
+
+/// A real pod of limit `api` in DC `dc`.
+pub fn pod(dc: &str, name: &str) -> PodCore {
+    let cfg = PodConfig {
+        limit: "api".into(),
+        dc: dc.into(),
+        pod: name.into(),
+        incarnation: 7,
+        weight: 1.0,
+        bugs: Default::default(),
+    };
+    PodCore::new(cfg, 0)
+}
+
+/// A real DC manager term of limit `api`.
+pub fn manager(dc: &str, instance: &str, epoch: u64, now: u64) -> DcManagerCore {
+    let mut cfg = DcManagerConfig::new("api", dc, instance);
+    cfg.epoch = epoch;
+    cfg.expiry.egress_spread_ms = 150;
+    cfg.validate().expect("valid");
+    DcManagerCore::new(cfg, now)
+}
