@@ -45,8 +45,7 @@ pub enum ConfigError {
 
 /// Load and validate.
 pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
-    let s: Settings =
-        leasehold_nats::process::load_settings(file, "LEASEHOLD_COORDINATOR_").map_err(ConfigError::Load)?;
+    let s: Settings = leasehold_process::load_settings(file, "LEASEHOLD_COORDINATOR_").map_err(ConfigError::Load)?;
     s.validate()?;
     Ok(s)
 }

@@ -5,9 +5,9 @@ use bytes::Bytes;
 use leasehold_coordinator::config::Settings;
 use leasehold_coordinator::leader::Status;
 use leasehold_coordinator::{spawn, Handle};
-use leasehold_nats::connect::{connect_until, jetstream};
+use leasehold_nats::connect::jetstream;
 use leasehold_nats::kv::{compare_and_set, ensure_bucket, read, BucketSpec, CasOutcome};
-use leasehold_nats::server::{binaries, NatsServer};
+use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{decode, encode, DcReport, LedgerRecord};
@@ -31,15 +31,7 @@ fn settings(url: &str, id: &str) -> Settings {
 }
 
 async fn client(url: &str) -> async_nats::Client {
-    connect_until(url, "test", Instant::now() + Duration::from_secs(10)).await.unwrap_or_else(|e| panic!("{e}"))
-}
-
-async fn until(rx: &mut watch::Receiver<Status>, within: Duration, what: &str, f: impl Fn(&Status) -> bool) -> Status {
-    let got = match tokio::time::timeout(within, rx.wait_for(|s| f(s))).await {
-        Ok(Ok(s)) => Some(s.clone()),
-        _ => None,
-    };
-    got.unwrap_or_else(|| panic!("not within {within:?}: {what}; status {:?}", *rx.borrow()))
+    wait::client(url, "test").await
 }
 
 /// The ledger record of limit "api", read each time `rx` reports progress, until `f` holds.
@@ -115,7 +107,8 @@ async fn a_standby_takes_over_with_a_higher_epoch_and_keeps_the_old_leases() {
         let crashed_at = Instant::now();
         leader.crash();
         let s =
-            until(&mut standby.status, Duration::from_millis(LEADER_TTL_MS * 3), "standby leads", |s| s.leading).await;
+            wait::until(&mut standby.status, Duration::from_millis(LEADER_TTL_MS * 3), "standby leads", |s| s.leading)
+                .await;
         assert!(
             crashed_at.elapsed() >= Duration::from_millis(LEADER_TTL_MS / 2),
             "took over before the old key could expire"
@@ -146,7 +139,7 @@ async fn a_deposed_leader_cannot_write_the_ledger() {
     let url = server.url();
     let js = jetstream(client(&url).await);
     let mut a = spawn(client(&url).await, settings(&url, "coord-a"));
-    let s = until(&mut a.status, Duration::from_secs(10), "a leads", |s| s.leading).await;
+    let s = wait::until(&mut a.status, Duration::from_secs(10), "a leads", |s| s.leading).await;
     // An intruder (a new leader, from A's point of view) writes the record with a higher epoch.
     let (rev, mut rec) = record_until(&js, &mut a.status, "a's record", |r| r.writer == "coord-a").await;
     rec.writer = "intruder".into();
@@ -155,11 +148,12 @@ async fn a_deposed_leader_cannot_write_the_ledger() {
     let out = compare_and_set(&store, "api", Bytes::from(encode(&rec)), Some(rev)).await.unwrap();
     assert!(matches!(out, CasOutcome::Written { .. }));
     // A's next write conflicts: it steps down instead of overwriting.
-    until(&mut a.status, Duration::from_secs(5), "a steps down", |s| s.step_downs >= 1).await;
+    wait::until(&mut a.status, Duration::from_secs(5), "a steps down", |s| s.step_downs >= 1).await;
     let (_, now) = record_until(&js, &mut a.status, "intruder kept", |_| true).await;
     assert!(now.writer == "intruder" || now.epoch > rec.epoch, "a deposed write landed: {now:?}");
     // Once its own key expires it may lead again, but only above the intruder's epoch.
-    let s = until(&mut a.status, Duration::from_secs(10), "a leads again", |s| s.leading && s.takeovers >= 2).await;
+    let s =
+        wait::until(&mut a.status, Duration::from_secs(10), "a leads again", |s| s.leading && s.takeovers >= 2).await;
     assert!(s.epoch > rec.epoch, "leads again at {} after the intruder's {}", s.epoch, rec.epoch);
     a.stop().await.unwrap();
 }
@@ -171,7 +165,7 @@ async fn malformed_and_foreign_reports_are_counted_not_fatal() {
     let url = server.url();
     let c = client(&url).await;
     let mut a = spawn(client(&url).await, settings(&url, "coord-a"));
-    until(&mut a.status, Duration::from_secs(10), "a leads", |s| s.leading).await;
+    wait::until(&mut a.status, Duration::from_secs(10), "a leads", |s| s.leading).await;
     c.publish("lh.api.dc.bkk.report", Bytes::from_static(b"{not json")).await.unwrap();
     c.publish("lh.api.dc.bkk.report", Bytes::from(vec![b' '; 70_000].into_iter().collect::<Vec<u8>>()))
         .await
@@ -179,9 +173,10 @@ async fn malformed_and_foreign_reports_are_counted_not_fatal() {
     let mut other = report("bkk", 1, 10);
     other = String::from_utf8(other).unwrap().replace("\"api\"", "\"other\"").into_bytes();
     c.publish("lh.other.dc.bkk.report", Bytes::from(other)).await.unwrap();
-    let s =
-        until(&mut a.status, Duration::from_secs(5), "counted", |s| s.reports_malformed >= 1 && s.reports_ignored >= 1)
-            .await;
+    let s = wait::until(&mut a.status, Duration::from_secs(5), "counted", |s| {
+        s.reports_malformed >= 1 && s.reports_ignored >= 1
+    })
+    .await;
     assert!(s.leading, "bad input must not cost leadership");
     a.stop().await.unwrap();
 }

@@ -55,8 +55,7 @@ pub enum ConfigError {
 }
 
 pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
-    let s: Settings =
-        leasehold_nats::process::load_settings(file, "LEASEHOLD_DC_MANAGER_").map_err(ConfigError::Load)?;
+    let s: Settings = leasehold_process::load_settings(file, "LEASEHOLD_DC_MANAGER_").map_err(ConfigError::Load)?;
     s.validate()?;
     Ok(s)
 }

@@ -112,16 +112,16 @@ pub async fn run(
 }
 
 /// A running DC manager: watch its status, stop it, or crash it.
-pub type Handle = leasehold_nats::process::Handle<Status, DcManagerError>;
+pub type Handle = leasehold_process::Handle<Status, DcManagerError>;
 
 pub fn spawn(client: async_nats::Client, settings: config::Settings) -> Handle {
-    leasehold_nats::process::spawn(|status, shutdown| run(client, settings, status, shutdown))
+    leasehold_process::spawn(|status, shutdown| run(client, settings, status, shutdown))
 }
 
 /// The process: load settings, connect, run until SIGTERM/SIGINT. One-line errors, exit 2 on
 /// bad configuration.
 pub fn main_with_args(args: Vec<String>) -> std::process::ExitCode {
-    use leasehold_nats::process;
+    use leasehold_process as process;
     process::main(
         "leasehold dc-manager",
         args,

@@ -58,7 +58,7 @@ pub struct Manager {
     leaders: Store,
     /// The ledger bucket, read directly when a term begins (the watch may lag).
     ledger: Store,
-    origin: leasehold_nats::clock::LeaseClock,
+    origin: leasehold_process::clock::LeaseClock,
     leadership: Leadership,
     term: Option<Term>,
     /// The DC's floor in the coordinator's last record and its version (none until one was
@@ -80,7 +80,7 @@ impl Manager {
             client,
             leaders,
             ledger,
-            origin: leasehold_nats::clock::LeaseClock::start(),
+            origin: leasehold_process::clock::LeaseClock::start(),
             leadership,
             term: None,
             floor: None,

@@ -4,8 +4,7 @@
 use leasehold_coordinator::config::Settings as CoordSettings;
 use leasehold_dc_manager::config::Settings;
 use leasehold_dc_manager::manager::Status;
-use leasehold_nats::connect::connect_until;
-use leasehold_nats::server::{binaries, NatsServer};
+use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::{Denial, Pod, PodSettings, PodStatus};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::dc_manager::DcManagerConfig;
@@ -16,7 +15,7 @@ use tokio::sync::watch;
 const WITHIN: Duration = Duration::from_secs(15);
 
 async fn client(url: &str) -> async_nats::Client {
-    connect_until(url, "test", Instant::now() + Duration::from_secs(10)).await.unwrap_or_else(|e| panic!("{e}"))
+    wait::client(url, "test").await
 }
 
 fn coordinator(url: &str) -> CoordSettings {
@@ -61,11 +60,7 @@ fn pod_settings(url: &str, id: &str) -> PodSettings {
 }
 
 async fn until<T: Clone + std::fmt::Debug>(rx: &mut watch::Receiver<T>, what: &str, f: impl Fn(&T) -> bool) -> T {
-    let got = match tokio::time::timeout(WITHIN, rx.wait_for(|s| f(s))).await {
-        Ok(Ok(s)) => Some(s.clone()),
-        _ => None,
-    };
-    got.unwrap_or_else(|| panic!("not within {WITHIN:?}: {what}; last status {:?}", *rx.borrow()))
+    wait::until(rx, WITHIN, what, f).await
 }
 
 fn rate(s: &PodStatus) -> f64 {

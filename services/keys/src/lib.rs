@@ -10,7 +10,8 @@
 //! * [`cluster`]: shard ownership through fenced KV leases (claim, renew, rebalance, hand over).
 //! * [`persist`]: admissions appended to JetStream, replayed by a new owner.
 //! * [`tiers_sync`]: the cluster's tiers in KV, applied live everywhere.
-//! * [`redis_backend`]: the central-Redis baseline (sorted set + Lua) for `bench keys`.
+//! * `redis_backend` (feature `redis-baseline`, the lab's only): the central-Redis baseline
+//!   (sorted set + Lua) that `bench keys` measures against.
 
 pub mod cluster;
 pub mod http;
@@ -18,6 +19,7 @@ pub mod limiter;
 pub mod nats;
 pub mod owned;
 pub mod persist;
+#[cfg(feature = "redis-baseline")]
 pub mod redis_backend;
 pub mod tiers_sync;
 
@@ -43,6 +45,7 @@ pub enum Mode {
         instance_id: String,
     },
     /// Every decision in one central Redis (the baseline).
+    #[cfg(feature = "redis-baseline")]
     Redis { url: String },
 }
 
@@ -60,7 +63,7 @@ pub struct ServeOptions {
 /// Serve HTTP (and, in cluster mode, the owned shards on NATS) until SIGINT/SIGTERM, then hand
 /// the shards over. Prints `listening on <addr>` once bound.
 pub async fn serve(o: ServeOptions) -> Result<(), String> {
-    serve_until(o, leasehold_nats::process::stop_on_signal()).await
+    serve_until(o, leasehold_process::stop_on_signal()).await
 }
 
 /// [`serve`] until `stop` turns true.
@@ -75,6 +78,7 @@ pub async fn serve_until(o: ServeOptions, stop: tokio::sync::watch::Receiver<boo
             let backend = limiter::Backend::Owned { owned, nats: None };
             KeyLimiter::new(backend, o.tiers, o.max_in_flight, u64::MAX).map_err(|e| e.to_string())?
         }
+        #[cfg(feature = "redis-baseline")]
         Mode::Redis { url } => {
             let backend = limiter::Backend::Redis(redis_backend::RedisBackend::connect(&url).await?);
             KeyLimiter::new(backend, o.tiers, o.max_in_flight, u64::MAX).map_err(|e| e.to_string())?

@@ -7,6 +7,7 @@
 //! again, so a hot key costs its owner one request per retry period per instance.
 
 use crate::owned::{Owned, OwnedError};
+#[cfg(feature = "redis-baseline")]
 use crate::redis_backend::RedisBackend;
 use leasehold_shared::keys::table::Verdict;
 use leasehold_shared::keys::{shard_of, spec::check_key, KeyError, LimitSpec, Tiers};
@@ -87,6 +88,7 @@ pub enum Backend {
     /// Shards owned here (all of them when standalone), others asked over NATS.
     Owned { owned: Owned, nats: Option<async_nats::Client> },
     /// The baseline: every decision in one central Redis.
+    #[cfg(feature = "redis-baseline")]
     Redis(RedisBackend),
 }
 
@@ -176,6 +178,7 @@ impl KeyLimiter {
     pub fn keys_tracked(&self) -> usize {
         match &self.backend {
             Backend::Owned { owned, .. } => owned.keys_tracked(),
+            #[cfg(feature = "redis-baseline")]
             Backend::Redis(_) => 0,
         }
     }
@@ -183,6 +186,7 @@ impl KeyLimiter {
     pub fn shards_served(&self) -> usize {
         match &self.backend {
             Backend::Owned { owned, .. } => (0..owned.shards()).filter(|&s| owned.is_serving(s)).count(),
+            #[cfg(feature = "redis-baseline")]
             Backend::Redis(_) => 0,
         }
     }
@@ -207,6 +211,7 @@ impl KeyLimiter {
             return Err(CheckError::Overloaded("too many requests in flight here; shedding".into()));
         };
         match &self.backend {
+            #[cfg(feature = "redis-baseline")]
             Backend::Redis(r) => {
                 let v = r.check(&req.key, &spec, req.cost).await.map_err(CheckError::Unavailable)?;
                 Ok(answer(&req.key, tier, v, None))
@@ -233,6 +238,7 @@ impl KeyLimiter {
     pub async fn peek(&self, key: &str, tier: Option<&str>) -> Result<Answer, CheckError> {
         let (name, spec) = self.resolve(key, tier)?;
         match &self.backend {
+            #[cfg(feature = "redis-baseline")]
             Backend::Redis(r) => {
                 let (count, v) = r.peek(key, &spec).await.map_err(CheckError::Unavailable)?;
                 Ok(answer(key, name, v, Some(count)))

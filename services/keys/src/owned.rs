@@ -38,7 +38,7 @@ impl From<TableError> for OwnedError {
 struct Inner {
     table: Mutex<KeyTable>,
     shards: u32,
-    origin: leasehold_nats::clock::LeaseClock,
+    origin: leasehold_process::clock::LeaseClock,
     /// Per shard: answer only while the monotonic clock (ms) is below this.
     serving_until_ms: Vec<AtomicU64>,
     persister: Option<Persister>,
@@ -90,7 +90,7 @@ impl Owned {
             inner: Arc::new(Inner {
                 table: Mutex::new(KeyTable::new(max_keys)),
                 shards: shards.max(1),
-                origin: leasehold_nats::clock::LeaseClock::start(),
+                origin: leasehold_process::clock::LeaseClock::start(),
                 serving_until_ms: (0..shards.max(1)).map(|_| AtomicU64::new(initial)).collect(),
                 persister,
                 last_epoch_ms: AtomicU64::new(0),

@@ -1,5 +1,5 @@
-//! `leasehold keys`: run one per-key limiter instance (standalone, clustered on NATS, or in
-//! front of a central Redis for the baseline).
+//! `leasehold keys`: run one per-key limiter instance (standalone, clustered on NATS, or, in the
+//! lab only, in front of a central Redis for the baseline).
 
 use leasehold_keys::persist::Durability;
 use leasehold_keys::{Mode, ServeOptions};
@@ -14,7 +14,9 @@ pub struct KeysArgs {
     /// JetStream, answer `lh.keys.check.<shard>`. Without it, one standalone instance.
     #[arg(long)]
     nats_url: Option<String>,
-    /// Decide every request in this central Redis instead (the baseline of `bench keys`).
+    /// Decide every request in this central Redis instead (the baseline of `bench keys`; only
+    /// in `leasehold-lab`).
+    #[cfg(feature = "redis-baseline")]
     #[arg(long, conflicts_with = "nats_url")]
     redis_url: Option<String>,
     /// Tiers, overrides and assignments as JSON (`{"default_tier": …, "tiers": {…}}`); default:
@@ -52,7 +54,7 @@ pub struct KeysArgs {
 }
 
 pub fn run(a: KeysArgs) -> ExitCode {
-    leasehold_nats::process::main("leasehold keys", Vec::new(), |_| validate(a), serve)
+    leasehold_process::main("leasehold keys", Vec::new(), |_| validate(a), serve)
 }
 
 /// Check the arguments and read the tiers before anything starts.
@@ -74,9 +76,19 @@ fn validate(a: KeysArgs) -> Result<(KeysArgs, Tiers), String> {
     Ok((a, tiers))
 }
 
+#[cfg(feature = "redis-baseline")]
+fn standalone_or_redis(a: &KeysArgs) -> Mode {
+    a.redis_url.clone().map_or(Mode::Standalone, |url| Mode::Redis { url })
+}
+
+#[cfg(not(feature = "redis-baseline"))]
+fn standalone_or_redis(_: &KeysArgs) -> Mode {
+    Mode::Standalone
+}
+
 async fn serve((a, tiers): (KeysArgs, Tiers)) -> Result<(), String> {
-    let mode = match (&a.nats_url, &a.redis_url) {
-        (Some(url), _) => Mode::Cluster {
+    let mode = match &a.nats_url {
+        Some(url) => Mode::Cluster {
             nats: leasehold_nats::connect::connect(url, "leasehold-keys").await.map_err(|e| e.to_string())?,
             shards: a.shards,
             shard_ttl_ms: a.shard_ttl_ms,
@@ -85,8 +97,7 @@ async fn serve((a, tiers): (KeysArgs, Tiers)) -> Result<(), String> {
             replicas: a.replicas,
             instance_id: a.instance_id.unwrap_or_else(leasehold_keys::cluster::random_instance_id),
         },
-        (None, Some(url)) => Mode::Redis { url: url.clone() },
-        (None, None) => Mode::Standalone,
+        None => standalone_or_redis(&a),
     };
     let options = ServeOptions {
         listen: a.listen,

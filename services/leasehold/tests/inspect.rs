@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use leasehold_coordinator::config::Settings;
 use leasehold_nats::connect::connect_until;
-use leasehold_nats::server::{binaries, NatsServer};
+use leasehold_nats_harness::{binaries, NatsServer};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{encode, DcReport};

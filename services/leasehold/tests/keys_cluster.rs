@@ -3,7 +3,7 @@
 //! every move (hand-over flushes, zero-loss stores before answering); tiers change everywhere
 //! from one instance; NATS request/reply reaches the shard's owner.
 
-use leasehold_nats::server::{binaries, NatsServer};
+use leasehold_nats_harness::{binaries, NatsServer};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

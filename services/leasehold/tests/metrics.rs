@@ -1,7 +1,7 @@
 //! Every service serves Prometheus metrics, including seed 000's five and the ledger's books.
 
 use leasehold_nats::connect::connect_until;
-use leasehold_nats::server::{binaries, NatsServer};
+use leasehold_nats_harness::{binaries, NatsServer};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::dc_manager::DcManagerConfig;
 use leasehold_shared::quota::Quota;
@@ -60,7 +60,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
     let (pod_addr, up_addr) = (pod_l.local_addr().unwrap(), up_l.local_addr().unwrap());
     let pod_app = leasehold_pod::http::router(pod.limiter.clone(), pod.status.clone());
     tokio::spawn(async move { axum_serve(pod_l, pod_app).await });
-    tokio::spawn(async move { axum_serve(up_l, leasehold_aggregator::router(1_000, 1_000)).await });
+    tokio::spawn(async move { axum_serve(up_l, leasehold_mock_upstream::router(1_000, 1_000)).await });
 
     let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
     let get = |addr: String| {

@@ -89,12 +89,7 @@ impl Pod {
 /// The agent process: connect, start the pod, serve HTTP, drain on SIGTERM/SIGINT.
 /// `args` is `[]` or `["--config", FILE]`. Prints a one-line cause and exits non-zero on failure.
 pub fn agent_main(args: Vec<String>) -> std::process::ExitCode {
-    leasehold_nats::process::main(
-        "leasehold agent",
-        args,
-        |f| PodSettings::load(f).map_err(|e| e.to_string()),
-        run_agent,
-    )
+    leasehold_process::main("leasehold agent", args, |f| PodSettings::load(f).map_err(|e| e.to_string()), run_agent)
 }
 
 async fn run_agent(settings: PodSettings) -> Result<(), String> {
@@ -108,7 +103,7 @@ async fn run_agent(settings: PodSettings) -> Result<(), String> {
     println!("pod {} listening on {local}", pod.id);
     let app = http::router(pod.limiter.clone(), pod.status.clone());
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
-    leasehold_nats::process::shutdown_signal().await;
+    leasehold_process::shutdown_signal().await;
     tracing::info!("draining");
     let acked = pod.drain().await.map_err(|e| e.to_string())?;
     server.abort();

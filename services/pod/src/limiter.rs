@@ -67,7 +67,7 @@ pub struct Totals {
 
 pub(crate) struct Shared {
     pub bucket: Arc<TokenBucket>,
-    pub origin: leasehold_nats::clock::LeaseClock,
+    pub origin: leasehold_process::clock::LeaseClock,
     /// Added to every clock reading: lets tests and the chaos harness skew a pod's clock.
     pub clock_offset_ns: u64,
     pub clock_drift_ppm: i64,
@@ -88,7 +88,7 @@ impl Limiter {
         Limiter {
             shared: Arc::new(Shared {
                 bucket,
-                origin: leasehold_nats::clock::LeaseClock::start(),
+                origin: leasehold_process::clock::LeaseClock::start(),
                 clock_offset_ns,
                 clock_drift_ppm,
                 interval: Interval::default(),

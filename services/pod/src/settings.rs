@@ -56,8 +56,7 @@ pub enum SettingsError {
 
 impl PodSettings {
     pub fn load(file: Option<&Path>) -> Result<Self, SettingsError> {
-        let s: PodSettings =
-            leasehold_nats::process::load_settings(file, "LEASEHOLD_AGENT_").map_err(SettingsError::Load)?;
+        let s: PodSettings = leasehold_process::load_settings(file, "LEASEHOLD_AGENT_").map_err(SettingsError::Load)?;
         s.validate()?;
         Ok(s)
     }

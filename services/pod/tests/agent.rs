@@ -2,16 +2,15 @@
 //! `Retry-After` and the IETF RateLimit headers, and 400s that change nothing.
 
 use leasehold_dc_manager::config::Settings as DcSettings;
-use leasehold_nats::connect::connect_until;
-use leasehold_nats::server::{binaries, NatsServer};
+use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::{Pod, PodSettings};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::dc_manager::DcManagerConfig;
 use leasehold_shared::quota::Quota;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 async fn client(url: &str) -> async_nats::Client {
-    connect_until(url, "test", Instant::now() + Duration::from_secs(10)).await.unwrap_or_else(|e| panic!("{e}"))
+    wait::client(url, "test").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,71 @@
+//! The commands of the production `leasehold` binary: the services themselves and the operator's
+//! `inspect`. The lab binary (`leasehold-lab`, tools/lab) runs the same commands and adds the
+//! development tools (simulator, demo, chaos, benches, the mock upstream), which do not ship.
+
+pub mod inspect;
+pub mod keys_cmd;
+
+use clap::Subcommand;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct ConfigArg {
+    /// TOML settings file (every setting can also come from the environment).
+    #[arg(long)]
+    config: Option<String>,
+}
+
+impl ConfigArg {
+    fn args(self) -> Vec<String> {
+        self.config.map(|c| vec!["--config".to_string(), c]).unwrap_or_default()
+    }
+}
+
+#[derive(Subcommand)]
+pub enum ServiceCommand {
+    /// Print the live state from NATS: the coordinator leader and every limit's DC leases.
+    Inspect(inspect::InspectArgs),
+    /// Run a coordinator replica (settings: LEASEHOLD_COORDINATOR_*).
+    Coordinator(ConfigArg),
+    /// Run a DC manager replica (settings: LEASEHOLD_DC_MANAGER_*).
+    DcManager(ConfigArg),
+    /// Run a pod agent serving permits over local HTTP (settings: LEASEHOLD_AGENT_*).
+    Agent(ConfigArg),
+    /// Run the per-key limiter (per user / tenant tier) over HTTP and NATS request/reply.
+    Keys(keys_cmd::KeysArgs),
+}
+
+/// Runs `command`; a failure is one line on stderr prefixed with `program`, and exit code 2 for
+/// bad settings or arguments (the services choose their own codes).
+pub fn run(program: &str, command: ServiceCommand) -> ExitCode {
+    match command {
+        ServiceCommand::Inspect(args) => exit(program, inspect::run(args)),
+        ServiceCommand::Coordinator(c) => leasehold_coordinator::main_with_args(c.args()),
+        ServiceCommand::DcManager(c) => leasehold_dc_manager::main_with_args(c.args()),
+        ServiceCommand::Agent(c) => leasehold_pod::agent_main(c.args()),
+        ServiceCommand::Keys(a) => keys_cmd::run(a),
+    }
+}
+
+/// The exit code of a command's result: its own on success; on failure the cause as one line
+/// on stderr, prefixed with `program`, and 2.
+pub fn exit(program: &str, result: Result<ExitCode, String>) -> ExitCode {
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("{program}: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Run a command's async body on the runtime every command uses (2 worker threads, the
+/// machine's size).
+pub fn block_on<T>(body: impl std::future::Future<Output = Result<T, String>>) -> Result<T, String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    rt.block_on(body)
+}

@@ -1,0 +1,16 @@
+//! # Leasehold's NATS plumbing
+//!
+//! ## Layout
+//! * [`connect`]: connection defaults for control-plane traffic (short timeouts, fast dead-peer
+//!   detection) and a JetStream context with a short ack timeout.
+//! * [`kv`]: KV buckets created by hand (works on nats-server 2.9.10, where async-nats'
+//!   `create_key_value` fails) and compare-and-set with an explicit "outcome unknown".
+//! * [`leader_key`]: drives the core's leadership state machine against its KV key.
+//!
+//! What every service process does the same way (settings, signals, exit codes, the lease
+//! clock) is `leasehold-process`; real nats-server processes for tests and the lab are
+//! `leasehold-nats-harness` (tools/).
+
+pub mod connect;
+pub mod kv;
+pub mod leader_key;

@@ -1,0 +1,90 @@
+//! Against every nats-server we support (2.9.10 and current): the hand-made KV bucket works,
+//! compare-and-set fences a deposed writer, and revisions survive a full restart.
+
+use bytes::Bytes;
+use leasehold_nats::connect::jetstream;
+use leasehold_nats::kv::{compare_and_set, ensure_bucket, read, BucketSpec, CasOutcome};
+use leasehold_nats_harness::{binaries, wait, NatsServer};
+use std::time::{Duration, Instant};
+
+async fn connected(url: &str) -> async_nats::Client {
+    wait::client(url, "kv-test").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compare_and_set_fences_a_deposed_writer_on_every_server() {
+    for bin in binaries().expect("a nats-server is needed: run scripts/nats-servers") {
+        let mut server = NatsServer::start(&bin).expect("server starts");
+        let who = server.version.clone();
+        eprintln!("kv fencing against {who} on port {}", server.port());
+        let js = jetstream(connected(&server.url()).await);
+        let store = ensure_bucket(&js, &BucketSpec::new("lh_ledger")).await.unwrap_or_else(|e| panic!("{who}: {e}"));
+        // Opening an existing bucket again is fine.
+        ensure_bucket(&js, &BucketSpec::new("lh_ledger")).await.unwrap();
+
+        let r1 = match compare_and_set(&store, "api", Bytes::from_static(b"leader-a e1"), None).await.unwrap() {
+            CasOutcome::Written { revision } => revision,
+            other => panic!("{who}: create gave {other:?}"),
+        };
+        assert_eq!(
+            compare_and_set(&store, "api", Bytes::from_static(b"x"), None).await.unwrap(),
+            CasOutcome::Conflict,
+            "{who}"
+        );
+        // B takes over from the revision it read; A's late write with its old revision fails.
+        let r2 = match compare_and_set(&store, "api", Bytes::from_static(b"leader-b e2"), Some(r1)).await.unwrap() {
+            CasOutcome::Written { revision } => revision,
+            other => panic!("{who}: takeover gave {other:?}"),
+        };
+        assert!(r2 > r1);
+        assert_eq!(
+            compare_and_set(&store, "api", Bytes::from_static(b"leader-a late"), Some(r1)).await.unwrap(),
+            CasOutcome::Conflict,
+            "{who}"
+        );
+        assert_eq!(read(&store, "api").await.unwrap(), Some((r2, Bytes::from_static(b"leader-b e2"))));
+
+        // A full restart keeps the value and its revision (file storage).
+        server.restart().expect("restarts on the same port");
+        let js = jetstream(connected(&server.url()).await);
+        let store = ensure_bucket(&js, &BucketSpec::new("lh_ledger")).await.unwrap();
+        assert_eq!(read(&store, "api").await.unwrap().map(|(r, _)| r), Some(r2), "{who}");
+        let r3 = compare_and_set(&store, "api", Bytes::from_static(b"leader-b e2 again"), Some(r2)).await.unwrap();
+        assert!(matches!(r3, CasOutcome::Written { revision } if revision > r2), "{who}: {r3:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_times_out_is_unknown_and_may_land_later() {
+    for bin in binaries().expect("a nats-server is needed") {
+        let server = NatsServer::start(&bin).expect("server starts");
+        let who = server.version.clone();
+        let js = jetstream(connected(&server.url()).await);
+        let store = ensure_bucket(&js, &BucketSpec::new("lh_ledger")).await.unwrap();
+        let r1 = match compare_and_set(&store, "api", Bytes::from_static(b"e1"), None).await.unwrap() {
+            CasOutcome::Written { revision } => revision,
+            other => panic!("{who}: {other:?}"),
+        };
+        // The server hangs: the write is sent, its acknowledgement never comes in time.
+        assert!(server.pause(), "{who}: the server did not stop");
+        let ours = Bytes::from_static(b"writer-a e2");
+        let outcome = compare_and_set(&store, "api", ours.clone(), Some(r1)).await;
+        server.resume();
+        assert!(
+            matches!(outcome, Ok(CasOutcome::Unknown)),
+            "{who}: a timed-out write must be Unknown, got {outcome:?}"
+        );
+        // It was applied after all: only re-reading (and comparing with our exact value) tells.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match read(&store, "api").await {
+                Ok(Some((rev, v))) if v == ours => {
+                    assert!(rev > r1, "{who}");
+                    break;
+                }
+                _ => assert!(Instant::now() < deadline, "{who}: the buffered write never landed"),
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+}

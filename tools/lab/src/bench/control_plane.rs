@@ -1,0 +1,171 @@
+//! `leasehold-lab bench control-plane --pods N`: a coordinator, one DC manager and N pods (sharing
+//! this process, each with its own NATS connection) at the default periods, on a nats-server of
+//! its own. A separate connection counts every message on `lh.>` and every KV write on `$KV.>`.
+
+use futures::StreamExt;
+use leasehold_nats::connect::connect_until;
+use leasehold_nats_harness::{binaries, NatsServer};
+use leasehold_pod::{Pod, PodSettings};
+use leasehold_shared::coordinator::LimitConfig;
+use leasehold_shared::dc_manager::DcManagerConfig;
+use leasehold_shared::quota::Quota;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Pods in the one DC.
+    #[arg(long, default_value_t = 200)]
+    pods: usize,
+    /// Measuring time after every pod holds a lease.
+    #[arg(long, default_value_t = 20)]
+    duration_s: u64,
+    #[arg(long)]
+    nats_url: Option<String>,
+}
+
+fn kind(subject: &str) -> &'static str {
+    if subject.starts_with("$KV.lh_ledger.") {
+        "kv_ledger_write"
+    } else if subject.starts_with("$KV.lh_leaders.dc.") {
+        "kv_dc_leader_write"
+    } else if subject.starts_with("$KV.lh_leaders.") {
+        "kv_coordinator_leader_write"
+    } else if subject.ends_with(".dc.bkk.report") {
+        "dc_report"
+    } else if subject.ends_with(".report") {
+        "pod_report"
+    } else if subject.ends_with(".lease") {
+        "pod_lease"
+    } else {
+        "other"
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+pub fn run(a: Args) -> Result<ExitCode, String> {
+    if a.pods == 0 || a.pods > 5_000 || a.duration_s == 0 {
+        return Err("--pods must be within 1..=5000 and --duration-s positive".into());
+    }
+    leasehold::block_on(measure(a))
+}
+
+async fn measure(a: Args) -> Result<ExitCode, String> {
+    let (_server, url) = match &a.nats_url {
+        Some(u) => (None, u.clone()),
+        None => {
+            let bin = binaries().map_err(|e| e.to_string())?;
+            let s = NatsServer::start(&bin[0]).map_err(|e| e.to_string())?;
+            let u = s.url();
+            (Some(s), u)
+        }
+    };
+    let connect = |name: &'static str| {
+        let url = url.clone();
+        async move { connect_until(&url, name, Instant::now() + Duration::from_secs(10)).await.map_err(|e| e.to_string()) }
+    };
+    let monitor = connect("monitor").await?;
+    let limit = LimitConfig::new("api", Quota::per_s(10_000, 1_000), &[("bkk", Quota::per_s(100, 0))]);
+    let renew_ms = limit.renew_interval_ms;
+    let coord = leasehold_coordinator::config::Settings {
+        nats_url: url.clone(),
+        id: Some("coord".into()),
+        limits: vec![limit],
+        ..Default::default()
+    };
+    let _c = leasehold_coordinator::spawn(connect("coordinator").await?, coord);
+    let manager = DcManagerConfig::new("api", "bkk", "");
+    let dc_renew_ms = manager.renew_interval_ms;
+    let dc = leasehold_dc_manager::config::Settings { nats_url: url.clone(), manager, ..Default::default() };
+    let m = leasehold_dc_manager::spawn(connect("dc-manager").await?, dc);
+    let mut pods = Vec::with_capacity(a.pods);
+    for i in 0..a.pods {
+        let s = PodSettings {
+            limit: "api".into(),
+            dc: "bkk".into(),
+            pod_id: Some(format!("pod{i}")),
+            ..Default::default()
+        };
+        pods.push(Pod::start(connect("pod").await?, &s));
+    }
+    eprintln!("bench: {} pods started; waiting for every pod to hold a lease", a.pods);
+    let ready_by = Instant::now() + Duration::from_secs(60);
+    for p in &pods {
+        let mut st = p.status.clone();
+        let left = ready_by.saturating_duration_since(Instant::now());
+        let ok = tokio::time::timeout(left, st.wait_for(|s| s.lease.is_some())).await.map(|r| r.is_ok());
+        if ok != Ok(true) {
+            return Err(format!("pod {} got no lease within 60 s", p.id));
+        }
+    }
+    eprintln!("bench: all pods hold leases; measuring for {} s", a.duration_s);
+    // Subscribe only now: the joining storm (each join re-splits for everyone) is not steady state.
+    let mut all = monitor.subscribe("lh.>").await.map_err(|e| e.to_string())?;
+    let mut kv = monitor.subscribe("$KV.>").await.map_err(|e| e.to_string())?;
+    monitor.flush().await.map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    let before = m.status.borrow().clone();
+    let end = start + Duration::from_secs(a.duration_s);
+    let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut bytes: u64 = 0;
+    let mut last_lease: BTreeMap<String, Instant> = BTreeMap::new();
+    let mut gaps_ms: Vec<f64> = Vec::new();
+    loop {
+        let msg = tokio::select! {
+            m = all.next() => m,
+            m = kv.next() => m,
+            _ = tokio::time::sleep_until(end.into()) => None,
+        };
+        let Some(msg) = msg else { break };
+        let k = kind(msg.subject.as_str());
+        *counts.entry(k).or_default() += 1;
+        bytes += msg.payload.len() as u64;
+        if k == "pod_lease" {
+            let now = Instant::now();
+            if let Some(prev) = last_lease.insert(msg.subject.to_string(), now) {
+                gaps_ms.push(now.duration_since(prev).as_secs_f64() * 1e3);
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let after = m.status.borrow().clone();
+    gaps_ms.sort_by(f64::total_cmp);
+    let rate = |k: &str| counts.get(k).copied().unwrap_or(0) as f64 / secs;
+    let n = a.pods as f64;
+    let round = |x: f64| (x * 1_000.0).round() / 1_000.0;
+    let gap_p99 = percentile(&gaps_ms, 0.99);
+    let keeps_period = gap_p99 <= dc_renew_ms as f64 * 1.25;
+    let summary = json!({
+        "pods": a.pods,
+        "duration_s": round(secs),
+        "periods_ms": { "pod_report": PodSettings::default().report_interval_ms, "pod_renew": dc_renew_ms, "coordinator_renew": renew_ms },
+        "msgs_per_s": counts.keys().map(|k| (k.to_string(), round(rate(k)))).collect::<BTreeMap<_, _>>(),
+        "bytes_per_s": round(bytes as f64 / secs),
+        "per_pod": { "reports_per_s": round(rate("pod_report") / n), "leases_per_s": round(rate("pod_lease") / n) },
+        "per_dc": { "dc_reports_per_s": round(rate("dc_report")), "kv_leader_writes_per_s": round(rate("kv_dc_leader_write")) },
+        "kv_writes_per_s": {
+            "ledger": round(rate("kv_ledger_write")),
+            "coordinator_leader": round(rate("kv_coordinator_leader_write")),
+            "dc_leader": round(rate("kv_dc_leader_write")),
+        },
+        "lease_gap_ms": { "p50": round(percentile(&gaps_ms, 0.5)), "p99": round(gap_p99), "max": round(gaps_ms.last().copied().unwrap_or(0.0)) },
+        "dc_manager_keeps_renew_period": keeps_period,
+        "dc_passes_per_s": {
+            "full": round((after.passes_full - before.passes_full) as f64 / secs),
+            "growth": round((after.passes_growth - before.passes_growth) as f64 / secs),
+        },
+    });
+    println!("{summary}");
+    for p in pods {
+        p.crash();
+    }
+    Ok(if keeps_period { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}

@@ -1,0 +1,229 @@
+//! `leasehold-lab bench keys --instances 3 --duration-s 30`: per-key limits under Zipf load through
+//! the real HTTP API, first against `--instances` NATS-sharded owners (a nats-server of its own,
+//! shard leases in KV, admissions in JetStream), then, in the same run, against the same number
+//! of instances deciding in one central Redis (sorted set + Lua, envoy ratelimit's design).
+//! The last line is JSON; `--kill-owner-at-s` SIGKILLs one owner mid-run.
+
+use super::keys_load::{drive, summary, LoadSpec, Observation};
+use crate::demo::procs::Procs;
+use leasehold_nats_harness::{binaries, NatsServer};
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value_t = 3)]
+    instances: usize,
+    /// Load time of each of the two runs.
+    #[arg(long, default_value_t = 30)]
+    duration_s: u64,
+    /// Distinct keys, drawn Zipf-distributed.
+    #[arg(long, default_value_t = 10_000)]
+    keys: usize,
+    #[arg(long, default_value_t = 1.1)]
+    zipf_s: f64,
+    /// Concurrent clients (each sends its next request when the last is answered).
+    #[arg(long, default_value_t = 32)]
+    clients: usize,
+    /// The limit every key has: `limit` per `window_ms` (exact sliding log).
+    #[arg(long, default_value_t = 10)]
+    limit: u64,
+    #[arg(long, default_value_t = 1_000)]
+    window_ms: u64,
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis_url: String,
+    /// Measure only the NATS-sharded owners.
+    #[arg(long)]
+    skip_redis: bool,
+    /// SIGKILL one owner this many seconds into the sharded run.
+    #[arg(long)]
+    kill_owner_at_s: Option<u64>,
+    /// The owners' `--durability` (`zero-loss` or `interval:<ms>`).
+    #[arg(long, default_value = "interval:100")]
+    durability: String,
+    #[arg(long, default_value_t = 3_000)]
+    shard_ttl_ms: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Where the instances' logs go.
+    #[arg(long, default_value = "out/bench-keys")]
+    out_dir: PathBuf,
+}
+
+const SHARDS: u32 = 64;
+
+pub fn run(a: Args) -> Result<ExitCode, String> {
+    if a.instances == 0 || a.instances > 16 || a.duration_s == 0 || a.keys == 0 || a.clients == 0 {
+        return Err("--instances must be 1..=16; --duration-s, --keys and --clients positive".into());
+    }
+    if a.kill_owner_at_s.is_some_and(|k| k >= a.duration_s || a.instances < 2) {
+        return Err("--kill-owner-at-s must be below --duration-s, with at least 2 instances".into());
+    }
+    leasehold::block_on(bench(a))
+}
+
+async fn bench(a: Args) -> Result<ExitCode, String> {
+    std::fs::create_dir_all(&a.out_dir).map_err(|e| format!("cannot create {}: {e}", a.out_dir.display()))?;
+    let tiers = a.out_dir.join("tiers.json");
+    let doc = json!({ "default_tier": "bench", "tiers": { "bench": { "limit": a.limit, "window_ms": a.window_ms } } });
+    std::fs::write(&tiers, doc.to_string()).map_err(|e| format!("cannot write {}: {e}", tiers.display()))?;
+    let tiers = tiers.to_string_lossy().to_string();
+    let run_id = format!("{:x}", std::process::id() as u64 ^ (a.seed << 20));
+
+    let binary = binaries().map_err(|e| e.to_string())?.remove(0);
+    let server = NatsServer::start(&binary).map_err(|e| e.to_string())?;
+    let mut procs = Procs::new(&a.out_dir.join("sharded"))?;
+    let mut bases = Vec::new();
+    for i in 0..a.instances {
+        let id = format!("k{i}");
+        let url = server.url();
+        let args = [
+            "keys",
+            "--listen",
+            "127.0.0.1:0",
+            "--nats-url",
+            &url,
+            "--tiers",
+            &tiers,
+            "--instance-id",
+            &id,
+            "--durability",
+            &a.durability,
+            "--shard-ttl-ms",
+            &a.shard_ttl_ms.to_string(),
+        ];
+        let addr = procs.spawn(&format!("keys-{i}"), &args, &[], true).await?.unwrap_or_default();
+        bases.push(format!("http://{addr}"));
+    }
+    let settled = wait_for_shards(&bases, Duration::from_secs(30)).await?;
+    eprintln!("bench keys: {} owners serve all {SHARDS} shards after {settled:.1} s", a.instances);
+    let spec = |bases: Vec<String>, prefix: &str| LoadSpec {
+        bases,
+        key_prefix: format!("{prefix}-{run_id}-"),
+        keys: a.keys,
+        zipf_s: a.zipf_s,
+        clients: a.clients,
+        duration: Duration::from_secs(a.duration_s),
+        seed: a.seed,
+    };
+    let start = Instant::now();
+    let load = spec(bases, "s");
+    let killer = async {
+        let at = a.kill_owner_at_s?;
+        tokio::time::sleep_until((start + Duration::from_secs(at)).into()).await;
+        procs.kill("keys-0").await;
+        eprintln!("bench keys: SIGKILLed owner k0 at {at} s");
+        Some(start.elapsed().as_micros() as u64)
+    };
+    let (obs, killed_at_us, _) = tokio::join!(drive(&load, start), killer, progress(start, load.duration, "sharded"));
+    let mut sharded = summary(&obs, load.duration, a.limit, a.window_ms);
+    if let Some(at_us) = killed_at_us {
+        let recovery = recovery_ms(&obs, 0, at_us);
+        sharded["killed_owner_at_s"] = json!(a.kill_owner_at_s);
+        sharded["recovery_ms"] = json!(recovery);
+        sharded["shard_ttl_ms"] = json!(a.shard_ttl_ms);
+        sharded["answered_again_within_ttl"] = json!(recovery <= a.shard_ttl_ms);
+        if let Some(ms) = a.durability.strip_prefix("interval:").and_then(|m| m.parse::<u64>().ok()) {
+            sharded["over_admission_bound"] = json!(loss_bound(&obs, at_us, ms));
+        }
+    }
+    procs.stop(Duration::from_secs(5), |_| true).await;
+    drop(server);
+    eprintln!("bench keys: sharded {sharded}");
+
+    let redis = if a.skip_redis {
+        serde_json::Value::Null
+    } else {
+        let mut procs = Procs::new(&a.out_dir.join("redis"))?;
+        let mut bases = Vec::new();
+        for i in 0..a.instances {
+            let args = ["keys", "--listen", "127.0.0.1:0", "--redis-url", &a.redis_url, "--tiers", &tiers];
+            let addr = procs.spawn(&format!("redis-keys-{i}"), &args, &[], true).await.map_err(|e| {
+                format!("{e} (is Redis running at {}? --skip-redis measures without the baseline)", a.redis_url)
+            })?;
+            bases.push(format!("http://{}", addr.unwrap_or_default()));
+        }
+        let load = spec(bases, "r");
+        let start = Instant::now();
+        let (obs, _) = tokio::join!(drive(&load, start), progress(start, load.duration, "redis"));
+        procs.stop(Duration::from_secs(5), |_| true).await;
+        let s = summary(&obs, load.duration, a.limit, a.window_ms);
+        eprintln!("bench keys: redis {s}");
+        s
+    };
+
+    let mut out = sharded.clone();
+    out["instances"] = json!(a.instances);
+    out["keys"] = json!(a.keys);
+    out["zipf_s"] = json!(a.zipf_s);
+    out["clients"] = json!(a.clients);
+    out["limit"] = json!(a.limit);
+    out["window_ms"] = json!(a.window_ms);
+    out["durability"] = json!(a.durability);
+    out["redis"] = redis.clone();
+    if !redis.is_null() {
+        let ours = sharded["decisions_per_s"].as_f64().unwrap_or(0.0);
+        let theirs = redis["decisions_per_s"].as_f64().unwrap_or(0.0);
+        out["throughput_vs_redis"] = json!(((ours / theirs.max(1e-9)) * 1000.0).round() / 1000.0);
+    }
+    println!("{out}");
+    let ok = sharded["over_admissions"] == 0 && (redis.is_null() || redis["over_admissions"] == 0);
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Poll every instance's `/metrics` until their served shards add up to all of them, evenly.
+async fn wait_for_shards(bases: &[String], limit: Duration) -> Result<f64, String> {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(1)).build().map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    loop {
+        let mut each = Vec::new();
+        for b in bases {
+            if let Ok(r) = http.get(format!("{b}/metrics")).send().await {
+                let text = r.text().await.unwrap_or_default();
+                each.push(
+                    text.lines()
+                        .find_map(|l| l.strip_prefix("leasehold_keys_shards_served "))
+                        .and_then(|v| v.trim().parse::<u32>().ok())
+                        .unwrap_or(0),
+                );
+            }
+        }
+        let served: u32 = each.iter().sum();
+        let n = bases.len() as u32;
+        if served == SHARDS && each.iter().all(|&c| c >= SHARDS / n && c <= SHARDS.div_ceil(n)) {
+            return Ok(start.elapsed().as_secs_f64());
+        }
+        if start.elapsed() > limit {
+            return Err(format!("only {served} of {SHARDS} shards served after {limit:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn progress(start: Instant, duration: Duration, what: &str) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    tick.tick().await;
+    while start.elapsed() + Duration::from_millis(100) < duration {
+        tick.tick().await;
+        eprintln!("bench keys: {what} {:.0} / {} s", start.elapsed().as_secs_f64(), duration.as_secs());
+    }
+}
+
+/// What a crash can lose in `interval` mode: the admissions since the owner's last stored flush,
+/// so at most every admission (of any owner) answered in the last interval plus 100 ms for the
+/// publish before the kill. Each lost admission lets at most one more in: over-admissions ≤ this.
+pub fn loss_bound(obs: &[Observation], killed_at_us: u64, interval_ms: u64) -> usize {
+    let from = killed_at_us.saturating_sub((interval_ms + 100) * 1_000);
+    obs.iter().filter(|o| o.status == 200 && o.sent_us <= killed_at_us && o.received_us >= from).count()
+}
+
+/// From the kill on: when the last request that reached a live instance went unanswered.
+pub fn recovery_ms(obs: &[Observation], killed: u8, killed_at_us: u64) -> u64 {
+    obs.iter()
+        .filter(|o| o.instance != killed && o.sent_us >= killed_at_us && (o.status == 503 || o.status == 0))
+        .map(|o| (o.received_us - killed_at_us) / 1_000)
+        .max()
+        .unwrap_or(0)
+}

@@ -1,0 +1,25 @@
+//! `leasehold-lab bench …`: measurements that print one JSON line.
+
+mod control_plane;
+mod keys;
+mod keys_load;
+
+use clap::Subcommand;
+use std::process::ExitCode;
+
+#[derive(Subcommand)]
+pub enum Bench {
+    /// Control-plane cost: messages/s and KV writes/s per pod and per DC, and whether the DC
+    /// manager keeps its renew period with many pods.
+    ControlPlane(control_plane::Args),
+    /// Per-key limits: Zipf load over HTTP against NATS-sharded owners and, in the same run,
+    /// against one central Redis (sorted set + Lua); over-admissions counted by the bench.
+    Keys(keys::Args),
+}
+
+pub fn run(b: Bench) -> Result<ExitCode, String> {
+    match b {
+        Bench::ControlPlane(a) => control_plane::run(a),
+        Bench::Keys(a) => keys::run(a),
+    }
+}

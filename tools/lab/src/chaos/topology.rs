@@ -1,0 +1,178 @@
+//! The production shape on loopback: a 3-node NATS cluster with JetStream (the ledger and the
+//! leader keys are R3 streams, so one node may die), and one network link per DC: every NATS
+//! connection of a DC's services (its managers and pods) goes through a TCP proxy the harness
+//! controls, which forwards to the cluster's nodes (failing over between them). The coordinators
+//! connect to the cluster directly. Cutting a DC's proxy is a real partition of that DC: its
+//! connections drop and no new one gets through until it heals. The servers do not advertise
+//! their other addresses to clients (`no_advertise`), so nothing routes around the proxy.
+
+use leasehold_nats_harness::NatsServer;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+pub struct Topology {
+    pub hub: Vec<NatsServer>,
+    proxies: Vec<Proxy>,
+}
+
+fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+fn hub_config(i: usize, cluster_ports: &[u16]) -> String {
+    let routes: Vec<String> = cluster_ports
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| *j != i)
+        .map(|(_, p)| format!("\"nats-route://127.0.0.1:{p}\""))
+        .collect();
+    format!(
+        "server_name: hub-{}\ncluster {{\n  name: hub\n  listen: 127.0.0.1:{}\n  no_advertise: true\n  routes: [{}]\n}}\n",
+        i + 1,
+        cluster_ports[i],
+        routes.join(", ")
+    )
+}
+
+/// How many times the hub is started afresh when a node dies at start (e.g. a cluster port
+/// reserved by [`free_port`] was taken by another socket before the node bound it).
+const HUB_START_ATTEMPTS: usize = 3;
+
+impl Topology {
+    pub async fn start(binary: &Path, dcs: usize) -> Result<Self, String> {
+        let mut hub = start_hub(binary).await;
+        for attempt in 2..=HUB_START_ATTEMPTS {
+            match hub {
+                Ok(_) => break,
+                Err(e) => {
+                    eprintln!("chaos: the NATS cluster did not come up ({e}); starting it again (attempt {attempt})");
+                    hub = start_hub(binary).await;
+                }
+            }
+        }
+        let hub = hub?;
+        let client_ports: Vec<u16> = hub.iter().map(NatsServer::port).collect();
+        let mut proxies = Vec::new();
+        for _ in 0..dcs {
+            proxies.push(Proxy::start(client_ports.clone()).await?);
+        }
+        Ok(Topology { hub, proxies })
+    }
+
+    /// Each hub node: alive or not, and its last log lines (for an error message).
+    pub fn diagnosis(&mut self) -> String {
+        let nodes: Vec<String> = self
+            .hub
+            .iter_mut()
+            .enumerate()
+            .map(|(i, s)| {
+                let state = if s.is_running() { "running" } else { "exited" };
+                format!("hub-{} {state}: {}", i + 1, s.log_tail(4).join(" | "))
+            })
+            .collect();
+        nodes.join("; ")
+    }
+
+    /// Every hub node's client URL, comma-separated (clients fail over between them).
+    pub fn hub_urls(&self) -> String {
+        self.hub.iter().map(|s| s.url()).collect::<Vec<_>>().join(",")
+    }
+
+    /// The DC's way into NATS: its link proxy.
+    pub fn dc_url(&self, dc: usize) -> String {
+        format!("nats://127.0.0.1:{}", self.proxies[dc].port)
+    }
+
+    pub fn partition(&self, dc: usize) {
+        self.proxies[dc].cut();
+    }
+
+    pub fn heal(&self, dc: usize) {
+        self.proxies[dc].heal();
+    }
+}
+
+/// Three clustered nodes, returned once every one of them is alive and accepts route
+/// connections on its cluster port (a node that lost its port to another socket exits).
+async fn start_hub(binary: &Path) -> Result<Vec<NatsServer>, String> {
+    let cluster_ports: Vec<u16> = (0..3).map(|_| free_port()).collect::<Result<_, _>>()?;
+    let mut hub = Vec::new();
+    for i in 0..3 {
+        let config = hub_config(i, &cluster_ports);
+        hub.push(NatsServer::start_with_config(binary, &[("hub.conf", &config)], &[]).map_err(|e| e.to_string())?);
+    }
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    for (i, port) in cluster_ports.iter().enumerate() {
+        loop {
+            if !hub[i].is_running() {
+                return Err(format!("hub-{} exited: {}", i + 1, hub[i].log_tail(3).join(" | ")));
+            }
+            if TcpStream::connect(("127.0.0.1", *port)).await.is_ok() {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(format!("hub-{} does not listen for routes on {port}", i + 1));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+    Ok(hub)
+}
+
+/// A TCP proxy from a DC to the cluster's client ports (the first node that answers).
+struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    links: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    _accept: JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(targets: Vec<u16>) -> Result<Self, String> {
+        let listener = TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+        let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let links: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let (c, l) = (cut.clone(), links.clone());
+        let accept = tokio::spawn(async move {
+            let mut next = 0usize;
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if c.load(Ordering::SeqCst) {
+                    continue; // dropped: the link is cut
+                }
+                let targets = targets.clone();
+                next += 1;
+                let start = next;
+                let task = tokio::spawn(async move {
+                    for k in 0..targets.len() {
+                        let port = targets[(start + k) % targets.len()];
+                        if let Ok(mut outbound) = TcpStream::connect(("127.0.0.1", port)).await {
+                            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                            return;
+                        }
+                    }
+                });
+                let mut links = l.lock().unwrap_or_else(|p| p.into_inner());
+                links.retain(|t| !t.is_finished());
+                links.push(task);
+            }
+        });
+        Ok(Proxy { port, cut, links, _accept: accept })
+    }
+
+    /// Drop every connection and refuse new ones.
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for t in self.links.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            t.abort();
+        }
+    }
+
+    fn heal(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
