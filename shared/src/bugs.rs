@@ -50,4 +50,12 @@ pub struct KnownBugs {
     /// outlive it on the coordinator's books (a takeover that shortened `dc_ttl_ms`: 1,250/s
     /// against 1,000/s; found by a third outside review).
     pub ack_by_amount_only: bool,
+    /// A DC manager grants pod leases within its budget at the moment only: a lease cut from the
+    /// floor alone may outlive an older, larger DC lease whose room a renewal leaned on, after
+    /// the coordinator stops counting it (seventh review).
+    pub pod_lease_outlives_counted_dc_lease: bool,
+    /// A leader trusts a ledger record of a term below the fence's as the newest, although the
+    /// fence's term may have written newer records that the store lost (1,990/s against
+    /// 1,000/s; seventh review).
+    pub record_behind_fence_trusted: bool,
 }

@@ -16,7 +16,7 @@
 //! | bucket | key | value |
 //! |---|---|---|
 //! | `lh_ledger` | `<limit>` | [`LedgerRecord`](crate::wire::LedgerRecord), written by compare-and-set only |
-//! | `lh_leaders` | `coordinator` or `dc.<dc>` | the current leader's id (the bucket's `max_age` is the leadership TTL) |
+//! | `lh_leaders` | `coordinator` or `dc.<dc>` | the current leader's id (no `max_age`: terms never rely on a key expiring) |
 
 use crate::wire::{check_id, WireError};
 

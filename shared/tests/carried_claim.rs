@@ -208,10 +208,15 @@ fn a_pod_claim_from_a_larger_expired_dc_lease_never_licenses_a_share_of_the_smal
 }
 
 /// Negative control: the old rule (after the DC lease shrank, a pod's claim under the larger one
-/// still licenses a renewal at its level) breaks here.
+/// still licenses a renewal at its level) breaks here, once the later grant rule (room at the
+/// end of each counted DC lease, which also stops this path) is off too.
 #[test]
 fn the_old_grant_rule_breaks_on_this_path() {
-    let bugs = KnownBugs { renewal_reuses_inherited_claim: true, ..KnownBugs::default() };
+    let bugs = KnownBugs {
+        renewal_reuses_inherited_claim: true,
+        pod_lease_outlives_counted_dc_lease: true,
+        ..KnownBugs::default()
+    };
     let breach = first_breach(bugs).expect("the old rule held");
     assert!(breach.contains("pods hold 300.000/s"), "{breach}");
 }

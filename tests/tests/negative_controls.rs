@@ -145,3 +145,12 @@ fn the_simulator_catches_a_floor_change_at_once() {
     let bugs = KnownBugs { floor_change_at_once: true, ..KnownBugs::default() };
     assert!(storm_breaches_with(bugs, Quota::ZERO, 1..=2) > 0);
 }
+
+/// Seventh review: a crash that loses the ledger bucket's tail leaves an earlier term's record.
+/// Trusted as the newest, its leases are renewed at once while the lost term's leases are still
+/// spent.
+#[test]
+fn the_simulator_catches_a_leader_that_trusts_a_record_behind_the_fence() {
+    let bugs = KnownBugs { record_behind_fence_trusted: true, ..KnownBugs::default() };
+    assert!(storm_breaches_with(bugs, Quota::ZERO, 1..=10) > 0);
+}

@@ -217,8 +217,14 @@ impl Leader {
             .map(|cfg| {
                 let (rev, rec) = &records[&cfg.limit];
                 let stored = Stored::classify(rec.as_ref(), fence.as_ref().map(|(_, f)| f));
-                if let Stored::Lost(f) = stored {
-                    warn!(limit = %cfg.limit, fence = ?fence_epoch, dc_ttl_ms_max = f.dc_ttl_ms_max, "ledger record missing below the fence: it was lost; issuing nothing for the longest DC-lease lifetime, counting the largest floors it may have named");
+                match stored {
+                    Stored::Lost(f) => {
+                        warn!(limit = %cfg.limit, fence = ?fence_epoch, dc_ttl_ms_max = f.dc_ttl_ms_max, "ledger record missing below the fence: it was lost; issuing nothing for the longest DC-lease lifetime, counting the largest floors it may have named");
+                    }
+                    Stored::Behind(r, f) => {
+                        warn!(limit = %cfg.limit, record_epoch = r.epoch, fence = ?fence_epoch, dc_ttl_ms_max = f.dc_ttl_ms_max, "ledger record older than the fence's term: newer records were lost; issuing nothing for the longest DC-lease lifetime, counting the largest floors they may have named");
+                    }
+                    Stored::Record(_) | Stored::Fresh => {}
                 }
                 let core = CoordinatorCore::resume(cfg.clone(), &self.id, epoch, stored, now);
                 (cfg.limit.clone(), LimitState { core, record_rev: *rev })

@@ -52,19 +52,25 @@ pub async fn ensure_bucket(js: &jetstream::Context, spec: &BucketSpec) -> Result
         num_replicas: spec.replicas,
         allow_rollup: true,
         deny_delete: true,
-        allow_direct: true,
+        // Reads answered by the stream leader only: a direct get may come from a lagging
+        // replica, and a DC manager starting a term must not take a floor already given away.
+        allow_direct: false,
         discard: stream::DiscardPolicy::New,
         storage: stream::StorageType::File,
         ..Default::default()
     };
     with_retries(|| async {
-        match js.get_or_create_stream(config.clone()).await {
-            Ok(_) => js
-                .get_key_value(spec.name.clone())
-                .await
-                .map_err(|e| KvError::Open { bucket: spec.name.clone(), reason: e.to_string() }),
-            Err(e) => Err(KvError::Stream { bucket: spec.name.clone(), reason: e.to_string() }),
+        let stream_error = |e: String| KvError::Stream { bucket: spec.name.clone(), reason: e };
+        let stream = js.get_or_create_stream(config.clone()).await.map_err(|e| stream_error(e.to_string()))?;
+        // A bucket created by an earlier version (or by hand) may allow direct gets: turn them off.
+        if stream.cached_info().config.allow_direct {
+            let mut updated = stream.cached_info().config.clone();
+            updated.allow_direct = false;
+            js.update_stream(updated).await.map_err(|e| stream_error(format!("turning direct gets off: {e}")))?;
         }
+        js.get_key_value(spec.name.clone())
+            .await
+            .map_err(|e| KvError::Open { bucket: spec.name.clone(), reason: e.to_string() })
     })
     .await
 }

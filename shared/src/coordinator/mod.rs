@@ -15,15 +15,17 @@
 
 mod config;
 mod floors;
+mod takeover;
 
 pub use config::{DcSpec, LimitConfig};
 pub use floors::floor_holder;
+pub use takeover::{next_epoch, Stored};
 
 use crate::allocator::{allocate, Claim, Rebalancer};
 use crate::expiry::NS_PER_MS;
 use crate::ledger::{LeaseEntry, Ledger};
 use crate::quota::Quota;
-use crate::wire::{DcLease, DcReport, LeaseVersion, LedgerFence, LedgerRecord, SCHEMA_VERSION};
+use crate::wire::{DcLease, DcReport, LeaseVersion, LedgerRecord, SCHEMA_VERSION};
 use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -44,36 +46,6 @@ pub struct CoordinatorCounters {
     pub leases_issued: u64,
     pub reports_rejected: u64,
     pub acks_unknown: u64,
-}
-
-/// The epoch of a new coordinator term: above every epoch stored in a record or the fence, and
-/// at least the revision of its claim on the leader key (revisions only grow, so a lost record
-/// cannot make epochs start again at 1).
-pub fn next_epoch(stored_epoch_max: u64, fence_epoch: Option<u64>, claim_revision: u64) -> u64 {
-    (stored_epoch_max.max(fence_epoch.unwrap_or(0)) + 1).max(claim_revision)
-}
-
-/// What a new leader found in durable storage for one limit.
-#[derive(Clone, Copy, Debug)]
-pub enum Stored<'a> {
-    Record(&'a LedgerRecord),
-    /// No record, and the fence shows none was ever written: a first start.
-    Fresh,
-    /// No record, but the fence shows one was written: it was lost. The fence bounds what it
-    /// held: no DC lease longer than `dc_ttl_ms_max` (0: unknown, an older fence), no floor above
-    /// `floors_max`.
-    Lost(&'a LedgerFence),
-}
-
-impl<'a> Stored<'a> {
-    /// From the record read (if any) and the fence read (if any).
-    pub fn classify(record: Option<&'a LedgerRecord>, fence: Option<&'a LedgerFence>) -> Self {
-        match (record, fence) {
-            (Some(r), _) => Stored::Record(r),
-            (None, None) => Stored::Fresh,
-            (None, Some(f)) => Stored::Lost(f),
-        }
-    }
 }
 
 #[derive(Clone)]
@@ -134,6 +106,8 @@ impl CoordinatorCore {
     /// a DC counts apart from the DC's own floor until the DC confirms a floor named since, and
     /// every floor is named zero until the wait is over. The record carries both (a leader
     /// resuming from a record written during the wait waits in full from its own takeover).
+    /// A record of a term below the fence's ([`Stored::Behind`]) is treated the same way: newer
+    /// records may have been lost after it, and the fence bounds them too.
     ///
     /// The floors a record names or reserves keep counting; the configured ones are then
     /// approached as `floors.rs` describes.
@@ -143,13 +117,15 @@ impl CoordinatorCore {
             Stored::Record(r) => Some(r),
             Stored::Fresh => None,
             Stored::Lost(fence) => {
-                let earlier_dc_ttl_ms = if c.cfg.bugs.lost_record_waits_own_ttl { 0 } else { fence.dc_ttl_ms_max };
-                c.wait_out_lost_record(earlier_dc_ttl_ms, now_ns);
-                if let Some(floors) = fence.floors_of(&c.cfg.limit) {
-                    c.adopt_lost_floors(floors);
-                }
+                c.wait_out_fenced_records(fence, now_ns);
                 None
             }
+            // Nothing in it can be trusted to be the newest: as for a lost record.
+            Stored::Behind(_, fence) if !c.cfg.bugs.record_behind_fence_trusted => {
+                c.wait_out_fenced_records(fence, now_ns);
+                None
+            }
+            Stored::Behind(r, _) => Some(r),
         };
         if let Some(rec) = record {
             // The writer was still waiting out a lost record: so does this leader, in full.
@@ -176,13 +152,6 @@ impl CoordinatorCore {
         }
         c.settle_floors(now_ns);
         c
-    }
-
-    /// Issue nothing for one full lifetime of the longest DC lease a lost record may hold.
-    fn wait_out_lost_record(&mut self, earlier_dc_ttl_ms: u64, now_ns: u64) {
-        let longest_ms = self.cfg.dc_ttl_ms.max(earlier_dc_ttl_ms);
-        self.issue_from_ns = self.issue_from_ns.max(self.cfg.expiry.issuer_live_until_ns(now_ns, longest_ms));
-        self.lost_wait_dc_ttl_ms = Some(longest_ms);
     }
 
     pub fn epoch(&self) -> u64 {

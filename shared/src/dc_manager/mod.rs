@@ -6,6 +6,8 @@
 //! * **Nesting**: a pod lease never outlives the DC lease it was cut from (in either clock).
 //! * **Conservation**: pod grants go through a [`Ledger`]; a pod's old lease counts until the pod
 //!   reports the new one in use, returns it, or it expires.
+//! * **Counted ends** (`lease_ends.rs`): a grant also keeps, at the end of each DC lease the
+//!   coordinator may still count, the pod leases still admitting within what stays counted.
 //! * **Acks upward**: the manager tells the coordinator it is bound by DC lease `w` only once its
 //!   pods' outstanding leases fit inside floor + `w`, so the coordinator never forgets a larger
 //!   lease that pods may still be spending.
@@ -18,6 +20,7 @@
 
 mod config;
 mod floors;
+mod lease_ends;
 mod pods;
 
 pub use config::{DcManagerConfig, FailMode, SplitMode};
@@ -316,11 +319,22 @@ impl DcManagerCore {
         if !self.ledger.can_grow(pod, target, now_ns) {
             return false;
         }
+        let Some((_, live_until)) = self.grant_terms(now_ns) else { return false };
         let claim = self.ledger.holder_claim(pod, now_ns);
-        let grant = self.ledger.grantable(pod, target, now_ns);
+        let grant = self.grantable(pod, target, live_until, now_ns);
         let step = |t: u64| ((t as f64 * MIN_GROWTH_STEP) as u64).max(1);
         grant.rate_milli_per_s >= claim.rate_milli_per_s + step(target.rate_milli_per_s)
             || grant.burst_milli >= claim.burst_milli + step(target.burst_milli)
+    }
+
+    /// The TTL of a pod lease cut now (nested in the current DC lease, if any) and until when
+    /// this manager counts it; `None` when it would be too short to issue.
+    fn grant_terms(&self, now_ns: u64) -> Option<(u64, u64)> {
+        let ttl_ms = match self.budget(now_ns).1 {
+            Some(e) => self.cfg.expiry.nested_ttl_ms(now_ns, e, self.cfg.pod_ttl_ms),
+            None => self.cfg.pod_ttl_ms,
+        };
+        (ttl_ms >= self.cfg.min_pod_ttl_ms).then(|| (ttl_ms, self.cfg.expiry.issuer_live_until_ns(now_ns, ttl_ms)))
     }
 
     /// Split the budget among eligible pods and issue their leases: to every pod (`Full`), or
@@ -333,16 +347,10 @@ impl DcManagerCore {
             self.counters.passes_growth += 1;
         }
         self.ledger.expire(now_ns);
-        let (budget, parent_expiry) = self.budget(now_ns);
+        let (budget, _) = self.budget(now_ns);
         self.note_floor_spent(now_ns);
         self.ledger.set_capacity(budget);
-        let ttl_ms = match parent_expiry {
-            Some(e) => self.cfg.expiry.nested_ttl_ms(now_ns, e, self.cfg.pod_ttl_ms),
-            None => self.cfg.pod_ttl_ms,
-        };
-        if ttl_ms < self.cfg.min_pod_ttl_ms {
-            return Vec::new();
-        }
+        let Some((ttl_ms, live_until)) = self.grant_terms(now_ns) else { return Vec::new() };
         let eligible = self.pods.eligible(&self.cfg, now_ns);
         let targets = self.pods.split(budget, &eligible, self.cfg.split);
         // Shrinking pods first, so their freed share is visible before others grow.
@@ -351,13 +359,12 @@ impl DcManagerCore {
             let claim = self.ledger.holder_claim(p, now_ns);
             (t.rate_milli_per_s as i128 - claim.rate_milli_per_s as i128, t.burst_milli)
         });
-        let live_until = self.cfg.expiry.issuer_live_until_ns(now_ns, ttl_ms);
         let mut out = Vec::with_capacity(order.len());
         for (pod, target) in order {
             if kind == Pass::GrowthOnly && !self.worth_growing(&pod, target, now_ns) {
                 continue;
             }
-            let quota = self.ledger.grantable(&pod, target, now_ns);
+            let quota = self.grantable(&pod, target, live_until, now_ns);
             self.next_seq += 1;
             let version = LeaseVersion::new(self.cfg.epoch, self.next_seq);
             if self.ledger.grant(&pod, quota, version, live_until, now_ns).is_err() {

@@ -2,6 +2,7 @@
 //! pods and DC managers as the services configure them. Each test file uses what it needs.
 #![allow(dead_code)]
 
+use leasehold_shared::bugs::KnownBugs;
 use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore};
 use leasehold_shared::pod::{PodConfig, PodCore};
 use leasehold_shared::quota::Quota;
@@ -56,7 +57,13 @@ pub fn pod(dc: &str, name: &str) -> PodCore {
 
 /// A real DC manager term of limit `api`.
 pub fn manager(dc: &str, instance: &str, epoch: u64, now: u64) -> DcManagerCore {
+    manager_with_bugs(dc, instance, epoch, now, KnownBugs::default())
+}
+
+/// As [`manager`], with holes an audit found brought back (negative controls).
+pub fn manager_with_bugs(dc: &str, instance: &str, epoch: u64, now: u64, bugs: KnownBugs) -> DcManagerCore {
     let mut cfg = DcManagerConfig::new("api", dc, instance);
+    cfg.bugs = bugs;
     cfg.epoch = epoch;
     cfg.expiry.egress_spread_ms = 150;
     cfg.validate().expect("valid");

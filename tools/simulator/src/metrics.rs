@@ -46,6 +46,7 @@ pub struct Metrics {
     pub fenced_writes: u64,
     /// Ledger records lost with a single-replica bucket (the fence survives).
     pub records_lost: u64,
+    pub records_rolled_back: u64,
     pub lease_rejections: u64,
     pub drains_acked: u64,
     /// Largest amount by which what pods may spend exceeded R and B (best-effort mode only).
@@ -86,6 +87,7 @@ impl Metrics {
             dc_takeovers: 0,
             fenced_writes: 0,
             records_lost: 0,
+            records_rolled_back: 0,
             lease_rejections: 0,
             drains_acked: 0,
             overshoot_max: leasehold_shared::quota::Quota::ZERO,

@@ -50,6 +50,7 @@ pub struct SeedResult {
     pub dc_manager_failovers: u64,
     pub fenced_writes: u64,
     pub records_lost: u64,
+    pub records_rolled_back: u64,
     pub overshoot_rate_per_s: f64,
     /// This seed's offered load, from the scenario's demand function.
     pub offered: OfferedLoad,
@@ -101,6 +102,8 @@ pub struct Summary {
     pub fenced_writes: u64,
     /// Ledger records lost (a coordinator crash that took a single-replica bucket with it).
     pub records_lost: u64,
+    /// Ledger records rolled back to an earlier term's (a crash that lost the bucket's tail).
+    pub records_rolled_back: u64,
     /// "strict", or "best-effort" with an emergency allowance per DC.
     pub mode: &'static str,
     /// Σ E (rate/s): the documented overshoot bound; 0 in strict mode.
@@ -179,6 +182,7 @@ pub fn run_scenario(sc: Scenario, seed: u64, policy: Policy) -> SeedResult {
         dc_manager_failovers: m.dc_takeovers.saturating_sub(sc_dcs as u64),
         fenced_writes: m.fenced_writes,
         records_lost: m.records_lost,
+        records_rolled_back: m.records_rolled_back,
         overshoot_rate_per_s: m.overshoot_max.rate_per_s(),
         offered,
         series: m.series,
@@ -338,6 +342,7 @@ pub fn run_many(opts: &RunOptions) -> Result<(Summary, Vec<SeedResult>), String>
         limit_changes_min: fewest(&results, FaultKind::LimitChange),
         fenced_writes: results.iter().map(|r| r.fenced_writes).sum(),
         records_lost: results.iter().map(|r| r.records_lost).sum(),
+        records_rolled_back: results.iter().map(|r| r.records_rolled_back).sum(),
         mode: if opts.emergency_per_dc.is_zero() { "strict" } else { "best-effort" },
         overshoot_bound_rate_per_s: sc_with(opts, sc.clone()).overshoot_bound().rate_per_s(),
         overshoot_measured_rate_per_s: results.iter().map(|r| r.overshoot_rate_per_s).fold(0.0, f64::max),

@@ -259,6 +259,9 @@ impl World {
         self.kv.max_epoch = self.kv.max_epoch.max(record.epoch);
         self.kv.record_rev += 1;
         self.coords[c].record_rev = self.kv.record_rev;
+        if let Some(prev) = self.kv.record.take().filter(|p| p.epoch < record.epoch) {
+            self.kv.earlier_term_record = Some(prev);
+        }
         self.kv.record = Some(record.clone());
         if quiet {
             return; // nothing new: the watch would deliver the same leases and floors again

@@ -143,11 +143,17 @@ impl World {
             }),
             FaultKind::CoordinatorCrash => self.leader().map(|c| {
                 // One crash in four takes a single-replica ledger bucket down with it: the
-                // record is gone, the fence (another stream) is not.
+                // record is gone, or (every other time) its tail is, leaving the last record an
+                // earlier term wrote; the fence (another stream) stays.
                 if (f.target >> 8).is_multiple_of(4) && self.kv.record.is_some() {
-                    self.kv.record = None;
+                    let rolled_back = (f.target >> 10) % 2 == 1 && self.kv.earlier_term_record.is_some();
+                    self.kv.record = if rolled_back { self.kv.earlier_term_record.clone() } else { None };
                     self.kv.record_rev += 1;
-                    self.metrics.records_lost += 1;
+                    if rolled_back {
+                        self.metrics.records_rolled_back += 1;
+                    } else {
+                        self.metrics.records_lost += 1;
+                    }
                 }
                 self.coords[c].alive = false;
                 self.coords[c].core = None;
@@ -192,7 +198,10 @@ impl World {
                 let shrink = l.changes % 2 == 1;
                 let scale = |base: u64| if shrink { (base as f64 * f.amount) as u64 } else { base };
                 l.dc_ttl_ms = scale(self.sc.dc_ttl_ms);
-                l.pod_ttl_ms = scale(self.sc.pod_ttl_ms);
+                // Every other rollout lowers dc_ttl_ms alone: nothing ties the pod leases' TTL
+                // to it, and a pod lease cut from the floor alone then outlives DC leases.
+                let dc_only = (f.target >> 1) % 2 == 1;
+                l.pod_ttl_ms = if dc_only { self.sc.pod_ttl_ms } else { scale(self.sc.pod_ttl_ms) };
                 l.pod_ttl_ms_max = l.pod_ttl_ms_max.max(l.pod_ttl_ms);
                 // The leader restarts last (standbys already run the new settings): the
                 // coordinators' for even targets (dc_ttl_ms), each DC's managers' for odd ones

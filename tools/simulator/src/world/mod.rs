@@ -160,6 +160,8 @@ struct Kv {
     /// The highest epoch any record was written under.
     max_epoch: u64,
     fence: Option<LedgerFence>,
+    /// The last record an earlier term wrote: what a store that loses its tail goes back to.
+    earlier_term_record: Option<Rc<LedgerRecord>>,
 }
 
 pub struct World {

@@ -1,0 +1,48 @@
+//! Pod grants against the instants the coordinator stops counting a DC lease.
+//!
+//! The manager's ledger holds the pods' leases within the budget (floor + current DC lease) at
+//! the moment of each grant, and after a shrink it lets the leases cut under the larger budget
+//! drain by themselves ("inherited"). That is safe only while what backed the larger budget is
+//! still counted upstream. An older, larger DC lease stops being counted when it expires, with no
+//! ack needed; a pod lease cut from the floor alone (no DC lease current: the full pod TTL,
+//! nested in nothing) may live past that instant. So a grant must also keep, at the end of every
+//! DC lease the coordinator may still count, the pod leases still admitting then within what
+//! stays counted after it: the floor and the DC leases that end later.
+
+use super::DcManagerCore;
+use crate::expiry::NS_PER_MS;
+use crate::quota::Quota;
+
+impl DcManagerCore {
+    /// The most `pod` may be granted now, in a lease the ledger counts until `live_until_ns`, so
+    /// that at the end of each DC lease the coordinator may still count, the pod leases still
+    /// admitting (their counted end less the egress spread: calls in flight are the
+    /// coordinator's to count) fit the floor and the DC leases that end later. During the quiet
+    /// period the floor counts as zero, as in the budget.
+    pub(super) fn room_at_dc_lease_ends(&self, pod: &String, live_until_ns: u64, now_ns: u64) -> Quota {
+        if self.cfg.bugs.pod_lease_outlives_counted_dc_lease {
+            return Quota::new(u64::MAX, u64::MAX);
+        }
+        let floor = if now_ns < self.floor_usable_from_ns { Quota::ZERO } else { self.floor };
+        let egress_ns = self.cfg.expiry.egress_spread_ms * NS_PER_MS;
+        // Leases older than the one acked are released upstream: they back nothing.
+        let counted: Vec<_> = self.held.iter().filter(|l| self.acked.is_none_or(|a| l.version >= a)).collect();
+        let mut room = Quota::new(u64::MAX, u64::MAX);
+        for end in counted.iter().map(|l| l.expires_at_ns) {
+            // Pods admitting after `end` hold leases counted past `end + egress`.
+            let after = end.saturating_add(egress_ns);
+            if end <= now_ns || live_until_ns <= after {
+                continue;
+            }
+            let later = counted.iter().filter(|l| l.expires_at_ns > end).fold(Quota::ZERO, |m, l| m.max(l.quota));
+            let others = self.ledger.outstanding(after).saturating_sub(self.ledger.holder_claim(pod, after));
+            room = room.min(floor.saturating_add(later).saturating_sub(others));
+        }
+        room
+    }
+
+    /// The ledger's grantable amount for `pod`, within [`room_at_dc_lease_ends`](Self::room_at_dc_lease_ends).
+    pub(super) fn grantable(&self, pod: &String, target: Quota, live_until_ns: u64, now_ns: u64) -> Quota {
+        self.ledger.grantable(pod, target, now_ns).min(self.room_at_dc_lease_ends(pod, live_until_ns, now_ns))
+    }
+}
