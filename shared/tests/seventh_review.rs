@@ -15,13 +15,12 @@
 
 use leasehold_shared::bugs::KnownBugs;
 use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
-use leasehold_shared::dc_manager::{DcManagerCore, DcOutput};
-use leasehold_shared::pod::{IntervalCounters, PodCore};
 use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{DcLease, DcReport, LedgerFence};
+use leasehold_shared::wire::LedgerFence;
 
 mod support;
-use support::{manager_with_bugs, pod, secs, MS, S};
+use support::world::{print_run, sample, step_two_dcs, Dc};
+use support::{secs, MS, S};
 
 fn config(quota: Quota, bkk_floor: u64, eu_floor: u64) -> LimitConfig {
     config_with_bugs(quota, bkk_floor, eu_floor, KnownBugs::default())
@@ -34,108 +33,6 @@ fn config_with_bugs(quota: Quota, bkk_floor: u64, eu_floor: u64, bugs: KnownBugs
     c.bugs = bugs;
     c.validate().expect("a valid configuration");
     c
-}
-
-/// One DC manager term and its pods (a pod may be cut off from the manager).
-struct Dc {
-    name: &'static str,
-    mgr: DcManagerCore,
-    pods: Vec<PodCore>,
-    offered: u64,
-    pod_cut: Vec<bool>,
-}
-
-impl Dc {
-    fn new(name: &'static str, instance: &str, epoch: u64, now: u64, bugs: KnownBugs) -> Self {
-        let pods = vec![pod(name, &format!("{name}-p1")), pod(name, &format!("{name}-p2"))];
-        Dc {
-            name,
-            mgr: manager_with_bugs(name, instance, epoch, now, bugs),
-            pods,
-            offered: 2_000,
-            pod_cut: vec![false, false],
-        }
-    }
-
-    fn route(&mut self, out: Vec<DcOutput>, now: u64) -> Vec<DcReport> {
-        let mut reports = Vec::new();
-        for o in out {
-            match o {
-                DcOutput::PodLease(l) => {
-                    if let Some(i) = self.pods.iter().position(|p| p.config().pod == l.pod) {
-                        if !self.pod_cut[i] {
-                            let _ = self.pods[i].on_lease(&l, now);
-                        }
-                    }
-                }
-                DcOutput::Report(r) => reports.push(r),
-                DcOutput::ReturnAck(_) => {}
-            }
-        }
-        reports
-    }
-
-    fn step(&mut self, now: u64) -> Vec<DcReport> {
-        let mut reports = Vec::new();
-        for i in 0..self.pods.len() {
-            if self.pod_cut[i] {
-                continue;
-            }
-            let c = IntervalCounters { offered: self.offered, admitted: self.offered.min(100), ..Default::default() };
-            let r = self.pods[i].report(now, c, true);
-            let out = self.mgr.on_pod_report(&r, now);
-            reports.extend(self.route(out, now));
-        }
-        let out = self.mgr.tick(now);
-        reports.extend(self.route(out, now));
-        reports
-    }
-
-    fn on_dc_leases(&mut self, leases: &[DcLease], now: u64) {
-        let name = self.name;
-        for l in leases.iter().filter(|l| l.dc == name) {
-            if let Ok(out) = self.mgr.on_dc_lease(l, now) {
-                self.route(out, now);
-            }
-        }
-    }
-
-    fn on_record(&mut self, coord: &CoordinatorCore, now: u64) {
-        if let Some((f, v)) = coord.record().floor_of(self.name) {
-            let out = self.mgr.on_floor(f, v, now);
-            self.route(out, now);
-        }
-    }
-
-    fn pods_hold(&self, now: u64) -> Quota {
-        self.pods.iter().filter_map(|p| p.applied(now)).fold(Quota::ZERO, |s, a| s.saturating_add(a.quota))
-    }
-}
-
-/// Feed one batch of reports to the coordinator and the DC leases it answers with to `dcs`.
-fn deliver(coord: &mut CoordinatorCore, reports: Vec<DcReport>, dcs: &mut [&mut Dc], t: u64) {
-    for r in reports {
-        let out = coord.on_dc_report(&r, t);
-        for d in dcs.iter_mut() {
-            d.on_dc_leases(&out, t);
-        }
-    }
-}
-
-/// Sample what both DCs' pods hold every 10 ms of the 250 ms step starting at `t`.
-fn sample(bkk: &Dc, eu: &Dc, t: u64, q: Quota, worst: &mut Quota, log: &mut Vec<String>) {
-    for k in 0..25 {
-        let now = t + k * 10 * MS;
-        let (b, e) = (bkk.pods_hold(now), eu.pods_hold(now));
-        let total = b.saturating_add(e);
-        if !total.fits_in(&q) && !total.fits_in(worst) {
-            log.push(format!(
-                "{:6.3}s bkk's pods hold {b}, europe's pods hold {e}: sum {total} > limit {q}",
-                secs(now)
-            ));
-        }
-        *worst = (*worst).max(total);
-    }
 }
 
 // -------------------------------------------------------------------------------------------
@@ -187,8 +84,8 @@ fn rolled_back_record(bugs: KnownBugs) -> (Quota, Quota) {
     if let Some(f) = fence.covering(&coord.record()) {
         fence = f;
     }
-    let mut bkk = Dc::new("bkk", "bkk-mgr-a", 1, 0, bugs);
-    let mut eu = Dc::new("eu", "eu-mgr-a", 1, 0, bugs);
+    let mut bkk = Dc::with_bugs("bkk", "bkk-mgr-a", 1, 0, bugs);
+    let mut eu = Dc::with_bugs("eu", "eu-mgr-a", 1, 0, bugs);
     eu.offered = 0;
     bkk.on_record(&coord, 0);
     eu.on_record(&coord, 0);
@@ -247,34 +144,13 @@ fn rolled_back_record(bugs: KnownBugs) -> (Quota, Quota) {
             ));
             bkk.offered = 2_000;
         }
-        let cut = t >= rollback;
-        let mut reports = bkk.step(t);
-        let eu_reports = eu.step(t);
-        if !cut {
-            reports.extend(eu_reports);
-            deliver(&mut coord, reports, &mut [&mut bkk, &mut eu], t);
-        } else {
-            deliver(&mut coord, reports, &mut [&mut bkk], t);
-        }
-        if t.is_multiple_of(S) {
-            let out = coord.tick(t);
-            for l in &out {
-                log.push(format!("{:6.3}s {} gets DC lease {} {}", secs(t), l.dc, l.version, l.quota));
-            }
-            bkk.on_dc_leases(&out, t);
-            bkk.on_record(&coord, t);
-            if !cut {
-                eu.on_dc_leases(&out, t);
-                eu.on_record(&coord, t);
-            }
+        for l in step_two_dcs(&mut coord, &mut bkk, &mut eu, t >= rollback, t) {
+            log.push(format!("{:6.3}s {} gets DC lease {} {}", secs(t), l.dc, l.version, l.quota));
         }
         sample(&bkk, &eu, t, q, &mut worst, &mut log);
         t += 250 * MS;
     }
-    for l in &log {
-        println!("{l}");
-    }
-    println!("most ever held: {worst} (limit {q})");
+    print_run(&log, worst, q);
     (worst, q)
 }
 
@@ -337,8 +213,8 @@ fn floor_lease_outlives(bugs: KnownBugs) -> (Quota, Quota) {
     let cfg = || config_ttl(q, 0, 600, 3_000);
     let mut log = Vec::new();
     let mut coord = CoordinatorCore::new(cfg(), "coord1", 1);
-    let mut bkk = Dc::new("bkk", "bkk-mgr-a", 1, 0, bugs);
-    let mut eu = Dc::new("eu", "eu-mgr-a", 1, 0, bugs);
+    let mut bkk = Dc::with_bugs("bkk", "bkk-mgr-a", 1, 0, bugs);
+    let mut eu = Dc::with_bugs("eu", "eu-mgr-a", 1, 0, bugs);
     assert_eq!(eu.mgr.config().pod_ttl_ms, 5_000, "the default pod lease TTL");
     bkk.offered = 0;
     bkk.on_record(&coord, 0);
@@ -358,24 +234,7 @@ fn floor_lease_outlives(bugs: KnownBugs) -> (Quota, Quota) {
             ));
             eu.pod_cut[0] = true;
         }
-        let cut = (cut_from..cut_until).contains(&t);
-        let mut reports = bkk.step(t);
-        let eu_reports = eu.step(t);
-        if !cut {
-            reports.extend(eu_reports);
-            deliver(&mut coord, reports, &mut [&mut bkk, &mut eu], t);
-        } else {
-            deliver(&mut coord, reports, &mut [&mut bkk], t);
-        }
-        if t.is_multiple_of(S) {
-            let out = coord.tick(t);
-            bkk.on_dc_leases(&out, t);
-            bkk.on_record(&coord, t);
-            if !cut {
-                eu.on_dc_leases(&out, t);
-                eu.on_record(&coord, t);
-            }
-        }
+        step_two_dcs(&mut coord, &mut bkk, &mut eu, (cut_from..cut_until).contains(&t), t);
         if (11 * S..17 * S).contains(&t) && t.is_multiple_of(S / 2) {
             let eu_leases: Vec<String> = coord
                 .ledger()
@@ -411,9 +270,6 @@ fn floor_lease_outlives(bugs: KnownBugs) -> (Quota, Quota) {
         sample(&bkk, &eu, t, q, &mut worst, &mut log);
         t += 250 * MS;
     }
-    for l in &log {
-        println!("{l}");
-    }
-    println!("most ever held: {worst} (limit {q})");
+    print_run(&log, worst, q);
     (worst, q)
 }

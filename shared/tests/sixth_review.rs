@@ -5,13 +5,12 @@
 //! `now_ns` values on one clock (no skew).
 
 use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
-use leasehold_shared::dc_manager::{DcManagerCore, DcOutput};
-use leasehold_shared::pod::{IntervalCounters, PodCore};
 use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{DcLease, DcReport, LedgerFence};
+use leasehold_shared::wire::LedgerFence;
 
 mod support;
-use support::{manager, pod, secs, MS, S};
+use support::world::{deliver, Dc};
+use support::{secs, MS, S};
 
 fn config(quota: Quota, bkk_floor: u64, eu_floor: u64) -> LimitConfig {
     let mut c =
@@ -19,80 +18,6 @@ fn config(quota: Quota, bkk_floor: u64, eu_floor: u64) -> LimitConfig {
     c.expiry.egress_spread_ms = 150;
     c.validate().expect("a valid configuration");
     c
-}
-
-/// One DC manager term and its pods.
-struct Dc {
-    name: &'static str,
-    mgr: DcManagerCore,
-    pods: Vec<PodCore>,
-    offered: u64,
-}
-
-impl Dc {
-    fn new(name: &'static str, instance: &str, epoch: u64, now: u64) -> Self {
-        let pods = vec![pod(name, &format!("{name}-p1")), pod(name, &format!("{name}-p2"))];
-        Dc { name, mgr: manager(name, instance, epoch, now), pods, offered: 2_000 }
-    }
-
-    fn route(&mut self, out: Vec<DcOutput>, now: u64) -> Vec<DcReport> {
-        let mut reports = Vec::new();
-        for o in out {
-            match o {
-                DcOutput::PodLease(l) => {
-                    if let Some(p) = self.pods.iter_mut().find(|p| p.config().pod == l.pod) {
-                        let _ = p.on_lease(&l, now);
-                    }
-                }
-                DcOutput::Report(r) => reports.push(r),
-                DcOutput::ReturnAck(_) => {}
-            }
-        }
-        reports
-    }
-
-    fn step(&mut self, now: u64) -> Vec<DcReport> {
-        let mut reports = Vec::new();
-        for i in 0..self.pods.len() {
-            let c = IntervalCounters { offered: self.offered, admitted: self.offered.min(100), ..Default::default() };
-            let r = self.pods[i].report(now, c, true);
-            let out = self.mgr.on_pod_report(&r, now);
-            reports.extend(self.route(out, now));
-        }
-        let out = self.mgr.tick(now);
-        reports.extend(self.route(out, now));
-        reports
-    }
-
-    fn on_dc_leases(&mut self, leases: &[DcLease], now: u64) {
-        let name = self.name;
-        for l in leases.iter().filter(|l| l.dc == name) {
-            if let Ok(out) = self.mgr.on_dc_lease(l, now) {
-                self.route(out, now);
-            }
-        }
-    }
-
-    fn on_record(&mut self, coord: &CoordinatorCore, now: u64) {
-        if let Some((f, v)) = coord.record().floor_of(self.name) {
-            let out = self.mgr.on_floor(f, v, now);
-            self.route(out, now);
-        }
-    }
-
-    fn pods_hold(&self, now: u64) -> Quota {
-        self.pods.iter().filter_map(|p| p.applied(now)).fold(Quota::ZERO, |s, a| s.saturating_add(a.quota))
-    }
-}
-
-/// Feed one batch of reports to the coordinator and the DC leases it answers with to `dcs`.
-fn deliver(coord: &mut CoordinatorCore, reports: Vec<DcReport>, dcs: &mut [&mut Dc], t: u64) {
-    for r in reports {
-        let out = coord.on_dc_report(&r, t);
-        for d in dcs.iter_mut() {
-            d.on_dc_leases(&out, t);
-        }
-    }
 }
 
 // -------------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 //! pods and DC managers as the services configure them. Each test file uses what it needs.
 #![allow(dead_code)]
 
+pub mod world;
+
 use leasehold_shared::bugs::KnownBugs;
 use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore};
 use leasehold_shared::pod::{PodConfig, PodCore};
