@@ -15,10 +15,11 @@ use crate::quota::Quota;
 
 impl DcManagerCore {
     /// The most `pod` may be granted now, in a lease the ledger counts until `live_until_ns`, so
-    /// that at the end of each DC lease the coordinator may still count, the pod leases still
-    /// admitting (their counted end less the egress spread: calls in flight are the
-    /// coordinator's to count) fit the floor and the DC leases that end later. During the quiet
-    /// period the floor counts as zero, as in the budget.
+    /// that from now on, and at the end of each DC lease the coordinator may still count, the
+    /// pod leases still admitting (their counted end less the egress spread: calls in flight are
+    /// the coordinator's to count) fit the floor and the DC leases still running then. A lease
+    /// whose end has passed on this clock backs nothing: the coordinator may stop counting it at
+    /// any instant. During the quiet period the floor counts as zero, as in the budget.
     pub(super) fn room_at_dc_lease_ends(&self, pod: &String, live_until_ns: u64, now_ns: u64) -> Quota {
         if self.cfg.bugs.pod_lease_outlives_counted_dc_lease {
             return Quota::new(u64::MAX, u64::MAX);
@@ -27,7 +28,19 @@ impl DcManagerCore {
         let egress_ns = self.cfg.expiry.egress_spread_ms * NS_PER_MS;
         // Leases older than the one acked are released upstream: they back nothing.
         let counted: Vec<_> = self.held.iter().filter(|l| self.acked.is_none_or(|a| l.version >= a)).collect();
+        let room_after = |at_ns: u64, counted_then: Quota| {
+            let others = self.ledger.outstanding(at_ns).saturating_sub(self.ledger.holder_claim(pod, at_ns));
+            counted_then.saturating_sub(others)
+        };
+        // From now on: a DC lease whose end has passed on this clock may stop counting at any
+        // instant, so only those still running back what pods admit from now (or the budget,
+        // which in best-effort mode holds the emergency allowance instead).
+        let running = counted.iter().filter(|l| l.expires_at_ns > now_ns).fold(Quota::ZERO, |m, l| m.max(l.quota));
         let mut room = Quota::new(u64::MAX, u64::MAX);
+        let now_after = now_ns.saturating_add(egress_ns);
+        if live_until_ns > now_after {
+            room = room_after(now_after, self.budget(now_ns).0.max(floor.saturating_add(running)));
+        }
         for end in counted.iter().map(|l| l.expires_at_ns) {
             // Pods admitting after `end` hold leases counted past `end + egress`.
             let after = end.saturating_add(egress_ns);
@@ -35,8 +48,7 @@ impl DcManagerCore {
                 continue;
             }
             let later = counted.iter().filter(|l| l.expires_at_ns > end).fold(Quota::ZERO, |m, l| m.max(l.quota));
-            let others = self.ledger.outstanding(after).saturating_sub(self.ledger.holder_claim(pod, after));
-            room = room.min(floor.saturating_add(later).saturating_sub(others));
+            room = room.min(room_after(after, floor.saturating_add(later)));
         }
         room
     }

@@ -6,8 +6,9 @@
 //! * **Nesting**: a pod lease never outlives the DC lease it was cut from (in either clock).
 //! * **Conservation**: pod grants go through a [`Ledger`]; a pod's old lease counts until the pod
 //!   reports the new one in use, returns it, or it expires.
-//! * **Counted ends** (`lease_ends.rs`): a grant also keeps, at the end of each DC lease the
-//!   coordinator may still count, the pod leases still admitting within what stays counted.
+//! * **Counted ends** (`lease_ends.rs`): a grant also keeps, from now on and at the end of each
+//!   DC lease the coordinator may still count, the pod leases still admitting within what stays
+//!   counted (a DC lease already ended on this clock backs nothing).
 //! * **Acks upward**: the manager tells the coordinator it is bound by DC lease `w` only once its
 //!   pods' outstanding leases fit inside floor + `w`, so the coordinator never forgets a larger
 //!   lease that pods may still be spending.

@@ -4,6 +4,7 @@
 use std::process::Command;
 
 #[test]
+#[ignore = "long: 30 s of real processes; scripts/test runs it (cargo test -- --include-ignored)"]
 fn a_short_demo_holds_the_limit_through_a_leader_kill() {
     let dir = std::env::temp_dir().join(format!("leasehold-demo-{}", std::process::id()));
     let out = Command::new(env!("CARGO_BIN_EXE_leasehold-lab"))
