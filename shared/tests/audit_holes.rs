@@ -335,4 +335,22 @@ fn a_delayed_report_from_an_earlier_manager_term_does_not_change_the_dcs_holder(
     assert_eq!(c.dcs()["bkk"].holder.as_deref(), Some("bkk-mgr-e9"));
     let leases = c.tick(2 * MS);
     assert!(leases.iter().all(|l| l.holder == "bkk-mgr-e9"), "{leases:?}");
+
+    // Across a coordinator takeover too (ninth outside review): the new leader knows the
+    // holder's term from the record, and the holder of a DC with leases from two replicas is the
+    // newest's, not the one whose name sorts last.
+    c.on_dc_report(&report("bkk-mgr-e10", 10, 1), 3 * MS);
+    let leases = c.tick(2 * S);
+    assert!(leases.iter().all(|l| l.holder == "bkk-mgr-e10"), "{leases:?}");
+    let record = c.record();
+    let cfg = LimitConfig::new("api", Quota::per_s(1_000, 20), &[("bkk", Quota::ZERO)]);
+    let mut next = CoordinatorCore::resume(cfg, "c2", 2, Stored::Record(&record), 3 * S);
+    assert_eq!(next.dcs()["bkk"].holder.as_deref(), Some("bkk-mgr-e10"));
+    next.on_dc_report(&report("bkk-mgr-e9", 9, 2), 3 * S + MS);
+    assert_eq!(next.dcs()["bkk"].holder.as_deref(), Some("bkk-mgr-e10"), "a delayed report of term 9 was accepted");
+    // A record of an older writer (no `dc_holders`): the newest lease's holder.
+    let older = leasehold_shared::wire::LedgerRecord { dc_holders: Default::default(), ..record };
+    let cfg = LimitConfig::new("api", Quota::per_s(1_000, 20), &[("bkk", Quota::ZERO)]);
+    let next = CoordinatorCore::resume(cfg, "c3", 3, Stored::Record(&older), 3 * S);
+    assert_eq!(next.dcs()["bkk"].holder.as_deref(), Some("bkk-mgr-e10"));
 }

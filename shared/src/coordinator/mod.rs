@@ -25,7 +25,7 @@ use crate::allocator::{allocate, Claim, Rebalancer};
 use crate::expiry::NS_PER_MS;
 use crate::ledger::{LeaseEntry, Ledger};
 use crate::quota::Quota;
-use crate::wire::{DcLease, DcReport, LeaseVersion, LedgerRecord, SCHEMA_VERSION};
+use crate::wire::{DcHolder, DcLease, DcReport, LeaseVersion, LedgerRecord, SCHEMA_VERSION};
 use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -149,6 +149,7 @@ impl CoordinatorCore {
                 }
             }
             c.adopt_floors(rec);
+            c.adopt_dc_holders(rec);
         }
         c.settle_floors(now_ns);
         c
@@ -195,6 +196,11 @@ impl CoordinatorCore {
             inherited_below: self.ledger.inherited_below().map(|(h, v)| (h.clone(), v)).collect(),
             lost_floors: self.lost_floors(),
             lost_wait_dc_ttl_ms: self.lost_wait_dc_ttl_ms,
+            dc_holders: self
+                .dcs
+                .iter()
+                .filter_map(|(dc, v)| Some((dc.clone(), DcHolder { holder: v.holder.clone()?, term: v.holder_term })))
+                .collect(),
         };
         for dc in self.floor_dcs() {
             let Some((floor, version)) = self.floor_named(&dc) else { continue };

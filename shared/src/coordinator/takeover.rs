@@ -56,4 +56,19 @@ impl CoordinatorCore {
         self.issue_from_ns = self.issue_from_ns.max(self.cfg.expiry.issuer_live_until_ns(now_ns, longest_ms));
         self.lost_wait_dc_ttl_ms = Some(longest_ms);
     }
+
+    /// Each DC's manager replica and term as the record's writer knew them, so that a delayed
+    /// report of an earlier term is refused after the takeover too (it would send the next DC
+    /// lease to a replica that is gone). A record without them (an older writer): the holder of
+    /// each DC's newest lease, its term unknown.
+    pub(super) fn adopt_dc_holders(&mut self, rec: &LedgerRecord) {
+        for (dc, view) in self.dcs.iter_mut() {
+            if let Some(h) = rec.dc_holders.get(dc) {
+                view.holder = Some(h.holder.clone());
+                view.holder_term = h.term;
+            } else if let Some(newest) = rec.leases.iter().filter(|l| &l.dc == dc).max_by_key(|l| l.version) {
+                view.holder = Some(newest.holder.clone());
+            }
+        }
+    }
 }

@@ -121,6 +121,7 @@ mod tests {
             inherited_below: BTreeMap::new(),
             lost_floors: BTreeMap::new(),
             lost_wait_dc_ttl_ms: None,
+            dc_holders: BTreeMap::new(),
         };
         let f = LedgerFence::raised(None, 1, 10_000);
         let f = f.covering(&record(50)).expect("a floor above the fence raises it");

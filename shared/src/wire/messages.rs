@@ -194,6 +194,18 @@ pub struct LedgerRecord {
     /// takeover. Missing: no wait.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_wait_dc_ttl_ms: Option<u64>,
+    /// Per DC, the DC-manager replica whose reports the writer last accepted and its
+    /// leadership term (`DcReport.term`): a leader resuming from this record refuses reports of
+    /// earlier terms, as the writer did. Missing: not known (older writers).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub dc_holders: std::collections::BTreeMap<String, DcHolder>,
+}
+
+/// A DC's current DC-manager replica as the coordinator knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DcHolder {
+    pub holder: String,
+    pub term: u64,
 }
 
 impl LedgerRecord {
