@@ -12,7 +12,7 @@ use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcLease, DcReport};
 
 mod support;
-use support::{manager, pod, secs, MS, S};
+use support::{counted_dc_leases, manager, pod, pods_applied, secs, MS, S};
 
 fn config(quota: Quota) -> LimitConfig {
     let mut c = LimitConfig::new("api", quota, &[("bkk", Quota::per_s(0, 0)), ("eu", Quota::per_s(0, 0))]);
@@ -106,23 +106,8 @@ impl Dc {
 }
 
 fn eu_books(coord: &CoordinatorCore, eu: &Dc, bkk: &Dc, t: u64) -> String {
-    let leases: Vec<String> = coord
-        .ledger()
-        .entries()
-        .filter(|(h, e)| h.starts_with("eu-") && e.live_until_ns > t)
-        .map(|(_, e)| {
-            format!("{} {}/s until {:.2}s", e.version, e.quota.rate_milli_per_s / 1_000, secs(e.live_until_ns))
-        })
-        .collect();
-    let pods: Vec<String> = eu
-        .pods
-        .iter()
-        .map(|p| {
-            p.applied(t).map_or("-".into(), |a| {
-                format!("{}/s {} until {:.2}s", a.quota.rate_milli_per_s / 1_000, a.version, secs(a.expires_at_ns))
-            })
-        })
-        .collect();
+    let leases = counted_dc_leases(coord, "eu", t);
+    let pods = pods_applied(&eu.pods, t);
     format!(
         "{:6.3}s coordinator counts europe {:?} (claim {}/s); europe's pods [p, q] {:?}; bkk's pods {}/s",
         secs(t),

@@ -20,7 +20,7 @@ use leasehold_shared::wire::LedgerFence;
 
 mod support;
 use support::world::{print_run, sample, step_two_dcs, Dc};
-use support::{secs, MS, S};
+use support::{counted_dc_leases, pods_applied, secs, MS, S};
 
 fn config(quota: Quota, bkk_floor: u64, eu_floor: u64) -> LimitConfig {
     config_with_bugs(quota, bkk_floor, eu_floor, KnownBugs::default())
@@ -236,28 +236,8 @@ fn floor_lease_outlives(bugs: KnownBugs) -> (Quota, Quota) {
         }
         step_two_dcs(&mut coord, &mut bkk, &mut eu, (cut_from..cut_until).contains(&t), t);
         if (11 * S..17 * S).contains(&t) && t.is_multiple_of(S / 2) {
-            let eu_leases: Vec<String> = coord
-                .ledger()
-                .entries()
-                .filter(|(h, e)| h.starts_with("eu-") && e.live_until_ns > t)
-                .map(|(_, e)| {
-                    format!("{} {}/s until {:.2}s", e.version, e.quota.rate_milli_per_s / 1_000, secs(e.live_until_ns))
-                })
-                .collect();
-            let pods: Vec<String> = eu
-                .pods
-                .iter()
-                .map(|p| {
-                    p.applied(t).map_or("-".into(), |a| {
-                        format!(
-                            "{}/s {} until {:.2}s",
-                            a.quota.rate_milli_per_s / 1_000,
-                            a.version,
-                            secs(a.expires_at_ns)
-                        )
-                    })
-                })
-                .collect();
+            let eu_leases = counted_dc_leases(&coord, "eu", t);
+            let pods = pods_applied(&eu.pods, t);
             log.push(format!(
                 "{:6.3}s coordinator counts europe: floor {}/s + DC leases {:?}; europe's pods {:?}; bkk's pods {}",
                 secs(t),

@@ -71,3 +71,27 @@ pub fn manager_with_bugs(dc: &str, instance: &str, epoch: u64, now: u64, bugs: K
     cfg.validate().expect("valid");
     DcManagerCore::new(cfg, now)
 }
+
+/// The DC leases the coordinator still counts for DC `dc` at `t`, for a test's log.
+pub fn counted_dc_leases(coord: &leasehold_shared::coordinator::CoordinatorCore, dc: &str, t: u64) -> Vec<String> {
+    let prefix = format!("{dc}-");
+    coord
+        .ledger()
+        .entries()
+        .filter(|(h, e)| h.starts_with(&prefix) && e.live_until_ns > t)
+        .map(|(_, e)| {
+            format!("{} {}/s until {:.2}s", e.version, e.quota.rate_milli_per_s / 1_000, secs(e.live_until_ns))
+        })
+        .collect()
+}
+
+/// What each pod may spend at `t` ("-": nothing), for a test's log.
+pub fn pods_applied(pods: &[PodCore], t: u64) -> Vec<String> {
+    pods.iter()
+        .map(|p| {
+            p.applied(t).map_or("-".into(), |a| {
+                format!("{}/s {} until {:.2}s", a.quota.rate_milli_per_s / 1_000, a.version, secs(a.expires_at_ns))
+            })
+        })
+        .collect()
+}
