@@ -6,27 +6,14 @@
 //! `now_ns` values, no clock skew unless a test says so.
 
 use leasehold_shared::bugs::KnownBugs;
-use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
+use leasehold_shared::coordinator::{CoordinatorCore, Stored};
 use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput};
 use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcReport, LeaseVersion, LedgerFence, LedgerRecord};
 
 mod support;
-use support::{secs, Newest, MS, S};
-
-fn config(quota: Quota, bkk_floor: u64, eu_floor: u64) -> LimitConfig {
-    config_with_bugs(quota, bkk_floor, eu_floor, KnownBugs::default())
-}
-
-fn config_with_bugs(quota: Quota, bkk_floor: u64, eu_floor: u64, bugs: KnownBugs) -> LimitConfig {
-    let mut c =
-        LimitConfig::new("api", quota, &[("bkk", Quota::per_s(bkk_floor, 0)), ("eu", Quota::per_s(eu_floor, 0))]);
-    c.expiry.egress_spread_ms = 150;
-    c.bugs = bugs;
-    c.validate().expect("a valid configuration");
-    c
-}
+use support::{config, config_with_bugs, secs, Newest, MS, S};
 
 /// A hand-written DC report (the DC's manager asks for everything and acks `ack`).
 /// `floor`: the floor the DC's pods may spend under and the version of the newest floor taken.

@@ -20,20 +20,7 @@ use leasehold_shared::wire::LedgerFence;
 
 mod support;
 use support::world::{print_run, sample, step_two_dcs, Dc};
-use support::{counted_dc_leases, pods_applied, secs, MS, S};
-
-fn config(quota: Quota, bkk_floor: u64, eu_floor: u64) -> LimitConfig {
-    config_with_bugs(quota, bkk_floor, eu_floor, KnownBugs::default())
-}
-
-fn config_with_bugs(quota: Quota, bkk_floor: u64, eu_floor: u64, bugs: KnownBugs) -> LimitConfig {
-    let mut c =
-        LimitConfig::new("api", quota, &[("bkk", Quota::per_s(bkk_floor, 0)), ("eu", Quota::per_s(eu_floor, 0))]);
-    c.expiry.egress_spread_ms = 150;
-    c.bugs = bugs;
-    c.validate().expect("a valid configuration");
-    c
-}
+use support::{config, config_with_bugs, counted_dc_leases, pods_applied, secs, MS, S};
 
 // -------------------------------------------------------------------------------------------
 // 1. A record rolled back behind the fence is trusted as the newest: the leases of the term

@@ -95,3 +95,23 @@ pub fn pods_applied(pods: &[PodCore], t: u64) -> Vec<String> {
         })
         .collect()
 }
+
+/// Limit `api` over BKK and Europe with these floors (rate/s), egress spread 150 ms.
+pub fn config(quota: Quota, bkk_floor: u64, eu_floor: u64) -> leasehold_shared::coordinator::LimitConfig {
+    config_with_bugs(quota, bkk_floor, eu_floor, KnownBugs::default())
+}
+
+/// As [`config`], with holes an audit found brought back.
+pub fn config_with_bugs(
+    quota: Quota,
+    bkk_floor: u64,
+    eu_floor: u64,
+    bugs: KnownBugs,
+) -> leasehold_shared::coordinator::LimitConfig {
+    let floors = [("bkk", Quota::per_s(bkk_floor, 0)), ("eu", Quota::per_s(eu_floor, 0))];
+    let mut c = leasehold_shared::coordinator::LimitConfig::new("api", quota, &floors);
+    c.expiry.egress_spread_ms = 150;
+    c.bugs = bugs;
+    c.validate().expect("a valid configuration");
+    c
+}
