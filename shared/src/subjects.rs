@@ -1,22 +1,11 @@
-//! NATS subjects and JetStream KV layout: the one place that names them.
+//! NATS subjects, streams and JetStream KV layout: the one place that names them.
 //!
 //! Every per-pod subject carries the DC and the pod instance, so NATS permissions can let a pod
-//! publish only its own reports and read only its own leases:
+//! publish only its own reports and read only its own leases. [`SUBJECTS`] and [`KV_KEYS`] list
+//! every name with its direction and message; docs/PROTOCOL.md's tables are tested against them
+//! (`shared/tests/protocol_doc.rs`), so the two cannot drift apart.
 //!
-//! | subject | direction | message |
-//! |---|---|---|
-//! | `lh.<limit>.pod.<dc>.<pod>.report` | pod → DC manager | [`PodReport`](crate::wire::PodReport) |
-//! | `lh.<limit>.pod.<dc>.<pod>.return` | pod → DC manager | [`LeaseReturn`](crate::wire::LeaseReturn) |
-//! | `lh.<limit>.pod.<dc>.<pod>.lease` | DC manager → pod | [`PodLease`](crate::wire::PodLease) |
-//! | `lh.<limit>.pod.<dc>.<pod>.ack` | DC manager → pod | [`ReturnAck`](crate::wire::ReturnAck) |
-//! | `lh.<limit>.dc.<dc>.report` | DC manager → coordinator | [`DcReport`](crate::wire::DcReport) |
-//!
-//! KV (standard layout: bucket `B` is stream `KV_B`, keys under `$KV.B.>`):
-//!
-//! | bucket | key | value |
-//! |---|---|---|
-//! | `lh_ledger` | `<limit>` | [`LedgerRecord`](crate::wire::LedgerRecord), written by compare-and-set only |
-//! | `lh_leaders` | `coordinator` or `dc.<dc>` | the current leader's id (no `max_age`: terms never rely on a key expiring) |
+//! KV buckets use the standard layout: bucket `B` is stream `KV_B`, keys under `$KV.B.>`.
 
 use crate::wire::{check_id, WireError};
 
@@ -27,6 +16,100 @@ pub const COORDINATOR_LEADER_KEY: &str = "coordinator";
 /// In the leader bucket (a different stream from the ledger): the highest epoch under which a
 /// ledger record may have been written. A missing record below a fence was lost, not never made.
 pub const LEDGER_FENCE_KEY: &str = "ledger-fence";
+
+/// Per-key limiter: requests to a shard's owner ([`crate::wire::KeyCheck`]).
+pub const KEYS_CHECK_PREFIX: &str = "lh.keys.check";
+/// Per-key limiter: the stream of admissions, one subject per shard.
+pub const KEYS_ADMISSIONS_STREAM: &str = "LH_KEYS_ADM";
+pub const KEYS_ADMISSIONS_PREFIX: &str = "lh.keys.adm";
+/// Per-key limiter: shard ownership and members.
+pub const KEYS_SHARDS_BUCKET: &str = "lh_keys_shards";
+/// Per-key limiter: the cluster's tiers document.
+pub const KEYS_CONFIG_BUCKET: &str = "lh_keys_config";
+pub const KEYS_TIERS_KEY: &str = "tiers";
+
+/// One subject of the protocol: its pattern (placeholders in `<>`), who sends, what.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SubjectEntry {
+    pub pattern: &'static str,
+    pub direction: &'static str,
+    pub message: &'static str,
+}
+
+/// Every subject the services publish or subscribe to.
+pub const SUBJECTS: &[SubjectEntry] = &[
+    SubjectEntry { pattern: "lh.<limit>.pod.<dc>.<pod>.report", direction: "pod → DC manager", message: "PodReport" },
+    SubjectEntry {
+        pattern: "lh.<limit>.pod.<dc>.<pod>.return", direction: "pod → DC manager", message: "LeaseReturn"
+    },
+    SubjectEntry { pattern: "lh.<limit>.pod.<dc>.<pod>.lease", direction: "DC manager → pod", message: "PodLease" },
+    SubjectEntry { pattern: "lh.<limit>.pod.<dc>.<pod>.ack", direction: "DC manager → pod", message: "ReturnAck" },
+    SubjectEntry { pattern: "lh.<limit>.dc.<dc>.report", direction: "DC manager → coordinator", message: "DcReport" },
+    SubjectEntry {
+        pattern: "lh.keys.check.<shard>",
+        direction: "any keys instance → the shard's owner (request/reply)",
+        message: "KeyCheck; reply KeyAnswer or KeyRefusal",
+    },
+    SubjectEntry {
+        pattern: "lh.keys.adm.<shard>",
+        direction: "the shard's owner → stream LH_KEYS_ADM",
+        message: "AdmissionBatch",
+    },
+];
+
+/// One KV key: bucket, key pattern, value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvEntry {
+    pub bucket: &'static str,
+    pub key: &'static str,
+    pub value: &'static str,
+}
+
+/// Every KV key the services write.
+pub const KV_KEYS: &[KvEntry] = &[
+    KvEntry { bucket: LEDGER_BUCKET, key: "<limit>", value: "LedgerRecord" },
+    KvEntry { bucket: LEADER_BUCKET, key: "coordinator", value: "the leader's id" },
+    KvEntry { bucket: LEADER_BUCKET, key: "dc.<dc>", value: "the leader's id" },
+    KvEntry { bucket: LEADER_BUCKET, key: LEDGER_FENCE_KEY, value: "LedgerFence" },
+    KvEntry { bucket: KEYS_SHARDS_BUCKET, key: "shard.<n>", value: "ShardRecord" },
+    KvEntry { bucket: KEYS_SHARDS_BUCKET, key: "member.<instance>", value: "MemberRecord" },
+    KvEntry { bucket: KEYS_CONFIG_BUCKET, key: KEYS_TIERS_KEY, value: "the tiers document" },
+];
+
+/// Where a request for a key in `shard` goes.
+pub fn keys_check(shard: u32) -> String {
+    format!("{KEYS_CHECK_PREFIX}.{shard}")
+}
+
+/// Where a shard's admissions are stored.
+pub fn keys_admissions(shard: u32) -> String {
+    format!("{KEYS_ADMISSIONS_PREFIX}.{shard}")
+}
+
+/// The admissions stream's subjects.
+pub fn keys_admissions_wildcard() -> String {
+    format!("{KEYS_ADMISSIONS_PREFIX}.*")
+}
+
+/// A shard's ownership record.
+pub fn keys_shard_key(shard: u32) -> String {
+    format!("shard.{shard}")
+}
+
+/// The shard a `shard.<n>` key names.
+pub fn keys_shard_of_key(key: &str) -> Option<u32> {
+    key.strip_prefix("shard.")?.parse().ok()
+}
+
+/// A keys instance's member record.
+pub fn keys_member_key(instance: &str) -> String {
+    format!("member.{instance}")
+}
+
+/// The instance a `member.<instance>` key names.
+pub fn keys_member_of_key(key: &str) -> Option<&str> {
+    key.strip_prefix("member.")
+}
 
 /// Which per-pod subject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,6 +182,51 @@ mod tests {
         assert_eq!(dc_report("api", "eu").unwrap(), "lh.api.dc.eu.report");
         assert_eq!(dc_reports_wildcard("api").unwrap(), "lh.api.dc.*.report");
         assert_eq!(dc_leader_key("eu").unwrap(), "dc.eu");
+        assert_eq!(keys_check(17), "lh.keys.check.17");
+        assert_eq!(keys_admissions(17), "lh.keys.adm.17");
+        assert_eq!(keys_admissions_wildcard(), "lh.keys.adm.*");
+        assert_eq!(keys_shard_key(17), "shard.17");
+        assert_eq!(keys_shard_of_key("shard.17"), Some(17));
+        assert_eq!(keys_shard_of_key("member.keys-1"), None);
+        assert_eq!(keys_member_key("keys-1"), "member.keys-1");
+        assert_eq!(keys_member_of_key("member.keys-1"), Some("keys-1"));
+    }
+
+    /// Each builder's output fits its table pattern, so the table names what the code sends.
+    #[test]
+    fn the_table_patterns_match_what_the_builders_make() {
+        let fits = |pattern: &str, subject: &str| {
+            let p: Vec<&str> = pattern.split('.').collect();
+            let s: Vec<&str> = subject.split('.').collect();
+            p.len() == s.len() && p.iter().zip(&s).all(|(p, s)| p.starts_with('<') || p == s)
+        };
+        let made = [
+            pod("api", "bkk", "p", PodChannel::Report).unwrap(),
+            pod("api", "bkk", "p", PodChannel::Return).unwrap(),
+            pod("api", "bkk", "p", PodChannel::Lease).unwrap(),
+            pod("api", "bkk", "p", PodChannel::Ack).unwrap(),
+            dc_report("api", "bkk").unwrap(),
+            keys_check(3),
+            keys_admissions(3),
+        ];
+        assert_eq!(made.len(), SUBJECTS.len());
+        for (entry, subject) in SUBJECTS.iter().zip(&made) {
+            assert!(fits(entry.pattern, subject), "{subject} does not fit {}", entry.pattern);
+        }
+        let keys = [
+            (LEDGER_BUCKET, ledger_key("api").unwrap()),
+            (LEADER_BUCKET, COORDINATOR_LEADER_KEY.to_string()),
+            (LEADER_BUCKET, dc_leader_key("bkk").unwrap()),
+            (LEADER_BUCKET, LEDGER_FENCE_KEY.to_string()),
+            (KEYS_SHARDS_BUCKET, keys_shard_key(3)),
+            (KEYS_SHARDS_BUCKET, keys_member_key("keys-1")),
+            (KEYS_CONFIG_BUCKET, KEYS_TIERS_KEY.to_string()),
+        ];
+        assert_eq!(keys.len(), KV_KEYS.len());
+        for (entry, (bucket, key)) in KV_KEYS.iter().zip(&keys) {
+            assert_eq!(entry.bucket, *bucket);
+            assert!(fits(entry.key, key), "{key} does not fit {}", entry.key);
+        }
     }
 
     #[test]

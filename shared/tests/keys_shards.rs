@@ -48,7 +48,7 @@ fn step(inst: &mut Instance, kv: &mut Kv, members: &[String], now_ms: u64) {
     }
     while inst.seen_events < kv.events.len() && kv.events[inst.seen_events].0 <= now_ms {
         let (_, shard, rev, owner) = kv.events[inst.seen_events].clone();
-        inst.book.observe_shard(shard, rev, Some(&ShardRecord { owner }), now_ms);
+        inst.book.observe_shard(shard, rev, Some(&ShardRecord::owned_by(owner)), now_ms);
         inst.seen_events += 1;
     }
     for m in members {

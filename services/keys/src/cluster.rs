@@ -12,13 +12,17 @@ use crate::persist::Admission;
 use async_nats::jetstream::kv::{Operation, Store};
 use futures::StreamExt;
 use leasehold_nats::kv::{compare_and_set, ensure_bucket, BucketSpec, CasOutcome};
-use leasehold_shared::keys::shards::{Action, ShardBook, ShardRecord};
+use leasehold_shared::keys::shards::{Action, ShardBook};
+use leasehold_shared::subjects::{
+    keys_check, keys_member_key, keys_member_of_key, keys_shard_key, keys_shard_of_key, KEYS_SHARDS_BUCKET,
+};
+use leasehold_shared::wire::{
+    decode_keys_message, encode, MemberRecord, ShardRecord, MAX_MESSAGE_BYTES, SCHEMA_VERSION,
+};
 use std::collections::HashMap;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-
-pub const SHARDS_BUCKET: &str = "lh_keys_shards";
 
 #[derive(Clone, Debug)]
 pub struct ClusterOptions {
@@ -61,7 +65,7 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String> {
     let js = leasehold_nats::connect::jetstream(client.clone());
-    let spec = BucketSpec { replicas: options.replicas, ..BucketSpec::new(SHARDS_BUCKET) };
+    let spec = BucketSpec { replicas: options.replicas, ..BucketSpec::new(KEYS_SHARDS_BUCKET) };
     let kv = ensure_bucket(&js, &spec).await.map_err(|e| e.to_string())?;
     let (tx, mut rx) = mpsc::channel(4_096);
     tokio::spawn(watch_bucket(kv.clone(), tx.clone()));
@@ -114,13 +118,13 @@ impl Driver {
         let now = self.owned.mono_ms();
         match ev {
             Event::Entry { key, revision, value } => {
-                if let Some(shard) = key.strip_prefix("shard.").and_then(|s| s.parse::<u32>().ok()) {
-                    let record = value.and_then(|v| serde_json::from_slice::<ShardRecord>(&v).ok());
+                if let Some(shard) = keys_shard_of_key(&key) {
+                    let record = value.and_then(|v| decode_keys_message::<ShardRecord>(&v, MAX_MESSAGE_BYTES).ok());
                     if self.book.observe_shard(shard, revision, record.as_ref(), now) {
                         tracing::warn!(shard, "shard taken over by another instance");
                         self.stop_serving(shard, true);
                     }
-                } else if let Some(id) = key.strip_prefix("member.") {
+                } else if let Some(id) = keys_member_of_key(&key) {
                     match value {
                         Some(_) => self.book.observe_member(id, now),
                         None => self.book.forget_member(id),
@@ -153,8 +157,8 @@ impl Driver {
     async fn pass(&mut self) {
         let now = self.owned.mono_ms();
         if self.last_member_write_ms.is_none_or(|at| now >= at + self.options.shard_ttl_ms / 4) {
-            let body = serde_json::json!({ "http": self.options.http }).to_string();
-            let key = format!("member.{}", self.options.instance_id);
+            let body = encode(&MemberRecord { v: SCHEMA_VERSION, http: self.options.http.clone() });
+            let key = keys_member_key(&self.options.instance_id);
             if self.kv.put(key, body.into()).await.is_ok() {
                 self.last_member_write_ms = Some(now);
             }
@@ -169,7 +173,7 @@ impl Driver {
     }
 
     async fn execute(&mut self, action: Action) {
-        let record = |owner: Option<String>| serde_json::to_vec(&ShardRecord { owner }).unwrap_or_default();
+        let record = |owner: Option<String>| encode(&ShardRecord::owned_by(owner));
         let me = Some(self.options.instance_id.clone());
         let sent_at = self.owned.mono_ms();
         let (shard, body, expected) = match action {
@@ -189,7 +193,7 @@ impl Driver {
                 (shard, record(None), Some(expected))
             }
         };
-        let key = format!("shard.{shard}");
+        let key = keys_shard_key(shard);
         match compare_and_set(&self.kv, &key, body.into(), expected).await {
             Ok(CasOutcome::Written { revision }) => {
                 self.book.written(&action, revision, sent_at);
@@ -225,8 +229,7 @@ impl Driver {
     }
 
     async fn start_serving(&mut self, shard: u32) {
-        let subject = format!("{}.{shard}", crate::nats::SUBJECT_PREFIX);
-        match self.client.subscribe(subject).await {
+        match self.client.subscribe(keys_check(shard)).await {
             Ok(sub) => {
                 let (c, o, l) = (self.client.clone(), self.owned.clone(), self.limiter.clone());
                 let task = tokio::spawn(crate::nats::serve_shard(c, sub, shard, o, l));
@@ -260,18 +263,18 @@ impl Driver {
             None => true,
         };
         if flushed {
-            let body = serde_json::to_vec(&ShardRecord { owner: None }).unwrap_or_default();
+            let body = encode(&ShardRecord::owned_by(None));
             for shard in self.book.held() {
                 let action = Action::Release { shard, expected: 0 };
                 let Some(expected) = self.book.held_revision(shard) else { continue };
                 if let Ok(CasOutcome::Written { revision }) =
-                    compare_and_set(&self.kv, &format!("shard.{shard}"), body.clone().into(), Some(expected)).await
+                    compare_and_set(&self.kv, &keys_shard_key(shard), body.clone().into(), Some(expected)).await
                 {
                     self.book.written(&action, revision, 0);
                 }
             }
         }
-        let _ = self.kv.delete(format!("member.{}", self.options.instance_id)).await;
+        let _ = self.kv.delete(keys_member_key(&self.options.instance_id)).await;
         tracing::info!(released = flushed, "left the cluster");
     }
 }

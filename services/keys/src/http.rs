@@ -12,7 +12,7 @@
 //! `RateLimit: "<tier>";r=<remaining>;t=<reset s>`. Bad input is a `400` problem and changes
 //! nothing; a full key table sheds with `429` instead of waiting.
 
-use crate::limiter::{Answer, CheckError, CheckRequest, KeyLimiter};
+use crate::limiter::{CheckError, KeyAnswer, KeyCheck, KeyLimiter};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -46,7 +46,7 @@ fn bad_request(detail: String) -> Response {
     problem(StatusCode::BAD_REQUEST, "invalid request", detail)
 }
 
-fn headers(a: &Answer) -> HeaderMap {
+fn headers(a: &KeyAnswer) -> HeaderMap {
     let mut h = HeaderMap::new();
     let window_s = a.window_ms.div_ceil(1_000);
     let reset_s = a.reset_ms.div_ceil(1_000);
@@ -60,7 +60,7 @@ fn headers(a: &Answer) -> HeaderMap {
     h
 }
 
-fn respond(app: &App, result: Result<Answer, CheckError>) -> Response {
+fn respond(app: &App, result: Result<KeyAnswer, CheckError>) -> Response {
     match result {
         Ok(a) if a.allowed => {
             app.counts[0].fetch_add(1, Relaxed);
@@ -108,15 +108,30 @@ async fn record(State(app): State<App>, Path(key): Path<String>, Query(q): Query
         Ok(c) => c,
         Err(d) => return bad_request(d),
     };
-    let result = app.limiter.check(&CheckRequest::new(key, cost, q.tier)).await;
+    let result = app.limiter.check(&KeyCheck::new(key, cost, q.tier)).await;
     respond(&app, result)
 }
 
-async fn record_json(State(app): State<App>, body: Result<Json<CheckRequest>, JsonRejection>) -> Response {
+/// The body of `POST /v1/check`: strict, unlike the wire's [`KeyCheck`], so a misspelt field is
+/// a 400 instead of a silent default.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckBody {
+    key: String,
+    #[serde(default = "one")]
+    cost: u64,
+    #[serde(default)]
+    tier: Option<String>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+async fn record_json(State(app): State<App>, body: Result<Json<CheckBody>, JsonRejection>) -> Response {
     match body {
-        Ok(Json(req)) if req.read => bad_request("\"read\" is for NATS; use GET /v1/keys/{key}".into()),
-        Ok(Json(req)) => {
-            let result = app.limiter.check(&req).await;
+        Ok(Json(b)) => {
+            let result = app.limiter.check(&KeyCheck::new(b.key, b.cost, b.tier)).await;
             respond(&app, result)
         }
         Err(e) => bad_request(e.body_text()),

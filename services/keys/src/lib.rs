@@ -23,13 +23,14 @@ pub mod persist;
 pub mod redis_backend;
 pub mod tiers_sync;
 
-pub use limiter::{Answer, CheckError, CheckRequest, KeyLimiter};
+pub use limiter::{CheckError, KeyAnswer, KeyCheck, KeyLimiter};
 
 use leasehold_shared::keys::Tiers;
 use std::time::Duration;
 
 /// How decisions are distributed.
 #[derive(Clone)]
+#[allow(clippy::large_enum_variant)] // built once at start, never moved on a hot path
 pub enum Mode {
     /// This instance owns every key; nothing is stored.
     Standalone,
@@ -113,6 +114,7 @@ pub async fn serve_until(o: ServeOptions, stop: tokio::sync::watch::Receiver<boo
 }
 
 /// Once a second: which keys took more than `hot_key_rps` requests here; sweep idle keys.
+#[allow(irrefutable_let_patterns)] // without the Redis baseline, owned is the only backend
 async fn report_hot_keys(limiter: KeyLimiter, hot_key_rps: u64) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {

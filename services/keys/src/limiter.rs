@@ -11,52 +11,12 @@ use crate::owned::{Owned, OwnedError};
 use crate::redis_backend::RedisBackend;
 use leasehold_shared::keys::table::Verdict;
 use leasehold_shared::keys::{shard_of, spec::check_key, KeyError, LimitSpec, Tiers};
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
-/// A request to record (`POST`) against a key.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct CheckRequest {
-    pub key: String,
-    #[serde(default = "one")]
-    pub cost: u64,
-    #[serde(default)]
-    pub tier: Option<String>,
-    /// Read the key's count instead of recording (NATS API; HTTP uses `GET`).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub read: bool,
-}
-
-impl CheckRequest {
-    pub fn new(key: impl Into<String>, cost: u64, tier: Option<String>) -> Self {
-        CheckRequest { key: key.into(), cost, tier, read: false }
-    }
-}
-
-fn one() -> u64 {
-    1
-}
-
-/// The answer, as JSON on HTTP and NATS.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct Answer {
-    pub allowed: bool,
-    pub key: String,
-    pub tier: String,
-    pub limit: u64,
-    pub window_ms: u64,
-    pub remaining: u64,
-    pub reset_ms: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub retry_after_ms: Option<u64>,
-    /// `GET` only: units counted in the current window.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub count: Option<u64>,
-}
+pub use leasehold_shared::wire::{KeyAnswer, KeyCheck};
 
 /// Why a request got no allow/deny answer.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -155,7 +115,7 @@ impl KeyLimiter {
         if let Some(store) = self.tiers_store.get() {
             let body = serde_json::to_vec(&tiers).map_err(|e| CheckError::Unavailable(e.to_string()))?;
             store
-                .put(crate::tiers_sync::TIERS_KEY, body.into())
+                .put(leasehold_shared::subjects::KEYS_TIERS_KEY, body.into())
                 .await
                 .map_err(|e| CheckError::Unavailable(format!("applied here, but not stored for the cluster: {e}")))?;
         }
@@ -202,7 +162,7 @@ impl KeyLimiter {
     }
 
     /// Record a request: allowed or denied, wherever the key's state lives.
-    pub async fn check(&self, req: &CheckRequest) -> Result<Answer, CheckError> {
+    pub async fn check(&self, req: &KeyCheck) -> Result<KeyAnswer, CheckError> {
         let (tier, spec) = self.resolve(&req.key, req.tier.as_deref())?;
         if req.cost == 0 || req.cost > spec.max_cost() {
             return Err(KeyError::BadCost { got: req.cost, max: spec.max_cost() }.into());
@@ -235,7 +195,7 @@ impl KeyLimiter {
     }
 
     /// A key's current count and remaining, recording nothing (asked of its owner).
-    pub async fn peek(&self, key: &str, tier: Option<&str>) -> Result<Answer, CheckError> {
+    pub async fn peek(&self, key: &str, tier: Option<&str>) -> Result<KeyAnswer, CheckError> {
         let (name, spec) = self.resolve(key, tier)?;
         match &self.backend {
             #[cfg(feature = "redis-baseline")]
@@ -249,15 +209,16 @@ impl KeyLimiter {
                     return Ok(answer(key, name, v, Some(count)));
                 }
                 let Some(client) = nats else { return Err(OwnedError::NotOwner(shard).into()) };
-                let req = CheckRequest { key: key.into(), cost: 1, tier: tier.map(String::from), read: true };
+                let req = KeyCheck { read: true, ..KeyCheck::new(key, 1, tier.map(String::from)) };
                 forward(client, shard, &req).await
             }
         }
     }
 
-    fn cached_denial(&self, key: &str, tier: &str, spec: &LimitSpec, now_ms: u64) -> Option<Answer> {
+    fn cached_denial(&self, key: &str, tier: &str, spec: &LimitSpec, now_ms: u64) -> Option<KeyAnswer> {
         let until = *self.denied_until.lock().unwrap_or_else(|p| p.into_inner()).get(key)?;
-        (until > now_ms).then(|| Answer {
+        (until > now_ms).then(|| KeyAnswer {
+            v: leasehold_shared::wire::SCHEMA_VERSION,
             allowed: false,
             key: key.into(),
             tier: tier.into(),
@@ -271,7 +232,7 @@ impl KeyLimiter {
     }
 
     /// A cost-1 denial holds for any cost until its retry time: answer it here until then.
-    fn remember_denial(&self, a: &Answer, now_ms: u64) {
+    fn remember_denial(&self, a: &KeyAnswer, now_ms: u64) {
         let Some(wait) = a.retry_after_ms.filter(|&w| w > 0) else { return };
         let mut cache = self.denied_until.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() >= DENY_CACHE_KEYS {
@@ -286,7 +247,7 @@ impl KeyLimiter {
 
 /// Ask the shard's owner. While a shard moves (no subscriber yet, or the old owner already
 /// stopped), retry for up to [`HANDOVER_PATIENCE`], so a planned hand-over is invisible.
-async fn forward(client: &async_nats::Client, shard: u32, req: &CheckRequest) -> Result<Answer, CheckError> {
+async fn forward(client: &async_nats::Client, shard: u32, req: &KeyCheck) -> Result<KeyAnswer, CheckError> {
     let started = std::time::Instant::now();
     let mut pause = Duration::from_millis(5);
     loop {
@@ -303,9 +264,9 @@ async fn forward(client: &async_nats::Client, shard: u32, req: &CheckRequest) ->
 /// How long a forwarded request waits for a moving shard's new owner.
 const HANDOVER_PATIENCE: Duration = Duration::from_millis(300);
 
-async fn forward_once(client: &async_nats::Client, shard: u32, req: &CheckRequest) -> Result<Answer, CheckError> {
-    let body = serde_json::to_vec(req).map_err(|e| CheckError::Unavailable(e.to_string()))?;
-    let subject = format!("{}.{shard}", crate::nats::SUBJECT_PREFIX);
+async fn forward_once(client: &async_nats::Client, shard: u32, req: &KeyCheck) -> Result<KeyAnswer, CheckError> {
+    let body = leasehold_shared::wire::encode(req);
+    let subject = leasehold_shared::subjects::keys_check(shard);
     let reply = tokio::time::timeout(FORWARD_TIMEOUT, client.request(subject, body.into()))
         .await
         .map_err(|_| CheckError::Unavailable(format!("the owner of shard {shard} did not answer in time")))?
@@ -313,8 +274,9 @@ async fn forward_once(client: &async_nats::Client, shard: u32, req: &CheckReques
     crate::nats::decode_reply(&reply.payload)
 }
 
-pub fn answer(key: &str, tier: String, v: Verdict, count: Option<u64>) -> Answer {
-    Answer {
+pub fn answer(key: &str, tier: String, v: Verdict, count: Option<u64>) -> KeyAnswer {
+    KeyAnswer {
+        v: leasehold_shared::wire::SCHEMA_VERSION,
         allowed: v.allowed,
         key: key.to_string(),
         tier,

@@ -1,15 +1,13 @@
-//! NATS request/reply: `lh.keys.check.<shard>` with a JSON [`CheckRequest`] (`"read": true` reads
+//! NATS request/reply: `lh.keys.check.<shard>` with a [`KeyCheck`] (`"read": true` reads
 //! instead of recording). Only the shard's owner subscribes, so the request reaches the key's
-//! state directly. The reply is an [`Answer`], or `{"error": …, "status": 400|429|503}`.
+//! state directly. The reply is a [`KeyAnswer`], or a [`KeyRefusal`] with status 400, 429 or 503.
 //! `shard = keys::shard_of(key, shards)` (FNV-1a), so a client in any language can address it.
 
-use crate::limiter::{answer, Answer, CheckError, CheckRequest, KeyLimiter};
+use crate::limiter::{answer, CheckError, KeyAnswer, KeyCheck, KeyLimiter};
 use crate::owned::{Owned, OwnedError};
 use futures::StreamExt;
 use leasehold_shared::keys::{shard_of, KeyError};
-use serde_json::json;
-
-pub const SUBJECT_PREFIX: &str = "lh.keys.check";
+use leasehold_shared::wire::{decode_keys_message, encode, KeyRefusal, WireError, SCHEMA_VERSION};
 
 /// Largest request accepted (a key is at most 256 bytes).
 const MAX_REQUEST_BYTES: usize = 4_096;
@@ -24,12 +22,10 @@ pub async fn serve_shard(
 ) {
     while let Some(msg) = sub.next().await {
         let Some(reply) = msg.reply else { continue };
-        let req = if msg.payload.len() > MAX_REQUEST_BYTES {
-            Err(CheckError::Input(KeyError::Malformed(format!("request is above {MAX_REQUEST_BYTES} bytes"))))
-        } else {
-            serde_json::from_slice::<CheckRequest>(&msg.payload)
-                .map_err(|e| CheckError::Input(KeyError::Malformed(format!("malformed request: {e}"))))
-        };
+        let req = decode_keys_message::<KeyCheck>(&msg.payload, MAX_REQUEST_BYTES).map_err(|e| match e {
+            WireError::Invalid { field: "key", .. } => CheckError::Input(KeyError::BadKey),
+            e => CheckError::Input(KeyError::Malformed(format!("malformed request: {e}"))),
+        });
         let decided = req.and_then(|r| decide(shard, &owned, &limiter, r));
         let client = client.clone();
         match decided {
@@ -50,11 +46,11 @@ pub async fn serve_shard(
 }
 
 enum Decided {
-    Now(Answer),
+    Now(KeyAnswer),
     Later(crate::owned::Pending, String, String),
 }
 
-fn decide(shard: u32, owned: &Owned, limiter: &KeyLimiter, req: CheckRequest) -> Result<Decided, CheckError> {
+fn decide(shard: u32, owned: &Owned, limiter: &KeyLimiter, req: KeyCheck) -> Result<Decided, CheckError> {
     let (tier, spec) = limiter.resolve(&req.key, req.tier.as_deref())?;
     if shard_of(&req.key, owned.shards()) != shard {
         return Err(CheckError::Input(KeyError::Malformed(format!("key {:?} is not in shard {shard}", req.key))));
@@ -70,32 +66,34 @@ fn decide(shard: u32, owned: &Owned, limiter: &KeyLimiter, req: CheckRequest) ->
     Ok(Decided::Later(pending, req.key, tier))
 }
 
-async fn send(client: &async_nats::Client, reply: async_nats::Subject, a: Result<Answer, CheckError>) {
+async fn send(client: &async_nats::Client, reply: async_nats::Subject, a: Result<KeyAnswer, CheckError>) {
     let body = match a {
-        Ok(a) => serde_json::to_vec(&a).unwrap_or_default(),
+        Ok(a) => encode(&a),
         Err(e) => {
             let status = match e {
                 CheckError::Input(_) => 400,
                 CheckError::Overloaded(_) => 429,
                 CheckError::Unavailable(_) => 503,
             };
-            json!({ "error": e.to_string(), "status": status }).to_string().into_bytes()
+            encode(&KeyRefusal { v: SCHEMA_VERSION, error: e.to_string(), status })
         }
     };
     let _ = client.publish(reply, body.into()).await;
 }
 
 /// The owner's reply, as the forwarding instance's answer or error.
-pub fn decode_reply(payload: &[u8]) -> Result<Answer, CheckError> {
-    if let Ok(a) = serde_json::from_slice::<Answer>(payload) {
+pub fn decode_reply(payload: &[u8]) -> Result<KeyAnswer, CheckError> {
+    if let Ok(a) = decode_keys_message::<KeyAnswer>(payload, MAX_REPLY_BYTES) {
         return Ok(a);
     }
-    let v: serde_json::Value = serde_json::from_slice(payload)
+    let refusal = decode_keys_message::<KeyRefusal>(payload, MAX_REPLY_BYTES)
         .map_err(|e| CheckError::Unavailable(format!("unreadable reply from the owner: {e}")))?;
-    let error = v["error"].as_str().unwrap_or("the owner refused").to_string();
-    Err(match v["status"].as_u64() {
-        Some(400) => CheckError::Input(KeyError::Malformed(error)),
-        Some(429) => CheckError::Overloaded(error),
-        _ => CheckError::Unavailable(error),
+    Err(match refusal.status {
+        400 => CheckError::Input(KeyError::Malformed(refusal.error)),
+        429 => CheckError::Overloaded(refusal.error),
+        _ => CheckError::Unavailable(refusal.error),
     })
 }
+
+/// Largest reply accepted from an owner.
+const MAX_REPLY_BYTES: usize = 8_192;

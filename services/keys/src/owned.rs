@@ -5,7 +5,7 @@
 //! through the admission stream; kept non-decreasing here), the ownership gate uses this
 //! process's monotonic clock (lease arithmetic must not jump).
 
-use crate::limiter::CheckRequest;
+use crate::limiter::KeyCheck;
 use crate::persist::{Admission, Persister};
 use leasehold_shared::keys::table::{TableError, Verdict};
 use leasehold_shared::keys::{shard_of, KeyError, KeyTable, LimitSpec};
@@ -130,7 +130,7 @@ impl Owned {
     }
 
     /// Decide here if this instance serves the key's shard (`None`: ask the owner).
-    pub fn try_check(&self, shard: u32, req: &CheckRequest, spec: &LimitSpec) -> Result<Option<Pending>, OwnedError> {
+    pub fn try_check(&self, shard: u32, req: &KeyCheck, spec: &LimitSpec) -> Result<Option<Pending>, OwnedError> {
         let mut table = self.table();
         if !self.is_serving(shard) {
             return Ok(None);

@@ -1,5 +1,5 @@
 //! Shard state in JetStream: every admission is appended to the stream `LH_KEYS_ADM` on
-//! `lh.keys.adm.<shard>`, in batches (one message per shard per flush). A new owner replays its
+//! `lh.keys.adm.<shard>`, in [`AdmissionBatch`]es (one or more messages per shard per flush). A new owner replays its
 //! shard's subject before it answers; the stream's `max_age` (the longest window kept) trims what
 //! can no longer count. Denials change no state and are not written.
 //!
@@ -14,14 +14,13 @@
 
 use async_nats::jetstream::{self, consumer, stream};
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
+use leasehold_shared::subjects::{keys_admissions, keys_admissions_wildcard, KEYS_ADMISSIONS_STREAM as STREAM};
+pub use leasehold_shared::wire::Admission;
+use leasehold_shared::wire::{encode, AdmissionBatch};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
-
-pub const STREAM: &str = "LH_KEYS_ADM";
-pub const SUBJECT_PREFIX: &str = "lh.keys.adm";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Durability {
@@ -43,10 +42,6 @@ impl std::str::FromStr for Durability {
         }
     }
 }
-
-/// One admission: key, time (ms since the epoch), cost, and the tier the caller named.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Admission(pub String, pub u64, pub u64, pub Option<String>);
 
 #[derive(Default)]
 struct Pending {
@@ -80,7 +75,7 @@ impl Persister {
     ) -> Result<Self, PersistError> {
         let config = stream::Config {
             name: STREAM.into(),
-            subjects: vec![format!("{SUBJECT_PREFIX}.*")],
+            subjects: vec![keys_admissions_wildcard()],
             max_age: Duration::from_millis(retention_ms),
             num_replicas: replicas,
             storage: stream::StorageType::File,
@@ -149,11 +144,12 @@ impl Persister {
     /// One message per shard, all in flight at once; true when every one is acknowledged.
     async fn publish(&self, by_shard: &BTreeMap<u32, Vec<Admission>>) -> bool {
         let mut acks = Vec::new();
-        for (shard, batch) in by_shard {
-            let Ok(body) = serde_json::to_vec(batch) else { return false };
-            match self.js.publish(format!("{SUBJECT_PREFIX}.{shard}"), body.into()).await {
-                Ok(ack) => acks.push(ack),
-                Err(_) => return false,
+        for (shard, admissions) in by_shard {
+            for batch in AdmissionBatch::chunks(admissions) {
+                match self.js.publish(keys_admissions(*shard), encode(&batch).into()).await {
+                    Ok(ack) => acks.push(ack),
+                    Err(_) => return false,
+                }
             }
         }
         let all = futures::future::join_all(acks.into_iter().map(|a| tokio::time::timeout(Duration::from_secs(2), a)));
@@ -163,7 +159,7 @@ impl Persister {
     /// Every admission stored for `shard`, oldest first.
     pub async fn replay(&self, shard: u32, mut apply: impl FnMut(Admission)) -> Result<usize, PersistError> {
         let err = |reason: String| PersistError::Replay { shard, reason };
-        let subject = format!("{SUBJECT_PREFIX}.{shard}");
+        let subject = keys_admissions(shard);
         let stream = self.js.get_stream(STREAM).await.map_err(|e| err(e.to_string()))?;
         let last = match stream.get_last_raw_message_by_subject(&subject).await {
             Ok(m) => m.sequence,
@@ -188,10 +184,10 @@ impl Persister {
                 Ok(None) | Err(_) => return Err(err("the stream stopped before the last admission".into())),
             };
             let seq = msg.info().map_err(|e| err(e.to_string()))?.stream_sequence;
-            match serde_json::from_slice::<Vec<Admission>>(&msg.payload) {
+            match AdmissionBatch::parse(&msg.payload) {
                 Ok(batch) => {
-                    applied += batch.len();
-                    batch.into_iter().for_each(&mut apply);
+                    applied += batch.admissions.len();
+                    batch.admissions.into_iter().for_each(&mut apply);
                 }
                 Err(e) => tracing::warn!(shard, seq, cause = %e, "skipping a malformed admission batch"),
             }

@@ -9,8 +9,7 @@ use leasehold_nats::kv::{ensure_bucket, BucketSpec};
 use leasehold_shared::keys::Tiers;
 use std::time::Duration;
 
-pub const CONFIG_BUCKET: &str = "lh_keys_config";
-pub const TIERS_KEY: &str = "tiers";
+use leasehold_shared::subjects::{KEYS_CONFIG_BUCKET as CONFIG_BUCKET, KEYS_TIERS_KEY as TIERS_KEY};
 
 /// Adopt the stored tiers (or store ours if there are none) and follow every change.
 pub async fn start(js: &async_nats::jetstream::Context, limiter: &KeyLimiter, replicas: usize) -> Result<(), String> {

@@ -2,7 +2,7 @@
 //! and the RateLimit headers, reads that record nothing, bad input that changes nothing, tier
 //! changes without restart (one standalone instance; `cluster.rs` covers NATS).
 
-use leasehold_keys::{Answer, KeyLimiter};
+use leasehold_keys::{KeyAnswer, KeyLimiter};
 use leasehold_shared::keys::{LimitSpec, Tiers};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -36,7 +36,7 @@ async fn http_counts_exactly_and_answers_429_with_headers() {
         assert_eq!(r.status(), 200);
         assert_eq!(r.headers()["ratelimit-policy"], "\"free\";q=3;w=60");
         assert!(r.headers()["ratelimit"].to_str().unwrap().starts_with(&format!("\"free\";r={expected_remaining};t=")));
-        let a: Answer = r.json().await.unwrap();
+        let a: KeyAnswer = r.json().await.unwrap();
         assert!(a.allowed && a.remaining == expected_remaining);
     }
     let r = http.post(format!("{base}/v1/keys/user-1")).send().await.unwrap();
@@ -53,7 +53,7 @@ async fn http_counts_exactly_and_answers_429_with_headers() {
     assert_eq!(pro.status(), 200, "user-1 as pro has its own limit");
     // A read records nothing.
     for _ in 0..3 {
-        let a: Answer = http.get(format!("{base}/v1/keys/user-2")).send().await.unwrap().json().await.unwrap();
+        let a: KeyAnswer = http.get(format!("{base}/v1/keys/user-2")).send().await.unwrap().json().await.unwrap();
         assert_eq!((a.count, a.remaining), (Some(1), 2));
     }
 }
@@ -93,7 +93,7 @@ async fn bad_input_is_a_400_and_changes_nothing() {
         let body: serde_json::Value = r.json().await.unwrap();
         assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()), "{what}: {body}");
     }
-    let a: Answer = http.get(format!("{base}/v1/keys/u")).send().await.unwrap().json().await.unwrap();
+    let a: KeyAnswer = http.get(format!("{base}/v1/keys/u")).send().await.unwrap().json().await.unwrap();
     assert_eq!(a.count, Some(0), "bad requests were counted");
 }
 

@@ -192,7 +192,7 @@ async fn tiers_change_everywhere_and_nats_reaches_the_owner() {
 
     // NATS request/reply on the key's shard subject: the owner answers, reads record nothing.
     let c = leasehold_nats::connect::connect(&server.url(), "test").await.unwrap();
-    let subject = format!("lh.keys.check.{}", leasehold_shared::keys::shard_of("k", 64));
+    let subject = leasehold_shared::subjects::keys_check(leasehold_shared::keys::shard_of("k", 64));
     let ask = |body: &'static str| {
         let (c, subject) = (c.clone(), subject.clone());
         async move {
@@ -207,7 +207,7 @@ async fn tiers_change_everywhere_and_nats_reaches_the_owner() {
     assert_eq!(read["count"], 3);
     assert_eq!(ask("nonsense").await["status"], 400);
     assert_eq!(ask(r#"{"key":"k","cost":0}"#).await["status"], 400);
-    let wrong_shard = format!("lh.keys.check.{}", (leasehold_shared::keys::shard_of("k", 64) + 1) % 64);
+    let wrong_shard = leasehold_shared::subjects::keys_check((leasehold_shared::keys::shard_of("k", 64) + 1) % 64);
     let m = c.request(wrong_shard, r#"{"key":"k"}"#.into()).await.unwrap();
     let v: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
     assert_eq!(v["status"], 400, "a key sent to another shard's subject is refused: {v}");

@@ -15,18 +15,13 @@
 //! written with no owner after its owner stopped answering and flushed its state, so it can be
 //! claimed at once.
 
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Shards released per planning pass while rebalancing (a joining instance fills up in a few passes).
 pub const RELEASES_PER_PASS: usize = 4;
 
-/// The value of `shard.<n>` in the shards bucket.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShardRecord {
-    /// The owning instance, or `None` once released.
-    pub owner: Option<String>,
-}
+/// The value of `shard.<n>` in the shards bucket (a wire message).
+pub use crate::wire::ShardRecord;
 
 /// What the driver should write next.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -5,9 +5,11 @@
 //! unknown schema versions, and validates field ranges.
 
 mod fence;
+mod keys;
 mod messages;
 
 pub use fence::LedgerFence;
+pub use keys::*;
 pub use messages::*;
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
