@@ -1,7 +1,8 @@
 //! Splitting a parent grant among children by smoothed demand.
 //!
-//! Two modes, run separately for rate and for burst (seed 004):
-//! * [`AllocMode::Proportional`]: seed 000's formula, `share_i = C · d_i·w_i / Σ d·w`.
+//! Two modes, run separately for rate and for burst (the tenant with rate and burst leases both):
+//! * [`AllocMode::Proportional`]: the partner API design's formula, `share_i = C · d_i·w_i / Σ
+//!   d·w`.
 //! * [`AllocMode::WaterFill`] (default): demand-capped weighted max-min. No child receives more than
 //!   it asks for while another is starved; capacity left once every demand is met is handed out in
 //!   proportion to demand (headroom for growth), or by weight when nobody asks for anything.

@@ -4,8 +4,9 @@
 //! Every switch is off by default and is not part of any configuration file (`serde(skip)` where
 //! it sits in a config): only tests turn them on.
 
-/// One switch per hole an outside audit found (issue "Earn the guarantee"), and per rule that
-/// keeps reconfiguration from creating quota (issue 10).
+/// One switch per hole an outside audit or review found in the cores (the audit's holes carry
+/// their numbers, as in `shared/tests/audit_holes.rs`), and per rule that keeps reconfiguration
+/// (a lower R or B, a floor moved between DCs) from creating quota.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct KnownBugs {
     /// Hole 1: a DC manager spends under its newest *unexpired* DC lease, so when a newer lease

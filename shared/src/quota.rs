@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 /// Milli-units per whole token (or per request/s).
 pub const MILLI: u64 = 1_000;
 
-/// A pair of leasable resources: a refill rate and a burst capacity (seed 004).
+/// A pair of leasable resources: a refill rate and a burst capacity (as the tenant with rate and
+/// burst buys them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Quota {
     /// Refill rate in thousandths of a token per second.

@@ -131,7 +131,8 @@ impl PodChannel {
     }
 }
 
-/// A subject for one pod. Ids are checked: no empty, `.`, `*`, `>` or whitespace tokens.
+/// A subject for one pod. Ids are checked ([`check_id`]): no empty token, no `.`, `*`, `>`,
+/// whitespace or control characters.
 pub fn pod(limit: &str, dc: &str, pod: &str, channel: PodChannel) -> Result<String, WireError> {
     check_id("limit", limit)?;
     check_id("dc", dc)?;

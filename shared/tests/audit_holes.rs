@@ -1,5 +1,6 @@
-//! Regression tests for the holes an outside audit found in the cores (issue "Earn the
-//! guarantee"). Each drives the real cores through the path that broke the limit.
+//! Regression tests for the holes an outside audit found in the cores, by number (the switches
+//! that bring them back are in `shared/src/bugs.rs`). Each drives the real cores through the
+//! path that broke the limit.
 
 use leasehold_shared::bugs::KnownBugs;
 use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput, FailMode};

@@ -1,4 +1,5 @@
-//! Lease lifecycle events from seed 000, driven through the DC manager and coordinator cores.
+//! Lease lifecycle events of the partner API at 1,000 QPS (join, drain, crash, unhealthy pod),
+//! driven through the DC manager and coordinator cores.
 
 use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
 use leasehold_shared::dc_manager::{holder_key, DcManagerConfig, DcManagerCore, DcOutput, FailMode};

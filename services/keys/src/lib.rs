@@ -1,9 +1,9 @@
 //! # Leasehold per-key limits (service)
 //!
-//! Seed 003's half of the product: allow or reject each request against the caller's own limit
-//! (per user, per tenant tier), over HTTP ([`http`]) and NATS request/reply ([`nats`]). The
-//! decisions are [`leasehold_shared::keys`]' (exact sliding-window log or GCRA); this crate reads
-//! the clock and moves requests.
+//! The per-user limiter, the product's other half: allow or reject each request against the
+//! caller's own limit (per user, per tenant tier), over HTTP ([`http`]) and NATS request/reply
+//! ([`nats`]). The decisions are [`leasehold_shared::keys`]' (exact sliding-window log or GCRA);
+//! this crate reads the clock and moves requests.
 //!
 //! * [`limiter`]: validation, tiers, and where a key is decided (here, its owner, or Redis).
 //! * [`owned`]: the keys of the shards this instance owns, behind the ownership gate.

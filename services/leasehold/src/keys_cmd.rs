@@ -19,8 +19,9 @@ pub struct KeysArgs {
     #[cfg(feature = "redis-baseline")]
     #[arg(long, conflicts_with = "nats_url")]
     redis_url: Option<String>,
-    /// Tiers, overrides and assignments as JSON (`{"default_tier": …, "tiers": {…}}`); default:
-    /// one tier "free", 20 per minute (seed 003). In a cluster, the tiers stored in KV win.
+    /// Tiers, overrides and assignments as JSON (`{"default_tier": …, "tiers": {…}}`); default: one
+    /// tier "free", 20 per minute (the per-user limiter's example). In a cluster, the tiers stored
+    /// in KV win.
     #[arg(long)]
     tiers: Option<std::path::PathBuf>,
     /// Keys tracked at most; new keys beyond are shed with 429.

@@ -1,4 +1,5 @@
-//! Every service serves Prometheus metrics, including seed 000's five and the ledger's books.
+//! Every service serves Prometheus metrics, including the five the partner API design asks for
+//! and the ledger's books.
 
 use leasehold_nats::connect::connect_until;
 use leasehold_nats_harness::{binaries, NatsServer};
@@ -92,8 +93,8 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
     );
     assert!(out <= lim && lim == 100.0, "outstanding {out} vs limit {lim}");
     assert_eq!(sample(&c, "leasehold_coordinator_leading"), Some(1.0));
-    // Seed 000's five: allocated vs used per DC, renewal latency and failures, rejections per pod,
-    // time since renewal per pod, and total QPS to the upstream.
+    // The five the partner API design asks for: allocated vs used per DC, renewal latency and
+    // failures, rejections per pod, time since renewal per pod, and total QPS to the upstream.
     for series in
         ["leasehold_dc_allocated_rate_per_s", "leasehold_dc_used_rate_per_s", "leasehold_dc_lease_refusals_total"]
     {

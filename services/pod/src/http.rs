@@ -1,8 +1,10 @@
 //! The agent's local HTTP API, for services in any language.
 //!
 //! * `POST /v1/acquire?cost=1&priority=high|low&max_wait_ms=0` → `200` with a permit, or `429`
-//!   with `Retry-After` (whole seconds) and an `application/problem+json` body. Both carry the
-//!   IETF `RateLimit-Policy` and `RateLimit` headers (draft-ietf-httpapi-ratelimit-headers).
+//!   with `Retry-After` (whole seconds) and an `application/problem+json` body; a cost above the
+//!   current lease's burst is a `429` without `Retry-After` (it can never fit under this lease).
+//!   Both carry the IETF `RateLimit-Policy` and `RateLimit` headers
+//!   (draft-ietf-httpapi-ratelimit-headers).
 //! * `POST /v1/upstream-error`: count a failed upstream call (feeds the pod's health).
 //! * `GET /v1/status` (JSON), `GET /metrics` (Prometheus), `GET /healthz`.
 //!

@@ -12,7 +12,7 @@
 //! that read the old generation fails its CAS and retries, so a decision always uses one
 //! consistent set of parameters. Renewals are serialised by a mutex that the hot path never takes.
 //!
-//! ## Lease rules (seed 004)
+//! ## Lease rules (rate and burst leases, as for the tenant with rate and burst)
 //! * A renewal that arrives while the previous lease is still valid **keeps the balance**,
 //!   truncated to the new capacity. Nothing is refilled by renewing.
 //! * A lease applied after a gap (previous one expired, or none) **starts at zero balance**.

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SplitMode {
-    /// Equal shares (seed 000's default).
+    /// Equal shares (the default, as the partner API at 1,000 QPS was designed).
     #[default]
     Equal,
     /// In proportion to each pod's reported capacity weight.

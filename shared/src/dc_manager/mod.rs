@@ -1,6 +1,6 @@
 //! The DC manager, sans I/O: holds the DC lease, splits it into pod sub-leases.
 //!
-//! Rules it enforces (seed 000, issue "quota core"):
+//! Rules it enforces (the partner API at 1,000 QPS, spread over data centers):
 //! * **Budget** = the DC's reserved floor + its newest valid DC lease. After the DC lease expires
 //!   without renewal: the floor only (strict), or floor + emergency allowance (best-effort).
 //! * **Nesting**: a pod lease never outlives the DC lease it was cut from (in either clock).

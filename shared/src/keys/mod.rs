@@ -1,5 +1,6 @@
-//! Per-key limits (seed 003): millions of low-rate keys (per user, per tenant tier), each with its
-//! own limit, decided where the key's state lives. Sans I/O: every call takes `now_ms`.
+//! Per-key limits (the per-user limiter): millions of low-rate keys (per user, per tenant tier),
+//! each with its own limit, decided where the key's state lives. Sans I/O: every call takes
+//! `now_ms`.
 //!
 //! * [`spec`]: a limit (`N` per window `W`, by exact sliding log or GCRA), tiers, overrides, and
 //!   input validation.

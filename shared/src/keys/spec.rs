@@ -12,7 +12,7 @@ pub const MAX_LOG_LIMIT: u64 = 10_000;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Algorithm {
-    /// Exact: at most `limit` admitted in any window of `window_ms` (seed 003).
+    /// Exact: at most `limit` admitted in any window of `window_ms` (the per-user limiter).
     #[default]
     SlidingLog,
     /// Smooth: `limit` per `window_ms` as a rate, with `burst` extra capacity.

@@ -1,6 +1,6 @@
-//! The exact sliding-window log (seed 003): a request at `t` is admitted when the admissions in
-//! `(t − W, t]`, plus its cost, stay within `N`. Memory: one `u64` per admitted unit still inside
-//! the window, so at most `N` (8·N bytes, plus the deque's header) per key.
+//! The exact sliding-window log (the per-user limiter): a request at `t` is admitted when the
+//! admissions in `(t − W, t]`, plus its cost, stay within `N`. Memory: one `u64` per admitted unit
+//! still inside the window, so at most `N` (8·N bytes, plus the deque's header) per key.
 
 use std::collections::VecDeque;
 

@@ -19,7 +19,7 @@ use thiserror::Error;
 pub const SCHEMA_VERSION: u32 = 1;
 /// Largest message accepted by [`decode`]; larger input is rejected unread.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
-/// Longest identifier (limit, DC, pod/holder id) accepted.
+/// Longest identifier (limit, DC, pod/holder id) accepted, in bytes of UTF-8.
 pub const MAX_ID_LEN: usize = 128;
 /// Longest lease TTL accepted on the wire (one hour).
 pub const MAX_TTL_MS: u64 = 3_600_000;
@@ -72,12 +72,13 @@ pub fn encode<T: WireMessage>(msg: &T) -> Vec<u8> {
     serde_json::to_vec(msg).expect("wire types always serialize")
 }
 
-/// Checks an id that becomes a NATS subject token.
+/// Checks an id that becomes a NATS subject token: 1..=[`MAX_ID_LEN`] bytes, no `.`, `*` or `>`,
+/// no Unicode whitespace and no control character (category Cc). Anything else passes.
 pub fn check_id(field: &'static str, s: &str) -> Result<(), WireError> {
     if s.is_empty() || s.len() > MAX_ID_LEN {
         return Err(WireError::Invalid { field, reason: format!("length {} not in 1..={MAX_ID_LEN}", s.len()) });
     }
-    // Ids become NATS subject tokens: no wildcards, separators or whitespace.
+    // Ids become NATS subject tokens: no wildcards, separators, whitespace or control characters.
     if let Some(c) = s.chars().find(|c| matches!(c, '.' | '*' | '>') || c.is_whitespace() || c.is_control()) {
         return Err(WireError::Invalid { field, reason: format!("character {c:?} not allowed") });
     }

@@ -1,5 +1,6 @@
-//! `leasehold-lab bench keys`, short: its last line is the JSON the issue asks for, the bench's own
-//! judge finds no over-admission, and the Redis baseline runs when the machine's Redis is there.
+//! `leasehold-lab bench keys`, short: its last line is the JSON summary (decisions/s, p50/p99,
+//! over-admissions, allowed, denied), the bench's own judge finds no over-admission, and the Redis
+//! baseline runs when the machine's Redis is there.
 
 use std::process::Command;
 

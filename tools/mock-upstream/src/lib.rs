@@ -1,6 +1,6 @@
 //! # Strict mock upstream
 //!
-//! Stands in for the partner API of seed 000: a hard limit of `limit` calls in any sliding
+//! Stands in for the partner API at 1,000 QPS: a hard limit of `limit` calls in any sliding
 //! `window_ms`. Every call is counted; a call that would exceed the limit gets **429** and is a
 //! violation of Leasehold's promise. It is the independent judge of the demo and chaos runs.
 //!

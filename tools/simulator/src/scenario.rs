@@ -188,8 +188,8 @@ impl Scenario {
         }
     }
 
-    /// Seed 000's topology: a 1,000 QPS sliding-window limit, BKK and Europe with 4 pods each,
-    /// 50 QPS floors, and the given demand per DC.
+    /// The partner API's topology: a 1,000 QPS sliding-window limit, BKK and Europe with 4 pods
+    /// each, 50 QPS floors, and the given demand per DC.
     fn bkk_and_europe(name: &str, bkk: Demand, europe: Demand, duration_s: u64) -> Self {
         let hard = HardLimit::SlidingWindow { calls: 1_000, window_ms: 1_000 };
         let floor = Quota::per_s(50, 0);
@@ -226,7 +226,8 @@ impl Scenario {
     }
 
     pub fn tenant_shift() -> Self {
-        // 30,000 requests/minute with a burst of 6,000 (seed 004): R = 500/s, B = 6,000.
+        // 30,000 requests/minute with a burst of 6,000 (the tenant with rate and burst):
+        // R = 500/s, B = 6,000.
         let period = 120.0;
         let duration_s = 720;
         let phases = (duration_s as f64 / period).ceil() as usize;
@@ -241,8 +242,8 @@ impl Scenario {
         s
     }
 
-    /// Seed 004's topology: R = 500/s and B = 6,000 (a token bucket), regions us, eu and ap with
-    /// 3 pods each, 20/s floors, and the given demand per region.
+    /// The rate-and-burst tenant's topology: R = 500/s and B = 6,000 (a token bucket), regions
+    /// us, eu and ap with 3 pods each, 20/s floors, and the given demand per region.
     fn three_regions(name: &str, demands: Vec<Demand>, duration_s: u64) -> Self {
         let hard = HardLimit::TokenBucket { rate_per_s: 500, burst: 6_000 };
         let floor = Quota::per_s(20, 0);

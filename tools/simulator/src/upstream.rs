@@ -6,9 +6,10 @@ use std::collections::{BinaryHeap, VecDeque};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum HardLimit {
-    /// At most `calls` in any sliding window of `window_ms` (seed 000's "1,000 QPS").
+    /// At most `calls` in any sliding window of `window_ms` (the partner API at 1,000 QPS).
     SlidingWindow { calls: u64, window_ms: u64 },
-    /// Admissions in any window T at most `rate_per_s · T + burst` (seed 004's R and B).
+    /// Admissions in any window T at most `rate_per_s · T + burst` (the tenant with rate and burst:
+    /// R and B).
     TokenBucket { rate_per_s: u64, burst: u64 },
 }
 

@@ -1,7 +1,7 @@
 //! A hostile NATS client in one DC: it records real pod leases and replays them later, publishes
 //! malformed and oversized messages on lease and report subjects, and reports huge demand for a
 //! pod that does not exist (copied from a real pod's report, under another name). Counts what it
-//! sent. (Publishing in a real pod's name is what the production accounts forbid; see
+//! sent. (Publishing on a real pod's subjects is what the production accounts forbid; see
 //! `docs/FAILURES.md`.)
 
 use futures::StreamExt;

@@ -158,8 +158,9 @@ impl World {
                 format!("{name} started again")
             }
             Undo::Replace { dc, slot } => {
-                // A drained pod's id stays closed for a while (late messages from it must not
-                // count); its replacement is a new pod, as a deployment would start.
+                // A drained pod's holder (id and incarnation) stays closed for a while (late
+                // messages from it must not count); its replacement is a new pod, as a deployment
+                // would start.
                 let name = self.start_agent(dc, "pod").await?;
                 self.slots[dc][slot] = name.clone();
                 format!("{name} replaces it")

@@ -11,7 +11,7 @@ const CYCLE_S: f64 = 60.0;
 const CYCLES: u64 = 12;
 
 impl Scenario {
-    /// Six cycles on seed 000's topology, both DCs offering 1,350/s throughout:
+    /// Six cycles on the partner API's topology, both DCs offering 1,350/s throughout:
     /// 1. BKK is cut off, then 80% of its floor moves to Europe (back 40 s later);
     /// 2. the same with Europe cut off and giving up floor;
     /// 3. R and B go down to 60% (back 20 s later), then BKK is cut off 1 s after the change;

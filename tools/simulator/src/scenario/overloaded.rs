@@ -53,10 +53,10 @@ fn rotating_overload(dcs: usize, heavy: f64, light: f64) -> Vec<Demand> {
 }
 
 impl Scenario {
-    /// Every fault enabled against an overloaded limit: even seeds on seed 000's topology (a
-    /// 1,000/s sliding window; heavy DCs offer 1,350/s, the light one 200/s: 1.55–2.7× the
-    /// limit), odd seeds on seed 004's (R = 500/s, B = 6,000; heavy regions offer 400/s, the
-    /// light one 30/s: 1.66–2.4× R). Clock offsets of ± 5 s and drift of ± 0.4%; faults stop at
+    /// Every fault enabled against an overloaded limit: even seeds on the partner API's topology (a
+    /// 1,000/s sliding window; heavy DCs offer 1,350/s, the light one 200/s: 1.55–2.7× the limit),
+    /// odd seeds on the rate-and-burst tenant's (R = 500/s, B = 6,000; heavy regions offer 400/s,
+    /// the light one 30/s: 1.66–2.4× R). Clock offsets of ± 5 s and drift of ± 0.4%; faults stop at
     /// 9 minutes and the last 3 minutes are the faults-off liveness phase.
     pub fn chaos(seed: u64) -> Self {
         let mut s = if seed.is_multiple_of(2) {

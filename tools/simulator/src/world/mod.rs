@@ -32,7 +32,8 @@ use std::rc::Rc;
 pub const MS: u64 = 1_000_000;
 pub const S: u64 = 1_000_000_000;
 
-/// Who enforces the limit: Leasehold, or one of seed 000's naive baselines.
+/// Who enforces the limit: Leasehold, or one of the naive baselines the partner API design compares
+/// against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Policy {
     Leasehold,
