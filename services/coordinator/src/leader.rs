@@ -15,6 +15,7 @@
 
 use bytes::Bytes;
 use leasehold_nats::kv::{compare_and_set, read, CasOutcome};
+use leasehold_process::clock::LeaseClock;
 use leasehold_shared::coordinator::{next_epoch, CoordinatorCore, LimitConfig, Stored};
 use leasehold_shared::leadership::{Leadership, LeadershipConfig, Transition};
 use leasehold_shared::subjects;
@@ -62,30 +63,28 @@ pub struct Leader {
     limits: Vec<LimitConfig>,
     ledger: Store,
     leaders: Store,
-    origin: leasehold_process::clock::LeaseClock,
+    clock: LeaseClock,
     election: Leadership,
     leadership: Option<Term>,
     pub status: Status,
 }
 
 impl Leader {
-    pub fn new(id: String, limits: Vec<LimitConfig>, leader_ttl: Duration, ledger: Store, leaders: Store) -> Self {
+    pub fn new(
+        id: String,
+        limits: Vec<LimitConfig>,
+        leader_ttl: Duration,
+        ledger: Store,
+        leaders: Store,
+        clock: LeaseClock,
+    ) -> Self {
         let election = Leadership::new(&id, LeadershipConfig::new(leader_ttl.as_millis() as u64));
-        Leader {
-            id,
-            limits,
-            ledger,
-            leaders,
-            origin: leasehold_process::clock::LeaseClock::start(),
-            election,
-            leadership: None,
-            status: Status::default(),
-        }
+        Leader { id, limits, ledger, leaders, clock, election, leadership: None, status: Status::default() }
     }
 
-    /// The only clock reading: nanoseconds since start, counting suspension.
+    /// Every decision reads the service's one clock (nanoseconds since start, counting suspension).
     fn now_ns(&self) -> u64 {
-        self.origin.elapsed_ns()
+        self.clock.now_ns()
     }
 
     /// Copy every limit's books into the status (for metrics).
@@ -122,8 +121,8 @@ impl Leader {
 
     /// Periodic step: renew or seek leadership, then renew every DC's lease.
     pub async fn tick(&mut self) {
-        let origin = self.origin;
-        let clock = move || origin.elapsed_ns();
+        let lease_clock = self.clock;
+        let clock = move || lease_clock.now_ns();
         let key = subjects::COORDINATOR_LEADER_KEY;
         match leasehold_nats::leader_key::step(&mut self.election, &self.leaders, key, clock).await {
             Some(Transition::Elected { epoch }) => return self.take_over(epoch).await,

@@ -67,7 +67,8 @@ pub async fn run(
     let renew_ms = settings.limits.iter().map(|l| l.renew_interval_ms).min().unwrap_or(1_000);
     let id =
         settings.id.clone().unwrap_or_else(|| format!("coord-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
-    let mut leader = Leader::new(id, settings.limits, leader_ttl, ledger, leaders);
+    let mut leader =
+        Leader::new(id, settings.limits, leader_ttl, ledger, leaders, leasehold_process::clock::LeaseClock::start());
     let mut tick = tokio::time::interval(Duration::from_millis(renew_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

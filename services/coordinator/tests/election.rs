@@ -1,5 +1,6 @@
 //! The coordinator against real nats-servers (the machine's 2.9.10 and a current one): election,
 //! failover within the leader TTL, fencing of a deposed leader, ledger resume, bad input.
+#![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
 use bytes::Bytes;
 use leasehold_coordinator::config::Settings;

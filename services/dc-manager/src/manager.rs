@@ -9,11 +9,12 @@
 //!   The successor's core waits a full pod-lease lifetime before it uses the floor (see
 //!   `DcManagerCore::new`), and uses only the floor the coordinator's record names.
 
+use leasehold_process::clock::LeaseClock;
 use leasehold_shared::dc_manager::{DcManagerCore, DcOutput};
 use leasehold_shared::leadership::{Leadership, LeadershipConfig, Transition};
 use leasehold_shared::subjects::{self, PodChannel};
 use leasehold_shared::wire::{decode, encode, LeaseReturn, LedgerRecord, PodReport};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::config::Settings;
@@ -48,7 +49,8 @@ pub struct Status {
 
 struct Term {
     core: DcManagerCore,
-    last_dc_lease_at: Option<Instant>,
+    /// When the last DC lease arrived (this clock, ns).
+    last_dc_lease_at_ns: Option<u64>,
 }
 
 pub struct Manager {
@@ -58,20 +60,27 @@ pub struct Manager {
     leaders: Store,
     /// The ledger bucket, read directly when a term begins (the watch may lag).
     ledger: Store,
-    origin: leasehold_process::clock::LeaseClock,
+    clock: LeaseClock,
     leadership: Leadership,
     term: Option<Term>,
     /// The DC's floor in the coordinator's last record and its version (none until one was
     /// read).
     floor: Option<(leasehold_shared::quota::Quota, leasehold_shared::wire::LeaseVersion)>,
-    admitted_window: Vec<(Instant, u64)>,
+    /// Pods' admissions as reported, with when (this clock, ns).
+    admitted_window: Vec<(u64, u64)>,
     pub status: Status,
 }
 
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Manager {
-    pub fn new(settings: Settings, client: async_nats::Client, leaders: Store, ledger: Store) -> Self {
+    pub fn new(
+        settings: Settings,
+        client: async_nats::Client,
+        leaders: Store,
+        ledger: Store,
+        clock: LeaseClock,
+    ) -> Self {
         let id = settings.id();
         let leadership = Leadership::new(&id, LeadershipConfig::new(settings.leader_ttl_ms));
         Manager {
@@ -80,7 +89,7 @@ impl Manager {
             client,
             leaders,
             ledger,
-            origin: leasehold_process::clock::LeaseClock::start(),
+            clock,
             leadership,
             term: None,
             floor: None,
@@ -89,15 +98,9 @@ impl Manager {
         }
     }
 
-    /// This process's clock (skewed as configured): every decision reads it.
-    fn clock(&self) -> impl Fn() -> u64 {
-        let (origin, s) = (self.origin, &self.settings);
-        let (offset_ns, drift_ppm) = (s.clock_offset_ms * 1_000_000, s.clock_drift_ppm);
-        move || leasehold_shared::expiry::skewed_ns(origin.elapsed_ns(), offset_ns, drift_ppm)
-    }
-
+    /// The service's one clock (skewed as configured): every decision reads it.
     fn now_ns(&self) -> u64 {
-        self.clock()()
+        self.clock.now_ns()
     }
 
     /// Leading, and the last landed renewal recent enough to act.
@@ -108,8 +111,9 @@ impl Manager {
     /// Every report interval: keep or seek leadership, then run the core's periodic step.
     pub async fn tick(&mut self) {
         let key = subjects::dc_leader_key(&self.settings.manager.dc).expect("validated");
-        let now = self.clock();
-        match leasehold_nats::leader_key::step(&mut self.leadership, &self.leaders, &key, now).await {
+        let clock = self.clock;
+        match leasehold_nats::leader_key::step(&mut self.leadership, &self.leaders, &key, move || clock.now_ns()).await
+        {
             Some(Transition::Elected { epoch }) => self.take_over(epoch).await,
             Some(Transition::Deposed { reason }) => {
                 if self.term.take().is_some() {
@@ -140,7 +144,7 @@ impl Manager {
         let now = self.now_ns();
         let mut core = DcManagerCore::new(cfg, now);
         let out = self.floor.map(|(f, v)| core.on_floor(f, v, now)).unwrap_or_default();
-        self.term = Some(Term { core, last_dc_lease_at: None });
+        self.term = Some(Term { core, last_dc_lease_at_ns: None });
         self.status.leading = true;
         self.status.epoch = epoch;
         self.status.takeovers += 1;
@@ -191,7 +195,7 @@ impl Manager {
         let Some(lease) = rec.leases.iter().filter(|l| l.holder == instance).max_by_key(|l| l.version) else { return };
         match term.core.on_dc_lease(lease, now) {
             Ok(out) => {
-                term.last_dc_lease_at = Some(Instant::now());
+                term.last_dc_lease_at_ns = Some(self.clock.now_ns());
                 self.status.dc_leases_applied += 1;
                 self.route(out).await;
             }
@@ -213,7 +217,7 @@ impl Manager {
         if !self.fresh() {
             return;
         }
-        self.admitted_window.push((Instant::now(), r.admitted));
+        self.admitted_window.push((self.clock.now_ns(), r.admitted));
         let now = self.now_ns();
         let out = self.term.as_mut().expect("fresh").core.on_pod_report(&r, now);
         self.route(out).await;
@@ -250,10 +254,10 @@ impl Manager {
     }
 
     fn refresh_status(&mut self) {
-        let horizon = Duration::from_secs(1);
-        self.admitted_window.retain(|(t, _)| t.elapsed() < horizon);
-        let used: u64 = self.admitted_window.iter().map(|(_, a)| a).sum();
         let now = self.now_ns();
+        const HORIZON_NS: u64 = 1_000_000_000;
+        self.admitted_window.retain(|(t, _)| now.saturating_sub(*t) < HORIZON_NS);
+        let used: u64 = self.admitted_window.iter().map(|(_, a)| a).sum();
         let Some(term) = self.term.as_ref() else { return };
         let s = &mut self.status;
         let c = term.core.counters();
@@ -268,6 +272,6 @@ impl Manager {
         s.budget_rate_per_s = term.core.budget(now).0.rate_per_s();
         s.dc_lease_rate_per_s = term.core.current_lease(now).map_or(0.0, |l| l.quota.rate_per_s());
         s.used_rate_per_s = used as f64;
-        s.seconds_since_dc_lease = term.last_dc_lease_at.map(|t| t.elapsed().as_secs_f64());
+        s.seconds_since_dc_lease = term.last_dc_lease_at_ns.map(|t| self.clock.seconds_since(t));
     }
 }

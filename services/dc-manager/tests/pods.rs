@@ -1,5 +1,6 @@
 //! DC manager + pods + coordinator on real nats-servers: pod join/drain/crash re-splits, the
 //! lease-expiry fail-safe, DC manager failover, and bad messages counted, never obeyed.
+#![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
 use leasehold_coordinator::config::Settings as CoordSettings;
 use leasehold_dc_manager::config::Settings;

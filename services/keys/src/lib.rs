@@ -25,6 +25,7 @@ pub mod tiers_sync;
 
 pub use limiter::{CheckError, KeyAnswer, KeyCheck, KeyLimiter};
 
+use leasehold_process::clock::LeaseClock;
 use leasehold_shared::keys::Tiers;
 use std::time::Duration;
 
@@ -89,7 +90,7 @@ pub async fn serve_until(o: ServeOptions, stop: tokio::sync::watch::Receiver<boo
             let persister = persist::Persister::start(js.clone(), durability, retention_ms, replicas)
                 .await
                 .map_err(|e| e.to_string())?;
-            let owned = owned::Owned::new(shards, o.max_keys, Some(persister), false);
+            let owned = owned::Owned::new(shards, o.max_keys, Some(persister), false, LeaseClock::start());
             let backend = limiter::Backend::Owned { owned: owned.clone(), nats: Some(nats.clone()) };
             let limiter =
                 KeyLimiter::new(backend, o.tiers, o.max_in_flight, retention_ms).map_err(|e| e.to_string())?;

@@ -185,7 +185,7 @@ impl KeyLimiter {
                 if let Some(a) = self.cached_denial(&req.key, &tier, &spec, owned.now_epoch_ms()) {
                     return Ok(a);
                 }
-                let a = forward(client, shard, req).await?;
+                let a = forward(client, shard, req, owned.clock()).await?;
                 if !a.allowed && req.cost == 1 {
                     self.remember_denial(&a, owned.now_epoch_ms());
                 }
@@ -210,7 +210,7 @@ impl KeyLimiter {
                 }
                 let Some(client) = nats else { return Err(OwnedError::NotOwner(shard).into()) };
                 let req = KeyCheck { read: true, ..KeyCheck::new(key, 1, tier.map(String::from)) };
-                forward(client, shard, &req).await
+                forward(client, shard, &req, owned.clock()).await
             }
         }
     }
@@ -247,12 +247,19 @@ impl KeyLimiter {
 
 /// Ask the shard's owner. While a shard moves (no subscriber yet, or the old owner already
 /// stopped), retry for up to [`HANDOVER_PATIENCE`], so a planned hand-over is invisible.
-async fn forward(client: &async_nats::Client, shard: u32, req: &KeyCheck) -> Result<KeyAnswer, CheckError> {
-    let started = std::time::Instant::now();
+async fn forward(
+    client: &async_nats::Client,
+    shard: u32,
+    req: &KeyCheck,
+    clock: leasehold_process::clock::LeaseClock,
+) -> Result<KeyAnswer, CheckError> {
+    let started_ns = clock.now_ns();
     let mut pause = Duration::from_millis(5);
     loop {
         match forward_once(client, shard, req).await {
-            Err(CheckError::Unavailable(_)) if started.elapsed() + pause < HANDOVER_PATIENCE => {
+            Err(CheckError::Unavailable(_))
+                if Duration::from_nanos(clock.now_ns() - started_ns) + pause < HANDOVER_PATIENCE =>
+            {
                 tokio::time::sleep(pause).await;
                 pause *= 2;
             }

@@ -7,11 +7,11 @@
 
 use crate::limiter::KeyCheck;
 use crate::persist::{Admission, Persister};
+use leasehold_process::clock::LeaseClock;
 use leasehold_shared::keys::table::{TableError, Verdict};
 use leasehold_shared::keys::{shard_of, KeyError, KeyTable, LimitSpec};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::oneshot;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -38,7 +38,7 @@ impl From<TableError> for OwnedError {
 struct Inner {
     table: Mutex<KeyTable>,
     shards: u32,
-    origin: leasehold_process::clock::LeaseClock,
+    clock: LeaseClock,
     /// Per shard: answer only while the monotonic clock (ms) is below this.
     serving_until_ms: Vec<AtomicU64>,
     persister: Option<Persister>,
@@ -84,13 +84,19 @@ impl Pending {
 }
 
 impl Owned {
-    pub fn new(shards: u32, max_keys: usize, persister: Option<Persister>, serving_from_start: bool) -> Self {
+    pub fn new(
+        shards: u32,
+        max_keys: usize,
+        persister: Option<Persister>,
+        serving_from_start: bool,
+        clock: LeaseClock,
+    ) -> Self {
         let initial = if serving_from_start { u64::MAX } else { 0 };
         Owned {
             inner: Arc::new(Inner {
                 table: Mutex::new(KeyTable::new(max_keys)),
                 shards: shards.max(1),
-                origin: leasehold_process::clock::LeaseClock::start(),
+                clock,
                 serving_until_ms: (0..shards.max(1)).map(|_| AtomicU64::new(initial)).collect(),
                 persister,
                 last_epoch_ms: AtomicU64::new(0),
@@ -100,7 +106,7 @@ impl Owned {
 
     /// One instance that owns everything, keeps nothing on disk.
     pub fn standalone(max_keys: usize) -> Self {
-        Self::new(64, max_keys, None, true)
+        Self::new(64, max_keys, None, true, LeaseClock::start())
     }
 
     pub fn shards(&self) -> u32 {
@@ -112,12 +118,17 @@ impl Owned {
     }
 
     pub fn mono_ms(&self) -> u64 {
-        self.inner.origin.elapsed_ns() / 1_000_000
+        self.inner.clock.now_ms()
+    }
+
+    /// The service's one clock.
+    pub fn clock(&self) -> LeaseClock {
+        self.inner.clock
     }
 
     /// Wall-clock ms, never going backwards here.
     pub fn now_epoch_ms(&self) -> u64 {
-        let wall = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        let wall = leasehold_process::clock::wall_ms();
         self.inner.last_epoch_ms.fetch_max(wall, Ordering::AcqRel).max(wall)
     }
 

@@ -6,7 +6,6 @@ use leasehold_shared::keys::table::Verdict;
 use leasehold_shared::keys::{Algorithm, LimitSpec};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// KEYS[1] = key; ARGV = now_ms, window_ms, limit, cost, nonce.
 /// Returns {allowed, remaining, reset_ms, retry_after_ms}.
@@ -52,7 +51,7 @@ pub struct RedisBackend {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    leasehold_process::clock::wall_ms()
 }
 
 fn redis_key(key: &str) -> String {

@@ -1,4 +1,5 @@
 //! `leasehold inspect` against a real nats-server with a real coordinator writing the ledger.
+#![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
 use bytes::Bytes;
 use leasehold_coordinator::config::Settings;

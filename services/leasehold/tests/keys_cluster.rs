@@ -2,6 +2,7 @@
 //! shards spread evenly and move when instances join, leave or crash; a key's count survives
 //! every move (hand-over flushes, zero-loss stores before answering); tiers change everywhere
 //! from one instance; NATS request/reply reaches the shard's owner.
+#![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
 use leasehold_nats_harness::{binaries, NatsServer};
 use std::io::{BufRead, BufReader};

@@ -1,5 +1,6 @@
 //! Every service serves Prometheus metrics, including the five the partner API design asks for
 //! and the ledger's books.
+#![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
 use leasehold_nats::connect::connect_until;
 use leasehold_nats_harness::{binaries, NatsServer};

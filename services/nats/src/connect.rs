@@ -60,6 +60,7 @@ fn reconnect_delay(attempts: usize) -> Duration {
 pub const MAX_RECONNECT_DELAY: Duration = Duration::from_millis(1_000);
 
 /// [`connect`], retried until `deadline` (a server that just started may not accept yet).
+#[allow(clippy::disallowed_methods)] // tools' and tests' deadline, not a lease decision
 pub async fn connect_until(
     url: &str,
     name: &str,

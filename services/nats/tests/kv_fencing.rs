@@ -1,5 +1,6 @@
 //! Against every nats-server we support (2.9.10 and current): the hand-made KV bucket works,
 //! compare-and-set fences a deposed writer, and revisions survive a full restart.
+#![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
 use bytes::Bytes;
 use leasehold_nats::connect::jetstream;

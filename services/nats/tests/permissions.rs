@@ -1,6 +1,7 @@
 //! `nats/prod/accounts.conf` enforced by real servers: a pod publishes only its own demand and
 //! reads only its own lease; only the coordinator writes the ledger; a DC manager holds only its
 //! own DC's leader key.
+#![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
 use bytes::Bytes;
 use futures::StreamExt;

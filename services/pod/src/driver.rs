@@ -7,7 +7,7 @@ use leasehold_shared::pod::{AppliedLease, PodCore};
 use leasehold_shared::subjects::{self, PodChannel};
 use leasehold_shared::wire::{decode, encode, PodLease, ReturnAck};
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
@@ -76,7 +76,8 @@ impl Driver {
         let mut acks = sub(ack_subject).await?;
         let mut tick = tokio::time::interval(self.report_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut sent: VecDeque<(u64, Instant)> = VecDeque::with_capacity(64);
+        // The last reports sent: (seq, when, on the pod's clock in ns).
+        let mut sent: VecDeque<(u64, u64)> = VecDeque::with_capacity(64);
         info!(pod = %self.core.config().pod, "pod started");
         loop {
             tokio::select! {
@@ -87,7 +88,7 @@ impl Driver {
                     if sent.len() == 64 {
                         sent.pop_front();
                     }
-                    sent.push_back((report.seq, Instant::now()));
+                    sent.push_back((report.seq, self.limiter.now_ns()));
                     let ok = publish(&self.client, report_subject.clone(), encode(&report)).await;
                     self.status.send_modify(|s| if ok { s.reports_sent += 1 } else { s.publish_failures += 1 });
                 }
@@ -95,28 +96,32 @@ impl Driver {
             }
         }
         // Graceful drain: stop spending now, return the lease, wait for the acknowledgement.
-        let deadline = Instant::now() + self.drain_timeout;
-        while Instant::now() < deadline {
-            let ret = self.core.drain();
-            self.limiter.shared.wake.notify_one();
-            publish(&self.client, return_subject.clone(), encode(&ret)).await;
-            let ack = tokio::time::timeout(Duration::from_millis(250), acks.next()).await;
-            if let Ok(Some(msg)) = ack {
-                if decode::<ReturnAck>(&msg.payload).is_ok_and(|a| self.core.on_return_ack(&a)) {
-                    info!(pod = %self.core.config().pod, "lease returned and acknowledged");
-                    self.status.send_modify(|s| {
-                        s.drained = true;
-                        s.lease = None;
-                    });
-                    return Ok(true);
+        let drain = async {
+            loop {
+                let ret = self.core.drain();
+                self.limiter.shared.wake.notify_one();
+                publish(&self.client, return_subject.clone(), encode(&ret)).await;
+                let ack = tokio::time::timeout(Duration::from_millis(250), acks.next()).await;
+                if let Ok(Some(msg)) = ack {
+                    if decode::<ReturnAck>(&msg.payload).is_ok_and(|a| self.core.on_return_ack(&a)) {
+                        return;
+                    }
                 }
             }
+        };
+        if tokio::time::timeout(self.drain_timeout, drain).await.is_ok() {
+            info!(pod = %self.core.config().pod, "lease returned and acknowledged");
+            self.status.send_modify(|s| {
+                s.drained = true;
+                s.lease = None;
+            });
+            return Ok(true);
         }
         warn!(pod = %self.core.config().pod, "drain not acknowledged in time; the lease will expire instead");
         Ok(false)
     }
 
-    fn on_lease(&mut self, payload: &[u8], sent: &VecDeque<(u64, Instant)>) {
+    fn on_lease(&mut self, payload: &[u8], sent: &VecDeque<(u64, u64)>) {
         let lease = match decode::<PodLease>(payload) {
             Ok(l) => l,
             Err(e) => {
@@ -129,8 +134,10 @@ impl Driver {
             Ok(()) => {
                 self.limiter.shared.wake.notify_one();
                 let applied = self.core.applied(now).cloned();
-                let latency =
-                    sent.iter().find(|(seq, _)| *seq == lease.basis_seq).map(|(_, t)| t.elapsed().as_secs_f64() * 1e3);
+                let latency = sent
+                    .iter()
+                    .find(|(seq, _)| *seq == lease.basis_seq)
+                    .map(|(_, t)| now.saturating_sub(*t) as f64 / 1e6);
                 self.status.send_modify(|s| {
                     s.lease = applied;
                     s.leases_applied += 1;

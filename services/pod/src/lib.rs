@@ -47,16 +47,11 @@ impl Pod {
             weight: settings.weight,
             bugs: Default::default(),
         };
-        // Counting starts with the limiter's clock (skewed as configured).
-        let started_ns =
-            leasehold_shared::expiry::skewed_ns(0, settings.clock_offset_ms * 1_000_000, settings.clock_drift_ppm);
-        let core = PodCore::new(config, started_ns);
-        let limiter = Limiter::new(
-            core.bucket().clone(),
-            settings.queue_capacity,
-            settings.clock_offset_ms * 1_000_000,
-            settings.clock_drift_ppm,
-        );
+        // The pod's one clock (skewed as configured): the core, the bucket and the driver read it.
+        let clock =
+            leasehold_process::clock::LeaseClock::start_skewed(settings.clock_offset_ms, settings.clock_drift_ppm);
+        let core = PodCore::new(config, clock.now_ns());
+        let limiter = Limiter::new(core.bucket().clone(), settings.queue_capacity, clock);
         tokio::spawn(limiter.clone().dispatch());
         let (status_tx, status) = watch::channel(PodStatus { pod: id.clone(), ..Default::default() });
         let (shutdown, shutdown_rx) = watch::channel(false);

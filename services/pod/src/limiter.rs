@@ -67,10 +67,8 @@ pub struct Totals {
 
 pub(crate) struct Shared {
     pub bucket: Arc<TokenBucket>,
-    pub origin: leasehold_process::clock::LeaseClock,
-    /// Added to every clock reading: lets tests and the chaos harness skew a pod's clock.
-    pub clock_offset_ns: u64,
-    pub clock_drift_ppm: i64,
+    /// The pod's one clock (skewed as configured).
+    pub clock: leasehold_process::clock::LeaseClock,
     interval: Interval,
     totals: Mutex<Totals>,
     pub queue: Mutex<WaitQueue>,
@@ -84,13 +82,11 @@ pub struct Limiter {
 }
 
 impl Limiter {
-    pub fn new(bucket: Arc<TokenBucket>, queue_capacity: usize, clock_offset_ns: u64, clock_drift_ppm: i64) -> Self {
+    pub fn new(bucket: Arc<TokenBucket>, queue_capacity: usize, clock: leasehold_process::clock::LeaseClock) -> Self {
         Limiter {
             shared: Arc::new(Shared {
                 bucket,
-                origin: leasehold_process::clock::LeaseClock::start(),
-                clock_offset_ns,
-                clock_drift_ppm,
+                clock,
                 interval: Interval::default(),
                 totals: Mutex::new(Totals::default()),
                 queue: Mutex::new(WaitQueue::new(queue_capacity)),
@@ -101,8 +97,7 @@ impl Limiter {
 
     /// This pod's clock, in the bucket's and the lease's time base.
     pub fn now_ns(&self) -> u64 {
-        let elapsed = self.shared.origin.elapsed_ns();
-        leasehold_shared::expiry::skewed_ns(elapsed, self.shared.clock_offset_ns, self.shared.clock_drift_ppm)
+        self.shared.clock.now_ns()
     }
 
     pub fn bucket(&self) -> &TokenBucket {

@@ -96,7 +96,7 @@ mod tests {
     /// A limiter whose bucket holds `burst` tokens refilling at `rate`/s for an hour.
     fn limiter(rate: u64, burst: u64, capacity: usize) -> Limiter {
         let bucket = Arc::new(TokenBucket::new());
-        let l = Limiter::new(bucket.clone(), capacity, 0, 0);
+        let l = Limiter::new(bucket.clone(), capacity, leasehold_process::clock::LeaseClock::start());
         let now = l.now_ns();
         bucket.apply_lease(Quota::per_s(rate, burst), now + 3_600_000_000_000, now).unwrap();
         tokio::spawn(l.clone().dispatch());
@@ -147,7 +147,7 @@ mod tests {
 
     #[tokio::test]
     async fn zero_cost_is_an_error_and_no_lease_denies() {
-        let l = Limiter::new(Arc::new(TokenBucket::new()), 4, 0, 0);
+        let l = Limiter::new(Arc::new(TokenBucket::new()), 4, leasehold_process::clock::LeaseClock::start());
         assert!(l.try_acquire(0).is_err());
         assert_eq!(l.try_acquire(1).unwrap(), Err(Denial::NoLease));
         let fallback = l.acquire_or_else(1, Priority::High, Duration::ZERO, |_| "cached").await.unwrap();

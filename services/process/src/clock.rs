@@ -8,21 +8,51 @@
 //! suspend; elsewhere the platform's monotonic clock is used (Windows' and macOS's `Instant`
 //! already count sleep on the platforms we know of; see docs/ARCHITECTURE.md, assumptions).
 
-/// Nanoseconds since [`LeaseClock::start`], counting suspension. Copy it freely: every copy
-/// reads the same time base.
+/// This process's clock: nanoseconds since [`LeaseClock::start`], counting suspension, skewed as
+/// configured (`clock_offset_ms`, `clock_drift_ppm`: tests and the chaos harness give a process a
+/// wrong clock on purpose). Each service makes one at start and passes copies to everything that
+/// judges time; nothing else in `services/` or `shared/` reads a clock (clippy's
+/// `disallowed-methods`, clippy.toml, enforces it). Copies read the same time base.
 #[derive(Clone, Copy, Debug)]
 pub struct LeaseClock {
     origin_ns: u64,
+    offset_ns: u64,
+    drift_ppm: i64,
 }
 
 impl LeaseClock {
+    /// A true clock (no skew).
     pub fn start() -> Self {
-        LeaseClock { origin_ns: raw_ns() }
+        Self::start_skewed(0, 0)
     }
 
-    pub fn elapsed_ns(&self) -> u64 {
-        raw_ns().saturating_sub(self.origin_ns)
+    /// A clock `offset_ms` ahead and running `drift_ppm` parts per million fast (or slow, if
+    /// negative; clamped to ±10%).
+    pub fn start_skewed(offset_ms: u64, drift_ppm: i64) -> Self {
+        LeaseClock { origin_ns: raw_ns(), offset_ns: offset_ms.saturating_mul(1_000_000), drift_ppm }
     }
+
+    /// Now, in nanoseconds of this process's time base.
+    pub fn now_ns(&self) -> u64 {
+        leasehold_shared::expiry::skewed_ns(raw_ns().saturating_sub(self.origin_ns), self.offset_ns, self.drift_ppm)
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.now_ns() / 1_000_000
+    }
+
+    /// Seconds from `earlier_ns` (a reading of this clock) to now.
+    pub fn seconds_since(&self, earlier_ns: u64) -> f64 {
+        self.now_ns().saturating_sub(earlier_ns) as f64 / 1e9
+    }
+}
+
+/// Milliseconds since the Unix epoch, from the machine's wall clock: only for timestamps that
+/// other machines read (the per-key admissions), never for a lease or a term. 0 if the wall clock
+/// is before 1970.
+#[allow(clippy::disallowed_methods)] // the one wall-clock reading
+pub fn wall_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(target_os = "linux")]
@@ -42,6 +72,7 @@ fn raw_ns() -> u64 {
     monotonic_ns()
 }
 
+#[allow(clippy::disallowed_methods)] // the platform clock, read here only
 fn monotonic_ns() -> u64 {
     static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
@@ -53,20 +84,33 @@ mod tests {
     use std::time::{Duration, Instant};
 
     #[test]
+    #[allow(clippy::disallowed_methods)] // compared against Instant on purpose
     fn it_never_goes_back_and_runs_at_the_rate_of_instant_while_awake() {
         let clock = LeaseClock::start();
         let started = Instant::now();
-        let mut last = clock.elapsed_ns();
+        let mut last = clock.now_ns();
         while started.elapsed() < Duration::from_millis(30) {
-            let now = clock.elapsed_ns();
+            let now = clock.now_ns();
             assert!(now >= last, "went back from {last} to {now}");
             last = now;
         }
-        let before = clock.elapsed_ns();
+        let before = clock.now_ns();
         let span = started.elapsed().as_nanos() as u64;
-        let after = clock.elapsed_ns();
+        let after = clock.now_ns();
         // Bracketed: the clock's reading before and after an Instant measurement of the same span.
         assert!(before <= span + 1_000_000, "clock {before} ns ahead of Instant's {span} ns");
         assert!(after + 1_000_000 >= span, "clock {after} ns behind Instant's {span} ns");
+    }
+
+    #[test]
+    fn a_skewed_clock_starts_at_its_offset_and_runs_at_its_drift() {
+        let (skewed, true_clock) = (LeaseClock::start_skewed(5_000, 100_000), LeaseClock::start());
+        let first = skewed.now_ns();
+        assert!(first >= 5_000_000_000, "{first}");
+        let deadline = true_clock.now_ns() + 20_000_000;
+        while true_clock.now_ns() < deadline {}
+        let (ran_skewed, ran_true) = (skewed.now_ns() - 5_000_000_000, true_clock.now_ns());
+        // 10% fast: after 20 ms of true time, at least 21.5 ms of skewed time (readings race by < 0.5 ms).
+        assert!(ran_skewed * 1_000 >= ran_true * 1_075, "skewed {ran_skewed} ns vs true {ran_true} ns");
     }
 }

@@ -5,6 +5,7 @@
 //! decision itself. Each iteration advances time by one emission interval so both limiters
 //! keep admitting (the common, non-denied path). A second group runs 2 contending threads on the
 //! real monotonic clock. The baseline always runs first.
+#![allow(clippy::disallowed_methods)] // a development tool: it measures real time on purpose (clippy.toml)
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use governor::clock::{FakeRelativeClock, MonotonicClock};

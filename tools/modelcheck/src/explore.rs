@@ -142,6 +142,7 @@ impl Search<'_> {
     }
 }
 
+#[allow(clippy::disallowed_methods)] // the search's wall time and progress; the model has no clock
 pub fn explore(cfg: &ModelConfig, limits: &Limits) -> Result<Outcome, String> {
     cfg.validate().map_err(|e| e.to_string())?;
     let started = Instant::now();

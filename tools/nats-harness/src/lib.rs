@@ -5,6 +5,7 @@
 //!   [`binaries`] lists the servers to test against.
 //! * [`wait`]: bounded waits tests share (a connection within a deadline, a watched status
 //!   reaching a condition) that fail with what was last seen instead of hanging.
+#![allow(clippy::disallowed_methods)] // a development tool: it measures real time on purpose (clippy.toml)
 
 mod server;
 pub mod wait;

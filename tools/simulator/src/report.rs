@@ -265,6 +265,7 @@ fn run_baselines(opts: &RunOptions) -> BTreeMap<&'static str, BaselineResult> {
 }
 
 /// Run `opts.seeds` seeds and the baselines; returns the summary and the per-seed results.
+#[allow(clippy::disallowed_methods)] // the run's wall time and progress, for the report; worlds run on virtual time
 pub fn run_many(opts: &RunOptions) -> Result<(Summary, Vec<SeedResult>), String> {
     if Scenario::by_name(&opts.scenario, 0).is_none() {
         return Err(format!("unknown scenario {:?}; choose one of {}", opts.scenario, Scenario::NAMES.join(", ")));

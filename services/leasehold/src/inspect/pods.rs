@@ -2,11 +2,12 @@
 //! Pods keep no state on the server, so this is what any NATS client can see: `nats sub 'lh.*.pod.>'`.
 
 use futures::StreamExt;
+use leasehold_process::clock::LeaseClock;
 use leasehold_shared::subjects;
 use leasehold_shared::wire::{decode, LeaseVersion, PodLease, PodReport};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(Serialize, Default, Clone)]
 pub struct PodView {
@@ -36,9 +37,12 @@ pub struct LeaseSeen {
 pub async fn listen(client: &async_nats::Client, listen: Duration) -> Result<BTreeMap<String, PodView>, String> {
     let subject = format!("{}.*.pod.>", subjects::PREFIX);
     let mut sub = client.subscribe(subject.clone()).await.map_err(|e| format!("cannot subscribe to {subject}: {e}"))?;
-    let mut pods: BTreeMap<String, (PodView, Option<Instant>)> = BTreeMap::new();
-    let end = Instant::now() + listen;
-    while let Ok(Some(msg)) = tokio::time::timeout_at(end.into(), sub.next()).await {
+    // Each pod with when its last report arrived (ns on this command's clock).
+    let mut pods: BTreeMap<String, (PodView, Option<u64>)> = BTreeMap::new();
+    let clock = LeaseClock::start();
+    let end_ns = clock.now_ns().saturating_add(listen.as_nanos() as u64);
+    let left = || Duration::from_nanos(end_ns.saturating_sub(clock.now_ns()));
+    while let Ok(Some(msg)) = tokio::time::timeout(left(), sub.next()).await {
         if msg.subject.ends_with(".report") {
             if let Ok(r) = decode::<PodReport>(&msg.payload) {
                 let per_s = |n: u64| n as f64 * 1_000.0 / r.interval_ms.max(1) as f64;
@@ -50,7 +54,7 @@ pub async fn listen(client: &async_nats::Client, listen: Duration) -> Result<BTr
                 v.offered_per_s = Some(per_s(r.offered));
                 v.admitted_per_s = Some(per_s(r.admitted));
                 v.lease_in_use = r.lease_in_use;
-                *seen = Some(Instant::now());
+                *seen = Some(clock.now_ns());
             }
         } else if msg.subject.ends_with(".lease") {
             if let Ok(l) = decode::<PodLease>(&msg.payload) {
@@ -70,7 +74,7 @@ pub async fn listen(client: &async_nats::Client, listen: Duration) -> Result<BTr
     Ok(pods
         .into_iter()
         .map(|(k, (mut v, seen))| {
-            v.last_heartbeat_ms_ago = seen.map(|t| t.elapsed().as_millis() as u64);
+            v.last_heartbeat_ms_ago = seen.map(|t| clock.now_ns().saturating_sub(t) / 1_000_000);
             (k, v)
         })
         .collect())
