@@ -99,8 +99,8 @@ pub async fn run(
         tokio::select! {
             _ = shutdown.changed() => break,
             _ = tick.tick() => m.tick().await,
-            Some(msg) = reports.next() => m.on_pod_report(&msg.payload).await,
-            Some(msg) = returns.next() => m.on_return(&msg.payload).await,
+            Some(msg) = reports.next() => m.on_pod_report(&msg.subject, &msg.payload).await,
+            Some(msg) = returns.next() => m.on_return(&msg.subject, &msg.payload).await,
             Some(rec) = records.recv() => m.on_record(&rec).await,
         }
         status.send_if_modified(|s| {

@@ -209,9 +209,20 @@ impl Manager {
         self.refresh_status();
     }
 
-    pub async fn on_pod_report(&mut self, payload: &[u8]) {
+    /// Whether `subject` is the one `pod` may publish `channel` messages on: NATS permissions
+    /// confine a pod to its own subjects, so a body naming another pod is refused, not obeyed.
+    fn sent_by(&self, subject: &str, pod: &str, channel: PodChannel) -> bool {
+        let (limit, dc) = (&self.settings.manager.limit, &self.settings.manager.dc);
+        subjects::pod(limit, dc, pod, channel).is_ok_and(|own| own == subject)
+    }
+
+    pub async fn on_pod_report(&mut self, subject: &str, payload: &[u8]) {
         let r = match decode::<PodReport>(payload) {
-            Ok(r) => r,
+            Ok(r) if self.sent_by(subject, &r.pod, PodChannel::Report) => r,
+            Ok(r) => {
+                warn!(subject, pod = %r.pod, "a report names another pod than its subject; ignored");
+                return self.status.messages_malformed += 1;
+            }
             Err(_) => return self.status.messages_malformed += 1,
         };
         if !self.fresh() {
@@ -223,9 +234,13 @@ impl Manager {
         self.route(out).await;
     }
 
-    pub async fn on_return(&mut self, payload: &[u8]) {
+    pub async fn on_return(&mut self, subject: &str, payload: &[u8]) {
         let r = match decode::<LeaseReturn>(payload) {
-            Ok(r) => r,
+            Ok(r) if self.sent_by(subject, &r.holder, PodChannel::Return) => r,
+            Ok(r) => {
+                warn!(subject, holder = %r.holder, "a lease return names another pod than its subject; ignored");
+                return self.status.messages_malformed += 1;
+            }
             Err(_) => return self.status.messages_malformed += 1,
         };
         if !self.fresh() {

@@ -209,3 +209,61 @@ async fn malformed_and_replayed_messages_are_counted_and_ignored() {
     let now = s.lease.as_ref().expect("still holds a lease");
     assert!(now.version >= held_version && rate(&s) > 0.0, "the replayed old lease replaced a newer one: {now:?}");
 }
+
+/// NATS permissions let a pod publish only on its own subjects; the body must not let it speak
+/// for another pod (a report for a ghost that takes a share, a return that ends a victim's lease
+/// in the manager's books while the victim still spends it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_whose_body_names_another_pod_than_its_subject_is_refused() {
+    use futures::StreamExt;
+    use leasehold_shared::wire::{encode, LeaseReturn, PodReport};
+    let bin = binaries().expect("a nats-server is needed").remove(0);
+    let server = NatsServer::start(&bin).unwrap();
+    let url = server.url();
+    let c = client(&url).await;
+    let _coord = leasehold_coordinator::spawn(client(&url).await, coordinator(&url));
+    let mut m = leasehold_dc_manager::spawn(client(&url).await, manager(&url, "m1"));
+    until(&mut m.status, "the manager leads", |s: &Status| s.leading).await;
+    let mut ghost_leases = c.subscribe("lh.api.pod.bkk.ghost.lease").await.unwrap();
+    let mut ghost_acks = c.subscribe("lh.api.pod.bkk.ghost.ack").await.unwrap();
+    c.flush().await.unwrap();
+    let report = |seq| PodReport {
+        v: 1,
+        limit: "api".into(),
+        dc: "bkk".into(),
+        pod: "ghost".into(),
+        incarnation: 7,
+        seq,
+        interval_ms: 100,
+        offered: 50,
+        admitted: 0,
+        rejected: 0,
+        queued: 0,
+        errors: 0,
+        healthy: true,
+        draining: false,
+        weight: 1.0,
+        lease_in_use: None,
+    };
+    let give_back = LeaseReturn {
+        v: 1,
+        limit: "api".into(),
+        dc: "bkk".into(),
+        holder: "ghost".into(),
+        incarnation: 7,
+        last_version: None,
+    };
+    for seq in 1..=10 {
+        c.publish("lh.api.pod.bkk.pod-x.report", encode(&report(seq)).into()).await.unwrap();
+    }
+    c.publish("lh.api.pod.bkk.pod-x.return", encode(&give_back).into()).await.unwrap();
+    until(&mut m.status, "the misaddressed messages are counted", |s: &Status| s.messages_malformed >= 11).await;
+    // The manager publishes in order after handling each message: had it obeyed a report, the
+    // ghost's lease would be on its way before the count above; a round trip flushes it here.
+    c.flush().await.unwrap();
+    let late = tokio::time::timeout(
+        Duration::from_millis(500),
+        futures::future::select(ghost_leases.next(), ghost_acks.next()),
+    );
+    assert!(late.await.is_err(), "the manager answered a pod that only its body named");
+}

@@ -24,6 +24,15 @@ fn services_refuse_bad_configuration_with_one_line_and_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.trim().lines().count() == 1 && err.contains("limit"), "{err}");
+    // An agent weight above what a report may carry (its every report would be dropped).
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("agent")
+        .envs([("LEASEHOLD_AGENT_LIMIT", "api"), ("LEASEHOLD_AGENT_DC", "bkk"), ("LEASEHOLD_AGENT_WEIGHT", "1001")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.trim().lines().count() == 1 && err.contains("weight"), "{err}");
     // The example agent config is valid: the agent gets past validation and fails only to connect.
     let agent_toml = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/agent.toml");
     let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))

@@ -76,8 +76,10 @@ impl PodSettings {
         if self.clock_drift_ppm.abs() > 100_000 {
             return bad(format!("clock_drift_ppm must be within ±100000, got {}", self.clock_drift_ppm));
         }
-        if !(self.weight.is_finite() && self.weight > 0.0) {
-            return bad(format!("weight must be a positive number, got {}", self.weight));
+        let max_weight = leasehold_shared::wire::MAX_POD_WEIGHT;
+        if !(self.weight.is_finite() && self.weight > 0.0 && self.weight <= max_weight) {
+            // Above the wire's bound every report would be dropped as invalid: no lease, ever.
+            return bad(format!("weight must be above 0 and at most {max_weight}, got {}", self.weight));
         }
         if !(10..=60_000).contains(&self.report_interval_ms) {
             return bad(format!("report_interval_ms must be within 10..=60000, got {}", self.report_interval_ms));

@@ -266,8 +266,9 @@ impl WireMessage for PodReport {
                 reason: format!("{} not in 1..=600000", self.interval_ms),
             });
         }
-        if !(self.weight.is_finite() && self.weight > 0.0 && self.weight <= 1_000.0) {
-            return Err(WireError::Invalid { field: "weight", reason: format!("{} not in (0, 1000]", self.weight) });
+        if !(self.weight.is_finite() && self.weight > 0.0 && self.weight <= super::MAX_POD_WEIGHT) {
+            let reason = format!("{} not in (0, {}]", self.weight, super::MAX_POD_WEIGHT);
+            return Err(WireError::Invalid { field: "weight", reason });
         }
         // Counters are per interval; anything claiming more than 10^9 requests/s is not real.
         let cap = self.interval_ms.saturating_mul(1_000_000);

@@ -21,6 +21,8 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 /// Longest identifier (limit, DC, pod/holder id) accepted, in bytes of UTF-8.
 pub const MAX_ID_LEN: usize = 128;
+/// Largest pod weight a report may carry.
+pub const MAX_POD_WEIGHT: f64 = 1_000.0;
 /// Longest lease TTL accepted on the wire (one hour).
 pub const MAX_TTL_MS: u64 = 3_600_000;
 
