@@ -282,17 +282,8 @@ fn a_leader_whose_ledger_record_was_lost_waits_a_full_dc_lease_lifetime_before_i
     assert_eq!(fresh.issues_from_ns(), 0, "a first start issues at once");
     let mut c = CoordinatorCore::resume(cfg, "c2", 9, Stored::classify(None, Some(&fence)), 0);
     let report = |seq, dc: &str| DcReport {
-        v: 1,
-        limit: "api".into(),
-        dc: dc.into(),
-        holder: format!("{dc}-mgr"),
-        term: 1,
-        seq,
-        demand: Quota::per_s(900, 0),
         pods_healthy: 2,
-        lease_in_use: None,
-        floor_in_use: None,
-        floor_version: None,
+        ..DcReport::new("api", dc, &format!("{dc}-mgr"), 1, seq, Quota::per_s(900, 0))
     };
     let mut t = 0;
     let mut first_grant = None;
@@ -319,17 +310,8 @@ fn a_delayed_report_from_an_earlier_manager_term_does_not_change_the_dcs_holder(
     let cfg = LimitConfig::new("api", Quota::per_s(1_000, 20), &[("bkk", Quota::ZERO)]);
     let mut c = CoordinatorCore::resume(cfg, "c", 1, Stored::Fresh, 0);
     let report = |holder: &str, term, seq| DcReport {
-        v: 1,
-        limit: "api".into(),
-        dc: "bkk".into(),
-        holder: holder.into(),
-        term,
-        seq,
-        demand: Quota::per_s(500, 0),
         pods_healthy: 2,
-        lease_in_use: None,
-        floor_in_use: None,
-        floor_version: None,
+        ..DcReport::new("api", "bkk", holder, term, seq, Quota::per_s(500, 0))
     };
     c.on_dc_report(&report("bkk-mgr-e9", 9, 1), 0);
     c.on_dc_report(&report("bkk-mgr-e4", 4, 77), MS);

@@ -21,19 +21,7 @@ fn config_with_floor(quota: Quota, bkk_floor: u64) -> LimitConfig {
 }
 
 fn eu_report_asking(seq: u64, ack: Option<LeaseVersion>, demand_per_s: u64) -> DcReport {
-    DcReport {
-        v: 1,
-        limit: "api".into(),
-        dc: "eu".into(),
-        holder: "eu-mgr".into(),
-        term: 1,
-        seq,
-        demand: Quota::per_s(demand_per_s, 0),
-        pods_healthy: 4,
-        lease_in_use: ack,
-        floor_in_use: None,
-        floor_version: None,
-    }
+    support::dc_report_asking("eu", seq, ack, None, demand_per_s)
 }
 
 fn pod(name: &str) -> PodCore {

@@ -240,19 +240,7 @@ fn the_manager_acks_a_smaller_dc_lease_only_once_its_pods_fit_inside_it() {
 }
 
 fn dc_report(dc: &str, holder: &str, seq: u64, demand: u64, ack: Option<LeaseVersion>) -> DcReport {
-    DcReport {
-        v: 1,
-        limit: "api".into(),
-        dc: dc.into(),
-        holder: holder.into(),
-        term: 1,
-        seq,
-        demand: Quota::per_s(demand, 0),
-        pods_healthy: 4,
-        lease_in_use: ack,
-        floor_in_use: None,
-        floor_version: None,
-    }
+    DcReport { pods_healthy: 4, lease_in_use: ack, ..DcReport::new("api", dc, holder, 1, seq, Quota::per_s(demand, 0)) }
 }
 
 #[test]

@@ -10,6 +10,8 @@ use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcLease, DcReport, LeaseVersion, PodLease, PodReport};
 use std::collections::BTreeMap;
 
+mod support;
+
 const MS: u64 = 1_000_000;
 const S: u64 = 1_000_000_000;
 
@@ -22,19 +24,7 @@ fn config(quota: Quota, bkk: u64, eu: u64, bugs: KnownBugs) -> LimitConfig {
 
 /// `floor`: the floor the DC's pods may spend under and the version of the newest floor taken.
 fn report(dc: &str, seq: u64, ack: Option<LeaseVersion>, floor: Option<(Quota, LeaseVersion)>) -> DcReport {
-    DcReport {
-        v: 1,
-        limit: "api".into(),
-        dc: dc.into(),
-        holder: format!("{dc}-mgr"),
-        term: 1,
-        seq,
-        demand: Quota::per_s(2_000, 0),
-        pods_healthy: 4,
-        lease_in_use: ack,
-        floor_in_use: floor.map(|(f, _)| f),
-        floor_version: floor.map(|(_, v)| v),
-    }
+    support::dc_report(dc, seq, ack, floor)
 }
 
 /// A first leader with `before`, both DCs asking for everything; the record it leaves behind.

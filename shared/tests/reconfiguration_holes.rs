@@ -10,28 +10,10 @@ use leasehold_shared::coordinator::{CoordinatorCore, Stored};
 use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput};
 use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
 use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{DcReport, LeaseVersion, LedgerFence, LedgerRecord};
+use leasehold_shared::wire::{DcReport, LedgerFence, LedgerRecord};
 
 mod support;
-use support::{config, config_with_bugs, secs, Newest, MS, S};
-
-/// A hand-written DC report (the DC's manager asks for everything and acks `ack`).
-/// `floor`: the floor the DC's pods may spend under and the version of the newest floor taken.
-fn dc_report(dc: &str, seq: u64, ack: Option<LeaseVersion>, floor: Option<(Quota, LeaseVersion)>) -> DcReport {
-    DcReport {
-        v: 1,
-        limit: "api".into(),
-        dc: dc.into(),
-        holder: format!("{dc}-mgr"),
-        term: 1,
-        seq,
-        demand: Quota::per_s(2_000, 0),
-        pods_healthy: 4,
-        lease_in_use: ack,
-        floor_in_use: floor.map(|(f, _)| f),
-        floor_version: floor.map(|(_, v)| v),
-    }
-}
+use support::{config, config_with_bugs, dc_report, secs, Newest, MS, S};
 
 // -------------------------------------------------------------------------------------------
 // 1. Floors raised, then lowered again, while one DC's ledger watch lags.

@@ -59,17 +59,8 @@ async fn record_until(
 
 fn report(dc: &str, seq: u64, demand: u64) -> Vec<u8> {
     encode(&DcReport {
-        v: 1,
-        limit: "api".into(),
-        dc: dc.into(),
-        holder: format!("{dc}-mgr"),
-        term: 1,
-        seq,
-        demand: Quota::per_s(demand, 0),
         pods_healthy: 4,
-        lease_in_use: None,
-        floor_in_use: None,
-        floor_version: None,
+        ..DcReport::new("api", dc, &format!("{dc}-mgr"), 1, seq, Quota::per_s(demand, 0))
     })
 }
 

@@ -181,15 +181,23 @@ async fn a_standby_manager_takes_over_with_a_higher_epoch() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_and_replayed_messages_are_counted_and_ignored() {
+/// A nats-server, a client, a coordinator, and one DC manager that leads.
+async fn one_leading_manager(
+) -> (NatsServer, async_nats::Client, leasehold_coordinator::Handle, leasehold_dc_manager::Handle) {
     let bin = binaries().expect("a nats-server is needed").remove(0);
     let server = NatsServer::start(&bin).unwrap();
     let url = server.url();
     let c = client(&url).await;
-    let _coord = leasehold_coordinator::spawn(client(&url).await, coordinator(&url));
+    let coord = leasehold_coordinator::spawn(client(&url).await, coordinator(&url));
     let mut m = leasehold_dc_manager::spawn(client(&url).await, manager(&url, "m1"));
     until(&mut m.status, "the manager leads", |s: &Status| s.leading).await;
+    (server, c, coord, m)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_and_replayed_messages_are_counted_and_ignored() {
+    let (server, c, _coord, mut m) = one_leading_manager().await;
+    let url = server.url();
     let mut leases = c.subscribe("lh.api.pod.bkk.pod-a.lease").await.unwrap();
     c.flush().await.unwrap();
     let a = Pod::start(client(&url).await, &pod_settings(&url, "pod-a"));
@@ -217,13 +225,7 @@ async fn malformed_and_replayed_messages_are_counted_and_ignored() {
 async fn a_message_whose_body_names_another_pod_than_its_subject_is_refused() {
     use futures::StreamExt;
     use leasehold_shared::wire::{encode, LeaseReturn, PodReport};
-    let bin = binaries().expect("a nats-server is needed").remove(0);
-    let server = NatsServer::start(&bin).unwrap();
-    let url = server.url();
-    let c = client(&url).await;
-    let _coord = leasehold_coordinator::spawn(client(&url).await, coordinator(&url));
-    let mut m = leasehold_dc_manager::spawn(client(&url).await, manager(&url, "m1"));
-    until(&mut m.status, "the manager leads", |s: &Status| s.leading).await;
+    let (_server, c, _coord, mut m) = one_leading_manager().await;
     let mut ghost_leases = c.subscribe("lh.api.pod.bkk.ghost.lease").await.unwrap();
     let mut ghost_acks = c.subscribe("lh.api.pod.bkk.ghost.ack").await.unwrap();
     c.flush().await.unwrap();

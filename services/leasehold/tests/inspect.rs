@@ -30,19 +30,7 @@ async fn inspect_shows_the_leader_and_the_dc_leases() {
     let mut coord = leasehold_coordinator::spawn(connect_until(&url, "c", deadline).await.unwrap(), settings);
     tokio::time::timeout(Duration::from_secs(10), coord.status.wait_for(|s| s.leading)).await.unwrap().unwrap();
     let publisher = connect_until(&url, "p", deadline).await.unwrap();
-    let report = DcReport {
-        v: 1,
-        limit: "api".into(),
-        dc: "bkk".into(),
-        holder: "bkk-mgr".into(),
-        term: 1,
-        seq: 1,
-        demand: Quota::per_s(300, 0),
-        pods_healthy: 2,
-        lease_in_use: None,
-        floor_in_use: None,
-        floor_version: None,
-    };
+    let report = DcReport { pods_healthy: 2, ..DcReport::new("api", "bkk", "bkk-mgr", 1, 1, Quota::per_s(300, 0)) };
     publisher.publish("lh.api.dc.bkk.report", Bytes::from(encode(&report))).await.unwrap();
     publisher.flush().await.unwrap();
 

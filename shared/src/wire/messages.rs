@@ -127,6 +127,26 @@ pub struct DcReport {
     pub floor_version: Option<LeaseVersion>,
 }
 
+impl DcReport {
+    /// A report of `demand` from `holder`'s term `term` with one healthy pod and nothing in use or
+    /// confirmed yet (struct-update syntax fills in the rest).
+    pub fn new(limit: &str, dc: &str, holder: &str, term: u64, seq: u64, demand: Quota) -> Self {
+        DcReport {
+            v: SCHEMA_VERSION,
+            limit: limit.into(),
+            dc: dc.into(),
+            holder: holder.into(),
+            term,
+            seq,
+            demand,
+            pods_healthy: 1,
+            lease_in_use: None,
+            floor_in_use: None,
+            floor_version: None,
+        }
+    }
+}
+
 /// A holder gives back its lease for good (graceful drain). Idempotent.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LeaseReturn {

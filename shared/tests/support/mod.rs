@@ -8,10 +8,33 @@ use leasehold_shared::bugs::KnownBugs;
 use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore};
 use leasehold_shared::pod::{PodConfig, PodCore};
 use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{DcLease, LeaseVersion};
+use leasehold_shared::wire::{DcLease, DcReport, LeaseVersion};
 
 pub const MS: u64 = 1_000_000;
 pub const S: u64 = 1_000_000_000;
+
+/// A report from `<dc>-mgr` (term 1, 4 healthy pods) asking `demand_per_s`, bound by `ack`, and
+/// confirming `floor` (the floor its pods may still spend under, and the newest floor's version).
+pub fn dc_report_asking(
+    dc: &str,
+    seq: u64,
+    ack: Option<LeaseVersion>,
+    floor: Option<(Quota, LeaseVersion)>,
+    demand_per_s: u64,
+) -> DcReport {
+    DcReport {
+        pods_healthy: 4,
+        lease_in_use: ack,
+        floor_in_use: floor.map(|(f, _)| f),
+        floor_version: floor.map(|(_, v)| v),
+        ..DcReport::new("api", dc, &format!("{dc}-mgr"), 1, seq, Quota::per_s(demand_per_s, 0))
+    }
+}
+
+/// [`dc_report_asking`] 2,000/s: more than any DC gets.
+pub fn dc_report(dc: &str, seq: u64, ack: Option<LeaseVersion>, floor: Option<(Quota, LeaseVersion)>) -> DcReport {
+    dc_report_asking(dc, seq, ack, floor, 2_000)
+}
 
 pub fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
