@@ -38,6 +38,31 @@ proptest! {
         }
     }
 
+    /// Keys with different windows share a table too small for all of them: whichever key
+    /// makes room, no key is ever admitted more than its limit in its own window.
+    #[test]
+    fn a_full_table_with_mixed_windows_never_over_admits_a_key(
+        steps in prop::collection::vec((0u64..300, 0usize..4), 1..400),
+    ) {
+        let specs = [
+            LimitSpec::sliding(2, 60_000),
+            LimitSpec::sliding(3, 1_000),
+            LimitSpec::sliding(1, 250),
+            LimitSpec::sliding(4, 5_000),
+        ];
+        let mut table = KeyTable::new(2);
+        let (mut t, mut admitted) = (0u64, vec![Vec::new(); specs.len()]);
+        for (dt, k) in steps {
+            t += dt;
+            let Ok(v) = table.check(&format!("key-{k}"), &specs[k], 1, t) else { continue };
+            if v.allowed {
+                admitted[k].push((t, 1));
+                let used = in_window(&admitted[k], t, specs[k].window_ms);
+                prop_assert!(used <= specs[k].limit, "key-{k} holds {used} > {} at {t}", specs[k].limit);
+            }
+        }
+    }
+
     #[test]
     fn gcra_never_exceeds_rate_times_window_plus_burst(
         limit in 1u64..50, window_ms in 10u64..2_000, burst in 0u64..5,

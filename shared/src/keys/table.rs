@@ -16,6 +16,14 @@ pub enum KeyState {
 struct Entry {
     state: KeyState,
     hits: u64,
+    /// The longest window this key was judged under: its admissions count that long.
+    window_ms: u64,
+}
+
+impl Entry {
+    fn new(spec: &LimitSpec) -> Self {
+        Entry { state: fresh(spec), hits: 0, window_ms: spec.window_ms }
+    }
 }
 
 /// The answer for one request (or a read, with `allowed` true and nothing recorded).
@@ -68,8 +76,9 @@ impl KeyTable {
                 return Err(TableError::Full(self.max_keys));
             }
         }
-        let e = self.keys.entry(key.to_string()).or_insert_with(|| Entry { state: fresh(spec), hits: 0 });
+        let e = self.keys.entry(key.to_string()).or_insert_with(|| Entry::new(spec));
         e.hits += 1;
+        e.window_ms = e.window_ms.max(spec.window_ms);
         convert(&mut e.state, spec, now_ms);
         let (allowed, remaining, reset_ms, retry_after_ms) = match &mut e.state {
             KeyState::Log(w) => {
@@ -104,10 +113,12 @@ impl KeyTable {
         Ok((used, v))
     }
 
-    /// Forget keys whose state no longer restricts anything (nothing admitted in the window).
-    pub fn sweep(&mut self, now_ms: u64, max_window_ms: u64) {
+    /// Forget keys whose state no longer restricts anything: nothing admitted within the longer
+    /// of the key's own window and `window_ms` (the longest window the tiers name now, which may
+    /// have grown since the key was last judged).
+    pub fn sweep(&mut self, now_ms: u64, window_ms: u64) {
         self.keys.retain(|_, e| match &e.state {
-            KeyState::Log(w) => w.last_ms().is_some_and(|t| t + max_window_ms > now_ms),
+            KeyState::Log(w) => w.last_ms().is_some_and(|t| t.saturating_add(e.window_ms.max(window_ms)) > now_ms),
             KeyState::Gcra(g) => g.tat_us > now_ms * 1_000,
         });
     }
@@ -127,15 +138,16 @@ impl KeyTable {
     }
 
     /// Restore a persisted key (a new owner taking over a shard).
-    pub fn restore(&mut self, key: String, state: KeyState) {
-        self.keys.insert(key, Entry { state, hits: 0 });
+    pub fn restore(&mut self, key: String, state: KeyState, spec: &LimitSpec) {
+        self.keys.insert(key, Entry { state, hits: 0, window_ms: spec.window_ms });
     }
 
     /// Re-apply an admission read back from the persistence stream (a new owner restoring a
     /// shard). It was admitted once, so it is counted whatever the limit says now; an entry older
     /// than the log's newest is recorded at the newest time (kept longer: never less strict).
     pub fn replay(&mut self, key: &str, spec: &LimitSpec, at_ms: u64, cost: u64) {
-        let e = self.keys.entry(key.to_string()).or_insert_with(|| Entry { state: fresh(spec), hits: 0 });
+        let e = self.keys.entry(key.to_string()).or_insert_with(|| Entry::new(spec));
+        e.window_ms = e.window_ms.max(spec.window_ms);
         convert(&mut e.state, spec, at_ms);
         match &mut e.state {
             KeyState::Log(w) => w.record(at_ms, cost),
