@@ -57,8 +57,9 @@ pub struct KeyLimiter {
     backend: Backend,
     tiers: Arc<RwLock<Tiers>>,
     in_flight: Arc<Semaphore>,
-    /// Keys denied by their owner, until when (ms since the epoch).
-    denied_until: Arc<Mutex<HashMap<String, u64>>>,
+    /// (key, tier) pairs denied by their owner, until when (ms since the epoch): a denial
+    /// under one tier says nothing about another's limit.
+    denied_until: Arc<Mutex<HashMap<(String, String), u64>>>,
     /// Longest window accepted (the admission stream keeps no more).
     max_window_ms: u64,
     /// Where the cluster's tiers live (`lh_keys_config`, key `tiers`), once connected.
@@ -216,7 +217,8 @@ impl KeyLimiter {
     }
 
     fn cached_denial(&self, key: &str, tier: &str, spec: &LimitSpec, now_ms: u64) -> Option<KeyAnswer> {
-        let until = *self.denied_until.lock().unwrap_or_else(|p| p.into_inner()).get(key)?;
+        let cache = self.denied_until.lock().unwrap_or_else(|p| p.into_inner());
+        let until = *cache.get(&(key.to_string(), tier.to_string()))?;
         (until > now_ms).then(|| KeyAnswer {
             v: leasehold_shared::wire::SCHEMA_VERSION,
             allowed: false,
@@ -241,7 +243,7 @@ impl KeyLimiter {
                 return;
             }
         }
-        cache.insert(a.key.clone(), now_ms + wait);
+        cache.insert((a.key.clone(), a.tier.clone()), now_ms + wait);
     }
 }
 

@@ -255,3 +255,32 @@ async fn a_hot_key_is_reported_by_its_owner_and_denied_everywhere() {
     }
     assert_eq!(count(&http, peer, "hot").await, 2, "denials record nothing");
 }
+
+/// A forwarding instance remembers the owner's denials so a hot key costs its owner one request
+/// per retry period; a denial under one tier must not answer for another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denial_remembered_by_a_forwarding_instance_holds_only_for_its_tier() {
+    let server = nats();
+    let path = std::env::temp_dir().join(format!("lh-keys-two-tiers-{}.json", std::process::id()));
+    let doc = serde_json::json!({ "default_tier": "free", "tiers": {
+        "free": { "limit": 1, "window_ms": 60_000 }, "pro": { "limit": 5, "window_ms": 60_000 } } });
+    std::fs::write(&path, doc.to_string()).unwrap();
+    let http = client();
+    let a = start(&server.url(), "a", path.to_str().unwrap(), "interval:50");
+    let b = start(&server.url(), "b", path.to_str().unwrap(), "interval:50");
+    wait_balanced(&http, &[&a, &b], Duration::from_secs(20)).await;
+    let post_tier = |i: &Instance, tier: &str| http.post(format!("{}/v1/keys/k?tier={tier}", i.base)).send();
+    assert_eq!(post_tier(&a, "free").await.unwrap().status().as_u16(), 200);
+    // Both instances deny under free: the owner from its log, the other (forwarding) from the
+    // owner's answer, which it now remembers.
+    for i in [&a, &b] {
+        assert_eq!(post_tier(i, "free").await.unwrap().status().as_u16(), 429);
+    }
+    // Under pro the key has 4 left: both instances must ask (or be) the owner.
+    for i in [&a, &b] {
+        let r = post_tier(i, "pro").await.unwrap();
+        let status = r.status().as_u16();
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!((status, body["tier"].as_str(), body["limit"].as_u64()), (200, Some("pro"), Some(5)), "{body}");
+    }
+}
