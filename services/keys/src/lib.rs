@@ -86,6 +86,9 @@ pub async fn serve_until(o: ServeOptions, stop: tokio::sync::watch::Receiver<boo
             KeyLimiter::new(backend, o.tiers, o.max_in_flight, u64::MAX).map_err(|e| e.to_string())?
         }
         Mode::Cluster { nats, shards, shard_ttl_ms, durability, retention_ms, replicas, instance_id } => {
+            // Refused before anything is created: the stream must not be set up for a window the
+            // tiers would then exceed.
+            limiter::check_tiers(&o.tiers, retention_ms).map_err(|e| e.to_string())?;
             let js = leasehold_nats::connect::jetstream(nats.clone());
             let persister = persist::Persister::start(js.clone(), durability, retention_ms, replicas)
                 .await

@@ -97,14 +97,7 @@ impl KeyLimiter {
 
     /// Replace every tier, override and assignment; validated first, so a bad set changes nothing.
     pub fn set_tiers(&self, tiers: Tiers) -> Result<(), KeyError> {
-        tiers.validate()?;
-        if tiers.max_window_ms() > self.max_window_ms {
-            return Err(KeyError::BadSpec(format!(
-                "a window of {} ms is longer than the {} ms of admissions kept (--retention-ms)",
-                tiers.max_window_ms(),
-                self.max_window_ms
-            )));
-        }
+        check_tiers(&tiers, self.max_window_ms)?;
         *self.tiers.write().unwrap_or_else(|p| p.into_inner()) = tiers;
         self.denied_until.lock().unwrap_or_else(|p| p.into_inner()).clear();
         Ok(())
@@ -245,6 +238,18 @@ impl KeyLimiter {
         }
         cache.insert((a.key.clone(), a.tier.clone()), now_ms + wait);
     }
+}
+
+/// Valid tiers whose longest window fits in the `retention_ms` of admissions kept.
+pub fn check_tiers(tiers: &Tiers, retention_ms: u64) -> Result<(), KeyError> {
+    tiers.validate()?;
+    if tiers.max_window_ms() > retention_ms {
+        return Err(KeyError::BadSpec(format!(
+            "a window of {} ms is longer than the {retention_ms} ms of admissions kept (--retention-ms)",
+            tiers.max_window_ms(),
+        )));
+    }
+    Ok(())
 }
 
 /// Ask the shard's owner. While a shard moves (no subscriber yet, or the old owner already

@@ -61,8 +61,36 @@ pub struct Persister {
 pub enum PersistError {
     #[error("cannot create stream {STREAM}: {0}")]
     Stream(String),
+    #[error("stream {STREAM} keeps admissions {kept_ms} ms, less than --retention-ms {retention_ms}, and cannot be raised: {reason}")]
+    Retention { kept_ms: u128, retention_ms: u64, reason: String },
     #[error("cannot replay shard {shard}: {reason}")]
     Replay { shard: u32, reason: String },
+}
+
+/// An existing stream (made by an earlier deployment, or an instance with a shorter
+/// `--retention-ms`) may keep less than the longest window needs: raise its `max_age`, never lower
+/// it (another instance may need the longer one).
+async fn keep_at_least(js: &jetstream::Context, wanted: stream::Config) -> Result<(), PersistError> {
+    let err = |e: String| PersistError::Stream(e);
+    let mut stream = js.get_stream(STREAM).await.map_err(|e| err(e.to_string()))?;
+    let kept = stream.info().await.map_err(|e| err(e.to_string()))?.config.clone();
+    // max_age 0 keeps everything.
+    if kept.max_age.is_zero() || kept.max_age >= wanted.max_age {
+        return Ok(());
+    }
+    let raised = stream::Config { max_age: wanted.max_age, ..kept.clone() };
+    let retention_ms = wanted.max_age.as_millis() as u64;
+    js.update_stream(raised).await.map_err(|e| PersistError::Retention {
+        kept_ms: kept.max_age.as_millis(),
+        retention_ms,
+        reason: e.to_string(),
+    })?;
+    tracing::warn!(
+        from_ms = kept.max_age.as_millis() as u64,
+        to_ms = retention_ms,
+        "raised {STREAM}'s max_age to --retention-ms"
+    );
+    Ok(())
 }
 
 impl Persister {
@@ -81,7 +109,8 @@ impl Persister {
             storage: stream::StorageType::File,
             ..Default::default()
         };
-        leasehold_nats::kv::ensure_stream(&js, config).await.map_err(PersistError::Stream)?;
+        leasehold_nats::kv::ensure_stream(&js, config.clone()).await.map_err(PersistError::Stream)?;
+        keep_at_least(&js, config).await?;
         let p = Persister { js, durability, pending: Arc::default(), wake: Arc::default() };
         tokio::spawn(p.clone().flush_loop());
         Ok(p)

@@ -284,3 +284,37 @@ async fn a_denial_remembered_by_a_forwarding_instance_holds_only_for_its_tier() 
         assert_eq!((status, body["tier"].as_str(), body["limit"].as_u64()), (200, Some("pro"), Some(5)), "{body}");
     }
 }
+
+async fn admissions_max_age(js: &async_nats::jetstream::Context) -> Option<Duration> {
+    let mut stream = js.get_stream(leasehold_shared::subjects::KEYS_ADMISSIONS_STREAM).await.ok()?;
+    Some(stream.info().await.unwrap().config.max_age)
+}
+
+/// The admissions stream keeps what the longest window needs, whoever created it: an instance
+/// refused at start creates nothing, and one that finds the stream keeping too little raises it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admissions_stream_keeps_the_longest_window_whoever_created_it() {
+    let server = nats();
+    let tiers = tiers_file(5); // a 60 s window
+    let nats = leasehold_nats_harness::wait::client(&server.url(), "test").await;
+    let js = async_nats::jetstream::new(nats);
+    let refused = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["keys", "--listen", "127.0.0.1:0", "--nats-url", &server.url(), "--tiers", &tiers])
+        .args(["--retention-ms", "5000"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--retention-ms"), "{refused:?}");
+    assert_eq!(admissions_max_age(&js).await, None, "a refused instance created the stream");
+
+    // An earlier deployment's stream keeps 5 s only.
+    let short = async_nats::jetstream::stream::Config {
+        name: leasehold_shared::subjects::KEYS_ADMISSIONS_STREAM.into(),
+        subjects: vec![leasehold_shared::subjects::keys_admissions_wildcard()],
+        max_age: Duration::from_secs(5),
+        ..Default::default()
+    };
+    js.create_stream(short).await.unwrap();
+    let _a = start(&server.url(), "a", &tiers, "interval:50");
+    assert_eq!(admissions_max_age(&js).await, Some(Duration::from_secs(3_600)), "the default --retention-ms, 1 h");
+}
