@@ -12,7 +12,7 @@
 //! `RateLimit: "<tier>";r=<remaining>;t=<reset s>`. Bad input is a `400` problem and changes
 //! nothing; a full key table sheds with `429` instead of waiting.
 
-use crate::limiter::{CheckError, KeyAnswer, KeyCheck, KeyLimiter};
+use crate::limiter::{CheckError, KeyAnswer, KeyCheck, KeyLimiter, TiersError};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -149,7 +149,15 @@ async fn put_tiers(State(app): State<App>, body: Result<Json<Tiers>, JsonRejecti
     match body {
         Ok(Json(t)) => match app.limiter.update_tiers(t).await {
             Ok(()) => StatusCode::NO_CONTENT.into_response(),
-            Err(e) => respond(&app, Err(e)),
+            Err(e @ TiersError::Invalid(_)) => bad_request(e.to_string()),
+            Err(e @ TiersError::TooLarge { .. }) => {
+                problem(StatusCode::PAYLOAD_TOO_LARGE, "tiers too large", e.to_string())
+            }
+            Err(e) => {
+                let mut r = problem(StatusCode::SERVICE_UNAVAILABLE, "tiers not changed", e.to_string());
+                r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(1));
+                r
+            }
         },
         Err(e) => bad_request(e.body_text()),
     }

@@ -63,7 +63,7 @@ pub struct KeyLimiter {
     /// Longest window accepted (the admission stream keeps no more).
     max_window_ms: u64,
     /// Where the cluster's tiers live (`lh_keys_config`, key `tiers`), once connected.
-    tiers_store: Arc<OnceLock<async_nats::jetstream::kv::Store>>,
+    tiers_store: Arc<OnceLock<TiersStore>>,
     /// The last hot-key report: (key, requests in the last second).
     hot: Arc<Mutex<Vec<(String, u64)>>>,
 }
@@ -103,21 +103,45 @@ impl KeyLimiter {
         Ok(())
     }
 
-    /// Change the tiers everywhere: in the cluster's KV (every instance applies it) and here.
-    pub async fn update_tiers(&self, tiers: Tiers) -> Result<(), CheckError> {
-        self.set_tiers(tiers.clone())?;
-        if let Some(store) = self.tiers_store.get() {
-            let body = serde_json::to_vec(&tiers).map_err(|e| CheckError::Unavailable(e.to_string()))?;
-            store
-                .put(leasehold_shared::subjects::KEYS_TIERS_KEY, body.into())
-                .await
-                .map_err(|e| CheckError::Unavailable(format!("applied here, but not stored for the cluster: {e}")))?;
+    /// Change the tiers everywhere. In a cluster the document is stored first and every
+    /// instance, this one too, applies it from the store's watch: this returns once it is applied
+    /// here. Nothing changes anywhere if it is invalid, too large to store, or not stored.
+    pub async fn update_tiers(&self, tiers: Tiers) -> Result<(), TiersError> {
+        check_tiers(&tiers, self.max_window_ms)?;
+        let Some(store) = self.tiers_store.get() else {
+            return Ok(self.set_tiers(tiers)?);
+        };
+        let body = serde_json::to_vec(&tiers).map_err(|e| TiersError::NotStored(e.to_string()))?;
+        if body.len() > store.max_bytes {
+            return Err(TiersError::TooLarge { len: body.len(), max: store.max_bytes });
         }
-        Ok(())
+        let mut applied = store.applied.subscribe();
+        let revision = store
+            .kv
+            .put(leasehold_shared::subjects::KEYS_TIERS_KEY, body.into())
+            .await
+            .map_err(|e| TiersError::NotStored(e.to_string()))?;
+        let outcome = tokio::time::timeout(TIERS_APPLY_PATIENCE, applied.wait_for(|(r, _)| *r >= revision)).await;
+        match outcome.as_ref().map(|r| r.as_ref().map(|seen| (seen.0, seen.1.clone()))) {
+            Ok(Ok((r, None))) if r == revision => Ok(()),
+            Ok(Ok((r, Some(e)))) if r == revision => Err(TiersError::NotApplied(e)),
+            // A newer document was stored meanwhile (it wins everywhere), or the watch is behind.
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(TiersError::NotApplied(format!("stored as revision {revision}, not applied here yet"))),
+        }
     }
 
-    pub fn attach_tiers_store(&self, store: async_nats::jetstream::kv::Store) {
-        let _ = self.tiers_store.set(store);
+    /// Where the cluster's tiers live: `max_bytes` is the largest document it takes.
+    pub fn attach_tiers_store(&self, kv: async_nats::jetstream::kv::Store, max_bytes: usize) {
+        let (applied, _) = tokio::sync::watch::channel((0, None));
+        let _ = self.tiers_store.set(TiersStore { kv, max_bytes, applied });
+    }
+
+    /// The store's document at `revision` was applied here (`Ok`) or refused here (`Err`).
+    pub fn note_tiers_applied(&self, revision: u64, result: Result<(), String>) {
+        if let Some(store) = self.tiers_store.get() {
+            store.applied.send_replace((revision, result.err()));
+        }
     }
 
     /// Publish a hot-key report (see `serve`).
@@ -238,6 +262,34 @@ impl KeyLimiter {
         }
         cache.insert((a.key.clone(), a.tier.clone()), now_ms + wait);
     }
+}
+
+/// The cluster's tiers document in KV, and the last revision this instance applied (with the
+/// reason, if it refused it).
+struct TiersStore {
+    kv: async_nats::jetstream::kv::Store,
+    max_bytes: usize,
+    applied: tokio::sync::watch::Sender<(u64, Option<String>)>,
+}
+
+/// How long `PUT /v1/tiers` waits for the stored document to come back through the watch.
+const TIERS_APPLY_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Why a tiers change was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum TiersError {
+    /// 400: nothing changed.
+    #[error(transparent)]
+    Invalid(#[from] KeyError),
+    /// 413: nothing changed.
+    #[error("the tiers document is {len} bytes; the store takes at most {max}")]
+    TooLarge { len: usize, max: usize },
+    /// 503: nothing changed.
+    #[error("the tiers could not be stored for the cluster: {0}")]
+    NotStored(String),
+    /// 503: stored (every instance that can apply it will), but not applied here.
+    #[error("stored, but not applied on this instance: {0}")]
+    NotApplied(String),
 }
 
 /// Valid tiers whose longest window fits in the `retention_ms` of admissions kept.

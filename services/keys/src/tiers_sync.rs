@@ -15,21 +15,23 @@ use leasehold_shared::subjects::{KEYS_CONFIG_BUCKET as CONFIG_BUCKET, KEYS_TIERS
 pub async fn start(js: &async_nats::jetstream::Context, limiter: &KeyLimiter, replicas: usize) -> Result<(), String> {
     let spec = BucketSpec { replicas, ..BucketSpec::new(CONFIG_BUCKET) };
     let store = ensure_bucket(js, &spec).await.map_err(|e| e.to_string())?;
+    // The payload limit, less room for the KV message's headers.
+    let max_bytes = js.client().server_info().max_payload.saturating_sub(4_096);
+    limiter.attach_tiers_store(store.clone(), max_bytes);
     match leasehold_nats::kv::read(&store, TIERS_KEY).await.map_err(|e| e.to_string())? {
-        Some((_, body)) => apply(limiter, &body),
+        Some((revision, body)) => apply(limiter, &body, revision),
         None => {
             let body = serde_json::to_vec(&limiter.tiers()).map_err(|e| e.to_string())?;
             let _ = store.create(TIERS_KEY, body.into()).await;
         }
     }
-    limiter.attach_tiers_store(store.clone());
     let limiter = limiter.clone();
     tokio::spawn(async move {
         loop {
             if let Ok(mut w) = store.watch(TIERS_KEY).await {
                 while let Some(Ok(e)) = w.next().await {
                     if e.operation == Operation::Put {
-                        apply(&limiter, &e.value);
+                        apply(&limiter, &e.value, e.revision);
                     }
                 }
             }
@@ -39,14 +41,15 @@ pub async fn start(js: &async_nats::jetstream::Context, limiter: &KeyLimiter, re
     Ok(())
 }
 
-fn apply(limiter: &KeyLimiter, body: &[u8]) {
-    match serde_json::from_slice::<Tiers>(body).map_err(|e| e.to_string()).and_then(|t| {
+fn apply(limiter: &KeyLimiter, body: &[u8], revision: u64) {
+    let result = serde_json::from_slice::<Tiers>(body).map_err(|e| e.to_string()).and_then(|t| {
         if t == limiter.tiers() {
             return Ok(());
         }
         limiter.set_tiers(t).map_err(|e| e.to_string())
-    }) {
-        Ok(()) => {}
-        Err(e) => tracing::warn!(cause = %e, "ignoring invalid tiers in {CONFIG_BUCKET}/{TIERS_KEY}"),
+    });
+    if let Err(e) = &result {
+        tracing::warn!(cause = %e, revision, "ignoring invalid tiers in {CONFIG_BUCKET}/{TIERS_KEY}");
     }
+    limiter.note_tiers_applied(revision, result);
 }

@@ -318,3 +318,30 @@ async fn the_admissions_stream_keeps_the_longest_window_whoever_created_it() {
     let _a = start(&server.url(), "a", &tiers, "interval:50");
     assert_eq!(admissions_max_age(&js).await, Some(Duration::from_secs(3_600)), "the default --retention-ms, 1 h");
 }
+
+/// A tiers change is stored first and applied from the store by every instance, the writer too:
+/// one the store can't take (above NATS's payload limit) is refused with 413 and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiers_document_the_store_cannot_take_changes_nothing_anywhere() {
+    let server = nats();
+    let tiers = tiers_file(1);
+    let http = client();
+    let a = start(&server.url(), "a", &tiers, "interval:50");
+    let b = start(&server.url(), "b", &tiers, "interval:50");
+    wait_balanced(&http, &[&a, &b], Duration::from_secs(20)).await;
+    let overrides: serde_json::Map<String, serde_json::Value> = (0..22_001)
+        .map(|i| (format!("tenant-{i:06}-of-the-eu-region"), serde_json::json!({ "limit": 7, "window_ms": 60_000 })))
+        .collect();
+    let huge = serde_json::json!({ "default_tier": "t", "tiers": { "t": { "limit": 9, "window_ms": 60_000 } },
+        "overrides": overrides });
+    assert!(huge.to_string().len() > 1_048_576);
+    let r = http.put(format!("{}/v1/tiers", a.base)).json(&huge).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 413, "{}", r.text().await.unwrap());
+    for i in [&a, &b] {
+        let t: serde_json::Value = http.get(format!("{}/v1/tiers", i.base)).send().await.unwrap().json().await.unwrap();
+        assert_eq!(
+            (t["tiers"]["t"]["limit"].as_u64(), t["overrides"].as_object().map(|o| o.len())),
+            (Some(1), Some(0))
+        );
+    }
+}
