@@ -218,6 +218,40 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
         (&["leasehold_upstream_max_window", "leasehold_upstream_limit"], "gauge", ""),
     ]);
     assert_eq!(schema(&u), upstream, "{u}");
+
+    // `/v1/status`: the same fields as ever.
+    let status = |addr: String| {
+        let http = http.clone();
+        async move {
+            let v: serde_json::Value =
+                http.get(format!("http://{addr}/v1/status")).send().await.unwrap().json().await.unwrap();
+            v
+        }
+    };
+    let fields = |v: &serde_json::Value| {
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        keys.join(" ")
+    };
+    let c = status(coord_addr).await;
+    assert_eq!(fields(&c), "epoch leading limits records_written reports_malformed step_downs takeovers", "{c}");
+    assert_eq!(fields(&c["limits"]["api"]), "dc_leases limit outstanding", "{c}");
+    assert_eq!(c["limits"]["api"]["limit"]["rate_milli_per_s"], 100_000, "{c}");
+    let d = status(dc_addr).await;
+    assert_eq!(
+        fields(&d),
+        "budget_rate_per_s dc dc_lease_rate_per_s epoch instance leading limit messages_malformed \
+         pod_leases_issued pods_eligible pods_known takeovers used_rate_per_s",
+        "{d}"
+    );
+    assert_eq!((d["limit"].as_str(), d["dc"].as_str(), d["leading"].as_bool()), (Some("api"), Some("bkk"), Some(true)));
+    let p = status(pod_addr.to_string()).await;
+    assert_eq!(
+        fields(&p),
+        "drained lease leases_applied leases_refused messages_malformed pod queued renewal_latency_ms totals",
+        "{p}"
+    );
+    assert_eq!(fields(&p["lease"]), "expires_in_ms issuer quota version", "{p}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,9 +4,12 @@
 //! configuration or arguments, 1: failure while running).
 //!
 //! [`clock`] is the lease clock every service judges leases and terms by (it counts time the
-//! machine spent suspended).
+//! machine spent suspended). [`metrics`] serves `GET /metrics` from a Prometheus registry;
+//! [`problem`] writes `application/problem+json` answers.
 
 pub mod clock;
+pub mod metrics;
+pub mod problem;
 
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
