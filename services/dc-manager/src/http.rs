@@ -39,7 +39,7 @@ fn registry(status: watch::Receiver<Status>, limit: String, dc: String) -> Regis
         )?;
         m.gauge(
             "leasehold_dc_pods_eligible",
-            "Healthy, non-draining pods sharing the budget.",
+            "Pods sharing the budget (fresh heartbeat, healthy, not draining).",
             labels,
             s.pods_eligible as f64,
         )?;
