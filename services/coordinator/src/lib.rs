@@ -76,11 +76,7 @@ pub async fn run(
             _ = tick.tick() => leader.tick().await,
             Some(msg) = reports.next() => leader.on_report(&msg.payload).await,
         }
-        status.send_if_modified(|s| {
-            let changed = *s != leader.status;
-            *s = leader.status.clone();
-            changed
-        });
+        leasehold_process::publish_status(&status, &leader.status);
     }
     Ok(())
 }

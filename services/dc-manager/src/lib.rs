@@ -102,11 +102,7 @@ pub async fn run(
             Some(msg) = returns.next() => m.on_return(&msg.payload).await,
             Some(rec) = records.recv() => m.on_record(&rec).await,
         }
-        status.send_if_modified(|s| {
-            let changed = *s != m.status;
-            *s = m.status.clone();
-            changed
-        });
+        leasehold_process::publish_status(&status, &m.status);
     }
     Ok(())
 }

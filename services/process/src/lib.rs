@@ -174,6 +174,17 @@ where
     })
 }
 
+/// Show `now` to the status watchers, waking them only if it changed.
+pub fn publish_status<S: Clone + PartialEq>(status: &watch::Sender<S>, now: &S) {
+    status.send_if_modified(|s| {
+        let changed = s != now;
+        if changed {
+            *s = now.clone();
+        }
+        changed
+    });
+}
+
 /// A service running as a task (tests, embedding): watch its status, stop it, or crash it.
 pub struct Handle<S, E> {
     pub status: watch::Receiver<S>,
