@@ -4,7 +4,6 @@
 use leasehold_shared::coordinator::LimitConfig;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use thiserror::Error;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
@@ -35,19 +34,11 @@ impl Default for Settings {
     }
 }
 
-#[derive(Debug, Error)]
-pub enum ConfigError {
-    #[error("configuration: {0}")]
-    Load(String),
-    #[error("configuration: {0}")]
-    Invalid(String),
-}
+pub use leasehold_process::SettingsError as ConfigError;
 
 /// Load and validate.
 pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
-    let s: Settings = leasehold_process::load_settings(file, "LEASEHOLD_COORDINATOR_").map_err(ConfigError::Load)?;
-    s.validate()?;
-    Ok(s)
+    leasehold_process::load_settings(file, "LEASEHOLD_COORDINATOR_", Settings::validate)
 }
 
 impl Settings {

@@ -1,93 +1,111 @@
 //! `/metrics` (Prometheus text) and `/v1/status` (JSON) for one coordinator replica.
 
-use crate::leader::Status;
+use crate::leader::{LimitBooks, Status};
 use axum::extract::State;
-use axum::http::header;
-use axum::response::IntoResponse;
 use axum::routing::get;
+use axum::Json;
 use axum::Router;
-use serde_json::json;
+use leasehold_process::metrics::{self, NO_LABELS};
+use leasehold_shared::quota::Quota;
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+use std::collections::BTreeMap;
 use tokio::sync::watch;
 
-async fn metrics(State(status): State<watch::Receiver<Status>>) -> impl IntoResponse {
-    let s = status.borrow().clone();
-    let mut out = String::new();
-    let mut series = |name: &str, kind: &str, help: &str, rows: Vec<(String, f64)>| {
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
-        for (labels, v) in rows {
-            out.push_str(&format!("{name}{labels} {v}\n"));
-        }
-    };
-    series(
-        "leasehold_coordinator_leading",
-        "gauge",
-        "1 when this replica leads.",
-        vec![(String::new(), s.leading as u8 as f64)],
-    );
-    series(
-        "leasehold_coordinator_epoch",
-        "gauge",
-        "Epoch of the current or last term.",
-        vec![(String::new(), s.epoch as f64)],
-    );
-    let counters = [
-        ("leasehold_coordinator_takeovers_total", "Terms started.", s.takeovers),
-        (
+/// The replica's series, read from its status at every scrape.
+fn registry(status: watch::Receiver<Status>) -> Registry {
+    metrics::registry(move |m| {
+        let s = status.borrow().clone();
+        m.gauge("leasehold_coordinator_leading", "1 when this replica leads.", NO_LABELS, s.leading as u8 as f64)?;
+        m.gauge("leasehold_coordinator_epoch", "Epoch of the current or last term.", NO_LABELS, s.epoch as f64)?;
+        m.counter("leasehold_coordinator_takeovers_total", "Terms started.", NO_LABELS, s.takeovers)?;
+        m.counter(
             "leasehold_coordinator_ledger_writes_total",
             "Ledger records written (DC lease renewals included).",
+            NO_LABELS,
             s.records_written,
-        ),
-        ("leasehold_coordinator_step_downs_total", "Terms ended by a failed or fenced write or renewal.", s.step_downs),
-        ("leasehold_coordinator_reports_malformed_total", "Undecodable DC reports.", s.reports_malformed),
-        ("leasehold_coordinator_reports_ignored_total", "DC reports for limits not led here.", s.reports_ignored),
-    ];
-    for (name, help, v) in counters {
-        series(name, "counter", help, vec![(String::new(), v as f64)]);
-    }
-    let per_limit = |f: &dyn Fn(&crate::leader::LimitBooks) -> f64| {
-        s.limits.iter().map(|(l, b)| (format!("{{limit=\"{l}\"}}"), f(b))).collect::<Vec<_>>()
-    };
-    series(
-        "leasehold_ledger_outstanding_rate_per_s",
-        "gauge",
-        "Σ rate of every DC lease still counted.",
-        per_limit(&|b| b.outstanding.rate_per_s()),
-    );
-    series(
-        "leasehold_ledger_limit_rate_per_s",
-        "gauge",
-        "The limit's rate R.",
-        per_limit(&|b| b.capacity.rate_per_s()),
-    );
-    series(
-        "leasehold_ledger_outstanding_burst",
-        "gauge",
-        "Σ burst of every DC lease still counted.",
-        per_limit(&|b| b.outstanding.burst()),
-    );
-    series("leasehold_ledger_limit_burst", "gauge", "The limit's burst B.", per_limit(&|b| b.capacity.burst()));
-    series("leasehold_ledger_dc_leases", "gauge", "DC leases on the books.", per_limit(&|b| b.dc_leases as f64));
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+        )?;
+        m.counter(
+            "leasehold_coordinator_step_downs_total",
+            "Terms ended by a failed or fenced write or renewal.",
+            NO_LABELS,
+            s.step_downs,
+        )?;
+        m.counter(
+            "leasehold_coordinator_reports_malformed_total",
+            "Undecodable DC reports.",
+            NO_LABELS,
+            s.reports_malformed,
+        )?;
+        m.counter(
+            "leasehold_coordinator_reports_ignored_total",
+            "DC reports for limits not led here.",
+            NO_LABELS,
+            s.reports_ignored,
+        )?;
+        let per_limit = |f: fn(&LimitBooks) -> f64| s.limits.iter().map(move |(l, b)| ([("limit", l.as_str())], f(b)));
+        m.gauges(
+            "leasehold_ledger_outstanding_rate_per_s",
+            "Σ rate of every DC lease still counted.",
+            per_limit(|b| b.outstanding.rate_per_s()),
+        )?;
+        m.gauges("leasehold_ledger_limit_rate_per_s", "The limit's rate R.", per_limit(|b| b.capacity.rate_per_s()))?;
+        m.gauges(
+            "leasehold_ledger_outstanding_burst",
+            "Σ burst of every DC lease still counted.",
+            per_limit(|b| b.outstanding.burst()),
+        )?;
+        m.gauges("leasehold_ledger_limit_burst", "The limit's burst B.", per_limit(|b| b.capacity.burst()))?;
+        m.gauges("leasehold_ledger_dc_leases", "DC leases on the books.", per_limit(|b| b.dc_leases as f64))
+    })
 }
 
-async fn status_json(State(status): State<watch::Receiver<Status>>) -> impl IntoResponse {
-    let s = status.borrow().clone();
-    let limits: serde_json::Map<String, serde_json::Value> = s
-        .limits
-        .iter()
-        .map(|(l, b)| {
-            (l.clone(), json!({ "limit": b.capacity, "outstanding": b.outstanding, "dc_leases": b.dc_leases }))
-        })
-        .collect();
-    axum::Json(json!({
-        "leading": s.leading, "epoch": s.epoch, "takeovers": s.takeovers, "records_written": s.records_written,
-        "step_downs": s.step_downs, "reports_malformed": s.reports_malformed, "limits": limits,
-    }))
+/// `GET /v1/status`.
+#[derive(Serialize)]
+struct StatusBody {
+    leading: bool,
+    epoch: u64,
+    takeovers: u64,
+    records_written: u64,
+    step_downs: u64,
+    reports_malformed: u64,
+    limits: BTreeMap<String, LimitBody>,
+}
+
+#[derive(Serialize)]
+struct LimitBody {
+    limit: Quota,
+    outstanding: Quota,
+    dc_leases: u32,
+}
+
+impl From<&Status> for StatusBody {
+    fn from(s: &Status) -> Self {
+        StatusBody {
+            leading: s.leading,
+            epoch: s.epoch,
+            takeovers: s.takeovers,
+            records_written: s.records_written,
+            step_downs: s.step_downs,
+            reports_malformed: s.reports_malformed,
+            limits: s
+                .limits
+                .iter()
+                .map(|(l, b)| {
+                    (l.clone(), LimitBody { limit: b.capacity, outstanding: b.outstanding, dc_leases: b.dc_leases })
+                })
+                .collect(),
+        }
+    }
+}
+
+async fn status_json(State(status): State<watch::Receiver<Status>>) -> Json<StatusBody> {
+    Json(StatusBody::from(&*status.borrow()))
 }
 
 pub fn router(status: watch::Receiver<Status>) -> Router {
     Router::new()
-        .route("/metrics", get(metrics))
+        .route("/metrics", metrics::endpoint(registry(status.clone())))
         .route("/v1/status", get(status_json))
         .route("/healthz", get(|| async { "ok\n" }))
         .with_state(status)

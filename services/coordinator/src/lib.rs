@@ -77,11 +77,7 @@ pub async fn run(
             _ = tick.tick() => leader.tick().await,
             Some(msg) = reports.next() => leader.on_report(&msg.payload).await,
         }
-        status.send_if_modified(|s| {
-            let changed = *s != leader.status;
-            *s = leader.status.clone();
-            changed
-        });
+        leasehold_process::publish_status(&status, &leader.status);
     }
     Ok(())
 }
@@ -93,20 +89,14 @@ pub fn spawn(client: async_nats::Client, settings: config::Settings) -> Handle {
     leasehold_process::spawn(|status, shutdown| run(client, settings, status, shutdown))
 }
 
-/// The process: load settings, connect, run until SIGTERM/SIGINT. One-line errors; exit 2 on
-/// bad configuration.
-pub fn main_with_args(args: Vec<String>) -> std::process::ExitCode {
-    use leasehold_process as process;
-    process::main(
+/// The process: load settings (`args`, then the environment), connect, run until
+/// SIGTERM/SIGINT. One-line errors; exit 2 on bad configuration.
+pub fn main(args: leasehold_process::ConfigArgs) -> std::process::ExitCode {
+    leasehold_process::nats_main(
         "leasehold coordinator",
-        args,
-        |f| config::load(f).map_err(|e| e.to_string()),
-        |settings| async move {
-            let client = leasehold_nats::connect::connect(&settings.nats_url, "leasehold-coordinator")
-                .await
-                .map_err(|e| e.to_string())?;
-            let (status, _) = watch::channel(Status::default());
-            run(client, settings, status, process::stop_on_signal()).await.map_err(|e| e.to_string())
-        },
+        "leasehold-coordinator",
+        || config::load(args.file()).map_err(|e| e.to_string()),
+        |s| s.nats_url.clone(),
+        run,
     )
 }

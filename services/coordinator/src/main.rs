@@ -1,4 +1,4 @@
 //! `leasehold-coordinator [--config FILE]`: run one coordinator replica.
 fn main() -> std::process::ExitCode {
-    leasehold_coordinator::main_with_args(std::env::args().skip(1).collect())
+    leasehold_coordinator::main(leasehold_process::ConfigArgs::from_command_line())
 }

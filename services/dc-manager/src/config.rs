@@ -3,7 +3,6 @@
 use leasehold_shared::dc_manager::DcManagerConfig;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use thiserror::Error;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
@@ -46,36 +45,17 @@ impl Default for Settings {
     }
 }
 
-#[derive(Debug, Error)]
-pub enum ConfigError {
-    #[error("configuration: {0}")]
-    Load(String),
-    #[error("configuration: {0}")]
-    Invalid(String),
-}
+pub use leasehold_process::SettingsError as ConfigError;
 
 pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
-    let s: Settings = leasehold_process::load_settings(file, "LEASEHOLD_DC_MANAGER_").map_err(ConfigError::Load)?;
-    s.validate()?;
-    Ok(s)
+    leasehold_process::load_settings(file, "LEASEHOLD_DC_MANAGER_", Settings::validate)
 }
 
 impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
-        for (what, v) in [("limit", &self.manager.limit), ("dc", &self.manager.dc)] {
-            if let Err(e) = leasehold_shared::wire::check_id(what, v) {
-                return bad(e.to_string());
-            }
-        }
-        if let Some(id) = &self.id {
-            if let Err(e) = leasehold_shared::wire::check_id("id", id) {
-                return bad(e.to_string());
-            }
-        }
-        if self.clock_drift_ppm.abs() > 100_000 {
-            return bad(format!("clock_drift_ppm must be within ±100000, got {}", self.clock_drift_ppm));
-        }
+        let m = &self.manager;
+        leasehold_process::check_dc_service(&m.limit, &m.dc, ("id", self.id.as_deref()), self.clock_drift_ppm)?;
         self.manager.validate().map_err(ConfigError::Invalid)?;
         if self.report_interval_ms == 0 || self.report_interval_ms > self.manager.renew_interval_ms {
             return bad(format!(

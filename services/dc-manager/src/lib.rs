@@ -103,11 +103,7 @@ pub async fn run(
             Some(msg) = returns.next() => m.on_return(&msg.subject, &msg.payload).await,
             Some(rec) = records.recv() => m.on_record(&rec).await,
         }
-        status.send_if_modified(|s| {
-            let changed = *s != m.status;
-            *s = m.status.clone();
-            changed
-        });
+        leasehold_process::publish_status(&status, &m.status);
     }
     Ok(())
 }
@@ -119,20 +115,14 @@ pub fn spawn(client: async_nats::Client, settings: config::Settings) -> Handle {
     leasehold_process::spawn(|status, shutdown| run(client, settings, status, shutdown))
 }
 
-/// The process: load settings, connect, run until SIGTERM/SIGINT. One-line errors, exit 2 on
-/// bad configuration.
-pub fn main_with_args(args: Vec<String>) -> std::process::ExitCode {
-    use leasehold_process as process;
-    process::main(
+/// The process: load settings (`args`, then the environment), connect, run until
+/// SIGTERM/SIGINT. One-line errors; exit 2 on bad configuration.
+pub fn main(args: leasehold_process::ConfigArgs) -> std::process::ExitCode {
+    leasehold_process::nats_main(
         "leasehold dc-manager",
-        args,
-        |f| config::load(f).map_err(|e| e.to_string()),
-        |settings| async move {
-            let client = leasehold_nats::connect::connect(&settings.nats_url, "leasehold-dc-manager")
-                .await
-                .map_err(|e| e.to_string())?;
-            let (status, _) = watch::channel(Status::default());
-            run(client, settings, status, process::stop_on_signal()).await.map_err(|e| e.to_string())
-        },
+        "leasehold-dc-manager",
+        || config::load(args.file()).map_err(|e| e.to_string()),
+        |s| s.nats_url.clone(),
+        run,
     )
 }

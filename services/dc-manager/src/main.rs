@@ -1,4 +1,4 @@
 //! `leasehold-dc-manager [--config FILE]`: one DC manager replica.
 fn main() -> std::process::ExitCode {
-    leasehold_dc_manager::main_with_args(std::env::args().skip(1).collect())
+    leasehold_dc_manager::main(leasehold_process::ConfigArgs::from_command_line())
 }

@@ -283,7 +283,7 @@ impl Manager {
         s.reports_stale = c.reports_stale + c.reports_foreign;
         s.returns = c.returns;
         s.pods_known = term.core.pods().count() as u32;
-        s.pods_eligible = term.core.pods().filter(|(_, v)| v.healthy && !v.draining).count() as u32;
+        s.pods_eligible = term.core.pods_eligible(now);
         s.budget_rate_per_s = term.core.budget(now).0.rate_per_s();
         s.dc_lease_rate_per_s = term.core.current_lease(now).map_or(0.0, |l| l.quota.rate_per_s());
         s.used_rate_per_s = used as f64;

@@ -269,3 +269,56 @@ async fn a_message_whose_body_names_another_pod_than_its_subject_is_refused() {
     );
     assert!(late.await.is_err(), "the manager answered a pod that only its body named");
 }
+
+/// The number of pods `leasehold_dc_pods_eligible` shows on `addr`'s `/metrics`.
+async fn pods_eligible_metric(http: &reqwest::Client, addr: &str) -> Option<f64> {
+    let body = http.get(format!("http://{addr}/metrics")).send().await.ok()?.text().await.ok()?;
+    body.lines().find(|l| l.starts_with("leasehold_dc_pods_eligible{"))?.rsplit(' ').next()?.parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_eligible_pods_metric_follows_the_split_when_a_pod_crashes() {
+    use futures::StreamExt;
+    use leasehold_shared::wire::{decode, DcReport};
+    let bin = binaries().expect("a nats-server is needed").remove(0);
+    let server = NatsServer::start(&bin).unwrap();
+    let url = server.url();
+    let c = client(&url).await;
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let _coord = leasehold_coordinator::spawn(client(&url).await, coordinator(&url));
+    let settings = Settings { http_listen: Some(addr.clone()), ..manager(&url, "m1") };
+    let mut m = leasehold_dc_manager::spawn(client(&url).await, settings);
+    until(&mut m.status, "the manager leads", |s: &Status| s.leading).await;
+    let mut reports = c.subscribe("lh.api.dc.bkk.report").await.unwrap();
+    c.flush().await.unwrap();
+    let pods: Vec<Pod> = futures::future::join_all(["pod-a", "pod-b", "pod-c"].map(|id| {
+        let url = url.clone();
+        async move { Pod::start(client(&url).await, &pod_settings(&url, id)) }
+    }))
+    .await;
+    until(&mut m.status, "three pods eligible", |s: &Status| s.pods_eligible == 3).await;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().unwrap();
+    assert_eq!(pods_eligible_metric(&http, &addr).await, Some(3.0));
+
+    let mut pods = pods.into_iter();
+    pods.next().unwrap().crash();
+    // The DC report (what the split uses) drops to two once the heartbeat times out (400 ms).
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        let left = deadline.checked_duration_since(Instant::now()).expect("the DC report never counted 2 pods");
+        let msg = tokio::time::timeout(left, reports.next()).await.expect("no DC report").unwrap();
+        if decode::<DcReport>(&msg.payload).unwrap().pods_healthy == 2 {
+            break;
+        }
+    }
+    // The metric says the same within a few report intervals, not when the pod is forgotten.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let shown = pods_eligible_metric(&http, &addr).await;
+        if shown == Some(2.0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "leasehold_dc_pods_eligible still {shown:?} while the split uses 2");
+        let _ = tokio::time::timeout(Duration::from_millis(100), m.status.changed()).await;
+    }
+}

@@ -19,27 +19,57 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use leasehold_process::metrics::{self, NO_LABELS};
+use leasehold_process::problem::{problem, Problem};
 use leasehold_shared::keys::Tiers;
-use serde::Deserialize;
-use serde_json::json;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::registry::Registry;
+use serde::{Deserialize, Serialize};
 
 #[derive(Clone)]
 struct App {
     limiter: KeyLimiter,
-    counts: Arc<[AtomicU64; 4]>,
+    answers: Answers,
+}
+
+/// Answers given, by kind (`leasehold_keys_<kind>_total`).
+#[derive(Clone, Default)]
+struct Answers {
+    allowed: Counter,
+    denied: Counter,
+    shed: Counter,
+    unavailable: Counter,
+}
+
+/// The answer counters, and the table's gauges read from the limiter at every scrape.
+fn registry(answers: &Answers, limiter: KeyLimiter) -> Registry {
+    let mut r = Registry::default();
+    // The registry adds the `_total` suffix and a full stop to the help.
+    r.register("leasehold_keys_allowed", "Requests allowed", answers.allowed.clone());
+    r.register("leasehold_keys_denied", "Requests denied (over their limit)", answers.denied.clone());
+    r.register("leasehold_keys_shed", "Requests shed (key table full)", answers.shed.clone());
+    r.register(
+        "leasehold_keys_unavailable",
+        "Requests not answered (shard moving or not stored)",
+        answers.unavailable.clone(),
+    );
+    r.register_collector(metrics::collector(move |m| {
+        m.gauge("leasehold_keys_tracked", "Keys in this instance's table.", NO_LABELS, limiter.keys_tracked() as u64)?;
+        m.gauge(
+            "leasehold_keys_shards_served",
+            "Shards this instance owns.",
+            NO_LABELS,
+            limiter.shards_served() as u64,
+        )?;
+        m.gauge("leasehold_keys_hot_keys", "Keys in the last hot-key report.", NO_LABELS, limiter.hot().len() as u64)
+    }));
+    r
 }
 
 #[derive(Deserialize)]
 struct KeyQuery {
     cost: Option<String>,
     tier: Option<String>,
-}
-
-fn problem(status: StatusCode, title: &str, detail: String) -> Response {
-    let body = json!({ "type": "about:blank", "title": title, "status": status.as_u16(), "detail": detail });
-    (status, [(header::CONTENT_TYPE, "application/problem+json")], body.to_string()).into_response()
 }
 
 fn bad_request(detail: String) -> Response {
@@ -63,30 +93,26 @@ fn headers(a: &KeyAnswer) -> HeaderMap {
 fn respond(app: &App, result: Result<KeyAnswer, CheckError>) -> Response {
     match result {
         Ok(a) if a.allowed => {
-            app.counts[0].fetch_add(1, Relaxed);
+            app.answers.allowed.inc();
             (StatusCode::OK, headers(&a), Json(a)).into_response()
         }
         Ok(a) => {
-            app.counts[1].fetch_add(1, Relaxed);
+            app.answers.denied.inc();
             let secs = a.retry_after_ms.unwrap_or(1_000).div_ceil(1_000).max(1);
-            let mut body = serde_json::to_value(&a).unwrap_or_default();
-            body["type"] = json!("about:blank");
-            body["title"] = json!("rate limited");
-            body["status"] = json!(429);
-            body["detail"] = json!(format!("key {:?} is over its limit of {} per {} ms", a.key, a.limit, a.window_ms));
-            let mut r = (StatusCode::TOO_MANY_REQUESTS, headers(&a), body.to_string()).into_response();
-            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+            let detail = format!("key {:?} is over its limit of {} per {} ms", a.key, a.limit, a.window_ms);
+            let mut r = Problem::new(StatusCode::TOO_MANY_REQUESTS, "rate limited", detail, &a).respond();
+            r.headers_mut().extend(headers(&a));
             r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
             r
         }
         Err(CheckError::Overloaded(detail)) => {
-            app.counts[2].fetch_add(1, Relaxed);
+            app.answers.shed.inc();
             let mut r = problem(StatusCode::TOO_MANY_REQUESTS, "overloaded", detail);
             r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(1));
             r
         }
         Err(CheckError::Unavailable(detail)) => {
-            app.counts[3].fetch_add(1, Relaxed);
+            app.answers.unavailable.inc();
             let mut r = problem(StatusCode::SERVICE_UNAVAILABLE, "unavailable", detail);
             r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(1));
             r
@@ -163,35 +189,22 @@ async fn put_tiers(State(app): State<App>, body: Result<Json<Tiers>, JsonRejecti
     }
 }
 
-async fn metrics(State(app): State<App>) -> Response {
-    let c = |i: usize| app.counts[i].load(Relaxed);
-    let body = format!(
-        "# TYPE leasehold_keys_allowed_total counter\nleasehold_keys_allowed_total {}\n\
-         # TYPE leasehold_keys_denied_total counter\nleasehold_keys_denied_total {}\n\
-         # TYPE leasehold_keys_shed_total counter\nleasehold_keys_shed_total {}\n\
-         # TYPE leasehold_keys_unavailable_total counter\nleasehold_keys_unavailable_total {}\n\
-         # TYPE leasehold_keys_tracked gauge\nleasehold_keys_tracked {}\n\
-         # TYPE leasehold_keys_shards_served gauge\nleasehold_keys_shards_served {}\n\
-         # TYPE leasehold_keys_hot_keys gauge\nleasehold_keys_hot_keys {}\n",
-        c(0),
-        c(1),
-        c(2),
-        c(3),
-        app.limiter.keys_tracked(),
-        app.limiter.shards_served(),
-        app.limiter.hot().len(),
-    );
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+/// `GET /v1/hot`: keys and their rates per second.
+#[derive(Serialize)]
+struct HotKeys {
+    hot_keys: Vec<(String, u64)>,
 }
 
 pub fn router(limiter: KeyLimiter) -> Router {
-    let app = App { limiter, counts: Arc::new(std::array::from_fn(|_| AtomicU64::new(0))) };
+    let answers = Answers::default();
+    let registry = registry(&answers, limiter.clone());
+    let app = App { limiter, answers };
     Router::new()
         .route("/v1/keys/{key}", post(record).get(read))
         .route("/v1/check", post(record_json))
         .route("/v1/tiers", get(|State(a): State<App>| async move { Json(a.limiter.tiers()) }).put(put_tiers))
-        .route("/v1/hot", get(|State(a): State<App>| async move { Json(json!({ "hot_keys": a.limiter.hot() })) }))
-        .route("/metrics", get(metrics))
+        .route("/v1/hot", get(|State(a): State<App>| async move { Json(HotKeys { hot_keys: a.limiter.hot() }) }))
+        .route("/metrics", metrics::endpoint(registry))
         .route("/healthz", get(|| async { "ok\n" }))
         .with_state(app)
 }

@@ -55,7 +55,7 @@ pub struct KeysArgs {
 }
 
 pub fn run(a: KeysArgs) -> ExitCode {
-    leasehold_process::main("leasehold keys", Vec::new(), |_| validate(a), serve)
+    leasehold_process::main("leasehold keys", || validate(a), serve)
 }
 
 /// Check the arguments and read the tiers before anything starts.

@@ -6,31 +6,19 @@ pub mod inspect;
 pub mod keys_cmd;
 
 use clap::Subcommand;
+use leasehold_process::ConfigArgs;
 use std::process::ExitCode;
-
-#[derive(clap::Args)]
-pub struct ConfigArg {
-    /// TOML settings file (every setting can also come from the environment).
-    #[arg(long)]
-    config: Option<String>,
-}
-
-impl ConfigArg {
-    fn args(self) -> Vec<String> {
-        self.config.map(|c| vec!["--config".to_string(), c]).unwrap_or_default()
-    }
-}
 
 #[derive(Subcommand)]
 pub enum ServiceCommand {
     /// Print the live state from NATS: the coordinator leader and every limit's DC leases.
     Inspect(inspect::InspectArgs),
     /// Run a coordinator replica (settings: LEASEHOLD_COORDINATOR_*).
-    Coordinator(ConfigArg),
+    Coordinator(ConfigArgs),
     /// Run a DC manager replica (settings: LEASEHOLD_DC_MANAGER_*).
-    DcManager(ConfigArg),
+    DcManager(ConfigArgs),
     /// Run a pod agent serving permits over local HTTP (settings: LEASEHOLD_AGENT_*).
-    Agent(ConfigArg),
+    Agent(ConfigArgs),
     /// Run the per-key limiter (per user / tenant tier) over HTTP and NATS request/reply.
     Keys(keys_cmd::KeysArgs),
 }
@@ -40,9 +28,9 @@ pub enum ServiceCommand {
 pub fn run(program: &str, command: ServiceCommand) -> ExitCode {
     match command {
         ServiceCommand::Inspect(args) => exit(program, inspect::run(args)),
-        ServiceCommand::Coordinator(c) => leasehold_coordinator::main_with_args(c.args()),
-        ServiceCommand::DcManager(c) => leasehold_dc_manager::main_with_args(c.args()),
-        ServiceCommand::Agent(c) => leasehold_pod::agent_main(c.args()),
+        ServiceCommand::Coordinator(c) => leasehold_coordinator::main(c),
+        ServiceCommand::DcManager(c) => leasehold_dc_manager::main(c),
+        ServiceCommand::Agent(c) => leasehold_pod::agent_main(c),
         ServiceCommand::Keys(a) => keys_cmd::run(a),
     }
 }

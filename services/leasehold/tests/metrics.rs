@@ -7,11 +7,36 @@ use leasehold_nats_harness::{binaries, NatsServer};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::dc_manager::DcManagerConfig;
 use leasehold_shared::quota::Quota;
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 fn free_addr() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().to_string()
+}
+
+/// Every series a Prometheus text body exposes: `name type label,label` (labels in order), sorted.
+/// Dashboards, alerts and the docs name these: any change of a name, type or label shows here.
+fn schema(body: &str) -> BTreeSet<String> {
+    let types: std::collections::BTreeMap<&str, &str> =
+        body.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split_once(' ')).collect();
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let end = l.find(['{', ' ']).unwrap_or(l.len());
+            let name = &l[..end];
+            let labels: Vec<&str> = match l[end..].strip_prefix('{') {
+                Some(rest) => rest.split("\",").filter_map(|kv| kv.split_once('=')).map(|(k, _)| k).collect(),
+                None => Vec::new(),
+            };
+            format!("{name} {} {}", types.get(name).copied().unwrap_or("untyped"), labels.join(","))
+        })
+        .collect()
+}
+
+/// The same, from a list of `(names, type, labels)` rows.
+fn expected(rows: &[(&[&str], &str, &str)]) -> BTreeSet<String> {
+    rows.iter().flat_map(|(names, kind, labels)| names.iter().map(move |n| format!("{n} {kind} {labels}"))).collect()
 }
 
 /// The value of the first sample of `series` in a Prometheus text body.
@@ -113,6 +138,162 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
     http.post(format!("http://{up_addr}/call")).send().await.unwrap();
     let u = get(up_addr.to_string()).await;
     assert_eq!(sample(&u, "leasehold_upstream_calls_total"), Some(1.0), "{u}");
+
+    // Every name, type and label exactly as the docs and dashboards know them.
+    let coordinator = expected(&[
+        (&["leasehold_coordinator_leading", "leasehold_coordinator_epoch"], "gauge", ""),
+        (
+            &[
+                "leasehold_coordinator_takeovers_total",
+                "leasehold_coordinator_ledger_writes_total",
+                "leasehold_coordinator_step_downs_total",
+                "leasehold_coordinator_reports_malformed_total",
+                "leasehold_coordinator_reports_ignored_total",
+            ],
+            "counter",
+            "",
+        ),
+        (
+            &[
+                "leasehold_ledger_outstanding_rate_per_s",
+                "leasehold_ledger_limit_rate_per_s",
+                "leasehold_ledger_outstanding_burst",
+                "leasehold_ledger_limit_burst",
+                "leasehold_ledger_dc_leases",
+            ],
+            "gauge",
+            "limit",
+        ),
+    ]);
+    assert_eq!(schema(&c), coordinator, "{c}");
+    let dc_manager = expected(&[
+        (
+            &[
+                "leasehold_dc_leading",
+                "leasehold_dc_allocated_rate_per_s",
+                "leasehold_dc_used_rate_per_s",
+                "leasehold_dc_lease_rate_per_s",
+                "leasehold_dc_seconds_since_lease",
+                "leasehold_dc_pods_eligible",
+            ],
+            "gauge",
+            "limit,dc",
+        ),
+        (
+            &[
+                "leasehold_dc_pod_leases_issued_total",
+                "leasehold_dc_lease_refusals_total",
+                "leasehold_dc_messages_malformed_total",
+                "leasehold_dc_reports_stale_total",
+                "leasehold_dc_publish_failures_total",
+            ],
+            "counter",
+            "limit,dc",
+        ),
+    ]);
+    assert_eq!(schema(&d), dc_manager, "{d}");
+    let agent = expected(&[
+        (
+            &[
+                "leasehold_pod_requests_total",
+                "leasehold_pod_admitted_total",
+                "leasehold_pod_rejected_total",
+                "leasehold_pod_leases_refused_total",
+            ],
+            "counter",
+            "pod",
+        ),
+        (
+            &[
+                "leasehold_pod_lease_rate_per_s",
+                "leasehold_pod_seconds_since_renewal",
+                "leasehold_pod_renewal_latency_ms",
+                "leasehold_pod_queued",
+            ],
+            "gauge",
+            "pod",
+        ),
+    ]);
+    assert_eq!(schema(&p), agent, "{p}");
+    let upstream = expected(&[
+        (&["leasehold_upstream_calls_total", "leasehold_upstream_rejected_total"], "counter", ""),
+        (&["leasehold_upstream_max_window", "leasehold_upstream_limit"], "gauge", ""),
+    ]);
+    assert_eq!(schema(&u), upstream, "{u}");
+
+    // `/v1/status`: the same fields as ever.
+    let status = |addr: String| {
+        let http = http.clone();
+        async move {
+            let v: serde_json::Value =
+                http.get(format!("http://{addr}/v1/status")).send().await.unwrap().json().await.unwrap();
+            v
+        }
+    };
+    let fields = |v: &serde_json::Value| {
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        keys.join(" ")
+    };
+    let c = status(coord_addr).await;
+    assert_eq!(fields(&c), "epoch leading limits records_written reports_malformed step_downs takeovers", "{c}");
+    assert_eq!(fields(&c["limits"]["api"]), "dc_leases limit outstanding", "{c}");
+    assert_eq!(c["limits"]["api"]["limit"]["rate_milli_per_s"], 100_000, "{c}");
+    let d = status(dc_addr).await;
+    assert_eq!(
+        fields(&d),
+        "budget_rate_per_s dc dc_lease_rate_per_s epoch instance leading limit messages_malformed \
+         pod_leases_issued pods_eligible pods_known takeovers used_rate_per_s",
+        "{d}"
+    );
+    assert_eq!((d["limit"].as_str(), d["dc"].as_str(), d["leading"].as_bool()), (Some("api"), Some("bkk"), Some(true)));
+    let p = status(pod_addr.to_string()).await;
+    assert_eq!(
+        fields(&p),
+        "drained lease leases_applied leases_refused messages_malformed pod queued renewal_latency_ms totals",
+        "{p}"
+    );
+    assert_eq!(fields(&p["lease"]), "expires_in_ms issuer quota version", "{p}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_limiter_serves_its_metrics_under_their_documented_names() {
+    use leasehold_shared::keys::{LimitSpec, Tiers};
+    let tiers = Tiers {
+        default_tier: "free".into(),
+        tiers: [("free".to_string(), LimitSpec::sliding(1, 60_000))].into(),
+        overrides: Default::default(),
+        assignments: Default::default(),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = leasehold_keys::http::router(leasehold_keys::KeyLimiter::standalone(tiers, 100).unwrap());
+    tokio::spawn(async move { axum_serve(listener, app).await });
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    for expected_status in [200, 429] {
+        let r = http.post(format!("http://{addr}/v1/keys/k")).send().await.unwrap();
+        assert_eq!(r.status(), expected_status);
+    }
+    let body = http.get(format!("http://{addr}/metrics")).send().await.unwrap().text().await.unwrap();
+    let keys = expected(&[
+        (
+            &[
+                "leasehold_keys_allowed_total",
+                "leasehold_keys_denied_total",
+                "leasehold_keys_shed_total",
+                "leasehold_keys_unavailable_total",
+            ],
+            "counter",
+            "",
+        ),
+        (&["leasehold_keys_tracked", "leasehold_keys_shards_served", "leasehold_keys_hot_keys"], "gauge", ""),
+    ]);
+    assert_eq!(schema(&body), keys, "{body}");
+    // Counts as whole numbers: tools parse `leasehold_keys_shards_served` as an integer.
+    for (series, value) in [("leasehold_keys_allowed_total", 1), ("leasehold_keys_denied_total", 1)] {
+        assert!(body.lines().any(|l| l == format!("{series} {value}")), "{series} {value} missing:\n{body}");
+    }
+    assert!(body.lines().any(|l| l == "leasehold_keys_tracked 1"), "{body}");
 }
 
 async fn axum_serve(l: tokio::net::TcpListener, app: axum::Router) {

@@ -1,6 +1,7 @@
 //! Connection defaults for Leasehold's control plane.
 
 use async_nats::jetstream;
+use backon::{ConstantBuilder, Retryable};
 use std::time::Duration;
 use thiserror::Error;
 
@@ -59,21 +60,28 @@ fn reconnect_delay(attempts: usize) -> Duration {
 
 pub const MAX_RECONNECT_DELAY: Duration = Duration::from_millis(1_000);
 
-/// [`connect`], retried until `deadline` (a server that just started may not accept yet).
-#[allow(clippy::disallowed_methods)] // tools' and tests' deadline, not a lease decision
+/// [`connect`], retried every [`CONNECT_RETRY_DELAY`] until `deadline` (a server that just
+/// started may not accept yet); after it, the last attempt's error.
 pub async fn connect_until(
     url: &str,
     name: &str,
     deadline: std::time::Instant,
 ) -> Result<async_nats::Client, ConnectError> {
-    loop {
-        match connect(url, name).await {
-            Ok(c) => return Ok(c),
-            Err(e) if std::time::Instant::now() >= deadline => return Err(e),
-            Err(_) => tokio::task::yield_now().await,
-        }
+    let mut last = None;
+    let attempts = (|| connect(url, name))
+        .retry(ConstantBuilder::new().with_delay(CONNECT_RETRY_DELAY).without_max_times())
+        .notify(|e: &ConnectError, _| last = Some(e.source.kind()));
+    match tokio::time::timeout_at(deadline.into(), attempts).await {
+        Ok(result) => result,
+        Err(_) => Err(ConnectError {
+            url: redact(url),
+            source: async_nats::ConnectError::new(last.unwrap_or(async_nats::ConnectErrorKind::TimedOut)),
+        }),
     }
 }
+
+/// Pause between the attempts of [`connect_until`].
+pub const CONNECT_RETRY_DELAY: Duration = Duration::from_millis(20);
 
 /// A JetStream context whose calls time out after [`CONTROL_TIMEOUT`].
 pub fn jetstream(client: async_nats::Client) -> jetstream::Context {
@@ -82,19 +90,27 @@ pub fn jetstream(client: async_nats::Client) -> jetstream::Context {
     js
 }
 
-/// `nats://user:pw@host:port` → (user, pw, `nats://host:port`).
+/// `nats://user:pw@host:port` → (user, pw, `nats://host:port`); `None` without credentials (or
+/// for an address that is not a URL, such as `host:port`).
 fn split_credentials(url: &str) -> Option<(String, String, String)> {
-    let (scheme, rest) = url.split_once("://")?;
-    let (userinfo, host) = rest.split_once('@')?;
-    let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
-    Some((user.to_string(), password.to_string(), format!("{scheme}://{host}")))
+    let mut parsed = url::Url::parse(url).ok()?;
+    if parsed.username().is_empty() && parsed.password().is_none() {
+        return None;
+    }
+    let (user, password) = (parsed.username().to_string(), parsed.password().unwrap_or("").to_string());
+    parsed.set_username("").ok()?;
+    parsed.set_password(None).ok()?;
+    Some((user, password, parsed.to_string()))
 }
 
 /// The URL with its password replaced, for messages and logs.
 pub fn redact(url: &str) -> String {
-    let one = |u: &str| match split_credentials(u) {
-        Some((user, _, bare)) => bare.replacen("://", &format!("://{user}:***@"), 1),
-        None => u.to_string(),
+    let one = |u: &str| match url::Url::parse(u) {
+        Ok(mut parsed) if !parsed.username().is_empty() || parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => u.to_string(),
     };
     url.split(',').map(one).collect::<Vec<_>>().join(",")
 }
@@ -110,6 +126,10 @@ mod tests {
             Some(("bkk-pod1".into(), "s3cret".into(), "nats://127.0.0.1:4222".into()))
         );
         assert_eq!(split_credentials("nats://127.0.0.1:4222"), None);
+        assert_eq!(split_credentials("127.0.0.1:4222"), None, "not a URL: used as it is");
+        assert_eq!(split_credentials("nats://u@h:1"), Some(("u".into(), String::new(), "nats://h:1".into())));
+        assert_eq!(redact("nats://u@h:1"), "nats://u:***@h:1");
+        assert_eq!(redact("nats://h:1"), "nats://h:1");
         assert_eq!(redact("nats://u:s3cret@h:1"), "nats://u:***@h:1");
         assert_eq!(redact("nats://u:s3cret@h:1,nats://u:s3cret@h:2"), "nats://u:***@h:1,nats://u:***@h:2");
     }

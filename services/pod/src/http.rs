@@ -11,14 +11,18 @@
 //! Bad input is a `400` problem and changes nothing.
 
 use crate::driver::PodStatus;
-use crate::limiter::{AcquireError, Denial, Limiter, Priority};
+use crate::limiter::{AcquireError, Denial, Limiter, Priority, Totals};
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
-use serde_json::json;
+use leasehold_process::metrics;
+use leasehold_process::problem::problem;
+use leasehold_shared::quota::Quota;
+use leasehold_shared::wire::LeaseVersion;
+use prometheus_client::registry::Registry;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -36,11 +40,6 @@ struct AcquireQuery {
     cost: Option<String>,
     priority: Option<String>,
     max_wait_ms: Option<String>,
-}
-
-fn problem(status: StatusCode, title: &str, detail: String) -> Response {
-    let body = json!({ "type": "about:blank", "title": title, "status": status.as_u16(), "detail": detail });
-    (status, [(header::CONTENT_TYPE, "application/problem+json")], body.to_string()).into_response()
 }
 
 /// A query parameter as an integer in `0..=max`, or the 400 problem's detail.
@@ -69,6 +68,11 @@ fn ratelimit_headers(limiter: &Limiter, cost: u32) -> HeaderMap {
     h
 }
 
+#[derive(Serialize)]
+struct Granted {
+    granted: bool,
+}
+
 async fn acquire(State(a): State<Agent>, Query(q): Query<AcquireQuery>) -> Response {
     let cost = match parse_u64("cost", q.cost.as_ref(), 1, u32::MAX as u64) {
         Ok(c) => c as u32,
@@ -92,7 +96,7 @@ async fn acquire(State(a): State<Agent>, Query(q): Query<AcquireQuery>) -> Respo
     let verdict = a.limiter.acquire(cost, priority, Duration::from_millis(max_wait_ms)).await;
     let headers = ratelimit_headers(&a.limiter, cost);
     match verdict {
-        Ok(Ok(())) => (StatusCode::OK, headers, Json(json!({ "granted": true }))).into_response(),
+        Ok(Ok(())) => (StatusCode::OK, headers, Json(Granted { granted: true })).into_response(),
         Ok(Err(denial)) => {
             let retry_ms = denial.retry_after().map(|d| d.as_millis() as u64);
             let detail = match denial {
@@ -119,59 +123,88 @@ async fn acquire(State(a): State<Agent>, Query(q): Query<AcquireQuery>) -> Respo
     }
 }
 
-async fn status_json(State(a): State<Agent>) -> Response {
-    let s = a.status.borrow().clone();
-    let now = a.limiter.now_ns();
-    Json(json!({
-        "pod": s.pod,
-        "lease": s.lease.as_ref().filter(|l| l.expires_at_ns > now).map(|l| json!({
-            "version": l.version, "quota": l.quota, "expires_in_ms": (l.expires_at_ns - now) / 1_000_000, "issuer": l.issuer,
-        })),
-        "totals": a.limiter.totals(),
-        "queued": a.limiter.queued(),
-        "leases_applied": s.leases_applied,
-        "leases_refused": s.leases_refused,
-        "messages_malformed": s.messages_malformed,
-        "renewal_latency_ms": s.renewal_latency_ms,
-        "drained": s.drained,
-    }))
-    .into_response()
+/// `GET /v1/status`.
+#[derive(Serialize)]
+struct StatusBody {
+    pod: String,
+    /// The lease in force (none when expired).
+    lease: Option<LeaseBody>,
+    totals: Totals,
+    queued: usize,
+    leases_applied: u64,
+    leases_refused: u64,
+    messages_malformed: u64,
+    renewal_latency_ms: Option<f64>,
+    drained: bool,
 }
 
-async fn metrics(State(a): State<Agent>) -> Response {
+#[derive(Serialize)]
+struct LeaseBody {
+    version: LeaseVersion,
+    quota: Quota,
+    expires_in_ms: u64,
+    issuer: String,
+}
+
+async fn status_json(State(a): State<Agent>) -> Json<StatusBody> {
     let s = a.status.borrow().clone();
-    let t = a.limiter.totals();
     let now = a.limiter.now_ns();
-    let view = a.limiter.bucket().view(now);
-    let lease_rate = if view.expires_at_ns > now { view.quota.rate_per_s() } else { 0.0 };
-    let since = s.last_renewal_ns.map_or(-1.0, |r| now.saturating_sub(r) as f64 / 1e9);
-    let pod = &s.pod;
-    let mut out = String::new();
-    let mut line = |name: &str, kind: &str, help: &str, v: f64| {
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{pod=\"{pod}\"}} {v}\n"));
-    };
-    line("leasehold_pod_requests_total", "counter", "Permit requests.", t.offered as f64);
-    line("leasehold_pod_admitted_total", "counter", "Permits granted.", t.admitted as f64);
-    line("leasehold_pod_rejected_total", "counter", "Permit requests denied by the bucket.", t.rejected as f64);
-    line("leasehold_pod_lease_rate_per_s", "gauge", "Rate of the lease in force (0 when none).", lease_rate);
-    line("leasehold_pod_seconds_since_renewal", "gauge", "Time since the last lease was applied (-1: never).", since);
-    line(
-        "leasehold_pod_renewal_latency_ms",
-        "gauge",
-        "Report-to-lease latency of the last renewal.",
-        s.renewal_latency_ms.unwrap_or(-1.0),
-    );
-    line(
-        "leasehold_pod_leases_refused_total",
-        "counter",
-        "Stale, foreign or expired leases refused.",
-        s.leases_refused as f64,
-    );
-    line("leasehold_pod_queued", "gauge", "Requests waiting for a permit.", a.limiter.queued() as f64);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+    Json(StatusBody {
+        pod: s.pod,
+        lease: s.lease.filter(|l| l.expires_at_ns > now).map(|l| LeaseBody {
+            version: l.version,
+            quota: l.quota,
+            expires_in_ms: (l.expires_at_ns - now) / 1_000_000,
+            issuer: l.issuer,
+        }),
+        totals: a.limiter.totals(),
+        queued: a.limiter.queued(),
+        leases_applied: s.leases_applied,
+        leases_refused: s.leases_refused,
+        messages_malformed: s.messages_malformed,
+        renewal_latency_ms: s.renewal_latency_ms,
+        drained: s.drained,
+    })
+}
+
+/// The pod's series, labelled with its id, read from its limiter and status at every scrape.
+fn registry(a: Agent) -> Registry {
+    metrics::registry(move |m| {
+        let s = a.status.borrow().clone();
+        let t = a.limiter.totals();
+        let now = a.limiter.now_ns();
+        let view = a.limiter.bucket().view(now);
+        let lease_rate = if view.expires_at_ns > now { view.quota.rate_per_s() } else { 0.0 };
+        let since = s.last_renewal_ns.map_or(-1.0, |r| now.saturating_sub(r) as f64 / 1e9);
+        let labels = [("pod", s.pod.as_str())];
+        m.counter("leasehold_pod_requests_total", "Permit requests.", labels, t.offered)?;
+        m.counter("leasehold_pod_admitted_total", "Permits granted.", labels, t.admitted)?;
+        m.counter("leasehold_pod_rejected_total", "Permit requests denied by the bucket.", labels, t.rejected)?;
+        m.gauge("leasehold_pod_lease_rate_per_s", "Rate of the lease in force (0 when none).", labels, lease_rate)?;
+        m.gauge(
+            "leasehold_pod_seconds_since_renewal",
+            "Time since the last lease was applied (-1: never).",
+            labels,
+            since,
+        )?;
+        m.gauge(
+            "leasehold_pod_renewal_latency_ms",
+            "Report-to-lease latency of the last renewal.",
+            labels,
+            s.renewal_latency_ms.unwrap_or(-1.0),
+        )?;
+        m.counter(
+            "leasehold_pod_leases_refused_total",
+            "Stale, foreign or expired leases refused.",
+            labels,
+            s.leases_refused,
+        )?;
+        m.gauge("leasehold_pod_queued", "Requests waiting for a permit.", labels, a.limiter.queued() as f64)
+    })
 }
 
 pub fn router(limiter: Limiter, status: watch::Receiver<PodStatus>) -> Router {
+    let agent = Agent { limiter, status };
     Router::new()
         .route("/v1/acquire", post(acquire))
         .route(
@@ -182,7 +215,7 @@ pub fn router(limiter: Limiter, status: watch::Receiver<PodStatus>) -> Router {
             }),
         )
         .route("/v1/status", get(status_json))
-        .route("/metrics", get(metrics))
+        .route("/metrics", metrics::endpoint(registry(agent.clone())))
         .route("/healthz", get(|| async { "ok\n" }))
-        .with_state(Agent { limiter, status })
+        .with_state(agent)
 }

@@ -82,9 +82,9 @@ impl Pod {
 }
 
 /// The agent process: connect, start the pod, serve HTTP, drain on SIGTERM/SIGINT.
-/// `args` is `[]` or `["--config", FILE]`. Prints a one-line cause and exits non-zero on failure.
-pub fn agent_main(args: Vec<String>) -> std::process::ExitCode {
-    leasehold_process::main("leasehold agent", args, |f| PodSettings::load(f).map_err(|e| e.to_string()), run_agent)
+/// Prints a one-line cause and exits non-zero on failure (2: bad settings).
+pub fn agent_main(args: leasehold_process::ConfigArgs) -> std::process::ExitCode {
+    leasehold_process::main("leasehold agent", || PodSettings::load(args.file()).map_err(|e| e.to_string()), run_agent)
 }
 
 async fn run_agent(settings: PodSettings) -> Result<(), String> {

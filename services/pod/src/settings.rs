@@ -2,7 +2,6 @@
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use thiserror::Error;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PodSettings {
@@ -46,36 +45,21 @@ impl Default for PodSettings {
     }
 }
 
-#[derive(Debug, Error)]
-pub enum SettingsError {
-    #[error("configuration: {0}")]
-    Load(String),
-    #[error("configuration: {0}")]
-    Invalid(String),
-}
+pub use leasehold_process::SettingsError;
 
 impl PodSettings {
     pub fn load(file: Option<&Path>) -> Result<Self, SettingsError> {
-        let s: PodSettings = leasehold_process::load_settings(file, "LEASEHOLD_AGENT_").map_err(SettingsError::Load)?;
-        s.validate()?;
-        Ok(s)
+        leasehold_process::load_settings(file, "LEASEHOLD_AGENT_", PodSettings::validate)
     }
 
     pub fn validate(&self) -> Result<(), SettingsError> {
         let bad = |m: String| Err(SettingsError::Invalid(m));
-        for (what, v) in [("limit", &self.limit), ("dc", &self.dc)] {
-            if let Err(e) = leasehold_shared::wire::check_id(what, v) {
-                return bad(e.to_string());
-            }
-        }
-        if let Some(id) = &self.pod_id {
-            if let Err(e) = leasehold_shared::wire::check_id("pod_id", id) {
-                return bad(e.to_string());
-            }
-        }
-        if self.clock_drift_ppm.abs() > 100_000 {
-            return bad(format!("clock_drift_ppm must be within ±100000, got {}", self.clock_drift_ppm));
-        }
+        leasehold_process::check_dc_service(
+            &self.limit,
+            &self.dc,
+            ("pod_id", self.pod_id.as_deref()),
+            self.clock_drift_ppm,
+        )?;
         let max_weight = leasehold_shared::wire::MAX_POD_WEIGHT;
         if !(self.weight.is_finite() && self.weight > 0.0 && self.weight <= max_weight) {
             // Above the wire's bound every report would be dropped as invalid: no lease, ever.

@@ -1,12 +1,16 @@
-//! What every Leasehold service process does the same way: read `[--config FILE]`, load settings
+//! What every Leasehold service process does the same way: read `[--config FILE]` ([`ConfigArgs`],
+//! clap), load settings
 //! (defaults → TOML file → environment), start logging and a 2-thread runtime, stop on
 //! SIGTERM/SIGINT, and turn failures into one line on stderr and an exit code (2: bad
 //! configuration or arguments, 1: failure while running).
 //!
 //! [`clock`] is the lease clock every service judges leases and terms by (it counts time the
-//! machine spent suspended).
+//! machine spent suspended). [`metrics`] serves `GET /metrics` from a Prometheus registry;
+//! [`problem`] writes `application/problem+json` answers.
 
 pub mod clock;
+pub mod metrics;
+pub mod problem;
 
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
@@ -17,28 +21,77 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tokio::sync::watch;
 
-/// `[]` or `["--config", FILE]`.
-pub fn config_file(args: &[String]) -> Result<Option<PathBuf>, String> {
-    match args {
-        [] => Ok(None),
-        [flag, path] if flag == "--config" => Ok(Some(PathBuf::from(path))),
-        _ => Err("usage: [--config FILE]".into()),
+/// `[--config FILE]`: the command-line arguments of every service command.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ConfigArgs {
+    /// TOML settings file (every setting can also come from the environment).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(clap::Parser)]
+struct ServiceCli {
+    #[command(flatten)]
+    config: ConfigArgs,
+}
+
+impl ConfigArgs {
+    /// This process's own arguments (a service's stand-alone binary); usage errors exit 2.
+    pub fn from_command_line() -> Self {
+        <ServiceCli as clap::Parser>::parse().config
+    }
+
+    pub fn file(&self) -> Option<&Path> {
+        self.config.as_deref()
     }
 }
 
-/// Defaults, then the TOML `file` (which must exist if given), then `<env_prefix>*` variables.
+/// Settings that could not be read, or were read and are invalid.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("configuration: {0}")]
+    Load(String),
+    #[error("configuration: {0}")]
+    Invalid(String),
+}
+
+/// Defaults, then the TOML `file` (which must exist if given), then `<env_prefix>*` variables;
+/// then checked by `validate` before anything starts.
 pub fn load_settings<T: Default + Serialize + DeserializeOwned>(
     file: Option<&Path>,
     env_prefix: &str,
-) -> Result<T, String> {
+    validate: impl FnOnce(&T) -> Result<(), SettingsError>,
+) -> Result<T, SettingsError> {
     let mut f = Figment::from(Serialized::defaults(T::default()));
     if let Some(path) = file {
         if !path.is_file() {
-            return Err(format!("file {} not found", path.display()));
+            return Err(SettingsError::Load(format!("file {} not found", path.display())));
         }
         f = f.merge(Toml::file(path));
     }
-    f.merge(Env::prefixed(env_prefix)).extract().map_err(|e| e.to_string())
+    let settings: T = f.merge(Env::prefixed(env_prefix)).extract().map_err(|e| SettingsError::Load(e.to_string()))?;
+    validate(&settings)?;
+    Ok(settings)
+}
+
+/// What every per-DC service checks: its limit and DC names and its own id (`id_name`) are
+/// valid ids, and its clock drift stays within ±100000 ppm.
+pub fn check_dc_service(
+    limit: &str,
+    dc: &str,
+    (id_name, id): (&'static str, Option<&str>),
+    clock_drift_ppm: i64,
+) -> Result<(), SettingsError> {
+    let invalid = |e: leasehold_shared::wire::WireError| SettingsError::Invalid(e.to_string());
+    leasehold_shared::wire::check_id("limit", limit).map_err(invalid)?;
+    leasehold_shared::wire::check_id("dc", dc).map_err(invalid)?;
+    if let Some(id) = id {
+        leasehold_shared::wire::check_id(id_name, id).map_err(invalid)?;
+    }
+    if clock_drift_ppm.abs() > 100_000 {
+        return Err(SettingsError::Invalid(format!("clock_drift_ppm must be within ±100000, got {clock_drift_ppm}")));
+    }
+    Ok(())
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -67,17 +120,12 @@ pub fn stop_on_signal() -> watch::Receiver<bool> {
     rx
 }
 
-/// Run a service process: parse `args`, `load` its settings, then `run` them.
-pub fn main<S, Fut>(
-    name: &str,
-    args: Vec<String>,
-    load: impl FnOnce(Option<&Path>) -> Result<S, String>,
-    run: impl FnOnce(S) -> Fut,
-) -> ExitCode
+/// Run a service process: `load` its settings, then `run` them.
+pub fn main<S, Fut>(name: &str, load: impl FnOnce() -> Result<S, String>, run: impl FnOnce(S) -> Fut) -> ExitCode
 where
     Fut: Future<Output = Result<(), String>>,
 {
-    let settings = match config_file(&args).and_then(|file| load(file.as_deref())) {
+    let settings = match load() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("{name}: {e}");
@@ -102,6 +150,39 @@ where
             ExitCode::FAILURE
         }
     }
+}
+
+/// A NATS service process ([`main`]): connect to its NATS URL as `client_name`, then
+/// `run(client, settings, status, shutdown)` until SIGTERM/SIGINT.
+pub fn nats_main<S, St, E, Fut>(
+    name: &str,
+    client_name: &'static str,
+    load: impl FnOnce() -> Result<S, String>,
+    nats_url: impl FnOnce(&S) -> String,
+    run: impl FnOnce(async_nats::Client, S, watch::Sender<St>, watch::Receiver<bool>) -> Fut,
+) -> ExitCode
+where
+    St: Default,
+    E: std::fmt::Display,
+    Fut: Future<Output = Result<(), E>>,
+{
+    main(name, load, |settings| async move {
+        let client =
+            leasehold_nats::connect::connect(&nats_url(&settings), client_name).await.map_err(|e| e.to_string())?;
+        let (status, _) = watch::channel(St::default());
+        run(client, settings, status, stop_on_signal()).await.map_err(|e| e.to_string())
+    })
+}
+
+/// Show `now` to the status watchers, waking them only if it changed.
+pub fn publish_status<S: Clone + PartialEq>(status: &watch::Sender<S>, now: &S) {
+    status.send_if_modified(|s| {
+        let changed = s != now;
+        if changed {
+            *s = now.clone();
+        }
+        changed
+    });
 }
 
 /// A service running as a task (tests, embedding): watch its status, stop it, or crash it.

@@ -139,6 +139,12 @@ impl DcManagerCore {
         self.pods.views.iter()
     }
 
+    /// Pods that get a share of the next split at `now_ns` (fresh heartbeat, healthy, not
+    /// draining): the count the DC report carries.
+    pub fn pods_eligible(&self, now_ns: u64) -> u32 {
+        self.pods.eligible(&self.cfg, now_ns).len() as u32
+    }
+
     /// The newest DC lease, if it is still valid at `now_ns`. Only the newest is ever spent
     /// under: once a newer lease arrived the older ones may already be reported superseded and
     /// re-granted elsewhere, so when the newest expires the DC falls to its floor, never back.

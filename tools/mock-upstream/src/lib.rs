@@ -10,10 +10,12 @@
 pub mod window;
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use leasehold_process::metrics::{self, NO_LABELS};
+use prometheus_client::registry::Registry;
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -74,16 +76,20 @@ async fn stats(State(j): State<Judge>) -> Json<Stats> {
     Json(j.stats())
 }
 
-async fn metrics(State(j): State<Judge>) -> impl IntoResponse {
-    let s = j.stats();
-    let body = format!(
-        "# TYPE leasehold_upstream_calls_total counter\nleasehold_upstream_calls_total {}\n\
-         # TYPE leasehold_upstream_rejected_total counter\nleasehold_upstream_rejected_total {}\n\
-         # TYPE leasehold_upstream_max_window gauge\nleasehold_upstream_max_window {}\n\
-         # TYPE leasehold_upstream_limit gauge\nleasehold_upstream_limit {}\n",
-        s.counters.total, s.counters.rejected, s.counters.max_window, s.limit
-    );
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
+/// The judge's series, read from its window at every scrape.
+fn registry(j: Judge) -> Registry {
+    metrics::registry(move |m| {
+        let s = j.stats();
+        m.counter("leasehold_upstream_calls_total", "Calls received.", NO_LABELS, s.counters.total)?;
+        m.counter(
+            "leasehold_upstream_rejected_total",
+            "Calls over the hard limit (429).",
+            NO_LABELS,
+            s.counters.rejected,
+        )?;
+        m.gauge("leasehold_upstream_max_window", "Most calls seen in any window.", NO_LABELS, s.counters.max_window)?;
+        m.gauge("leasehold_upstream_limit", "The hard limit per window.", NO_LABELS, s.limit)
+    })
 }
 
 pub fn router(limit: u64, window_ms: u64) -> Router {
@@ -91,7 +97,7 @@ pub fn router(limit: u64, window_ms: u64) -> Router {
     Router::new()
         .route("/call", post(call))
         .route("/stats", get(stats))
-        .route("/metrics", get(metrics))
+        .route("/metrics", metrics::endpoint(registry(judge.clone())))
         .route("/healthz", get(|| async { "ok\n" }))
         .with_state(judge)
 }
