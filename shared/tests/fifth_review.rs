@@ -4,21 +4,13 @@
 //! Numbers are in whole requests per second (rate) and tokens (burst); times are explicit
 //! `now_ns` values on one clock (no skew).
 
-use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
+use leasehold_shared::coordinator::{CoordinatorCore, Stored};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::LedgerFence;
 
 mod support;
-use support::world::Dc;
-use support::{secs, MS, S};
-
-fn config(quota: Quota, bkk_floor: u64, eu_floor: u64) -> LimitConfig {
-    let mut c =
-        LimitConfig::new("api", quota, &[("bkk", Quota::per_s(bkk_floor, 0)), ("eu", Quota::per_s(eu_floor, 0))]);
-    c.expiry.egress_spread_ms = 150;
-    c.validate().expect("a valid configuration");
-    c
-}
+use support::world::{print_run, sample_bkk_and, Dc};
+use support::{config, secs, MS, S};
 
 // -------------------------------------------------------------------------------------------
 // 1. A leader that finds the ledger record lost names, during its wait, a floor the lost record
@@ -123,24 +115,10 @@ fn a_leader_without_a_record_names_no_floor_above_what_the_lost_record_named_dur
                 e.on_record(&coord, t);
             }
         }
-        for k in 0..25 {
-            let now = t + k * 10 * MS;
-            let b = bkk.pods_hold(now);
-            let e = eu.as_ref().map_or(Quota::ZERO, |e| e.pods_hold(now));
-            let total = b.saturating_add(e);
-            if !total.fits_in(&q) && !total.fits_in(&worst) {
-                log.push(format!(
-                    "{:6.3}s bkk's pods hold {b}, europe's pods hold {e}: sum {total} > limit {q}",
-                    secs(now)
-                ));
-            }
-            worst = worst.max(total);
-        }
+        let eu_holds = |now| eu.as_ref().map_or(Quota::ZERO, |e| e.pods_hold(now));
+        sample_bkk_and(&bkk, "europe's pods hold", eu_holds, t, q, &mut worst, &mut log);
         t += 250 * MS;
     }
-    for l in &log {
-        println!("{l}");
-    }
-    println!("most ever held: {worst} (limit {q})");
+    print_run(&log, worst, q);
     assert!(worst.fits_in(&q), "BKK's and Europe's pods held {worst} > {q}");
 }

@@ -4,21 +4,13 @@
 //! Numbers are in whole requests per second (rate) and tokens (burst); times are explicit
 //! `now_ns` values on one clock (no skew).
 
-use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
+use leasehold_shared::coordinator::{CoordinatorCore, Stored};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::LedgerFence;
 
 mod support;
-use support::world::{deliver, Dc};
-use support::{secs, MS, S};
-
-fn config(quota: Quota, bkk_floor: u64, eu_floor: u64) -> LimitConfig {
-    let mut c =
-        LimitConfig::new("api", quota, &[("bkk", Quota::per_s(bkk_floor, 0)), ("eu", Quota::per_s(eu_floor, 0))]);
-    c.expiry.egress_spread_ms = 150;
-    c.validate().expect("a valid configuration");
-    c
-}
+use support::world::{deliver, print_run, sample, Dc};
+use support::{config, secs, MS, S};
 
 // -------------------------------------------------------------------------------------------
 // 1. After a lost record's wait, a floor is raised up to the fence's historical maximum because
@@ -98,24 +90,10 @@ fn a_floor_raised_after_a_lost_records_wait_never_counts_the_fences_historical_m
                 coord.floor_reserved("eu", t),
             ));
         }
-        for k in 0..25 {
-            let now = t + k * 10 * MS;
-            let (b, e) = (bkk.pods_hold(now), eu.pods_hold(now));
-            let total = b.saturating_add(e);
-            if !total.fits_in(&q) && !total.fits_in(&worst) {
-                log.push(format!(
-                    "{:6.3}s bkk's pods hold {b}, europe's pods hold {e}: sum {total} > limit {q}",
-                    secs(now)
-                ));
-            }
-            worst = worst.max(total);
-        }
+        sample(&bkk, &eu, t, q, &mut worst, &mut log);
         t += 250 * MS;
     }
-    for l in &log {
-        println!("{l}");
-    }
-    println!("most ever held: {worst} (limit {q})");
+    print_run(&log, worst, q);
     assert!(worst.fits_in(&q), "BKK's and Europe's pods held {worst} > {q}");
 }
 
@@ -143,7 +121,7 @@ fn a_leader_resuming_from_a_record_written_during_a_lost_records_wait_still_wait
     }
     let mut bkk = Dc::new("bkk", "bkk-mgr-a", 1, 0);
     let mut eu = Dc::new("eu", "eu-mgr-a", 1, 0);
-    eu.offered = 0;
+    eu.offer(0);
     bkk.on_record(&coord, 0);
     eu.on_record(&coord, 0);
     let (loss, crash, end) = (12 * S, 14 * S, 26 * S);
@@ -159,7 +137,7 @@ fn a_leader_resuming_from_a_record_written_during_a_lost_records_wait_still_wait
             ));
             coord = CoordinatorCore::resume(cfg(), "coord2", 2, Stored::Lost(&fence), t);
             log.push(format!("{:6.3}s term 2 (record lost) issues from {:.3}s", secs(t), secs(coord.issues_from_ns())));
-            eu.offered = 2_000;
+            eu.offer(2_000);
         }
         if t == crash {
             let rec2 = coord.record();
@@ -203,23 +181,9 @@ fn a_leader_resuming_from_a_record_written_during_a_lost_records_wait_still_wait
                 fence = f;
             }
         }
-        for k in 0..25 {
-            let now = t + k * 10 * MS;
-            let (b, e) = (bkk.pods_hold(now), eu.pods_hold(now));
-            let total = b.saturating_add(e);
-            if !total.fits_in(&q) && !total.fits_in(&worst) {
-                log.push(format!(
-                    "{:6.3}s bkk's pods hold {b}, europe's pods hold {e}: sum {total} > limit {q}",
-                    secs(now)
-                ));
-            }
-            worst = worst.max(total);
-        }
+        sample(&bkk, &eu, t, q, &mut worst, &mut log);
         t += 250 * MS;
     }
-    for l in &log {
-        println!("{l}");
-    }
-    println!("most ever held: {worst} (limit {q})");
+    print_run(&log, worst, q);
     assert!(worst.fits_in(&q), "BKK's and Europe's pods held {worst} > {q}");
 }

@@ -124,6 +124,19 @@ pub fn config(quota: Quota, bkk_floor: u64, eu_floor: u64) -> leasehold_shared::
     config_with_bugs(quota, bkk_floor, eu_floor, KnownBugs::default())
 }
 
+/// As [`config`], with DC leases of `dc_ttl_ms`.
+pub fn config_with_dc_ttl(
+    quota: Quota,
+    bkk_floor: u64,
+    eu_floor: u64,
+    dc_ttl_ms: u64,
+) -> leasehold_shared::coordinator::LimitConfig {
+    let mut c = config(quota, bkk_floor, eu_floor);
+    c.dc_ttl_ms = dc_ttl_ms;
+    c.validate().expect("a valid configuration");
+    c
+}
+
 /// As [`config`], with holes an audit found brought back.
 pub fn config_with_bugs(
     quota: Quota,
