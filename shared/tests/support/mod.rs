@@ -2,6 +2,7 @@
 //! pods and DC managers as the services configure them. Each test file uses what it needs.
 #![allow(dead_code)]
 
+pub mod scripted;
 pub mod world;
 
 use leasehold_shared::bugs::KnownBugs;
