@@ -1,5 +1,6 @@
-//! Pieces the review-round tests share: time units, a hand-driven DC's newest lease, and real
-//! pods and DC managers as the services configure them. Each test file uses what it needs.
+//! Pieces the review-round tests share: time units, a hand-driven DC's newest lease, real pods
+//! and DC managers as the services configure them, a world of them (`world`) and a manager with
+//! scripted pods (`scripted`). Each test file uses what it needs.
 #![allow(dead_code)]
 
 pub mod scripted;
