@@ -9,11 +9,16 @@
 
 use leasehold_shared::coordinator::{CoordinatorCore, Stored};
 use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::LedgerFence;
+use leasehold_shared::wire::{LedgerFence, LedgerRecord};
 
 mod support;
 use support::world::{deliver, print_run, sample, sample_bkk_and, Dc};
 use support::{config, secs, MS, S};
+
+/// The floor `rec` names for `dc` and its version, for a test's log.
+fn named_floor(rec: &LedgerRecord, dc: &str) -> Option<(String, String)> {
+    rec.floor_of(dc).map(|(f, v)| (f.to_string(), v.to_string()))
+}
 
 // -------------------------------------------------------------------------------------------
 // 1. A leader that finds the ledger record lost names, during its wait, a floor the lost record
@@ -75,8 +80,8 @@ fn a_leader_without_a_record_names_no_floor_above_what_the_lost_record_named_dur
                 "{:6.3}s term 3 issues from {:.3}s; its record names eu floor {:?}, bkk floor {:?}",
                 secs(t),
                 secs(coord.issues_from_ns()),
-                coord.record().floor_of("eu").map(|(f, v)| (f.to_string(), v.to_string())),
-                coord.record().floor_of("bkk").map(|(f, v)| (f.to_string(), v.to_string())),
+                named_floor(&coord.record(), "eu"),
+                named_floor(&coord.record(), "bkk"),
             ));
             // Europe's manager fails over with the coordinator (a new term reads the record).
             let mut term = Dc::new("eu", "eu-mgr-b", 2, t);
@@ -161,8 +166,8 @@ fn a_floor_raised_after_a_lost_records_wait_never_counts_the_fences_historical_m
             log.push(format!(
                 "{:6.3}s record of term 2 lost (names bkk {:?}, eu {:?}); fence floors_max {:?}; pods hold bkk {} eu {}",
                 secs(t),
-                coord.record().floor_of("bkk").map(|(f, v)| (f.to_string(), v.to_string())),
-                coord.record().floor_of("eu").map(|(f, v)| (f.to_string(), v.to_string())),
+                named_floor(&coord.record(), "bkk"),
+                named_floor(&coord.record(), "eu"),
                 fence.floors_of("api"),
                 bkk.pods_hold(t),
                 eu.pods_hold(t),
@@ -187,7 +192,6 @@ fn a_floor_raised_after_a_lost_records_wait_never_counts_the_fences_historical_m
             if !cut {
                 eu.on_dc_leases(&out, t);
             }
-            let named = coord.record().floor_of("bkk");
             bkk.on_record(&coord, t);
             if !cut {
                 eu.on_record(&coord, t);
@@ -198,8 +202,8 @@ fn a_floor_raised_after_a_lost_records_wait_never_counts_the_fences_historical_m
             log.push(format!(
                 "{:6.3}s record names bkk {:?} eu {:?}; reserved bkk {} eu {}",
                 secs(t),
-                named.map(|(f, v)| (f.to_string(), v.to_string())),
-                coord.record().floor_of("eu").map(|(f, v)| (f.to_string(), v.to_string())),
+                named_floor(&coord.record(), "bkk"),
+                named_floor(&coord.record(), "eu"),
                 coord.floor_reserved("bkk", t),
                 coord.floor_reserved("eu", t),
             ));
@@ -258,8 +262,8 @@ fn a_leader_resuming_from_a_record_written_during_a_lost_records_wait_still_wait
             log.push(format!(
                 "{:6.3}s term 2 crashes; its record names bkk {:?} eu {:?}, {} leases",
                 secs(t),
-                rec2.floor_of("bkk").map(|(f, v)| (f.to_string(), v.to_string())),
-                rec2.floor_of("eu").map(|(f, v)| (f.to_string(), v.to_string())),
+                named_floor(&rec2, "bkk"),
+                named_floor(&rec2, "eu"),
                 rec2.leases.len()
             ));
             coord = CoordinatorCore::resume(cfg(), "coord3", 3, Stored::Record(&rec2), t);
