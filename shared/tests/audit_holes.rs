@@ -3,132 +3,65 @@
 //! path that broke the limit.
 
 use leasehold_shared::bugs::KnownBugs;
-use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput, FailMode};
+use leasehold_shared::dc_manager::{DcManagerConfig, FailMode};
 use leasehold_shared::holder::LeaseRejection;
 use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
 use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{DcLease, LeaseVersion, PodLease, PodReport};
+use leasehold_shared::wire::{LeaseVersion, PodLease};
 use std::collections::BTreeMap;
 
-const MS: u64 = 1_000_000;
-const S: u64 = 1_000_000_000;
+mod support;
+use support::scripted::{report_seq_of, ScriptedDc};
+use support::{MS, S};
 
-/// A DC manager with pods that report every 250 ms and keep the newest lease they were sent.
-struct Dc {
-    core: DcManagerCore,
-    instance: String,
-    pod_seq: BTreeMap<String, u64>,
-    pod_lease: BTreeMap<String, PodLease>,
-    dc_lease_seq: u64,
-    floor: Quota,
+/// BKK's manager `instance` (pod leases of 2 s) that has read `floor`, with scripted pods that
+/// report every 250 ms (offered 500, admitted 100) and keep the newest lease they were sent.
+fn dc(mode: FailMode, floor: Quota, instance: &str, now: u64, bugs: KnownBugs) -> ScriptedDc {
+    let mut cfg = DcManagerConfig::new("api", "bkk", instance);
+    cfg.fail_mode = mode;
+    cfg.bugs = bugs;
+    cfg.pod_ttl_ms = 2_000;
+    ScriptedDc::new(cfg, floor, now, 7, (500, 100))
 }
 
-impl Dc {
-    fn new(mode: FailMode, floor: Quota, instance: &str, now: u64) -> Self {
-        Self::with_bugs(mode, floor, instance, now, KnownBugs::default())
-    }
-
-    fn with_bugs(mode: FailMode, floor: Quota, instance: &str, now: u64, bugs: KnownBugs) -> Self {
-        let mut cfg = DcManagerConfig::new("api", "bkk", instance);
-        cfg.fail_mode = mode;
-        cfg.bugs = bugs;
-        cfg.pod_ttl_ms = 2_000;
-        let mut core = DcManagerCore::new(cfg, now);
-        core.on_floor(floor, LeaseVersion::new(1, 0), now);
-        Dc {
-            core,
-            instance: instance.into(),
-            pod_seq: BTreeMap::new(),
-            pod_lease: BTreeMap::new(),
-            dc_lease_seq: 0,
-            floor,
-        }
-    }
-
+/// How these tests drive a [`ScriptedDc`].
+trait Drive {
     /// The manager's report to the coordinator at `now`: its sequence number.
+    fn report_seq(&mut self, now: u64) -> u64;
+    /// Σ of the pod leases issued at or after `since` (what pods may spend after that instant).
+    fn issued_since(&self, since: u64, issued_at: &BTreeMap<String, u64>) -> Quota;
+    /// Run pods and ticks from `from` to `to`; returns the largest Σ of leases issued after `since`.
+    fn run(&mut self, pods: &[&str], from: u64, to: u64, since: u64) -> Quota;
+}
+
+impl Drive for ScriptedDc {
     fn report_seq(&mut self, now: u64) -> u64 {
         let out = self.core.tick(now);
-        let seq = out.iter().find_map(|o| match o {
-            DcOutput::Report(r) => Some(r.seq),
-            _ => None,
-        });
+        let seq = report_seq_of(&out);
         self.absorb(out);
         seq.expect("a tick always reports")
     }
 
-    fn dc_lease(&mut self, quota: Quota, ttl_ms: u64, version: LeaseVersion, basis_seq: u64, now: u64) {
-        self.dc_lease_seq += 1;
-        let lease = DcLease {
-            v: 1,
-            limit: "api".into(),
-            dc: "bkk".into(),
-            holder: self.instance.clone(),
-            version,
-            lease_id: format!("l{}", self.dc_lease_seq),
-            quota,
-            floor: self.floor,
-            ttl_ms,
-            basis_seq,
-        };
-        let out = self.core.on_dc_lease(&lease, now).expect("lease applies");
-        self.absorb(out);
-    }
-
-    fn absorb(&mut self, out: Vec<DcOutput>) {
-        for o in out {
-            if let DcOutput::PodLease(l) = o {
-                self.pod_lease.insert(l.pod.clone(), l);
-            }
-        }
-    }
-
-    fn pods_report(&mut self, pods: &[&str], now: u64) {
-        for pod in pods {
-            let seq = self.pod_seq.entry((*pod).into()).or_default();
-            *seq += 1;
-            let r = PodReport {
-                v: 1,
-                limit: "api".into(),
-                dc: "bkk".into(),
-                pod: (*pod).into(),
-                incarnation: 7,
-                seq: *seq,
-                interval_ms: 250,
-                offered: 500,
-                admitted: 100,
-                rejected: 400,
-                queued: 0,
-                errors: 0,
-                healthy: true,
-                draining: false,
-                weight: 1.0,
-                lease_in_use: self.pod_lease.get(*pod).map(|l| l.version),
-            };
-            let out = self.core.on_pod_report(&r, now);
-            self.absorb(out);
-        }
-    }
-
-    /// Σ of the pod leases issued at or after `since` (what pods may spend after that instant).
     fn issued_since(&self, since: u64, issued_at: &BTreeMap<String, u64>) -> Quota {
-        self.pod_lease
+        self.held
             .iter()
             .filter(|(p, _)| issued_at.get(*p).is_some_and(|t| *t >= since))
             .fold(Quota::ZERO, |s, (_, l)| s.saturating_add(l.quota))
     }
 
-    /// Run pods and ticks from `from` to `to`; returns the largest Σ of leases issued after `since`.
     fn run(&mut self, pods: &[&str], from: u64, to: u64, since: u64) -> Quota {
         let mut issued_at: BTreeMap<String, u64> = BTreeMap::new();
         let mut worst = Quota::ZERO;
         let mut t = from;
         while t < to {
             let before: BTreeMap<String, LeaseVersion> =
-                self.pod_lease.iter().map(|(p, l)| (p.clone(), l.version)).collect();
-            self.pods_report(pods, t);
+                self.held.iter().map(|(p, l)| (p.clone(), l.version)).collect();
+            for pod in pods {
+                self.report(pod, t, true, true);
+            }
             let out = self.core.tick(t);
             self.absorb(out);
-            for (p, l) in &self.pod_lease {
+            for (p, l) in &self.held {
                 if before.get(p) != Some(&l.version) {
                     issued_at.insert(p.clone(), t);
                 }
@@ -165,15 +98,15 @@ fn negative_control_the_old_fallback_rule_hands_out_the_replaced_lease() {
 /// whether the manager spends under a lease again after that.
 fn newer_lease_expires_first(bugs: KnownBugs) -> (Quota, Quota, bool) {
     let floor = Quota::per_s(10, 2);
-    let mut dc = Dc::with_bugs(FailMode::Strict, floor, "bkk-mgr", 0, bugs);
+    let mut dc = dc(FailMode::Strict, floor, "bkk-mgr", 0, bugs);
     let s1 = dc.report_seq(0);
     // Leader 1: 900/s for 10 s.
-    dc.dc_lease(Quota::per_s(900, 18), 10_000, LeaseVersion::new(1, 1), s1, 0);
+    dc.dc_lease(Quota::per_s(900, 18), 10_000, LeaseVersion::new(1, 1), s1, 0).expect("lease applies");
     dc.run(&PODS, 0, S, 0);
     // Leader 2 (a rolling restart to dc_ttl_ms = 6 s): 100/s for 6 s. The manager acks it once
     // its pods are inside 100/s, and the coordinator gives the other 800/s to Europe.
     let s2 = dc.report_seq(S);
-    dc.dc_lease(Quota::per_s(100, 2), 6_000, LeaseVersion::new(2, 1), s2, S + 50 * MS);
+    dc.dc_lease(Quota::per_s(100, 2), 6_000, LeaseVersion::new(2, 1), s2, S + 50 * MS).expect("lease applies");
     dc.run(&PODS, S, 6 * S, 0);
     // Leader 2 crashes: no renewal. Its lease ends at 7 s, leader 1's at 10 s.
     let after_expiry = dc.run(&PODS, 6 * S, 10 * S, 7 * S + 1);
@@ -185,12 +118,12 @@ fn newer_lease_expires_first(bugs: KnownBugs) -> (Quota, Quota, bool) {
 #[test]
 fn a_newer_lease_answering_an_older_report_still_supersedes_every_older_lease() {
     let floor = Quota::per_s(10, 2);
-    let mut dc = Dc::new(FailMode::Strict, floor, "bkk-mgr", 0);
+    let mut dc = dc(FailMode::Strict, floor, "bkk-mgr", 0, KnownBugs::default());
     let s1 = dc.report_seq(0);
     let s2 = dc.report_seq(S);
-    dc.dc_lease(Quota::per_s(900, 18), 10_000, LeaseVersion::new(1, 1), s2, S + 50 * MS);
+    dc.dc_lease(Quota::per_s(900, 18), 10_000, LeaseVersion::new(1, 1), s2, S + 50 * MS).expect("lease applies");
     dc.run(&PODS, S, 2 * S, 0);
-    dc.dc_lease(Quota::per_s(100, 2), 10_000, LeaseVersion::new(2, 1), s1, 2 * S);
+    dc.dc_lease(Quota::per_s(100, 2), 10_000, LeaseVersion::new(2, 1), s1, 2 * S).expect("lease applies");
     dc.run(&PODS, 2 * S, 10 * S, 0);
     // The newer lease ended at 10 s (from report 1), the older one would last until 11 s.
     let after = dc.run(&PODS, 10 * S, 11 * S, 10 * S + 1);
@@ -204,7 +137,7 @@ fn a_new_best_effort_term_waits_before_it_hands_out_the_emergency_allowance() {
     let floor = Quota::per_s(100, 2);
     let e = Quota::per_s(100, 2);
     let mode = FailMode::BestEffort { emergency: e };
-    let mut dc = Dc::new(mode, floor, "bkk-mgr-e9", 0);
+    let mut dc = dc(mode, floor, "bkk-mgr-e9", 0, KnownBugs::default());
     let quiet = dc.run(&PODS, 0, 2 * S, 0);
     assert!(
         quiet.is_zero(),
@@ -218,7 +151,7 @@ fn a_new_best_effort_term_waits_before_it_hands_out_the_emergency_allowance() {
 fn negative_control_the_old_rule_hands_out_the_emergency_allowance_at_once() {
     let e = Quota::per_s(100, 2);
     let bugs = KnownBugs { emergency_before_quiet_period: true, ..KnownBugs::default() };
-    let mut dc = Dc::with_bugs(FailMode::BestEffort { emergency: e }, Quota::per_s(100, 2), "m", 0, bugs);
+    let mut dc = dc(FailMode::BestEffort { emergency: e }, Quota::per_s(100, 2), "m", 0, bugs);
     assert_eq!(dc.run(&PODS, 0, 2 * S, 0), e, "the old rule spends E during the quiet period");
 }
 

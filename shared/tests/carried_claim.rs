@@ -26,18 +26,18 @@ use leasehold_shared::bugs::KnownBugs;
 use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput};
 use leasehold_shared::expiry::ExpiryPolicy;
 use leasehold_shared::ledger::Ledger;
-use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
 use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{DcLease, LeaseVersion};
+use leasehold_shared::wire::{DcLease, DcReport, LeaseVersion};
 
-const MS: u64 = 1_000_000;
-const S: u64 = 1_000_000_000;
+mod support;
+use support::world::Dc;
+use support::{MS, S};
+
 const MGR: &str = "bkk-mgr";
 
+/// BKK (one manager term, pods `p1` and `p2` offering 500 per report) and the coordinator's books.
 struct World {
-    mgr: DcManagerCore,
-    pods: Vec<PodCore>,
-    cut: Vec<bool>,
+    dc: Dc,
     /// The coordinator's books (the same `Ledger` `CoordinatorCore` keeps, capacity R - floors).
     coord: Ledger<String>,
     policy: ExpiryPolicy,
@@ -51,27 +51,11 @@ impl World {
         let mut cfg = DcManagerConfig::new("api", "bkk", MGR);
         cfg.bugs = bugs;
         cfg.pod_ttl_ms = 5_000;
-        let mgr = DcManagerCore::new(cfg, 0);
-        let pods = ["p1", "p2"]
-            .iter()
-            .map(|p| {
-                PodCore::new(
-                    PodConfig {
-                        limit: "api".into(),
-                        dc: "bkk".into(),
-                        pod: (*p).into(),
-                        incarnation: 7,
-                        weight: 1.0,
-                        bugs: Default::default(),
-                    },
-                    0,
-                )
-            })
-            .collect();
+        let mut dc = Dc::with_pods("bkk", DcManagerCore::new(cfg, 0), &["p1", "p2"]);
+        dc.offer(500);
+        dc.sent = Some(Vec::new());
         World {
-            mgr,
-            pods,
-            cut: vec![false, false],
+            dc,
             coord: Ledger::new(Quota::per_s(1_000, 1_000), 1),
             policy: ExpiryPolicy::default(),
             last_report_seq: 0,
@@ -80,49 +64,31 @@ impl World {
         }
     }
 
+    /// The pod leases the manager sent go to the log; its reports to the coordinator's books.
     fn route(&mut self, out: Vec<DcOutput>, t: u64) {
-        for o in out {
-            match o {
-                DcOutput::PodLease(l) => {
-                    let i = if l.pod == "p1" { 0 } else { 1 };
-                    let fate = if self.cut[i] {
-                        "lost".to_string()
-                    } else {
-                        format!("{:?}", self.pods[i].on_lease(&l, t).map(|_| "applied"))
-                    };
-                    self.log.push(format!(
-                        "{:6.3}s lease {} {} -> {}: {}",
-                        t as f64 / 1e9,
-                        l.version,
-                        l.quota,
-                        l.pod,
-                        fate
-                    ));
-                }
-                DcOutput::Report(r) => {
-                    self.last_report_seq = r.seq;
-                    if let Some(v) = r.lease_in_use {
-                        let _ = self.coord.confirm_in_use(&MGR.to_string(), v, self.policy.released_until_ns(t));
-                    }
-                }
-                DcOutput::ReturnAck(_) => {}
+        let reports = self.dc.route(out, t);
+        self.take_reports(reports, t);
+    }
+
+    /// Log the pod leases the manager sent and what became of them; `reports` ack on the books.
+    fn take_reports(&mut self, reports: Vec<DcReport>, t: u64) {
+        for s in self.dc.sent.as_mut().map(std::mem::take).unwrap_or_default() {
+            let fate = s.applied.map_or("lost".to_string(), |r| format!("{:?}", r.map(|_| "applied")));
+            let l = &s.lease;
+            self.log.push(format!("{:6.3}s lease {} {} -> {}: {}", s.at as f64 / 1e9, l.version, l.quota, l.pod, fate));
+        }
+        for r in reports {
+            self.last_report_seq = r.seq;
+            if let Some(v) = r.lease_in_use {
+                let _ = self.coord.confirm_in_use(&MGR.to_string(), v, self.policy.released_until_ns(t));
             }
         }
     }
 
     /// Pods report, the manager ticks.
     fn step(&mut self, t: u64) {
-        for i in 0..self.pods.len() {
-            if self.cut[i] {
-                continue;
-            }
-            let r =
-                self.pods[i].report(t, IntervalCounters { offered: 500, admitted: 100, ..Default::default() }, true);
-            let out = self.mgr.on_pod_report(&r, t);
-            self.route(out, t);
-        }
-        let out = self.mgr.tick(t);
-        self.route(out, t);
+        let reports = self.dc.step(t);
+        self.take_reports(reports, t);
         self.coord.expire(t);
     }
 
@@ -146,12 +112,8 @@ impl World {
             basis_seq: self.last_report_seq,
         };
         self.log.push(format!("{:6.3}s DC lease {version} {quota}", t as f64 / 1e9));
-        let out = self.mgr.on_dc_lease(&lease, t).expect("manager applies the DC lease");
+        let out = self.dc.mgr.on_dc_lease(&lease, t).expect("manager applies the DC lease");
         self.route(out, t);
-    }
-
-    fn pods_hold(&self, t: u64) -> Quota {
-        self.pods.iter().filter_map(|p| p.applied(t)).fold(Quota::ZERO, |s, a| s.saturating_add(a.quota))
     }
 }
 
@@ -162,13 +124,13 @@ fn first_breach(bugs: KnownBugs) -> Option<String> {
     let mut t = 0;
     while t <= 10 * S {
         if t == 2_250 * MS {
-            w.cut[1] = true;
+            w.dc.pod_cut[1] = true;
         }
         if t == 4_250 * MS {
-            w.cut[1] = false;
+            w.dc.pod_cut[1] = false;
         }
         if t == 5 * S {
-            w.cut[0] = true;
+            w.dc.pod_cut[0] = true;
         }
         w.step(t);
         if t == 0 {
@@ -182,7 +144,7 @@ fn first_breach(bugs: KnownBugs) -> Option<String> {
             let now = t + k * 10 * MS;
             w.coord.expire(now);
             let counted = w.coord.holder_claim(&MGR.to_string(), now);
-            let held = w.pods_hold(now);
+            let held = w.dc.pods_hold(now);
             if !held.fits_in(&counted) && breach.is_none() {
                 let eu = w.coord.headroom_for(&"eu-mgr".to_string(), now);
                 breach = Some(format!(

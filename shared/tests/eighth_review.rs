@@ -5,104 +5,53 @@
 //! clock (no skew). The ground truth is what the real pods may spend: the sum of their applied,
 //! unexpired leases (`PodCore::applied`).
 
-use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig};
-use leasehold_shared::dc_manager::{DcManagerCore, DcOutput};
-use leasehold_shared::pod::{IntervalCounters, PodCore};
+use leasehold_shared::coordinator::CoordinatorCore;
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcLease, DcReport};
 
 mod support;
-use support::{counted_dc_leases, manager, pod, pods_applied, secs, MS, S};
+use support::world::{print_run, sample_held, Dc};
+use support::{config, counted_dc_leases, manager, pods_applied, secs, MS, S};
 
-fn config(quota: Quota) -> LimitConfig {
-    let mut c = LimitConfig::new("api", quota, &[("bkk", Quota::per_s(0, 0)), ("eu", Quota::per_s(0, 0))]);
-    c.expiry.egress_spread_ms = 150;
-    c.validate().expect("a valid configuration");
-    c
+/// A DC of manager term `<name>-mgr-a` and idle pods `<name>-p`, `<name>-q`. Each pod has its own
+/// demand and health flag, and may be deaf to the manager (leases lost; its reports still arrive).
+fn dc(name: &'static str, now: u64) -> Dc {
+    let (p, q) = (format!("{name}-p"), format!("{name}-q"));
+    let mut dc = Dc::with_pods(name, manager(name, &format!("{name}-mgr-a"), 1, now), &[&p, &q]);
+    dc.offer(0);
+    dc
 }
 
-/// One DC manager term and its pods, each pod with its own demand, health flag and a cut of
-/// the manager→pod direction (leases lost; its reports still arrive).
-struct Dc {
-    name: &'static str,
-    mgr: DcManagerCore,
-    pods: Vec<PodCore>,
-    offered: Vec<u64>,
-    healthy: Vec<bool>,
-    deaf: Vec<bool>,
+/// Move the pod leases `dc`'s manager sent (if it keeps them) to the log.
+fn log_grants(dc: &mut Dc, log: &mut Vec<String>) {
+    for s in dc.sent.as_mut().map(std::mem::take).unwrap_or_default() {
+        let l = &s.lease;
+        log.push(format!(
+            "{:6.3}s {} grants {} {}/s ({}; ttl {} ms) [{}]",
+            secs(s.at),
+            dc.name,
+            l.pod,
+            l.quota.rate_milli_per_s / 1_000,
+            l.version,
+            l.ttl_ms,
+            if s.applied.is_some() { "applied" } else { "lost" }
+        ));
+    }
 }
 
-impl Dc {
-    fn new(name: &'static str, now: u64) -> Self {
-        Dc {
-            name,
-            mgr: manager(name, &format!("{name}-mgr-a"), 1, now),
-            pods: vec![pod(name, &format!("{name}-p")), pod(name, &format!("{name}-q"))],
-            offered: vec![0, 0],
-            healthy: vec![true, true],
-            deaf: vec![false, false],
-        }
-    }
+/// `dc`'s pods report, its manager ticks: its reports.
+fn step(dc: &mut Dc, now: u64, log: &mut Vec<String>) -> Vec<DcReport> {
+    let reports = dc.step(now);
+    log_grants(dc, log);
+    reports
+}
 
-    fn route(&mut self, out: Vec<DcOutput>, now: u64, log: &mut Vec<String>) -> Vec<DcReport> {
-        let mut reports = Vec::new();
-        for o in out {
-            match o {
-                DcOutput::PodLease(l) => {
-                    if let Some(i) = self.pods.iter().position(|p| p.config().pod == l.pod) {
-                        let fate = if self.deaf[i] { "lost" } else { "applied" };
-                        if self.name == "eu" {
-                            log.push(format!(
-                                "{:6.3}s {} grants {} {}/s ({}; ttl {} ms) [{fate}]",
-                                secs(now),
-                                self.name,
-                                l.pod,
-                                l.quota.rate_milli_per_s / 1_000,
-                                l.version,
-                                l.ttl_ms
-                            ));
-                        }
-                        if !self.deaf[i] {
-                            let _ = self.pods[i].on_lease(&l, now);
-                        }
-                    }
-                }
-                DcOutput::Report(r) => reports.push(r),
-                DcOutput::ReturnAck(_) => {}
-            }
-        }
-        reports
+/// Give `dc` DC lease `l` if it is its own; a refusal goes to the log.
+fn on_dc_lease(dc: &mut Dc, l: &DcLease, now: u64, log: &mut Vec<String>) {
+    if let Err(e) = dc.on_dc_lease(l, now) {
+        log.push(format!("{:6.3}s {} refuses DC lease {}: {e}", secs(now), dc.name, l.version));
     }
-
-    fn step(&mut self, now: u64, log: &mut Vec<String>) -> Vec<DcReport> {
-        let mut reports = Vec::new();
-        for i in 0..self.pods.len() {
-            let c =
-                IntervalCounters { offered: self.offered[i], admitted: self.offered[i].min(100), ..Default::default() };
-            let r = self.pods[i].report(now, c, self.healthy[i]);
-            let out = self.mgr.on_pod_report(&r, now);
-            reports.extend(self.route(out, now, log));
-        }
-        let out = self.mgr.tick(now);
-        reports.extend(self.route(out, now, log));
-        reports
-    }
-
-    fn on_dc_lease(&mut self, l: &DcLease, now: u64, log: &mut Vec<String>) {
-        if l.dc != self.name {
-            return;
-        }
-        match self.mgr.on_dc_lease(l, now) {
-            Ok(out) => {
-                self.route(out, now, log);
-            }
-            Err(e) => log.push(format!("{:6.3}s {} refuses DC lease {}: {e}", secs(now), self.name, l.version)),
-        }
-    }
-
-    fn pods_hold(&self, now: u64) -> Quota {
-        self.pods.iter().filter_map(|p| p.applied(now)).fold(Quota::ZERO, |s, a| s.saturating_add(a.quota))
-    }
+    log_grants(dc, log);
 }
 
 fn eu_books(coord: &CoordinatorCore, eu: &Dc, bkk: &Dc, t: u64) -> String {
@@ -183,9 +132,10 @@ fn the_same_renewal_just_before_the_dc_lease_ends_keeps_the_limit() {
 fn renewal_after_dc_lease_end(lag_ms: u64) -> (Quota, Quota) {
     let q = Quota::per_s(1_000, 20);
     let mut log = Vec::new();
-    let mut coord = CoordinatorCore::new(config(q), "coord1", 1);
-    let mut bkk = Dc::new("bkk", 0);
-    let mut eu = Dc::new("eu", 0);
+    let mut coord = CoordinatorCore::new(config(q, 0, 0), "coord1", 1);
+    let mut bkk = dc("bkk", 0);
+    let mut eu = dc("eu", 0);
+    eu.sent = Some(Vec::new());
     for d in [&mut bkk, &mut eu] {
         if let Some((f, v)) = coord.record().floor_of(d.name) {
             d.mgr.on_floor(f, v, 0);
@@ -220,13 +170,13 @@ fn renewal_after_dc_lease_end(lag_ms: u64) -> (Quota, Quota) {
         let delivered_now = late.iter().any(|(at, _)| *at == t);
         for (_, l) in late.iter().filter(|(at, _)| *at == t) {
             log.push(format!("{:6.3}s europe receives DC lease {} {} (late)", secs(t), l.version, l.quota));
-            eu.on_dc_lease(l, t, &mut log);
+            on_dc_lease(&mut eu, l, t, &mut log);
         }
         late.retain(|(at, _)| *at != t);
         if t.is_multiple_of(250 * MS) {
             let cut = (cut_from..cut_until).contains(&t);
-            let mut reports = bkk.step(t, &mut log);
-            let eu_reports = eu.step(t, &mut log);
+            let mut reports = step(&mut bkk, t, &mut log);
+            let eu_reports = step(&mut eu, t, &mut log);
             if !cut {
                 reports.extend(eu_reports);
             }
@@ -239,13 +189,13 @@ fn renewal_after_dc_lease_end(lag_ms: u64) -> (Quota, Quota) {
             }
             for l in &out {
                 log.push(format!("{:6.3}s coordinator issues {} DC lease {} {}", secs(t), l.dc, l.version, l.quota));
-                bkk.on_dc_lease(l, t, &mut log);
+                on_dc_lease(&mut bkk, l, t, &mut log);
                 if l.dc == "eu" && !cut {
                     // From 12 s Europe's KV watch lags `lag_ms` behind the record.
                     if t >= 12 * S {
                         late.push((t + lag_ms * MS, l.clone()));
                     } else {
-                        eu.on_dc_lease(l, t, &mut log);
+                        on_dc_lease(&mut eu, l, t, &mut log);
                     }
                 }
             }
@@ -253,24 +203,12 @@ fn renewal_after_dc_lease_end(lag_ms: u64) -> (Quota, Quota) {
         if (9 * S..16 * S).contains(&t) && (t.is_multiple_of(250 * MS) || delivered_now) {
             log.push(eu_books(&coord, &eu, &bkk, t));
         }
-        for k in 0..5 {
-            let now = t + k * 10 * MS;
-            let total = bkk.pods_hold(now).saturating_add(eu.pods_hold(now));
-            if !total.fits_in(&q) && !total.fits_in(&worst) {
-                log.push(format!(
-                    "{:6.3}s bkk's pods hold {}, europe's pods hold {}: sum {total} > limit {q}",
-                    secs(now),
-                    bkk.pods_hold(now),
-                    eu.pods_hold(now)
-                ));
-            }
-            worst = worst.max(total);
-        }
+        sample_held(t, 50 * MS, q, &mut worst, &mut log, |now| {
+            let (b, e) = (bkk.pods_hold(now), eu.pods_hold(now));
+            (b.saturating_add(e), format!("bkk's pods hold {b}, europe's pods hold {e}"))
+        });
         t += 50 * MS;
     }
-    for l in &log {
-        println!("{l}");
-    }
-    println!("most ever held: {worst} (limit {q})");
+    print_run(&log, worst, q);
     (worst, q)
 }

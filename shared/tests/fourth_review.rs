@@ -4,101 +4,24 @@
 //! Numbers are in whole requests per second (rate) and tokens (burst); times are explicit
 //! `now_ns` values on one clock (no skew) unless a test says so.
 
-use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig};
-use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput};
-use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
+use leasehold_shared::coordinator::CoordinatorCore;
 use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{DcLease, DcReport, LeaseVersion};
+use leasehold_shared::wire::{DcReport, LeaseVersion};
 
 mod support;
-use support::{secs, Newest, MS, S};
-
-fn config_with_floor(quota: Quota, bkk_floor: u64) -> LimitConfig {
-    let mut c = LimitConfig::new("api", quota, &[("bkk", Quota::per_s(bkk_floor, 0)), ("eu", Quota::ZERO)]);
-    c.expiry.egress_spread_ms = 150;
-    c.validate().expect("a valid configuration");
-    c
-}
+use support::world::{log_dc_leases, print_run, sample_held, Dc};
+use support::{config, manager, secs, Newest, MS, S};
 
 fn eu_report_asking(seq: u64, ack: Option<LeaseVersion>, demand_per_s: u64) -> DcReport {
     support::dc_report_asking("eu", seq, ack, None, demand_per_s)
 }
 
-fn pod(name: &str) -> PodCore {
-    let cfg = PodConfig {
-        limit: "api".into(),
-        dc: "bkk".into(),
-        pod: name.into(),
-        incarnation: 7,
-        weight: 1.0,
-        bugs: Default::default(),
-    };
-    PodCore::new(cfg, 0)
-}
-
-fn manager(instance: &str, epoch: u64, now: u64) -> DcManagerCore {
-    let mut cfg = DcManagerConfig::new("api", "bkk", instance);
-    cfg.epoch = epoch;
-    cfg.expiry.egress_spread_ms = 150;
-    cfg.validate().expect("valid");
-    DcManagerCore::new(cfg, now)
-}
-
-/// One DC manager term and the pods that talk to it (each may be cut off from it).
-struct Term {
-    mgr: DcManagerCore,
-    pods: Vec<PodCore>,
-    connected: Vec<bool>,
-    offered: u64,
-}
-
-impl Term {
-    fn route(&mut self, out: Vec<DcOutput>, now: u64) -> Vec<DcReport> {
-        let mut reports = Vec::new();
-        for o in out {
-            match o {
-                DcOutput::PodLease(l) => {
-                    if let Some(i) = self.pods.iter().position(|p| p.config().pod == l.pod) {
-                        if self.connected[i] {
-                            let _ = self.pods[i].on_lease(&l, now);
-                        }
-                    }
-                }
-                DcOutput::Report(r) => reports.push(r),
-                DcOutput::ReturnAck(_) => {}
-            }
-        }
-        reports
-    }
-
-    /// Connected pods report, then the manager ticks: its report.
-    fn step(&mut self, now: u64) -> Vec<DcReport> {
-        let mut reports = Vec::new();
-        for i in 0..self.pods.len() {
-            if !self.connected[i] {
-                continue;
-            }
-            let c = IntervalCounters { offered: self.offered, admitted: self.offered.min(100), ..Default::default() };
-            let r = self.pods[i].report(now, c, true);
-            let out = self.mgr.on_pod_report(&r, now);
-            reports.extend(self.route(out, now));
-        }
-        let out = self.mgr.tick(now);
-        reports.extend(self.route(out, now));
-        reports
-    }
-
-    fn on_dc_leases(&mut self, leases: &[DcLease], now: u64) {
-        for l in leases.iter().filter(|l| l.dc == "bkk") {
-            if let Ok(out) = self.mgr.on_dc_lease(l, now) {
-                self.route(out, now);
-            }
-        }
-    }
-
-    fn pods_hold(&self, now: u64) -> Quota {
-        self.pods.iter().filter_map(|p| p.applied(now)).fold(Quota::ZERO, |s, a| s.saturating_add(a.quota))
-    }
+/// A term of BKK's manager started at `now` and the pods that talk to it, each offering 250 per
+/// report (each may be cut off from it).
+fn term(instance: &str, epoch: u64, now: u64, pods: &[&str]) -> Dc {
+    let mut term = Dc::with_pods("bkk", manager("bkk", instance, epoch, now), pods);
+    term.offer(250);
+    term
 }
 
 // -------------------------------------------------------------------------------------------
@@ -124,17 +47,12 @@ impl Term {
 #[test]
 fn a_new_term_never_counts_the_floor_as_cover_for_an_ack_during_its_quiet_period() {
     let q = Quota::per_s(1_000, 20);
-    let mut coord = CoordinatorCore::new(config_with_floor(q, 400), "coord", 1);
+    let mut coord = CoordinatorCore::new(config(q, 400, 0), "coord", 1);
     let (floor, fv) = coord.record().floor_of("bkk").expect("named");
-    let mut a = Term {
-        mgr: manager("bkk-mgr-a", 1, 0),
-        pods: vec![pod("p1"), pod("p2")],
-        connected: vec![true; 2],
-        offered: 250,
-    };
+    let mut a = term("bkk-mgr-a", 1, 0, &["p1", "p2"]);
     a.mgr.on_floor(floor, fv, 0);
     let crash = 7 * S;
-    let mut b: Option<Term> = None;
+    let mut b: Option<Dc> = None;
     let mut eu = Newest::default();
     let mut log = Vec::new();
     let (mut eu_seq, mut worst, mut t) = (0u64, Quota::ZERO, 0u64);
@@ -145,21 +63,16 @@ fn a_new_term_never_counts_the_floor_as_cover_for_an_ack_during_its_quiet_period
             a.step(t);
         }
         if t == crash {
-            a.connected = vec![false, false];
+            a.pod_cut = vec![true, true];
             log.push(format!(
                 "{:6.3}s term A crashes; p1, p2 (holding {} from the floor, until {:.3}s) lose their link to BKK's managers",
                 secs(t),
                 a.pods_hold(t),
                 secs(a.pods[0].applied(t).map_or(0, |l| l.expires_at_ns))
             ));
-            let mut term = Term {
-                mgr: manager("bkk-mgr-b", 2, t),
-                pods: vec![pod("p3"), pod("p4")],
-                connected: vec![true; 2],
-                offered: 250,
-            };
-            term.mgr.on_floor(floor, fv, t);
-            b = Some(term);
+            let mut term_b = term("bkk-mgr-b", 2, t, &["p3", "p4"]);
+            term_b.mgr.on_floor(floor, fv, t);
+            b = Some(term_b);
         }
         if let Some(b) = b.as_mut() {
             for r in b.step(t) {
@@ -190,21 +103,12 @@ fn a_new_term_never_counts_the_floor_as_cover_for_an_ack_during_its_quiet_period
         }
         if t.is_multiple_of(S) {
             let out = coord.tick(t);
-            for l in &out {
-                log.push(format!(
-                    "{:6.3}s {} gets DC lease {} {} ttl {} ms",
-                    secs(t),
-                    l.dc,
-                    l.version,
-                    l.quota,
-                    l.ttl_ms
-                ));
-            }
+            log_dc_leases(&out, t, &mut log);
             if let Some(b) = b.as_mut() {
                 let shrinks = out.iter().any(|l| l.dc == "bkk" && t >= 9 * S);
-                if shrinks && b.connected[0] {
+                if shrinks && !b.pod_cut[0] {
                     // p3 and p4 are cut off from B as the smaller lease arrives.
-                    b.connected = vec![false, false];
+                    b.pod_cut = vec![true, true];
                     log.push(format!(
                         "{:6.3}s p3, p4 (holding {} until {:.3}s) are cut off from term B",
                         secs(t),
@@ -216,26 +120,14 @@ fn a_new_term_never_counts_the_floor_as_cover_for_an_ack_during_its_quiet_period
             }
             eu.absorb("eu", &out, t);
         }
-        for k in 0..25 {
-            let now = t + k * 10 * MS;
-            let bkk = a.pods_hold(now).saturating_add(b.as_ref().map_or(Quota::ZERO, |b| b.pods_hold(now)));
-            let total = bkk.saturating_add(eu.spendable(now));
-            if !total.fits_in(&q) && !total.fits_in(&worst) {
-                log.push(format!(
-                    "{:6.3}s p1+p2 (term A) hold {}, p3+p4 (term B) hold {}, europe's lease {}: sum {total} > limit {q}",
-                    secs(now),
-                    a.pods_hold(now),
-                    b.as_ref().map_or(Quota::ZERO, |b| b.pods_hold(now)),
-                    eu.spendable(now)
-                ));
-            }
-            worst = worst.max(total);
-        }
+        sample_held(t, 250 * MS, q, &mut worst, &mut log, |now| {
+            let (term_a, term_b) = (a.pods_hold(now), b.as_ref().map_or(Quota::ZERO, |b| b.pods_hold(now)));
+            let europe = eu.spendable(now);
+            let parts = format!("p1+p2 (term A) hold {term_a}, p3+p4 (term B) hold {term_b}, europe's lease {europe}");
+            (term_a.saturating_add(term_b).saturating_add(europe), parts)
+        });
         t += 250 * MS;
     }
-    for l in &log {
-        println!("{l}");
-    }
-    println!("most ever held: {worst} (limit {q})");
+    print_run(&log, worst, q);
     assert!(worst.fits_in(&q), "BKK's pods and Europe held {worst} > {q}");
 }

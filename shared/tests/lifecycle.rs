@@ -2,88 +2,37 @@
 //! driven through the DC manager and coordinator cores.
 
 use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
-use leasehold_shared::dc_manager::{holder_key, DcManagerConfig, DcManagerCore, DcOutput, FailMode};
+use leasehold_shared::dc_manager::{holder_key, DcManagerConfig, DcOutput, FailMode};
 use leasehold_shared::holder::LeaseRejection;
 use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{DcLease, DcReport, LeaseReturn, LeaseVersion, PodLease, PodReport};
-use std::collections::BTreeMap;
+use leasehold_shared::wire::{DcReport, LeaseReturn, LeaseVersion};
 
-const MS: u64 = 1_000_000;
-const S: u64 = 1_000_000_000;
+mod support;
+use support::scripted::{report_seq_of, ScriptedDc};
+use support::{MS, S};
 
-struct Dc {
-    core: DcManagerCore,
-    floor: Quota,
-    seqs: BTreeMap<String, u64>,
-    held: BTreeMap<String, PodLease>,
-    lease_seq: u64,
+/// BKK's manager `bkk-mgr` that has read `floor`, with scripted pods (offered 50, admitted 50).
+fn dc(mode: FailMode, floor: Quota) -> ScriptedDc {
+    let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
+    cfg.fail_mode = mode;
+    ScriptedDc::new(cfg, floor, 0, 1, (50, 50))
 }
 
-impl Dc {
-    fn new(mode: FailMode, floor: Quota) -> Self {
-        let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
-        cfg.fail_mode = mode;
-        let mut core = DcManagerCore::new(cfg, 0);
-        core.on_floor(floor, LeaseVersion::new(1, 0), 0);
-        Dc { core, floor, seqs: BTreeMap::new(), held: BTreeMap::new(), lease_seq: 0 }
-    }
-
+/// How these tests drive a [`ScriptedDc`].
+trait Drive {
     /// Give the manager a DC lease of `quota` with `ttl_ms`, answering a report sent at `now`.
-    fn dc_lease(&mut self, quota: Quota, ttl_ms: u64, epoch: u64, now: u64) -> Result<(), LeaseRejection> {
-        let basis = self.core.tick(now).into_iter().find_map(|o| match o {
-            DcOutput::Report(r) => Some(r.seq),
-            _ => None,
-        });
-        self.lease_seq += 1;
-        let lease = DcLease {
-            v: 1,
-            limit: "api".into(),
-            dc: "bkk".into(),
-            holder: "bkk-mgr".into(),
-            version: LeaseVersion::new(epoch, self.lease_seq),
-            lease_id: format!("l{}", self.lease_seq),
-            quota,
-            floor: self.floor,
-            ttl_ms,
-            basis_seq: basis.unwrap(),
-        };
-        let out = self.core.on_dc_lease(&lease, now)?;
-        self.absorb(out);
-        Ok(())
-    }
+    fn dc_lease_now(&mut self, quota: Quota, ttl_ms: u64, epoch: u64, now: u64) -> Result<(), LeaseRejection>;
+    fn rate(&self, pod: &str) -> u64;
+    fn outstanding_rate(&self, now: u64) -> u64;
+    /// Four pods at 200/s each, all acknowledged.
+    fn steady_four(&mut self);
+}
 
-    fn absorb(&mut self, out: Vec<DcOutput>) {
-        for o in out {
-            if let DcOutput::PodLease(l) = o {
-                self.held.insert(l.pod.clone(), l);
-            }
-        }
-    }
-
-    /// A pod report; `ack` reports the newest lease it received as in use.
-    fn report(&mut self, pod: &str, now: u64, healthy: bool, ack: bool) {
-        let seq = self.seqs.entry(pod.into()).or_default();
-        *seq += 1;
-        let r = PodReport {
-            v: 1,
-            limit: "api".into(),
-            dc: "bkk".into(),
-            pod: pod.into(),
-            incarnation: 1,
-            seq: *seq,
-            interval_ms: 250,
-            offered: 50,
-            admitted: 50,
-            rejected: 0,
-            queued: 0,
-            errors: 0,
-            healthy,
-            draining: false,
-            weight: 1.0,
-            lease_in_use: if ack { self.held.get(pod).map(|l| l.version) } else { None },
-        };
-        let out = self.core.on_pod_report(&r, now);
-        self.absorb(out);
+impl Drive for ScriptedDc {
+    fn dc_lease_now(&mut self, quota: Quota, ttl_ms: u64, epoch: u64, now: u64) -> Result<(), LeaseRejection> {
+        let basis = report_seq_of(&self.core.tick(now));
+        let version = LeaseVersion::new(epoch, self.dc_leases + 1);
+        self.dc_lease(quota, ttl_ms, version, basis.unwrap(), now)
     }
 
     fn rate(&self, pod: &str) -> u64 {
@@ -94,9 +43,8 @@ impl Dc {
         self.core.ledger().outstanding(now).rate_milli_per_s / 1_000
     }
 
-    /// Four pods at 200/s each, all acknowledged.
     fn steady_four(&mut self) {
-        self.dc_lease(Quota::per_s(800, 40), 10_000, 1, 0).unwrap();
+        self.dc_lease_now(Quota::per_s(800, 40), 10_000, 1, 0).unwrap();
         for p in ["p1", "p2", "p3", "p4"] {
             self.report(p, MS, true, false);
         }
@@ -111,7 +59,7 @@ impl Dc {
 
 #[test]
 fn a_joining_pod_is_included_next_cycle_and_never_over_allocated() {
-    let mut dc = Dc::new(FailMode::Strict, Quota::ZERO);
+    let mut dc = dc(FailMode::Strict, Quota::ZERO);
     dc.steady_four();
     dc.report("p5", 10 * MS, true, false);
     assert!(dc.outstanding_rate(10 * MS) <= 800);
@@ -126,7 +74,7 @@ fn a_joining_pod_is_included_next_cycle_and_never_over_allocated() {
 
 #[test]
 fn a_draining_pod_returns_its_lease_and_the_rest_resplit_at_once() {
-    let mut dc = Dc::new(FailMode::Strict, Quota::ZERO);
+    let mut dc = dc(FailMode::Strict, Quota::ZERO);
     dc.steady_four();
     let ret = LeaseReturn {
         v: 1,
@@ -149,7 +97,7 @@ fn a_draining_pod_returns_its_lease_and_the_rest_resplit_at_once() {
 
 #[test]
 fn a_crashed_pods_share_is_reused_only_after_its_lease_expires() {
-    let mut dc = Dc::new(FailMode::Strict, Quota::ZERO);
+    let mut dc = dc(FailMode::Strict, Quota::ZERO);
     dc.steady_four();
     // p4 goes silent; the others keep reporting. Its lease was last renewed at ~2 ms.
     let mut t = 250 * MS;
@@ -173,7 +121,7 @@ fn a_crashed_pods_share_is_reused_only_after_its_lease_expires() {
 
 #[test]
 fn an_unhealthy_pod_is_excluded_next_cycle_but_its_lease_is_not_revoked() {
-    let mut dc = Dc::new(FailMode::Strict, Quota::ZERO);
+    let mut dc = dc(FailMode::Strict, Quota::ZERO);
     dc.steady_four();
     let p2_lease = dc.held["p2"].clone();
     dc.report("p2", 300 * MS, false, true);
@@ -188,8 +136,8 @@ fn an_unhealthy_pod_is_excluded_next_cycle_but_its_lease_is_not_revoked() {
 
 #[test]
 fn pod_leases_never_outlive_the_dc_lease() {
-    let mut dc = Dc::new(FailMode::Strict, Quota::ZERO);
-    dc.dc_lease(Quota::per_s(800, 40), 3_000, 1, 0).unwrap();
+    let mut dc = dc(FailMode::Strict, Quota::ZERO);
+    dc.dc_lease_now(Quota::per_s(800, 40), 3_000, 1, 0).unwrap();
     dc.report("p1", MS, true, false);
     let l = &dc.held["p1"];
     assert!(l.ttl_ms < 3_000, "pod ttl {} must end before the 3 s DC lease", l.ttl_ms);
@@ -198,34 +146,34 @@ fn pod_leases_never_outlive_the_dc_lease() {
 #[test]
 fn without_a_dc_lease_pods_fall_back_to_the_reserved_floor_or_the_emergency_allowance() {
     let floor = Quota::per_s(50, 0);
-    let mut strict = Dc::new(FailMode::Strict, floor);
-    strict.dc_lease(Quota::per_s(800, 40), 10_000, 1, 0).unwrap();
+    let mut strict = dc(FailMode::Strict, floor);
+    strict.dc_lease_now(Quota::per_s(800, 40), 10_000, 1, 0).unwrap();
     let after = 20 * S; // DC lease expired, quiet period over
     assert_eq!(strict.core.budget(after).0, floor);
-    let mut be = Dc::new(FailMode::BestEffort { emergency: Quota::per_s(100, 0) }, floor);
-    be.dc_lease(Quota::per_s(800, 40), 10_000, 1, 0).unwrap();
+    let mut be = dc(FailMode::BestEffort { emergency: Quota::per_s(100, 0) }, floor);
+    be.dc_lease_now(Quota::per_s(800, 40), 10_000, 1, 0).unwrap();
     assert_eq!(be.core.budget(after).0, Quota::per_s(150, 0));
     // A new manager instance may not use the floor until its predecessor's leases have expired.
-    let fresh = Dc::new(FailMode::Strict, floor);
+    let fresh = dc(FailMode::Strict, floor);
     assert_eq!(fresh.core.budget(0).0, Quota::ZERO);
     assert_eq!(fresh.core.budget(6 * S).0, floor);
 }
 
 #[test]
 fn dc_leases_from_an_older_epoch_or_replayed_are_refused() {
-    let mut dc = Dc::new(FailMode::Strict, Quota::ZERO);
-    dc.dc_lease(Quota::per_s(800, 40), 10_000, 5, 0).unwrap();
-    assert!(matches!(dc.dc_lease(Quota::per_s(900, 40), 10_000, 4, MS), Err(LeaseRejection::StaleEpoch { .. })));
+    let mut dc = dc(FailMode::Strict, Quota::ZERO);
+    dc.dc_lease_now(Quota::per_s(800, 40), 10_000, 5, 0).unwrap();
+    assert!(matches!(dc.dc_lease_now(Quota::per_s(900, 40), 10_000, 4, MS), Err(LeaseRejection::StaleEpoch { .. })));
     assert_eq!(dc.core.counters().dc_leases_rejected, 1);
 }
 
 #[test]
 fn the_manager_acks_a_smaller_dc_lease_only_once_its_pods_fit_inside_it() {
-    let mut dc = Dc::new(FailMode::Strict, Quota::ZERO);
+    let mut dc = dc(FailMode::Strict, Quota::ZERO);
     dc.steady_four();
-    dc.dc_lease(Quota::per_s(400, 20), 10_000, 1, 10 * MS).unwrap();
+    dc.dc_lease_now(Quota::per_s(400, 20), 10_000, 1, 10 * MS).unwrap();
     let v_small = LeaseVersion::new(1, 2);
-    let ack = |dc: &mut Dc, t| {
+    let ack = |dc: &mut ScriptedDc, t| {
         dc.core.tick(t).into_iter().find_map(|o| match o {
             DcOutput::Report(r) => r.lease_in_use,
             _ => None,

@@ -11,16 +11,8 @@ use leasehold_shared::wire::{DcLease, DcReport, LeaseVersion, PodLease, PodRepor
 use std::collections::BTreeMap;
 
 mod support;
-
-const MS: u64 = 1_000_000;
-const S: u64 = 1_000_000_000;
-
-fn config(quota: Quota, bkk: u64, eu: u64, bugs: KnownBugs) -> LimitConfig {
-    let mut c = LimitConfig::new("api", quota, &[("bkk", Quota::per_s(bkk, 0)), ("eu", Quota::per_s(eu, 0))]);
-    c.bugs = bugs;
-    c.expiry.egress_spread_ms = 150;
-    c
-}
+use support::config_with_bugs as config;
+use support::{MS, S};
 
 /// `floor`: the floor the DC's pods may spend under and the version of the newest floor taken.
 fn report(dc: &str, seq: u64, ack: Option<LeaseVersion>, floor: Option<(Quota, LeaseVersion)>) -> DcReport {
@@ -190,24 +182,7 @@ fn manager(bugs: KnownBugs) -> DcManagerCore {
 }
 
 fn pod_report(pod: &str, seq: u64, ack: Option<LeaseVersion>) -> PodReport {
-    PodReport {
-        v: 1,
-        limit: "api".into(),
-        dc: "bkk".into(),
-        pod: pod.into(),
-        incarnation: 1,
-        seq,
-        interval_ms: 250,
-        offered: 500,
-        admitted: 50,
-        rejected: 450,
-        queued: 0,
-        errors: 0,
-        healthy: true,
-        draining: false,
-        weight: 1.0,
-        lease_in_use: ack,
-    }
+    support::scripted::pod_report(pod, 1, seq, (500, 50), true, ack)
 }
 
 fn floor_reported(out: &[DcOutput]) -> Option<Option<Quota>> {

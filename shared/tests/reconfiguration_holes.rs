@@ -7,23 +7,23 @@
 
 use leasehold_shared::bugs::KnownBugs;
 use leasehold_shared::coordinator::{CoordinatorCore, Stored};
-use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput};
-use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
+use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcReport, LedgerFence, LedgerRecord};
 
 mod support;
+use support::world::{print_run, sample_bkk_and, sample_held, Dc};
 use support::{config, config_with_bugs, dc_report, secs, Newest, MS, S};
 
 // -------------------------------------------------------------------------------------------
 // 1. Floors raised, then lowered again, while one DC's ledger watch lags.
 // -------------------------------------------------------------------------------------------
 
-/// BKK: a real DC manager and two real pods that ask for nothing beyond the floor. Its reports
-/// reach the coordinator at once; the ledger records reach it through a KV watch that lags `lag` behind (in order).
+/// BKK: a real DC manager (pod leases of 2 s) and two real pods that ask for nothing beyond the
+/// floor. Its reports reach the coordinator at once; the ledger records reach it through a KV
+/// watch that lags `lag` behind (in order).
 struct Bkk {
-    mgr: DcManagerCore,
-    pods: Vec<PodCore>,
+    dc: Dc,
     watch: Vec<(u64, LedgerRecord)>,
     delivered: usize,
     lag: u64,
@@ -38,38 +38,9 @@ impl Bkk {
         // A new term reads the record at once (as the service does at takeover).
         let (f, v) = first.floor_of("bkk").expect("the record names BKK's floor");
         mgr.on_floor(f, v, 0);
-        let pods = ["p1", "p2"]
-            .iter()
-            .map(|p| {
-                PodCore::new(
-                    PodConfig {
-                        limit: "api".into(),
-                        dc: "bkk".into(),
-                        pod: (*p).into(),
-                        incarnation: 7,
-                        weight: 1.0,
-                        bugs: Default::default(),
-                    },
-                    0,
-                )
-            })
-            .collect();
-        Bkk { mgr, pods, watch: Vec::new(), delivered: 0, lag }
-    }
-
-    fn route(&mut self, out: Vec<DcOutput>, now: u64) -> Vec<DcReport> {
-        let mut reports = Vec::new();
-        for o in out {
-            match o {
-                DcOutput::PodLease(l) => {
-                    let i = if l.pod == "p1" { 0 } else { 1 };
-                    let _ = self.pods[i].on_lease(&l, now);
-                }
-                DcOutput::Report(r) => reports.push(r),
-                DcOutput::ReturnAck(_) => {}
-            }
-        }
-        reports
+        let mut dc = Dc::with_pods("bkk", mgr, &["p1", "p2"]);
+        dc.offer(0);
+        Bkk { dc, watch: Vec::new(), delivered: 0, lag }
     }
 
     /// A record the coordinator wrote at `at`.
@@ -80,13 +51,13 @@ impl Bkk {
     }
 
     /// Deliver the records whose lag has passed, as the service's `on_record` does: the floor
-    /// first, then the newest DC lease addressed to this term. Returns the floors taken.
+    /// first, then the newest DC lease addressed to this term.
     fn watch_delivers(&mut self, now: u64, log: &mut Vec<String>) {
         while self.delivered < self.watch.len() && self.watch[self.delivered].0 + self.lag <= now {
             let rec = self.watch[self.delivered].1.clone();
             self.delivered += 1;
             if let Some((f, v)) = rec.floor_of("bkk") {
-                let out = self.mgr.on_floor(f, v, now);
+                let out = self.dc.mgr.on_floor(f, v, now);
                 if !out.is_empty() {
                     log.push(format!(
                         "{:6.3}s bkk's watch delivers floor {f} {v} (epoch {} record)",
@@ -94,11 +65,11 @@ impl Bkk {
                         rec.epoch
                     ));
                 }
-                self.route(out, now);
+                self.dc.route(out, now);
             }
             if let Some(l) = rec.leases.iter().filter(|l| l.holder == "bkk-mgr").max_by_key(|l| l.version) {
-                if let Ok(out) = self.mgr.on_dc_lease(l, now) {
-                    self.route(out, now);
+                if let Ok(out) = self.dc.mgr.on_dc_lease(l, now) {
+                    self.dc.route(out, now);
                 }
             }
         }
@@ -106,20 +77,7 @@ impl Bkk {
 
     /// Pods report, the manager ticks: the manager's report to the coordinator.
     fn step(&mut self, now: u64) -> Vec<DcReport> {
-        let mut reports = Vec::new();
-        for i in 0..self.pods.len() {
-            let c = IntervalCounters::default();
-            let r = self.pods[i].report(now, c, true);
-            let out = self.mgr.on_pod_report(&r, now);
-            reports.extend(self.route(out, now));
-        }
-        let out = self.mgr.tick(now);
-        reports.extend(self.route(out, now));
-        reports
-    }
-
-    fn pods_hold(&self, now: u64) -> Quota {
-        self.pods.iter().filter_map(|p| p.applied(now)).fold(Quota::ZERO, |s, a| s.saturating_add(a.quota))
+        self.dc.step(now)
     }
 }
 
@@ -190,21 +148,7 @@ fn floor_raised_then_lowered(b_at: u64, c_at: u64, lag: u64, until: u64, bugs: K
             ));
             last_floor_named = named;
         }
-        for k in 0..25 {
-            let now = t + k * 10 * MS;
-            let total = bkk.pods_hold(now).saturating_add(eu.spendable(now));
-            if !total.fits_in(&worst) {
-                if !total.fits_in(&q) {
-                    log.push(format!(
-                        "{:6.3}s bkk's pods hold {}, europe's lease {}: sum {total} > limit {q}",
-                        secs(now),
-                        bkk.pods_hold(now),
-                        eu.spendable(now)
-                    ));
-                }
-                worst = worst.max(total);
-            }
-        }
+        sample_bkk_and(&bkk.dc, "europe's lease", |now| eu.spendable(now), t, q, &mut worst, &mut log);
         t += 250 * MS;
     }
     (worst, log)
@@ -218,11 +162,9 @@ fn floor_raised_then_lowered(b_at: u64, c_at: u64, lag: u64, until: u64, bugs: K
 #[test]
 fn a_floor_raised_then_lowered_keeps_counting_the_raise_until_the_dc_has_seen_the_lowering() {
     let (worst, log) = floor_raised_then_lowered(5 * S, 6 * S, 1_500 * MS, 12 * S, KnownBugs::default());
-    for l in &log {
-        println!("{l}");
-    }
-    println!("most ever held: {worst} (limit 1000/s burst 20)");
-    assert!(worst.fits_in(&Quota::per_s(1_000, 20)), "BKK's pods and Europe held {worst} > 1000/s");
+    let q = Quota::per_s(1_000, 20);
+    print_run(&log, worst, q);
+    assert!(worst.fits_in(&q), "BKK's pods and Europe held {worst} > 1000/s");
 }
 
 #[test]
@@ -334,9 +276,8 @@ fn lost_record_with_a_shorter_ttl(bugs: KnownBugs) -> (Quota, Quota) {
     let mut b = CoordinatorCore::resume(after, "coord-b", 2, Stored::classify(None, Some(&fence)), t0);
     println!("term B issues from {:.3}s; Europe's term-A lease runs until 10.000s", secs(b.issues_from_ns()));
     let mut bkk = Newest::default();
-    let mut worst = Quota::ZERO;
-    let mut t = t0;
-    let mut seq = 1;
+    let (mut worst, mut log) = (Quota::ZERO, Vec::new());
+    let (mut t, mut seq) = (t0, 1);
     while t < 12 * S {
         seq += 1;
         let out = b.on_dc_report(&dc_report("bkk", seq, bkk.version(), None), t);
@@ -344,21 +285,13 @@ fn lost_record_with_a_shorter_ttl(bugs: KnownBugs) -> (Quota, Quota) {
         if t.is_multiple_of(S) {
             bkk.absorb("bkk", &b.tick(t), t);
         }
-        for k in 0..25 {
-            let now = t + k * 10 * MS;
-            let total = eu.spendable(now).saturating_add(bkk.spendable(now));
-            if !total.fits_in(&q) && !total.fits_in(&worst) {
-                println!(
-                    "{:6.3}s Europe (term A) {} + BKK (term B) {} = {total}",
-                    secs(now),
-                    eu.spendable(now),
-                    bkk.spendable(now)
-                );
-            }
-            worst = worst.max(total);
-        }
+        sample_held(t, 250 * MS, q, &mut worst, &mut log, |now| {
+            let (a, b) = (eu.spendable(now), bkk.spendable(now));
+            (a.saturating_add(b), format!("Europe (term A) {a} + BKK (term B) {b}"))
+        });
         t += 250 * MS;
     }
+    print_run(&log, worst, q);
     (worst, q)
 }
 

@@ -14,13 +14,13 @@
 //! (not detectable by the fence; an assumption in docs/ARCHITECTURE.md).
 
 use leasehold_shared::bugs::KnownBugs;
-use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
+use leasehold_shared::coordinator::{CoordinatorCore, Stored};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::LedgerFence;
 
 mod support;
 use support::world::{print_run, sample, step_two_dcs, Dc};
-use support::{config, config_with_bugs, counted_dc_leases, pods_applied, secs, MS, S};
+use support::{config_with_bugs, config_with_dc_ttl, counted_dc_leases, pods_applied, secs, MS, S};
 
 // -------------------------------------------------------------------------------------------
 // 1. A record rolled back behind the fence is trusted as the newest: the leases of the term
@@ -73,7 +73,7 @@ fn rolled_back_record(bugs: KnownBugs) -> (Quota, Quota) {
     }
     let mut bkk = Dc::with_bugs("bkk", "bkk-mgr-a", 1, 0, bugs);
     let mut eu = Dc::with_bugs("eu", "eu-mgr-a", 1, 0, bugs);
-    eu.offered = 0;
+    eu.offer(0);
     bkk.on_record(&coord, 0);
     eu.on_record(&coord, 0);
     let (takeover, rollback, end) = (6 * S, 22 * S, 36 * S);
@@ -91,8 +91,8 @@ fn rolled_back_record(bugs: KnownBugs) -> (Quota, Quota) {
             coord = CoordinatorCore::resume(cfg(), "coord2", 2, Stored::Record(&r1), t);
             fence = LedgerFence::raised(Some(&fence), 2, 10_000);
             rec1 = Some(r1);
-            bkk.offered = 0;
-            eu.offered = 2_000;
+            bkk.offer(0);
+            eu.offer(2_000);
             log.push(format!(
                 "{:6.3}s term 2 (epoch 2) takes over; fence epoch {}; demand moves to europe",
                 secs(t),
@@ -129,7 +129,7 @@ fn rolled_back_record(bugs: KnownBugs) -> (Quota, Quota) {
                 secs(coord.issues_from_ns()),
                 eu.mgr.current_lease(t).map(|l| (l.version.to_string(), l.quota.to_string(), secs(l.expires_at_ns)))
             ));
-            bkk.offered = 2_000;
+            bkk.offer(2_000);
         }
         for l in step_two_dcs(&mut coord, &mut bkk, &mut eu, t >= rollback, t) {
             log.push(format!("{:6.3}s {} gets DC lease {} {}", secs(t), l.dc, l.version, l.quota));
@@ -145,13 +145,6 @@ fn rolled_back_record(bugs: KnownBugs) -> (Quota, Quota) {
 // 2. A pod lease cut from the floor alone (no DC lease current) outlives a later, shorter DC
 //    lease whose room a renewal reused: the DC's pods hold more than the coordinator counts
 // -------------------------------------------------------------------------------------------
-
-fn config_ttl(quota: Quota, bkk_floor: u64, eu_floor: u64, dc_ttl_ms: u64) -> LimitConfig {
-    let mut c = config(quota, bkk_floor, eu_floor);
-    c.dc_ttl_ms = dc_ttl_ms;
-    c.validate().expect("a valid configuration");
-    c
-}
 
 /// R = 1,000/s, B = 20; floors BKK 0, Europe 600; `dc_ttl_ms` = 3,000 (the simulator's own
 /// rolling restart lowers it to 30% of 10 s), pod leases 5,000 ms (the managers' default).
@@ -197,21 +190,21 @@ fn pod_leases_granted_within_the_momentary_budget_only_break_the_limit_here() {
 /// and the limit.
 fn floor_lease_outlives(bugs: KnownBugs) -> (Quota, Quota) {
     let q = Quota::per_s(1_000, 20);
-    let cfg = || config_ttl(q, 0, 600, 3_000);
+    let cfg = || config_with_dc_ttl(q, 0, 600, 3_000);
     let mut log = Vec::new();
     let mut coord = CoordinatorCore::new(cfg(), "coord1", 1);
     let mut bkk = Dc::with_bugs("bkk", "bkk-mgr-a", 1, 0, bugs);
     let mut eu = Dc::with_bugs("eu", "eu-mgr-a", 1, 0, bugs);
     assert_eq!(eu.mgr.config().pod_ttl_ms, 5_000, "the default pod lease TTL");
-    bkk.offered = 0;
+    bkk.offer(0);
     bkk.on_record(&coord, 0);
     eu.on_record(&coord, 0);
     let (cut_from, demand_moves, p1_cut, cut_until, end) = (8 * S, 10 * S, 11_250 * MS, 11_500 * MS, 20 * S);
     let (mut t, mut worst) = (0u64, Quota::ZERO);
     while t < end {
         if t == demand_moves {
-            bkk.offered = 2_000;
-            eu.offered = 20;
+            bkk.offer(2_000);
+            eu.offer(20);
         }
         if t == p1_cut {
             log.push(format!(

@@ -6,131 +6,48 @@
 
 use leasehold_shared::bugs::KnownBugs;
 use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
-use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput};
 use leasehold_shared::leadership::{KeyState, LeaderRequest, Leadership, LeadershipConfig, Transition, WriteOutcome};
-use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcLease, DcReport, LeaseVersion};
 
 mod support;
-use support::{secs, Newest, MS, S};
+use support::world::{log_dc_leases, print_run, sample_bkk_and, Dc};
+use support::{config_with_dc_ttl, manager_with_bugs, secs, Newest, MS, S};
 
 // -------------------------------------------------------------------------------------------
 // Shared pieces
 // -------------------------------------------------------------------------------------------
 
 fn config(quota: Quota, dc_ttl_ms: u64) -> LimitConfig {
-    config_with_floor(quota, dc_ttl_ms, 0)
+    config_with_dc_ttl(quota, 0, 0, dc_ttl_ms)
 }
 
-fn config_with_floor(quota: Quota, dc_ttl_ms: u64, bkk_floor: u64) -> LimitConfig {
-    let mut c = LimitConfig::new("api", quota, &[("bkk", Quota::per_s(bkk_floor, 0)), ("eu", Quota::ZERO)]);
-    c.expiry.egress_spread_ms = 150;
-    c.dc_ttl_ms = dc_ttl_ms;
-    c.validate().expect("a valid configuration");
-    c
-}
-
-/// A hand-written report of Europe's manager (asks for everything, acks `ack`).
-fn eu_report(seq: u64, ack: Option<LeaseVersion>) -> DcReport {
-    eu_report_asking(seq, ack, 2_000)
-}
-
+/// A hand-written report of Europe's manager (asks for `demand_per_s`, acks `ack`).
 fn eu_report_asking(seq: u64, ack: Option<LeaseVersion>, demand_per_s: u64) -> DcReport {
     support::dc_report_asking("eu", seq, ack, None, demand_per_s)
+}
+
+/// BKK: a real DC manager that has read `floor` and two real pods `p1`, `p2` offering `offered`
+/// per 250 ms report (each may be cut off from the manager).
+fn bkk(floor: Quota, version: LeaseVersion, offered: [u64; 2], bugs: KnownBugs) -> Dc {
+    let mut bkk = Dc::with_pods("bkk", manager_with_bugs("bkk", "bkk-mgr", 1, 0, bugs), &["p1", "p2"]);
+    assert_eq!(bkk.mgr.config().pod_ttl_ms, 5_000, "the default pod lease TTL");
+    bkk.mgr.on_floor(floor, version, 0);
+    bkk.offered = offered.to_vec();
+    bkk
+}
+
+/// The coordinator's answer `out` at `t` reaches Europe, and BKK while `bkk_linked`.
+fn reach(out: &[DcLease], eu: &mut Newest, bkk: &mut Dc, bkk_linked: bool, t: u64) {
+    eu.absorb("eu", out, t);
+    if bkk_linked {
+        bkk.on_dc_leases(out, t);
+    }
 }
 
 // -------------------------------------------------------------------------------------------
 // 1. A DC lease acked although pod leases cut under the older one outlive it
 // -------------------------------------------------------------------------------------------
-
-/// BKK: a real DC manager and two real pods (`p1`, `p2`), each of which may be cut off from
-/// the manager.
-struct Bkk {
-    mgr: DcManagerCore,
-    pods: Vec<PodCore>,
-    connected: Vec<bool>,
-    /// What each pod offers per 250 ms report.
-    offered: [u64; 2],
-}
-
-impl Bkk {
-    fn new(bugs: KnownBugs) -> Self {
-        Self::with_floor(Quota::ZERO, LeaseVersion::new(1, 1), [500, 0], bugs)
-    }
-
-    fn with_floor(floor: Quota, version: LeaseVersion, offered: [u64; 2], bugs: KnownBugs) -> Self {
-        let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
-        cfg.expiry.egress_spread_ms = 150;
-        cfg.bugs = bugs;
-        cfg.validate().expect("valid");
-        assert_eq!(cfg.pod_ttl_ms, 5_000, "the default pod lease TTL");
-        let mut mgr = DcManagerCore::new(cfg, 0);
-        mgr.on_floor(floor, version, 0);
-        let pods = ["p1", "p2"]
-            .iter()
-            .map(|p| {
-                let cfg = PodConfig {
-                    limit: "api".into(),
-                    dc: "bkk".into(),
-                    pod: (*p).into(),
-                    incarnation: 7,
-                    weight: 1.0,
-                    bugs: Default::default(),
-                };
-                PodCore::new(cfg, 0)
-            })
-            .collect();
-        Bkk { mgr, pods, connected: vec![true, true], offered }
-    }
-
-    fn route(&mut self, out: Vec<DcOutput>, now: u64) -> Vec<DcReport> {
-        let mut reports = Vec::new();
-        for o in out {
-            match o {
-                DcOutput::PodLease(l) => {
-                    let i = if l.pod == "p1" { 0 } else { 1 };
-                    if self.connected[i] {
-                        let _ = self.pods[i].on_lease(&l, now);
-                    }
-                }
-                DcOutput::Report(r) => reports.push(r),
-                DcOutput::ReturnAck(_) => {}
-            }
-        }
-        reports
-    }
-
-    /// Connected pods report what they offer, then the manager ticks: its report.
-    fn step(&mut self, now: u64) -> Vec<DcReport> {
-        let mut reports = Vec::new();
-        for i in 0..self.pods.len() {
-            if !self.connected[i] {
-                continue;
-            }
-            let offered = self.offered[i];
-            let c = IntervalCounters { offered, admitted: offered.min(100), ..Default::default() };
-            let r = self.pods[i].report(now, c, true);
-            let out = self.mgr.on_pod_report(&r, now);
-            reports.extend(self.route(out, now));
-        }
-        let out = self.mgr.tick(now);
-        reports.extend(self.route(out, now));
-        reports
-    }
-
-    fn on_dc_leases(&mut self, leases: &[DcLease], now: u64) {
-        for l in leases.iter().filter(|l| l.dc == "bkk") {
-            if let Ok(out) = self.mgr.on_dc_lease(l, now) {
-                self.route(out, now);
-            }
-        }
-    }
-
-    fn pods_hold(&self, now: u64) -> Quota {
-        self.pods.iter().filter_map(|p| p.applied(now)).fold(Quota::ZERO, |s, a| s.saturating_add(a.quota))
-    }
-}
 
 /// A rolling restart lowers `dc_ttl_ms` from 10 s to 3 s (as the simulator's `rolling-restart`
 /// path does; pods keep the default 5 s TTL). At the takeover BKK's manager has just renewed
@@ -163,53 +80,32 @@ fn negative_control_acking_by_amount_alone_lets_older_pod_leases_outlive_the_ack
 fn ack_after_a_takeover_that_shortens_the_dc_ttl(bugs: KnownBugs) -> (Quota, Quota) {
     let q = Quota::per_s(1_000, 20);
     let mut coord = CoordinatorCore::new(config(q, 10_000), "coord-a", 1);
-    let mut bkk = Bkk::new(bugs);
+    let mut bkk = bkk(Quota::ZERO, LeaseVersion::new(1, 1), [500, 0], bugs);
     let mut eu = Newest::default();
     let mut log = Vec::new();
     let (mut eu_seq, mut worst, mut t) = (0u64, Quota::ZERO, 0u64);
-    let takeover = S;
-    let (bkk_coord_cut, end) = (u64::MAX, 8 * S);
+    let (takeover, end) = (S, 8 * S);
     while t < end {
         if t == takeover {
             let after = config(q, 3_000);
             coord = CoordinatorCore::resume(after, "coord-b", 2, Stored::Record(&coord.record()), t);
             log.push(format!("{:6.3}s term B (dc_ttl_ms 3,000) takes over", secs(t)));
         }
-        let bkk_linked = t <= bkk_coord_cut;
         for r in bkk.step(t) {
-            if bkk_linked {
-                log.push(format!(
-                    "{:6.3}s bkk reports lease_in_use {:?}",
-                    secs(t),
-                    r.lease_in_use.map(|v| v.to_string())
-                ));
-                let out = coord.on_dc_report(&r, t);
-                bkk.on_dc_leases(&out, t);
-                eu.absorb("eu", &out, t);
-            }
+            log.push(format!("{:6.3}s bkk reports lease_in_use {:?}", secs(t), r.lease_in_use.map(|v| v.to_string())));
+            let out = coord.on_dc_report(&r, t);
+            reach(&out, &mut eu, &mut bkk, true, t);
         }
         eu_seq += 1;
-        let out = coord.on_dc_report(&eu_report(eu_seq, eu.version()), t);
-        eu.absorb("eu", &out, t);
-        if bkk_linked {
-            bkk.on_dc_leases(&out, t);
-        }
+        let out = coord.on_dc_report(&eu_report_asking(eu_seq, eu.version(), 2_000), t);
+        reach(&out, &mut eu, &mut bkk, true, t);
         if t.is_multiple_of(S) {
             let out = coord.tick(t);
-            for l in &out {
-                log.push(format!(
-                    "{:6.3}s {} gets DC lease {} {} ttl {} ms",
-                    secs(t),
-                    l.dc,
-                    l.version,
-                    l.quota,
-                    l.ttl_ms
-                ));
-            }
+            log_dc_leases(&out, t, &mut log);
             if t == takeover {
                 // p1 is cut off from its manager as term B's lease arrives: it keeps the lease
                 // it was just given under term A's.
-                bkk.connected[0] = false;
+                bkk.pod_cut[0] = true;
                 log.push(format!(
                     "{:6.3}s p1 (holding {} until {:.3}s) is cut off from its manager",
                     secs(t),
@@ -217,30 +113,12 @@ fn ack_after_a_takeover_that_shortens_the_dc_ttl(bugs: KnownBugs) -> (Quota, Quo
                     secs(bkk.pods[0].applied(t).map_or(0, |a| a.expires_at_ns))
                 ));
             }
-            if bkk_linked {
-                bkk.on_dc_leases(&out, t);
-            }
-            eu.absorb("eu", &out, t);
+            reach(&out, &mut eu, &mut bkk, true, t);
         }
-        for k in 0..25 {
-            let now = t + k * 10 * MS;
-            let total = bkk.pods_hold(now).saturating_add(eu.spendable(now));
-            if !total.fits_in(&q) && !total.fits_in(&worst) {
-                log.push(format!(
-                    "{:6.3}s bkk's pods hold {}, europe's lease {}: sum {total} > limit {q}",
-                    secs(now),
-                    bkk.pods_hold(now),
-                    eu.spendable(now)
-                ));
-            }
-            worst = worst.max(total);
-        }
+        sample_bkk_and(&bkk, "europe's lease", |now| eu.spendable(now), t, q, &mut worst, &mut log);
         t += 250 * MS;
     }
-    for l in &log {
-        println!("{l}");
-    }
-    println!("most ever held: {worst} (limit {q})");
+    print_run(&log, worst, q);
     (worst, q)
 }
 
@@ -329,18 +207,17 @@ fn negative_control_confirming_a_floor_by_amount_alone_lets_floor_leases_outlive
 /// The most BKK's pods and Europe held together, and the limit.
 fn floor_confirmed_while_floor_leases_outlive_the_dc_lease(bugs: KnownBugs) -> (Quota, Quota) {
     let q = Quota::per_s(1_000, 20);
-    let a = CoordinatorCore::new(config_with_floor(q, 10_000, 400), "coord-a", 1);
+    let a = CoordinatorCore::new(config_with_dc_ttl(q, 400, 0, 10_000), "coord-a", 1);
     let (floor, version) = a.record().floor_of("bkk").expect("named");
-    let mut bkk = Bkk::with_floor(floor, version, [500, 500], bugs);
+    let mut bkk = bkk(floor, version, [500, 500], bugs);
     let mut coord = a;
     let mut eu = Newest::default();
     let mut log = Vec::new();
     let (mut eu_seq, mut worst, mut t) = (0u64, Quota::ZERO, 0u64);
-    let takeover = 6 * S;
-    let end = 14 * S;
+    let (takeover, end) = (6 * S, 14 * S);
     while t < end {
         if t == takeover {
-            let after = config_with_floor(q, 2_000, 200);
+            let after = config_with_dc_ttl(q, 200, 0, 2_000);
             coord = CoordinatorCore::resume(after, "coord-b", 2, Stored::Record(&coord.record()), t);
             log.push(format!("{:6.3}s term B (BKK floor 200, dc_ttl_ms 2,000) takes over; BKK reconnects", secs(t)));
         }
@@ -349,7 +226,7 @@ fn floor_confirmed_while_floor_leases_outlive_the_dc_lease(bugs: KnownBugs) -> (
         if t == takeover {
             // The manager has just renewed its pods from the floor alone (5 s, no DC lease to
             // nest in); they are cut off from it before term B's first DC lease arrives.
-            bkk.connected = vec![false, false];
+            bkk.pod_cut = vec![true, true];
             log.push(format!(
                 "{:6.3}s both pods (holding {} until {:.3}s, cut from the floor alone) are cut off from their manager",
                 secs(t),
@@ -357,64 +234,31 @@ fn floor_confirmed_while_floor_leases_outlive_the_dc_lease(bugs: KnownBugs) -> (
                 secs(bkk.pods[0].applied(t).map_or(0, |a| a.expires_at_ns))
             ));
         }
-        for r in reports {
-            if bkk_linked {
-                log.push(format!(
-                    "{:6.3}s bkk reports lease_in_use {:?} floor_in_use {:?} floor_version {:?}; B reserves {} for its floor",
-                    secs(t),
-                    r.lease_in_use.map(|v| v.to_string()),
-                    r.floor_in_use.map(|f| f.to_string()),
-                    r.floor_version.map(|v| v.to_string()),
-                    coord.floor_reserved("bkk", t)
-                ));
-                let out = coord.on_dc_report(&r, t);
-                bkk.on_dc_leases(&out, t);
-                eu.absorb("eu", &out, t);
-            }
+        for r in reports.into_iter().filter(|_| bkk_linked) {
+            log.push(format!(
+                "{:6.3}s bkk reports lease_in_use {:?} floor_in_use {:?} floor_version {:?}; B reserves {} for its floor",
+                secs(t),
+                r.lease_in_use.map(|v| v.to_string()),
+                r.floor_in_use.map(|f| f.to_string()),
+                r.floor_version.map(|v| v.to_string()),
+                coord.floor_reserved("bkk", t)
+            ));
+            let out = coord.on_dc_report(&r, t);
+            reach(&out, &mut eu, &mut bkk, true, t);
         }
         eu_seq += 1;
         // Europe asks for little until BKK's lease has shrunk, then for everything.
         let eu_demand = if t < 9 * S { 100 } else { 2_000 };
         let out = coord.on_dc_report(&eu_report_asking(eu_seq, eu.version(), eu_demand), t);
-        eu.absorb("eu", &out, t);
-        if bkk_linked {
-            bkk.on_dc_leases(&out, t);
-        }
+        reach(&out, &mut eu, &mut bkk, bkk_linked, t);
         if t.is_multiple_of(S) {
             let out = coord.tick(t);
-            for l in &out {
-                log.push(format!(
-                    "{:6.3}s {} gets DC lease {} {} ttl {} ms",
-                    secs(t),
-                    l.dc,
-                    l.version,
-                    l.quota,
-                    l.ttl_ms
-                ));
-            }
-            if bkk_linked {
-                bkk.on_dc_leases(&out, t);
-            }
-            eu.absorb("eu", &out, t);
+            log_dc_leases(&out, t, &mut log);
+            reach(&out, &mut eu, &mut bkk, bkk_linked, t);
         }
-        for k in 0..25 {
-            let now = t + k * 10 * MS;
-            let total = bkk.pods_hold(now).saturating_add(eu.spendable(now));
-            if !total.fits_in(&q) && !total.fits_in(&worst) {
-                log.push(format!(
-                    "{:6.3}s bkk's pods hold {}, europe's lease {}: sum {total} > limit {q}",
-                    secs(now),
-                    bkk.pods_hold(now),
-                    eu.spendable(now)
-                ));
-            }
-            worst = worst.max(total);
-        }
+        sample_bkk_and(&bkk, "europe's lease", |now| eu.spendable(now), t, q, &mut worst, &mut log);
         t += 250 * MS;
     }
-    for l in &log {
-        println!("{l}");
-    }
-    println!("most ever held: {worst} (limit {q})");
+    print_run(&log, worst, q);
     (worst, q)
 }

@@ -1,7 +1,9 @@
-//! Pieces the review-round tests share: time units, a hand-driven DC's newest lease, and real
-//! pods and DC managers as the services configure them. Each test file uses what it needs.
+//! Pieces the review-round tests share: time units, a hand-driven DC's newest lease, real pods
+//! and DC managers as the services configure them, a world of them (`world`) and a manager with
+//! scripted pods (`scripted`). Each test file uses what it needs.
 #![allow(dead_code)]
 
+pub mod scripted;
 pub mod world;
 
 use leasehold_shared::bugs::KnownBugs;
@@ -122,6 +124,19 @@ pub fn pods_applied(pods: &[PodCore], t: u64) -> Vec<String> {
 /// Limit `api` over BKK and Europe with these floors (rate/s), egress spread 150 ms.
 pub fn config(quota: Quota, bkk_floor: u64, eu_floor: u64) -> leasehold_shared::coordinator::LimitConfig {
     config_with_bugs(quota, bkk_floor, eu_floor, KnownBugs::default())
+}
+
+/// As [`config`], with DC leases of `dc_ttl_ms`.
+pub fn config_with_dc_ttl(
+    quota: Quota,
+    bkk_floor: u64,
+    eu_floor: u64,
+    dc_ttl_ms: u64,
+) -> leasehold_shared::coordinator::LimitConfig {
+    let mut c = config(quota, bkk_floor, eu_floor);
+    c.dc_ttl_ms = dc_ttl_ms;
+    c.validate().expect("a valid configuration");
+    c
 }
 
 /// As [`config`], with holes an audit found brought back.

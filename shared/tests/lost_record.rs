@@ -1,27 +1,138 @@
-//! Holes a sixth outside review found, each driven through the real sans-I/O cores and
-//! asserting the safe outcome (so each test fails while the hole is open).
+//! A leader that finds the ledger record lost (`Stored::Lost`: the fence shows a record was
+//! written) waits one DC-lease lifetime before it issues, and names and counts floors only as far
+//! as the lost record's live leases allow. Holes the fifth and sixth outside reviews found, each
+//! driven through the real sans-I/O cores and asserting the safe outcome (so each test fails
+//! while the hole is open).
 //!
 //! Numbers are in whole requests per second (rate) and tokens (burst); times are explicit
 //! `now_ns` values on one clock (no skew).
 
-use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
+use leasehold_shared::coordinator::{CoordinatorCore, Stored};
 use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::LedgerFence;
+use leasehold_shared::wire::{LedgerFence, LedgerRecord};
 
 mod support;
-use support::world::{deliver, Dc};
-use support::{secs, MS, S};
+use support::world::{deliver, print_run, sample, sample_bkk_and, Dc};
+use support::{config, secs, MS, S};
 
-fn config(quota: Quota, bkk_floor: u64, eu_floor: u64) -> LimitConfig {
-    let mut c =
-        LimitConfig::new("api", quota, &[("bkk", Quota::per_s(bkk_floor, 0)), ("eu", Quota::per_s(eu_floor, 0))]);
-    c.expiry.egress_spread_ms = 150;
-    c.validate().expect("a valid configuration");
-    c
+/// The floor `rec` names for `dc` and its version, for a test's log.
+fn named_floor(rec: &LedgerRecord, dc: &str) -> Option<(String, String)> {
+    rec.floor_of(dc).map(|(f, v)| (f.to_string(), v.to_string()))
 }
 
 // -------------------------------------------------------------------------------------------
-// 1. After a lost record's wait, a floor is raised up to the fence's historical maximum because
+// 1. A leader that finds the ledger record lost names, during its wait, a floor the lost record
+//    no longer named (the fence's historical maximum), while the lost record's DC leases live
+// -------------------------------------------------------------------------------------------
+
+/// R = 1,000/s. Term 1 of the coordinator runs with floors BKK 400, Europe 500 (the fence
+/// records them). Term 2 moves Europe's floor to 0; Europe confirms, and BKK's DC lease grows to
+/// 600 (BKK's pods hold 400 + 600 = 1,000). Term 2's record is lost at 12 s; term 3 takes over
+/// with the configuration back at Europe 500. It finds no record below the fence, so it issues
+/// nothing for a DC-lease lifetime (until ~22.3 s) and reserves the fence's `floors_max`. But
+/// `settle_floors` during that wait wants `min(configured, reserved)` = min(500, 500) for
+/// Europe, and the fence's entry is already named: the record names Europe's floor 500 at once.
+/// A new Europe manager term (started with the takeover) takes it from the record and, after
+/// its own quiet period (~17.3 s), splits 500 among its pods, while BKK's pods still spend the
+/// lost record's 600 DC lease (until ~22 s) on top of BKK's 400 floor: 1,500/s against 1,000/s.
+///
+/// The rule at fault: `CoordinatorCore::settle_floors` (coordinator/floors.rs) treats the
+/// fence's `floors_max` (the largest floor any record *ever* named) as a floor it may name during
+/// the wait; the lost record named less, and its live DC leases used the difference.
+#[test]
+fn a_leader_without_a_record_names_no_floor_above_what_the_lost_record_named_during_its_wait() {
+    let q = Quota::per_s(1_000, 20);
+    let mut log = Vec::new();
+    // Term 1: floors BKK 400, Europe 500; the fence covers its record.
+    let c1 = CoordinatorCore::new(config(q, 400, 500), "coord1", 1);
+    let rec1 = c1.record();
+    let fence1 = LedgerFence::raised(None, 1, 10_000);
+    let fence1 = fence1.covering(&rec1).unwrap_or(fence1);
+    // Term 2: Europe's floor moves to 0.
+    let mut coord = CoordinatorCore::resume(config(q, 400, 0), "coord2", 2, Stored::Record(&rec1), 0);
+    let mut fence = LedgerFence::raised(Some(&fence1), 2, 10_000);
+    if let Some(f) = fence.covering(&coord.record()) {
+        fence = f;
+    }
+    log.push(format!("fence floors_max: {:?}", fence.floors_of("api")));
+    let mut bkk = Dc::new("bkk", "bkk-mgr-a", 1, 0);
+    bkk.on_record(&coord, 0);
+    // Europe's manager of term 2's time: it takes the lowered floor and has no pods (demand 0).
+    let mut eu_old = Dc::new("eu", "eu-mgr-a", 1, 0);
+    eu_old.pods.clear();
+    eu_old.on_record(&coord, 0);
+    let loss = 12 * S;
+    let end = 26 * S;
+    let mut eu: Option<Dc> = None;
+    let (mut t, mut worst) = (0u64, Quota::ZERO);
+    while t < end {
+        if t == loss {
+            log.push(format!(
+                "{:6.3}s record of term 2 lost; reserved floors bkk {} eu {}; bkk's pods hold {}; bkk's DC lease {:?}",
+                secs(t),
+                coord.floor_reserved("bkk", t),
+                coord.floor_reserved("eu", t),
+                bkk.pods_hold(t),
+                bkk.mgr.current_lease(t).map(|l| (l.quota.to_string(), secs(l.expires_at_ns)))
+            ));
+            coord = CoordinatorCore::resume(config(q, 400, 500), "coord3", 3, Stored::Lost(&fence), t);
+            log.push(format!(
+                "{:6.3}s term 3 issues from {:.3}s; its record names eu floor {:?}, bkk floor {:?}",
+                secs(t),
+                secs(coord.issues_from_ns()),
+                named_floor(&coord.record(), "eu"),
+                named_floor(&coord.record(), "bkk"),
+            ));
+            // Europe's manager fails over with the coordinator (a new term reads the record).
+            let mut term = Dc::new("eu", "eu-mgr-b", 2, t);
+            term.on_record(&coord, t);
+            eu = Some(term);
+        }
+        let mut reports = bkk.step(t);
+        if t < loss {
+            reports.extend(eu_old.step(t));
+        }
+        if let Some(e) = eu.as_mut() {
+            reports.extend(e.step(t));
+        }
+        for r in reports {
+            let out = coord.on_dc_report(&r, t);
+            bkk.on_dc_leases(&out, t);
+            if let Some(e) = eu.as_mut() {
+                e.on_dc_leases(&out, t);
+            }
+        }
+        if t.is_multiple_of(S) {
+            let out = coord.tick(t);
+            for l in &out {
+                log.push(format!(
+                    "{:6.3}s {} gets DC lease {} {} (epoch {})",
+                    secs(t),
+                    l.dc,
+                    l.version,
+                    l.quota,
+                    coord.epoch()
+                ));
+            }
+            bkk.on_dc_leases(&out, t);
+            if let Some(e) = eu.as_mut() {
+                e.on_dc_leases(&out, t);
+            }
+            bkk.on_record(&coord, t);
+            if let Some(e) = eu.as_mut() {
+                e.on_record(&coord, t);
+            }
+        }
+        let eu_holds = |now| eu.as_ref().map_or(Quota::ZERO, |e| e.pods_hold(now));
+        sample_bkk_and(&bkk, "europe's pods hold", eu_holds, t, q, &mut worst, &mut log);
+        t += 250 * MS;
+    }
+    print_run(&log, worst, q);
+    assert!(worst.fits_in(&q), "BKK's and Europe's pods held {worst} > {q}");
+}
+
+// -------------------------------------------------------------------------------------------
+// 2. After a lost record's wait, a floor is raised up to the fence's historical maximum because
 //    that maximum (reserved at e0v0) counts as the floor holder's own claim
 // -------------------------------------------------------------------------------------------
 
@@ -55,8 +166,8 @@ fn a_floor_raised_after_a_lost_records_wait_never_counts_the_fences_historical_m
             log.push(format!(
                 "{:6.3}s record of term 2 lost (names bkk {:?}, eu {:?}); fence floors_max {:?}; pods hold bkk {} eu {}",
                 secs(t),
-                coord.record().floor_of("bkk").map(|(f, v)| (f.to_string(), v.to_string())),
-                coord.record().floor_of("eu").map(|(f, v)| (f.to_string(), v.to_string())),
+                named_floor(&coord.record(), "bkk"),
+                named_floor(&coord.record(), "eu"),
                 fence.floors_of("api"),
                 bkk.pods_hold(t),
                 eu.pods_hold(t),
@@ -81,7 +192,6 @@ fn a_floor_raised_after_a_lost_records_wait_never_counts_the_fences_historical_m
             if !cut {
                 eu.on_dc_leases(&out, t);
             }
-            let named = coord.record().floor_of("bkk");
             bkk.on_record(&coord, t);
             if !cut {
                 eu.on_record(&coord, t);
@@ -92,35 +202,21 @@ fn a_floor_raised_after_a_lost_records_wait_never_counts_the_fences_historical_m
             log.push(format!(
                 "{:6.3}s record names bkk {:?} eu {:?}; reserved bkk {} eu {}",
                 secs(t),
-                named.map(|(f, v)| (f.to_string(), v.to_string())),
-                coord.record().floor_of("eu").map(|(f, v)| (f.to_string(), v.to_string())),
+                named_floor(&coord.record(), "bkk"),
+                named_floor(&coord.record(), "eu"),
                 coord.floor_reserved("bkk", t),
                 coord.floor_reserved("eu", t),
             ));
         }
-        for k in 0..25 {
-            let now = t + k * 10 * MS;
-            let (b, e) = (bkk.pods_hold(now), eu.pods_hold(now));
-            let total = b.saturating_add(e);
-            if !total.fits_in(&q) && !total.fits_in(&worst) {
-                log.push(format!(
-                    "{:6.3}s bkk's pods hold {b}, europe's pods hold {e}: sum {total} > limit {q}",
-                    secs(now)
-                ));
-            }
-            worst = worst.max(total);
-        }
+        sample(&bkk, &eu, t, q, &mut worst, &mut log);
         t += 250 * MS;
     }
-    for l in &log {
-        println!("{l}");
-    }
-    println!("most ever held: {worst} (limit {q})");
+    print_run(&log, worst, q);
     assert!(worst.fits_in(&q), "BKK's and Europe's pods held {worst} > {q}");
 }
 
 // -------------------------------------------------------------------------------------------
-// 2. A leader that resumes from a record written during a lost record's wait does not wait:
+// 3. A leader that resumes from a record written during a lost record's wait does not wait:
 //    the wait is not on record, so a crash during it ends it
 // -------------------------------------------------------------------------------------------
 
@@ -143,7 +239,7 @@ fn a_leader_resuming_from_a_record_written_during_a_lost_records_wait_still_wait
     }
     let mut bkk = Dc::new("bkk", "bkk-mgr-a", 1, 0);
     let mut eu = Dc::new("eu", "eu-mgr-a", 1, 0);
-    eu.offered = 0;
+    eu.offer(0);
     bkk.on_record(&coord, 0);
     eu.on_record(&coord, 0);
     let (loss, crash, end) = (12 * S, 14 * S, 26 * S);
@@ -159,15 +255,15 @@ fn a_leader_resuming_from_a_record_written_during_a_lost_records_wait_still_wait
             ));
             coord = CoordinatorCore::resume(cfg(), "coord2", 2, Stored::Lost(&fence), t);
             log.push(format!("{:6.3}s term 2 (record lost) issues from {:.3}s", secs(t), secs(coord.issues_from_ns())));
-            eu.offered = 2_000;
+            eu.offer(2_000);
         }
         if t == crash {
             let rec2 = coord.record();
             log.push(format!(
                 "{:6.3}s term 2 crashes; its record names bkk {:?} eu {:?}, {} leases",
                 secs(t),
-                rec2.floor_of("bkk").map(|(f, v)| (f.to_string(), v.to_string())),
-                rec2.floor_of("eu").map(|(f, v)| (f.to_string(), v.to_string())),
+                named_floor(&rec2, "bkk"),
+                named_floor(&rec2, "eu"),
                 rec2.leases.len()
             ));
             coord = CoordinatorCore::resume(cfg(), "coord3", 3, Stored::Record(&rec2), t);
@@ -203,23 +299,9 @@ fn a_leader_resuming_from_a_record_written_during_a_lost_records_wait_still_wait
                 fence = f;
             }
         }
-        for k in 0..25 {
-            let now = t + k * 10 * MS;
-            let (b, e) = (bkk.pods_hold(now), eu.pods_hold(now));
-            let total = b.saturating_add(e);
-            if !total.fits_in(&q) && !total.fits_in(&worst) {
-                log.push(format!(
-                    "{:6.3}s bkk's pods hold {b}, europe's pods hold {e}: sum {total} > limit {q}",
-                    secs(now)
-                ));
-            }
-            worst = worst.max(total);
-        }
+        sample(&bkk, &eu, t, q, &mut worst, &mut log);
         t += 250 * MS;
     }
-    for l in &log {
-        println!("{l}");
-    }
-    println!("most ever held: {worst} (limit {q})");
+    print_run(&log, worst, q);
     assert!(worst.fits_in(&q), "BKK's and Europe's pods held {worst} > {q}");
 }
