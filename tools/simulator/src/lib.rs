@@ -16,6 +16,7 @@
 //! * [`upstream`]: the strict judge.
 //! * [`faults`]: the seeded fault schedule.
 //! * [`metrics`], [`report`]: what a run measured, and the summary over seeds.
+//! * [`percentiles`]: the one percentile definition of every tool (nearest rank, hdrhistogram).
 //! * [`chart`]: the follow-the-sun SVG.
 
 pub mod chart;
@@ -23,6 +24,7 @@ pub mod clock;
 pub mod faults;
 pub mod metrics;
 pub mod net;
+pub mod percentiles;
 pub mod report;
 pub mod scenario;
 pub mod upstream;

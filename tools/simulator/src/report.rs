@@ -2,6 +2,7 @@
 
 use crate::faults::FaultKind;
 use crate::metrics::Series;
+use crate::percentiles::Percentiles;
 use crate::scenario::{OfferedLoad, Scenario};
 use crate::world::{Policy, World};
 use serde::Serialize;
@@ -194,14 +195,6 @@ fn fewest(results: &[SeedResult], kind: FaultKind) -> u64 {
     results.iter().map(|r| r.faults.get(&kind).copied().unwrap_or(0)).min().unwrap_or(0)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let i = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
-    Some(sorted[i])
-}
-
 fn parallel<T: Send>(
     items: Vec<u64>,
     threads: usize,
@@ -307,8 +300,10 @@ pub fn run_many(opts: &RunOptions) -> Result<(Summary, Vec<SeedResult>), String>
 
     let baselines = run_baselines(opts);
     let judge_has_teeth = baselines["uncoordinated"].seeds_with_violations == baselines["uncoordinated"].seeds;
-    let mut rebalance: Vec<f64> = results.iter().flat_map(|r| r.rebalance_s.iter().copied()).collect();
-    rebalance.sort_by(f64::total_cmp);
+    // Rebalance times are whole milliseconds (metrics rounds them): recorded exactly.
+    let rebalance_ms: Percentiles =
+        results.iter().flat_map(|r| r.rebalance_s.iter()).map(|&s| (s * 1_000.0).round() as u64).collect();
+    let rebalance_s_at = |q: f64| rebalance_ms.at(q).map(|ms| ms as f64 / 1_000.0);
     let mut faults_by_kind = BTreeMap::new();
     for r in &results {
         for (k, v) in &r.faults {
@@ -329,9 +324,9 @@ pub fn run_many(opts: &RunOptions) -> Result<(Summary, Vec<SeedResult>), String>
         utilization_min: results.iter().map(|r| r.utilization).fold(1.0, f64::min),
         liveness_utilization_min: results.iter().filter_map(|r| r.liveness_utilization).reduce(f64::min),
         max_window_ratio: results.iter().map(|r| r.max_window_ratio).fold(0.0, f64::max),
-        rebalance_s_p50: percentile(&rebalance, 0.5),
-        rebalance_s_p99: percentile(&rebalance, 0.99),
-        rebalance_samples: rebalance.len(),
+        rebalance_s_p50: rebalance_s_at(0.5),
+        rebalance_s_p99: rebalance_s_at(0.99),
+        rebalance_samples: rebalance_ms.count() as usize,
         renew_s: sc.renew_ms as f64 / 1_000.0,
         faults_injected_min: results.iter().map(|r| r.faults_total).min().unwrap_or(0),
         faults_injected_total: results.iter().map(|r| r.faults_total).sum(),

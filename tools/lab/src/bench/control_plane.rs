@@ -9,6 +9,7 @@ use leasehold_pod::{Pod, PodSettings};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::dc_manager::DcManagerConfig;
 use leasehold_shared::quota::Quota;
+use leasehold_sim::percentiles::Percentiles;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -42,13 +43,6 @@ fn kind(subject: &str) -> &'static str {
     } else {
         "other"
     }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 pub fn run(a: Args) -> Result<ExitCode, String> {
@@ -117,7 +111,7 @@ async fn measure(a: Args) -> Result<ExitCode, String> {
     let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut bytes: u64 = 0;
     let mut last_lease: BTreeMap<String, Instant> = BTreeMap::new();
-    let mut gaps_ms: Vec<f64> = Vec::new();
+    let mut lease_gap_us = Percentiles::new();
     loop {
         let msg = tokio::select! {
             m = all.next() => m,
@@ -131,17 +125,17 @@ async fn measure(a: Args) -> Result<ExitCode, String> {
         if k == "pod_lease" {
             let now = Instant::now();
             if let Some(prev) = last_lease.insert(msg.subject.to_string(), now) {
-                gaps_ms.push(now.duration_since(prev).as_secs_f64() * 1e3);
+                lease_gap_us.record(now.duration_since(prev).as_micros() as u64);
             }
         }
     }
     let secs = start.elapsed().as_secs_f64();
     let after = m.status.borrow().clone();
-    gaps_ms.sort_by(f64::total_cmp);
     let rate = |k: &str| counts.get(k).copied().unwrap_or(0) as f64 / secs;
     let n = a.pods as f64;
     let round = |x: f64| (x * 1_000.0).round() / 1_000.0;
-    let gap_p99 = percentile(&gaps_ms, 0.99);
+    let gap_ms = |us: Option<u64>| us.map_or(0.0, |us| us as f64 / 1_000.0);
+    let gap_p99 = gap_ms(lease_gap_us.at(0.99));
     let keeps_period = gap_p99 <= dc_renew_ms as f64 * 1.25;
     let summary = json!({
         "pods": a.pods,
@@ -156,7 +150,7 @@ async fn measure(a: Args) -> Result<ExitCode, String> {
             "coordinator_leader": round(rate("kv_coordinator_leader_write")),
             "dc_leader": round(rate("kv_dc_leader_write")),
         },
-        "lease_gap_ms": { "p50": round(percentile(&gaps_ms, 0.5)), "p99": round(gap_p99), "max": round(gaps_ms.last().copied().unwrap_or(0.0)) },
+        "lease_gap_ms": { "p50": round(gap_ms(lease_gap_us.at(0.5))), "p99": round(gap_p99), "max": round(gap_ms(lease_gap_us.max())) },
         "dc_manager_keeps_renew_period": keeps_period,
         "dc_passes_per_s": {
             "full": round((after.passes_full - before.passes_full) as f64 / secs),

@@ -7,6 +7,7 @@
 //! within one window, so each such group is one admission too many.
 
 use leasehold_shared::rng::SeededRng;
+use leasehold_sim::percentiles::Percentiles;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -131,25 +132,18 @@ pub fn over_admissions(obs: &[Observation], limit: u64, window_ms: u64) -> u64 {
     over
 }
 
-fn percentile(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize] as f64 / 1_000.0
-}
-
 /// Throughput and latency of the answered requests (200 and 429).
 pub fn summary(obs: &[Observation], duration: Duration, limit: u64, window_ms: u64) -> serde_json::Value {
     let answered: Vec<&Observation> = obs.iter().filter(|o| o.status == 200 || o.status == 429).collect();
-    let mut lat: Vec<u64> = answered.iter().map(|o| o.received_us - o.sent_us).collect();
-    lat.sort_unstable();
+    let latency_us: Percentiles = answered.iter().map(|o| o.received_us - o.sent_us).collect();
+    let latency_ms = |q: f64| latency_us.at(q).map_or(0.0, |us| us as f64 / 1_000.0);
     let count = |f: &dyn Fn(&Observation) -> bool| obs.iter().filter(|o| f(o)).count();
     let round = |x: f64| (x * 1000.0).round() / 1000.0;
     serde_json::json!({
         "decisions_per_s": round(answered.len() as f64 / duration.as_secs_f64()),
-        "p50_ms": round(percentile(&lat, 0.50)),
-        "p99_ms": round(percentile(&lat, 0.99)),
-        "p999_ms": round(percentile(&lat, 0.999)),
+        "p50_ms": round(latency_ms(0.50)),
+        "p99_ms": round(latency_ms(0.99)),
+        "p999_ms": round(latency_ms(0.999)),
         "over_admissions": over_admissions(obs, limit, window_ms),
         "allowed": count(&|o| o.status == 200),
         "denied": count(&|o| o.status == 429),
