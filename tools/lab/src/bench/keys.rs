@@ -4,9 +4,10 @@
 //! of instances deciding in one central Redis (sorted set + Lua, envoy ratelimit's design).
 //! The last line is JSON; `--kill-owner-at-s` SIGKILLs one owner mid-run.
 
-use super::keys_load::{drive, summary, LoadSpec, Observation};
+use super::keys_load::{drive, key_ranks, summary, LoadSpec, Observation};
 use crate::demo::procs::Procs;
 use leasehold_nats_harness::{binaries, NatsServer};
+use rand_distr::Zipf;
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,6 +23,7 @@ pub struct Args {
     /// Distinct keys, drawn Zipf-distributed.
     #[arg(long, default_value_t = 10_000)]
     keys: usize,
+    /// The Zipf exponent: key of rank k drawn with probability ∝ 1 / k^s (at least 0).
     #[arg(long, default_value_t = 1.1)]
     zipf_s: f64,
     /// Concurrent clients (each sends its next request when the last is answered).
@@ -61,10 +63,11 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     if a.kill_owner_at_s.is_some_and(|k| k >= a.duration_s || a.instances < 2) {
         return Err("--kill-owner-at-s must be below --duration-s, with at least 2 instances".into());
     }
-    leasehold::block_on(bench(a))
+    let ranks = key_ranks(a.keys, a.zipf_s)?;
+    leasehold::block_on(bench(a, ranks))
 }
 
-async fn bench(a: Args) -> Result<ExitCode, String> {
+async fn bench(a: Args, ranks: Zipf<f64>) -> Result<ExitCode, String> {
     std::fs::create_dir_all(&a.out_dir).map_err(|e| format!("cannot create {}: {e}", a.out_dir.display()))?;
     let tiers = a.out_dir.join("tiers.json");
     let doc = json!({ "default_tier": "bench", "tiers": { "bench": { "limit": a.limit, "window_ms": a.window_ms } } });
@@ -102,8 +105,7 @@ async fn bench(a: Args) -> Result<ExitCode, String> {
     let spec = |bases: Vec<String>, prefix: &str| LoadSpec {
         bases,
         key_prefix: format!("{prefix}-{run_id}-"),
-        keys: a.keys,
-        zipf_s: a.zipf_s,
+        key_ranks: ranks,
         clients: a.clients,
         duration: Duration::from_secs(a.duration_s),
         seed: a.seed,

@@ -6,35 +6,24 @@
 //! in less than `W − 1 ms` (the limiter's clock has 1 ms resolution) were certainly decided
 //! within one window, so each such group is one admission too many.
 
-use leasehold_shared::rng::SeededRng;
 use leasehold_sim::percentiles::Percentiles;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use rand_distr::{Distribution, Zipf};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Keys drawn with probability ∝ 1 / rank^s.
-pub struct Zipf {
-    cdf: Vec<f64>,
+/// Keys drawn with probability ∝ 1 / rank^`s` (rank 1 is key 0): `rand_distr`'s Zipf over `keys`
+/// ranks. `s` must be at least 0 (0: every key equally likely).
+pub fn key_ranks(keys: usize, s: f64) -> Result<Zipf<f64>, String> {
+    Zipf::new(keys.max(1) as f64, s).map_err(|e| format!("--zipf-s {s} with --keys {keys}: {e}"))
 }
 
-impl Zipf {
-    pub fn new(keys: usize, s: f64) -> Self {
-        let mut acc = 0.0;
-        let mut cdf: Vec<f64> = (1..=keys.max(1))
-            .map(|rank| {
-                acc += 1.0 / (rank as f64).powf(s);
-                acc
-            })
-            .collect();
-        cdf.iter_mut().for_each(|c| *c /= acc);
-        Zipf { cdf }
-    }
-
-    pub fn sample(&self, rng: &mut SeededRng) -> usize {
-        let u = rng.next_f64();
-        self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1)
-    }
+/// One key drawn from `ranks`: its rank minus one.
+pub fn draw_key(ranks: &Zipf<f64>, rng: &mut StdRng) -> u32 {
+    (ranks.sample(rng) as u32).saturating_sub(1)
 }
 
 /// One answer as the client saw it.
@@ -51,8 +40,8 @@ pub struct Observation {
 pub struct LoadSpec {
     pub bases: Vec<String>,
     pub key_prefix: String,
-    pub keys: usize,
-    pub zipf_s: f64,
+    /// From [`key_ranks`].
+    pub key_ranks: Zipf<f64>,
     pub clients: usize,
     pub duration: Duration,
     pub seed: u64,
@@ -65,23 +54,22 @@ pub async fn drive(spec: &LoadSpec, start: Instant) -> Vec<Observation> {
         .pool_max_idle_per_host(spec.clients)
         .build()
         .unwrap_or_default();
-    let zipf = Arc::new(Zipf::new(spec.keys, spec.zipf_s));
     let dead: Arc<Vec<AtomicBool>> = Arc::new(spec.bases.iter().map(|_| AtomicBool::new(false)).collect());
     let until = start + spec.duration;
     let mut tasks = Vec::new();
     for c in 0..spec.clients {
-        let (http, zipf, dead) = (http.clone(), zipf.clone(), dead.clone());
+        let (http, ranks, dead) = (http.clone(), spec.key_ranks, dead.clone());
         let (bases, prefix) = (spec.bases.clone(), spec.key_prefix.clone());
-        let mut rng = SeededRng::new(spec.seed ^ (c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut rng = StdRng::seed_from_u64(spec.seed ^ (c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         tasks.push(tokio::spawn(async move {
             let mut seen = Vec::new();
             while Instant::now() < until {
-                let key = zipf.sample(&mut rng) as u32;
+                let key = draw_key(&ranks, &mut rng);
                 let live: Vec<usize> = (0..bases.len()).filter(|&i| !dead[i].load(Ordering::Relaxed)).collect();
                 if live.is_empty() {
                     break;
                 }
-                let i = live[rng.range_u64(0, live.len() as u64 - 1) as usize];
+                let i = live[rng.random_range(0..live.len())];
                 let sent_us = start.elapsed().as_micros() as u64;
                 let r = http.post(format!("{}/v1/keys/{prefix}{key}", bases[i])).send().await;
                 let received_us = start.elapsed().as_micros() as u64;
@@ -179,11 +167,19 @@ mod tests {
 
     #[test]
     fn zipf_prefers_low_ranks() {
-        let z = Zipf::new(1_000, 1.1);
-        let mut rng = SeededRng::new(7);
-        let draws: Vec<usize> = (0..10_000).map(|_| z.sample(&mut rng)).collect();
+        let ranks = key_ranks(1_000, 1.1).unwrap();
+        let mut rng = StdRng::seed_from_u64(7);
+        let draws: Vec<u32> = (0..10_000).map(|_| draw_key(&ranks, &mut rng)).collect();
+        assert!(draws.iter().all(|&k| k < 1_000));
         let top = draws.iter().filter(|&&k| k == 0).count();
         let tail = draws.iter().filter(|&&k| k == 999).count();
         assert!(top > 500 && tail < 20, "top {top}, tail {tail}");
+    }
+
+    #[test]
+    fn a_negative_exponent_is_refused() {
+        assert!(key_ranks(10, -0.5).is_err());
+        assert!(key_ranks(10, f64::NAN).is_err());
+        assert!(key_ranks(10, 0.0).is_ok());
     }
 }
