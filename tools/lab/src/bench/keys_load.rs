@@ -10,6 +10,7 @@ use leasehold_sim::percentiles::Percentiles;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, Zipf};
+use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -120,25 +121,40 @@ pub fn over_admissions(obs: &[Observation], limit: u64, window_ms: u64) -> u64 {
     over
 }
 
+/// Throughput, latency and the judge's verdict for one run, as `bench keys` prints it.
+#[derive(Clone, Debug, Serialize)]
+pub struct LoadSummary {
+    pub decisions_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub over_admissions: u64,
+    pub allowed: usize,
+    pub denied: usize,
+    pub unavailable: usize,
+    pub no_answer: usize,
+    pub other_status: usize,
+}
+
 /// Throughput and latency of the answered requests (200 and 429).
-pub fn summary(obs: &[Observation], duration: Duration, limit: u64, window_ms: u64) -> serde_json::Value {
+pub fn summary(obs: &[Observation], duration: Duration, limit: u64, window_ms: u64) -> LoadSummary {
     let answered: Vec<&Observation> = obs.iter().filter(|o| o.status == 200 || o.status == 429).collect();
     let latency_us: Percentiles = answered.iter().map(|o| o.received_us - o.sent_us).collect();
     let latency_ms = |q: f64| latency_us.at(q).map_or(0.0, |us| us as f64 / 1_000.0);
     let count = |f: &dyn Fn(&Observation) -> bool| obs.iter().filter(|o| f(o)).count();
     let round = |x: f64| (x * 1000.0).round() / 1000.0;
-    serde_json::json!({
-        "decisions_per_s": round(answered.len() as f64 / duration.as_secs_f64()),
-        "p50_ms": round(latency_ms(0.50)),
-        "p99_ms": round(latency_ms(0.99)),
-        "p999_ms": round(latency_ms(0.999)),
-        "over_admissions": over_admissions(obs, limit, window_ms),
-        "allowed": count(&|o| o.status == 200),
-        "denied": count(&|o| o.status == 429),
-        "unavailable": count(&|o| o.status == 503),
-        "no_answer": count(&|o| o.status == 0),
-        "other_status": count(&|o| ![0, 200, 429, 503].contains(&o.status)),
-    })
+    LoadSummary {
+        decisions_per_s: round(answered.len() as f64 / duration.as_secs_f64()),
+        p50_ms: round(latency_ms(0.50)),
+        p99_ms: round(latency_ms(0.99)),
+        p999_ms: round(latency_ms(0.999)),
+        over_admissions: over_admissions(obs, limit, window_ms),
+        allowed: count(&|o| o.status == 200),
+        denied: count(&|o| o.status == 429),
+        unavailable: count(&|o| o.status == 503),
+        no_answer: count(&|o| o.status == 0),
+        other_status: count(&|o| ![0, 200, 429, 503].contains(&o.status)),
+    }
 }
 
 #[cfg(test)]
