@@ -2,12 +2,12 @@
 //!
 //! Stands in for the partner API at 1,000 QPS: a hard limit of `limit` calls in any sliding
 //! `window_ms`. Every call is counted; a call that would exceed the limit gets **429** and is a
-//! violation of Leasehold's promise. It is the independent judge of the demo and chaos runs.
+//! violation of Leasehold's promise. It is the independent judge of the demo and chaos runs. The
+//! rule is the simulator's [`SlidingWindow`] (one judge for virtual and real time), fed by this
+//! process's monotonic clock.
 //!
 //! HTTP: `POST /call` (200 or 429), `GET /stats` (JSON [`Stats`]), `GET /metrics` (Prometheus).
 #![allow(clippy::disallowed_methods)] // a development tool: it measures real time on purpose (clippy.toml)
-
-pub mod window;
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -15,13 +15,14 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use leasehold_process::metrics::{self, NO_LABELS};
+pub use leasehold_sim::sliding_window::Counters;
+use leasehold_sim::sliding_window::SlidingWindow;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use thiserror::Error;
-use window::{Counters, SlidingWindow};
 
 #[derive(Debug, Error)]
 pub enum UpstreamError {

@@ -13,9 +13,11 @@
 //!   `storm` is `chaos` with overlapping faults (a fault every 3 s, each twice as long).
 //! * [`world`]: the event loop and the wiring of the shared cores.
 //! * [`net`], [`clock`]: the network and per-node clocks.
-//! * [`upstream`]: the strict judge.
+//! * [`upstream`]: the strict judge; [`sliding_window`]: its sliding-window rule, which the mock
+//!   upstream serves too.
 //! * [`faults`]: the seeded fault schedule.
 //! * [`metrics`], [`report`]: what a run measured, and the summary over seeds.
+//! * [`percentiles`]: the one percentile definition of every tool (nearest rank, hdrhistogram).
 //! * [`chart`]: the follow-the-sun SVG.
 
 pub mod chart;
@@ -23,8 +25,10 @@ pub mod clock;
 pub mod faults;
 pub mod metrics;
 pub mod net;
+pub mod percentiles;
 pub mod report;
 pub mod scenario;
+pub mod sliding_window;
 pub mod upstream;
 pub mod world;
 

@@ -1,13 +1,15 @@
-//! Running many seeds (in parallel) and summarising them, baselines included.
+//! Running many seeds (in parallel, on a rayon pool of `RunOptions::threads` workers) and summarising
+//! them, baselines included.
 
 use crate::faults::FaultKind;
 use crate::metrics::Series;
+use crate::percentiles::Percentiles;
 use crate::scenario::{OfferedLoad, Scenario};
 use crate::world::{Policy, World};
+use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 #[derive(Clone, Debug)]
@@ -194,40 +196,18 @@ fn fewest(results: &[SeedResult], kind: FaultKind) -> u64 {
     results.iter().map(|r| r.faults.get(&kind).copied().unwrap_or(0)).min().unwrap_or(0)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let i = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
-    Some(sorted[i])
-}
-
-fn parallel<T: Send>(
-    items: Vec<u64>,
-    threads: usize,
-    f: impl Fn(u64) -> T + Sync,
-    progress: impl Fn(usize) + Sync,
-) -> Vec<T> {
-    let next = AtomicU64::new(0);
-    let out = Mutex::new(Vec::with_capacity(items.len()));
-    std::thread::scope(|s| {
-        for _ in 0..threads.max(1) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                let Some(&seed) = items.get(i) else { break };
-                let r = f(seed);
-                let done = {
-                    let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
-                    o.push((i, r));
-                    o.len()
-                };
-                progress(done);
-            });
-        }
-    });
-    let mut v = out.into_inner().unwrap_or_else(|p| p.into_inner());
-    v.sort_by_key(|(i, _)| *i);
-    v.into_iter().map(|(_, r)| r).collect()
+/// Run `f` on every seed on the current rayon pool: results in seed order, whatever order the
+/// seeds finish in. `finished(n)` is called as each seed finishes, with how many have.
+fn each_seed<T: Send>(seeds: &[u64], f: impl Fn(u64) -> T + Sync, finished: impl Fn(usize) + Sync) -> Vec<T> {
+    let done = AtomicUsize::new(0);
+    seeds
+        .par_iter()
+        .map(|&seed| {
+            let r = f(seed);
+            finished(done.fetch_add(1, Ordering::Relaxed) + 1);
+            r
+        })
+        .collect()
 }
 
 /// The naive baselines on the first seeds of the run (no faults: they are not fault-tolerant).
@@ -243,12 +223,7 @@ fn run_baselines(opts: &RunOptions) -> BTreeMap<&'static str, BaselineResult> {
         ("static_per_pod", Policy::StaticPerPod),
         ("uncoordinated", Policy::Uncoordinated),
     ] {
-        let rs = parallel(
-            seeds.clone(),
-            opts.threads,
-            |seed| run_seed(&opts.scenario, seed, policy).expect("scenario checked"),
-            |_| {},
-        );
+        let rs = each_seed(&seeds, |seed| run_seed(&opts.scenario, seed, policy).expect("scenario checked"), |_| {});
         let n = rs.len().max(1) as f64;
         baselines.insert(
             name,
@@ -265,7 +240,6 @@ fn run_baselines(opts: &RunOptions) -> BTreeMap<&'static str, BaselineResult> {
 }
 
 /// Run `opts.seeds` seeds and the baselines; returns the summary and the per-seed results.
-#[allow(clippy::disallowed_methods)] // the run's wall time and progress, for the report; worlds run on virtual time
 pub fn run_many(opts: &RunOptions) -> Result<(Summary, Vec<SeedResult>), String> {
     if Scenario::by_name(&opts.scenario, 0).is_none() {
         return Err(format!("unknown scenario {:?}; choose one of {}", opts.scenario, Scenario::NAMES.join(", ")));
@@ -273,13 +247,22 @@ pub fn run_many(opts: &RunOptions) -> Result<(Summary, Vec<SeedResult>), String>
     if opts.seeds == 0 {
         return Err("--seeds must be at least 1".into());
     }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.threads.max(1))
+        .build()
+        .map_err(|e| format!("cannot start {} worker threads: {e}", opts.threads))?;
+    Ok(pool.install(|| run_checked(opts)))
+}
+
+/// [`run_many`] once the options are checked, on the run's worker pool.
+#[allow(clippy::disallowed_methods)] // the run's wall time and progress, for the report; worlds run on virtual time
+fn run_checked(opts: &RunOptions) -> (Summary, Vec<SeedResult>) {
     let started = Instant::now();
     let seeds: Vec<u64> = (opts.first_seed..opts.first_seed + opts.seeds).collect();
     let violations_so_far = AtomicU64::new(0);
     let report_every = (opts.seeds / 10).max(1) as usize;
-    let results: Vec<SeedResult> = parallel(
-        seeds.clone(),
-        opts.threads,
+    let results: Vec<SeedResult> = each_seed(
+        &seeds,
         |seed| {
             let sc = sc_with(opts, Scenario::by_name(&opts.scenario, seed).expect("scenario checked"));
             let r = run_scenario(sc, seed, Policy::Leasehold);
@@ -307,8 +290,10 @@ pub fn run_many(opts: &RunOptions) -> Result<(Summary, Vec<SeedResult>), String>
 
     let baselines = run_baselines(opts);
     let judge_has_teeth = baselines["uncoordinated"].seeds_with_violations == baselines["uncoordinated"].seeds;
-    let mut rebalance: Vec<f64> = results.iter().flat_map(|r| r.rebalance_s.iter().copied()).collect();
-    rebalance.sort_by(f64::total_cmp);
+    // Rebalance times are whole milliseconds (metrics rounds them): recorded exactly.
+    let rebalance_ms: Percentiles =
+        results.iter().flat_map(|r| r.rebalance_s.iter()).map(|&s| (s * 1_000.0).round() as u64).collect();
+    let rebalance_s_at = |q: f64| rebalance_ms.at(q).map(|ms| ms as f64 / 1_000.0);
     let mut faults_by_kind = BTreeMap::new();
     for r in &results {
         for (k, v) in &r.faults {
@@ -329,9 +314,9 @@ pub fn run_many(opts: &RunOptions) -> Result<(Summary, Vec<SeedResult>), String>
         utilization_min: results.iter().map(|r| r.utilization).fold(1.0, f64::min),
         liveness_utilization_min: results.iter().filter_map(|r| r.liveness_utilization).reduce(f64::min),
         max_window_ratio: results.iter().map(|r| r.max_window_ratio).fold(0.0, f64::max),
-        rebalance_s_p50: percentile(&rebalance, 0.5),
-        rebalance_s_p99: percentile(&rebalance, 0.99),
-        rebalance_samples: rebalance.len(),
+        rebalance_s_p50: rebalance_s_at(0.5),
+        rebalance_s_p99: rebalance_s_at(0.99),
+        rebalance_samples: rebalance_ms.count() as usize,
         renew_s: sc.renew_ms as f64 / 1_000.0,
         faults_injected_min: results.iter().map(|r| r.faults_total).min().unwrap_or(0),
         faults_injected_total: results.iter().map(|r| r.faults_total).sum(),
@@ -356,5 +341,5 @@ pub fn run_many(opts: &RunOptions) -> Result<(Summary, Vec<SeedResult>), String>
         judge_has_teeth,
         baselines,
     };
-    Ok((summary, results))
+    (summary, results)
 }

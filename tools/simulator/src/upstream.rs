@@ -1,6 +1,8 @@
 //! The strict upstream: counts every call it receives and rejects (429) any call that would break
-//! the hard limit. Its counters are the judge of every run.
+//! the hard limit. Its counters are the judge of every run. A sliding-window limit is judged by
+//! [`SlidingWindow`], the same judge the mock upstream serves over HTTP.
 
+use crate::sliding_window::SlidingWindow;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -31,16 +33,24 @@ impl HardLimit {
     }
 }
 
+/// How calls are judged, with the judge's state.
+enum Rule {
+    SlidingWindow(SlidingWindow),
+    /// GCRA; `tat_units`: theoretical arrival time in ns·rate units.
+    TokenBucket {
+        rate_per_s: u64,
+        burst: u64,
+        tat_units: u128,
+    },
+}
+
 pub struct Upstream {
     limit: HardLimit,
+    rule: Rule,
     /// Calls still travelling (arrival time), released in time order.
     in_flight: BinaryHeap<Reverse<u64>>,
-    /// Accepted calls in the current sliding window (sliding-window limit).
-    accepted: VecDeque<u64>,
     /// Every call in the last second (for the max-window ratio).
     last_second: VecDeque<u64>,
-    /// Token-bucket judge state: theoretical arrival time in ns·rate units.
-    tat_units: u128,
     pub calls: u64,
     pub rejected: u64,
     pub max_1s_calls: u64,
@@ -51,12 +61,15 @@ const NS: u128 = 1_000_000_000;
 
 impl Upstream {
     pub fn new(limit: HardLimit) -> Self {
+        let rule = match limit {
+            HardLimit::SlidingWindow { calls, window_ms } => Rule::SlidingWindow(SlidingWindow::new(calls, window_ms)),
+            HardLimit::TokenBucket { rate_per_s, burst } => Rule::TokenBucket { rate_per_s, burst, tat_units: 0 },
+        };
         Upstream {
             limit,
+            rule,
             in_flight: BinaryHeap::new(),
-            accepted: VecDeque::new(),
             last_second: VecDeque::new(),
-            tat_units: 0,
             calls: 0,
             rejected: 0,
             max_1s_calls: 0,
@@ -92,27 +105,16 @@ impl Upstream {
         }
         self.last_second.push_back(t);
         self.max_1s_calls = self.max_1s_calls.max(self.last_second.len() as u64);
-        let ok = match self.limit {
-            HardLimit::SlidingWindow { calls, window_ms } => {
-                let w = window_ms * 1_000_000;
-                while self.accepted.front().is_some_and(|&s| s + w <= t) {
-                    self.accepted.pop_front();
-                }
-                if (self.accepted.len() as u64) < calls {
-                    self.accepted.push_back(t);
-                    true
-                } else {
-                    false
-                }
-            }
-            HardLimit::TokenBucket { rate_per_s, burst } => {
-                let r = rate_per_s as u128;
+        let ok = match &mut self.rule {
+            Rule::SlidingWindow(window) => window.call(t),
+            Rule::TokenBucket { rate_per_s, burst, tat_units } => {
+                let r = *rate_per_s as u128;
                 let now_units = t as u128 * r;
-                let tau = burst as u128 * NS;
-                let new_tat = self.tat_units.max(now_units) + NS;
+                let tau = *burst as u128 * NS;
+                let new_tat = (*tat_units).max(now_units) + NS;
                 // GCRA, starting full: the first `burst` calls at t=0 conform.
                 if new_tat - now_units <= tau {
-                    self.tat_units = new_tat;
+                    *tat_units = new_tat;
                     true
                 } else {
                     false

@@ -9,7 +9,8 @@ use leasehold_pod::{Pod, PodSettings};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::dc_manager::DcManagerConfig;
 use leasehold_shared::quota::Quota;
-use serde_json::json;
+use leasehold_sim::percentiles::Percentiles;
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -44,13 +45,6 @@ fn kind(subject: &str) -> &'static str {
     }
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
 pub fn run(a: Args) -> Result<ExitCode, String> {
     if a.pods == 0 || a.pods > 5_000 || a.duration_s == 0 {
         return Err("--pods must be within 1..=5000 and --duration-s positive".into());
@@ -58,8 +52,97 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     leasehold::block_on(measure(a))
 }
 
+/// The bench's one JSON line.
+#[derive(Serialize)]
+struct Summary {
+    pods: usize,
+    duration_s: f64,
+    periods_ms: PeriodsMs,
+    msgs_per_s: BTreeMap<&'static str, f64>,
+    bytes_per_s: f64,
+    per_pod: PerPod,
+    per_dc: PerDc,
+    kv_writes_per_s: KvWritesPerS,
+    lease_gap_ms: LeaseGapMs,
+    dc_manager_keeps_renew_period: bool,
+    dc_passes_per_s: DcPassesPerS,
+}
+
+#[derive(Serialize)]
+struct PeriodsMs {
+    pod_report: u64,
+    pod_renew: u64,
+    coordinator_renew: u64,
+}
+
+#[derive(Serialize)]
+struct PerPod {
+    reports_per_s: f64,
+    leases_per_s: f64,
+}
+
+#[derive(Serialize)]
+struct PerDc {
+    dc_reports_per_s: f64,
+    kv_leader_writes_per_s: f64,
+}
+
+#[derive(Serialize)]
+struct KvWritesPerS {
+    ledger: f64,
+    coordinator_leader: f64,
+    dc_leader: f64,
+}
+
+/// Time between two leases to the same pod.
+#[derive(Serialize)]
+struct LeaseGapMs {
+    p50: f64,
+    p99: f64,
+    max: f64,
+}
+
+#[derive(Serialize)]
+struct DcPassesPerS {
+    full: f64,
+    growth: f64,
+}
+
+/// The system under measurement: its own nats-server (unless `--nats-url`), a coordinator, one
+/// DC manager and the pods, every pod holding a lease.
+struct Running {
+    _server: Option<NatsServer>,
+    monitor: async_nats::Client,
+    _coordinator: leasehold_coordinator::Handle,
+    manager: leasehold_dc_manager::Handle,
+    pods: Vec<Pod>,
+    periods_ms: PeriodsMs,
+}
+
+/// What the monitor saw in the measuring time.
+struct Counted {
+    secs: f64,
+    counts: BTreeMap<&'static str, u64>,
+    bytes: u64,
+    lease_gap_us: Percentiles,
+    passes_full: u64,
+    passes_growth: u64,
+}
+
 async fn measure(a: Args) -> Result<ExitCode, String> {
-    let (_server, url) = match &a.nats_url {
+    let running = start(&a).await?;
+    eprintln!("bench: all pods hold leases; measuring for {} s", a.duration_s);
+    let counted = count(&running, Duration::from_secs(a.duration_s)).await?;
+    let summary = summarize(a.pods, running.periods_ms, &counted);
+    println!("{}", serde_json::to_string(&summary).map_err(|e| e.to_string())?);
+    for p in running.pods {
+        p.crash();
+    }
+    Ok(if summary.dc_manager_keeps_renew_period { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+async fn start(a: &Args) -> Result<Running, String> {
+    let (server, url) = match &a.nats_url {
         Some(u) => (None, u.clone()),
         None => {
             let bin = binaries().map_err(|e| e.to_string())?;
@@ -81,11 +164,11 @@ async fn measure(a: Args) -> Result<ExitCode, String> {
         limits: vec![limit],
         ..Default::default()
     };
-    let _c = leasehold_coordinator::spawn(connect("coordinator").await?, coord);
+    let coordinator = leasehold_coordinator::spawn(connect("coordinator").await?, coord);
     let manager = DcManagerConfig::new("api", "bkk", "");
     let dc_renew_ms = manager.renew_interval_ms;
     let dc = leasehold_dc_manager::config::Settings { nats_url: url.clone(), manager, ..Default::default() };
-    let m = leasehold_dc_manager::spawn(connect("dc-manager").await?, dc);
+    let manager = leasehold_dc_manager::spawn(connect("dc-manager").await?, dc);
     let mut pods = Vec::with_capacity(a.pods);
     for i in 0..a.pods {
         let s = PodSettings {
@@ -106,18 +189,28 @@ async fn measure(a: Args) -> Result<ExitCode, String> {
             return Err(format!("pod {} got no lease within 60 s", p.id));
         }
     }
-    eprintln!("bench: all pods hold leases; measuring for {} s", a.duration_s);
+    let periods_ms = PeriodsMs {
+        pod_report: PodSettings::default().report_interval_ms,
+        pod_renew: dc_renew_ms,
+        coordinator_renew: renew_ms,
+    };
+    Ok(Running { _server: server, monitor, _coordinator: coordinator, manager, pods, periods_ms })
+}
+
+/// Count every message on `lh.>` and every KV write on `$KV.>` for `duration`.
+async fn count(running: &Running, duration: Duration) -> Result<Counted, String> {
+    let monitor = &running.monitor;
     // Subscribe only now: the joining storm (each join re-splits for everyone) is not steady state.
     let mut all = monitor.subscribe("lh.>").await.map_err(|e| e.to_string())?;
     let mut kv = monitor.subscribe("$KV.>").await.map_err(|e| e.to_string())?;
     monitor.flush().await.map_err(|e| e.to_string())?;
     let start = Instant::now();
-    let before = m.status.borrow().clone();
-    let end = start + Duration::from_secs(a.duration_s);
+    let before = running.manager.status.borrow().clone();
+    let end = start + duration;
     let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut bytes: u64 = 0;
     let mut last_lease: BTreeMap<String, Instant> = BTreeMap::new();
-    let mut gaps_ms: Vec<f64> = Vec::new();
+    let mut lease_gap_us = Percentiles::new();
     loop {
         let msg = tokio::select! {
             m = all.next() => m,
@@ -131,41 +224,55 @@ async fn measure(a: Args) -> Result<ExitCode, String> {
         if k == "pod_lease" {
             let now = Instant::now();
             if let Some(prev) = last_lease.insert(msg.subject.to_string(), now) {
-                gaps_ms.push(now.duration_since(prev).as_secs_f64() * 1e3);
+                lease_gap_us.record(now.duration_since(prev).as_micros() as u64);
             }
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    let after = m.status.borrow().clone();
-    gaps_ms.sort_by(f64::total_cmp);
-    let rate = |k: &str| counts.get(k).copied().unwrap_or(0) as f64 / secs;
-    let n = a.pods as f64;
+    let after = running.manager.status.borrow().clone();
+    Ok(Counted {
+        secs,
+        counts,
+        bytes,
+        lease_gap_us,
+        passes_full: after.passes_full - before.passes_full,
+        passes_growth: after.passes_growth - before.passes_growth,
+    })
+}
+
+/// Rates per second (rounded to 0.001), and whether the DC manager kept its renew period: the
+/// 99th percentile gap between two leases to one pod within 1.25 renew periods.
+fn summarize(pods: usize, periods_ms: PeriodsMs, c: &Counted) -> Summary {
+    let rate = |k: &str| c.counts.get(k).copied().unwrap_or(0) as f64 / c.secs;
+    let n = pods as f64;
     let round = |x: f64| (x * 1_000.0).round() / 1_000.0;
-    let gap_p99 = percentile(&gaps_ms, 0.99);
-    let keeps_period = gap_p99 <= dc_renew_ms as f64 * 1.25;
-    let summary = json!({
-        "pods": a.pods,
-        "duration_s": round(secs),
-        "periods_ms": { "pod_report": PodSettings::default().report_interval_ms, "pod_renew": dc_renew_ms, "coordinator_renew": renew_ms },
-        "msgs_per_s": counts.keys().map(|k| (k.to_string(), round(rate(k)))).collect::<BTreeMap<_, _>>(),
-        "bytes_per_s": round(bytes as f64 / secs),
-        "per_pod": { "reports_per_s": round(rate("pod_report") / n), "leases_per_s": round(rate("pod_lease") / n) },
-        "per_dc": { "dc_reports_per_s": round(rate("dc_report")), "kv_leader_writes_per_s": round(rate("kv_dc_leader_write")) },
-        "kv_writes_per_s": {
-            "ledger": round(rate("kv_ledger_write")),
-            "coordinator_leader": round(rate("kv_coordinator_leader_write")),
-            "dc_leader": round(rate("kv_dc_leader_write")),
+    let gap_ms = |us: Option<u64>| us.map_or(0.0, |us| us as f64 / 1_000.0);
+    let gap_p99 = gap_ms(c.lease_gap_us.at(0.99));
+    Summary {
+        pods,
+        duration_s: round(c.secs),
+        msgs_per_s: c.counts.keys().map(|&k| (k, round(rate(k)))).collect(),
+        bytes_per_s: round(c.bytes as f64 / c.secs),
+        per_pod: PerPod { reports_per_s: round(rate("pod_report") / n), leases_per_s: round(rate("pod_lease") / n) },
+        per_dc: PerDc {
+            dc_reports_per_s: round(rate("dc_report")),
+            kv_leader_writes_per_s: round(rate("kv_dc_leader_write")),
         },
-        "lease_gap_ms": { "p50": round(percentile(&gaps_ms, 0.5)), "p99": round(gap_p99), "max": round(gaps_ms.last().copied().unwrap_or(0.0)) },
-        "dc_manager_keeps_renew_period": keeps_period,
-        "dc_passes_per_s": {
-            "full": round((after.passes_full - before.passes_full) as f64 / secs),
-            "growth": round((after.passes_growth - before.passes_growth) as f64 / secs),
+        kv_writes_per_s: KvWritesPerS {
+            ledger: round(rate("kv_ledger_write")),
+            coordinator_leader: round(rate("kv_coordinator_leader_write")),
+            dc_leader: round(rate("kv_dc_leader_write")),
         },
-    });
-    println!("{summary}");
-    for p in pods {
-        p.crash();
+        lease_gap_ms: LeaseGapMs {
+            p50: round(gap_ms(c.lease_gap_us.at(0.5))),
+            p99: round(gap_p99),
+            max: round(gap_ms(c.lease_gap_us.max())),
+        },
+        dc_manager_keeps_renew_period: gap_p99 <= periods_ms.pod_renew as f64 * 1.25,
+        dc_passes_per_s: DcPassesPerS {
+            full: round(c.passes_full as f64 / c.secs),
+            growth: round(c.passes_growth as f64 / c.secs),
+        },
+        periods_ms,
     }
-    Ok(if keeps_period { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

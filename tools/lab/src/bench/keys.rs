@@ -4,9 +4,11 @@
 //! of instances deciding in one central Redis (sorted set + Lua, envoy ratelimit's design).
 //! The last line is JSON; `--kill-owner-at-s` SIGKILLs one owner mid-run.
 
-use super::keys_load::{drive, summary, LoadSpec, Observation};
+use super::keys_load::{drive, key_ranks, summary, LoadSpec, LoadSummary, Observation};
 use crate::demo::procs::Procs;
 use leasehold_nats_harness::{binaries, NatsServer};
+use rand_distr::Zipf;
+use serde::Serialize;
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,6 +24,7 @@ pub struct Args {
     /// Distinct keys, drawn Zipf-distributed.
     #[arg(long, default_value_t = 10_000)]
     keys: usize,
+    /// The Zipf exponent: key of rank k drawn with probability ∝ 1 / k^s (at least 0).
     #[arg(long, default_value_t = 1.1)]
     zipf_s: f64,
     /// Concurrent clients (each sends its next request when the last is answered).
@@ -61,17 +64,96 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     if a.kill_owner_at_s.is_some_and(|k| k >= a.duration_s || a.instances < 2) {
         return Err("--kill-owner-at-s must be below --duration-s, with at least 2 instances".into());
     }
-    leasehold::block_on(bench(a))
+    let ranks = key_ranks(a.keys, a.zipf_s)?;
+    leasehold::block_on(bench(a, ranks))
 }
 
-async fn bench(a: Args) -> Result<ExitCode, String> {
+/// What a SIGKILLed owner cost (with `--kill-owner-at-s`).
+#[derive(Serialize)]
+struct OwnerKill {
+    killed_owner_at_s: u64,
+    recovery_ms: u64,
+    shard_ttl_ms: u64,
+    answered_again_within_ttl: bool,
+    /// `interval` durability only: what a crash may lose, so at most this many over-admissions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    over_admission_bound: Option<usize>,
+}
+
+/// The NATS-sharded run.
+#[derive(Serialize)]
+struct ShardedRun {
+    #[serde(flatten)]
+    load: LoadSummary,
+    #[serde(flatten)]
+    kill: Option<OwnerKill>,
+}
+
+/// The last stdout line: the sharded run's numbers at the top level, the settings, and the Redis
+/// baseline's numbers under `redis` (null with `--skip-redis`).
+#[derive(Serialize)]
+struct BenchSummary {
+    #[serde(flatten)]
+    sharded: ShardedRun,
+    instances: usize,
+    keys: usize,
+    zipf_s: f64,
+    clients: usize,
+    limit: u64,
+    window_ms: u64,
+    durability: String,
+    redis: Option<LoadSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    throughput_vs_redis: Option<f64>,
+}
+
+/// The run's settings shared by both designs' loads.
+struct Bench {
+    a: Args,
+    ranks: Zipf<f64>,
+    tiers: String,
+    run_id: String,
+}
+
+impl Bench {
+    /// The load against `bases`, its keys named `{design}-{run id}-{key}`.
+    fn load(&self, design: &str, bases: Vec<String>) -> LoadSpec {
+        LoadSpec {
+            bases,
+            key_prefix: format!("{design}-{}-", self.run_id),
+            key_ranks: self.ranks,
+            clients: self.a.clients,
+            duration: Duration::from_secs(self.a.duration_s),
+            seed: self.a.seed,
+        }
+    }
+}
+
+async fn bench(a: Args, ranks: Zipf<f64>) -> Result<ExitCode, String> {
     std::fs::create_dir_all(&a.out_dir).map_err(|e| format!("cannot create {}: {e}", a.out_dir.display()))?;
     let tiers = a.out_dir.join("tiers.json");
     let doc = json!({ "default_tier": "bench", "tiers": { "bench": { "limit": a.limit, "window_ms": a.window_ms } } });
     std::fs::write(&tiers, doc.to_string()).map_err(|e| format!("cannot write {}: {e}", tiers.display()))?;
     let tiers = tiers.to_string_lossy().to_string();
     let run_id = format!("{:x}", std::process::id() as u64 ^ (a.seed << 20));
+    let b = Bench { a, ranks, tiers, run_id };
+    let sharded = sharded_run(&b).await?;
+    eprintln!("bench keys: sharded {}", to_json(&sharded)?);
+    let redis = if b.a.skip_redis { None } else { Some(redis_run(&b).await?) };
+    let summary = report(b.a, sharded, redis);
+    println!("{}", to_json(&summary)?);
+    let ok = summary.sharded.load.over_admissions == 0 && summary.redis.as_ref().is_none_or(|r| r.over_admissions == 0);
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
 
+fn to_json(v: &impl Serialize) -> Result<String, String> {
+    serde_json::to_string(v).map_err(|e| e.to_string())
+}
+
+/// Start a nats-server and the NATS-sharded owners, drive the load (SIGKILLing owner k0 if asked)
+/// and judge what the clients saw.
+async fn sharded_run(b: &Bench) -> Result<ShardedRun, String> {
+    let a = &b.a;
     let binary = binaries().map_err(|e| e.to_string())?.remove(0);
     let server = NatsServer::start(&binary).map_err(|e| e.to_string())?;
     let mut procs = Procs::new(&a.out_dir.join("sharded"))?;
@@ -86,7 +168,7 @@ async fn bench(a: Args) -> Result<ExitCode, String> {
             "--nats-url",
             &url,
             "--tiers",
-            &tiers,
+            &b.tiers,
             "--instance-id",
             &id,
             "--durability",
@@ -99,78 +181,73 @@ async fn bench(a: Args) -> Result<ExitCode, String> {
     }
     let settled = wait_for_shards(&bases, Duration::from_secs(30)).await?;
     eprintln!("bench keys: {} owners serve all {SHARDS} shards after {settled:.1} s", a.instances);
-    let spec = |bases: Vec<String>, prefix: &str| LoadSpec {
-        bases,
-        key_prefix: format!("{prefix}-{run_id}-"),
-        keys: a.keys,
-        zipf_s: a.zipf_s,
-        clients: a.clients,
-        duration: Duration::from_secs(a.duration_s),
-        seed: a.seed,
-    };
+    let load = b.load("s", bases);
     let start = Instant::now();
-    let load = spec(bases, "s");
     let killer = async {
         let at = a.kill_owner_at_s?;
         tokio::time::sleep_until((start + Duration::from_secs(at)).into()).await;
         procs.kill("keys-0").await;
         eprintln!("bench keys: SIGKILLed owner k0 at {at} s");
-        Some(start.elapsed().as_micros() as u64)
+        Some((at, start.elapsed().as_micros() as u64))
     };
-    let (obs, killed_at_us, _) = tokio::join!(drive(&load, start), killer, progress(start, load.duration, "sharded"));
-    let mut sharded = summary(&obs, load.duration, a.limit, a.window_ms);
-    if let Some(at_us) = killed_at_us {
-        let recovery = recovery_ms(&obs, 0, at_us);
-        sharded["killed_owner_at_s"] = json!(a.kill_owner_at_s);
-        sharded["recovery_ms"] = json!(recovery);
-        sharded["shard_ttl_ms"] = json!(a.shard_ttl_ms);
-        sharded["answered_again_within_ttl"] = json!(recovery <= a.shard_ttl_ms);
-        if let Some(ms) = a.durability.strip_prefix("interval:").and_then(|m| m.parse::<u64>().ok()) {
-            sharded["over_admission_bound"] = json!(loss_bound(&obs, at_us, ms));
-        }
-    }
+    let (obs, killed, _) = tokio::join!(drive(&load, start), killer, progress(start, load.duration, "sharded"));
     procs.stop(Duration::from_secs(5), |_| true).await;
     drop(server);
-    eprintln!("bench keys: sharded {sharded}");
-
-    let redis = if a.skip_redis {
-        serde_json::Value::Null
-    } else {
-        let mut procs = Procs::new(&a.out_dir.join("redis"))?;
-        let mut bases = Vec::new();
-        for i in 0..a.instances {
-            let args = ["keys", "--listen", "127.0.0.1:0", "--redis-url", &a.redis_url, "--tiers", &tiers];
-            let addr = procs.spawn(&format!("redis-keys-{i}"), &args, &[], true).await.map_err(|e| {
-                format!("{e} (is Redis running at {}? --skip-redis measures without the baseline)", a.redis_url)
-            })?;
-            bases.push(format!("http://{}", addr.unwrap_or_default()));
+    let kill = killed.map(|(at_s, at_us)| {
+        let recovery = recovery_ms(&obs, 0, at_us);
+        OwnerKill {
+            killed_owner_at_s: at_s,
+            recovery_ms: recovery,
+            shard_ttl_ms: a.shard_ttl_ms,
+            answered_again_within_ttl: recovery <= a.shard_ttl_ms,
+            over_admission_bound: a
+                .durability
+                .strip_prefix("interval:")
+                .and_then(|m| m.parse::<u64>().ok())
+                .map(|ms| loss_bound(&obs, at_us, ms)),
         }
-        let load = spec(bases, "r");
-        let start = Instant::now();
-        let (obs, _) = tokio::join!(drive(&load, start), progress(start, load.duration, "redis"));
-        procs.stop(Duration::from_secs(5), |_| true).await;
-        let s = summary(&obs, load.duration, a.limit, a.window_ms);
-        eprintln!("bench keys: redis {s}");
-        s
-    };
+    });
+    Ok(ShardedRun { load: summary(&obs, load.duration, a.limit, a.window_ms), kill })
+}
 
-    let mut out = sharded.clone();
-    out["instances"] = json!(a.instances);
-    out["keys"] = json!(a.keys);
-    out["zipf_s"] = json!(a.zipf_s);
-    out["clients"] = json!(a.clients);
-    out["limit"] = json!(a.limit);
-    out["window_ms"] = json!(a.window_ms);
-    out["durability"] = json!(a.durability);
-    out["redis"] = redis.clone();
-    if !redis.is_null() {
-        let ours = sharded["decisions_per_s"].as_f64().unwrap_or(0.0);
-        let theirs = redis["decisions_per_s"].as_f64().unwrap_or(0.0);
-        out["throughput_vs_redis"] = json!(((ours / theirs.max(1e-9)) * 1000.0).round() / 1000.0);
+/// The baseline: as many instances deciding in one central Redis, under the same load.
+async fn redis_run(b: &Bench) -> Result<LoadSummary, String> {
+    let a = &b.a;
+    let mut procs = Procs::new(&a.out_dir.join("redis"))?;
+    let mut bases = Vec::new();
+    for i in 0..a.instances {
+        let args = ["keys", "--listen", "127.0.0.1:0", "--redis-url", &a.redis_url, "--tiers", &b.tiers];
+        let addr = procs.spawn(&format!("redis-keys-{i}"), &args, &[], true).await.map_err(|e| {
+            format!("{e} (is Redis running at {}? --skip-redis measures without the baseline)", a.redis_url)
+        })?;
+        bases.push(format!("http://{}", addr.unwrap_or_default()));
     }
-    println!("{out}");
-    let ok = sharded["over_admissions"] == 0 && (redis.is_null() || redis["over_admissions"] == 0);
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    let load = b.load("r", bases);
+    let start = Instant::now();
+    let (obs, _) = tokio::join!(drive(&load, start), progress(start, load.duration, "redis"));
+    procs.stop(Duration::from_secs(5), |_| true).await;
+    let s = summary(&obs, load.duration, a.limit, a.window_ms);
+    eprintln!("bench keys: redis {}", to_json(&s)?);
+    Ok(s)
+}
+
+fn report(a: Args, sharded: ShardedRun, redis: Option<LoadSummary>) -> BenchSummary {
+    let throughput_vs_redis = redis.as_ref().map(|r| {
+        let ratio = sharded.load.decisions_per_s / r.decisions_per_s.max(1e-9);
+        (ratio * 1000.0).round() / 1000.0
+    });
+    BenchSummary {
+        sharded,
+        instances: a.instances,
+        keys: a.keys,
+        zipf_s: a.zipf_s,
+        clients: a.clients,
+        limit: a.limit,
+        window_ms: a.window_ms,
+        durability: a.durability,
+        redis,
+        throughput_vs_redis,
+    }
 }
 
 /// Poll every instance's `/metrics` until their served shards add up to all of them, evenly.

@@ -6,34 +6,25 @@
 //! in less than `W − 1 ms` (the limiter's clock has 1 ms resolution) were certainly decided
 //! within one window, so each such group is one admission too many.
 
-use leasehold_shared::rng::SeededRng;
+use leasehold_sim::percentiles::Percentiles;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use rand_distr::{Distribution, Zipf};
+use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Keys drawn with probability ∝ 1 / rank^s.
-pub struct Zipf {
-    cdf: Vec<f64>,
+/// Keys drawn with probability ∝ 1 / rank^`s` (rank 1 is key 0): `rand_distr`'s Zipf over `keys`
+/// ranks. `s` must be at least 0 (0: every key equally likely).
+pub fn key_ranks(keys: usize, s: f64) -> Result<Zipf<f64>, String> {
+    Zipf::new(keys.max(1) as f64, s).map_err(|e| format!("--zipf-s {s} with --keys {keys}: {e}"))
 }
 
-impl Zipf {
-    pub fn new(keys: usize, s: f64) -> Self {
-        let mut acc = 0.0;
-        let mut cdf: Vec<f64> = (1..=keys.max(1))
-            .map(|rank| {
-                acc += 1.0 / (rank as f64).powf(s);
-                acc
-            })
-            .collect();
-        cdf.iter_mut().for_each(|c| *c /= acc);
-        Zipf { cdf }
-    }
-
-    pub fn sample(&self, rng: &mut SeededRng) -> usize {
-        let u = rng.next_f64();
-        self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1)
-    }
+/// One key drawn from `ranks`: its rank minus one.
+pub fn draw_key(ranks: &Zipf<f64>, rng: &mut StdRng) -> u32 {
+    (ranks.sample(rng) as u32).saturating_sub(1)
 }
 
 /// One answer as the client saw it.
@@ -50,8 +41,8 @@ pub struct Observation {
 pub struct LoadSpec {
     pub bases: Vec<String>,
     pub key_prefix: String,
-    pub keys: usize,
-    pub zipf_s: f64,
+    /// From [`key_ranks`].
+    pub key_ranks: Zipf<f64>,
     pub clients: usize,
     pub duration: Duration,
     pub seed: u64,
@@ -64,23 +55,22 @@ pub async fn drive(spec: &LoadSpec, start: Instant) -> Vec<Observation> {
         .pool_max_idle_per_host(spec.clients)
         .build()
         .unwrap_or_default();
-    let zipf = Arc::new(Zipf::new(spec.keys, spec.zipf_s));
     let dead: Arc<Vec<AtomicBool>> = Arc::new(spec.bases.iter().map(|_| AtomicBool::new(false)).collect());
     let until = start + spec.duration;
     let mut tasks = Vec::new();
     for c in 0..spec.clients {
-        let (http, zipf, dead) = (http.clone(), zipf.clone(), dead.clone());
+        let (http, ranks, dead) = (http.clone(), spec.key_ranks, dead.clone());
         let (bases, prefix) = (spec.bases.clone(), spec.key_prefix.clone());
-        let mut rng = SeededRng::new(spec.seed ^ (c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut rng = StdRng::seed_from_u64(spec.seed ^ (c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         tasks.push(tokio::spawn(async move {
             let mut seen = Vec::new();
             while Instant::now() < until {
-                let key = zipf.sample(&mut rng) as u32;
+                let key = draw_key(&ranks, &mut rng);
                 let live: Vec<usize> = (0..bases.len()).filter(|&i| !dead[i].load(Ordering::Relaxed)).collect();
                 if live.is_empty() {
                     break;
                 }
-                let i = live[rng.range_u64(0, live.len() as u64 - 1) as usize];
+                let i = live[rng.random_range(0..live.len())];
                 let sent_us = start.elapsed().as_micros() as u64;
                 let r = http.post(format!("{}/v1/keys/{prefix}{key}", bases[i])).send().await;
                 let received_us = start.elapsed().as_micros() as u64;
@@ -131,32 +121,40 @@ pub fn over_admissions(obs: &[Observation], limit: u64, window_ms: u64) -> u64 {
     over
 }
 
-fn percentile(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize] as f64 / 1_000.0
+/// Throughput, latency and the judge's verdict for one run, as `bench keys` prints it.
+#[derive(Clone, Debug, Serialize)]
+pub struct LoadSummary {
+    pub decisions_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub over_admissions: u64,
+    pub allowed: usize,
+    pub denied: usize,
+    pub unavailable: usize,
+    pub no_answer: usize,
+    pub other_status: usize,
 }
 
 /// Throughput and latency of the answered requests (200 and 429).
-pub fn summary(obs: &[Observation], duration: Duration, limit: u64, window_ms: u64) -> serde_json::Value {
+pub fn summary(obs: &[Observation], duration: Duration, limit: u64, window_ms: u64) -> LoadSummary {
     let answered: Vec<&Observation> = obs.iter().filter(|o| o.status == 200 || o.status == 429).collect();
-    let mut lat: Vec<u64> = answered.iter().map(|o| o.received_us - o.sent_us).collect();
-    lat.sort_unstable();
+    let latency_us: Percentiles = answered.iter().map(|o| o.received_us - o.sent_us).collect();
+    let latency_ms = |q: f64| latency_us.at(q).map_or(0.0, |us| us as f64 / 1_000.0);
     let count = |f: &dyn Fn(&Observation) -> bool| obs.iter().filter(|o| f(o)).count();
     let round = |x: f64| (x * 1000.0).round() / 1000.0;
-    serde_json::json!({
-        "decisions_per_s": round(answered.len() as f64 / duration.as_secs_f64()),
-        "p50_ms": round(percentile(&lat, 0.50)),
-        "p99_ms": round(percentile(&lat, 0.99)),
-        "p999_ms": round(percentile(&lat, 0.999)),
-        "over_admissions": over_admissions(obs, limit, window_ms),
-        "allowed": count(&|o| o.status == 200),
-        "denied": count(&|o| o.status == 429),
-        "unavailable": count(&|o| o.status == 503),
-        "no_answer": count(&|o| o.status == 0),
-        "other_status": count(&|o| ![0, 200, 429, 503].contains(&o.status)),
-    })
+    LoadSummary {
+        decisions_per_s: round(answered.len() as f64 / duration.as_secs_f64()),
+        p50_ms: round(latency_ms(0.50)),
+        p99_ms: round(latency_ms(0.99)),
+        p999_ms: round(latency_ms(0.999)),
+        over_admissions: over_admissions(obs, limit, window_ms),
+        allowed: count(&|o| o.status == 200),
+        denied: count(&|o| o.status == 429),
+        unavailable: count(&|o| o.status == 503),
+        no_answer: count(&|o| o.status == 0),
+        other_status: count(&|o| ![0, 200, 429, 503].contains(&o.status)),
+    }
 }
 
 #[cfg(test)]
@@ -185,11 +183,19 @@ mod tests {
 
     #[test]
     fn zipf_prefers_low_ranks() {
-        let z = Zipf::new(1_000, 1.1);
-        let mut rng = SeededRng::new(7);
-        let draws: Vec<usize> = (0..10_000).map(|_| z.sample(&mut rng)).collect();
+        let ranks = key_ranks(1_000, 1.1).unwrap();
+        let mut rng = StdRng::seed_from_u64(7);
+        let draws: Vec<u32> = (0..10_000).map(|_| draw_key(&ranks, &mut rng)).collect();
+        assert!(draws.iter().all(|&k| k < 1_000));
         let top = draws.iter().filter(|&&k| k == 0).count();
         let tail = draws.iter().filter(|&&k| k == 999).count();
         assert!(top > 500 && tail < 20, "top {top}, tail {tail}");
+    }
+
+    #[test]
+    fn a_negative_exponent_is_refused() {
+        assert!(key_ranks(10, -0.5).is_err());
+        assert!(key_ranks(10, f64::NAN).is_err());
+        assert!(key_ranks(10, 0.0).is_ok());
     }
 }

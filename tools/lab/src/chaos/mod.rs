@@ -7,17 +7,18 @@
 mod adversary;
 mod faults;
 mod judge;
+mod report;
 mod schedule;
 mod topology;
 
-use crate::demo::load::start_diurnal;
+use crate::demo::load::{start_diurnal, Load};
 use crate::demo::procs::Procs;
 use crate::demo::{observe, DCS, HARD_CALLS, PODS_PER_DC};
 use faults::{agent_env, World};
 use leasehold_nats::connect::{connect_until, jetstream};
 use leasehold_nats_harness::binaries;
-use schedule::{FaultKind, Plan};
-use serde_json::json;
+use report::{LogEntry, Step};
+use schedule::{Fault, FaultKind, Plan};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -151,6 +152,31 @@ async fn start_world(a: &ChaosArgs) -> Result<World, String> {
 }
 
 async fn chaos(a: ChaosArgs) -> Result<ExitCode, String> {
+    let schedule = plan(&a);
+    let (mut world, http, upstream) = start(&a).await?;
+    eprintln!("chaos: every pod holds a lease; load starts");
+    let duration = Duration::from_secs(a.duration_s);
+    let (load, drivers) = start_diurnal(http.clone(), upstream.clone(), duration, world.lists.clone());
+    let (log, injected) = drive(&mut world, &http, &upstream, &load, &schedule).await?;
+    for d in drivers {
+        let _ = d.await;
+    }
+    let up = observe::settle(&http, &upstream).await.ok_or("the upstream stopped answering")?;
+    let crashed = world.procs.exited();
+    world.procs.stop(Duration::from_secs(8), |n| n.contains("-pod") || n.contains("-join")).await;
+    world.procs.stop(Duration::from_secs(5), |_| true).await;
+
+    let bins = load.bins.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let adversary = std::mem::take(&mut world.adversary_sent);
+    let ran = report::Ran { schedule: &schedule, injected, bins: &bins, upstream: &up, crashed, adversary };
+    let summary = report::summarize(&a, ran);
+    report::write_record(&a.out_dir, &summary, &log, &schedule, &bins);
+    println!("{}", serde_json::to_string(&summary).map_err(|e| e.to_string())?);
+    Ok(if summary.safe { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The seeded fault schedule of the run.
+fn plan(a: &ChaosArgs) -> Vec<Fault> {
     let kinds = if a.faults.is_empty() { FaultKind::ALL.to_vec() } else { a.faults.clone() };
     let pod_ttl_s = leasehold_shared::dc_manager::DcManagerConfig::new("", "", "").pod_ttl_ms as f64 / 1_000.0;
     let plan = Plan {
@@ -161,9 +187,15 @@ async fn chaos(a: ChaosArgs) -> Result<ExitCode, String> {
         dcs: DCS.len(),
         pods_per_dc: PODS_PER_DC,
     };
-    let plan_faults = schedule::schedule(a.seed, &plan, &kinds);
-    eprintln!("chaos: seed {} schedules {} faults in {} s", a.seed, plan_faults.len(), a.duration_s);
-    let mut world = start_world(&a).await?;
+    let faults = schedule::schedule(a.seed, &plan, &kinds);
+    eprintln!("chaos: seed {} schedules {} faults in {} s", a.seed, faults.len(), a.duration_s);
+    faults
+}
+
+/// Start the world and wait until every pod holds a lease; returns it with an HTTP client and the
+/// upstream's address.
+async fn start(a: &ChaosArgs) -> Result<(World, reqwest::Client, String), String> {
+    let world = start_world(a).await?;
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(512)
         .timeout(Duration::from_secs(5))
@@ -179,19 +211,25 @@ async fn chaos(a: ChaosArgs) -> Result<ExitCode, String> {
         }
     }
     let upstream = world.procs.address("upstream").ok_or("no upstream")?;
-    eprintln!("chaos: every pod holds a lease; load starts");
+    Ok((world, http, upstream))
+}
 
-    let duration = Duration::from_secs(a.duration_s);
-    let (load, drivers) = start_diurnal(http.clone(), upstream.clone(), duration, world.lists.clone());
-    let bins = load.bins.clone();
-
+/// Apply and heal the scheduled faults one at a time while the load runs, with a progress row
+/// every 10 s; returns the fault log and the count of faults applied per kind.
+async fn drive(
+    world: &mut World,
+    http: &reqwest::Client,
+    upstream: &str,
+    load: &Load,
+    schedule: &[Fault],
+) -> Result<(Vec<LogEntry>, BTreeMap<&'static str, u64>), String> {
     let mut log = Vec::new();
-    let mut pending = plan_faults.clone().into_iter().peekable();
-    let mut active: Option<(schedule::Fault, faults::Undo)> = None;
+    let mut pending = schedule.iter().cloned().peekable();
+    let mut active: Option<(Fault, faults::Undo)> = None;
     let mut injected: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let mut last_row = 0;
-    while load.start.elapsed() < duration {
+    while load.start.elapsed() < load.duration {
         tick.tick().await;
         let t = load.start.elapsed().as_secs_f64();
         if let Some((f, _)) = &active {
@@ -199,100 +237,42 @@ async fn chaos(a: ChaosArgs) -> Result<ExitCode, String> {
                 let (f, undo) = active.take().expect("active");
                 let line = world.heal(undo).await?;
                 eprintln!("chaos: t={t:6.1}s heal {}: {line}", f.kind.name());
-                log.push(json!({ "t_s": t, "heal": f.kind.name(), "what": line }));
+                log.push(LogEntry { t_s: t, step: Step::Heal(f.kind.name()), what: line });
             }
         } else if pending.peek().is_some_and(|f| t >= f.at_s) {
             let f = pending.next().expect("peeked");
             let (undo, line) = world.apply(&f).await?;
             eprintln!("chaos: t={t:6.1}s fault {}: {line}", f.kind.name());
-            log.push(json!({ "t_s": t, "fault": f.kind.name(), "what": line }));
+            log.push(LogEntry { t_s: t, step: Step::Fault(f.kind.name()), what: line });
             *injected.entry(f.kind.name()).or_default() += 1;
             active = Some((f, undo));
         }
         let sec = t as u64;
         if sec >= last_row + 10 {
             last_row = sec;
-            if let Some(u) = observe::upstream_stats(&http, &upstream).await {
-                let b = bins.lock().unwrap_or_else(|p| p.into_inner());
-                let from = sec.saturating_sub(10) as usize;
-                let adm: u64 = (from..sec as usize).map(|s| b.admitted[s].iter().sum::<u64>()).sum();
-                let off: u64 = (from..sec as usize).map(|s| b.offered[s].iter().sum::<u64>()).sum();
-                eprintln!(
-                    "chaos: t={sec:4}s offered {:5.0}/s admitted {:5.0}/s | upstream max 1 s window {} ({:.3}), 429s {}",
-                    off as f64 / 10.0,
-                    adm as f64 / 10.0,
-                    u.max_window,
-                    u.max_window_ratio,
-                    u.rejected
-                );
-            }
+            progress_row(http, upstream, load, sec).await;
         }
     }
     if let Some((f, undo)) = active.take() {
         let line = world.heal(undo).await?;
-        log.push(json!({ "t_s": load.start.elapsed().as_secs_f64(), "heal": f.kind.name(), "what": line }));
+        log.push(LogEntry { t_s: load.start.elapsed().as_secs_f64(), step: Step::Heal(f.kind.name()), what: line });
     }
-    for d in drivers {
-        let _ = d.await;
-    }
-    let up = observe::settle(&http, &upstream).await.ok_or("the upstream stopped answering")?;
-    let crashed = world.procs.exited();
-    world.procs.stop(Duration::from_secs(8), |n| n.contains("-pod") || n.contains("-join")).await;
-    world.procs.stop(Duration::from_secs(5), |_| true).await;
+    Ok((log, injected))
+}
 
-    let b = bins.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let secs = a.duration_s as usize;
-    let offered: Vec<f64> = (0..secs).map(|s| b.offered[s].iter().sum::<u64>() as f64).collect();
-    let admitted: Vec<f64> = (0..secs).map(|s| b.admitted[s].iter().sum::<u64>() as f64).collect();
-    let rate = crate::demo::rate_per_s() as f64;
-    let j = judge::judge(&offered, &admitted, rate, &plan_faults, plan.dc_ttl_s, WARMUP_S);
-    injected.insert("clock_skew", 2);
-    let recoveries: Vec<serde_json::Value> = plan_faults
-        .iter()
-        .zip(&j.recovery_s)
-        .map(|(f, r)| json!({ "kind": f.kind.name(), "at_s": f.at_s, "heal_at_s": f.heal_at_s, "recovery_s": r }))
-        .collect();
-    let recovered_all = j.recovery_s.iter().all(Option::is_some);
-    let recovery_s_max = j.recovery_s.iter().flatten().fold(0.0f64, |m, &r| m.max(r));
-    let round = |x: f64| (x * 1000.0).round() / 1000.0;
-    // Strict: the upstream's hard limit. Best-effort: the documented bound for a 1 s window with
-    // the demo's 100 ms permit-to-call jitter, (R + ΣE)·1.1 s + B (the upstream may then reject
-    // calls, as the operator accepted).
-    let emergency_total = a.emergency_per_dc * DCS.len() as u64;
-    let bound_1s = (crate::demo::rate_per_s() + emergency_total) * 11 / 10 + crate::demo::BURST;
-    let safe =
-        if emergency_total == 0 { up.rejected == 0 && up.max_window_ratio <= 1.0 } else { up.max_window <= bound_1s };
-    let summary = json!({
-        "seed": a.seed,
-        "duration_s": a.duration_s,
-        "faults_injected": injected,
-        "upstream_rejections": up.rejected,
-        "upstream_calls": up.total,
-        "max_window": up.max_window,
-        "max_window_ratio": up.max_window_ratio,
-        "utilization_outside_faults": round(j.utilization_outside_faults),
-        "seconds_outside_faults": j.seconds_outside_faults,
-        "recovery_s_max": round(recovery_s_max),
-        "recovered_from_every_fault": recovered_all,
-        // Three DC-lease TTLs, plus one leader TTL: after an outage of every NATS server a
-        // leader must land a renewal (or a standby watch the key for a full TTL) before it acts.
-        "recovery_bound_s": 3.0 * plan.dc_ttl_s + crate::demo::LEADER_TTL_MS as f64 / 1_000.0,
-        "dc_ttl_ms": a.dc_ttl_ms,
-        "offered": offered.iter().sum::<f64>(),
-        "admitted": admitted.iter().sum::<f64>(),
-        "load_errors": b.errors,
-        "processes_crashed": crashed,
-        "adversary": world.adversary_sent,
-        "recoveries": recoveries,
-        "mode": if emergency_total == 0 { "strict" } else { "best-effort" },
-        "bound_1s_window": if emergency_total == 0 { HARD_CALLS } else { bound_1s },
-        "safe": safe,
-    });
-    let record = a.out_dir.join("run.json");
-    let per_second = json!({ "offered": b.offered, "admitted": b.admitted, "denied": b.denied });
-    let body = json!({ "summary": summary, "log": log, "schedule": plan_faults, "per_second_by_dc": per_second });
-    let _ = std::fs::write(&record, serde_json::to_string_pretty(&body).unwrap_or_default());
-    eprintln!("chaos: the fault log is in {}", record.display());
-    println!("{summary}");
-    Ok(if safe { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+/// The last 10 s: offered and admitted per second, and the upstream's counters.
+async fn progress_row(http: &reqwest::Client, upstream: &str, load: &Load, sec: u64) {
+    let Some(u) = observe::upstream_stats(http, upstream).await else { return };
+    let b = load.bins.lock().unwrap_or_else(|p| p.into_inner());
+    let from = sec.saturating_sub(10) as usize;
+    let adm: u64 = (from..sec as usize).map(|s| b.admitted[s].iter().sum::<u64>()).sum();
+    let off: u64 = (from..sec as usize).map(|s| b.offered[s].iter().sum::<u64>()).sum();
+    eprintln!(
+        "chaos: t={sec:4}s offered {:5.0}/s admitted {:5.0}/s | upstream max 1 s window {} ({:.3}), 429s {}",
+        off as f64 / 10.0,
+        adm as f64 / 10.0,
+        u.max_window,
+        u.max_window_ratio,
+        u.rejected
+    );
 }

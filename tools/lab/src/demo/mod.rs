@@ -10,6 +10,7 @@ pub mod observe;
 pub mod procs;
 mod summary;
 
+use async_nats::jetstream::kv::Store;
 use clap::Args;
 use leasehold_nats::connect::{connect_until, jetstream};
 use leasehold_nats_harness::{binaries, NatsServer};
@@ -96,11 +97,60 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
     leasehold::block_on(demo(a))
 }
 
+/// The system as separate processes, every pod holding a lease.
+struct Running {
+    _server: Option<NatsServer>,
+    procs: Procs,
+    upstream: String,
+    /// Per DC: the agents' addresses.
+    agents: Vec<Vec<String>>,
+    http: reqwest::Client,
+    ledger: Store,
+    leaders: Store,
+}
+
+/// What the demo watched while the load ran.
+struct Watched {
+    /// Per second: each DC's allocation (floor + newest DC lease), when the ledger was readable.
+    alloc: Vec<Option<Vec<f64>>>,
+    failover_s: Option<f64>,
+    new_leader: Option<String>,
+}
+
 async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
     let started = Instant::now();
-    let out = a.out_dir.clone();
-    std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    let (_server, nats_url) = match &a.nats_url {
+    let mut running = start(&a).await?;
+    eprintln!(
+        "demo: all {} pods hold leases after {:.1} s; load starts",
+        running.agents.concat().len(),
+        started.elapsed().as_secs_f64()
+    );
+    let duration = Duration::from_secs(a.duration_s);
+    let lists = running.agents.iter().map(|list| Arc::new(Mutex::new(list.clone()))).collect();
+    let (load, drivers) = load::start_diurnal(running.http.clone(), running.upstream.clone(), duration, lists);
+    let watched = watch(&a, &mut running, &load).await;
+    for d in drivers {
+        let _ = d.await;
+    }
+    let up = observe::settle(&running.http, &running.upstream).await.ok_or("the upstream stopped answering")?;
+    let procs = &mut running.procs;
+    let crashed = procs.exited();
+    // Agents first, so their DC managers are still there to acknowledge the returned leases.
+    procs.stop(Duration::from_secs(8), |n| n.contains("-pod")).await;
+    let drains_acknowledged = procs.printed("drained (acknowledged: true)");
+    procs.stop(Duration::from_secs(5), |_| true).await;
+    let b = load.bins.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let Watched { alloc, failover_s, new_leader } = watched;
+    let outcome = summary::Outcome { crashed, failover_s, new_leader, drains_acknowledged };
+    summary::summarize(&a, &a.out_dir, &b, &alloc, &up, outcome, started)
+}
+
+/// Start a nats-server (unless `--nats-url`), the upstream, two coordinators, a DC manager and
+/// the agents of each DC; wait until every pod holds a lease.
+async fn start(a: &DemoArgs) -> Result<Running, String> {
+    let out = &a.out_dir;
+    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let (server, nats_url) = match &a.nats_url {
         Some(url) => (None, url.clone()),
         None => {
             let bin = binaries().map_err(|e| format!("{e} (install nats-server, or pass --nats-url)"))?;
@@ -162,62 +212,50 @@ async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
     let js = jetstream(nats);
     let ledger = js.get_key_value(leasehold_shared::subjects::LEDGER_BUCKET).await.map_err(|e| e.to_string())?;
     let leaders = js.get_key_value(leasehold_shared::subjects::LEADER_BUCKET).await.map_err(|e| e.to_string())?;
-    eprintln!(
-        "demo: all {} pods hold leases after {:.1} s; load starts",
-        agents.concat().len(),
-        started.elapsed().as_secs_f64()
-    );
+    Ok(Running { _server: server, procs, upstream, agents, http, ledger, leaders })
+}
 
-    let duration = Duration::from_secs(a.duration_s);
-    let lists = agents.iter().map(|list| Arc::new(Mutex::new(list.clone()))).collect();
-    let (load, drivers) = load::start_diurnal(http.clone(), upstream.clone(), duration, lists);
-    let bins = load.bins.clone();
-    let mut alloc: Vec<Option<Vec<f64>>> = vec![None; a.duration_s as usize + 2];
+/// Every second while the load runs: read the allocations and the leader, SIGKILL the leader when
+/// asked and time the failover, and print a table row every `--table-every-s`.
+async fn watch(a: &DemoArgs, running: &mut Running, load: &load::Load) -> Watched {
+    let mut w = Watched { alloc: vec![None; a.duration_s as usize + 2], failover_s: None, new_leader: None };
     let mut killed: Option<(String, Instant)> = None;
-    let mut failover_s: Option<f64> = None;
-    let mut new_leader = None;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     eprintln!("{:>5} | {:^26} | {:^26} | upstream", "t", "bkk demand/alloc/admitted", "europe demand/alloc/admitted");
-    while load.start.elapsed() < duration {
+    while load.start.elapsed() < load.duration {
         tick.tick().await;
         let sec = load.start.elapsed().as_secs() as usize;
-        if let Some((per_dc, _)) = observe::allocations(&ledger, LIMIT, &DCS).await {
-            let last = alloc.len() - 1;
-            alloc[sec.min(last)] = Some(per_dc);
+        if let Some((per_dc, _)) = observe::allocations(&running.ledger, LIMIT, &DCS).await {
+            let last = w.alloc.len() - 1;
+            w.alloc[sec.min(last)] = Some(per_dc);
         }
-        let leader = observe::leader(&leaders).await;
+        let leader = observe::leader(&running.leaders).await;
         if let (Some(at), None) = (a.kill_leader_at_s, &killed) {
             if sec as u64 >= at {
                 if let Some(l) = leader.clone() {
-                    procs.kill(&l).await;
+                    running.procs.kill(&l).await;
                     eprintln!("demo: SIGKILL coordinator leader {l} at t={sec}s");
                     killed = Some((l, Instant::now()));
                 }
             }
         }
-        if let (Some((old, at)), None) = (&killed, failover_s) {
+        if let (Some((old, at)), None) = (&killed, w.failover_s) {
             if leader.as_ref().is_some_and(|l| l != old) {
-                failover_s = Some(at.elapsed().as_secs_f64());
-                new_leader = leader.clone();
-                eprintln!("demo: {} leads after {:.1} s", leader.as_deref().unwrap_or("?"), failover_s.unwrap_or(0.0));
+                w.failover_s = Some(at.elapsed().as_secs_f64());
+                w.new_leader = leader.clone();
+                eprintln!(
+                    "demo: {} leads after {:.1} s",
+                    leader.as_deref().unwrap_or("?"),
+                    w.failover_s.unwrap_or(0.0)
+                );
             }
         }
         if sec > 0 && (sec as u64).is_multiple_of(a.table_every_s) {
-            print_row(sec, &bins, &alloc, a.table_every_s as usize, observe::upstream_stats(&http, &upstream).await);
+            let up = observe::upstream_stats(&running.http, &running.upstream).await;
+            print_row(sec, &load.bins, &w.alloc, a.table_every_s as usize, up);
         }
     }
-    for d in drivers {
-        let _ = d.await;
-    }
-    let up = observe::settle(&http, &upstream).await.ok_or("the upstream stopped answering")?;
-    let crashed = procs.exited();
-    // Agents first, so their DC managers are still there to acknowledge the returned leases.
-    procs.stop(Duration::from_secs(8), |n| n.contains("-pod")).await;
-    let drains_acknowledged = procs.printed("drained (acknowledged: true)");
-    procs.stop(Duration::from_secs(5), |_| true).await;
-    let b = bins.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let outcome = summary::Outcome { crashed, failover_s, new_leader, drains_acknowledged };
-    summary::summarize(&a, &out, &b, &alloc, &up, outcome, started)
+    w
 }
 
 fn print_row(
