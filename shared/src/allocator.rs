@@ -173,7 +173,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_000_proportional_example() {
+    fn the_partner_api_design_s_proportional_example() {
         // 900 allocatable, demands 700 and 80.
         let a = allocate(900_000, 0.0, &claims(&[700_000, 80_000]), AllocMode::Proportional);
         assert_eq!(a[0] / 1000, 807);

@@ -39,6 +39,16 @@ fn expected(rows: &[(&[&str], &str, &str)]) -> BTreeSet<String> {
     rows.iter().flat_map(|(names, kind, labels)| names.iter().map(move |n| format!("{n} {kind} {labels}"))).collect()
 }
 
+/// docs/PROTOCOL.md's metrics table names every series by its full name.
+fn documented(series: &BTreeSet<String>) {
+    let protocol = include_str!("../../../docs/PROTOCOL.md");
+    let table = &protocol[protocol.find("## Metrics").expect("a metrics section")..];
+    for line in series {
+        let name = line.split(' ').next().unwrap();
+        assert!(table.contains(&format!("`{name}`")), "docs/PROTOCOL.md's metrics table does not name {name}");
+    }
+}
+
 /// The value of the first sample of `series` in a Prometheus text body.
 fn sample(body: &str, series: &str) -> Option<f64> {
     body.lines().filter(|l| !l.starts_with('#')).find(|l| l.starts_with(series))?.rsplit(' ').next()?.parse().ok()
@@ -220,6 +230,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
         (&["leasehold_upstream_max_window", "leasehold_upstream_limit"], "gauge", ""),
     ]);
     assert_eq!(schema(&u), upstream, "{u}");
+    [&coordinator, &dc_manager, &agent, &upstream].into_iter().for_each(documented);
 
     // `/v1/status`: the same fields as ever.
     let status = |addr: String| {
@@ -289,6 +300,7 @@ async fn the_key_limiter_serves_its_metrics_under_their_documented_names() {
         (&["leasehold_keys_tracked", "leasehold_keys_shards_served", "leasehold_keys_hot_keys"], "gauge", ""),
     ]);
     assert_eq!(schema(&body), keys, "{body}");
+    documented(&keys);
     // Counts as whole numbers: tools parse `leasehold_keys_shards_served` as an integer.
     for (series, value) in [("leasehold_keys_allowed_total", 1), ("leasehold_keys_denied_total", 1)] {
         assert!(body.lines().any(|l| l == format!("{series} {value}")), "{series} {value} missing:\n{body}");

@@ -315,7 +315,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn diurnal_matches_seed_000_numbers() {
+    fn diurnal_matches_the_partner_api_design_s_numbers() {
         let s = Scenario::diurnal();
         // 12:00 in Bangkok is 05:00 UTC.
         let t_bkk_noon = 5.0 / 24.0 * s.day_s;
