@@ -2,7 +2,7 @@
 //! own window, whatever window the newcomer has.
 
 use leasehold_shared::keys::table::TableError;
-use leasehold_shared::keys::{KeyTable, LimitSpec};
+use leasehold_shared::keys::{Algorithm, KeyTable, LimitSpec};
 
 #[test]
 fn a_full_table_never_drops_a_log_with_admissions_inside_its_own_window() {
@@ -34,4 +34,21 @@ fn the_periodic_sweep_keeps_each_key_for_the_longer_of_its_window_and_the_tiers_
     assert!(table.state("slow").is_some() && table.state("fast").is_none());
     table.sweep(60_000, 1_000);
     assert!(table.state("slow").is_none());
+}
+
+#[test]
+fn a_read_of_an_exhausted_key_says_a_request_would_be_denied_and_when_it_would_not() {
+    for spec in
+        [LimitSpec::sliding(2, 60_000), LimitSpec { algorithm: Algorithm::Gcra, ..LimitSpec::sliding(2, 60_000) }]
+    {
+        let mut table = KeyTable::new(10);
+        let (_, fresh) = table.peek("k", &spec, 0).unwrap();
+        assert!(fresh.allowed && fresh.retry_after_ms == 0, "{spec:?}: {fresh:?}");
+        while table.check("k", &spec, 1, 1_000).unwrap().allowed {}
+        let (count, read) = table.peek("k", &spec, 1_500).unwrap();
+        let denied = table.check("k", &spec, 1, 1_500).unwrap();
+        assert!(!read.allowed && !denied.allowed, "{spec:?}: read {read:?}");
+        assert_eq!(read.retry_after_ms, denied.retry_after_ms, "{spec:?}");
+        assert_eq!(table.peek("k", &spec, 1_500).unwrap().0, count, "{spec:?}: a read recorded something");
+    }
 }

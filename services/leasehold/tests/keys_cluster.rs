@@ -96,6 +96,16 @@ fn nats() -> NatsServer {
     NatsServer::start(&binaries().expect("a nats-server is needed").remove(0)).unwrap()
 }
 
+/// A nats-server and two instances sharing its shards evenly (interval durability).
+async fn two_instances(tiers: &str) -> (NatsServer, reqwest::Client, Instance, Instance) {
+    let server = nats();
+    let http = client();
+    let a = start(&server.url(), "a", tiers, "interval:50");
+    let b = start(&server.url(), "b", tiers, "interval:50");
+    wait_balanced(&http, &[&a, &b], Duration::from_secs(20)).await;
+    (server, http, a, b)
+}
+
 /// Admit each key up to its limit through rotating instances; all must be allowed.
 async fn fill(http: &reqwest::Client, instances: &[&Instance], keys: &[String], limit: u64) {
     for (k, key) in keys.iter().enumerate() {
@@ -164,12 +174,7 @@ async fn a_crashed_owner_loses_no_admission_in_zero_loss_mode() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tiers_change_everywhere_and_nats_reaches_the_owner() {
-    let server = nats();
-    let tiers = tiers_file(1);
-    let http = client();
-    let a = start(&server.url(), "a", &tiers, "interval:50");
-    let b = start(&server.url(), "b", &tiers, "interval:50");
-    wait_balanced(&http, &[&a, &b], Duration::from_secs(20)).await;
+    let (server, http, a, b) = two_instances(&tiers_file(1)).await;
     assert_eq!(post(&http, &a, "k").await, 200);
     assert_eq!(post(&http, &b, "k").await, 429);
 
@@ -260,15 +265,11 @@ async fn a_hot_key_is_reported_by_its_owner_and_denied_everywhere() {
 /// per retry period; a denial under one tier must not answer for another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denial_remembered_by_a_forwarding_instance_holds_only_for_its_tier() {
-    let server = nats();
     let path = std::env::temp_dir().join(format!("lh-keys-two-tiers-{}.json", std::process::id()));
     let doc = serde_json::json!({ "default_tier": "free", "tiers": {
         "free": { "limit": 1, "window_ms": 60_000 }, "pro": { "limit": 5, "window_ms": 60_000 } } });
     std::fs::write(&path, doc.to_string()).unwrap();
-    let http = client();
-    let a = start(&server.url(), "a", path.to_str().unwrap(), "interval:50");
-    let b = start(&server.url(), "b", path.to_str().unwrap(), "interval:50");
-    wait_balanced(&http, &[&a, &b], Duration::from_secs(20)).await;
+    let (_server, http, a, b) = two_instances(path.to_str().unwrap()).await;
     let post_tier = |i: &Instance, tier: &str| http.post(format!("{}/v1/keys/k?tier={tier}", i.base)).send();
     assert_eq!(post_tier(&a, "free").await.unwrap().status().as_u16(), 200);
     // Both instances deny under free: the owner from its log, the other (forwarding) from the
@@ -323,12 +324,7 @@ async fn the_admissions_stream_keeps_the_longest_window_whoever_created_it() {
 /// one the store can't take (above NATS's payload limit) is refused with 413 and changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tiers_document_the_store_cannot_take_changes_nothing_anywhere() {
-    let server = nats();
-    let tiers = tiers_file(1);
-    let http = client();
-    let a = start(&server.url(), "a", &tiers, "interval:50");
-    let b = start(&server.url(), "b", &tiers, "interval:50");
-    wait_balanced(&http, &[&a, &b], Duration::from_secs(20)).await;
+    let (_server, http, a, b) = two_instances(&tiers_file(1)).await;
     let overrides: serde_json::Map<String, serde_json::Value> = (0..22_001)
         .map(|i| (format!("tenant-{i:06}-of-the-eu-region"), serde_json::json!({ "limit": 7, "window_ms": 60_000 })))
         .collect();

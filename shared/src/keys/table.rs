@@ -26,7 +26,8 @@ impl Entry {
     }
 }
 
-/// The answer for one request (or a read, with `allowed` true and nothing recorded).
+/// The answer for one request (or a read: whether a request of cost 1 would be admitted now, and
+/// when if not, with nothing recorded).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Verdict {
     pub allowed: bool,
@@ -80,17 +81,7 @@ impl KeyTable {
         e.hits += 1;
         e.window_ms = e.window_ms.max(spec.window_ms);
         convert(&mut e.state, spec, now_ms);
-        let (allowed, remaining, reset_ms, retry_after_ms) = match &mut e.state {
-            KeyState::Log(w) => {
-                let d = w.check(spec.limit, spec.window_ms, cost, now_ms);
-                (d.allowed, d.remaining, d.reset_ms, d.retry_after_ms)
-            }
-            KeyState::Gcra(g) => {
-                let d = g.check(spec.limit, spec.window_ms, spec.burst, cost, now_ms);
-                (d.allowed, d.remaining, d.reset_ms, d.retry_after_ms)
-            }
-        };
-        Ok(Verdict { allowed, limit: spec.limit, window_ms: spec.window_ms, remaining, reset_ms, retry_after_ms })
+        Ok(decide(&mut e.state, spec, cost, now_ms))
     }
 
     /// A key's current count and remaining, recording nothing.
@@ -102,13 +93,23 @@ impl KeyTable {
             Some(KeyState::Gcra(g)) => g.peek(spec.limit, spec.window_ms, spec.burst, now_ms),
             None => (0, spec.limit, 0),
         };
+        // Whether a request of cost 1 would be admitted now, and when if not: the decision itself,
+        // made on a copy so nothing is recorded.
+        let would = match self.keys.get(key) {
+            Some(e) => {
+                let mut copy = e.state.clone();
+                convert(&mut copy, spec, now_ms);
+                decide(&mut copy, spec, 1, now_ms)
+            }
+            None => decide(&mut fresh(spec), spec, 1, now_ms),
+        };
         let v = Verdict {
-            allowed: true,
+            allowed: would.allowed,
             limit: spec.limit,
             window_ms: spec.window_ms,
             remaining,
             reset_ms,
-            retry_after_ms: 0,
+            retry_after_ms: would.retry_after_ms,
         };
         Ok((used, v))
     }
@@ -174,6 +175,21 @@ pub fn last_admission_ms(state: &KeyState) -> Option<u64> {
         KeyState::Log(w) => w.last_ms(),
         KeyState::Gcra(_) => None,
     }
+}
+
+/// Decide a request of `cost` against a key's state (recording it if admitted).
+fn decide(state: &mut KeyState, spec: &LimitSpec, cost: u64, now_ms: u64) -> Verdict {
+    let (allowed, remaining, reset_ms, retry_after_ms) = match state {
+        KeyState::Log(w) => {
+            let d = w.check(spec.limit, spec.window_ms, cost, now_ms);
+            (d.allowed, d.remaining, d.reset_ms, d.retry_after_ms)
+        }
+        KeyState::Gcra(g) => {
+            let d = g.check(spec.limit, spec.window_ms, spec.burst, cost, now_ms);
+            (d.allowed, d.remaining, d.reset_ms, d.retry_after_ms)
+        }
+    };
+    Verdict { allowed, limit: spec.limit, window_ms: spec.window_ms, remaining, reset_ms, retry_after_ms }
 }
 
 fn fresh(spec: &LimitSpec) -> KeyState {
