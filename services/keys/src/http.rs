@@ -13,7 +13,7 @@
 //! nothing; a full key table sheds with `429` instead of waiting.
 
 use crate::limiter::{CheckError, KeyAnswer, KeyCheck, KeyLimiter, TiersError};
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -66,10 +66,29 @@ fn registry(answers: &Answers, limiter: KeyLimiter) -> Registry {
     r
 }
 
+/// `POST /v1/keys/{key}`'s parameters: strict, so a misspelt one is a 400, not a default.
 #[derive(Deserialize)]
-struct KeyQuery {
+#[serde(deny_unknown_fields)]
+struct RecordQuery {
     cost: Option<String>,
     tier: Option<String>,
+}
+
+/// `GET /v1/keys/{key}`'s parameters.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadQuery {
+    tier: Option<String>,
+}
+
+/// The key from the path and the query, or the 400 problem's detail for either.
+fn key_and_query<Q>(
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<Q>, QueryRejection>,
+) -> Result<(String, Q), String> {
+    let Path(key) = path.map_err(|e| e.body_text())?;
+    let Query(q) = query.map_err(|e| e.body_text())?;
+    Ok((key, q))
 }
 
 fn bad_request(detail: String) -> Response {
@@ -129,7 +148,15 @@ fn parse_cost(v: Option<&String>) -> Result<u64, String> {
     }
 }
 
-async fn record(State(app): State<App>, Path(key): Path<String>, Query(q): Query<KeyQuery>) -> Response {
+async fn record(
+    State(app): State<App>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<RecordQuery>, QueryRejection>,
+) -> Response {
+    let (key, q) = match key_and_query(path, query) {
+        Ok(kq) => kq,
+        Err(detail) => return bad_request(detail),
+    };
     let cost = match parse_cost(q.cost.as_ref()) {
         Ok(c) => c,
         Err(d) => return bad_request(d),
@@ -164,7 +191,15 @@ async fn record_json(State(app): State<App>, body: Result<Json<CheckBody>, JsonR
     }
 }
 
-async fn read(State(app): State<App>, Path(key): Path<String>, Query(q): Query<KeyQuery>) -> Response {
+async fn read(
+    State(app): State<App>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<ReadQuery>, QueryRejection>,
+) -> Response {
+    let (key, q) = match key_and_query(path, query) {
+        Ok(kq) => kq,
+        Err(detail) => return bad_request(detail),
+    };
     match app.limiter.peek(&key, q.tier.as_deref()).await {
         Ok(a) => (StatusCode::OK, headers(&a), Json(a)).into_response(),
         other => respond(&app, other),
@@ -206,5 +241,8 @@ pub fn router(limiter: KeyLimiter) -> Router {
         .route("/v1/hot", get(|State(a): State<App>| async move { Json(HotKeys { hot_keys: a.limiter.hot() }) }))
         .route("/metrics", metrics::endpoint(registry))
         .route("/healthz", get(|| async { "ok\n" }))
+        .fallback(|uri: axum::http::Uri| async move {
+            problem(StatusCode::NOT_FOUND, "not found", format!("no such endpoint: {}", uri.path()))
+        })
         .with_state(app)
 }

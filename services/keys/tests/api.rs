@@ -111,3 +111,29 @@ async fn a_tier_change_takes_effect_without_restart() {
     assert_eq!(http.post(format!("{base}/v1/keys/u")).send().await.unwrap().status(), 200, "the raised limit applies");
     assert_eq!(http.post(format!("{base}/v1/keys/u")).send().await.unwrap().status(), 429);
 }
+
+/// Every error is an `application/problem+json` 400 or 404, and a misspelt query parameter is
+/// refused rather than silently ignored (`?cots=5&teir=pro` would otherwise record cost 1 under
+/// the default tier).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misspelt_parameters_bad_paths_and_unknown_routes_are_problems() {
+    let base = serve(KeyLimiter::standalone(tiers(3), 1_000).unwrap()).await;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    let cases = [
+        (reqwest::Method::POST, format!("{base}/v1/keys/u?cots=5&teir=pro"), 400),
+        (reqwest::Method::GET, format!("{base}/v1/keys/u?teir=pro"), 400),
+        (reqwest::Method::POST, format!("{base}/v1/keys/%FF"), 400),
+        (reqwest::Method::POST, format!("{base}/v1/keys/"), 404),
+        (reqwest::Method::GET, format!("{base}/v1/nothing-here"), 404),
+    ];
+    for (method, url, status) in cases {
+        let r = http.request(method.clone(), &url).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), status, "{method} {url}");
+        assert_eq!(r.headers()["content-type"], "application/problem+json", "{method} {url}");
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(body["status"], status, "{method} {url}: {body}");
+    }
+    // Nothing was recorded by any of them.
+    let a: KeyAnswer = http.get(format!("{base}/v1/keys/u")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(a.count, Some(0));
+}
