@@ -4,9 +4,9 @@
 //! These messages predate the `"v"` field: a reader takes one without it as version 1, so a
 //! shard record or admission batch written by an earlier build still counts after an upgrade.
 
-use super::{WireError, WireMessage, SCHEMA_VERSION};
-use crate::keys::spec::MAX_KEY_BYTES;
-use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use super::{decode_within, parse_within, MissingVersion, WireError, WireMessage, SCHEMA_VERSION};
+use crate::keys::spec::check_key;
+use serde::{Deserialize, Serialize};
 
 fn v1() -> u32 {
     SCHEMA_VERSION
@@ -140,36 +140,11 @@ impl AdmissionBatch {
 /// Decode a per-key message: like [`super::decode`], except that a missing `"v"` is version 1
 /// (see the module docs) and the size limit is the caller's.
 pub fn decode_keys_message<T: WireMessage>(bytes: &[u8], max_bytes: usize) -> Result<T, WireError> {
-    #[derive(Deserialize)]
-    struct Probe {
-        v: Option<serde_json::Value>,
-    }
-    let probe: Probe = parse_within(bytes, max_bytes)?;
-    if let Some(v) = probe.v {
-        match v.as_u64() {
-            Some(n) if n == SCHEMA_VERSION as u64 => {}
-            Some(n) => return Err(WireError::UnsupportedVersion { found: n }),
-            None => return Err(WireError::Invalid { field: "v", reason: "not an unsigned integer".into() }),
-        }
-    }
-    let msg: T = parse_within(bytes, max_bytes)?;
-    msg.validate()?;
-    Ok(msg)
-}
-
-fn parse_within<T: DeserializeOwned>(bytes: &[u8], max_bytes: usize) -> Result<T, WireError> {
-    if bytes.len() > max_bytes {
-        return Err(WireError::Oversized { len: bytes.len(), max: max_bytes });
-    }
-    serde_json::from_slice(bytes).map_err(|e| WireError::Malformed(e.to_string()))
+    decode_within(bytes, max_bytes, MissingVersion::ReadAsV1)
 }
 
 fn check_key_field(field: &'static str, key: &str) -> Result<(), WireError> {
-    if key.is_empty() || key.len() > MAX_KEY_BYTES || key.chars().any(char::is_control) {
-        let reason = format!("must be 1 to {MAX_KEY_BYTES} bytes without control characters");
-        return Err(WireError::Invalid { field, reason });
-    }
-    Ok(())
+    check_key(key).map_err(|e| WireError::Invalid { field, reason: e.to_string() })
 }
 
 impl WireMessage for KeyCheck {

@@ -52,11 +52,26 @@ struct VersionProbe {
 
 /// Decode untrusted bytes into a message.
 pub fn decode<T: WireMessage>(bytes: &[u8]) -> Result<T, WireError> {
-    if bytes.len() > MAX_MESSAGE_BYTES {
-        return Err(WireError::Oversized { len: bytes.len(), max: MAX_MESSAGE_BYTES });
-    }
-    let probe: VersionProbe = serde_json::from_slice(bytes).map_err(|e| WireError::Malformed(e.to_string()))?;
+    decode_within(bytes, MAX_MESSAGE_BYTES, MissingVersion::Refused)
+}
+
+/// What a message without `"v"` is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MissingVersion {
+    Refused,
+    /// Messages that predate the field (the per-key ones): version 1.
+    ReadAsV1,
+}
+
+/// [`decode`] with the caller's size limit and rule for a missing version.
+pub(crate) fn decode_within<T: WireMessage>(
+    bytes: &[u8],
+    max_bytes: usize,
+    missing: MissingVersion,
+) -> Result<T, WireError> {
+    let probe: VersionProbe = parse_within(bytes, max_bytes)?;
     match probe.v {
+        None if missing == MissingVersion::ReadAsV1 => {}
         None => return Err(WireError::MissingVersion),
         Some(v) => match v.as_u64() {
             Some(n) if n == SCHEMA_VERSION as u64 => {}
@@ -64,9 +79,17 @@ pub fn decode<T: WireMessage>(bytes: &[u8]) -> Result<T, WireError> {
             None => return Err(WireError::Invalid { field: "v", reason: "not an unsigned integer".into() }),
         },
     }
-    let msg: T = serde_json::from_slice(bytes).map_err(|e| WireError::Malformed(e.to_string()))?;
+    let msg: T = parse_within(bytes, max_bytes)?;
     msg.validate()?;
     Ok(msg)
+}
+
+/// JSON of at most `max_bytes` (larger input is refused unread).
+pub(crate) fn parse_within<T: DeserializeOwned>(bytes: &[u8], max_bytes: usize) -> Result<T, WireError> {
+    if bytes.len() > max_bytes {
+        return Err(WireError::Oversized { len: bytes.len(), max: max_bytes });
+    }
+    serde_json::from_slice(bytes).map_err(|e| WireError::Malformed(e.to_string()))
 }
 
 /// Encode a message (infallible for these types: no maps with non-string keys, no NaN).
