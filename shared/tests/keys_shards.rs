@@ -160,3 +160,30 @@ fn one_owner_per_shard_through_joins_stalls_and_crashes() {
         run(seed);
     }
 }
+
+/// An instance giving shards back (a join, or an uneven split) leaves them to the others for a
+/// claim period: claiming them straight back would move them back and forth for ever, each move
+/// a replay, and this is what a planning pass run at once on every release would do.
+#[test]
+fn an_instance_leaves_the_shards_it_gave_back_to_the_others() {
+    let mut kv = Kv { revision: 0, shards: BTreeMap::new(), events: Vec::new() };
+    let mut a = vec![instance("a")];
+    let mut now_ms = 0;
+    while now_ms < 5_000 {
+        now_ms += STEP_MS;
+        step(&mut a[0], &mut kv, &["a".into()], now_ms);
+    }
+    assert_eq!(served(&a, now_ms), vec![SHARDS as usize]);
+    // b and c announce themselves but claim nothing yet (starting slowly): a gives back down to
+    // its share and no further, and never claims a shard back meanwhile.
+    let members: Vec<String> = ["a", "b", "c"].iter().map(|m| m.to_string()).collect();
+    let mut counts = Vec::new();
+    let given_back_from_ms = now_ms;
+    while now_ms < given_back_from_ms + TTL_MS * 8 / 10 {
+        now_ms += STEP_MS;
+        step(&mut a[0], &mut kv, &members, now_ms);
+        counts.push(served(&a, now_ms)[0]);
+    }
+    assert!(counts.windows(2).all(|w| w[1] <= w[0]), "a claimed shards back: {counts:?}");
+    assert_eq!(counts.last(), Some(&21), "{counts:?}");
+}

@@ -54,6 +54,8 @@ struct Driver {
     serving: HashMap<u32, JoinHandle<()>>,
     generation: HashMap<u32, u64>,
     last_member_write_ms: Option<u64>,
+    /// Each member's HTTP address, from its member record.
+    member_http: HashMap<String, String>,
 }
 
 /// Run until `stop` turns true, then hand every shard over.
@@ -81,18 +83,38 @@ pub async fn run(
         serving: HashMap::new(),
         generation: HashMap::new(),
         last_member_write_ms: None,
+        member_http: HashMap::new(),
     };
     let mut tick = tokio::time::interval(Duration::from_millis((d.options.shard_ttl_ms / 16).max(10)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            Some(ev) = rx.recv() => d.handle(ev).await,
-            _ = tick.tick() => d.pass().await,
+            Some(ev) = rx.recv() => {
+                // A released shard is claimed at once, not at the next tick: callers wait meanwhile.
+                let released = matches!(&ev, Event::Entry { key, value, .. } if is_release(key, value.as_deref()));
+                d.handle(ev).await;
+                if released {
+                    d.pass().await;
+                }
+                d.publish_routes();
+            }
+            _ = tick.tick() => {
+                d.pass().await;
+                d.publish_routes();
+            }
             _ = stop.changed() => break,
         }
     }
     d.leave().await;
     Ok(())
+}
+
+/// A shard record written with no owner (a hand-over).
+fn is_release(key: &str, value: Option<&[u8]>) -> bool {
+    keys_shard_of_key(key).is_some()
+        && value
+            .and_then(|v| decode_keys_message::<ShardRecord>(v, MAX_MESSAGE_BYTES).ok())
+            .is_some_and(|r| r.owner.is_none())
 }
 
 /// Every change of the bucket, from the current values on; re-opened if it ends.
@@ -126,8 +148,16 @@ impl Driver {
                     }
                 } else if let Some(id) = keys_member_of_key(&key) {
                     match value {
-                        Some(_) => self.book.observe_member(id, now),
-                        None => self.book.forget_member(id),
+                        Some(v) => {
+                            self.book.observe_member(id, now);
+                            if let Ok(m) = decode_keys_message::<MemberRecord>(&v, MAX_MESSAGE_BYTES) {
+                                self.member_http.insert(id.to_string(), m.http);
+                            }
+                        }
+                        None => {
+                            self.book.forget_member(id);
+                            self.member_http.remove(id);
+                        }
                     }
                 }
             }
@@ -151,6 +181,14 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// The owners' HTTP addresses as the watch shows them, for `GET /v1/shards`.
+    fn publish_routes(&self) {
+        let owners = (0..self.owned.shards())
+            .map(|s| self.book.owner(s).and_then(|o| self.member_http.get(o).cloned()))
+            .collect();
+        self.limiter.routes().set(owners);
     }
 
     /// Heartbeat, renew, rebalance; keep the answer gates in step with the book.
@@ -253,8 +291,12 @@ impl Driver {
         }
     }
 
-    /// Graceful exit: hand every shard over, then leave the member list.
+    /// Graceful exit: leave the member list first (so the others' fair share takes in every shard
+    /// at once), stop answering, store everything admitted, then release every shard; each one is
+    /// claimed as soon as its release is seen. Requests meanwhile wait for the new owner (see
+    /// `limiter::forward`).
     async fn leave(&mut self) {
+        let _ = self.kv.delete(keys_member_key(&self.options.instance_id)).await;
         for shard in self.book.held() {
             self.stop_serving(shard, false);
         }
@@ -264,17 +306,20 @@ impl Driver {
         };
         if flushed {
             let body = encode(&ShardRecord::owned_by(None));
-            for shard in self.book.held() {
-                let action = Action::Release { shard, expected: 0 };
-                let Some(expected) = self.book.held_revision(shard) else { continue };
-                if let Ok(CasOutcome::Written { revision }) =
-                    compare_and_set(&self.kv, &keys_shard_key(shard), body.clone().into(), Some(expected)).await
-                {
-                    self.book.written(&action, revision, 0);
+            let releases =
+                self.book.held().into_iter().filter_map(|shard| {
+                    let expected = self.book.held_revision(shard)?;
+                    let (kv, body) = (self.kv.clone(), body.clone());
+                    Some(async move {
+                        (shard, compare_and_set(&kv, &keys_shard_key(shard), body.into(), Some(expected)).await)
+                    })
+                });
+            for (shard, outcome) in futures::future::join_all(releases).await {
+                if let Ok(CasOutcome::Written { revision }) = outcome {
+                    self.book.written(&Action::Release { shard, expected: 0 }, revision, 0);
                 }
             }
         }
-        let _ = self.kv.delete(keys_member_key(&self.options.instance_id)).await;
         tracing::info!(released = flushed, "left the cluster");
     }
 }

@@ -5,17 +5,20 @@
 //! * `POST /v1/check` does the same from a JSON body `{"key": …, "cost": 1, "tier": …}`.
 //! * `GET /v1/keys/{key}?tier=free` reads the key's count and remaining, recording nothing.
 //! * `GET`/`PUT /v1/tiers` reads or replaces the tiers and overrides (validated; effective at once).
+//! * `GET /v1/shards`: each shard's owner (`host:port`), for clients that send a key to its owner.
 //! * `GET /v1/hot`: the last hot-key report (keys above `--hot-key-rps` on this owner).
-//! * `GET /metrics`, `GET /healthz`.
+//! * `GET /metrics`, `GET /healthz` (`503` once the instance is stopping: see [`Draining`]).
 //!
 //! Every answer carries `RateLimit-Policy: "<tier>";q=<N>;w=<W s>` and
 //! `RateLimit: "<tier>";r=<remaining>;t=<reset s>`. Bad input is a `400` problem and changes
 //! nothing; a full key table sheds with `429` instead of waiting.
 
 use crate::limiter::{CheckError, KeyAnswer, KeyCheck, KeyLimiter, TiersError};
+use crate::routes::ShardRoutes;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -25,11 +28,45 @@ use leasehold_shared::keys::Tiers;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 #[derive(Clone)]
 struct App {
     limiter: KeyLimiter,
     answers: Answers,
+    draining: Draining,
+}
+
+/// Turned on when the instance is stopping: `/healthz` answers 503 and every answer carries
+/// `Connection: close`, so balancers and keep-alive clients move away before the listener closes.
+#[derive(Clone, Default)]
+pub struct Draining(Arc<AtomicBool>);
+
+impl Draining {
+    pub fn start(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+async fn health(State(app): State<App>) -> Response {
+    if app.draining.is_on() {
+        return problem(StatusCode::SERVICE_UNAVAILABLE, "draining", "this instance is stopping".into());
+    }
+    "ok\n".into_response()
+}
+
+/// While draining, close each connection after its answer.
+async fn close_when_draining(State(app): State<App>, req: Request, next: Next) -> Response {
+    let mut r = next.run(req).await;
+    if app.draining.is_on() {
+        r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    r
 }
 
 /// Answers given, by kind (`leasehold_keys_<kind>_total`).
@@ -231,18 +268,28 @@ struct HotKeys {
 }
 
 pub fn router(limiter: KeyLimiter) -> Router {
+    router_draining(limiter, Draining::default())
+}
+
+/// [`router`], answering as `draining` says.
+pub fn router_draining(limiter: KeyLimiter, draining: Draining) -> Router {
     let answers = Answers::default();
     let registry = registry(&answers, limiter.clone());
-    let app = App { limiter, answers };
+    let app = App { limiter, answers, draining };
     Router::new()
         .route("/v1/keys/{key}", post(record).get(read))
         .route("/v1/check", post(record_json))
         .route("/v1/tiers", get(|State(a): State<App>| async move { Json(a.limiter.tiers()) }).put(put_tiers))
+        .route(
+            "/v1/shards",
+            get(|State(a): State<App>| async move { Json(ShardRoutes::clone(&a.limiter.routes().get())) }),
+        )
         .route("/v1/hot", get(|State(a): State<App>| async move { Json(HotKeys { hot_keys: a.limiter.hot() }) }))
         .route("/metrics", metrics::endpoint(registry))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(health))
         .fallback(|uri: axum::http::Uri| async move {
             problem(StatusCode::NOT_FOUND, "not found", format!("no such endpoint: {}", uri.path()))
         })
+        .layer(axum::middleware::from_fn_with_state(app.clone(), close_when_draining))
         .with_state(app)
 }

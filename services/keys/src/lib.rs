@@ -9,6 +9,7 @@
 //! * [`owned`]: the keys of the shards this instance owns, behind the ownership gate.
 //! * [`cluster`]: shard ownership through fenced KV leases (claim, renew, rebalance, hand over).
 //! * [`persist`]: admissions appended to JetStream, replayed by a new owner.
+//! * [`routes`]: which instance owns each shard, for clients that route by key.
 //! * [`tiers_sync`]: the cluster's tiers in KV, applied live everywhere.
 //! * `redis_backend` (feature `redis-baseline`, the lab's only): the central-Redis baseline
 //!   (sorted set + Lua) that `bench keys` measures against.
@@ -21,12 +22,14 @@ pub mod owned;
 pub mod persist;
 #[cfg(feature = "redis-baseline")]
 pub mod redis_backend;
+pub mod routes;
 pub mod tiers_sync;
 
 pub use limiter::{CheckError, KeyAnswer, KeyCheck, KeyLimiter};
 
 use leasehold_process::clock::LeaseClock;
 use leasehold_shared::keys::Tiers;
+use std::future::IntoFuture;
 use std::time::Duration;
 
 /// How decisions are distributed.
@@ -59,6 +62,10 @@ pub struct ServeOptions {
     pub max_in_flight: usize,
     /// A key above this many requests per second on its owner is reported hot.
     pub hot_key_rps: u64,
+    /// After SIGTERM: how long `/healthz` says "draining" while every request is still answered
+    /// (forwarded to the shards' new owners), before the listener closes. At least a load
+    /// balancer's time to take the instance out of rotation.
+    pub drain_ms: u64,
     pub mode: Mode,
 }
 
@@ -104,17 +111,41 @@ pub async fn serve_until(o: ServeOptions, stop: tokio::sync::watch::Receiver<boo
             limiter
         }
     };
+    if cluster_task.is_none() {
+        // Standalone (or the Redis baseline): every key is answered here.
+        let shards = match limiter.backend() {
+            limiter::Backend::Owned { owned, .. } => owned.shards(),
+            #[cfg(feature = "redis-baseline")]
+            limiter::Backend::Redis(_) => 1,
+        };
+        limiter.routes().set((0..shards).map(|_| Some(addr.to_string())).collect());
+    }
     tokio::spawn(report_hot_keys(limiter.clone(), o.hot_key_rps));
     println!("listening on {addr}");
-    let mut stop_http = stop.clone();
-    let http = axum::serve(listener, http::router(limiter)).with_graceful_shutdown(async move {
-        let _ = stop_http.wait_for(|s| *s).await;
-    });
-    http.await.map_err(|e| e.to_string())?;
+    let draining = http::Draining::default();
+    let (close, mut closing) = tokio::sync::watch::channel(false);
+    let http = axum::serve(listener, http::router_draining(limiter, draining.clone()))
+        .with_graceful_shutdown(async move {
+            let _ = closing.wait_for(|c| *c).await;
+        })
+        .into_future();
+    let mut http = tokio::spawn(http);
+    let mut stop = stop;
+    tokio::select! {
+        _ = stop.wait_for(|s| *s) => {}
+        ended = &mut http => return ended.map_err(|e| e.to_string())?.map_err(|e| e.to_string()),
+    }
+    // A planned exit: say so, hand the shards over while still answering (forwarding to their new
+    // owners), and close the listener only when the drain time is up.
+    draining.start();
+    tracing::info!(drain_ms = o.drain_ms, "stopping: draining");
+    let drained = tokio::time::sleep(Duration::from_millis(o.drain_ms));
     if let Some(task) = cluster_task {
         task.await.map_err(|e| e.to_string())??;
     }
-    Ok(())
+    drained.await;
+    let _ = close.send(true);
+    http.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
 }
 
 /// Once a second: which keys took more than `hot_key_rps` requests here; sweep idle keys.

@@ -66,6 +66,8 @@ pub struct KeyLimiter {
     tiers_store: Arc<OnceLock<TiersStore>>,
     /// The last hot-key report: (key, requests in the last second).
     hot: Arc<Mutex<Vec<(String, u64)>>>,
+    /// Which instance answers each shard (`GET /v1/shards`).
+    routes: crate::routes::Routes,
 }
 
 const DENY_CACHE_KEYS: usize = 100_000;
@@ -81,6 +83,7 @@ impl KeyLimiter {
             max_window_ms,
             tiers_store: Arc::default(),
             hot: Arc::default(),
+            routes: Default::default(),
         };
         limiter.set_tiers(tiers)?;
         Ok(limiter)
@@ -142,6 +145,11 @@ impl KeyLimiter {
         if let Some(store) = self.tiers_store.get() {
             store.applied.send_replace((revision, result.err()));
         }
+    }
+
+    /// Which instance answers each shard (kept by the cluster driver, or all here when standalone).
+    pub fn routes(&self) -> &crate::routes::Routes {
+        &self.routes
     }
 
     /// Publish a hot-key report (see `serve`).
@@ -305,7 +313,8 @@ pub fn check_tiers(tiers: &Tiers, retention_ms: u64) -> Result<(), KeyError> {
 }
 
 /// Ask the shard's owner. While a shard moves (no subscriber yet, or the old owner already
-/// stopped), retry for up to [`HANDOVER_PATIENCE`], so a planned hand-over is invisible.
+/// stopped), ask again every few milliseconds for up to [`HANDOVER_PATIENCE`], so a planned
+/// hand-over (release, claim, replay, subscribe: tens of milliseconds) is not visible.
 async fn forward(
     client: &async_nats::Client,
     shard: u32,
@@ -313,14 +322,14 @@ async fn forward(
     clock: leasehold_process::clock::LeaseClock,
 ) -> Result<KeyAnswer, CheckError> {
     let started_ns = clock.now_ns();
-    let mut pause = Duration::from_millis(5);
+    let mut pause = Duration::from_millis(2);
     loop {
         match forward_once(client, shard, req).await {
             Err(CheckError::Unavailable(_))
                 if Duration::from_nanos(clock.now_ns() - started_ns) + pause < HANDOVER_PATIENCE =>
             {
                 tokio::time::sleep(pause).await;
-                pause *= 2;
+                pause = (pause * 2).min(Duration::from_millis(25));
             }
             other => return other,
         }
@@ -328,7 +337,7 @@ async fn forward(
 }
 
 /// How long a forwarded request waits for a moving shard's new owner.
-const HANDOVER_PATIENCE: Duration = Duration::from_millis(300);
+const HANDOVER_PATIENCE: Duration = Duration::from_millis(1_500);
 
 async fn forward_once(client: &async_nats::Client, shard: u32, req: &KeyCheck) -> Result<KeyAnswer, CheckError> {
     let body = leasehold_shared::wire::encode(req);

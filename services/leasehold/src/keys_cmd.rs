@@ -52,6 +52,10 @@ pub struct KeysArgs {
     /// A key above this many requests per second on its owner is reported hot.
     #[arg(long, default_value_t = 500)]
     hot_key_rps: u64,
+    /// After SIGTERM: how long `/healthz` answers 503 "draining" while requests are still
+    /// answered, before the listener closes (at least your load balancer's time to notice).
+    #[arg(long, default_value_t = 2_000)]
+    drain_ms: u64,
 }
 
 pub fn run(a: KeysArgs) -> ExitCode {
@@ -73,6 +77,9 @@ fn validate(a: KeysArgs) -> Result<(KeysArgs, Tiers), String> {
     }
     if !(100..=600_000).contains(&a.shard_ttl_ms) {
         return Err(format!("--shard-ttl-ms must be 100..=600000, got {}", a.shard_ttl_ms));
+    }
+    if a.drain_ms > 600_000 {
+        return Err(format!("--drain-ms must be at most 600000, got {}", a.drain_ms));
     }
     Ok((a, tiers))
 }
@@ -106,6 +113,7 @@ async fn serve((a, tiers): (KeysArgs, Tiers)) -> Result<(), String> {
         max_keys: a.max_keys,
         max_in_flight: a.max_in_flight,
         hot_key_rps: a.hot_key_rps,
+        drain_ms: a.drain_ms,
         mode,
     };
     leasehold_keys::serve(options).await

@@ -13,7 +13,8 @@
 //! by less than 22% (0.7 / 0.9). A crashed owner's shards are claimed within 0.9 · `ttl` of its
 //! last renewal, so within one `ttl` of the crash plus a planning pass. A released shard is
 //! written with no owner after its owner stopped answering and flushed its state, so it can be
-//! claimed at once.
+//! claimed at once, by anyone but the instance that gave it back, which leaves it to the others
+//! for a claim period (else an uneven split would move a shard back and forth).
 
 use std::collections::BTreeMap;
 
@@ -60,6 +61,8 @@ pub struct ShardBook {
     members: BTreeMap<String, u64>,
     held: BTreeMap<u32, Held>,
     in_flight: BTreeMap<u32, u64>,
+    /// Shards this instance gave back, and when: left to the others for a claim period.
+    given_back: BTreeMap<u32, u64>,
 }
 
 impl ShardBook {
@@ -73,6 +76,7 @@ impl ShardBook {
             members: BTreeMap::new(),
             held: BTreeMap::new(),
             in_flight: BTreeMap::new(),
+            given_back: BTreeMap::new(),
         }
     }
 
@@ -147,6 +151,7 @@ impl ShardBook {
             }
             Action::Release { shard, .. } => {
                 self.held.remove(&shard);
+                self.given_back.insert(shard, sent_at_ms);
             }
         }
     }
@@ -231,8 +236,14 @@ impl ShardBook {
             giving.truncate(excess.min(RELEASES_PER_PASS));
             actions.extend(giving.into_iter().map(|(shard, expected)| Action::Release { shard, expected }));
         } else if mine < ceil {
+            // What we gave back is the others' for a claim period (unless we are alone): taking it
+            // straight back would move it back and forth.
+            let claim_after = self.claim_after_ms();
+            self.given_back.retain(|_, at| *at + claim_after > now_ms);
+            let alone = n == 1;
             let mut free: Vec<(u32, Option<u64>)> = (0..self.shards)
                 .filter(|s| !self.held.contains_key(s) && !self.in_flight.contains_key(s))
+                .filter(|s| alone || !self.given_back.contains_key(s))
                 .filter_map(|s| match self.seen.get(&s) {
                     None => Some((s, None)),
                     Some(seen) if !seen.has_owner => Some((s, Some(seen.revision))),

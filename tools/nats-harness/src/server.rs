@@ -161,6 +161,11 @@ impl NatsServer {
         Err(ServerError::NotListening { binary, timeout: START_TIMEOUT, output: seen.join(" | ") })
     }
 
+    /// The server process's id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }

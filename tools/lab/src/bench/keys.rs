@@ -1,9 +1,13 @@
 //! `leasehold-lab bench keys --instances 3 --duration-s 30`: per-key limits under Zipf load through
 //! the real HTTP API, first against `--instances` NATS-sharded owners (a nats-server of its own,
-//! shard leases in KV, admissions in JetStream), then, in the same run, against the same number
-//! of instances deciding in one central Redis (sorted set + Lua, envoy ratelimit's design).
-//! The last line is JSON; `--kill-owner-at-s` SIGKILLs one owner mid-run.
+//! shard leases in KV, admissions in JetStream) with each request sent to the key's owner (as a
+//! key-aware client or balancer does, from `GET /v1/shards`), then to any instance (which forwards
+//! to the owner over NATS), then, in the same run, against the same number of instances deciding
+//! in one central Redis (sorted set + Lua, envoy ratelimit's design). Each run also reports the
+//! CPU each component spent per decision. The last line is JSON; `--kill-owner-at-s` SIGKILLs one
+//! owner mid-run.
 
+use super::cpu::{pid_named, CpuMeter, CpuPerDecision};
 use super::keys_load::{drive, key_ranks, summary, LoadSpec, LoadSummary, Observation};
 use crate::demo::procs::Procs;
 use leasehold_nats_harness::{binaries, NatsServer};
@@ -50,6 +54,10 @@ pub struct Args {
     shard_ttl_ms: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Which sharded runs: `owner` (each request to its key's owner), `any` (to any instance,
+    /// forwarded over NATS), or `both`.
+    #[arg(long, default_value = "both", value_parser = ["owner", "any", "both"])]
+    routing: String,
     /// Where the instances' logs go.
     #[arg(long, default_value = "out/bench-keys")]
     out_dir: PathBuf,
@@ -80,21 +88,35 @@ struct OwnerKill {
     over_admission_bound: Option<usize>,
 }
 
-/// The NATS-sharded run.
+/// A NATS-sharded run.
 #[derive(Serialize)]
 struct ShardedRun {
+    /// `to-owner` or `any-instance`.
+    routing: &'static str,
     #[serde(flatten)]
     load: LoadSummary,
     #[serde(flatten)]
     kill: Option<OwnerKill>,
+    cpu_us_per_decision: Vec<CpuPerDecision>,
 }
 
-/// The last stdout line: the sharded run's numbers at the top level, the settings, and the Redis
-/// baseline's numbers under `redis` (null with `--skip-redis`).
+/// The central-Redis run.
+#[derive(Serialize)]
+struct RedisRun {
+    #[serde(flatten)]
+    load: LoadSummary,
+    cpu_us_per_decision: Vec<CpuPerDecision>,
+}
+
+/// The last stdout line: the first sharded run's numbers at the top level (to the owner, unless
+/// `--routing any`), the other under `any_instance`, the settings, and the Redis baseline's
+/// numbers under `redis` (null with `--skip-redis`).
 #[derive(Serialize)]
 struct BenchSummary {
     #[serde(flatten)]
     sharded: ShardedRun,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    any_instance: Option<ShardedRun>,
     instances: usize,
     keys: usize,
     zipf_s: f64,
@@ -102,9 +124,11 @@ struct BenchSummary {
     limit: u64,
     window_ms: u64,
     durability: String,
-    redis: Option<LoadSummary>,
+    redis: Option<RedisRun>,
     #[serde(skip_serializing_if = "Option::is_none")]
     throughput_vs_redis: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    any_instance_throughput_vs_redis: Option<f64>,
 }
 
 /// The run's settings shared by both designs' loads.
@@ -117,8 +141,9 @@ struct Bench {
 
 impl Bench {
     /// The load against `bases`, its keys named `{design}-{run id}-{key}`.
-    fn load(&self, design: &str, bases: Vec<String>) -> LoadSpec {
+    fn load(&self, design: &str, bases: Vec<String>, to_owner: bool) -> LoadSpec {
         LoadSpec {
+            to_owner,
             bases,
             key_prefix: format!("{design}-{}-", self.run_id),
             key_ranks: self.ranks,
@@ -137,12 +162,22 @@ async fn bench(a: Args, ranks: Zipf<f64>) -> Result<ExitCode, String> {
     let tiers = tiers.to_string_lossy().to_string();
     let run_id = format!("{:x}", std::process::id() as u64 ^ (a.seed << 20));
     let b = Bench { a, ranks, tiers, run_id };
-    let sharded = sharded_run(&b).await?;
-    eprintln!("bench keys: sharded {}", to_json(&sharded)?);
+    let mut sharded = Vec::new();
+    for to_owner in [true, false].into_iter().filter(|&o| b.a.routing == "both" || o == (b.a.routing == "owner")) {
+        let run = sharded_run(&b, to_owner).await?;
+        eprintln!("bench keys: sharded {}", to_json(&run)?);
+        sharded.push(run);
+    }
     let redis = if b.a.skip_redis { None } else { Some(redis_run(&b).await?) };
-    let summary = report(b.a, sharded, redis);
+    let mut sharded = sharded.into_iter();
+    let first = sharded.next().ok_or("no sharded run")?;
+    let summary = report(b.a, first, sharded.next(), redis);
     println!("{}", to_json(&summary)?);
-    let ok = summary.sharded.load.over_admissions == 0 && summary.redis.as_ref().is_none_or(|r| r.over_admissions == 0);
+    let ok = [Some(&summary.sharded), summary.any_instance.as_ref()]
+        .into_iter()
+        .flatten()
+        .all(|r| r.load.over_admissions == 0)
+        && summary.redis.as_ref().is_none_or(|r| r.load.over_admissions == 0);
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
@@ -152,7 +187,7 @@ fn to_json(v: &impl Serialize) -> Result<String, String> {
 
 /// Start a nats-server and the NATS-sharded owners, drive the load (SIGKILLing owner k0 if asked)
 /// and judge what the clients saw.
-async fn sharded_run(b: &Bench) -> Result<ShardedRun, String> {
+async fn sharded_run(b: &Bench, to_owner: bool) -> Result<ShardedRun, String> {
     let a = &b.a;
     let binary = binaries().map_err(|e| e.to_string())?.remove(0);
     let server = NatsServer::start(&binary).map_err(|e| e.to_string())?;
@@ -181,7 +216,13 @@ async fn sharded_run(b: &Bench) -> Result<ShardedRun, String> {
     }
     let settled = wait_for_shards(&bases, Duration::from_secs(30)).await?;
     eprintln!("bench keys: {} owners serve all {SHARDS} shards after {settled:.1} s", a.instances);
-    let load = b.load("s", bases);
+    let load = b.load(if to_owner { "o" } else { "s" }, bases, to_owner);
+    let client = vec![std::process::id()];
+    let meter = CpuMeter::start(vec![
+        ("client", client),
+        ("instances", procs.pids()),
+        ("nats_server", server.pid().into_iter().collect()),
+    ]);
     let start = Instant::now();
     let killer = async {
         let at = a.kill_owner_at_s?;
@@ -190,7 +231,10 @@ async fn sharded_run(b: &Bench) -> Result<ShardedRun, String> {
         eprintln!("bench keys: SIGKILLed owner k0 at {at} s");
         Some((at, start.elapsed().as_micros() as u64))
     };
-    let (obs, killed, _) = tokio::join!(drive(&load, start), killer, progress(start, load.duration, "sharded"));
+    let what = if to_owner { "sharded, to the owner" } else { "sharded, any instance" };
+    let (obs, killed, _) = tokio::join!(drive(&load, start), killer, progress(start, load.duration, what));
+    let answered = obs.iter().filter(|o| o.status == 200 || o.status == 429).count();
+    let cpu_us_per_decision = meter.per_decision(answered);
     procs.stop(Duration::from_secs(5), |_| true).await;
     drop(server);
     let kill = killed.map(|(at_s, at_us)| {
@@ -207,11 +251,12 @@ async fn sharded_run(b: &Bench) -> Result<ShardedRun, String> {
                 .map(|ms| loss_bound(&obs, at_us, ms)),
         }
     });
-    Ok(ShardedRun { load: summary(&obs, load.duration, a.limit, a.window_ms), kill })
+    let routing = if to_owner { "to-owner" } else { "any-instance" };
+    Ok(ShardedRun { routing, load: summary(&obs, load.duration, a.limit, a.window_ms), kill, cpu_us_per_decision })
 }
 
 /// The baseline: as many instances deciding in one central Redis, under the same load.
-async fn redis_run(b: &Bench) -> Result<LoadSummary, String> {
+async fn redis_run(b: &Bench) -> Result<RedisRun, String> {
     let a = &b.a;
     let mut procs = Procs::new(&a.out_dir.join("redis"))?;
     let mut bases = Vec::new();
@@ -222,22 +267,34 @@ async fn redis_run(b: &Bench) -> Result<LoadSummary, String> {
         })?;
         bases.push(format!("http://{}", addr.unwrap_or_default()));
     }
-    let load = b.load("r", bases);
+    let load = b.load("r", bases, false);
+    let meter = CpuMeter::start(vec![
+        ("client", vec![std::process::id()]),
+        ("instances", procs.pids()),
+        ("redis", pid_named("redis-server").into_iter().collect()),
+    ]);
     let start = Instant::now();
     let (obs, _) = tokio::join!(drive(&load, start), progress(start, load.duration, "redis"));
+    let answered = obs.iter().filter(|o| o.status == 200 || o.status == 429).count();
+    let cpu_us_per_decision = meter.per_decision(answered);
     procs.stop(Duration::from_secs(5), |_| true).await;
-    let s = summary(&obs, load.duration, a.limit, a.window_ms);
-    eprintln!("bench keys: redis {}", to_json(&s)?);
-    Ok(s)
+    let run = RedisRun { load: summary(&obs, load.duration, a.limit, a.window_ms), cpu_us_per_decision };
+    eprintln!("bench keys: redis {}", to_json(&run)?);
+    Ok(run)
 }
 
-fn report(a: Args, sharded: ShardedRun, redis: Option<LoadSummary>) -> BenchSummary {
-    let throughput_vs_redis = redis.as_ref().map(|r| {
-        let ratio = sharded.load.decisions_per_s / r.decisions_per_s.max(1e-9);
-        (ratio * 1000.0).round() / 1000.0
-    });
+fn report(a: Args, sharded: ShardedRun, any_instance: Option<ShardedRun>, redis: Option<RedisRun>) -> BenchSummary {
+    let vs_redis = |run: &ShardedRun| {
+        redis.as_ref().map(|r| {
+            let ratio = run.load.decisions_per_s / r.load.decisions_per_s.max(1e-9);
+            (ratio * 1000.0).round() / 1000.0
+        })
+    };
+    let throughput_vs_redis = vs_redis(&sharded);
+    let any_instance_throughput_vs_redis = any_instance.as_ref().and_then(vs_redis);
     BenchSummary {
         sharded,
+        any_instance,
         instances: a.instances,
         keys: a.keys,
         zipf_s: a.zipf_s,
@@ -247,6 +304,7 @@ fn report(a: Args, sharded: ShardedRun, redis: Option<LoadSummary>) -> BenchSumm
         durability: a.durability,
         redis,
         throughput_vs_redis,
+        any_instance_throughput_vs_redis,
     }
 }
 

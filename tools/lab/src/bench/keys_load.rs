@@ -1,6 +1,7 @@
 //! The load of `bench keys` and its independent judge.
 //!
-//! Concurrent clients pick keys from a Zipf distribution and an instance at random, and record
+//! Concurrent clients pick keys from a Zipf distribution and an instance at random (or the key's
+//! owner, as a key-aware client would), and record
 //! for every answer when they sent it and when it came back. The judge counts over-admissions
 //! from that alone: `N + 1` allowed answers for one key whose send-to-receive intervals all fit
 //! in less than `W − 1 ms` (the limiter's clock has 1 ms resolution) were certainly decided
@@ -46,6 +47,34 @@ pub struct LoadSpec {
     pub clients: usize,
     pub duration: Duration,
     pub seed: u64,
+    /// Send each key to its shard's owner (from `GET /v1/shards`, refreshed every 250 ms), as a
+    /// key-aware client or balancer would; else to an instance at random.
+    pub to_owner: bool,
+}
+
+/// Per shard, the index in `bases` of its owner (as an instance's `GET /v1/shards` says).
+type OwnerIndex = Arc<std::sync::RwLock<Vec<Option<usize>>>>;
+
+#[derive(serde::Deserialize)]
+struct ShardRoutes {
+    owners: Vec<Option<String>>,
+}
+
+/// Keep `index` in step with the shard owners, asking a live instance every 250 ms.
+async fn follow_owners(http: reqwest::Client, bases: Vec<String>, dead: Arc<Vec<AtomicBool>>, index: OwnerIndex) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tick.tick().await;
+        let Some(live) = (0..bases.len()).find(|&i| !dead[i].load(Ordering::Relaxed)) else { return };
+        let Ok(r) = http.get(format!("{}/v1/shards", bases[live])).send().await else { continue };
+        let Ok(routes) = r.json::<ShardRoutes>().await else { continue };
+        let owners = routes
+            .owners
+            .iter()
+            .map(|o| o.as_ref().and_then(|addr| bases.iter().position(|b| b.strip_prefix("http://") == Some(addr))))
+            .collect();
+        *index.write().unwrap_or_else(|p| p.into_inner()) = owners;
+    }
 }
 
 /// Drive the load; instances that refuse connections are dropped (as a load balancer would).
@@ -57,9 +86,13 @@ pub async fn drive(spec: &LoadSpec, start: Instant) -> Vec<Observation> {
         .unwrap_or_default();
     let dead: Arc<Vec<AtomicBool>> = Arc::new(spec.bases.iter().map(|_| AtomicBool::new(false)).collect());
     let until = start + spec.duration;
+    let owners: OwnerIndex = Arc::default();
+    let follower = spec
+        .to_owner
+        .then(|| tokio::spawn(follow_owners(http.clone(), spec.bases.clone(), dead.clone(), owners.clone())));
     let mut tasks = Vec::new();
     for c in 0..spec.clients {
-        let (http, ranks, dead) = (http.clone(), spec.key_ranks, dead.clone());
+        let (http, ranks, dead, owners) = (http.clone(), spec.key_ranks, dead.clone(), owners.clone());
         let (bases, prefix) = (spec.bases.clone(), spec.key_prefix.clone());
         let mut rng = StdRng::seed_from_u64(spec.seed ^ (c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         tasks.push(tokio::spawn(async move {
@@ -70,9 +103,15 @@ pub async fn drive(spec: &LoadSpec, start: Instant) -> Vec<Observation> {
                 if live.is_empty() {
                     break;
                 }
-                let i = live[rng.random_range(0..live.len())];
+                let name = format!("{prefix}{key}");
+                let owner = {
+                    let owners = owners.read().unwrap_or_else(|p| p.into_inner());
+                    let shard = leasehold_shared::keys::shard_of(&name, owners.len().max(1) as u32) as usize;
+                    owners.get(shard).copied().flatten().filter(|&o| !dead[o].load(Ordering::Relaxed))
+                };
+                let i = owner.unwrap_or_else(|| live[rng.random_range(0..live.len())]);
                 let sent_us = start.elapsed().as_micros() as u64;
-                let r = http.post(format!("{}/v1/keys/{prefix}{key}", bases[i])).send().await;
+                let r = http.post(format!("{}/v1/keys/{name}", bases[i])).send().await;
                 let received_us = start.elapsed().as_micros() as u64;
                 let status = match r {
                     Ok(resp) => {
@@ -95,6 +134,9 @@ pub async fn drive(spec: &LoadSpec, start: Instant) -> Vec<Observation> {
     let mut all = Vec::new();
     for t in tasks {
         all.extend(t.await.unwrap_or_default());
+    }
+    if let Some(f) = follower {
+        f.abort();
     }
     all
 }

@@ -1,6 +1,7 @@
 //! `leasehold-lab bench …`: measurements that print one JSON line.
 
 mod control_plane;
+mod cpu;
 mod keys;
 mod keys_load;
 

@@ -113,6 +113,11 @@ impl Procs {
     }
 
     /// Send a signal (`"-STOP"`, `"-CONT"`, `"-TERM"`) to `name`.
+    /// The process ids of the running children.
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.values().filter_map(|c| c.id()).collect()
+    }
+
     pub fn signal(&self, name: &str, sig: &str) -> bool {
         let Some(pid) = self.children.get(name).and_then(|c| c.id()) else { return false };
         std::process::Command::new("kill").arg(sig).arg(pid.to_string()).status().is_ok_and(|s| s.success())

@@ -1,0 +1,115 @@
+//! Per-key instances as processes of the real `leasehold` binary, for the keys tests.
+#![allow(dead_code)] // each test file uses its own part of it
+#![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
+
+use leasehold_nats_harness::{binaries, NatsServer};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const SHARDS: u64 = 64;
+pub const TTL_MS: u64 = 1_000;
+
+pub struct Instance {
+    pub child: Child,
+    pub base: String,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn tiers_file(limit: u64) -> String {
+    let path = std::env::temp_dir().join(format!("lh-keys-tiers-{}-{limit}.json", std::process::id()));
+    let doc = serde_json::json!({ "default_tier": "t", "tiers": { "t": { "limit": limit, "window_ms": 60_000 } } });
+    std::fs::write(&path, doc.to_string()).unwrap();
+    path.to_string_lossy().into()
+}
+
+pub fn start(nats: &str, id: &str, tiers: &str, durability: &str) -> Instance {
+    start_with(nats, id, tiers, durability, &[])
+}
+
+pub fn start_with(nats: &str, id: &str, tiers: &str, durability: &str, extra: &[&str]) -> Instance {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["keys", "--listen", "127.0.0.1:0", "--nats-url", nats, "--instance-id", id, "--tiers", tiers])
+        .args(["--shard-ttl-ms", &TTL_MS.to_string(), "--durability", durability])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("leasehold keys starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected {line:?}"));
+    Instance { base: format!("http://{addr}"), child }
+}
+
+pub fn sigterm(i: &Instance) {
+    Command::new("kill").arg("-TERM").arg(i.child.id().to_string()).status().unwrap();
+}
+
+pub async fn served(http: &reqwest::Client, i: &Instance) -> u64 {
+    let Ok(r) = http.get(format!("{}/metrics", i.base)).send().await else { return 0 };
+    let text = r.text().await.unwrap_or_default();
+    text.lines().find_map(|l| l.strip_prefix("leasehold_keys_shards_served ")).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// Wait until the instances serve all shards with these counts (in any order); how long it took.
+pub async fn wait_balanced(http: &reqwest::Client, instances: &[&Instance], within: Duration) -> Duration {
+    let start = Instant::now();
+    let n = instances.len() as u64;
+    let mut poll = tokio::time::interval(Duration::from_millis(20));
+    loop {
+        poll.tick().await;
+        let mut counts = Vec::new();
+        for i in instances {
+            counts.push(served(http, i).await);
+        }
+        if counts.iter().sum::<u64>() == SHARDS && counts.iter().all(|&c| c >= SHARDS / n && c <= SHARDS.div_ceil(n)) {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < within, "shards not balanced within {within:?}: {counts:?}");
+    }
+}
+
+pub async fn post(http: &reqwest::Client, i: &Instance, key: &str) -> u16 {
+    http.post(format!("{}/v1/keys/{key}", i.base)).send().await.unwrap().status().as_u16()
+}
+
+pub async fn count(http: &reqwest::Client, i: &Instance, key: &str) -> u64 {
+    let v: serde_json::Value =
+        http.get(format!("{}/v1/keys/{key}", i.base)).send().await.unwrap().json().await.unwrap();
+    v["count"].as_u64().unwrap_or_else(|| panic!("no count in {v}"))
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap()
+}
+
+pub fn nats() -> NatsServer {
+    NatsServer::start(&binaries().expect("a nats-server is needed").remove(0)).unwrap()
+}
+
+/// A nats-server and two instances sharing its shards evenly (interval durability).
+pub async fn two_instances(tiers: &str) -> (NatsServer, reqwest::Client, Instance, Instance) {
+    let server = nats();
+    let http = client();
+    let a = start(&server.url(), "a", tiers, "interval:50");
+    let b = start(&server.url(), "b", tiers, "interval:50");
+    wait_balanced(&http, &[&a, &b], Duration::from_secs(20)).await;
+    (server, http, a, b)
+}
+
+/// Admit each key up to its limit through rotating instances; all must be allowed.
+pub async fn fill(http: &reqwest::Client, instances: &[&Instance], keys: &[String], limit: u64) {
+    for (k, key) in keys.iter().enumerate() {
+        for n in 0..limit {
+            let i = instances[(k + n as usize) % instances.len()];
+            assert_eq!(post(http, i, key).await, 200, "{key} admission {n}");
+        }
+    }
+}

@@ -1,0 +1,1 @@
+pub mod keys_instances;
