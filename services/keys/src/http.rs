@@ -31,8 +31,10 @@ use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-#[derive(Clone)]
-struct App {
+/// The handlers' state, shared: each request clones one pointer, not the limiter's parts.
+type App = Arc<AppState>;
+
+struct AppState {
     limiter: KeyLimiter,
     answers: Answers,
     draining: Draining,
@@ -275,7 +277,7 @@ pub fn router(limiter: KeyLimiter) -> Router {
 pub fn router_draining(limiter: KeyLimiter, draining: Draining) -> Router {
     let answers = Answers::default();
     let registry = registry(&answers, limiter.clone());
-    let app = App { limiter, answers, draining };
+    let app = Arc::new(AppState { limiter, answers, draining });
     Router::new()
         .route("/v1/keys/{key}", post(record).get(read))
         .route("/v1/check", post(record_json))

@@ -79,11 +79,7 @@ async fn follow_owners(http: reqwest::Client, bases: Vec<String>, dead: Arc<Vec<
 
 /// Drive the load; instances that refuse connections are dropped (as a load balancer would).
 pub async fn drive(spec: &LoadSpec, start: Instant) -> Vec<Observation> {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .pool_max_idle_per_host(spec.clients)
-        .build()
-        .unwrap_or_default();
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().unwrap_or_default();
     let dead: Arc<Vec<AtomicBool>> = Arc::new(spec.bases.iter().map(|_| AtomicBool::new(false)).collect());
     let until = start + spec.duration;
     let owners: OwnerIndex = Arc::default();
@@ -92,11 +88,12 @@ pub async fn drive(spec: &LoadSpec, start: Instant) -> Vec<Observation> {
         .then(|| tokio::spawn(follow_owners(http.clone(), spec.bases.clone(), dead.clone(), owners.clone())));
     let mut tasks = Vec::new();
     for c in 0..spec.clients {
-        let (http, ranks, dead, owners) = (http.clone(), spec.key_ranks, dead.clone(), owners.clone());
+        let (ranks, dead, owners) = (spec.key_ranks, dead.clone(), owners.clone());
         let (bases, prefix) = (spec.bases.clone(), spec.key_prefix.clone());
         let mut rng = StdRng::seed_from_u64(spec.seed ^ (c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         tasks.push(tokio::spawn(async move {
             let mut seen = Vec::new();
+            let mut conns = Connections::new(&bases);
             while Instant::now() < until {
                 let key = draw_key(&ranks, &mut rng);
                 let live: Vec<usize> = (0..bases.len()).filter(|&i| !dead[i].load(Ordering::Relaxed)).collect();
@@ -111,20 +108,15 @@ pub async fn drive(spec: &LoadSpec, start: Instant) -> Vec<Observation> {
                 };
                 let i = owner.unwrap_or_else(|| live[rng.random_range(0..live.len())]);
                 let sent_us = start.elapsed().as_micros() as u64;
-                let r = http.post(format!("{}/v1/keys/{name}", bases[i])).send().await;
+                let answer = conns.post(i, &format!("/v1/keys/{name}")).await;
                 let received_us = start.elapsed().as_micros() as u64;
-                let status = match r {
-                    Ok(resp) => {
-                        let s = resp.status().as_u16();
-                        let _ = resp.bytes().await;
-                        s
-                    }
-                    Err(e) => {
-                        if e.is_connect() {
-                            dead[i].store(true, Ordering::Relaxed);
-                        }
+                let status = match answer {
+                    Ok(s) => s,
+                    Err(Failure::Refused) => {
+                        dead[i].store(true, Ordering::Relaxed);
                         0
                     }
+                    Err(Failure::Lost) => 0,
                 };
                 seen.push(Observation { key, sent_us, received_us, status, instance: i as u8 });
             }
@@ -139,6 +131,61 @@ pub async fn drive(spec: &LoadSpec, start: Instant) -> Vec<Observation> {
         f.abort();
     }
     all
+}
+
+/// Why a request got no answer.
+enum Failure {
+    /// The instance refused the connection (it is gone: a balancer would drop it).
+    Refused,
+    /// Sent, but no answer came (reset, timeout).
+    Lost,
+}
+
+/// One client's keep-alive HTTP/1.1 connection to each instance, opened when first needed and
+/// again after a failure: the lightest client hyper offers (no pool, no URL parsing), so the
+/// client's own CPU per request, which both designs pay alike, dilutes their difference least.
+struct Connections {
+    hosts: Vec<String>,
+    senders: Vec<Option<hyper::client::conn::http1::SendRequest<http_body_util::Empty<bytes::Bytes>>>>,
+}
+
+impl Connections {
+    fn new(bases: &[String]) -> Self {
+        let hosts = bases.iter().map(|b| b.trim_start_matches("http://").to_string()).collect();
+        Connections { hosts, senders: bases.iter().map(|_| None).collect() }
+    }
+
+    /// POST `path` (no body) to instance `i`: the answer's status, its body read and dropped.
+    async fn post(&mut self, i: usize, path: &str) -> Result<u16, Failure> {
+        let outcome = tokio::time::timeout(Duration::from_secs(2), self.try_post(i, path)).await;
+        let status = outcome.unwrap_or(Err(Failure::Lost));
+        if status.is_err() {
+            self.senders[i] = None;
+        }
+        status
+    }
+
+    async fn try_post(&mut self, i: usize, path: &str) -> Result<u16, Failure> {
+        use http_body_util::BodyExt;
+        if self.senders[i].as_ref().is_none_or(|s| s.is_closed()) {
+            let stream = tokio::net::TcpStream::connect(&self.hosts[i]).await.map_err(|_| Failure::Refused)?;
+            let _ = stream.set_nodelay(true);
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let (sender, conn) = hyper::client::conn::http1::handshake(io).await.map_err(|_| Failure::Refused)?;
+            tokio::spawn(conn);
+            self.senders[i] = Some(sender);
+        }
+        let sender = self.senders[i].as_mut().ok_or(Failure::Lost)?;
+        sender.ready().await.map_err(|_| Failure::Lost)?;
+        let request = hyper::Request::post(path)
+            .header(hyper::header::HOST, &self.hosts[i])
+            .body(http_body_util::Empty::new())
+            .map_err(|_| Failure::Lost)?;
+        let response = sender.send_request(request).await.map_err(|_| Failure::Lost)?;
+        let status = response.status().as_u16();
+        response.into_body().collect().await.map_err(|_| Failure::Lost)?;
+        Ok(status)
+    }
 }
 
 /// Allowed answers beyond `limit` in any window of `window_ms`, from the client's view alone.
