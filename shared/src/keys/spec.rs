@@ -19,7 +19,9 @@ pub enum Algorithm {
     Gcra,
 }
 
+/// One limit. Unknown fields are refused (see [`Tiers`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LimitSpec {
     #[serde(default)]
     pub algorithm: Algorithm,
@@ -65,7 +67,14 @@ impl LimitSpec {
 }
 
 /// Tiers by name, per-key overrides, and the tier of keys nobody classified.
+///
+/// Unknown fields are refused, here and in every [`LimitSpec`]: a misspelt `"overides"` would
+/// otherwise be dropped without a word and leave the limits it meant to set unset. The cluster's
+/// stored document (KV `lh_keys_config`/`tiers`) is read the same way, so a document with a field
+/// this build does not know is refused (logged) and the limits in force stay: upgrade every
+/// instance before writing a field a new build adds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Tiers {
     pub default_tier: String,
     pub tiers: BTreeMap<String, LimitSpec>,
@@ -93,7 +102,11 @@ impl Tiers {
             return Err(KeyError::BadSpec(format!("default_tier {:?} is not a tier", self.default_tier)));
         }
         for (name, spec) in self.tiers.iter().chain(&self.overrides) {
-            spec.validate().map_err(|e| KeyError::BadSpec(format!("{name}: {e}")))?;
+            // Say which limit, and "invalid limit" once.
+            spec.validate().map_err(|e| match e {
+                KeyError::BadSpec(why) => KeyError::BadSpec(format!("{name}: {why}")),
+                other => other,
+            })?;
         }
         if let Some((key, tier)) = self.assignments.iter().find(|(_, t)| !self.tiers.contains_key(*t)) {
             return Err(KeyError::BadSpec(format!("key {key:?} is assigned to unknown tier {tier:?}")));
