@@ -1,22 +1,28 @@
 //! HTTP API of the per-key limiter.
 //!
-//! * `POST /v1/keys/{key}?cost=1&tier=free` records a request: `200` with the answer, or `429`
+//! * `POST /v1/keys/{key}?cost=1` records a request: `200` with the answer, or `429`
 //!   with `Retry-After` and an `application/problem+json` body carrying the same fields.
-//! * `POST /v1/check` does the same from a JSON body `{"key": …, "cost": 1, "tier": …}`.
-//! * `GET /v1/keys/{key}?tier=free` reads the key's count and remaining, recording nothing.
+//! * `POST /v1/check` does the same from a JSON body `{"key": …, "cost": 1}`.
+//! * `GET /v1/keys/{key}` reads the key's count and remaining, recording nothing.
 //! * `GET`/`PUT /v1/tiers` reads or replaces the tiers and overrides (validated; effective at once).
 //! * `GET /v1/shards`: each shard's owner (`host:port`), for clients that send a key to its owner.
 //! * `GET /v1/hot`: the last hot-key report (keys above `--hot-key-rps` on this owner).
 //! * `GET /metrics`, `GET /healthz` (`503` once the instance is stopping: see [`Draining`]).
 //!
+//! Who picks a key's tier (`?tier=`, `"tier"`, a gateway's header) and who may use the admin
+//! endpoints (`/v1/tiers`, `/v1/hot`) is [`Trust`]'s decision ([`crate::access`]).
+//!
 //! Every answer carries `RateLimit-Policy: "<tier>";q=<N>;w=<W s>` and
 //! `RateLimit: "<tier>";r=<remaining>;t=<reset s>`. Bad input is a `400` problem and changes
 //! nothing; a full key table sheds with `429` instead of waiting.
 
+use crate::access::Trust;
 use crate::limiter::{CheckError, KeyAnswer, KeyCheck, KeyLimiter, TiersError};
 use crate::routes::ShardRoutes;
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, Request, State};
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -38,6 +44,7 @@ struct AppState {
     limiter: KeyLimiter,
     answers: Answers,
     draining: Draining,
+    trust: Trust,
 }
 
 /// Turned on when the instance is stopping: `/healthz` answers 503 and every answer carries
@@ -69,6 +76,18 @@ async fn close_when_draining(State(app): State<App>, req: Request, next: Next) -
         r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     r
+}
+
+/// The value of the trusted gateway's tier header ([`Trust::tier_header`]), if one is set and
+/// the request has it.
+struct GatewayTier(Option<HeaderValue>);
+
+impl FromRequestParts<App> for GatewayTier {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self, Self::Rejection> {
+        Ok(GatewayTier(app.trust.tier_header.as_ref().and_then(|h| parts.headers.get(h)).cloned()))
+    }
 }
 
 /// Answers given, by kind (`leasehold_keys_<kind>_total`).
@@ -189,18 +208,31 @@ fn parse_cost(v: Option<&String>) -> Result<u64, String> {
 
 async fn record(
     State(app): State<App>,
+    GatewayTier(gateway): GatewayTier,
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<RecordQuery>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let (key, q) = match key_and_query(path, query) {
         Ok(kq) => kq,
         Err(detail) => return bad_request(detail),
     };
+    if !body.is_ok_and(|b| b.is_empty()) {
+        // Its fields would be ignored: `{"cost": 3}` recorded at cost 1.
+        return bad_request(format!(
+            "POST /v1/keys/{{key}} takes no body: cost is a query parameter (?cost=3); to send JSON, use \
+             POST /v1/check with {{\"key\": {key:?}, \"cost\": …}}"
+        ));
+    }
     let cost = match parse_cost(q.cost.as_ref()) {
         Ok(c) => c,
         Err(d) => return bad_request(d),
     };
-    let result = app.limiter.check(&KeyCheck::new(key, cost, q.tier)).await;
+    let tier = match app.trust.tier(gateway.as_ref(), q.tier) {
+        Ok(t) => t,
+        Err(refused) => return refused.respond(),
+    };
+    let result = app.limiter.check(&KeyCheck::new(key, cost, tier)).await;
     respond(&app, result)
 }
 
@@ -220,10 +252,18 @@ fn one() -> u64 {
     1
 }
 
-async fn record_json(State(app): State<App>, body: Result<Json<CheckBody>, JsonRejection>) -> Response {
+async fn record_json(
+    State(app): State<App>,
+    GatewayTier(gateway): GatewayTier,
+    body: Result<Json<CheckBody>, JsonRejection>,
+) -> Response {
     match body {
         Ok(Json(b)) => {
-            let result = app.limiter.check(&KeyCheck::new(b.key, b.cost, b.tier)).await;
+            let tier = match app.trust.tier(gateway.as_ref(), b.tier) {
+                Ok(t) => t,
+                Err(refused) => return refused.respond(),
+            };
+            let result = app.limiter.check(&KeyCheck::new(b.key, b.cost, tier)).await;
             respond(&app, result)
         }
         Err(e) => bad_request(e.body_text()),
@@ -232,6 +272,7 @@ async fn record_json(State(app): State<App>, body: Result<Json<CheckBody>, JsonR
 
 async fn read(
     State(app): State<App>,
+    GatewayTier(gateway): GatewayTier,
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<ReadQuery>, QueryRejection>,
 ) -> Response {
@@ -239,13 +280,20 @@ async fn read(
         Ok(kq) => kq,
         Err(detail) => return bad_request(detail),
     };
-    match app.limiter.peek(&key, q.tier.as_deref()).await {
+    let tier = match app.trust.tier(gateway.as_ref(), q.tier) {
+        Ok(t) => t,
+        Err(refused) => return refused.respond(),
+    };
+    match app.limiter.peek(&key, tier.as_deref()).await {
         Ok(a) => (StatusCode::OK, headers(&a), Json(a)).into_response(),
         other => respond(&app, other),
     }
 }
 
-async fn put_tiers(State(app): State<App>, body: Result<Json<Tiers>, JsonRejection>) -> Response {
+async fn put_tiers(State(app): State<App>, headers: HeaderMap, body: Result<Json<Tiers>, JsonRejection>) -> Response {
+    if let Err(refused) = app.trust.authorize_admin(&headers) {
+        return refused.respond();
+    }
     match body {
         Ok(Json(t)) => match app.limiter.update_tiers(t).await {
             Ok(()) => StatusCode::NO_CONTENT.into_response(),
@@ -269,24 +317,40 @@ struct HotKeys {
     hot_keys: Vec<(String, u64)>,
 }
 
-pub fn router(limiter: KeyLimiter) -> Router {
-    router_draining(limiter, Draining::default())
+async fn get_tiers(State(app): State<App>, headers: HeaderMap) -> Response {
+    match app.trust.authorize_admin(&headers) {
+        Ok(()) => Json(app.limiter.tiers()).into_response(),
+        Err(refused) => refused.respond(),
+    }
 }
 
-/// [`router`], answering as `draining` says.
-pub fn router_draining(limiter: KeyLimiter, draining: Draining) -> Router {
+async fn get_hot(State(app): State<App>, headers: HeaderMap) -> Response {
+    match app.trust.authorize_admin(&headers) {
+        Ok(()) => Json(HotKeys { hot_keys: app.limiter.hot() }).into_response(),
+        Err(refused) => refused.respond(),
+    }
+}
+
+/// The API trusting callers with nothing ([`Trust::default`]): the operator's tiers decide, and
+/// the admin endpoints are off.
+pub fn router(limiter: KeyLimiter) -> Router {
+    router_with(limiter, Trust::default(), Draining::default())
+}
+
+/// The API, trusting callers with what `trust` says and answering as `draining` says.
+pub fn router_with(limiter: KeyLimiter, trust: Trust, draining: Draining) -> Router {
     let answers = Answers::default();
     let registry = registry(&answers, limiter.clone());
-    let app = Arc::new(AppState { limiter, answers, draining });
+    let app = Arc::new(AppState { limiter, answers, draining, trust });
     Router::new()
         .route("/v1/keys/{key}", post(record).get(read))
         .route("/v1/check", post(record_json))
-        .route("/v1/tiers", get(|State(a): State<App>| async move { Json(a.limiter.tiers()) }).put(put_tiers))
+        .route("/v1/tiers", get(get_tiers).put(put_tiers))
         .route(
             "/v1/shards",
             get(|State(a): State<App>| async move { Json(ShardRoutes::clone(&a.limiter.routes().get())) }),
         )
-        .route("/v1/hot", get(|State(a): State<App>| async move { Json(HotKeys { hot_keys: a.limiter.hot() }) }))
+        .route("/v1/hot", get(get_hot))
         .route("/metrics", metrics::endpoint(registry))
         .route("/healthz", get(health))
         .fallback(|uri: axum::http::Uri| async move {

@@ -5,6 +5,7 @@
 //! ([`nats`]). The decisions are [`leasehold_shared::keys`]' (exact sliding-window log or GCRA);
 //! this crate reads the clock and moves requests.
 //!
+//! * [`access`]: who decides a key's tier, and who may use the admin endpoints.
 //! * [`limiter`]: validation, tiers, and where a key is decided (here, its owner, or Redis).
 //! * [`owned`]: the keys of the shards this instance owns, behind the ownership gate.
 //! * [`cluster`]: shard ownership through fenced KV leases (claim, renew, rebalance, hand over).
@@ -14,6 +15,7 @@
 //! * `redis_backend` (feature `redis-baseline`, the lab's only): the central-Redis baseline
 //!   (sorted set + Lua) that `bench keys` measures against.
 
+pub mod access;
 pub mod cluster;
 pub mod http;
 pub mod limiter;
@@ -66,6 +68,8 @@ pub struct ServeOptions {
     /// (forwarded to the shards' new owners), before the listener closes. At least a load
     /// balancer's time to take the instance out of rotation.
     pub drain_ms: u64,
+    /// Who picks a key's tier, and the admin token.
+    pub trust: access::Trust,
     pub mode: Mode,
 }
 
@@ -124,7 +128,7 @@ pub async fn serve_until(o: ServeOptions, stop: tokio::sync::watch::Receiver<boo
     println!("listening on {addr}");
     let draining = http::Draining::default();
     let (close, mut closing) = tokio::sync::watch::channel(false);
-    let http = axum::serve(listener, http::router_draining(limiter, draining.clone()))
+    let http = axum::serve(listener, http::router_with(limiter, o.trust, draining.clone()))
         .with_graceful_shutdown(async move {
             let _ = closing.wait_for(|c| *c).await;
         })

@@ -114,6 +114,7 @@ async fn serve((a, tiers): (KeysArgs, Tiers)) -> Result<(), String> {
         max_in_flight: a.max_in_flight,
         hot_key_rps: a.hot_key_rps,
         drain_ms: a.drain_ms,
+        trust: leasehold_keys::access::Trust::default(),
         mode,
     };
     leasehold_keys::serve(options).await
