@@ -1,7 +1,11 @@
 //! The production binary as an operator runs it: bad settings are a one-line error and exit 2,
 //! and the example configuration passes validation.
+#![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 fn leasehold(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_leasehold")).args(args).output().expect("binary runs")
@@ -43,4 +47,69 @@ fn services_refuse_bad_configuration_with_one_line_and_exit_2() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot connect"));
+}
+
+/// A `leasehold keys` process, killed on drop.
+struct Keys(std::process::Child);
+
+impl Drop for Keys {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `leasehold keys` with these arguments and environment, stdout and stderr piped.
+fn keys(args: &[&str], envs: &[(&str, &str)]) -> Keys {
+    let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("keys")
+        .args(args)
+        .envs(envs.iter().copied())
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("binary runs");
+    Keys(child)
+}
+
+/// The address it printed it listens on.
+fn listening(k: &mut Keys) -> String {
+    let mut line = String::new();
+    BufReader::new(k.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected {line:?}")).to_string()
+}
+
+/// Logs written to a pipe (a file, journald, a collector) carry no ANSI colour codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_to_a_pipe_carry_no_colour_codes() {
+    let mut k = keys(&["--listen", "127.0.0.1:0", "--hot-key-rps", "1"], &[]);
+    let base = format!("http://{}", listening(&mut k));
+    let (tx, rx) = mpsc::channel();
+    let stderr = k.0.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    // A key at 5 requests a second, above --hot-key-rps 1, is logged as hot within a second or two.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let line = loop {
+        for _ in 0..5 {
+            http.post(format!("{base}/v1/keys/hot")).send().await.unwrap();
+        }
+        match rx.recv_timeout(Duration::from_millis(500)) {
+            Ok(line) if line.contains("hot key") => break line,
+            Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(e) => panic!("stderr ended: {e}"),
+        }
+        assert!(std::time::Instant::now() < deadline, "no hot-key warning logged");
+    };
+    assert!(!line.contains('\u{1b}'), "an ANSI escape in {line:?}");
+    assert!(line.contains("WARN") && line.contains("key=\"hot\""), "{line}");
 }

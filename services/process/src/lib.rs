@@ -17,6 +17,7 @@ use figment::Figment;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::future::Future;
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tokio::sync::watch;
@@ -135,6 +136,8 @@ where
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, not in a file, journald or a collector.
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
