@@ -31,13 +31,20 @@ impl AdminToken {
     /// A token of at least [`MIN_ADMIN_TOKEN_CHARS`] visible ASCII characters (what a bearer
     /// header can carry), or why not (without the token).
     pub fn new(token: String) -> Result<Self, String> {
-        if token.chars().count() < MIN_ADMIN_TOKEN_CHARS {
+        let token = AdminToken(token);
+        token.check()?;
+        Ok(token)
+    }
+
+    /// Whether it is one [`AdminToken::new`] would take (a deserialized one is checked here).
+    pub fn check(&self) -> Result<(), String> {
+        if self.0.chars().count() < MIN_ADMIN_TOKEN_CHARS {
             return Err(format!("admin_token must be at least {MIN_ADMIN_TOKEN_CHARS} characters"));
         }
-        if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        if !self.0.bytes().all(|b| b.is_ascii_graphic()) {
             return Err("admin_token must be visible ASCII characters (no spaces)".into());
         }
-        Ok(AdminToken(token))
+        Ok(())
     }
 
     /// Constant time in the presented token's bytes (a length difference is not hidden).

@@ -11,6 +11,7 @@
 //! * [`cluster`]: shard ownership through fenced KV leases (claim, renew, rebalance, hand over).
 //! * [`persist`]: admissions appended to JetStream, replayed by a new owner.
 //! * [`routes`]: which instance owns each shard, for clients that route by key.
+//! * [`settings`]: `leasehold keys`' settings (defaults, TOML, environment, flags).
 //! * [`tiers_sync`]: the cluster's tiers in KV, applied live everywhere.
 //! * `redis_backend` (feature `redis-baseline`, the lab's only): the central-Redis baseline
 //!   (sorted set + Lua) that `bench keys` measures against.
@@ -25,6 +26,7 @@ pub mod persist;
 #[cfg(feature = "redis-baseline")]
 pub mod redis_backend;
 pub mod routes;
+pub mod settings;
 pub mod tiers_sync;
 
 pub use limiter::{CheckError, KeyAnswer, KeyCheck, KeyLimiter};

@@ -245,8 +245,15 @@ async fn the_tier_comes_from_the_trusted_gateway_s_header() {
         .unwrap();
     let a: KeyAnswer = r.json().await.unwrap();
     assert_eq!((a.tier.as_str(), a.limit, a.remaining), ("pro", 100, 98));
-    let a: KeyAnswer =
-        http.get(format!("{base}/v1/keys/u")).header("x-leasehold-tier", "pro").send().await.unwrap().json().await.unwrap();
+    let a: KeyAnswer = http
+        .get(format!("{base}/v1/keys/u"))
+        .header("x-leasehold-tier", "pro")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!((a.tier.as_str(), a.count), ("pro", Some(2)));
     // No header: the default tier. A tier in the request, with or without the header: refused.
     let r = http.post(format!("{base}/v1/keys/u")).send().await.unwrap();
@@ -292,8 +299,14 @@ async fn admin_endpoints_need_the_admin_token() {
     let wrong_byte = ADMIN_TOKEN.replace('0', "1");
     let unauthenticated = [
         (http.put(format!("{base}/v1/tiers")).json(&tiers(5)), "Bearer"),
-        (http.put(format!("{base}/v1/tiers")).bearer_auth(&wrong_length).json(&tiers(5)), "Bearer error=\"invalid_token\""),
-        (http.put(format!("{base}/v1/tiers")).bearer_auth(&wrong_byte).json(&tiers(5)), "Bearer error=\"invalid_token\""),
+        (
+            http.put(format!("{base}/v1/tiers")).bearer_auth(&wrong_length).json(&tiers(5)),
+            "Bearer error=\"invalid_token\"",
+        ),
+        (
+            http.put(format!("{base}/v1/tiers")).bearer_auth(&wrong_byte).json(&tiers(5)),
+            "Bearer error=\"invalid_token\"",
+        ),
         (http.put(format!("{base}/v1/tiers")).basic_auth("admin", Some(ADMIN_TOKEN)).json(&tiers(5)), "Bearer"),
         (http.get(format!("{base}/v1/tiers")), "Bearer"),
         (http.get(format!("{base}/v1/hot")).bearer_auth("nope"), "Bearer error=\"invalid_token\""),

@@ -19,8 +19,9 @@ pub enum ServiceCommand {
     DcManager(ConfigArgs),
     /// Run a pod agent serving permits over local HTTP (settings: LEASEHOLD_AGENT_*).
     Agent(ConfigArgs),
-    /// Run the per-key limiter (per user / tenant tier) over HTTP and NATS request/reply.
-    Keys(keys_cmd::KeysArgs),
+    /// Run the per-key limiter (per user / tenant tier) over HTTP and NATS request/reply
+    /// (settings: LEASEHOLD_KEYS_*, or flags).
+    Keys(Box<keys_cmd::KeysArgs>),
 }
 
 /// Runs `command`; a failure is one line on stderr prefixed with `program`, and exit code 2 for
@@ -31,7 +32,7 @@ pub fn run(program: &str, command: ServiceCommand) -> ExitCode {
         ServiceCommand::Coordinator(c) => leasehold_coordinator::main(c),
         ServiceCommand::DcManager(c) => leasehold_dc_manager::main(c),
         ServiceCommand::Agent(c) => leasehold_pod::agent_main(c),
-        ServiceCommand::Keys(a) => keys_cmd::run(a),
+        ServiceCommand::Keys(a) => keys_cmd::run(*a),
     }
 }
 

@@ -2,7 +2,7 @@
 //! and the example configuration passes validation.
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -74,11 +74,98 @@ fn keys(args: &[&str], envs: &[(&str, &str)]) -> Keys {
     Keys(child)
 }
 
+/// How it ended (code, stderr) within `limit`; `None` if it was still running (then killed).
+fn ended_within(mut k: Keys, limit: Duration) -> Option<(Option<i32>, String)> {
+    let stderr = k.0.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = BufReader::new(stderr).read_to_string(&mut text);
+        let _ = tx.send(text);
+    });
+    // stderr closes when the process ends (or is killed on drop).
+    let text = rx.recv_timeout(limit).ok()?;
+    Some((k.0.wait().unwrap().code(), text))
+}
+
 /// The address it printed it listens on.
 fn listening(k: &mut Keys) -> String {
     let mut line = String::new();
     BufReader::new(k.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
     line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected {line:?}")).to_string()
+}
+
+fn temp_file(name: &str, text: &str) -> String {
+    let path = std::env::temp_dir().join(format!("lh-cli-{}-{name}", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into()
+}
+
+#[test]
+fn keys_refuses_bad_settings_with_one_line_and_exit_2() {
+    let shards_toml = temp_file("shards.toml", "shards = 0\n");
+    let misspelt = temp_file(
+        "misspelt.json",
+        r#"{"default_tier": "free", "tiers": {"free": {"limit": 5, "window_ms": 60000}}, "overides": {}}"#,
+    );
+    let two_minutes =
+        temp_file("long.json", r#"{"default_tier": "t", "tiers": {"t": {"limit": 5, "window_ms": 120000}}}"#);
+    /// Arguments, environment, what the one line must say.
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
+        (vec!["--config", "/nonexistent.toml"], vec![], "not found"),
+        (vec!["--config", &shards_toml], vec![], "shards"),
+        (vec![], vec![("LEASEHOLD_KEYS_DURABILITY", "sometimes")], "durability"),
+        (vec![], vec![("LEASEHOLD_KEYS_ADMIN_TOKEN", "hunter2")], "admin_token"),
+        (vec![], vec![("LEASEHOLD_KEYS_TIER_HEADER", "x tier")], "tier_header"),
+        (vec!["--tiers", &misspelt], vec![], "unknown field `overides`"),
+        // A window longer than the admissions kept: refused before connecting anywhere.
+        (
+            vec!["--tiers", &two_minutes, "--nats-url", "nats://127.0.0.1:1", "--retention-ms", "60000"],
+            vec![],
+            "retention",
+        ),
+    ];
+    for (args, envs, needle) in cases {
+        let what = format!("{args:?} {envs:?}");
+        let all: Vec<&str> = ["--listen", "127.0.0.1:0"].into_iter().chain(args.iter().copied()).collect();
+        let (code, err) = ended_within(keys(&all, &envs), Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("{what}: still running with bad settings"));
+        assert_eq!(code, Some(2), "{what}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{what}: {err}");
+        assert!(err.contains(needle), "{what}: {err}");
+        assert!(!err.contains("hunter2"), "{what}: the token was printed: {err}");
+    }
+}
+
+/// Settings come from defaults, then the TOML file, then `LEASEHOLD_KEYS_*`, then the flags.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_reads_a_settings_file_then_the_environment_then_flags() {
+    let toml = temp_file(
+        "keys.toml",
+        "listen = \"127.0.0.1:1\"\nmax_keys = 1\ncaller_tier = true\nadmin_token = \"from-the-file-0123456789\"\n",
+    );
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    // The environment's listen address wins over the file's (port 1 would fail to bind).
+    let mut k = keys(&["--config", &toml], &[("LEASEHOLD_KEYS_LISTEN", "127.0.0.1:0")]);
+    let base = format!("http://{}", listening(&mut k));
+    assert_eq!(http.post(format!("{base}/v1/keys/a?tier=free")).send().await.unwrap().status(), 200, "caller_tier");
+    assert_eq!(http.post(format!("{base}/v1/keys/b")).send().await.unwrap().status(), 429, "max_keys = 1");
+    let r = http.get(format!("{base}/v1/tiers")).bearer_auth("from-the-file-0123456789").send().await.unwrap();
+    assert_eq!(r.status(), 200, "admin_token from the file");
+    drop(k);
+    // A flag wins over the file; a token of digits only is read as text, leading zero and all.
+    let mut k = keys(
+        &["--config", &toml, "--listen", "127.0.0.1:0", "--max-keys", "2"],
+        &[("LEASEHOLD_KEYS_ADMIN_TOKEN", "0123456789012345678")],
+    );
+    let base = format!("http://{}", listening(&mut k));
+    for key in ["a", "b"] {
+        assert_eq!(http.post(format!("{base}/v1/keys/{key}")).send().await.unwrap().status(), 200, "{key}");
+    }
+    assert_eq!(http.post(format!("{base}/v1/keys/c")).send().await.unwrap().status(), 429, "--max-keys 2");
+    let r = http.get(format!("{base}/v1/tiers")).bearer_auth("0123456789012345678").send().await.unwrap();
+    assert_eq!(r.status(), 200, "admin_token from the environment");
 }
 
 /// Logs written to a pipe (a file, journald, a collector) carry no ANSI colour codes.

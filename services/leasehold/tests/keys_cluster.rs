@@ -74,12 +74,12 @@ async fn tiers_change_everywhere_and_nats_reaches_the_owner() {
 
     // Raise the limit on a; b applies it from KV.
     let raised = serde_json::json!({ "default_tier": "t", "tiers": { "t": { "limit": 3, "window_ms": 60_000 } } });
-    assert_eq!(http.put(format!("{}/v1/tiers", a.base)).json(&raised).send().await.unwrap().status(), 204);
+    assert_eq!(put_tiers(&http, &a, &raised).await.status(), 204);
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut poll = tokio::time::interval(Duration::from_millis(20));
     loop {
         poll.tick().await;
-        let t: serde_json::Value = http.get(format!("{}/v1/tiers", b.base)).send().await.unwrap().json().await.unwrap();
+        let t = tiers_of(&http, &b).await;
         if t["tiers"]["t"]["limit"] == 3 {
             break;
         }
@@ -88,7 +88,7 @@ async fn tiers_change_everywhere_and_nats_reaches_the_owner() {
     assert_eq!(post(&http, &b, "k").await, 200, "the raised limit applies on b");
     // A window longer than the admissions kept is refused, and changes nothing.
     let too_long = serde_json::json!({ "default_tier": "t", "tiers": { "t": { "limit": 3, "window_ms": 7_200_000 } } });
-    assert_eq!(http.put(format!("{}/v1/tiers", a.base)).json(&too_long).send().await.unwrap().status(), 400);
+    assert_eq!(put_tiers(&http, &a, &too_long).await.status(), 400);
 
     // NATS request/reply on the key's shard subject: the owner answers, reads record nothing.
     let c = leasehold_nats::connect::connect(&server.url(), "test").await.unwrap();
@@ -137,8 +137,15 @@ async fn a_hot_key_is_reported_by_its_owner_and_denied_everywhere() {
         for _ in 0..30 {
             post(&http, owner, "hot").await;
         }
-        let hot: serde_json::Value =
-            http.get(format!("{}/v1/hot", owner.base)).send().await.unwrap().json().await.unwrap();
+        let hot: serde_json::Value = http
+            .get(format!("{}/v1/hot", owner.base))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         if hot["hot_keys"].as_array().is_some_and(|h| h.iter().any(|k| k[0] == "hot")) {
             break;
         }
@@ -156,7 +163,8 @@ async fn a_hot_key_is_reported_by_its_owner_and_denied_everywhere() {
 }
 
 /// A forwarding instance remembers the owner's denials so a hot key costs its owner one request
-/// per retry period; a denial under one tier must not answer for another.
+/// per retry period; a denial under one tier must not answer for another. The tier comes from the
+/// trusted gateway's header, and the forwarding instance passes it on to the owner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denial_remembered_by_a_forwarding_instance_holds_only_for_its_tier() {
     let path = std::env::temp_dir().join(format!("lh-keys-two-tiers-{}.json", std::process::id()));
@@ -164,7 +172,8 @@ async fn a_denial_remembered_by_a_forwarding_instance_holds_only_for_its_tier() 
         "free": { "limit": 1, "window_ms": 60_000 }, "pro": { "limit": 5, "window_ms": 60_000 } } });
     std::fs::write(&path, doc.to_string()).unwrap();
     let (_server, http, a, b) = two_instances(path.to_str().unwrap()).await;
-    let post_tier = |i: &Instance, tier: &str| http.post(format!("{}/v1/keys/k?tier={tier}", i.base)).send();
+    let post_tier =
+        |i: &Instance, tier: &str| http.post(format!("{}/v1/keys/k", i.base)).header(TIER_HEADER, tier).send();
     assert_eq!(post_tier(&a, "free").await.unwrap().status().as_u16(), 200);
     // Both instances deny under free: the owner from its log, the other (forwarding) from the
     // owner's answer, which it now remembers.
@@ -177,6 +186,11 @@ async fn a_denial_remembered_by_a_forwarding_instance_holds_only_for_its_tier() 
         let status = r.status().as_u16();
         let body: serde_json::Value = r.json().await.unwrap();
         assert_eq!((status, body["tier"].as_str(), body["limit"].as_u64()), (200, Some("pro"), Some(5)), "{body}");
+    }
+    // A tier the caller names itself is refused by every instance (caller_tier is off).
+    for i in [&a, &b] {
+        let r = http.post(format!("{}/v1/keys/k?tier=pro", i.base)).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 400);
     }
 }
 
@@ -225,10 +239,10 @@ async fn a_tiers_document_the_store_cannot_take_changes_nothing_anywhere() {
     let huge = serde_json::json!({ "default_tier": "t", "tiers": { "t": { "limit": 9, "window_ms": 60_000 } },
         "overrides": overrides });
     assert!(huge.to_string().len() > 1_048_576);
-    let r = http.put(format!("{}/v1/tiers", a.base)).json(&huge).send().await.unwrap();
+    let r = put_tiers(&http, &a, &huge).await;
     assert_eq!(r.status().as_u16(), 413, "{}", r.text().await.unwrap());
     for i in [&a, &b] {
-        let t: serde_json::Value = http.get(format!("{}/v1/tiers", i.base)).send().await.unwrap().json().await.unwrap();
+        let t = tiers_of(&http, i).await;
         assert_eq!(
             (t["tiers"]["t"]["limit"].as_u64(), t["overrides"].as_object().map(|o| o.len())),
             (Some(1), Some(0))

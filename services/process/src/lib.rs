@@ -63,16 +63,46 @@ pub fn load_settings<T: Default + Serialize + DeserializeOwned>(
     env_prefix: &str,
     validate: impl FnOnce(&T) -> Result<(), SettingsError>,
 ) -> Result<T, SettingsError> {
-    let mut f = Figment::from(Serialized::defaults(T::default()));
-    if let Some(path) = file {
-        if !path.is_file() {
-            return Err(SettingsError::Load(format!("file {} not found", path.display())));
-        }
-        f = f.merge(Toml::file(path));
-    }
-    let settings: T = f.merge(Env::prefixed(env_prefix)).extract().map_err(|e| SettingsError::Load(e.to_string()))?;
+    let f = defaults_and_file::<T>(file)?.merge(Env::prefixed(env_prefix));
+    let settings: T = f.extract().map_err(|e| SettingsError::Load(e.to_string()))?;
     validate(&settings)?;
     Ok(settings)
+}
+
+/// [`load_settings`] for a command that also takes flags: defaults, the TOML `file`, the
+/// environment, then `flags` (serialized without the flags not given), each over the one
+/// before. The settings named in `verbatim` are read from the environment as the text they are
+/// (figment would read `LEASEHOLD_…_TOKEN=0123` as the number 123).
+pub fn load_settings_with_flags<T: Default + Serialize + DeserializeOwned>(
+    file: Option<&Path>,
+    env_prefix: &str,
+    verbatim: &[&str],
+    flags: &impl Serialize,
+    validate: impl FnOnce(&T) -> Result<(), SettingsError>,
+) -> Result<T, SettingsError> {
+    let mut f = defaults_and_file::<T>(file)?.merge(Env::prefixed(env_prefix).ignore(verbatim));
+    for name in verbatim {
+        let var = format!("{env_prefix}{}", name.to_ascii_uppercase());
+        match std::env::var(&var) {
+            Ok(text) => f = f.merge(Serialized::default(name, text)),
+            Err(std::env::VarError::NotPresent) => {}
+            Err(std::env::VarError::NotUnicode(_)) => {
+                return Err(SettingsError::Load(format!("{var} is not UTF-8")));
+            }
+        }
+    }
+    let settings: T = f.merge(Serialized::defaults(flags)).extract().map_err(|e| SettingsError::Load(e.to_string()))?;
+    validate(&settings)?;
+    Ok(settings)
+}
+
+fn defaults_and_file<T: Default + Serialize>(file: Option<&Path>) -> Result<Figment, SettingsError> {
+    let f = Figment::from(Serialized::defaults(T::default()));
+    match file {
+        Some(path) if !path.is_file() => Err(SettingsError::Load(format!("file {} not found", path.display()))),
+        Some(path) => Ok(f.merge(Toml::file(path))),
+        None => Ok(f),
+    }
 }
 
 /// What every per-DC service checks: its limit and DC names and its own id (`id_name`) are

@@ -9,6 +9,10 @@ use std::time::{Duration, Instant};
 
 pub const SHARDS: u64 = 64;
 pub const TTL_MS: u64 = 1_000;
+/// Every instance's admin token (`GET`/`PUT /v1/tiers`, `GET /v1/hot`).
+pub const ADMIN_TOKEN: &str = "cluster-test-admin-token";
+/// The header a trusted gateway names the tier in (every instance's `tier_header`).
+pub const TIER_HEADER: &str = "x-leasehold-tier";
 
 pub struct Instance {
     pub child: Child,
@@ -38,6 +42,8 @@ pub fn start_with(nats: &str, id: &str, tiers: &str, durability: &str, extra: &[
         .args(["keys", "--listen", "127.0.0.1:0", "--nats-url", nats, "--instance-id", id, "--tiers", tiers])
         .args(["--shard-ttl-ms", &TTL_MS.to_string(), "--durability", durability])
         .args(extra)
+        .env("LEASEHOLD_KEYS_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("LEASEHOLD_KEYS_TIER_HEADER", TIER_HEADER)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -84,6 +90,17 @@ pub async fn count(http: &reqwest::Client, i: &Instance, key: &str) -> u64 {
     let v: serde_json::Value =
         http.get(format!("{}/v1/keys/{key}", i.base)).send().await.unwrap().json().await.unwrap();
     v["count"].as_u64().unwrap_or_else(|| panic!("no count in {v}"))
+}
+
+/// The tiers an instance applies (`GET /v1/tiers`, an admin endpoint).
+pub async fn tiers_of(http: &reqwest::Client, i: &Instance) -> serde_json::Value {
+    let r = http.get(format!("{}/v1/tiers", i.base)).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    r.json().await.unwrap()
+}
+
+/// `PUT /v1/tiers` (an admin endpoint) on `i`.
+pub async fn put_tiers(http: &reqwest::Client, i: &Instance, doc: &serde_json::Value) -> reqwest::Response {
+    http.put(format!("{}/v1/tiers", i.base)).bearer_auth(ADMIN_TOKEN).json(doc).send().await.unwrap()
 }
 
 pub fn client() -> reqwest::Client {
