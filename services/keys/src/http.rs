@@ -356,6 +356,11 @@ pub fn router_with(limiter: KeyLimiter, trust: Trust, draining: Draining) -> Rou
         .fallback(|uri: axum::http::Uri| async move {
             problem(StatusCode::NOT_FOUND, "not found", format!("no such endpoint: {}", uri.path()))
         })
+        // After every route: it applies to the routes registered before it.
+        .method_not_allowed_fallback(|method: axum::http::Method, uri: axum::http::Uri| async move {
+            let detail = format!("{method} is not a method of {} (the Allow header lists them)", uri.path());
+            problem(StatusCode::METHOD_NOT_ALLOWED, "method not allowed", detail)
+        })
         .layer(axum::middleware::from_fn_with_state(app.clone(), close_when_draining))
         .with_state(app)
 }

@@ -133,7 +133,7 @@ async fn a_tier_change_takes_effect_without_restart() {
     assert_eq!(http.post(format!("{base}/v1/keys/u")).send().await.unwrap().status(), 429);
 }
 
-/// Every error is an `application/problem+json` 400 or 404, and a misspelt query parameter is
+/// Every error is an `application/problem+json` 400, 404 or 405, and a misspelt query parameter is
 /// refused rather than silently ignored (`?cots=5&teir=pro` would otherwise record cost 1 under
 /// the default tier).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,11 +146,16 @@ async fn misspelt_parameters_bad_paths_and_unknown_routes_are_problems() {
         (reqwest::Method::POST, format!("{base}/v1/keys/%FF"), 400),
         (reqwest::Method::POST, format!("{base}/v1/keys/"), 404),
         (reqwest::Method::GET, format!("{base}/v1/nothing-here"), 404),
+        (reqwest::Method::DELETE, format!("{base}/v1/tiers"), 405),
+        (reqwest::Method::GET, format!("{base}/v1/check"), 405),
     ];
     for (method, url, status) in cases {
         let r = http.request(method.clone(), &url).send().await.unwrap();
         assert_eq!(r.status().as_u16(), status, "{method} {url}");
         assert_eq!(r.headers()["content-type"], "application/problem+json", "{method} {url}");
+        if status == 405 {
+            assert!(r.headers().contains_key("allow"), "{method} {url}: no Allow header");
+        }
         let body: serde_json::Value = r.json().await.unwrap();
         assert_eq!(body["status"], status, "{method} {url}: {body}");
     }
