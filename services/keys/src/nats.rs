@@ -24,7 +24,8 @@ pub async fn serve_shard(
         let Some(reply) = msg.reply else { continue };
         let req = decode_keys_message::<KeyCheck>(&msg.payload, MAX_REQUEST_BYTES).map_err(|e| match e {
             WireError::Invalid { field: "key", .. } => CheckError::Input(KeyError::BadKey),
-            e => CheckError::Input(KeyError::Malformed(format!("malformed request: {e}"))),
+            // The wire error says what was wrong ("malformed JSON: …", "unsupported schema version …").
+            e => CheckError::Input(KeyError::Malformed(format!("request: {e}"))),
         });
         let decided = req.and_then(|r| decide(shard, &owned, &limiter, r));
         let client = client.clone();

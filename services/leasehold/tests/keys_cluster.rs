@@ -105,7 +105,9 @@ async fn tiers_change_everywhere_and_nats_reaches_the_owner() {
     assert_eq!(ask(r#"{"key":"k"}"#).await["allowed"], false);
     let read = ask(r#"{"key":"k","read":true}"#).await;
     assert_eq!(read["count"], 3);
-    assert_eq!(ask("nonsense").await["status"], 400);
+    let refused = ask("nonsense").await;
+    assert_eq!(refused["status"], 400);
+    assert_eq!(refused["error"], "request: malformed JSON: expected ident at line 1 column 2", "said once");
     assert_eq!(ask(r#"{"key":"k","cost":0}"#).await["status"], 400);
     let wrong_shard = leasehold_shared::subjects::keys_check((leasehold_shared::keys::shard_of("k", 64) + 1) % 64);
     let m = c.request(wrong_shard, r#"{"key":"k"}"#.into()).await.unwrap();

@@ -28,6 +28,8 @@ pub struct KeyCheck {
     pub key: String,
     #[serde(default = "one")]
     pub cost: u64,
+    /// The tier the sending instance decided under its own trust settings (`None`: the tiers
+    /// document's); the owner takes it as it is, so only trusted senders may publish here.
     #[serde(default)]
     pub tier: Option<String>,
     /// Read the key's count instead of recording.
