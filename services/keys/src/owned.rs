@@ -126,9 +126,11 @@ impl Owned {
         self.inner.clock
     }
 
-    /// Wall-clock ms, never going backwards here.
+    /// Milliseconds since the epoch on the service's clock ([`LeaseClock::wall_ms`]: read from
+    /// the wall clock once, at start, then counted on; skewed as configured), never going
+    /// backwards here.
     pub fn now_epoch_ms(&self) -> u64 {
-        let wall = leasehold_process::clock::wall_ms();
+        let wall = self.inner.clock.wall_ms();
         self.inner.last_epoch_ms.fetch_max(wall, Ordering::AcqRel).max(wall)
     }
 
