@@ -181,7 +181,8 @@ impl Owned {
         self.table().remove_where(|k| shard_of(k, shards) == shard);
     }
 
-    /// Load `shard`'s admissions from the stream (before it is served).
+    /// Load `shard`'s admissions from the stream (before it is served), each already placed on
+    /// this clock by when the stream stored it ([`Persister::replay`]).
     pub fn restore(
         &self,
         shard: u32,
@@ -197,7 +198,8 @@ impl Owned {
             }
         }
         drop(table);
-        // Our clock must not be behind the restored entries (another instance's wall clock).
+        // Our clock must not be behind the restored entries: placed from our own reading after
+        // the replay's marker, they are at most a few ms ahead of it (never another clock's time).
         if let Some(latest) = self.latest_restored() {
             self.inner.last_epoch_ms.fetch_max(latest, Ordering::AcqRel);
         }
