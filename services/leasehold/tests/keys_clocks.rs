@@ -4,11 +4,12 @@
 //! Waiting for real time to pass is the point here: every wait is on the clock, to a deadline.
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
-mod keys_support;
+mod support;
 
-use keys_support::{client, count, gauge, post, start, tiers_file, wait_balanced};
-use leasehold_nats_harness::{binaries, NatsServer};
 use std::time::{Duration, Instant};
+use support::keys_instances::{
+    client, count, gauge, nats, post, start_with, stop_gracefully, tiers_file_with_window, wait_balanced,
+};
 
 const LIMIT: u64 = 3;
 const WINDOW_MS: u64 = 10_000;
@@ -20,12 +21,12 @@ enum Stop {
 }
 
 async fn a_new_owner_counts_a_slow_clocked_owners_admissions_for_the_whole_window(stop: Stop, durability: &str) {
-    let server = NatsServer::start(&binaries().expect("a nats-server is needed").remove(0)).unwrap();
-    let tiers = tiers_file("clocks", LIMIT, WINDOW_MS);
+    let server = nats();
+    let tiers = tiers_file_with_window(LIMIT, WINDOW_MS);
     let http = client();
     let behind = format!("--clock-offset-ms=-{BEHIND_MS}");
-    let mut a = start(&server.url(), "a", &tiers, durability, &[&behind]);
-    let b = start(&server.url(), "b", &tiers, durability, &[]);
+    let mut a = start_with(&server.url(), "a", &tiers, durability, &[&behind]);
+    let b = start_with(&server.url(), "b", &tiers, durability, &[]);
     wait_balanced(&http, &[&a, &b], Duration::from_secs(20)).await;
 
     // Every key to its limit through a, which decides the keys of its own shards on its clock
@@ -41,7 +42,7 @@ async fn a_new_owner_counts_a_slow_clocked_owners_admissions_for_the_whole_windo
     assert!(gauge(&http, &a, "leasehold_keys_tracked").await > 0, "a decided none of the keys on its own clock");
 
     match stop {
-        Stop::Graceful => a.stop_gracefully(Duration::from_secs(10)),
+        Stop::Graceful => stop_gracefully(&mut a, Duration::from_secs(10)),
         Stop::Crash => a.child.kill().unwrap(),
     }
     wait_balanced(&http, &[&b], Duration::from_secs(10)).await;

@@ -4,13 +4,13 @@
 //! `PUT /v1/tiers` cannot write them (only the admin role may).
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
-mod keys_support;
+mod support;
 
-use keys_support::{client, count, post, start, tiers_file, wait_balanced};
 use leasehold_nats::kv::{compare_and_set, CasOutcome};
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_shared::subjects::{KEYS_CONFIG_BUCKET, KEYS_TIERS_KEY};
 use std::time::{Duration, Instant};
+use support::keys_instances::{client, count, post, start, stop_gracefully, tiers_file, wait_balanced};
 
 const ACCOUNTS: &str = include_str!("../../../nats/prod/accounts.conf");
 const ENV: [(&str, &str); 8] = [
@@ -31,15 +31,15 @@ async fn tier_limit(http: &reqwest::Client, base: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_run_as_keys_instance_and_apply_the_tiers_only_the_admin_may_write() {
-    let tiers = tiers_file("permissions", 2, 60_000);
+    let tiers = tiers_file(2);
     let http = client();
     for bin in binaries().expect("a nats-server is needed: run scripts/nats-servers") {
         let files = [("server.conf", "include ./accounts.conf\n"), ("accounts.conf", ACCOUNTS)];
         let server = NatsServer::start_with_config(&bin, &files, &ENV).unwrap();
         let v = server.version.clone();
         let url = format!("nats://keys-instance:keys-pw@127.0.0.1:{}", server.port());
-        let a = start(&url, "a", &tiers, "interval:50", &[]);
-        let mut b = start(&url, "b", &tiers, "interval:50", &[]);
+        let a = start(&url, "a", &tiers, "interval:50");
+        let mut b = start(&url, "b", &tiers, "interval:50");
         wait_balanced(&http, &[&a, &b], Duration::from_secs(20)).await;
 
         // Decided by each key's owner, whichever instance is asked.
@@ -51,7 +51,7 @@ async fn instances_run_as_keys_instance_and_apply_the_tiers_only_the_admin_may_w
         }
 
         // b hands its shards over; a replays them.
-        b.stop_gracefully(Duration::from_secs(10));
+        stop_gracefully(&mut b, Duration::from_secs(10));
         wait_balanced(&http, &[&a], Duration::from_secs(10)).await;
         for key in &keys {
             assert_eq!(count(&http, &a, key).await, 2, "{v}: {key} after the hand-over");

@@ -130,6 +130,18 @@ async fn stored_on(js: &Context, subject: &str, expected: usize) -> Result<Vec<B
     Ok(got)
 }
 
+/// The answer to a request "from a peer" on `subject`, asked again until one comes (core NATS
+/// does not retry), within 10 s.
+async fn answered(client: &async_nats::Client, subject: &str) -> Bytes {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.request(subject.to_string(), "from a peer".into()).await {
+            Ok(m) => return m.payload,
+            Err(e) => assert!(Instant::now() < deadline, "no answer on {subject} within 10 s: {e}"),
+        }
+    }
+}
+
 /// A JetStream publish the server does not store (refused: no acknowledgement comes).
 async fn not_stored(js: &Context, subject: &str) -> bool {
     match js.publish(subject.to_string(), Bytes::from("forged")).await {
@@ -202,8 +214,7 @@ async fn keys_roles_hold_only_the_per_key_subjects_buckets_and_stream() {
                 }
             }
         });
-        let answer = peer.request(keys_check(5), "from a peer".into()).await.map(|m| m.payload);
-        assert_eq!(answer.as_deref().ok(), Some(&b"answer"[..]), "{v}: {answer:?}");
+        assert_eq!(answered(&peer, &keys_check(5)).await, Bytes::from("answer"), "{v}");
 
         // The admin writes the tiers; the instance reads them and sees them change.
         let mut tiers_seen = config.watch(KEYS_TIERS_KEY).await.unwrap();
@@ -225,7 +236,7 @@ async fn keys_roles_hold_only_the_per_key_subjects_buckets_and_stream() {
         // A pod sees no request for a shard.
         let mut pod_checks = pod.subscribe("lh.keys.check.*").await.unwrap();
         let _ = pod.flush().await;
-        assert!(peer.request(keys_check(6), "from a peer".into()).await.is_ok(), "{v}");
+        answered(&peer, &keys_check(6)).await;
         let pod_saw = tokio::time::timeout(Duration::from_millis(300), pod_checks.next()).await;
         assert!(pod_saw.ok().flatten().is_none(), "{v}: a pod read a request for a shard");
 
