@@ -25,7 +25,8 @@ async fn a_new_owner_counts_a_slow_clocked_owners_admissions_for_the_whole_windo
     let tiers = tiers_file_with_window(LIMIT, WINDOW_MS);
     let http = client();
     let behind = format!("--clock-offset-ms=-{BEHIND_MS}");
-    let mut a = start_with(&server.url(), "a", &tiers, durability, &[&behind]);
+    // A short drain: a's SIGTERM hand-over must be over well before the check at 6 s.
+    let mut a = start_with(&server.url(), "a", &tiers, durability, &[&behind, "--drain-ms", "100"]);
     let b = start_with(&server.url(), "b", &tiers, durability, &[]);
     wait_balanced(&http, &[&a, &b], Duration::from_secs(20)).await;
 

@@ -10,7 +10,9 @@ use leasehold_nats::kv::{compare_and_set, CasOutcome};
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_shared::subjects::{KEYS_CONFIG_BUCKET, KEYS_TIERS_KEY};
 use std::time::{Duration, Instant};
-use support::keys_instances::{client, count, post, start, stop_gracefully, tiers_file, wait_balanced};
+use support::keys_instances::{
+    client, count, post, put_tiers, start, start_with, stop_gracefully, tiers_file, tiers_of, wait_balanced, Instance,
+};
 
 const ACCOUNTS: &str = include_str!("../../../nats/prod/accounts.conf");
 const ENV: [(&str, &str); 8] = [
@@ -24,8 +26,8 @@ const ENV: [(&str, &str); 8] = [
     ("LH_KEYS_ADMIN_PASSWORD", "keys-admin-pw"),
 ];
 
-async fn tier_limit(http: &reqwest::Client, base: &str) -> u64 {
-    let t: serde_json::Value = http.get(format!("{base}/v1/tiers")).send().await.unwrap().json().await.unwrap();
+async fn tier_limit(http: &reqwest::Client, i: &Instance) -> u64 {
+    let t = tiers_of(http, i).await;
     t["tiers"]["t"]["limit"].as_u64().unwrap_or_else(|| panic!("no limit in {t}"))
 }
 
@@ -39,7 +41,7 @@ async fn instances_run_as_keys_instance_and_apply_the_tiers_only_the_admin_may_w
         let v = server.version.clone();
         let url = format!("nats://keys-instance:keys-pw@127.0.0.1:{}", server.port());
         let a = start(&url, "a", &tiers, "interval:50");
-        let mut b = start(&url, "b", &tiers, "interval:50");
+        let mut b = start_with(&url, "b", &tiers, "interval:50", &["--drain-ms", "100"]);
         wait_balanced(&http, &[&a, &b], Duration::from_secs(20)).await;
 
         // Decided by each key's owner, whichever instance is asked.
@@ -66,7 +68,7 @@ async fn instances_run_as_keys_instance_and_apply_the_tiers_only_the_admin_may_w
         let written = compare_and_set(&config, KEYS_TIERS_KEY, raised.to_string().into(), None).await;
         assert!(matches!(written, Ok(CasOutcome::Written { .. })), "{v}: the admin's write: {written:?}");
         let deadline = Instant::now() + Duration::from_secs(5);
-        while tier_limit(&http, &a.base).await != 3 {
+        while tier_limit(&http, &a).await != 3 {
             assert!(Instant::now() < deadline, "{v}: a never applied the admin's tiers");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -74,9 +76,9 @@ async fn instances_run_as_keys_instance_and_apply_the_tiers_only_the_admin_may_w
 
         // An instance cannot store the tiers itself: its PUT changes nothing anywhere.
         let mine = serde_json::json!({ "default_tier": "t", "tiers": { "t": { "limit": 9, "window_ms": 60_000 } } });
-        let r = http.put(format!("{}/v1/tiers", a.base)).json(&mine).send().await.unwrap();
+        let r = put_tiers(&http, &a, &mine).await;
         assert_eq!(r.status().as_u16(), 503, "{v}: {}", r.text().await.unwrap());
-        assert_eq!(tier_limit(&http, &a.base).await, 3, "{v}");
+        assert_eq!(tier_limit(&http, &a).await, 3, "{v}");
         assert_eq!(
             leasehold_nats::kv::read(&config, KEYS_TIERS_KEY).await.unwrap().unwrap().1,
             raised.to_string(),
