@@ -191,7 +191,8 @@ impl Persister {
     /// the stream stored it ([`StoreClock`]), never by the clock of the owner that made it.
     /// `now_ms` reads this owner's clock (the one its table is judged by). A marker (an empty
     /// batch, nothing to every build) is appended first: its store time, and `now_ms` right after
-    /// its acknowledgement, tie the stream's clock to ours; the replay ends at it.
+    /// its acknowledgement, tie the stream's clock to ours; the replay ends at it. A shard with
+    /// nothing stored is done at once, without a marker.
     pub async fn replay(
         &self,
         shard: u32,
@@ -201,6 +202,12 @@ impl Persister {
         let err = |reason: String| PersistError::Replay { shard, reason };
         let subject = keys_admissions(shard);
         let stream = self.js.get_stream(STREAM).await.map_err(|e| err(e.to_string()))?;
+        // Nothing ever stored for the shard: nothing to place (and no consumer to make).
+        match stream.get_last_raw_message_by_subject(&subject).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => return Ok(0),
+            Err(e) => return Err(err(e.to_string())),
+        }
         let marker = encode(&AdmissionBatch { v: SCHEMA_VERSION, admissions: Vec::new() });
         let ack = self.js.publish(subject.clone(), marker.into()).await.map_err(|e| err(e.to_string()))?;
         let marker_seq = ack.await.map_err(|e| err(format!("the marker was not stored: {e}")))?.sequence;
@@ -224,8 +231,12 @@ impl Persister {
             };
             let info = msg.info().map_err(|e| err(e.to_string()))?;
             let (seq, stored_ns) = (info.stream_sequence, info.published.unix_timestamp_nanos());
-            if seq >= marker_seq {
+            if seq == marker_seq {
                 break stored_ns;
+            }
+            if seq > marker_seq {
+                // Purged or trimmed meanwhile: a later message's time would place batches early.
+                return Err(err("the marker is gone from the stream".into()));
             }
             match AdmissionBatch::parse(&msg.payload) {
                 Ok(batch) if batch.admissions.is_empty() => {}
