@@ -93,7 +93,8 @@ pub async fn run(
     }
     let mut tick = tokio::time::interval(Duration::from_millis(settings.report_interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let clock = leasehold_process::clock::LeaseClock::start_skewed(settings.clock_offset_ms, settings.clock_drift_ppm);
+    let clock =
+        leasehold_process::clock::LeaseClock::start_skewed(settings.clock_offset_ms as i64, settings.clock_drift_ppm);
     let mut m = Manager::new(settings, client, leaders, ledger, clock);
     loop {
         tokio::select! {

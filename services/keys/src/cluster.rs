@@ -259,7 +259,11 @@ impl Driver {
         tokio::spawn(async move {
             let mut admissions = Vec::new();
             let result = match owned.persister() {
-                Some(p) => p.replay(shard, |a| admissions.push(a)).await.map(|_| admissions).map_err(|e| e.to_string()),
+                Some(p) => p
+                    .replay(shard, || owned.now_epoch_ms(), |a| admissions.push(a))
+                    .await
+                    .map(|_| admissions)
+                    .map_err(|e| e.to_string()),
                 None => Ok(admissions),
             };
             let _ = tx.send(Event::Restored { shard, generation, result }).await;

@@ -73,6 +73,8 @@ pub struct ServeOptions {
     /// Who picks a key's tier, and the admin token.
     pub trust: access::Trust,
     pub mode: Mode,
+    /// Skews this instance's clock, ahead or (negative) behind (tests and chaos runs only).
+    pub clock_offset_ms: i64,
 }
 
 /// Serve HTTP (and, in cluster mode, the owned shards on NATS) until SIGINT/SIGTERM, then hand
@@ -87,9 +89,10 @@ pub async fn serve_until(o: ServeOptions, stop: tokio::sync::watch::Receiver<boo
         tokio::net::TcpListener::bind(&o.listen).await.map_err(|e| format!("cannot listen on {}: {e}", o.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let mut cluster_task = None;
+    let clock = LeaseClock::start_skewed(o.clock_offset_ms, 0);
     let limiter = match o.mode {
         Mode::Standalone => {
-            let owned = owned::Owned::standalone(o.max_keys);
+            let owned = owned::Owned::new(64, o.max_keys, None, true, clock);
             let backend = limiter::Backend::Owned { owned, nats: None };
             KeyLimiter::new(backend, o.tiers, o.max_in_flight, u64::MAX).map_err(|e| e.to_string())?
         }
@@ -106,7 +109,7 @@ pub async fn serve_until(o: ServeOptions, stop: tokio::sync::watch::Receiver<boo
             let persister = persist::Persister::start(js.clone(), durability, retention_ms, replicas)
                 .await
                 .map_err(|e| e.to_string())?;
-            let owned = owned::Owned::new(shards, o.max_keys, Some(persister), false, LeaseClock::start());
+            let owned = owned::Owned::new(shards, o.max_keys, Some(persister), false, clock);
             let backend = limiter::Backend::Owned { owned: owned.clone(), nats: Some(nats.clone()) };
             let limiter =
                 KeyLimiter::new(backend, o.tiers, o.max_in_flight, retention_ms).map_err(|e| e.to_string())?;

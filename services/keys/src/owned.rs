@@ -126,9 +126,11 @@ impl Owned {
         self.inner.clock
     }
 
-    /// Wall-clock ms, never going backwards here.
+    /// Milliseconds since the epoch on the service's clock ([`LeaseClock::wall_ms`]: read from
+    /// the wall clock once, at start, then counted on; skewed as configured), never going
+    /// backwards here.
     pub fn now_epoch_ms(&self) -> u64 {
-        let wall = leasehold_process::clock::wall_ms();
+        let wall = self.inner.clock.wall_ms();
         self.inner.last_epoch_ms.fetch_max(wall, Ordering::AcqRel).max(wall)
     }
 
@@ -179,7 +181,8 @@ impl Owned {
         self.table().remove_where(|k| shard_of(k, shards) == shard);
     }
 
-    /// Load `shard`'s admissions from the stream (before it is served).
+    /// Load `shard`'s admissions from the stream (before it is served), each already placed on
+    /// this clock by when the stream stored it ([`Persister::replay`]).
     pub fn restore(
         &self,
         shard: u32,
@@ -195,7 +198,8 @@ impl Owned {
             }
         }
         drop(table);
-        // Our clock must not be behind the restored entries (another instance's wall clock).
+        // Our clock must not be behind the restored entries: placed from our own reading after
+        // the replay's marker, they are at most a few ms ahead of it (never another clock's time).
         if let Some(latest) = self.latest_restored() {
             self.inner.last_epoch_ms.fetch_max(latest, Ordering::AcqRel);
         }

@@ -1,7 +1,8 @@
 //! Shard state in JetStream: every admission is appended to the stream `LH_KEYS_ADM` on
 //! `lh.keys.adm.<shard>`, in [`AdmissionBatch`]es (one or more messages per shard per flush). A new owner replays its
-//! shard's subject before it answers; the stream's `max_age` (the longest window kept) trims what
-//! can no longer count. Denials change no state and are not written.
+//! shard's subject before it answers, placing each admission by when the stream stored it, on its
+//! own clock ([`StoreClock`]); the stream's `max_age` (the longest window kept) trims what can no
+//! longer count. Denials change no state and are not written.
 //!
 //! Durability modes ([`Durability`]):
 //! * `interval`: flushed every `persist_interval_ms`. If an owner crashes, what it admitted since
@@ -14,9 +15,10 @@
 
 use async_nats::jetstream::{self, consumer, stream};
 use futures::StreamExt;
+use leasehold_shared::keys::store_clock::StoreClock;
 use leasehold_shared::subjects::{keys_admissions, keys_admissions_wildcard, KEYS_ADMISSIONS_STREAM as STREAM};
 pub use leasehold_shared::wire::Admission;
-use leasehold_shared::wire::{encode, AdmissionBatch};
+use leasehold_shared::wire::{encode, AdmissionBatch, SCHEMA_VERSION};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -185,16 +187,31 @@ impl Persister {
         all.await.into_iter().all(|r| matches!(r, Ok(Ok(_))))
     }
 
-    /// Every admission stored for `shard`, oldest first.
-    pub async fn replay(&self, shard: u32, mut apply: impl FnMut(Admission)) -> Result<usize, PersistError> {
+    /// Every admission stored for `shard`, oldest first, placed on this owner's clock by when
+    /// the stream stored it ([`StoreClock`]), never by the clock of the owner that made it.
+    /// `now_ms` reads this owner's clock (the one its table is judged by). A marker (an empty
+    /// batch, nothing to every build) is appended first: its store time, and `now_ms` right after
+    /// its acknowledgement, tie the stream's clock to ours; the replay ends at it. A shard with
+    /// nothing stored is done at once, without a marker.
+    pub async fn replay(
+        &self,
+        shard: u32,
+        now_ms: impl Fn() -> u64,
+        mut apply: impl FnMut(Admission),
+    ) -> Result<usize, PersistError> {
         let err = |reason: String| PersistError::Replay { shard, reason };
         let subject = keys_admissions(shard);
         let stream = self.js.get_stream(STREAM).await.map_err(|e| err(e.to_string()))?;
-        let last = match stream.get_last_raw_message_by_subject(&subject).await {
-            Ok(m) => m.sequence,
+        // Nothing ever stored for the shard: nothing to place (and no consumer to make).
+        match stream.get_last_raw_message_by_subject(&subject).await {
+            Ok(_) => {}
             Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => return Ok(0),
             Err(e) => return Err(err(e.to_string())),
-        };
+        }
+        let marker = encode(&AdmissionBatch { v: SCHEMA_VERSION, admissions: Vec::new() });
+        let ack = self.js.publish(subject.clone(), marker.into()).await.map_err(|e| err(e.to_string()))?;
+        let marker_seq = ack.await.map_err(|e| err(format!("the marker was not stored: {e}")))?.sequence;
+        let local_after_ms = now_ms();
         let consumer = stream
             .create_consumer(consumer::pull::OrderedConfig {
                 filter_subject: subject.clone(),
@@ -204,25 +221,61 @@ impl Persister {
             .await
             .map_err(|e| err(e.to_string()))?;
         let mut messages = consumer.messages().await.map_err(|e| err(e.to_string()))?;
-        let mut applied = 0;
-        loop {
+        let mut stored = Vec::new();
+        let marker_stored_ns = loop {
             let next = tokio::time::timeout(Duration::from_secs(5), messages.next()).await;
             let msg = match next {
                 Ok(Some(Ok(m))) => m,
                 Ok(Some(Err(e))) => return Err(err(e.to_string())),
-                Ok(None) | Err(_) => return Err(err("the stream stopped before the last admission".into())),
+                Ok(None) | Err(_) => return Err(err("the stream stopped before the marker".into())),
             };
-            let seq = msg.info().map_err(|e| err(e.to_string()))?.stream_sequence;
+            let info = msg.info().map_err(|e| err(e.to_string()))?;
+            let (seq, stored_ns) = (info.stream_sequence, info.published.unix_timestamp_nanos());
+            if seq == marker_seq {
+                break stored_ns;
+            }
+            if seq > marker_seq {
+                // Purged or trimmed meanwhile: a later message's time would place batches early.
+                return Err(err("the marker is gone from the stream".into()));
+            }
             match AdmissionBatch::parse(&msg.payload) {
-                Ok(batch) => {
-                    applied += batch.admissions.len();
-                    batch.admissions.into_iter().for_each(&mut apply);
-                }
+                Ok(batch) if batch.admissions.is_empty() => {}
+                Ok(batch) => stored.push((stored_ns, batch.admissions)),
                 Err(e) => tracing::warn!(shard, seq, cause = %e, "skipping a malformed admission batch"),
             }
-            if seq >= last {
-                return Ok(applied);
+        };
+        let clock = StoreClock::new(marker_stored_ns, local_after_ms);
+        warn_of_clock_offset(shard, &clock, &stored);
+        let mut applied = 0;
+        for (stored_ns, admissions) in stored {
+            let at_ms = clock.local_ms(stored_ns);
+            for Admission(key, _, cost, tier) in admissions {
+                apply(Admission(key, at_ms, cost, tier));
+                applied += 1;
             }
         }
+        Ok(applied)
+    }
+}
+
+/// An apparent offset above this between the previous owner's clock and ours is logged as a warning.
+const CLOCK_OFFSET_WARN_MS: i64 = 1_000;
+
+/// How far ahead (negative: behind) the clock of the newest batch's writer appears to be: it no
+/// longer decides when anything leaves a window, but a large one says the instances' clocks (or
+/// NTP) need a look.
+fn warn_of_clock_offset(shard: u32, clock: &StoreClock, stored: &[(i128, Vec<Admission>)]) {
+    let newest = stored.last().and_then(|(ns, a)| a.iter().map(|a| a.1).max().map(|at_ms| (*ns, at_ms)));
+    let Some((stored_ns, at_ms)) = newest else { return };
+    let offset_ms = clock.apparent_offset_ms(at_ms, stored_ns);
+    if offset_ms.abs() > CLOCK_OFFSET_WARN_MS {
+        tracing::warn!(
+            shard,
+            offset_ms,
+            "the previous owner's clock appears offset from ours (negative: behind); limits hold \
+             (admissions are placed by the stream's timestamps), but check the instances' clocks"
+        );
+    } else {
+        tracing::debug!(shard, offset_ms, "the previous owner's apparent clock offset");
     }
 }

@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 
 pub const ENV_PREFIX: &str = "LEASEHOLD_KEYS_";
 
+/// The largest clock skew a test may give an instance: a day.
+const MAX_CLOCK_OFFSET_MS: u64 = 86_400_000;
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KeysSettings {
     /// The HTTP API's address.
@@ -50,6 +53,9 @@ pub struct KeysSettings {
     /// they are refused. From the file or `LEASEHOLD_KEYS_ADMIN_TOKEN`, never a flag (it would
     /// show in the process list).
     pub admin_token: Option<AdminToken>,
+    /// Skews this instance's clock by so many ms, ahead or (negative) behind (tests and chaos
+    /// runs only): its windows and the admissions it stores read that clock.
+    pub clock_offset_ms: i64,
 }
 
 impl Default for KeysSettings {
@@ -71,6 +77,7 @@ impl Default for KeysSettings {
             caller_tier: false,
             tier_header: None,
             admin_token: None,
+            clock_offset_ms: 0,
         }
     }
 }
@@ -106,6 +113,9 @@ impl KeysSettings {
             if axum::http::HeaderName::from_bytes(h.as_bytes()).is_err() {
                 return bad(format!("tier_header must be a header name such as x-leasehold-tier, got {h:?}"));
             }
+        }
+        if self.clock_offset_ms.unsigned_abs() > MAX_CLOCK_OFFSET_MS {
+            return bad(format!("clock_offset_ms must be within ±{MAX_CLOCK_OFFSET_MS}, got {}", self.clock_offset_ms));
         }
         if let Some(t) = &self.admin_token {
             t.check().map_err(SettingsError::Invalid)?;
@@ -168,7 +178,7 @@ mod tests {
     #[test]
     fn bad_settings_are_refused_with_the_setting_named() {
         type Spoil = fn(&mut KeysSettings);
-        let cases: [(Spoil, &str); 7] = [
+        let cases: [(Spoil, &str); 8] = [
             (|s| s.shards = 0, "shards"),
             (|s| s.shard_ttl_ms = 10, "shard_ttl_ms"),
             (|s| s.drain_ms = 600_001, "drain_ms"),
@@ -176,6 +186,7 @@ mod tests {
             (|s| s.replicas = 0, "replicas"),
             (|s| s.instance_id = Some("a b".into()), "instance_id"),
             (|s| s.tier_header = Some("x tier".into()), "tier_header"),
+            (|s| s.clock_offset_ms = -86_400_001, "clock_offset_ms"),
         ];
         for (spoil, needle) in cases {
             let mut s = KeysSettings::default();

@@ -92,6 +92,11 @@ pub struct KeysArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     tier_header: Option<String>,
+    /// Skews this instance's clock by so many ms, ahead or (negative) behind: tests and chaos
+    /// runs only (default 0).
+    #[arg(long, allow_negative_numbers = true, hide = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    clock_offset_ms: Option<i64>,
 }
 
 pub fn run(a: KeysArgs) -> ExitCode {
@@ -150,6 +155,7 @@ async fn serve(l: Loaded) -> Result<(), String> {
         drain_ms: s.drain_ms,
         trust: s.trust(),
         mode,
+        clock_offset_ms: s.clock_offset_ms,
     };
     leasehold_keys::serve(options).await
 }

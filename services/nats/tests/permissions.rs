@@ -1,23 +1,31 @@
 //! `nats/prod/accounts.conf` enforced by real servers: a pod publishes only its own demand and
 //! reads only its own lease; only the coordinator writes the ledger; a DC manager holds only its
-//! own DC's leader key.
+//! own DC's leader key; a per-key instance holds shards, stores admissions and answers
+//! `lh.keys.check` but never writes the tiers; only the keys admin writes them.
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
+use async_nats::jetstream::{consumer, stream, Context};
 use bytes::Bytes;
 use futures::StreamExt;
 use leasehold_nats::connect::jetstream;
-use leasehold_nats::kv::{compare_and_set, ensure_bucket, read, BucketSpec, CasOutcome};
+use leasehold_nats::kv::{compare_and_set, ensure_bucket, ensure_stream, read, BucketSpec, CasOutcome};
 use leasehold_nats_harness::{binaries, wait, NatsServer};
+use leasehold_shared::subjects::{
+    keys_admissions, keys_admissions_wildcard, keys_check, KEYS_ADMISSIONS_STREAM, KEYS_CONFIG_BUCKET,
+    KEYS_SHARDS_BUCKET, KEYS_TIERS_KEY,
+};
 use std::time::{Duration, Instant};
 
 const ACCOUNTS: &str = include_str!("../../../nats/prod/accounts.conf");
-const ENV: [(&str, &str); 6] = [
+const ENV: [(&str, &str); 8] = [
     ("LH_SYS_PASSWORD", "sys-pw"),
     ("LH_COORDINATOR_PASSWORD", "coord-pw"),
     ("LH_DC_BKK_PASSWORD", "bkk-pw"),
     ("LH_DC_EUROPE_PASSWORD", "eu-pw"),
     ("LH_POD_PASSWORD", "pod-pw"),
     ("LH_INSPECT_PASSWORD", "inspect-pw"),
+    ("LH_KEYS_PASSWORD", "keys-pw"),
+    ("LH_KEYS_ADMIN_PASSWORD", "keys-admin-pw"),
 ];
 
 async fn as_user(server: &NatsServer, user: &str, password: &str) -> async_nats::Client {
@@ -102,6 +110,196 @@ async fn roles_are_confined_to_their_own_subjects_and_keys() {
         assert!(matches!(own, Ok(CasOutcome::Written { .. })), "{v}: {own:?}");
         let other = compare_and_set(&dc_leaders, "dc.europe", Bytes::from("bkk-mgr"), None).await;
         assert!(!matches!(other, Ok(CasOutcome::Written { .. })), "{v}: took another DC's leader key");
+    }
+}
+
+/// The first `expected` messages stored on `subject` of the admissions stream, read as a new
+/// owner replays a shard (an ordered pull consumer).
+async fn stored_on(js: &Context, subject: &str, expected: usize) -> Result<Vec<Bytes>, String> {
+    let stream = js.get_stream(KEYS_ADMISSIONS_STREAM).await.map_err(|e| e.to_string())?;
+    let config = consumer::pull::OrderedConfig { filter_subject: subject.into(), ..Default::default() };
+    let consumer = stream.create_consumer(config).await.map_err(|e| e.to_string())?;
+    let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
+    let mut got = Vec::new();
+    while got.len() < expected {
+        match tokio::time::timeout(Duration::from_secs(5), messages.next()).await {
+            Ok(Some(Ok(m))) => got.push(m.payload.clone()),
+            _ => return Err(format!("{} of {expected} messages read", got.len())),
+        }
+    }
+    Ok(got)
+}
+
+/// The answer to a request "from a peer" on `subject`, asked again until one comes (core NATS
+/// does not retry), within 10 s.
+async fn answered(client: &async_nats::Client, subject: &str) -> Bytes {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.request(subject.to_string(), "from a peer".into()).await {
+            Ok(m) => return m.payload,
+            Err(e) => assert!(Instant::now() < deadline, "no answer on {subject} within 10 s: {e}"),
+        }
+    }
+}
+
+/// A JetStream publish the server does not store (refused: no acknowledgement comes).
+async fn not_stored(js: &Context, subject: &str) -> bool {
+    match js.publish(subject.to_string(), Bytes::from("forged")).await {
+        Ok(ack) => ack.await.is_err(),
+        Err(_) => true,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_roles_hold_only_the_per_key_subjects_buckets_and_stream() {
+    for bin in binaries().expect("a nats-server is needed: run scripts/nats-servers") {
+        let files = [("server.conf", "include ./accounts.conf\n"), ("accounts.conf", ACCOUNTS)];
+        let server = NatsServer::start_with_config(&bin, &files, &ENV).unwrap();
+        let v = server.version.clone();
+        let instance = as_user(&server, "keys-instance", "keys-pw").await;
+        let peer = as_user(&server, "keys-instance", "keys-pw").await;
+        let admin = as_user(&server, "keys-admin", "keys-admin-pw").await;
+        let pod = as_user(&server, "bkk-pod1", "pod-pw").await;
+        let (dc, coord) =
+            (as_user(&server, "dc-bkk", "bkk-pw").await, as_user(&server, "coordinator", "coord-pw").await);
+        let (ijs, ajs, pjs) = (jetstream(instance.clone()), jetstream(admin.clone()), jetstream(pod.clone()));
+
+        // What an instance does at start: create both buckets and the admissions stream, and
+        // raise the stream's max_age.
+        let shards =
+            ensure_bucket(&ijs, &BucketSpec::new(KEYS_SHARDS_BUCKET)).await.unwrap_or_else(|e| panic!("{v}: {e}"));
+        let config =
+            ensure_bucket(&ijs, &BucketSpec::new(KEYS_CONFIG_BUCKET)).await.unwrap_or_else(|e| panic!("{v}: {e}"));
+        let adm = stream::Config {
+            name: KEYS_ADMISSIONS_STREAM.into(),
+            subjects: vec![keys_admissions_wildcard()],
+            max_age: Duration::from_secs(60),
+            ..Default::default()
+        };
+        ensure_stream(&ijs, adm.clone()).await.unwrap_or_else(|e| panic!("{v}: {e}"));
+        let raised = stream::Config { max_age: Duration::from_secs(120), ..adm };
+        ijs.update_stream(raised).await.unwrap_or_else(|e| panic!("{v}: raising max_age: {e}"));
+
+        // It holds a shard by compare-and-set and follows the bucket.
+        let mut changes = shards.watch_with_history(">").await.unwrap();
+        let record = Bytes::from(r#"{"v":1,"owner":"a"}"#);
+        let held = match compare_and_set(&shards, "shard.3", record.clone(), None).await {
+            Ok(CasOutcome::Written { revision }) => revision,
+            other => panic!("{v}: an instance could not hold a shard: {other:?}"),
+        };
+        let seen = tokio::time::timeout(Duration::from_secs(5), changes.next()).await;
+        assert!(matches!(&seen, Ok(Some(Ok(e))) if e.key == "shard.3"), "{v}: the watch saw {seen:?}");
+        // Another instance's claim of the same shard is a conflict (it reads the record), not a
+        // timeout.
+        let peer_shards = jetstream(peer.clone()).get_key_value(KEYS_SHARDS_BUCKET).await.unwrap();
+        let claim = compare_and_set(&peer_shards, "shard.3", Bytes::from(r#"{"v":1,"owner":"b"}"#), None).await;
+        assert!(matches!(claim, Ok(CasOutcome::Conflict)), "{v}: {claim:?}");
+
+        // It stores admissions and replays them.
+        let batch = Bytes::from(r#"{"v":1,"admissions":[["alice",1,1,null]]}"#);
+        let adm3 = keys_admissions(3);
+        ijs.publish(adm3.clone(), batch.clone()).await.unwrap().await.unwrap_or_else(|e| panic!("{v}: {e}"));
+        assert_eq!(stored_on(&ijs, &adm3, 1).await, Ok(vec![batch.clone()]), "{v}");
+
+        // It answers requests on its shards' subjects, and asks another instance's.
+        let mut checks = instance.subscribe("lh.keys.check.*").await.unwrap();
+        instance.flush().await.unwrap();
+        let (asked_tx, mut asked) = tokio::sync::mpsc::unbounded_channel();
+        let answerer = instance.clone();
+        tokio::spawn(async move {
+            while let Some(m) = checks.next().await {
+                let _ = asked_tx.send(m.payload.clone());
+                if let Some(reply) = m.reply {
+                    let _ = answerer.publish(reply, "answer".into()).await;
+                }
+            }
+        });
+        assert_eq!(answered(&peer, &keys_check(5)).await, Bytes::from("answer"), "{v}");
+
+        // The admin writes the tiers; the instance reads them and sees them change.
+        let mut tiers_seen = config.watch(KEYS_TIERS_KEY).await.unwrap();
+        let admin_config = ajs.get_key_value(KEYS_CONFIG_BUCKET).await.unwrap_or_else(|e| panic!("{v}: {e}"));
+        let tiers = Bytes::from(r#"{"default_tier":"t","tiers":{"t":{"limit":3,"window_ms":60000}}}"#);
+        let tiers_rev = match compare_and_set(&admin_config, KEYS_TIERS_KEY, tiers.clone(), None).await {
+            Ok(CasOutcome::Written { revision }) => revision,
+            other => panic!("{v}: the admin could not write the tiers: {other:?}"),
+        };
+        let seen = tokio::time::timeout(Duration::from_secs(5), tiers_seen.next()).await;
+        assert!(matches!(&seen, Ok(Some(Ok(e))) if e.value == tiers), "{v}: the tiers watch saw {seen:?}");
+        assert_eq!(read(&config, KEYS_TIERS_KEY).await.unwrap().map(|(_, b)| b), Some(tiers.clone()), "{v}");
+
+        // The admin reads the shards and the admissions.
+        let admin_shards = ajs.get_key_value(KEYS_SHARDS_BUCKET).await.unwrap_or_else(|e| panic!("{v}: {e}"));
+        assert_eq!(read(&admin_shards, "shard.3").await.unwrap().map(|(_, b)| b), Some(record.clone()), "{v}");
+        assert_eq!(stored_on(&ajs, &adm3, 1).await, Ok(vec![batch.clone()]), "{v}: the admin's replay");
+
+        // A pod sees no request for a shard.
+        let mut pod_checks = pod.subscribe("lh.keys.check.*").await.unwrap();
+        let _ = pod.flush().await;
+        answered(&peer, &keys_check(6)).await;
+        let pod_saw = tokio::time::timeout(Duration::from_millis(300), pod_checks.next()).await;
+        assert!(pod_saw.ok().flatten().is_none(), "{v}: a pod read a request for a shard");
+
+        // The coordinator's ledger, and a pod's lease subject, for the instance to try.
+        let ledger = ensure_bucket(&jetstream(coord.clone()), &BucketSpec::new("lh_ledger")).await.unwrap();
+        let genuine = Bytes::from("genuine");
+        assert!(matches!(
+            compare_and_set(&ledger, "partner-api", genuine.clone(), None).await,
+            Ok(CasOutcome::Written { .. })
+        ));
+        let mut lease = pod.subscribe("lh.partner-api.pod.bkk.bkk-pod1.lease").await.unwrap();
+        pod.flush().await.unwrap();
+        let leases = delivered(&mut lease, || async {
+            let _ = instance.publish("lh.partner-api.pod.bkk.bkk-pod1.lease", "forged".into()).await;
+            let _ = instance.flush().await;
+            dc.publish("lh.partner-api.pod.bkk.bkk-pod1.lease", "genuine".into()).await.unwrap();
+            dc.flush().await.unwrap();
+        })
+        .await;
+        assert!(leases.iter().all(|m| m.payload == genuine), "{v}: a keys instance leased a pod");
+
+        // Refused, all at once (each waits for an answer that never comes).
+        let adm_stream = ijs.get_stream(KEYS_ADMISSIONS_STREAM).await.unwrap();
+        let (
+            instance_tiers,
+            admin_shard,
+            admin_stored,
+            pod_stored,
+            ledger_written,
+            admin_asked,
+            pod_asked,
+            deleted,
+            purged,
+        ) = tokio::join!(
+            compare_and_set(&config, KEYS_TIERS_KEY, Bytes::from("forged"), Some(tiers_rev)),
+            compare_and_set(&admin_shards, "shard.3", Bytes::from(r#"{"v":1,"owner":"admin"}"#), Some(held)),
+            not_stored(&ajs, &adm3),
+            not_stored(&pjs, &adm3),
+            not_stored(&ijs, "$KV.lh_ledger.partner-api"),
+            admin.request(keys_check(5), "from the admin".into()),
+            pod.request(keys_check(5), "from a pod".into()),
+            ijs.delete_stream(KEYS_ADMISSIONS_STREAM),
+            adm_stream.purge(),
+        );
+        assert!(!matches!(instance_tiers, Ok(CasOutcome::Written { .. })), "{v}: an instance wrote the tiers");
+        assert!(!matches!(admin_shard, Ok(CasOutcome::Written { .. })), "{v}: the admin took a shard");
+        assert!(
+            admin_stored && pod_stored,
+            "{v}: an admission stored by the admin ({admin_stored}) or a pod ({pod_stored})"
+        );
+        assert!(ledger_written, "{v}: a keys instance wrote the ledger");
+        assert!(admin_asked.is_err() && pod_asked.is_err(), "{v}: the admin or a pod asked a shard's owner");
+        assert!(deleted.is_err() && purged.is_err(), "{v}: an instance deleted or purged the admissions");
+        // And nothing changed.
+        assert_eq!(read(&config, KEYS_TIERS_KEY).await.unwrap().map(|(_, b)| b), Some(tiers), "{v}");
+        assert_eq!(read(&admin_shards, "shard.3").await.unwrap().map(|(_, b)| b), Some(record), "{v}");
+        assert_eq!(stored_on(&ijs, &adm3, 1).await, Ok(vec![batch]), "{v}");
+        let info = ajs.get_stream(KEYS_ADMISSIONS_STREAM).await.unwrap().info().await.unwrap().state.messages;
+        assert_eq!(info, 1, "{v}: messages in {KEYS_ADMISSIONS_STREAM}");
+        assert_eq!(read(&ledger, "partner-api").await.unwrap().map(|(_, b)| b), Some(genuine), "{v}");
+        while let Ok(payload) = asked.try_recv() {
+            assert_eq!(payload, Bytes::from("from a peer"), "{v}: a request reached the instance");
+        }
     }
 }
 

@@ -48,8 +48,10 @@ impl Pod {
             bugs: Default::default(),
         };
         // The pod's one clock (skewed as configured): the core, the bucket and the driver read it.
-        let clock =
-            leasehold_process::clock::LeaseClock::start_skewed(settings.clock_offset_ms, settings.clock_drift_ppm);
+        let clock = leasehold_process::clock::LeaseClock::start_skewed(
+            settings.clock_offset_ms as i64,
+            settings.clock_drift_ppm,
+        );
         let core = PodCore::new(config, clock.now_ns());
         let limiter = Limiter::new(core.bucket().clone(), settings.queue_capacity, clock);
         tokio::spawn(limiter.clone().dispatch());

@@ -8,10 +8,13 @@
 //! * [`gcra`]: the smooth alternative: one timestamp per key.
 //! * [`table`]: the keys one owner holds, with bounded memory and idle eviction.
 //! * [`shards`]: which instance owns which shard, through fenced leases in a KV bucket.
+//! * [`store_clock`]: where a new owner places replayed admissions: by the stream's timestamps,
+//!   converted to its own clock.
 
 pub mod gcra;
 pub mod shards;
 pub mod spec;
+pub mod store_clock;
 pub mod table;
 pub mod window_log;
 

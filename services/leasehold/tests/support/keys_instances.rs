@@ -130,3 +130,30 @@ pub async fn fill(http: &reqwest::Client, instances: &[&Instance], keys: &[Strin
         }
     }
 }
+
+/// A tiers file with one tier `t`: `limit` per `window_ms`.
+pub fn tiers_file_with_window(limit: u64, window_ms: u64) -> String {
+    let name = format!("lh-keys-tiers-{}-{limit}-per-{window_ms}.json", std::process::id());
+    let path = std::env::temp_dir().join(name);
+    let doc = serde_json::json!({ "default_tier": "t", "tiers": { "t": { "limit": limit, "window_ms": window_ms } } });
+    std::fs::write(&path, doc.to_string()).unwrap();
+    path.to_string_lossy().into()
+}
+
+/// A gauge from the instance's `/metrics` (0 if it does not answer).
+pub async fn gauge(http: &reqwest::Client, i: &Instance, name: &str) -> u64 {
+    let Ok(r) = http.get(format!("{}/metrics", i.base)).send().await else { return 0 };
+    let text = r.text().await.unwrap_or_default();
+    let prefix = format!("{name} ");
+    text.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// SIGTERM (a graceful hand-over), then wait until the process is gone.
+pub fn stop_gracefully(i: &mut Instance, within: Duration) {
+    sigterm(i);
+    let deadline = Instant::now() + within;
+    while i.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "still running {within:?} after SIGTERM");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -1,0 +1,88 @@
+//! `leasehold keys` under the production permissions (`nats/prod/accounts.conf`), on every
+//! server the harness provides: instances running as `keys-instance` share shards, forward,
+//! hand over with their state, and apply the tiers the `keys-admin` writes; an instance's own
+//! `PUT /v1/tiers` cannot write them (only the admin role may).
+#![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
+
+mod support;
+
+use leasehold_nats::kv::{compare_and_set, CasOutcome};
+use leasehold_nats_harness::{binaries, wait, NatsServer};
+use leasehold_shared::subjects::{KEYS_CONFIG_BUCKET, KEYS_TIERS_KEY};
+use std::time::{Duration, Instant};
+use support::keys_instances::{
+    client, count, post, put_tiers, start, start_with, stop_gracefully, tiers_file, tiers_of, wait_balanced, Instance,
+};
+
+const ACCOUNTS: &str = include_str!("../../../nats/prod/accounts.conf");
+const ENV: [(&str, &str); 8] = [
+    ("LH_SYS_PASSWORD", "sys-pw"),
+    ("LH_COORDINATOR_PASSWORD", "coord-pw"),
+    ("LH_DC_BKK_PASSWORD", "bkk-pw"),
+    ("LH_DC_EUROPE_PASSWORD", "eu-pw"),
+    ("LH_POD_PASSWORD", "pod-pw"),
+    ("LH_INSPECT_PASSWORD", "inspect-pw"),
+    ("LH_KEYS_PASSWORD", "keys-pw"),
+    ("LH_KEYS_ADMIN_PASSWORD", "keys-admin-pw"),
+];
+
+async fn tier_limit(http: &reqwest::Client, i: &Instance) -> u64 {
+    let t = tiers_of(http, i).await;
+    t["tiers"]["t"]["limit"].as_u64().unwrap_or_else(|| panic!("no limit in {t}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_run_as_keys_instance_and_apply_the_tiers_only_the_admin_may_write() {
+    let tiers = tiers_file(2);
+    let http = client();
+    for bin in binaries().expect("a nats-server is needed: run scripts/nats-servers") {
+        let files = [("server.conf", "include ./accounts.conf\n"), ("accounts.conf", ACCOUNTS)];
+        let server = NatsServer::start_with_config(&bin, &files, &ENV).unwrap();
+        let v = server.version.clone();
+        let url = format!("nats://keys-instance:keys-pw@127.0.0.1:{}", server.port());
+        let a = start(&url, "a", &tiers, "interval:50");
+        let mut b = start_with(&url, "b", &tiers, "interval:50", &["--drain-ms", "100"]);
+        wait_balanced(&http, &[&a, &b], Duration::from_secs(20)).await;
+
+        // Decided by each key's owner, whichever instance is asked.
+        let keys: Vec<String> = (0..8).map(|k| format!("user-{k}")).collect();
+        for (k, key) in keys.iter().enumerate() {
+            let (first, second) = if k % 2 == 0 { (&a, &b) } else { (&b, &a) };
+            assert_eq!((post(&http, first, key).await, post(&http, second, key).await), (200, 200), "{v}: {key}");
+            assert_eq!((post(&http, &a, key).await, post(&http, &b, key).await), (429, 429), "{v}: {key}");
+        }
+
+        // b hands its shards over; a replays them.
+        stop_gracefully(&mut b, Duration::from_secs(10));
+        wait_balanced(&http, &[&a], Duration::from_secs(10)).await;
+        for key in &keys {
+            assert_eq!(count(&http, &a, key).await, 2, "{v}: {key} after the hand-over");
+            assert_eq!(post(&http, &a, key).await, 429, "{v}: {key} after the hand-over");
+        }
+
+        // The admin raises the limit; a applies it.
+        let admin_url = format!("nats://keys-admin:keys-admin-pw@127.0.0.1:{}", server.port());
+        let admin = leasehold_nats::connect::jetstream(wait::client(&admin_url, "admin").await);
+        let config = admin.get_key_value(KEYS_CONFIG_BUCKET).await.unwrap_or_else(|e| panic!("{v}: {e}"));
+        let raised = serde_json::json!({ "default_tier": "t", "tiers": { "t": { "limit": 3, "window_ms": 60_000 } } });
+        let written = compare_and_set(&config, KEYS_TIERS_KEY, raised.to_string().into(), None).await;
+        assert!(matches!(written, Ok(CasOutcome::Written { .. })), "{v}: the admin's write: {written:?}");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while tier_limit(&http, &a).await != 3 {
+            assert!(Instant::now() < deadline, "{v}: a never applied the admin's tiers");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(post(&http, &a, &keys[0]).await, 200, "{v}: the raised limit");
+
+        // An instance cannot store the tiers itself: its PUT changes nothing anywhere.
+        let mine = serde_json::json!({ "default_tier": "t", "tiers": { "t": { "limit": 9, "window_ms": 60_000 } } });
+        let r = put_tiers(&http, &a, &mine).await;
+        assert_eq!(r.status().as_u16(), 503, "{v}: {}", r.text().await.unwrap());
+        assert_eq!(tier_limit(&http, &a).await, 3, "{v}");
+        assert_eq!(
+            leasehold_nats::kv::read(&config, KEYS_TIERS_KEY).await.unwrap().unwrap().1,
+            raised.to_string(),
+            "{v}"
+        );
+    }
+}
