@@ -12,7 +12,7 @@ use crate::persist::Admission;
 use async_nats::jetstream::kv::{Operation, Store};
 use futures::StreamExt;
 use leasehold_nats::kv::{compare_and_set, ensure_bucket, BucketSpec, CasOutcome};
-use leasehold_shared::keys::shards::{Action, ShardBook};
+use leasehold_shared::keys::shards::{shard_of_action, Action, ShardBook};
 use leasehold_shared::subjects::{
     keys_check, keys_member_key, keys_member_of_key, keys_shard_key, keys_shard_of_key, KEYS_SHARDS_BUCKET,
 };
@@ -69,6 +69,7 @@ pub async fn run(
     let js = leasehold_nats::connect::jetstream(client.clone());
     let spec = BucketSpec { replicas: options.replicas, ..BucketSpec::new(KEYS_SHARDS_BUCKET) };
     let kv = ensure_bucket(&js, &spec).await.map_err(|e| e.to_string())?;
+    tracing::info!(instance = %options.instance_id, "joining the cluster");
     let (tx, mut rx) = mpsc::channel(4_096);
     tokio::spawn(watch_bucket(kv.clone(), tx.clone()));
     let book = ShardBook::new(&options.instance_id, owned.shards(), options.shard_ttl_ms);
@@ -90,15 +91,22 @@ pub async fn run(
     loop {
         tokio::select! {
             Some(ev) = rx.recv() => {
+                // Everything queued is read before anything is written: a watch backlog (a busy
+                // machine, many renewals) must not hold back a replay's result or a release.
+                let mut released = d.handle(ev).await;
+                while let Ok(ev) = rx.try_recv() {
+                    released |= d.handle(ev).await;
+                }
                 // A released shard is claimed at once, not at the next tick: callers wait meanwhile.
-                let released = matches!(&ev, Event::Entry { key, value, .. } if is_release(key, value.as_deref()));
-                d.handle(ev).await;
                 if released {
                     d.pass().await;
                 }
                 d.publish_routes();
             }
             _ = tick.tick() => {
+                while let Ok(ev) = rx.try_recv() {
+                    d.handle(ev).await;
+                }
                 d.pass().await;
                 d.publish_routes();
             }
@@ -136,10 +144,12 @@ async fn watch_bucket(kv: Store, tx: mpsc::Sender<Event>) {
 }
 
 impl Driver {
-    async fn handle(&mut self, ev: Event) {
+    /// Apply one event; true when it showed a shard released (written with no owner).
+    async fn handle(&mut self, ev: Event) -> bool {
         let now = self.owned.mono_ms();
         match ev {
             Event::Entry { key, revision, value } => {
+                let released = is_release(&key, value.as_deref());
                 if let Some(shard) = keys_shard_of_key(&key) {
                     let record = value.and_then(|v| decode_keys_message::<ShardRecord>(&v, MAX_MESSAGE_BYTES).ok());
                     if self.book.observe_shard(shard, revision, record.as_ref(), now) {
@@ -160,10 +170,11 @@ impl Driver {
                         }
                     }
                 }
+                released
             }
             Event::Restored { shard, generation, result } => {
                 if self.generation.get(&shard) != Some(&generation) || !self.book.held().contains(&shard) {
-                    return;
+                    return false;
                 }
                 match result {
                     Ok(admissions) => {
@@ -179,6 +190,7 @@ impl Driver {
                         self.restore(shard);
                     }
                 }
+                false
             }
         }
     }
@@ -202,11 +214,39 @@ impl Driver {
             }
         }
         self.book.expire_in_flight(now);
-        for action in self.book.plan(now) {
+        let (renewals, others): (Vec<Action>, Vec<Action>) =
+            self.book.plan(now).into_iter().partition(|a| matches!(a, Action::Renew { .. }));
+        self.renew_all(renewals).await;
+        for action in others {
             self.execute(action).await;
         }
         for shard in self.book.held() {
             self.owned.serve_until(shard, self.book.serving_until_ms(shard));
+        }
+    }
+
+    /// Send every renewal at once (one round trip for all the shards held, not one each).
+    async fn renew_all(&mut self, renewals: Vec<Action>) {
+        let body = encode(&ShardRecord::owned_by(Some(self.options.instance_id.clone())));
+        let sent_at = self.owned.mono_ms();
+        let writes = renewals.into_iter().filter_map(|action| {
+            let Action::Renew { shard, expected } = action else { return None };
+            let (kv, body) = (self.kv.clone(), body.clone());
+            Some(async move {
+                let outcome = compare_and_set(&kv, &keys_shard_key(shard), body.into(), Some(expected)).await;
+                (action, outcome)
+            })
+        });
+        for (action, outcome) in futures::future::join_all(writes).await {
+            match outcome {
+                Ok(CasOutcome::Written { revision }) => self.book.written(&action, revision, sent_at),
+                outcome => {
+                    let shard = shard_of_action(&action);
+                    tracing::warn!(shard, ?outcome, "lease renewal failed; no longer serving the shard");
+                    self.book.failed(&action);
+                    self.stop_serving(shard, true);
+                }
+            }
         }
     }
 
@@ -218,6 +258,7 @@ impl Driver {
             Action::Claim { shard, expected } => (shard, record(me), expected),
             Action::Renew { shard, expected } => (shard, record(me), Some(expected)),
             Action::Release { shard, expected } => {
+                tracing::info!(shard, "giving the shard back (rebalancing)");
                 // Stop answering first, then make sure everything admitted is stored.
                 self.stop_serving(shard, false);
                 if let Some(p) = self.owned.persister() {

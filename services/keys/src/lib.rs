@@ -140,9 +140,21 @@ pub async fn serve_until(o: ServeOptions, stop: tokio::sync::watch::Receiver<boo
         .into_future();
     let mut http = tokio::spawn(http);
     let mut stop = stop;
+    let cluster_ended = async {
+        match cluster_task.as_mut() {
+            Some(task) => task.await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         _ = stop.wait_for(|s| *s) => {}
         ended = &mut http => return ended.map_err(|e| e.to_string())?.map_err(|e| e.to_string()),
+        // The cluster driver never ends on its own: an instance that owns nothing must not go on
+        // answering as if it were a member.
+        ended = cluster_ended => {
+            let cause = ended.map_err(|e| e.to_string()).and_then(|r| r).err().unwrap_or_default();
+            return Err(format!("left the cluster unexpectedly: {cause}"));
+        }
     }
     // A planned exit: say so, hand the shards over while still answering (forwarding to their new
     // owners), and close the listener only when the drain time is up.

@@ -17,6 +17,17 @@ pub const TIER_HEADER: &str = "x-leasehold-tier";
 pub struct Instance {
     pub child: Child,
     pub base: String,
+    /// Its stderr (the log), shown when a wait fails.
+    pub log: std::path::PathBuf,
+}
+
+impl Instance {
+    /// The last lines of its log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
 }
 
 impl Drop for Instance {
@@ -38,6 +49,8 @@ pub fn start(nats: &str, id: &str, tiers: &str, durability: &str) -> Instance {
 }
 
 pub fn start_with(nats: &str, id: &str, tiers: &str, durability: &str, extra: &[&str]) -> Instance {
+    let log =
+        std::env::temp_dir().join(format!("lh-keys-{}-{id}-{}.log", std::process::id(), nats.replace([':', '/'], "")));
     let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .args(["keys", "--listen", "127.0.0.1:0", "--nats-url", nats, "--instance-id", id, "--tiers", tiers])
         .args(["--shard-ttl-ms", &TTL_MS.to_string(), "--durability", durability])
@@ -45,13 +58,14 @@ pub fn start_with(nats: &str, id: &str, tiers: &str, durability: &str, extra: &[
         .env("LEASEHOLD_KEYS_ADMIN_TOKEN", ADMIN_TOKEN)
         .env("LEASEHOLD_KEYS_TIER_HEADER", TIER_HEADER)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .env("NO_COLOR", "1")
+        .stderr(std::fs::File::create(&log).expect("a log file"))
         .spawn()
         .expect("leasehold keys starts");
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected {line:?}"));
-    Instance { base: format!("http://{addr}"), child }
+    Instance { base: format!("http://{addr}"), child, log }
 }
 
 pub fn sigterm(i: &Instance) {
@@ -78,7 +92,10 @@ pub async fn wait_balanced(http: &reqwest::Client, instances: &[&Instance], with
         if counts.iter().sum::<u64>() == SHARDS && counts.iter().all(|&c| c >= SHARDS / n && c <= SHARDS.div_ceil(n)) {
             return start.elapsed();
         }
-        assert!(start.elapsed() < within, "shards not balanced within {within:?}: {counts:?}");
+        if start.elapsed() >= within {
+            let logs: Vec<String> = instances.iter().map(|i| format!("{}:\n{}", i.base, i.log_tail(15))).collect();
+            panic!("shards not balanced within {within:?}: {counts:?}\n{}", logs.join("\n"));
+        }
     }
 }
 
