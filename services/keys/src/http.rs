@@ -21,7 +21,7 @@ use crate::limiter::{CheckError, KeyAnswer, KeyCheck, KeyLimiter, TiersError};
 use crate::routes::ShardRoutes;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{FromRequestParts, Path, Query, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
@@ -290,10 +290,13 @@ async fn read(
     }
 }
 
-async fn put_tiers(State(app): State<App>, headers: HeaderMap, body: Result<Json<Tiers>, JsonRejection>) -> Response {
-    if let Err(refused) = app.trust.authorize_admin(&headers) {
+/// The token is checked before the body is read: a caller without it can't make the instance
+/// read and parse up to the body limit.
+async fn put_tiers(State(app): State<App>, request: Request) -> Response {
+    if let Err(refused) = app.trust.authorize_admin(request.headers()) {
         return refused.respond();
     }
+    let body: Result<Json<Tiers>, JsonRejection> = Json::from_request(request, &()).await;
     match body {
         Ok(Json(t)) => match app.limiter.update_tiers(t).await {
             Ok(()) => StatusCode::NO_CONTENT.into_response(),
