@@ -7,24 +7,14 @@
 mod support;
 
 use leasehold_nats::kv::{compare_and_set, CasOutcome};
-use leasehold_nats_harness::{binaries, wait, NatsServer};
+use leasehold_nats_harness::{binaries, wait};
 use leasehold_shared::subjects::{KEYS_CONFIG_BUCKET, KEYS_TIERS_KEY};
 use std::time::{Duration, Instant};
 use support::keys_instances::{
     client, count, post, put_tiers, start, start_with, stop_gracefully, tiers_file, tiers_of, wait_balanced, Instance,
 };
 
-const ACCOUNTS: &str = include_str!("../../../nats/prod/accounts.conf");
-const ENV: [(&str, &str); 8] = [
-    ("LH_SYS_PASSWORD", "sys-pw"),
-    ("LH_COORDINATOR_PASSWORD", "coord-pw"),
-    ("LH_DC_BKK_PASSWORD", "bkk-pw"),
-    ("LH_DC_EUROPE_PASSWORD", "eu-pw"),
-    ("LH_POD_PASSWORD", "pod-pw"),
-    ("LH_INSPECT_PASSWORD", "inspect-pw"),
-    ("LH_KEYS_PASSWORD", "keys-pw"),
-    ("LH_KEYS_ADMIN_PASSWORD", "keys-admin-pw"),
-];
+use leasehold_nats_harness::prod_accounts;
 
 async fn tier_limit(http: &reqwest::Client, i: &Instance) -> u64 {
     let t = tiers_of(http, i).await;
@@ -36,8 +26,7 @@ async fn instances_run_as_keys_instance_and_apply_the_tiers_only_the_admin_may_w
     let tiers = tiers_file(2);
     let http = client();
     for bin in binaries().expect("a nats-server is needed: run scripts/nats-servers") {
-        let files = [("server.conf", "include ./accounts.conf\n"), ("accounts.conf", ACCOUNTS)];
-        let server = NatsServer::start_with_config(&bin, &files, &ENV).unwrap();
+        let server = prod_accounts::start(&bin).unwrap();
         let v = server.version.clone();
         let url = format!("nats://keys-instance:keys-pw@127.0.0.1:{}", server.port());
         let a = start(&url, "a", &tiers, "interval:50");

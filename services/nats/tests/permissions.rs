@@ -16,17 +16,7 @@ use leasehold_shared::subjects::{
 };
 use std::time::{Duration, Instant};
 
-const ACCOUNTS: &str = include_str!("../../../nats/prod/accounts.conf");
-const ENV: [(&str, &str); 8] = [
-    ("LH_SYS_PASSWORD", "sys-pw"),
-    ("LH_COORDINATOR_PASSWORD", "coord-pw"),
-    ("LH_DC_BKK_PASSWORD", "bkk-pw"),
-    ("LH_DC_EUROPE_PASSWORD", "eu-pw"),
-    ("LH_POD_PASSWORD", "pod-pw"),
-    ("LH_INSPECT_PASSWORD", "inspect-pw"),
-    ("LH_KEYS_PASSWORD", "keys-pw"),
-    ("LH_KEYS_ADMIN_PASSWORD", "keys-admin-pw"),
-];
+use leasehold_nats_harness::prod_accounts::{self, TEST_PASSWORDS as ENV};
 
 async fn as_user(server: &NatsServer, user: &str, password: &str) -> async_nats::Client {
     let url = format!("nats://{user}:{password}@127.0.0.1:{}", server.port());
@@ -53,8 +43,7 @@ async fn delivered<F: std::future::Future<Output = ()>>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn roles_are_confined_to_their_own_subjects_and_keys() {
     for bin in binaries().expect("a nats-server is needed: run scripts/nats-servers") {
-        let files = [("server.conf", "include ./accounts.conf\n"), ("accounts.conf", ACCOUNTS)];
-        let server = NatsServer::start_with_config(&bin, &files, &ENV).unwrap();
+        let server = prod_accounts::start(&bin).unwrap();
         let v = server.version.clone();
         let coord = as_user(&server, "coordinator", "coord-pw").await;
         let dc = as_user(&server, "dc-bkk", "bkk-pw").await;
@@ -153,8 +142,7 @@ async fn not_stored(js: &Context, subject: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_roles_hold_only_the_per_key_subjects_buckets_and_stream() {
     for bin in binaries().expect("a nats-server is needed: run scripts/nats-servers") {
-        let files = [("server.conf", "include ./accounts.conf\n"), ("accounts.conf", ACCOUNTS)];
-        let server = NatsServer::start_with_config(&bin, &files, &ENV).unwrap();
+        let server = prod_accounts::start(&bin).unwrap();
         let v = server.version.clone();
         let instance = as_user(&server, "keys-instance", "keys-pw").await;
         let peer = as_user(&server, "keys-instance", "keys-pw").await;
