@@ -187,3 +187,25 @@ fn an_instance_leaves_the_shards_it_gave_back_to_the_others() {
     assert!(counts.windows(2).all(|w| w[1] <= w[0]), "a claimed shards back: {counts:?}");
     assert_eq!(counts.last(), Some(&21), "{counts:?}");
 }
+
+/// What an instance gave back is barred to it only while the record is still its own release:
+/// once another instance has owned and released the shard, nothing can ping-pong and the shard
+/// must not sit ownerless for a claim period (a joiner that leaves again at once).
+#[test]
+fn a_shard_given_back_and_owned_by_another_since_can_be_claimed_at_once() {
+    let mut a = ShardBook::new("a", 1, TTL_MS);
+    let now = 10_000;
+    for m in ["a", "b"] {
+        a.observe_member(m, now);
+    }
+    a.observe_shard(0, 1, Some(&ShardRecord::owned_by(Some("a".into()))), now);
+    a.written(&Action::Claim { shard: 0, expected: None }, 1, now);
+    a.written(&Action::Release { shard: 0, expected: 1 }, 2, now);
+    a.observe_shard(0, 2, Some(&ShardRecord::owned_by(None)), now);
+    assert_eq!(a.plan(now + 10), vec![], "a claimed straight back what it gave back");
+    // b takes it, then gives it back (a joiner that leaves again): the record is no longer a's
+    // release, and b leaves it to a.
+    a.observe_shard(0, 3, Some(&ShardRecord::owned_by(Some("b".into()))), now + 20);
+    a.observe_shard(0, 4, Some(&ShardRecord::owned_by(None)), now + 30);
+    assert_eq!(a.plan(now + 40), vec![Action::Claim { shard: 0, expected: Some(4) }]);
+}

@@ -147,6 +147,8 @@ pub async fn serve_until(o: ServeOptions, stop: tokio::sync::watch::Receiver<boo
         }
     };
     tokio::select! {
+        // A stop and the driver's end seen at once is a planned stop (drain, then exit cleanly).
+        biased;
         _ = stop.wait_for(|s| *s) => {}
         ended = &mut http => return ended.map_err(|e| e.to_string())?.map_err(|e| e.to_string()),
         // The cluster driver never ends on its own: an instance that owns nothing must not go on

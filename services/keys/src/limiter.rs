@@ -313,7 +313,7 @@ pub fn check_tiers(tiers: &Tiers, retention_ms: u64) -> Result<(), KeyError> {
 }
 
 /// Ask the shard's owner. While a shard moves (no subscriber yet, or the old owner already
-/// stopped), ask again every few milliseconds for up to [`HANDOVER_PATIENCE`], so a planned
+/// stopped), ask again after 5, 10, 20 … (at most 200) ms for up to [`HANDOVER_PATIENCE`], so a planned
 /// hand-over (release, claim, replay, subscribe: tens of milliseconds) is not visible.
 async fn forward(
     client: &async_nats::Client,
@@ -322,14 +322,16 @@ async fn forward(
     clock: leasehold_process::clock::LeaseClock,
 ) -> Result<KeyAnswer, CheckError> {
     let started_ns = clock.now_ns();
-    let mut pause = Duration::from_millis(2);
+    let mut pause = Duration::from_millis(5);
     loop {
         match forward_once(client, shard, req).await {
             Err(CheckError::Unavailable(_))
                 if Duration::from_nanos(clock.now_ns() - started_ns) + pause < HANDOVER_PATIENCE =>
             {
                 tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(25));
+                // Doubling: a move is seen within a few tries, and an owner whose storage refuses
+                // fast (each try counted there, not given: waste) is asked about a dozen times.
+                pause = (pause * 2).min(Duration::from_millis(200));
             }
             other => return other,
         }

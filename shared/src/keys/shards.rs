@@ -61,8 +61,9 @@ pub struct ShardBook {
     members: BTreeMap<String, u64>,
     held: BTreeMap<u32, Held>,
     in_flight: BTreeMap<u32, u64>,
-    /// Shards this instance gave back, and when: left to the others for a claim period.
-    given_back: BTreeMap<u32, u64>,
+    /// Shards this instance gave back: (the release's revision, when), left to the others for a
+    /// claim period while the record is still that release.
+    given_back: BTreeMap<u32, (u64, u64)>,
 }
 
 impl ShardBook {
@@ -92,6 +93,10 @@ impl ShardBook {
         }
         let owner = record.and_then(|r| r.owner.clone());
         let owner_is_me = owner.as_deref() == Some(self.me.as_str());
+        // Written since our release: whoever gives it back next, it is not ours to leave alone.
+        if self.given_back.get(&shard).is_some_and(|(released, _)| revision > *released) {
+            self.given_back.remove(&shard);
+        }
         self.seen.insert(shard, Seen { revision, has_owner: owner.is_some(), changed_at_ms: now_ms });
         match owner {
             Some(o) => self.owners.insert(shard, o),
@@ -151,7 +156,7 @@ impl ShardBook {
             }
             Action::Release { shard, .. } => {
                 self.held.remove(&shard);
-                self.given_back.insert(shard, sent_at_ms);
+                self.given_back.insert(shard, (revision, sent_at_ms));
             }
         }
     }
@@ -239,7 +244,7 @@ impl ShardBook {
             // What we gave back is the others' for a claim period (unless we are alone): taking it
             // straight back would move it back and forth.
             let claim_after = self.claim_after_ms();
-            self.given_back.retain(|_, at| *at + claim_after > now_ms);
+            self.given_back.retain(|_, (_, at)| *at + claim_after > now_ms);
             let alone = n == 1;
             let mut free: Vec<(u32, Option<u64>)> = (0..self.shards)
                 .filter(|s| !self.held.contains_key(s) && !self.in_flight.contains_key(s))

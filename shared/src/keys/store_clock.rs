@@ -37,8 +37,13 @@ impl StoreClock {
     /// A message stored at `stored_ns` (server clock), on this owner's clock: no earlier than
     /// any instant before the store, on this owner's clock. The reading `local_after_ms` is a
     /// floor of the owner's clock, hence the extra millisecond; the result is rounded up.
+    ///
+    /// Everything replayed was stored before the marker (by stream sequence), so it happened
+    /// before the owner's reading: a stamp later than the marker's (a stream leader whose clock
+    /// is behind, a clock stepped back) is placed at the reading, not after it.
     pub fn local_ms(&self, stored_ns: i128) -> u64 {
-        let upper_ns = (self.local_after_ms as i128 + 1) * NS_PER_MS - (self.marker_stored_ns - stored_ns);
+        let before_marker_ns = (self.marker_stored_ns - stored_ns).max(0);
+        let upper_ns = (self.local_after_ms as i128 + 1) * NS_PER_MS - before_marker_ns;
         let ms = upper_ns.div_euclid(NS_PER_MS) + i128::from(upper_ns.rem_euclid(NS_PER_MS) != 0);
         ms.clamp(0, u64::MAX as i128) as u64
     }
@@ -66,6 +71,17 @@ mod tests {
         assert_eq!(clock.local_ms(marker_ns), ours_ms + 1);
         // Written by an owner whose clock said 5 s earlier: it appears 5 s behind.
         assert_eq!(clock.apparent_offset_ms(ours_ms + 1 - 5_000, marker_ns), -5_000);
+    }
+
+    #[test]
+    fn a_batch_stamped_after_the_marker_is_placed_no_later_than_the_owners_reading() {
+        // A stream leader change to a server whose clock is 30 s behind, or a clock stepped back:
+        // the batch (stored before the marker, by sequence) carries a later stamp. Everything
+        // before the marker happened before the owner's reading, so it lands there at the latest
+        // (a later placement would drag the owner's clock forward for every key).
+        let (marker_ns, ours_ms) = (1_764_457_200_000_000_000, 1_764_457_200_000);
+        let clock = StoreClock::new(marker_ns, ours_ms);
+        assert_eq!(clock.local_ms(marker_ns + 30_000_000_000), ours_ms + 1);
     }
 
     proptest! {
