@@ -41,6 +41,9 @@ struct Inner {
     clock: LeaseClock,
     /// Per shard: answer only while the monotonic clock (ms) is below this.
     serving_until_ms: Vec<AtomicU64>,
+    /// Per shard: how many times it stopped being served (bumped under the table lock). A
+    /// decision is given only if this has not moved since it was made.
+    serving_term: Vec<AtomicU64>,
     persister: Option<Persister>,
     last_epoch_ms: AtomicU64,
 }
@@ -55,6 +58,8 @@ pub struct Pending {
     verdict: Verdict,
     stored: Option<oneshot::Receiver<bool>>,
     shard: u32,
+    /// The shard's serving term when the decision was made.
+    term: u64,
     owned: Owned,
 }
 
@@ -73,9 +78,10 @@ impl Pending {
             if !rx.await.unwrap_or(false) {
                 return Err(OwnedError::NotStored);
             }
-            // Stored, but the shard may have been handed over meanwhile: then the new owner may
-            // not have seen it, so it is not given (it stays counted: wasted, never exceeded).
-            if !self.owned.is_serving(self.shard) {
+            // Stored, but the shard may have been handed over (or lost and taken again) meanwhile:
+            // then its owner's replay may not have seen it, so it is not given (it stays counted:
+            // wasted, never exceeded).
+            if !self.owned.is_serving(self.shard) || self.owned.serving_term(self.shard) != self.term {
                 return Err(OwnedError::NotOwner(self.shard));
             }
         }
@@ -98,6 +104,7 @@ impl Owned {
                 shards: shards.max(1),
                 clock,
                 serving_until_ms: (0..shards.max(1)).map(|_| AtomicU64::new(initial)).collect(),
+                serving_term: (0..shards.max(1)).map(|_| AtomicU64::new(0)).collect(),
                 persister,
                 last_epoch_ms: AtomicU64::new(0),
             }),
@@ -154,7 +161,16 @@ impl Owned {
             (Some(p), true) => p.record(shard, Admission(req.key.clone(), at_ms, req.cost, req.tier.clone())),
             _ => None,
         };
-        Ok(Some(Pending { verdict, stored, shard, owned: self.clone() }))
+        Ok(Some(self.pending(shard, verdict, stored)))
+    }
+
+    /// A decision for `shard` made now (under the table lock), final once `stored` says so.
+    fn pending(&self, shard: u32, verdict: Verdict, stored: Option<oneshot::Receiver<bool>>) -> Pending {
+        Pending { verdict, stored, shard, term: self.serving_term(shard), owned: self.clone() }
+    }
+
+    fn serving_term(&self, shard: u32) -> u64 {
+        self.inner.serving_term.get(shard as usize).map_or(0, |t| t.load(Ordering::Acquire))
     }
 
     /// (count, verdict) if this instance serves the key's shard.
@@ -172,6 +188,11 @@ impl Owned {
         let _table = self.table();
         if let Some(u) = self.inner.serving_until_ms.get(shard as usize) {
             u.store(until_ms, Ordering::Release);
+        }
+        if until_ms == 0 {
+            if let Some(t) = self.inner.serving_term.get(shard as usize) {
+                t.fetch_add(1, Ordering::AcqRel);
+            }
         }
     }
 
@@ -221,5 +242,36 @@ impl Owned {
     pub fn sweep(&self, max_window_ms: u64) {
         let now = self.now_epoch_ms();
         self.table().sweep(now, max_window_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allowed() -> Verdict {
+        Verdict { allowed: true, limit: 1, window_ms: 1_000, remaining: 0, reset_ms: 1_000, retry_after_ms: 0 }
+    }
+
+    /// Zero-loss gives an allowed answer only if the shard stayed ours from the decision until
+    /// it was stored: a shard given up meanwhile (its keys dropped) and taken again (replayed
+    /// from a stream the admission was not in yet) must not count as "still ours".
+    #[tokio::test]
+    async fn a_stored_admission_is_not_given_if_the_shard_was_lost_and_taken_again_meanwhile() {
+        let owned = Owned::new(4, 100, None, true, LeaseClock::start());
+        let (stored, stored_rx) = oneshot::channel();
+        let pending = owned.pending(1, allowed(), Some(stored_rx));
+        owned.serve_until(1, 0); // lost (a renewal refused): keys dropped
+        owned.forget_shard(1);
+        owned.serve_until(1, u64::MAX); // claimed again and replayed
+        stored.send(true).unwrap();
+        assert_eq!(pending.wait().await, Err(OwnedError::NotOwner(1)));
+
+        // Served without a break: given once stored.
+        let (stored, stored_rx) = oneshot::channel();
+        let pending = owned.pending(2, allowed(), Some(stored_rx));
+        owned.serve_until(2, u64::MAX - 1); // a renewal
+        stored.send(true).unwrap();
+        assert!(pending.wait().await.is_ok_and(|v| v.allowed));
     }
 }
