@@ -10,8 +10,9 @@
 //!   most what it was admitted in the last `persist_interval_ms` plus one publish timeout
 //!   (never more than its limit `N` per window). A graceful hand-over flushes first: no loss.
 //! * `zero-loss`: an allowed answer is held until its admission is acknowledged by JetStream
-//!   (group commit: one publish per shard for everything pending), and only given if the shard is
-//!   served here without a break since the decision (not lost and taken again meanwhile). Nothing admitted is ever lost; it costs one JetStream round trip.
+//!   (group commit: one publish per shard for everything pending), and only given if the shard
+//!   was served here without a break since the decision (not lost and taken again meanwhile).
+//!   Nothing admitted is ever lost; it costs one JetStream round trip.
 
 use async_nats::jetstream::{self, consumer, stream};
 use futures::StreamExt;
