@@ -22,7 +22,6 @@ use leasehold_shared::wire::{
 use std::collections::HashMap;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
 
 #[derive(Clone, Debug)]
 pub struct ClusterOptions {
@@ -51,7 +50,8 @@ struct Driver {
     book: ShardBook,
     options: ClusterOptions,
     events: mpsc::Sender<Event>,
-    serving: HashMap<u32, JoinHandle<()>>,
+    /// Per served shard, the signal that stops its answering task.
+    serving: HashMap<u32, tokio::sync::oneshot::Sender<()>>,
     generation: HashMap<u32, u64>,
     last_member_write_ms: Option<u64>,
     /// Each member's HTTP address, from its member record.
@@ -116,6 +116,10 @@ pub async fn run(
     d.leave().await;
     Ok(())
 }
+
+/// Flushes tried before leaving without releasing (the shards then move by expiry, and what was
+/// not stored is lost as in a crash).
+const LEAVE_FLUSH_TRIES: usize = 3;
 
 /// A shard record written with no owner (a hand-over).
 fn is_release(key: &str, value: Option<&[u8]>) -> bool {
@@ -315,9 +319,10 @@ impl Driver {
         match self.client.subscribe(keys_check(shard)).await {
             Ok(sub) => {
                 let (c, o, l) = (self.client.clone(), self.owned.clone(), self.limiter.clone());
-                let task = tokio::spawn(crate::nats::serve_shard(c, sub, shard, o, l));
-                if let Some(old) = self.serving.insert(shard, task) {
-                    old.abort();
+                let (stop, stopped) = tokio::sync::oneshot::channel();
+                tokio::spawn(crate::nats::serve_shard(c, sub, shard, o, l, stopped));
+                if let Some(old) = self.serving.insert(shard, stop) {
+                    let _ = old.send(());
                 }
                 self.owned.serve_until(shard, self.book.serving_until_ms(shard));
             }
@@ -328,8 +333,10 @@ impl Driver {
     /// Stop answering for `shard`; `forget` drops its keys at once (lost: the owner is elsewhere).
     fn stop_serving(&mut self, shard: u32, forget: bool) {
         self.owned.serve_until(shard, 0);
-        if let Some(task) = self.serving.remove(&shard) {
-            task.abort();
+        // The task unsubscribes and answers what is already buffered with 503 (the gate is
+        // closed), so forwarders ask the new owner at once instead of waiting out a timeout.
+        if let Some(stop) = self.serving.remove(&shard) {
+            let _ = stop.send(());
         }
         if forget {
             self.owned.forget_shard(shard);
@@ -341,14 +348,29 @@ impl Driver {
     /// claimed as soon as its release is seen. Requests meanwhile wait for the new owner (see
     /// `limiter::forward`).
     async fn leave(&mut self) {
+        // Renewed first: the others may claim by expiry only a claim period from now, so the
+        // flush below has that long to store what was admitted.
+        let renewals = self
+            .book
+            .held()
+            .into_iter()
+            .filter_map(|shard| Some(Action::Renew { shard, expected: self.book.held_revision(shard)? }))
+            .collect();
+        self.renew_all(renewals).await;
         let _ = self.kv.delete(keys_member_key(&self.options.instance_id)).await;
         for shard in self.book.held() {
             self.stop_serving(shard, false);
         }
-        let flushed = match self.owned.persister() {
-            Some(p) => p.flush().await,
-            None => true,
-        };
+        let mut flushed = self.owned.persister().is_none();
+        for _ in 0..LEAVE_FLUSH_TRIES {
+            if flushed {
+                break;
+            }
+            flushed = match self.owned.persister() {
+                Some(p) => p.flush().await,
+                None => true,
+            };
+        }
         if flushed {
             let body = encode(&ShardRecord::owned_by(None));
             let releases =

@@ -9,18 +9,38 @@ use futures::StreamExt;
 use leasehold_shared::keys::{shard_of, KeyError};
 use leasehold_shared::wire::{decode_keys_message, encode, KeyRefusal, WireError, SCHEMA_VERSION};
 
+/// How long a stopped shard's task waits for the end of what was buffered.
+const DRAIN_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Largest request accepted (a key is at most 256 bytes).
 const MAX_REQUEST_BYTES: usize = 4_096;
 
-/// Answer one shard's requests until the subscription ends (the shard was given up).
+/// Answer one shard's requests until `stop`: then unsubscribe and answer what is already
+/// buffered (with 503, the shard's gate being closed, so forwarders retry the new owner at once).
 pub async fn serve_shard(
     client: async_nats::Client,
     mut sub: async_nats::Subscriber,
     shard: u32,
     owned: Owned,
     limiter: KeyLimiter,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
-    while let Some(msg) = sub.next().await {
+    let mut stopping = false;
+    loop {
+        let next = if stopping {
+            // Unsubscribed: what was buffered arrives, then the end (bounded, should it never come).
+            tokio::time::timeout(DRAIN_PATIENCE, sub.next()).await.unwrap_or(None)
+        } else {
+            tokio::select! {
+                next = sub.next() => next,
+                _ = &mut stop => {
+                    stopping = true;
+                    let _ = sub.unsubscribe().await;
+                    continue;
+                }
+            }
+        };
+        let Some(msg) = next else { return };
         let Some(reply) = msg.reply else { continue };
         let req = decode_keys_message::<KeyCheck>(&msg.payload, MAX_REQUEST_BYTES).map_err(|e| match e {
             WireError::Invalid { field: "key", .. } => CheckError::Input(KeyError::BadKey),

@@ -58,8 +58,10 @@ async fn a_crashed_owner_loses_no_admission_in_zero_loss_mode() {
 
     a.child.kill().unwrap();
     let taken_over = wait_balanced(&http, &[&b], Duration::from_secs(10)).await;
-    // Claimed within 0.9 TTL of the last renewal, plus a planning pass and the replay.
-    assert!(taken_over < Duration::from_millis(TTL_MS * 2), "took {taken_over:?}");
+    // Claimed within 0.9 TTL of the last renewal, plus a planning pass, the replay and the
+    // metrics poll: about 1.2 s here, and up to 2.2 s measured with two tests and two CPU
+    // burners on this 2-core machine; 3 TTLs would mean the claim waited for something else.
+    assert!(taken_over < Duration::from_millis(TTL_MS * 3), "took {taken_over:?}");
     for key in &keys {
         assert_eq!(count(&http, &b, key).await, 4, "{key}: admissions lost in the crash");
         assert_eq!(post(&http, &b, key).await, 429, "{key}: admitted again after the crash");
