@@ -75,7 +75,9 @@ pub struct Trust {
 impl Trust {
     /// The tier a request is decided under, from the gateway's header (`gateway`) and the tier
     /// the caller named; `None`: the tiers document's (override, assignment, default).
-    pub fn tier(&self, gateway: Option<&HeaderValue>, named: Option<String>) -> Result<Option<String>, Refused> {
+    /// `gateway` holds every value of the header: more than one is refused (a gateway that
+    /// appends instead of replacing would let the client's value through).
+    pub fn tier(&self, gateway: &[HeaderValue], named: Option<String>) -> Result<Option<String>, Refused> {
         if let Some(t) = named.as_ref().filter(|_| !self.caller_tier) {
             let source = match &self.tier_header {
                 Some(h) => format!("the {h} header a trusted gateway sets, else the tiers document"),
@@ -88,7 +90,10 @@ impl Trust {
             )));
         }
         match (&self.tier_header, gateway) {
-            (Some(name), Some(v)) => match v.to_str() {
+            (Some(name), [_, _, ..]) => Err(Refused::BadTierHeader(format!(
+                "the {name} header appears more than once; the gateway must set it once, replacing any the client sent"
+            ))),
+            (Some(name), [v]) => match v.to_str() {
                 Ok(tier) => Ok(Some(tier.to_string())),
                 Err(_) => Err(Refused::BadTierHeader(format!("the {name} header is not a tier name (visible ASCII)"))),
             },

@@ -80,13 +80,14 @@ async fn close_when_draining(State(app): State<App>, req: Request, next: Next) -
 
 /// The value of the trusted gateway's tier header ([`Trust::tier_header`]), if one is set and
 /// the request has it.
-struct GatewayTier(Option<HeaderValue>);
+struct GatewayTier(Vec<HeaderValue>);
 
 impl FromRequestParts<App> for GatewayTier {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self, Self::Rejection> {
-        Ok(GatewayTier(app.trust.tier_header.as_ref().and_then(|h| parts.headers.get(h)).cloned()))
+        let values = app.trust.tier_header.as_ref().map(|h| parts.headers.get_all(h).iter().cloned().collect());
+        Ok(GatewayTier(values.unwrap_or_default()))
     }
 }
 
@@ -228,7 +229,7 @@ async fn record(
         Ok(c) => c,
         Err(d) => return bad_request(d),
     };
-    let tier = match app.trust.tier(gateway.as_ref(), q.tier) {
+    let tier = match app.trust.tier(&gateway, q.tier) {
         Ok(t) => t,
         Err(refused) => return refused.respond(),
     };
@@ -259,7 +260,7 @@ async fn record_json(
 ) -> Response {
     match body {
         Ok(Json(b)) => {
-            let tier = match app.trust.tier(gateway.as_ref(), b.tier) {
+            let tier = match app.trust.tier(&gateway, b.tier) {
                 Ok(t) => t,
                 Err(refused) => return refused.respond(),
             };
@@ -280,7 +281,7 @@ async fn read(
         Ok(kq) => kq,
         Err(detail) => return bad_request(detail),
     };
-    let tier = match app.trust.tier(gateway.as_ref(), q.tier) {
+    let tier = match app.trust.tier(&gateway, q.tier) {
         Ok(t) => t,
         Err(refused) => return refused.respond(),
     };

@@ -270,6 +270,18 @@ async fn the_tier_comes_from_the_trusted_gateway_s_header() {
     // An unknown tier from the gateway is a 400 like any other.
     let r = http.post(format!("{base}/v1/keys/u")).header("x-leasehold-tier", "platinum").send().await.unwrap();
     assert_eq!(r.status(), 400);
+    // A gateway that appends its header instead of replacing the client's: two values, refused
+    // (taking the first would let the client's win).
+    let r = http
+        .post(format!("{base}/v1/keys/u"))
+        .header("x-leasehold-tier", "pro")
+        .header("x-leasehold-tier", "free")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert!(body["detail"].as_str().unwrap().contains("more than once"), "{body}");
 }
 
 /// `caller_tier = true`: every caller is trusted to name its tier, as before.
