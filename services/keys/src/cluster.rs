@@ -121,14 +121,6 @@ pub async fn run(
 /// not stored is lost as in a crash).
 const LEAVE_FLUSH_TRIES: usize = 3;
 
-/// A shard record written with no owner (a hand-over).
-fn is_release(key: &str, value: Option<&[u8]>) -> bool {
-    keys_shard_of_key(key).is_some()
-        && value
-            .and_then(|v| decode_keys_message::<ShardRecord>(v, MAX_MESSAGE_BYTES).ok())
-            .is_some_and(|r| r.owner.is_none())
-}
-
 /// Every change of the bucket, from the current values on; re-opened if it ends.
 async fn watch_bucket(kv: Store, tx: mpsc::Sender<Event>) {
     loop {
@@ -153,14 +145,16 @@ impl Driver {
         let now = self.owned.mono_ms();
         match ev {
             Event::Entry { key, revision, value } => {
-                let released = is_release(&key, value.as_deref());
                 if let Some(shard) = keys_shard_of_key(&key) {
                     let record = value.and_then(|v| decode_keys_message::<ShardRecord>(&v, MAX_MESSAGE_BYTES).ok());
                     if self.book.observe_shard(shard, revision, record.as_ref(), now) {
                         tracing::warn!(shard, "shard taken over by another instance");
                         self.stop_serving(shard, true);
                     }
-                } else if let Some(id) = keys_member_of_key(&key) {
+                    // Written with no owner: a hand-over.
+                    return record.is_some_and(|r| r.owner.is_none());
+                }
+                if let Some(id) = keys_member_of_key(&key) {
                     match value {
                         Some(v) => {
                             self.book.observe_member(id, now);
@@ -174,7 +168,7 @@ impl Driver {
                         }
                     }
                 }
-                released
+                false
             }
             Event::Restored { shard, generation, result } => {
                 if self.generation.get(&shard) != Some(&generation) || !self.book.held().contains(&shard) {
@@ -260,7 +254,7 @@ impl Driver {
         let sent_at = self.owned.mono_ms();
         let (shard, body, expected) = match action {
             Action::Claim { shard, expected } => (shard, record(me), expected),
-            Action::Renew { shard, expected } => (shard, record(me), Some(expected)),
+            Action::Renew { .. } => return self.renew_all(vec![action]).await,
             Action::Release { shard, expected } => {
                 tracing::info!(shard, "giving the shard back (rebalancing)");
                 // Stop answering first, then make sure everything admitted is stored.
@@ -283,13 +277,10 @@ impl Driver {
                 match action {
                     Action::Claim { .. } => self.restore(shard),
                     Action::Release { .. } => self.owned.forget_shard(shard),
-                    Action::Renew { .. } => {}
+                    Action::Renew { .. } => {} // sent by renew_all
                 }
             }
-            outcome => {
-                if matches!(action, Action::Renew { .. }) {
-                    tracing::warn!(shard, ?outcome, "lease renewal failed; no longer serving the shard");
-                }
+            _ => {
                 self.book.failed(&action);
                 self.stop_serving(shard, true);
             }
