@@ -168,9 +168,24 @@ pub async fn gauge(http: &reqwest::Client, i: &Instance, name: &str) -> u64 {
 /// SIGTERM (a graceful hand-over), then wait until the process is gone.
 pub fn stop_gracefully(i: &mut Instance, within: Duration) {
     sigterm(i);
-    let deadline = Instant::now() + within;
-    while i.child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "still running {within:?} after SIGTERM");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_exit(&mut i.child, within);
+}
+
+/// The exit status of `child` once it exits; if it is still running after `within`, SIGKILL it
+/// and fail.
+pub fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let pid = child.id();
+    std::thread::scope(|s| {
+        let (exited, exit) = std::sync::mpsc::channel();
+        s.spawn(move || {
+            let _ = exited.send(child.wait());
+        });
+        match exit.recv_timeout(within) {
+            Ok(status) => status.expect("the child can be waited for"),
+            Err(_) => {
+                let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+                panic!("still running {within:?} after SIGTERM");
+            }
+        }
+    })
 }
