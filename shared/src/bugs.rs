@@ -59,4 +59,7 @@ pub struct KnownBugs {
     /// fence's term may have written newer records that the store lost (1,990/s against
     /// 1,000/s; seventh review).
     pub record_behind_fence_trusted: bool,
+    /// A term that takes a lower limit live (`CoordinatorCore::reconfigure`) starts its books
+    /// afresh at the new capacity, forgetting the DC leases and floors already out.
+    pub reconfigure_forgets_leases: bool,
 }

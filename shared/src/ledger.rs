@@ -259,6 +259,15 @@ impl<H: Ord + Clone> Ledger<H> {
         self.ceiling = self.ceiling.max(adopted);
     }
 
+    /// Count `holder`'s lease `version` at least until `until_ns` (never shorter than it is
+    /// counted now; an entry that never expires stays so). False if no such lease is counted.
+    pub fn count_until(&mut self, holder: &H, version: LeaseVersion, until_ns: u64) -> bool {
+        let entry = self.holders.get_mut(holder).and_then(|h| h.entries.iter_mut().find(|e| e.version == version));
+        let Some(e) = entry else { return false };
+        e.live_until_ns = e.live_until_ns.max(until_ns);
+        true
+    }
+
     /// The holder applied `version`: it will never use an older lease again. Older leases stop
     /// counting at `release_at_ns` (now, plus the egress spread). Idempotent.
     /// Refused for a version this ledger never issued to that holder.

@@ -205,15 +205,17 @@ fn late_lease_after_restart(bugs: KnownBugs) -> Result<(), LeaseRejection> {
 #[test]
 fn a_leader_whose_ledger_record_was_lost_waits_a_full_dc_lease_lifetime_before_issuing() {
     use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
-    use leasehold_shared::wire::{DcReport, LedgerFence};
+    use leasehold_shared::wire::{DcReport, LedgerFence, LedgerRecord};
     let cfg = LimitConfig::new("api", Quota::per_s(1_000, 20), &[("bkk", Quota::ZERO), ("eu", Quota::ZERO)]);
     let ttl_ns = cfg.dc_ttl_ms * MS;
-    let fence = LedgerFence::raised(None, 8, cfg.dc_ttl_ms);
-    assert!(matches!(Stored::classify(None, Some(&fence)), Stored::Lost(_)), "a fence without a record: lost");
-    assert!(matches!(Stored::classify(None, None), Stored::Fresh));
+    let listed = LedgerFence::raised(None, 7, cfg.dc_ttl_ms).covering(&LedgerRecord::empty("api", 7, "c0"));
+    let fence = LedgerFence::raised(listed.as_ref(), 8, cfg.dc_ttl_ms);
+    assert!(matches!(Stored::classify("api", None, Some(&fence)), Stored::Lost(_)), "a fence without a record: lost");
+    assert!(matches!(Stored::classify("api", None, None), Stored::Fresh));
+    assert!(matches!(Stored::classify("new", None, Some(&fence)), Stored::Fresh), "never written: fresh");
     let fresh = CoordinatorCore::resume(cfg.clone(), "c1", 1, Stored::Fresh, 0);
     assert_eq!(fresh.issues_from_ns(), 0, "a first start issues at once");
-    let mut c = CoordinatorCore::resume(cfg, "c2", 9, Stored::classify(None, Some(&fence)), 0);
+    let mut c = CoordinatorCore::resume(cfg, "c2", 9, Stored::classify("api", None, Some(&fence)), 0);
     let report = |seq, dc: &str| DcReport {
         pods_healthy: 2,
         ..DcReport::new("api", dc, &format!("{dc}-mgr"), 1, seq, Quota::per_s(900, 0))

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 mod support;
 use support::config_with_bugs as config;
-use support::{MS, S};
+use support::{Held, MS, S};
 
 /// `floor`: the floor the DC's pods may spend under and the version of the newest floor taken.
 fn report(dc: &str, seq: u64, ack: Option<LeaseVersion>, floor: Option<(Quota, LeaseVersion)>) -> DcReport {
@@ -26,30 +26,6 @@ fn first_term(before: LimitConfig) -> leasehold_shared::wire::LedgerRecord {
     a.on_dc_report(&report("eu", 1, None, None), 0);
     assert_eq!(a.tick(0).len(), 2);
     a.record()
-}
-
-/// The newest lease each DC received, and when.
-#[derive(Default)]
-struct Held(BTreeMap<String, (DcLease, u64)>);
-
-impl Held {
-    fn absorb(&mut self, leases: Vec<DcLease>, now: u64) {
-        for l in leases {
-            self.0.insert(l.dc.clone(), (l, now));
-        }
-    }
-
-    fn version(&self, dc: &str) -> Option<LeaseVersion> {
-        self.0.get(dc).map(|(l, _)| l.version)
-    }
-
-    /// Σ of the newest lease each DC holds at `now` (unexpired: countdown from the grant).
-    fn spendable(&self, now: u64) -> Quota {
-        self.0
-            .values()
-            .filter(|(l, at)| at + l.ttl_ms * MS > now)
-            .fold(Quota::ZERO, |s, (l, _)| s.saturating_add(l.quota))
-    }
 }
 
 /// 80% of BKK's floor moves to Europe while BKK is cut off: BKK keeps spending its old floor

@@ -268,12 +268,13 @@ fn lost_record_with_a_shorter_ttl(bugs: KnownBugs) -> (Quota, Quota) {
     a.on_dc_report(&dc_report("eu", 1, None, None), 0);
     let mut eu = Newest::default();
     eu.absorb("eu", &a.tick(0), 0);
+    let fence = fence.covering(&a.record()).expect("the first record");
     assert_eq!(eu.0.as_ref().unwrap().0.ttl_ms, 10_000);
     let mut after = config_with_bugs(q, 0, 0, bugs);
     after.dc_ttl_ms = 4_000;
     let t0 = S;
     let fence = LedgerFence::raised(Some(&fence), 2, after.dc_ttl_ms);
-    let mut b = CoordinatorCore::resume(after, "coord-b", 2, Stored::classify(None, Some(&fence)), t0);
+    let mut b = CoordinatorCore::resume(after, "coord-b", 2, Stored::classify("api", None, Some(&fence)), t0);
     println!("term B issues from {:.3}s; Europe's term-A lease runs until 10.000s", secs(b.issues_from_ns()));
     let mut bkk = Newest::default();
     let (mut worst, mut log) = (Quota::ZERO, Vec::new());
@@ -312,7 +313,7 @@ fn a_leader_without_a_record_counts_the_largest_floors_the_fence_says_were_named
     let after = config(q, 200, 300);
     let t0 = 5 * S;
     let fence = LedgerFence::raised(Some(&fence), 2, after.dc_ttl_ms);
-    let mut b = CoordinatorCore::resume(after, "coord-b", 2, Stored::classify(None, Some(&fence)), t0);
+    let mut b = CoordinatorCore::resume(after, "coord-b", 2, Stored::classify("api", None, Some(&fence)), t0);
     assert_eq!(b.floor_reserved("bkk", t0), Quota::per_s(400, 0), "the floor BKK may still spend counts");
     let named = |b: &CoordinatorCore, dc| b.floor_named(dc).map_or(Quota::ZERO, |(f, _)| f);
     let mut t = t0;

@@ -115,7 +115,7 @@ fn rolled_back_record(bugs: KnownBugs) -> (Quota, Quota) {
                 fence.epoch,
                 r1.leases.iter().map(|l| format!("{} {} {}", l.dc, l.version, l.quota)).collect::<Vec<_>>()
             ));
-            let stored = Stored::classify(Some(r1), Some(&fence));
+            let stored = Stored::classify("api", Some(r1), Some(&fence));
             log.push(format!(
                 "{:6.3}s term 3: Stored::classify says Record (trusted as the newest): {}",
                 secs(t),

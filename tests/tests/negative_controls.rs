@@ -117,9 +117,9 @@ fn the_rolling_restart_path_breaks_the_old_lease_rule_and_holds_with_the_new_one
 }
 
 /// Reconfiguration end to end: rolling restarts lower R and B or move floor while a DC is cut
-/// off (`Scenario::limit_change`). Either old rule lets pods spend above the limit in force:
-/// forgetting a floor a cut-off DC still spends, or renewing at the level of a lease that
-/// predates the lower limit.
+/// off (`Scenario::limit_change`). Each old rule lets pods spend above the limit in force:
+/// forgetting a floor a cut-off DC still spends, renewing at the level of a lease that predates
+/// the lower limit, or (applied live) starting the books afresh at the lower limit.
 #[test]
 fn the_limit_change_path_breaks_each_old_reconfiguration_rule_and_holds_with_the_new_ones() {
     let run = |bugs: KnownBugs| {
@@ -133,6 +133,7 @@ fn the_limit_change_path_breaks_each_old_reconfiguration_rule_and_holds_with_the
     for bugs in [
         KnownBugs { floor_change_at_once: true, ..KnownBugs::default() },
         KnownBugs { renewal_reuses_inherited_claim: true, ..KnownBugs::default() },
+        KnownBugs { reconfigure_forgets_leases: true, ..KnownBugs::default() },
     ] {
         let old = run(bugs);
         assert!(old.violations > 0, "{bugs:?} went unnoticed");

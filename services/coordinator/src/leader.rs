@@ -215,7 +215,7 @@ impl Leader {
             .iter()
             .map(|cfg| {
                 let (rev, rec) = &records[&cfg.limit];
-                let stored = Stored::classify(rec.as_ref(), fence.as_ref().map(|(_, f)| f));
+                let stored = Stored::classify(&cfg.limit, rec.as_ref(), fence.as_ref().map(|(_, f)| f));
                 match stored {
                     Stored::Lost(f) => {
                         warn!(limit = %cfg.limit, fence = ?fence_epoch, dc_ttl_ms_max = f.dc_ttl_ms_max, "ledger record missing below the fence: it was lost; issuing nothing for the longest DC-lease lifetime, counting the largest floors it may have named");

@@ -15,10 +15,12 @@
 
 mod config;
 mod floors;
+mod reconfigure;
 mod takeover;
 
 pub use config::{DcSpec, LimitConfig};
 pub use floors::floor_holder;
+pub use reconfigure::ReconfigureError;
 pub use takeover::{next_epoch, Stored};
 
 use crate::allocator::{allocate, Claim, Rebalancer};

@@ -15,7 +15,7 @@ pub fn next_epoch(stored_epoch_max: u64, fence_epoch: Option<u64>, claim_revisio
 #[derive(Clone, Copy, Debug)]
 pub enum Stored<'a> {
     Record(&'a LedgerRecord),
-    /// No record, and the fence shows none was ever written: a first start.
+    /// No record, and the fence shows none was ever written (or there is no fence): a first start.
     Fresh,
     /// No record, but the fence shows one was written: it was lost. The fence bounds what it
     /// held: no DC lease longer than `dc_ttl_ms_max` (0: unknown, an older fence), no floor above
@@ -28,13 +28,14 @@ pub enum Stored<'a> {
 }
 
 impl<'a> Stored<'a> {
-    /// From the record read (if any) and the fence read (if any).
-    pub fn classify(record: Option<&'a LedgerRecord>, fence: Option<&'a LedgerFence>) -> Self {
+    /// From `limit`'s record read (if any) and the fence read (if any). No record and a fence
+    /// that says none was ever written for `limit` (a limit added since) is a first start.
+    pub fn classify(limit: &str, record: Option<&'a LedgerRecord>, fence: Option<&'a LedgerFence>) -> Self {
         match (record, fence) {
             (Some(r), Some(f)) if r.epoch < f.epoch => Stored::Behind(r, f),
             (Some(r), _) => Stored::Record(r),
-            (None, None) => Stored::Fresh,
-            (None, Some(f)) => Stored::Lost(f),
+            (None, Some(f)) if f.may_hold(limit) => Stored::Lost(f),
+            (None, _) => Stored::Fresh,
         }
     }
 }

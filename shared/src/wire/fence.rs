@@ -4,7 +4,7 @@
 use super::{check_id, decode, LedgerRecord, WireError, WireMessage, MAX_TTL_MS, SCHEMA_VERSION};
 use crate::quota::Quota;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 fn v1() -> u32 {
     SCHEMA_VERSION
@@ -28,6 +28,12 @@ pub struct LedgerFence {
     /// reserves these until each DC confirms the floor it names now.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub floors_max: BTreeMap<String, BTreeMap<String, Quota>>,
+    /// Every limit any record was written for (the fence goes up with a limit's name before
+    /// its first record): a limit not listed never had a record, so a leader that finds none
+    /// starts it fresh instead of waiting out a lost one. `None`: a fence written before the
+    /// list existed (any limit may have had a record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<BTreeSet<String>>,
 }
 
 impl LedgerFence {
@@ -35,15 +41,28 @@ impl LedgerFence {
     pub fn raised(previous: Option<&LedgerFence>, epoch: u64, dc_ttl_ms: u64) -> Self {
         let earlier = previous.map_or(0, |f| f.dc_ttl_ms_max);
         let floors_max = previous.map(|f| f.floors_max.clone()).unwrap_or_default();
-        LedgerFence { v: SCHEMA_VERSION, epoch, dc_ttl_ms_max: earlier.max(dc_ttl_ms), floors_max }
+        // The first fence ever knows every limit with a record: none yet.
+        let limits = previous.map_or(Some(BTreeSet::new()), |f| f.limits.clone());
+        LedgerFence { v: SCHEMA_VERSION, epoch, dc_ttl_ms_max: earlier.max(dc_ttl_ms), floors_max, limits }
     }
 
     /// The fence that must be written before `record` may be: `None` if this one already covers
-    /// every floor the record names or reserves.
+    /// every floor the record names or reserves and every DC lease's TTL in it.
     pub fn covering(&self, record: &LedgerRecord) -> Option<LedgerFence> {
         let mut raised = self.clone();
-        let held = raised.floors_max.entry(record.limit.clone()).or_default();
         let mut changed = false;
+        // A DC lease longer than any term raised the fence with (a TTL changed live): a leader
+        // that finds this record lost must wait that long. (0: unknown, an older fence: a leader
+        // then waits its own TTL, as before.)
+        let longest_ms = record.leases.iter().map(|l| l.ttl_ms).max().unwrap_or(0);
+        if raised.dc_ttl_ms_max != 0 && longest_ms > raised.dc_ttl_ms_max {
+            raised.dc_ttl_ms_max = longest_ms;
+            changed = true;
+        }
+        if let Some(limits) = raised.limits.as_mut() {
+            changed |= limits.insert(record.limit.clone());
+        }
+        let held = raised.floors_max.entry(record.limit.clone()).or_default();
         for (dc, floor) in record.floors.iter().chain(&record.floors_reserved) {
             let max = held.entry(dc.clone()).or_insert(Quota::ZERO);
             if !floor.fits_in(max) {
@@ -54,6 +73,11 @@ impl LedgerFence {
         changed.then_some(raised)
     }
 
+    /// Whether a record of `limit` may ever have been written (always, for an older fence).
+    pub fn may_hold(&self, limit: &str) -> bool {
+        self.limits.as_ref().is_none_or(|l| l.contains(limit))
+    }
+
     /// The largest floors any record of `limit` named or reserved, per DC.
     pub fn floors_of(&self, limit: &str) -> Option<&BTreeMap<String, Quota>> {
         self.floors_max.get(limit)
@@ -62,7 +86,13 @@ impl LedgerFence {
     /// The stored value: JSON, or a bare decimal epoch as older coordinators wrote it.
     pub fn parse(bytes: &[u8]) -> Result<Self, WireError> {
         match std::str::from_utf8(bytes).ok().and_then(|s| s.trim().parse::<u64>().ok()) {
-            Some(epoch) => Ok(LedgerFence { v: SCHEMA_VERSION, epoch, dc_ttl_ms_max: 0, floors_max: BTreeMap::new() }),
+            Some(epoch) => Ok(LedgerFence {
+                v: SCHEMA_VERSION,
+                epoch,
+                dc_ttl_ms_max: 0,
+                floors_max: BTreeMap::new(),
+                limits: None,
+            }),
             None => decode(bytes),
         }
     }
@@ -91,7 +121,7 @@ mod tests {
     fn a_fence_round_trips_and_reads_the_older_bare_epoch() {
         let f = LedgerFence::raised(None, 7, 10_000);
         assert_eq!(LedgerFence::parse(&encode(&f)), Ok(f));
-        let bare = LedgerFence { v: 1, epoch: 12, dc_ttl_ms_max: 0, floors_max: BTreeMap::new() };
+        let bare = LedgerFence { v: 1, epoch: 12, dc_ttl_ms_max: 0, floors_max: BTreeMap::new(), limits: None };
         assert_eq!(LedgerFence::parse(b"12\n"), Ok(bare));
         assert!(LedgerFence::parse(b"{\"v\":1}").is_err(), "an epoch is required");
         assert!(LedgerFence::parse(b"twelve").is_err());
@@ -107,21 +137,48 @@ mod tests {
     }
 
     #[test]
-    fn a_fence_covers_the_largest_floor_any_record_named_and_keeps_it() {
-        let record = |floor: u64| LedgerRecord {
+    fn a_fence_lists_every_limit_before_its_first_record_and_keeps_it() {
+        let f = LedgerFence::raised(None, 1, 10_000);
+        assert!(!f.may_hold("api"), "the first fence: no record yet");
+        let g = f.covering(&LedgerRecord::empty("api", 1, "c")).expect("api's first record raises it");
+        assert!(g.may_hold("api") && !g.may_hold("other"));
+        let h = LedgerFence::raised(Some(&g), 2, 10_000);
+        assert!(h.may_hold("api"), "a new term keeps the list");
+        assert_eq!(LedgerFence::parse(&encode(&h)), Ok(h));
+        let old = LedgerFence::parse(b"5").unwrap();
+        assert!(old.may_hold("anything"), "an older fence may have any limit's record");
+        assert!(LedgerFence::raised(Some(&old), 6, 10_000).may_hold("anything"), "and stays unknown");
+    }
+
+    #[test]
+    fn a_fence_covers_a_dc_lease_longer_than_any_term_raised_it_with() {
+        let lease = |ttl_ms: u64| crate::wire::DcLease {
             v: 1,
             limit: "api".into(),
-            epoch: 1,
-            writer: "c".into(),
-            leases: Vec::new(),
+            dc: "bkk".into(),
+            holder: "bkk-mgr".into(),
+            version: crate::wire::LeaseVersion::new(1, 1),
+            lease_id: "c-1-1".into(),
+            quota: Quota::per_s(10, 0),
+            floor: Quota::ZERO,
+            ttl_ms,
+            basis_seq: 1,
+        };
+        let mut record = LedgerRecord::empty("api", 1, "c");
+        record.leases = vec![lease(10_000)];
+        let f = LedgerFence::raised(None, 1, 10_000).covering(&record).expect("the limit's first record");
+        assert_eq!(f.covering(&record), None);
+        record.leases = vec![lease(20_000)];
+        assert_eq!(f.covering(&record).map(|g| g.dc_ttl_ms_max), Some(20_000), "a TTL raised live");
+        let unknown = LedgerFence::parse(b"3").unwrap();
+        assert_eq!(unknown.covering(&record), None, "unknown stays unknown");
+    }
+
+    #[test]
+    fn a_fence_covers_the_largest_floor_any_record_named_and_keeps_it() {
+        let record = |floor: u64| LedgerRecord {
             floors: BTreeMap::from([("bkk".to_string(), Quota::per_s(floor, 0))]),
-            floor_versions: BTreeMap::new(),
-            floors_reserved: BTreeMap::new(),
-            capacity: None,
-            inherited_below: BTreeMap::new(),
-            lost_floors: BTreeMap::new(),
-            lost_wait_dc_ttl_ms: None,
-            dc_holders: BTreeMap::new(),
+            ..LedgerRecord::empty("api", 1, "c")
         };
         let f = LedgerFence::raised(None, 1, 10_000);
         let f = f.covering(&record(50)).expect("a floor above the fence raises it");

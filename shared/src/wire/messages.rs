@@ -229,6 +229,26 @@ pub struct DcHolder {
 }
 
 impl LedgerRecord {
+    /// A record of `limit` by `writer` at `epoch` with nothing on it (struct-update syntax fills
+    /// in the rest).
+    pub fn empty(limit: &str, epoch: u64, writer: &str) -> Self {
+        LedgerRecord {
+            v: SCHEMA_VERSION,
+            limit: limit.into(),
+            epoch,
+            writer: writer.into(),
+            leases: Vec::new(),
+            floors: Default::default(),
+            floor_versions: Default::default(),
+            floors_reserved: Default::default(),
+            capacity: None,
+            inherited_below: Default::default(),
+            lost_floors: Default::default(),
+            lost_wait_dc_ttl_ms: None,
+            dc_holders: Default::default(),
+        }
+    }
+
     /// DC `dc`'s floor as this record names it, with its version.
     pub fn floor_of(&self, dc: &str) -> Option<(Quota, LeaseVersion)> {
         let floor = *self.floors.get(dc)?;

@@ -153,3 +153,27 @@ pub fn config_with_bugs(
     c.validate().expect("a valid configuration");
     c
 }
+
+/// The newest lease each DC received, and when.
+#[derive(Default)]
+pub struct Held(pub std::collections::BTreeMap<String, (DcLease, u64)>);
+
+impl Held {
+    pub fn absorb(&mut self, leases: Vec<DcLease>, now: u64) {
+        for l in leases {
+            self.0.insert(l.dc.clone(), (l, now));
+        }
+    }
+
+    pub fn version(&self, dc: &str) -> Option<LeaseVersion> {
+        self.0.get(dc).map(|(l, _)| l.version)
+    }
+
+    /// Σ of the newest lease each DC holds at `now` (unexpired: countdown from the grant).
+    pub fn spendable(&self, now: u64) -> Quota {
+        self.0
+            .values()
+            .filter(|(l, at)| at + l.ttl_ms * MS > now)
+            .fold(Quota::ZERO, |s, (l, _)| s.saturating_add(l.quota))
+    }
+}

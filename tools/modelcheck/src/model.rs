@@ -233,7 +233,7 @@ pub fn coordinator_resume(
 ) -> CoordinatorCore {
     // The model never loses a record, so the fence's TTL only has to be plausible.
     let fence = fence_epoch.map(|epoch| LedgerFence::raised(None, epoch, dc_ttl_ms));
-    let stored = Stored::classify(record, fence.as_ref());
+    let stored = Stored::classify(LIMIT, record, fence.as_ref());
     CoordinatorCore::resume(limit_config(cfg, dc_ttl_ms), id, epoch, stored, now_ns)
 }
 

@@ -44,6 +44,8 @@ pub struct Metrics {
     /// DC-manager terms begun (the first per DC included).
     pub dc_takeovers: u64,
     pub fenced_writes: u64,
+    /// Limit changes a leading term applied in place.
+    pub live_reconfigurations: u64,
     /// Ledger records lost with a single-replica bucket (the fence survives).
     pub records_lost: u64,
     pub records_rolled_back: u64,
@@ -86,6 +88,7 @@ impl Metrics {
             takeovers: 0,
             dc_takeovers: 0,
             fenced_writes: 0,
+            live_reconfigurations: 0,
             records_lost: 0,
             records_rolled_back: 0,
             lease_rejections: 0,

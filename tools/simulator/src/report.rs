@@ -51,6 +51,8 @@ pub struct SeedResult {
     /// DC-manager terms begun after each DC's first: standbys that took a DC over.
     pub dc_manager_failovers: u64,
     pub fenced_writes: u64,
+    /// Limit changes a leading term applied in place (the others restarted the coordinators).
+    pub live_reconfigurations: u64,
     pub records_lost: u64,
     pub records_rolled_back: u64,
     pub overshoot_rate_per_s: f64,
@@ -102,6 +104,9 @@ pub struct Summary {
     pub limit_changes_min: u64,
     /// Writes by a deposed leader that the ledger's compare-and-set refused.
     pub fenced_writes: u64,
+    /// Limit changes a leading term applied in place, over all seeds (the others restarted the
+    /// coordinators with the new definition).
+    pub live_reconfigurations: u64,
     /// Ledger records lost (a coordinator crash that took a single-replica bucket with it).
     pub records_lost: u64,
     /// Ledger records rolled back to an earlier term's (a crash that lost the bucket's tail).
@@ -183,6 +188,7 @@ pub fn run_scenario(sc: Scenario, seed: u64, policy: Policy) -> SeedResult {
         takeovers: m.takeovers,
         dc_manager_failovers: m.dc_takeovers.saturating_sub(sc_dcs as u64),
         fenced_writes: m.fenced_writes,
+        live_reconfigurations: m.live_reconfigurations,
         records_lost: m.records_lost,
         records_rolled_back: m.records_rolled_back,
         overshoot_rate_per_s: m.overshoot_max.rate_per_s(),
@@ -327,6 +333,7 @@ fn run_checked(opts: &RunOptions) -> (Summary, Vec<SeedResult>) {
         config_changes_min: fewest(&results, FaultKind::ConfigChange),
         limit_changes_min: fewest(&results, FaultKind::LimitChange),
         fenced_writes: results.iter().map(|r| r.fenced_writes).sum(),
+        live_reconfigurations: results.iter().map(|r| r.live_reconfigurations).sum(),
         records_lost: results.iter().map(|r| r.records_lost).sum(),
         records_rolled_back: results.iter().map(|r| r.records_rolled_back).sum(),
         mode: if opts.emergency_per_dc.is_zero() { "strict" } else { "best-effort" },

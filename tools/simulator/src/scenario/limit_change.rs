@@ -1,23 +1,27 @@
-//! `limit-change`: a named path through reconfiguration. Rolling restarts of the coordinators
-//! lower R and B or move floor from one DC to the other while a DC is cut off from the
+//! `limit-change`: a named path through reconfiguration. Rolling restarts of the coordinators,
+//! and changes applied live by the leading term, lower R and B or move floor from one DC to the other while a DC is cut off from the
 //! coordinator, with every DC over its share, so any quota the change creates is spent.
 
 use super::{Demand, Scenario};
 use crate::faults::{Fault, FaultKind};
-use crate::world::{limit_change_target, CHANGE_BURST, CHANGE_FLOORS, CHANGE_RATE};
+use crate::world::{limit_change_target, CHANGE_BURST, CHANGE_BY_RESTART, CHANGE_FLOORS, CHANGE_RATE};
 
 /// One cycle of the path: seconds between two changes.
 const CYCLE_S: f64 = 60.0;
-const CYCLES: u64 = 12;
+const CYCLES: u64 = 18;
 
 impl Scenario {
-    /// Six cycles on the partner API's topology, both DCs offering 1,350/s throughout:
+    /// Eighteen cycles on the partner API's topology, both DCs offering 1,350/s throughout:
     /// 1. BKK is cut off, then 80% of its floor moves to Europe (back 40 s later);
     /// 2. the same with Europe cut off and giving up floor;
     /// 3. R and B go down to 60% (back 20 s later), then BKK is cut off 1 s after the change;
     /// 4. the same, Europe cut off 3 s after the change;
     /// 5. R, B and floor (from BKK) all change at once while BKK is cut off;
-    /// 6. floor moves from BKK with nobody cut off.
+    /// 6. floor moves from BKK with nobody cut off;
+    /// 7.–12. R and B go down while BKK cannot confirm and Europe is cut off after the first
+    ///    renewals;
+    /// 13.–18. cycles 1–6 again, with each change applied in place by the leading term (as the
+    ///    service follows `lh_limits`) instead of restarting the coordinators with it.
     pub fn limit_change() -> Self {
         let fault = |at_s, kind, duration_s, target, amount| Fault { at_s, kind, duration_s, target, amount };
         let change = |at_s, duration_s, parts, giver, amount| {
@@ -28,6 +32,11 @@ impl Scenario {
         let mut faults = Vec::new();
         for k in 0..CYCLES {
             let t = 30.0 + CYCLE_S * k as f64;
+            // The first twelve restart the coordinators with the change; the last six run the
+            // first six again with the change applied live by the leading term.
+            let (arm, how) = if k < 12 { (k, CHANGE_BY_RESTART) } else { (k - 12, 0) };
+            let change = |at_s, duration_s, parts, giver, amount| change(at_s, duration_s, parts | how, giver, amount);
+            let k = arm;
             match k {
                 0 | 1 => {
                     faults.push(cut(t - 2.0, k, 30.0));

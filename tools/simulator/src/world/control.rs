@@ -211,6 +211,9 @@ impl World {
             self.coords[c].core.as_mut().expect("leader").tick(local);
             self.write_record(c, false);
         }
+        if let Some(before) = self.coords[c].change_on_wake.take().filter(|_| self.coords[c].core.is_some()) {
+            self.reconfigure_coordinator_late(c, before);
+        }
         self.poll_election(Who::Coord(c));
         if !self.coord_acts(c) {
             return;

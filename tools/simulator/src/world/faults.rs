@@ -41,6 +41,7 @@ impl World {
         co.incarnation += 1;
         co.paused_until = 0;
         co.write_on_wake = false;
+        co.change_on_wake = None;
         co.pause_after_write_ns = None;
         co.election = super::leaders::election(&co.id, self.sc.leader_ttl_ms, &bugs);
         let inc = co.incarnation;
@@ -286,14 +287,48 @@ impl World {
             self.live.floors[giver] = kept;
             self.live.floors[taker] = t.saturating_add(g.saturating_sub(kept));
         }
-        let ttl_ms = self.live.dc_ttl_ms.max(self.sc.dc_ttl_ms);
-        let window_end = self.expiry().issuer_live_until_ns(self.now, ttl_ms);
-        self.live.set_quota(quota, self.now, window_end);
+        let in_force = self.live.limit_in_force(self.now);
+        self.live.set_quota(quota, self.now, self.change_window_end());
+        // Half the changes restart the coordinators (a new term with the new definition), half
+        // are followed live by the term in place, as the service follows `lh_limits`.
+        let restart = target & super::live::CHANGE_BY_RESTART != 0;
         for c in 0..self.coords.len() {
-            if self.coords[c].alive && self.coords[c].core.is_some() {
+            if !self.coords[c].alive || self.coords[c].core.is_none() {
+                continue;
+            }
+            if restart {
                 self.restart_coordinator(c);
+            } else if self.coords[c].paused_until > self.now {
+                // Frozen: it applies the change when it wakes, after the write it was about to make.
+                self.coords[c].change_on_wake = Some(in_force);
+            } else {
+                self.reconfigure_coordinator(c);
             }
         }
+    }
+
+    /// When a lower limit stops being in force if a leader applies it now: one DC-lease lifetime.
+    fn change_window_end(&self) -> u64 {
+        let ttl_ms = self.live.dc_ttl_ms.max(self.sc.dc_ttl_ms);
+        self.expiry().issuer_live_until_ns(self.now, ttl_ms)
+    }
+
+    /// Coordinator `c` takes the definition in force now in its term and writes its record. A
+    /// leader that applies it late (it was frozen) keeps `in_force_before` in force for a full
+    /// window from now: it may have cut leases under it until then.
+    pub(super) fn reconfigure_coordinator_late(&mut self, c: usize, in_force_before: Quota) {
+        let end = self.change_window_end();
+        self.live.hold_until(in_force_before, end);
+        self.reconfigure_coordinator(c);
+    }
+
+    fn reconfigure_coordinator(&mut self, c: usize) {
+        let cfg = self.limit_config();
+        let local = self.coords[c].clock.local(self.now);
+        let Some(core) = self.coords[c].core.as_mut() else { return };
+        core.reconfigure(cfg, local).expect("the same limit");
+        self.metrics.live_reconfigurations += 1;
+        self.write_record(c, false);
     }
 
     pub(super) fn stop_pod(&mut self, p: usize) {

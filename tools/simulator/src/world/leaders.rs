@@ -239,7 +239,7 @@ impl World {
             Who::Coord(c) => {
                 let fence = self.kv.fence.clone();
                 let epoch = next_epoch(self.kv.max_epoch, fence.as_ref().map(|f| f.epoch), claim_revision);
-                let stored = Stored::classify(self.kv.record.as_deref(), fence.as_ref());
+                let stored = Stored::classify("partner-api", self.kv.record.as_deref(), fence.as_ref());
                 let local = self.coords[c].clock.local(self.now);
                 let cfg = self.limit_config();
                 // The fence goes up before any record of this epoch.

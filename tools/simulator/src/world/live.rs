@@ -9,6 +9,9 @@ use leasehold_shared::quota::Quota;
 pub const CHANGE_RATE: u64 = 1;
 pub const CHANGE_BURST: u64 = 2;
 pub const CHANGE_FLOORS: u64 = 4;
+/// Set in a limit change's `target`: the coordinators restart with the new definition (a new
+/// term). Clear: the leading term applies it in place, as the service follows `lh_limits`.
+pub const CHANGE_BY_RESTART: u64 = 1 << 40;
 
 /// Which parts a limit change with `target` changes (its low 3 bits; 0 means all), and the DC
 /// that gives up floor when floors move (to the next DC): `target / 8`.
@@ -17,12 +20,13 @@ pub fn limit_change_parts(target: u64, dcs: usize) -> (u64, usize) {
         0 => CHANGE_RATE | CHANGE_BURST | CHANGE_FLOORS,
         p => p,
     };
-    (parts, ((target / 8) % dcs as u64) as usize)
+    (parts, (((target & !CHANGE_BY_RESTART) / 8) % dcs as u64) as usize)
 }
 
-/// The `target` of a limit change of `parts` with `giver` giving up floor.
+/// The `target` of a limit change of `parts` (with [`CHANGE_BY_RESTART`] if set) with `giver`
+/// giving up floor.
 pub fn limit_change_target(parts: u64, giver: usize) -> u64 {
-    (parts & 7) + 8 * giver as u64
+    (parts & 7) + 8 * giver as u64 + (parts & CHANGE_BY_RESTART)
 }
 
 #[derive(Clone, Debug)]
@@ -73,6 +77,14 @@ impl LiveConfig {
         }
         self.quota = quota;
     }
+
+    /// Keep `quota` in force until `until_ns` (a leader that applied a lower limit late may have
+    /// cut leases under the old one until it did).
+    pub fn hold_until(&mut self, quota: Quota, until_ns: u64) {
+        if !quota.fits_in(&self.quota) {
+            self.superseded.push((until_ns, quota));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -106,5 +118,8 @@ mod tests {
             assert!((1..=7).contains(&parts) && giver < 3);
         }
         assert_eq!(limit_change_parts(limit_change_target(CHANGE_FLOORS, 2), 3), (CHANGE_FLOORS, 2));
+        let restart = limit_change_target(CHANGE_FLOORS | CHANGE_BY_RESTART, 2);
+        assert_eq!(limit_change_parts(restart, 3), (CHANGE_FLOORS, 2), "the restart bit names no giver");
+        assert_ne!(restart & CHANGE_BY_RESTART, 0);
     }
 }

@@ -11,7 +11,7 @@ mod leaders;
 mod live;
 mod requests;
 
-pub use live::{limit_change_parts, limit_change_target, CHANGE_BURST, CHANGE_FLOORS, CHANGE_RATE};
+pub use live::{limit_change_parts, limit_change_target, CHANGE_BURST, CHANGE_BY_RESTART, CHANGE_FLOORS, CHANGE_RATE};
 
 use crate::clock::NodeClock;
 use crate::faults::Fault;
@@ -148,6 +148,9 @@ struct CoordSlot {
     /// Paused between checking its leadership and writing: on waking it finishes that write
     /// first (the classic GC-pause bug), which the record's compare-and-set must refuse.
     write_on_wake: bool,
+    /// A limit change came while it was frozen: it applies it on waking (after that write), and
+    /// the limit in force before the change (this) stays in force a full window from then.
+    change_on_wake: Option<leasehold_shared::quota::Quota>,
     /// As [`MgrReplica::pause_after_write_ns`].
     pause_after_write_ns: Option<u64>,
 }
@@ -288,6 +291,7 @@ impl World {
                     core: None,
                     record_rev: 0,
                     write_on_wake: false,
+                    change_on_wake: None,
                     pause_after_write_ns: None,
                 });
                 self.push(i as u64 * 300 * MS, Ev::CoordTick(i, 0));

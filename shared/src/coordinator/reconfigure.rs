@@ -1,0 +1,88 @@
+//! A limit's definition changed while this term leads it (limits as data, adaptive R, a limit
+//! removed): the same books take the new definition in place.
+//!
+//! **Never creates quota.** A lower R or B shrinks the ledger's capacity at once
+//! ([`Ledger::set_capacity`](crate::ledger::Ledger::set_capacity)): every DC lease already out
+//! is *inherited* and keeps counting until it is released or expires, and every grant from then
+//! on fits the new capacity with what was granted since. So no instant sees Σ above the old
+//! limit, and from one DC-lease lifetime after the change (`dc_ttl_ms·(1+max_drift) + grace +
+//! egress spread`, the old lifetime if the change shortened it) none sees Σ above the new one.
+//! A raise applies at once. Floors move as in `floors.rs`: a lowered floor keeps counting until
+//! its DC confirms it, a raised one waits for headroom. A lease's version keeps rising across
+//! the change (same epoch, the sequence goes on), so DC managers take the leases cut under it.
+//!
+//! A changed expiry policy (drift, grace, egress spread) changes how long the leases already out
+//! may be spent by the rules the change asserts: each is then counted for a full lifetime under
+//! the new policy from now, as a new leader counts what it adopts (waste, never excess).
+//!
+//! A **removed** limit runs on as [`LimitConfig::retired`]: capacity zero, every floor zero, so
+//! DC leases end, floors are named zero, and pods deny once what they hold has ended.
+
+use super::{CoordinatorCore, LimitConfig};
+use crate::allocator::Rebalancer;
+use crate::expiry::NS_PER_MS;
+use crate::quota::Quota;
+
+/// Why a definition cannot replace the one a term runs.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReconfigureError {
+    #[error("definition of limit {got} given to the books of limit {limit}")]
+    OtherLimit { limit: String, got: String },
+}
+
+impl LimitConfig {
+    /// What a removed limit runs on until its leases have ended: nothing to grant, every floor
+    /// zero (its DCs drop what they hold and confirm), the same timings and DCs.
+    pub fn retired(&self) -> LimitConfig {
+        let mut c = self.clone();
+        c.quota = Quota::ZERO;
+        c.dcs.iter_mut().for_each(|d| d.floor = Quota::ZERO);
+        c
+    }
+
+    /// True for [`LimitConfig::retired`]'s result: nothing may be granted or reserved.
+    pub fn is_retired(&self) -> bool {
+        self.quota == Quota::ZERO && self.floors() == Quota::ZERO
+    }
+}
+
+impl CoordinatorCore {
+    /// Take `cfg` as this limit's definition from `now_ns` on, in this term (see the module
+    /// docs). Returns whether the books' capacity shrank (a record should be written at once).
+    pub fn reconfigure(&mut self, cfg: LimitConfig, now_ns: u64) -> Result<bool, ReconfigureError> {
+        if cfg.limit != self.cfg.limit {
+            return Err(ReconfigureError::OtherLimit { limit: self.cfg.limit.clone(), got: cfg.limit });
+        }
+        let shrank = !self.cfg.quota.fits_in(&cfg.quota);
+        self.ledger.expire(now_ns);
+        self.prune_leases();
+        if cfg.expiry != self.cfg.expiry {
+            self.recount_under(&cfg, now_ns);
+        }
+        if shrank && cfg.bugs.reconfigure_forgets_leases {
+            self.ledger = crate::ledger::Ledger::new(cfg.quota, self.epoch());
+            self.leases.clear();
+        }
+        self.ledger.set_capacity(cfg.quota);
+        // DCs added get a view; DCs dropped are no longer heard (their leases count until they
+        // end, their floors stay reserved: they cannot confirm a lower one).
+        let mut dcs = std::mem::take(&mut self.dcs);
+        self.dcs = cfg.dcs.iter().map(|d| (d.name.clone(), dcs.remove(&d.name).unwrap_or_default())).collect();
+        // A new split at once (the old one may not fit a smaller capacity).
+        let interval = cfg.min_realloc_interval_ms * NS_PER_MS;
+        self.rate_split = Rebalancer::new(cfg.hysteresis, interval);
+        self.burst_split = Rebalancer::new(cfg.hysteresis, interval);
+        self.cfg = cfg;
+        self.settle_floors(now_ns);
+        Ok(shrank)
+    }
+
+    /// Count every lease out for a full lifetime under `cfg`'s expiry policy from now (if longer
+    /// than it is counted already), as a leader counts what it adopts.
+    fn recount_under(&mut self, cfg: &LimitConfig, now_ns: u64) {
+        for l in self.leases.values() {
+            let until = cfg.expiry.issuer_live_until_ns(now_ns, l.ttl_ms);
+            self.ledger.count_until(&l.holder, l.version, until);
+        }
+    }
+}
