@@ -274,3 +274,16 @@ fn a_toml_error_is_one_line_that_says_where() {
     let err = LimitDef::parse_file_text("limit = ", DefFormat::Toml).unwrap_err().to_string();
     assert!(err.starts_with("line 1: ") && !err.contains('\n'), "{err}");
 }
+
+/// docs/PROTOCOL.md's example documents are definitions that run.
+#[test]
+fn the_protocol_s_examples_are_valid_definitions() {
+    let protocol = include_str!("../../docs/PROTOCOL.md");
+    let section = protocol.split("## Limits as data").nth(1).expect("the section").split("\n## ").next().unwrap();
+    let json_block = section.split("```json\n").nth(1).unwrap().split("```").next().unwrap();
+    let def = one(json_block, DefFormat::Json).unwrap();
+    assert_eq!(def.to_config().unwrap().quota, Quota::new(976_000, 20_000));
+    let put = section.lines().find(|l| l.starts_with("nats kv put lh_limits partner-api '")).unwrap();
+    let doc = put.split('\'').nth(1).unwrap();
+    assert_eq!(LimitDef::from_json(doc.as_bytes()).unwrap().to_config().unwrap().dcs.len(), 1);
+}
