@@ -80,7 +80,11 @@ fn amounts_are_exact_to_the_milli_token() {
     assert_eq!(parse_amount("0"), Ok(0));
     assert_eq!(parse_amount("18446744073709551"), Ok(18_446_744_073_709_551_000));
     assert_eq!(parse_amount("18446744073709552"), Err(ValueError::TooLarge { input: "18446744073709552".into() }));
-    for (text, reason) in [("0.0001", "more than 3 decimals"), ("", "no digits"), ("1,5", "only digits and one decimal point are allowed")] {
+    for (text, reason) in [
+        ("0.0001", "more than 3 decimals"),
+        ("", "no digits"),
+        ("1,5", "only digits and one decimal point are allowed"),
+    ] {
         assert_eq!(parse_amount(text), Err(ValueError::NotAnAmount { input: text.into(), reason }), "{text:?}");
     }
     // As TOML or JSON numbers and strings.
@@ -221,7 +225,10 @@ fn definitions_that_cannot_run_are_refused_naming_the_limit() {
         (base("rate = \"976/s\"\nburst = 20", "[[dcs]]\nname = \"a\"\nweight = -1.0\n"), "weight"),
         (base("rate = \"976/s\"\nburst = 20", &format!("{bkk}{bkk}")), "listed twice"),
         (
-            base("rate = \"976/s\"\nburst = 20", "[[dcs]]\nname = \"a\"\nfloor_burst = 1\nfloor = { rate_milli_per_s = 1, burst_milli = 0 }\n"),
+            base(
+                "rate = \"976/s\"\nburst = 20",
+                "[[dcs]]\nname = \"a\"\nfloor_burst = 1\nfloor = { rate_milli_per_s = 1, burst_milli = 0 }\n",
+            ),
             "floor_burst",
         ),
     ];

@@ -117,7 +117,10 @@ impl LimitDef {
         let invalid = |reason: String| LimitDefError::Invalid { limit: self.limit.clone(), reason };
         check_id("limit", &self.limit).map_err(|e| invalid(format!("bad name {:?}: {e}", self.limit)))?;
         if self.v != LIMIT_DEF_VERSION {
-            return Err(invalid(format!("schema version {} is not supported (this build reads {LIMIT_DEF_VERSION})", self.v)));
+            return Err(invalid(format!(
+                "schema version {} is not supported (this build reads {LIMIT_DEF_VERSION})",
+                self.v
+            )));
         }
         let quota = match (&self.rate, &self.burst, &self.quota) {
             (Some(rate), Some(burst), None) => Quota::new(rate.milli_per_s(), burst.milli),

@@ -133,11 +133,7 @@ fn changes(old: &LimitConfig, new: &LimitConfig) -> Vec<String> {
     field("reserve", old.reserve.to_string(), new.reserve.to_string());
     field("hysteresis", old.hysteresis.to_string(), new.hysteresis.to_string());
     field("min_realloc_interval_ms", old.min_realloc_interval_ms.to_string(), new.min_realloc_interval_ms.to_string());
-    field(
-        "min_burst_per_pod",
-        format_amount(old.min_burst_per_pod_milli),
-        format_amount(new.min_burst_per_pod_milli),
-    );
+    field("min_burst_per_pod", format_amount(old.min_burst_per_pod_milli), format_amount(new.min_burst_per_pod_milli));
     field("expiry.max_drift", old.expiry.max_drift.to_string(), new.expiry.max_drift.to_string());
     field("expiry.grace_ms", old.expiry.grace_ms.to_string(), new.expiry.grace_ms.to_string());
     field("expiry.egress_spread_ms", old.expiry.egress_spread_ms.to_string(), new.expiry.egress_spread_ms.to_string());
@@ -162,8 +158,10 @@ mod tests {
         let lines = diff(Some(&api(1_000)), Some(&api(600)));
         assert_eq!(
             lines,
-            vec!["rate: 1000/s → 600/s (lowers R: new DC leases fit 600/s at once; leases already out keep \
-                  counting until they end, at most one DC-lease lifetime, 10.2 s)"]
+            vec![
+                "rate: 1000/s → 600/s (lowers R: new DC leases fit 600/s at once; leases already out keep \
+                  counting until they end, at most one DC-lease lifetime, 10.2 s)"
+            ]
         );
         assert!(diff(Some(&api(600)), Some(&api(1_000)))[0].starts_with("rate: 600/s → 1000/s (raises R"));
     }
@@ -199,7 +197,10 @@ mod tests {
 
     #[test]
     fn adding_removing_and_no_change() {
-        assert_eq!(diff(None, Some(&api(976))), vec!["added: rate 976/s, burst 20, DCs bkk (floor 50/s), eu (floor 0/s)"]);
+        assert_eq!(
+            diff(None, Some(&api(976))),
+            vec!["added: rate 976/s, burst 20, DCs bkk (floor 50/s), eu (floor 0/s)"]
+        );
         let removed = diff(Some(&api(976)), None);
         assert_eq!(removed.len(), 1);
         assert!(removed[0].starts_with("removed (its leases are revoked: pods deny once their lease ends"));
