@@ -214,7 +214,7 @@ fn definitions_that_cannot_run_are_refused_naming_the_limit() {
         (base("rate = \"976/s\"", bkk), "burst is missing"),
         (base("burst = 20", bkk), "rate is missing"),
         (base("rate = \"1/s\"\nburst = 1\nquota = { rate_milli_per_s = 1, burst_milli = 1 }", bkk), "not both"),
-        (base("rate = \"40/s\"\nburst = 20", bkk), "floors"),
+        (base("rate = \"40/s\"\nburst = 20", bkk), "the DCs' floors (50/s burst 0) exceed the limit (40/s burst 20)"),
         (base("rate = \"0.001/min\"\nburst = 20", bkk), "rate must be positive"),
         (base("rate = \"976/s\"\nburst = 20\ndcs = []", ""), "no data centers"),
         (base("rate = \"976/s\"\nburst = 20\ndc_ttl_ms = 500", bkk), "dc_ttl_ms"),

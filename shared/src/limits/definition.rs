@@ -1,7 +1,7 @@
 //! [`LimitDef`]: one limit's definition as people write it (in a TOML file, on the command line,
 //! as the JSON stored in KV), and its conversion to the exact [`LimitConfig`] the coordinator runs.
 
-use super::rate::{Rate, Tokens};
+use super::rate::{format_amount, format_rate, Rate, Tokens};
 use crate::allocator::AllocMode;
 use crate::coordinator::{DcSpec, LimitConfig};
 use crate::expiry::ExpiryPolicy;
@@ -161,6 +161,17 @@ impl LimitDef {
         config.min_realloc_interval_ms = self.min_realloc_interval_ms;
         config.min_burst_per_pod_milli = self.min_burst_per_pod_milli;
         config.expiry = self.expiry;
+        // Said in human units (validate says it in exact ones); a zero rate is validate's to report.
+        let floors = config.floors();
+        if quota.rate_milli_per_s > 0 && !floors.fits_in(&quota) {
+            return Err(invalid(format!(
+                "the DCs' floors ({} burst {}) exceed the limit ({} burst {})",
+                format_rate(floors.rate_milli_per_s),
+                format_amount(floors.burst_milli),
+                format_rate(quota.rate_milli_per_s),
+                format_amount(quota.burst_milli)
+            )));
+        }
         config.validate().map_err(|e| {
             let prefix = format!("limit {}: ", self.limit);
             invalid(e.strip_prefix(&prefix).unwrap_or(&e).to_string())
