@@ -1,7 +1,6 @@
 //! `leasehold limits` as an operator runs it, against a real nats-server of every supported
 //! version: put from a file and from flags, get, ls, rm; a dry run and a bad definition write
 //! nothing; a document written straight into KV (as with `nats kv put`) is read back.
-#![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
 use bytes::Bytes;
 use leasehold_nats::connect::jetstream;

@@ -1,7 +1,6 @@
 //! Against every nats-server we support: the `lh_limits` bucket keeps one definition per limit,
 //! writes and removals are compare-and-set on the revision read, seeding never overwrites, and
 //! an entry that is not a definition is reported, not skipped.
-#![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
 use bytes::Bytes;
 use leasehold_nats::connect::jetstream;

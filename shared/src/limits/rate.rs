@@ -201,7 +201,7 @@ impl fmt::Display for Tokens {
 
 impl Serialize for Tokens {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if self.milli % MILLI == 0 {
+        if self.milli.is_multiple_of(MILLI) {
             s.serialize_u64(self.milli / MILLI)
         } else {
             s.serialize_str(&format_amount(self.milli))
