@@ -14,6 +14,7 @@
 //! * [`ledger`]: the conservation ledger — the safety property lives here.
 //! * [`holder`]: what a lease holder keeps (send log, version fence).
 //! * [`pod`], [`dc_manager`], [`coordinator`]: the three layers as sans-I/O state machines.
+//! * [`limits`]: limits as data: definitions in human units (`"976/s"`) for the `lh_limits` bucket.
 //! * [`keys`]: per-key limits (per user, per tenant tier): exact sliding log and GCRA.
 //! * [`subjects`]: NATS subjects and KV buckets/keys.
 //! * [`rng`]: seeded randomness.
@@ -29,6 +30,7 @@ pub mod holder;
 pub mod keys;
 pub mod leadership;
 pub mod ledger;
+pub mod limits;
 pub mod pod;
 pub mod quota;
 pub mod rng;

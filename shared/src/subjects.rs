@@ -27,6 +27,8 @@ pub const KEYS_SHARDS_BUCKET: &str = "lh_keys_shards";
 /// Per-key limiter: the cluster's tiers document.
 pub const KEYS_CONFIG_BUCKET: &str = "lh_keys_config";
 pub const KEYS_TIERS_KEY: &str = "tiers";
+/// Limits as data: one [`crate::limits::LimitDef`] (JSON) per limit, keyed by its name.
+pub const LIMITS_BUCKET: &str = "lh_limits";
 
 /// One subject of the protocol: its pattern (placeholders in `<>`), who sends, what.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +76,7 @@ pub const KV_KEYS: &[KvEntry] = &[
     KvEntry { bucket: KEYS_SHARDS_BUCKET, key: "shard.<n>", value: "ShardRecord" },
     KvEntry { bucket: KEYS_SHARDS_BUCKET, key: "member.<instance>", value: "MemberRecord" },
     KvEntry { bucket: KEYS_CONFIG_BUCKET, key: KEYS_TIERS_KEY, value: "the tiers document" },
+    KvEntry { bucket: LIMITS_BUCKET, key: "<limit>", value: "LimitDef" },
 ];
 
 /// Where a request for a key in `shard` goes.
@@ -166,6 +169,12 @@ pub fn ledger_key(limit: &str) -> Result<String, WireError> {
     Ok(limit.to_string())
 }
 
+/// A limit's definition's key in [`LIMITS_BUCKET`]: its name.
+pub fn limits_key(limit: &str) -> Result<String, WireError> {
+    check_id("limit", limit)?;
+    Ok(limit.to_string())
+}
+
 /// The leader key of a DC's managers.
 pub fn dc_leader_key(dc: &str) -> Result<String, WireError> {
     check_id("dc", dc)?;
@@ -222,6 +231,7 @@ mod tests {
             (KEYS_SHARDS_BUCKET, keys_shard_key(3)),
             (KEYS_SHARDS_BUCKET, keys_member_key("keys-1")),
             (KEYS_CONFIG_BUCKET, KEYS_TIERS_KEY.to_string()),
+            (LIMITS_BUCKET, limits_key("api").unwrap()),
         ];
         assert_eq!(keys.len(), KV_KEYS.len());
         for (entry, (bucket, key)) in KV_KEYS.iter().zip(&keys) {
@@ -235,6 +245,7 @@ mod tests {
         for bad in ["", "a.b", "*", ">", "a b"] {
             assert!(pod("api", "bkk", bad, PodChannel::Report).is_err(), "{bad:?}");
             assert!(dc_report("api", bad).is_err(), "{bad:?}");
+            assert!(limits_key(bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -1,9 +1,10 @@
 //! The commands of the production `leasehold` binary: the services themselves and the operator's
-//! `inspect`. The lab binary (`leasehold-lab`, tools/lab) runs the same commands and adds the
+//! `inspect` and `limits`. The lab binary (`leasehold-lab`, tools/lab) runs the same commands and adds the
 //! development tools (simulator, demo, chaos, benches, the mock upstream), which do not ship.
 
 pub mod inspect;
 pub mod keys_cmd;
+pub mod limits_cmd;
 
 use clap::Subcommand;
 use leasehold_process::ConfigArgs;
@@ -22,6 +23,9 @@ pub enum ServiceCommand {
     /// Run the per-key limiter (per user / tenant tier) over HTTP and NATS request/reply
     /// (settings: LEASEHOLD_KEYS_*, or flags).
     Keys(Box<keys_cmd::KeysArgs>),
+    /// Read and write the limits' definitions in KV (`lh_limits`), in human units: `put`, `get`,
+    /// `ls`, `rm` (NATS: --nats-url or LEASEHOLD_NATS_URL).
+    Limits(limits_cmd::LimitsArgs),
 }
 
 /// Runs `command`; a failure is one line on stderr prefixed with `program`, and exit code 2 for
@@ -33,6 +37,7 @@ pub fn run(program: &str, command: ServiceCommand) -> ExitCode {
         ServiceCommand::DcManager(c) => leasehold_dc_manager::main(c),
         ServiceCommand::Agent(c) => leasehold_pod::agent_main(c),
         ServiceCommand::Keys(a) => keys_cmd::run(*a),
+        ServiceCommand::Limits(a) => limits_cmd::run(program, a),
     }
 }
 

@@ -6,6 +6,8 @@
 //! * [`kv`]: KV buckets created by hand (works on nats-server 2.9.10, where async-nats'
 //!   `create_key_value` fails) and compare-and-set with an explicit "outcome unknown".
 //! * [`leader_key`]: drives the core's leadership state machine against its KV key.
+//! * [`limits_store`]: the `lh_limits` bucket of limit definitions (list, get, put and remove
+//!   by compare-and-set, seed).
 //!
 //! What every service process does the same way (settings, signals, exit codes, the lease
 //! clock) is `leasehold-process`; real nats-server processes for tests and the lab are
@@ -14,3 +16,4 @@
 pub mod connect;
 pub mod kv;
 pub mod leader_key;
+pub mod limits_store;

@@ -1,0 +1,123 @@
+//! The `lh_limits` bucket: one [`LimitDef`] (JSON) per limit, keyed by the limit's name.
+//!
+//! Writes are compare-and-set on the revision the writer read, so a change made from a stale
+//! read fails instead of undoing someone else's. An entry that does not read as a definition
+//! (written by hand with the `nats` CLI) is reported, never skipped.
+
+use crate::kv::{compare_and_set, ensure_bucket, read, BucketSpec, CasOutcome, KvError};
+use async_nats::jetstream::{self, kv};
+use futures::StreamExt;
+use leasehold_shared::limits::LimitDef;
+use leasehold_shared::subjects::{limits_key, LIMITS_BUCKET};
+
+/// Values kept per limit: the last few definitions, for `nats kv history lh_limits <limit>`.
+pub const LIMITS_HISTORY: i64 = 10;
+
+/// One key of the bucket as read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredLimit {
+    /// The key (the limit's name).
+    pub key: String,
+    pub revision: u64,
+    /// The definition, or why the value is not one (including a name that differs from its key).
+    pub def: Result<LimitDef, String>,
+}
+
+/// What a removal did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RemoveOutcome {
+    /// A delete marker is now the key's latest entry.
+    Removed,
+    /// The key was not at the expected revision: nothing was removed.
+    Conflict,
+    /// Timed out: it may or may not be applied. Re-read.
+    Unknown,
+}
+
+/// Open the bucket, creating it (history [`LIMITS_HISTORY`], `replicas` copies) if needed.
+pub async fn open(js: &jetstream::Context, replicas: usize) -> Result<kv::Store, KvError> {
+    ensure_bucket(js, &BucketSpec { history: LIMITS_HISTORY, replicas, ..BucketSpec::new(LIMITS_BUCKET) }).await
+}
+
+fn key_of(name: &str) -> Result<String, KvError> {
+    limits_key(name).map_err(|e| KvError::Read { key: name.into(), reason: e.to_string() })
+}
+
+fn decode(key: &str, revision: u64, bytes: &[u8]) -> StoredLimit {
+    let def = LimitDef::from_json(bytes).map_err(|e| e.to_string()).and_then(|def| {
+        if def.limit == key {
+            Ok(def)
+        } else {
+            Err(format!("the key {key} holds a definition of limit {}", def.limit))
+        }
+    });
+    StoredLimit { key: key.into(), revision, def }
+}
+
+/// Every limit in the bucket, sorted by name.
+pub async fn list(store: &kv::Store) -> Result<Vec<StoredLimit>, KvError> {
+    let listing_failed = |e: String| KvError::Read { key: format!("{LIMITS_BUCKET} (listing keys)"), reason: e };
+    let mut keys = store.keys().await.map_err(|e| listing_failed(e.to_string()))?;
+    let mut names = Vec::new();
+    while let Some(key) = keys.next().await {
+        names.push(key.map_err(|e| listing_failed(e.to_string()))?);
+    }
+    names.sort();
+    let mut limits = Vec::with_capacity(names.len());
+    for key in names {
+        // Removed between listing and reading: not there any more.
+        if let Some((revision, bytes)) = read(store, &key).await? {
+            limits.push(decode(&key, revision, &bytes));
+        }
+    }
+    Ok(limits)
+}
+
+/// One limit, if it has a definition.
+pub async fn get(store: &kv::Store, name: &str) -> Result<Option<StoredLimit>, KvError> {
+    let key = key_of(name)?;
+    Ok(read(store, &key).await?.map(|(revision, bytes)| decode(&key, revision, &bytes)))
+}
+
+/// Write `def` if its key is at `expected_revision` (`None`: only if it has no definition, as
+/// after a removal). The caller validates first (`LimitDef::to_config`).
+pub async fn put(store: &kv::Store, def: &LimitDef, expected_revision: Option<u64>) -> Result<CasOutcome, KvError> {
+    let key = key_of(&def.limit)?;
+    compare_and_set(store, &key, def.to_json().into(), expected_revision).await
+}
+
+/// Remove a limit's definition (a delete marker, kept in its history) if its key is at
+/// `expected_revision` (`None`: whatever it holds).
+pub async fn remove(store: &kv::Store, name: &str, expected_revision: Option<u64>) -> Result<RemoveOutcome, KvError> {
+    let key = key_of(name)?;
+    match store.delete_expect_revision(&key, expected_revision).await {
+        Ok(()) => Ok(RemoveOutcome::Removed),
+        Err(e) => match e.kind() {
+            kv::DeleteErrorKind::WrongLastRevision => Ok(RemoveOutcome::Conflict),
+            kv::DeleteErrorKind::TimedOut => Ok(RemoveOutcome::Unknown),
+            _ => Err(KvError::Write { key, reason: e.to_string() }),
+        },
+    }
+}
+
+/// Create each limit that has no definition yet; never overwrite one (a file only seeds the
+/// bucket). Returns the names created, in the order given.
+pub async fn seed(store: &kv::Store, defs: &[LimitDef]) -> Result<Vec<String>, KvError> {
+    let mut created = Vec::new();
+    for def in defs {
+        match put(store, def, None).await? {
+            CasOutcome::Written { .. } => created.push(def.limit.clone()),
+            CasOutcome::Conflict => {}
+            CasOutcome::Unknown => match read(store, &key_of(&def.limit)?).await? {
+                // Ours if the key now holds exactly what we wrote; another's value stays.
+                Some((_, value)) if value == def.to_json() => created.push(def.limit.clone()),
+                Some(_) => {}
+                None => {
+                    let reason = "timed out, and it may still be applied".to_string();
+                    return Err(KvError::Write { key: def.limit.clone(), reason });
+                }
+            },
+        }
+    }
+    Ok(created)
+}

@@ -1,0 +1,390 @@
+//! [`LimitDef`]: one limit's definition as people write it (in a TOML file, on the command line,
+//! as the JSON stored in KV), and its conversion to the exact [`LimitConfig`] the coordinator runs.
+
+use super::rate::{format_amount, format_rate, Rate, Tokens};
+use crate::allocator::AllocMode;
+use crate::coordinator::{DcSpec, LimitConfig};
+use crate::expiry::ExpiryPolicy;
+use crate::quota::Quota;
+use crate::wire::check_id;
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use thiserror::Error;
+
+/// The schema version this build reads and writes.
+pub const LIMIT_DEF_VERSION: u32 = 1;
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum LimitDefError {
+    /// The text is not a definition (syntax, a misspelt field, a value of the wrong form).
+    #[error("{0}")]
+    Parse(String),
+    /// A definition that reads but cannot run.
+    #[error("limit {limit}: {reason}")]
+    Invalid { limit: String, reason: String },
+}
+
+/// One limit, as stored in the `lh_limits` bucket (JSON) and accepted in TOML files.
+///
+/// Either `rate` and `burst` (the human form) or `quota` (the exact legacy form,
+/// `{ rate_milli_per_s, burst_milli }`) must be given; the tuning fields default to those of
+/// [`LimitConfig::new`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitDef {
+    #[serde(default = "defaults::v")]
+    pub v: u32,
+    pub limit: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<Tokens>,
+    /// Legacy exact form of `rate` and `burst`.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "exact_quota")]
+    pub quota: Option<Quota>,
+    pub dcs: Vec<DcDef>,
+    #[serde(default = "defaults::dc_ttl_ms")]
+    pub dc_ttl_ms: u64,
+    #[serde(default = "defaults::renew_interval_ms")]
+    pub renew_interval_ms: u64,
+    #[serde(default = "defaults::report_timeout_ms")]
+    pub report_timeout_ms: u64,
+    #[serde(default)]
+    pub alloc_mode: AllocMode,
+    #[serde(default)]
+    pub reserve: f64,
+    #[serde(default = "defaults::hysteresis")]
+    pub hysteresis: f64,
+    #[serde(default = "defaults::min_realloc_interval_ms")]
+    pub min_realloc_interval_ms: u64,
+    #[serde(default = "defaults::min_burst_per_pod_milli")]
+    pub min_burst_per_pod_milli: u64,
+    #[serde(default, deserialize_with = "strict_expiry")]
+    pub expiry: ExpiryPolicy,
+}
+
+/// One data center of a limit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DcDef {
+    pub name: String,
+    /// Reserved for this DC at all times: a rate (`"50/s"`), or the legacy exact
+    /// `{ rate_milli_per_s, burst_milli }`.
+    #[serde(default)]
+    pub floor: Floor,
+    /// Burst tokens reserved with the floor (only with a rate `floor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor_burst: Option<Tokens>,
+    #[serde(default = "defaults::weight")]
+    pub weight: f64,
+}
+
+/// A DC's floor: a rate, or the legacy exact quota (which carries its own burst).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Floor {
+    Rate(Rate),
+    Exact(Quota),
+}
+
+impl Default for Floor {
+    fn default() -> Self {
+        Floor::Rate(Rate::default())
+    }
+}
+
+/// The file formats [`LimitDef::parse_file_text`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DefFormat {
+    Toml,
+    Json,
+}
+
+impl DefFormat {
+    /// By the file's extension: `.toml` or `.json`.
+    pub fn from_path(path: &std::path::Path) -> Option<DefFormat> {
+        match path.extension()?.to_str()? {
+            "toml" => Some(DefFormat::Toml),
+            "json" => Some(DefFormat::Json),
+            _ => None,
+        }
+    }
+}
+
+impl LimitDef {
+    /// The exact configuration, validated as the coordinator validates it.
+    pub fn to_config(&self) -> Result<LimitConfig, LimitDefError> {
+        let invalid = |reason: String| LimitDefError::Invalid { limit: self.limit.clone(), reason };
+        check_id("limit", &self.limit).map_err(|e| invalid(format!("bad name {:?}: {e}", self.limit)))?;
+        if self.v != LIMIT_DEF_VERSION {
+            return Err(invalid(format!(
+                "schema version {} is not supported (this build reads {LIMIT_DEF_VERSION})",
+                self.v
+            )));
+        }
+        let quota = match (&self.rate, &self.burst, &self.quota) {
+            (Some(rate), Some(burst), None) => Quota::new(rate.milli_per_s(), burst.milli),
+            (None, None, Some(quota)) => *quota,
+            (_, _, Some(_)) => return Err(invalid("give either rate and burst or quota, not both".into())),
+            (None, _, None) => return Err(invalid("rate is missing (such as rate = \"976/s\")".into())),
+            (Some(_), None, None) => return Err(invalid("burst is missing (such as burst = 20)".into())),
+        };
+        let mut dcs = Vec::with_capacity(self.dcs.len());
+        for dc in &self.dcs {
+            check_id("dc", &dc.name).map_err(|e| invalid(format!("bad DC name {:?}: {e}", dc.name)))?;
+            let floor = match (&dc.floor, dc.floor_burst) {
+                (Floor::Rate(rate), burst) => Quota::new(rate.milli_per_s(), burst.unwrap_or_default().milli),
+                (Floor::Exact(quota), None) => *quota,
+                (Floor::Exact(_), Some(_)) => {
+                    return Err(invalid(format!("DC {}: floor_burst goes with a rate floor such as \"50/s\"", dc.name)))
+                }
+            };
+            if !dc.weight.is_finite() || dc.weight <= 0.0 {
+                return Err(invalid(format!("DC {}: weight must be a positive number, got {}", dc.name, dc.weight)));
+            }
+            dcs.push(DcSpec { name: dc.name.clone(), floor, weight: dc.weight });
+        }
+        if !(0.0..1.0).contains(&self.reserve) {
+            return Err(invalid(format!("reserve must be in [0, 1), got {}", self.reserve)));
+        }
+        if !(0.0..=1.0).contains(&self.hysteresis) {
+            return Err(invalid(format!("hysteresis must be in [0, 1], got {}", self.hysteresis)));
+        }
+        let mut config = LimitConfig::new(&self.limit, quota, &[]);
+        config.dcs = dcs;
+        config.dc_ttl_ms = self.dc_ttl_ms;
+        config.renew_interval_ms = self.renew_interval_ms;
+        config.report_timeout_ms = self.report_timeout_ms;
+        config.alloc_mode = self.alloc_mode;
+        config.reserve = self.reserve;
+        config.hysteresis = self.hysteresis;
+        config.min_realloc_interval_ms = self.min_realloc_interval_ms;
+        config.min_burst_per_pod_milli = self.min_burst_per_pod_milli;
+        config.expiry = self.expiry;
+        // Said in human units (validate says it in exact ones); a zero rate is validate's to report.
+        let floors = config.floors();
+        if quota.rate_milli_per_s > 0 && !floors.fits_in(&quota) {
+            return Err(invalid(format!(
+                "the DCs' floors ({} burst {}) exceed the limit ({} burst {})",
+                format_rate(floors.rate_milli_per_s),
+                format_amount(floors.burst_milli),
+                format_rate(quota.rate_milli_per_s),
+                format_amount(quota.burst_milli)
+            )));
+        }
+        config.validate().map_err(|e| {
+            let prefix = format!("limit {}: ", self.limit);
+            invalid(e.strip_prefix(&prefix).unwrap_or(&e).to_string())
+        })?;
+        Ok(config)
+    }
+
+    /// The human form of an exact configuration (rates per second).
+    pub fn from_config(config: &LimitConfig) -> LimitDef {
+        LimitDef {
+            v: LIMIT_DEF_VERSION,
+            limit: config.limit.clone(),
+            rate: Some(Rate::from_milli_per_s(config.quota.rate_milli_per_s)),
+            burst: Some(Tokens { milli: config.quota.burst_milli }),
+            quota: None,
+            dcs: config
+                .dcs
+                .iter()
+                .map(|dc| DcDef {
+                    name: dc.name.clone(),
+                    floor: Floor::Rate(Rate::from_milli_per_s(dc.floor.rate_milli_per_s)),
+                    floor_burst: (dc.floor.burst_milli > 0).then_some(Tokens { milli: dc.floor.burst_milli }),
+                    weight: dc.weight,
+                })
+                .collect(),
+            dc_ttl_ms: config.dc_ttl_ms,
+            renew_interval_ms: config.renew_interval_ms,
+            report_timeout_ms: config.report_timeout_ms,
+            alloc_mode: config.alloc_mode,
+            reserve: config.reserve,
+            hysteresis: config.hysteresis,
+            min_realloc_interval_ms: config.min_realloc_interval_ms,
+            min_burst_per_pod_milli: config.min_burst_per_pod_milli,
+            expiry: config.expiry,
+        }
+    }
+
+    /// A definition with the default tuning: the starting point of one built from flags.
+    pub fn new(limit: &str, rate: Rate, burst: Tokens) -> LimitDef {
+        let mut def = LimitDef::from_config(&LimitConfig::new(limit, Quota::ZERO, &[]));
+        def.rate = Some(rate);
+        def.burst = Some(burst);
+        def
+    }
+
+    /// The stored JSON document (not validated: see [`LimitDef::to_config`]).
+    pub fn from_json(bytes: &[u8]) -> Result<LimitDef, LimitDefError> {
+        serde_json::from_slice(bytes).map_err(|e| LimitDefError::Parse(e.to_string()))
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a LimitDef always serializes")
+    }
+
+    /// A file holding one limit (its fields at the top level) or many (`[[limits]]` in TOML; a
+    /// JSON array or `{"limits": [...]}`). A TOML file with `[[limits]]` may hold other settings
+    /// (a coordinator's configuration): only `limits` is read. Not validated: see
+    /// [`LimitDef::to_config`]; names must be unique.
+    pub fn parse_file_text(text: &str, format: DefFormat) -> Result<Vec<LimitDef>, LimitDefError> {
+        let defs = match format {
+            DefFormat::Toml => {
+                let table: toml::Table = toml::from_str(text).map_err(|e| toml_error(text, e))?;
+                // Read from the text again (not from `table`), so an error says where it is.
+                if table.contains_key("limits") {
+                    toml::from_str::<LimitsFile>(text).map(|f| f.limits)
+                } else {
+                    toml::from_str::<LimitDef>(text).map(|d| vec![d])
+                }
+                .map_err(|e| toml_error(text, e))?
+            }
+            DefFormat::Json => {
+                let value: serde_json::Value = serde_json::from_str(text).map_err(json_error)?;
+                let list = match value {
+                    serde_json::Value::Object(mut o) if o.contains_key("limits") && o.len() == 1 => {
+                        o.remove("limits").unwrap_or_default()
+                    }
+                    one @ serde_json::Value::Object(_) => serde_json::Value::Array(vec![one]),
+                    other => other,
+                };
+                serde_json::from_value(list).map_err(json_error)?
+            }
+        };
+        let mut names: Vec<&str> = defs.iter().map(|d| d.limit.as_str()).collect();
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(LimitDefError::Parse(format!("limit {} is defined twice", w[0])));
+        }
+        Ok(defs)
+    }
+}
+
+/// A file with `[[limits]]` and, perhaps, a service's other settings.
+#[derive(Deserialize)]
+struct LimitsFile {
+    limits: Vec<LimitDef>,
+}
+
+/// One line: the toml crate's message without its source excerpt, and the line it is on.
+fn toml_error(text: &str, e: toml::de::Error) -> LimitDefError {
+    let message = e.message().trim().replace('\n', " ");
+    match e.span() {
+        Some(span) => {
+            let line = text.get(..span.start).map_or(0, |before| before.matches('\n').count()) + 1;
+            LimitDefError::Parse(format!("line {line}: {message}"))
+        }
+        None => LimitDefError::Parse(message),
+    }
+}
+
+fn json_error(e: serde_json::Error) -> LimitDefError {
+    LimitDefError::Parse(e.to_string())
+}
+
+mod defaults {
+    use crate::coordinator::LimitConfig;
+    use crate::quota::Quota;
+
+    fn base() -> LimitConfig {
+        LimitConfig::new("", Quota::ZERO, &[])
+    }
+    pub fn v() -> u32 {
+        super::LIMIT_DEF_VERSION
+    }
+    pub fn weight() -> f64 {
+        1.0
+    }
+    pub fn dc_ttl_ms() -> u64 {
+        base().dc_ttl_ms
+    }
+    pub fn renew_interval_ms() -> u64 {
+        base().renew_interval_ms
+    }
+    pub fn report_timeout_ms() -> u64 {
+        base().report_timeout_ms
+    }
+    pub fn hysteresis() -> f64 {
+        base().hysteresis
+    }
+    pub fn min_realloc_interval_ms() -> u64 {
+        base().min_realloc_interval_ms
+    }
+    pub fn min_burst_per_pod_milli() -> u64 {
+        base().min_burst_per_pod_milli
+    }
+}
+
+/// The legacy `{ rate_milli_per_s, burst_milli }`, misspelt fields refused.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExactQuota {
+    rate_milli_per_s: u64,
+    burst_milli: u64,
+}
+
+impl From<ExactQuota> for Quota {
+    fn from(q: ExactQuota) -> Quota {
+        Quota::new(q.rate_milli_per_s, q.burst_milli)
+    }
+}
+
+fn exact_quota<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Quota>, D::Error> {
+    ExactQuota::deserialize(d).map(|q| Some(q.into()))
+}
+
+/// [`ExpiryPolicy`] with misspelt fields refused.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StrictExpiry {
+    #[serde(default = "default_max_drift")]
+    max_drift: f64,
+    #[serde(default = "default_grace_ms")]
+    grace_ms: u64,
+    #[serde(default)]
+    egress_spread_ms: u64,
+}
+
+fn default_max_drift() -> f64 {
+    ExpiryPolicy::default().max_drift
+}
+
+fn default_grace_ms() -> u64 {
+    ExpiryPolicy::default().grace_ms
+}
+
+fn strict_expiry<'de, D: Deserializer<'de>>(d: D) -> Result<ExpiryPolicy, D::Error> {
+    let e = StrictExpiry::deserialize(d)?;
+    Ok(ExpiryPolicy { max_drift: e.max_drift, grace_ms: e.grace_ms, egress_spread_ms: e.egress_spread_ms })
+}
+
+impl Serialize for Floor {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Floor::Rate(rate) => rate.serialize(s),
+            Floor::Exact(quota) => quota.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Floor {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct FloorVisitor;
+        impl<'de> Visitor<'de> for FloorVisitor {
+            type Value = Floor;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(f, "a floor rate such as \"50/s\", or {{ rate_milli_per_s = …, burst_milli = … }}")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Floor, E> {
+                Rate::parse(v).map(Floor::Rate).map_err(E::custom)
+            }
+            fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<Floor, M::Error> {
+                ExactQuota::deserialize(de::value::MapAccessDeserializer::new(map)).map(|q| Floor::Exact(q.into()))
+            }
+        }
+        d.deserialize_any(FloorVisitor)
+    }
+}
