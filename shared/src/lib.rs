@@ -19,6 +19,7 @@
 //! * [`subjects`]: NATS subjects and KV buckets/keys.
 //! * [`rng`]: seeded randomness.
 
+pub mod adaptive;
 pub mod allocator;
 pub mod bucket;
 pub mod bugs;

@@ -28,7 +28,10 @@ pub struct IntervalCounters {
     pub admitted: u64,
     pub rejected: u64,
     pub queued: u64,
+    /// Upstream errors other than 429s the driver counts apart (`upstream_429`).
     pub errors: u64,
+    /// Upstream calls answered 429.
+    pub upstream_429: u64,
 }
 
 /// The lease the bucket currently enforces.
@@ -147,6 +150,7 @@ impl PodCore {
             rejected: c.rejected,
             queued: c.queued,
             errors: c.errors,
+            upstream_429: c.upstream_429,
             healthy,
             draining: self.draining,
             weight: self.cfg.weight,

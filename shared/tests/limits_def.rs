@@ -294,3 +294,27 @@ fn the_protocol_s_examples_are_valid_definitions() {
     let doc = put.split('\'').nth(1).unwrap();
     assert_eq!(LimitDef::from_json(doc.as_bytes()).unwrap().to_config().unwrap().dcs.len(), 1);
 }
+
+#[test]
+fn an_adaptive_limit_round_trips_and_its_defaults_and_typos_are_handled() {
+    use leasehold_shared::adaptive::AdaptiveConfig;
+    let text = "limit = \"api\"\nrate = \"966/s\"\nburst = 20\nadaptive = { decrease_factor = 0.8, min_calls = 50 }\n[[dcs]]\nname = \"bkk\"\n";
+    let def = one(text, DefFormat::Toml).unwrap();
+    let config = def.to_config().unwrap();
+    let want = AdaptiveConfig { decrease_factor: 0.8, min_calls: 50, ..AdaptiveConfig::default() };
+    assert_eq!(config.adaptive, Some(want));
+    let back = LimitDef::from_config(&config);
+    assert_eq!(back.to_config().unwrap(), config);
+    assert_eq!(LimitDef::from_json(&back.to_json()).unwrap().to_config().unwrap(), config);
+    // `adaptive = {}`: every default; no `adaptive`: off, and not written.
+    let defaults = one(&text.replace("decrease_factor = 0.8, min_calls = 50", ""), DefFormat::Toml).unwrap();
+    assert_eq!(defaults.to_config().unwrap().adaptive, Some(AdaptiveConfig::default()));
+    let off = one(&text.replace("adaptive = { decrease_factor = 0.8, min_calls = 50 }\n", ""), DefFormat::Toml).unwrap();
+    assert_eq!(off.to_config().unwrap().adaptive, None);
+    assert!(!String::from_utf8(off.to_json()).unwrap().contains("adaptive"));
+    // A misspelt field is refused; a factor out of range reads but cannot run.
+    let err = one(&text.replace("min_calls", "min_cals"), DefFormat::Toml).unwrap_err().to_string();
+    assert!(err.contains("min_cals"), "{err}");
+    let err = one(&text.replace("0.8", "1.5"), DefFormat::Toml).unwrap().to_config().unwrap_err().to_string();
+    assert!(err.contains("decrease_factor") && err.starts_with("limit api:"), "{err}");
+}

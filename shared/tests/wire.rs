@@ -65,6 +65,7 @@ fn pod_report_roundtrip() {
         rejected: 7,
         queued: 3,
         errors: 1,
+        upstream_429: 4,
         healthy: true,
         draining: false,
         weight: 1.5,
@@ -86,6 +87,8 @@ fn dc_report_roundtrip() {
         lease_in_use: None,
         floor_in_use: Some(Quota::per_s(50, 0)),
         floor_version: Some(LeaseVersion::new(4, 2)),
+        upstream_calls: 180,
+        upstream_429: 9,
     });
 }
 
@@ -94,11 +97,13 @@ fn reports_and_records_without_the_floor_fields_still_decode() {
     let report = br#"{"v":1,"limit":"l","dc":"bkk","holder":"m","seq":1,"demand":{"rate_milli_per_s":1,"burst_milli":0},"pods_healthy":1,"lease_in_use":null}"#;
     let r = decode::<DcReport>(report).unwrap();
     assert_eq!((r.floor_in_use, r.floor_version), (None, None));
+    assert_eq!((r.upstream_calls, r.upstream_429), (0, 0), "older managers: no upstream counts");
     let record = br#"{"v":1,"limit":"l","epoch":3,"writer":"c","leases":[],"floors":{"bkk":{"rate_milli_per_s":50000,"burst_milli":0}}}"#;
     let rec = decode::<LedgerRecord>(record).unwrap();
     assert_eq!(rec.floor_of("bkk"), Some((Quota::per_s(50, 0), v(3, 0))), "version (epoch, 0) when missing");
     assert_eq!(rec.floor_reserved("bkk"), Some(Quota::per_s(50, 0)), "reserved = named when missing");
     assert_eq!(rec.floor_of("eu"), None);
+    assert_eq!(rec.adaptive_rate_milli_per_s, None, "older writers: the configured R");
 }
 
 #[test]
@@ -130,6 +135,7 @@ fn ledger_record_roundtrip() {
         lost_floors: [("eu".to_string(), Quota::per_s(300, 0))].into(),
         lost_wait_dc_ttl_ms: Some(10_000),
         dc_holders: [("bkk".to_string(), DcHolder { holder: "bkk-mgr-e2".into(), term: 4 })].into(),
+        adaptive_rate_milli_per_s: Some(570_000),
     });
 }
 

@@ -242,6 +242,7 @@ async fn a_message_whose_body_names_another_pod_than_its_subject_is_refused() {
         rejected: 0,
         queued: 0,
         errors: 0,
+        upstream_429: 0,
         healthy: true,
         draining: false,
         weight: 1.0,

@@ -1,3 +1,4 @@
+use crate::adaptive::AdaptiveConfig;
 use crate::allocator::AllocMode;
 use crate::bugs::KnownBugs;
 use crate::expiry::ExpiryPolicy;
@@ -50,6 +51,10 @@ pub struct LimitConfig {
     pub min_burst_per_pod_milli: u64,
     #[serde(default)]
     pub expiry: ExpiryPolicy,
+    /// Follow upstream 429s with an effective R below `quota`'s (see [`crate::adaptive`]).
+    /// Missing: R is the configured one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveConfig>,
     /// Negative controls only (see [`KnownBugs`]).
     #[serde(skip)]
     pub bugs: KnownBugs,
@@ -91,6 +96,7 @@ impl LimitConfig {
             min_realloc_interval_ms: defaults::min_realloc_interval_ms(),
             min_burst_per_pod_milli: defaults::min_burst_per_pod_milli(),
             expiry: ExpiryPolicy::default(),
+            adaptive: None,
             bugs: KnownBugs::default(),
         }
     }
@@ -101,6 +107,9 @@ impl LimitConfig {
 
     pub fn validate(&self) -> Result<(), String> {
         self.expiry.validate()?;
+        if let Some(a) = &self.adaptive {
+            a.validate().map_err(|e| format!("limit {}: {e}", self.limit))?;
+        }
         if self.quota.rate_milli_per_s == 0 {
             return Err(format!("limit {}: rate must be positive", self.limit));
         }

@@ -13,6 +13,7 @@
 //! (`floors.rs`): a lowered floor counts until its DC confirms it no longer uses the old one, a
 //! raised one waits for headroom. A raised R or B applies at once.
 
+mod adaptive;
 mod config;
 mod floors;
 mod reconfigure;
@@ -67,25 +68,30 @@ pub struct CoordinatorCore {
     /// carries it, so a next leader waits too).
     lost_wait_dc_ttl_ms: Option<u64>,
     counters: CoordinatorCounters,
+    /// An adaptive limit's state (`cfg.adaptive`).
+    adaptive: Option<adaptive::Adaptive>,
 }
 
 impl CoordinatorCore {
     /// A leader starting from an empty ledger at `epoch`: every DC's configured floor is
     /// reserved at once.
     pub fn new(cfg: LimitConfig, writer: &str, epoch: u64) -> Self {
-        let mut c = CoordinatorCore::empty(cfg, writer, epoch);
+        let mut c = CoordinatorCore::empty(cfg, writer, epoch, None);
         c.settle_floors(0);
         c
     }
 
-    /// Books with nothing on them, floors included.
-    fn empty(cfg: LimitConfig, writer: &str, epoch: u64) -> Self {
+    /// Books with nothing on them, floors included; an adaptive limit at `adaptive_rate_milli`
+    /// if given (clamped), else at its configured R.
+    fn empty(cfg: LimitConfig, writer: &str, epoch: u64, adaptive_rate_milli: Option<u64>) -> Self {
         let dcs = cfg.dcs.iter().map(|d| (d.name.clone(), DcView::default())).collect();
         let interval = cfg.min_realloc_interval_ms * NS_PER_MS;
+        let adaptive = adaptive::Adaptive::for_config(&cfg, adaptive_rate_milli);
+        let capacity = adaptive.as_ref().map_or(cfg.quota, |a| a.capacity(cfg.quota));
         CoordinatorCore {
             rate_split: Rebalancer::new(cfg.hysteresis, interval),
             burst_split: Rebalancer::new(cfg.hysteresis, interval),
-            ledger: Ledger::new(cfg.quota, epoch).with_bugs(&cfg.bugs),
+            ledger: Ledger::new(capacity, epoch).with_bugs(&cfg.bugs),
             leases: BTreeMap::new(),
             dcs,
             writer: writer.into(),
@@ -94,6 +100,7 @@ impl CoordinatorCore {
             issue_from_ns: 0,
             lost_wait_dc_ttl_ms: None,
             counters: CoordinatorCounters::default(),
+            adaptive,
         }
     }
 
@@ -112,9 +119,14 @@ impl CoordinatorCore {
     /// records may have been lost after it, and the fence bounds them too.
     ///
     /// The floors a record names or reserves keep counting; the configured ones are then
-    /// approached as `floors.rs` describes.
+    /// approached as `floors.rs` describes. An adaptive limit resumes from the effective R the
+    /// record names (before the record's leases are adopted: they are compared with it).
     pub fn resume(cfg: LimitConfig, writer: &str, epoch: u64, stored: Stored<'_>, now_ns: u64) -> Self {
-        let mut c = CoordinatorCore::empty(cfg, writer, epoch);
+        let adaptive_rate = match stored {
+            Stored::Record(r) | Stored::Behind(r, _) => r.adaptive_rate_milli_per_s,
+            Stored::Fresh | Stored::Lost(_) => None,
+        };
+        let mut c = CoordinatorCore::empty(cfg, writer, epoch, adaptive_rate);
         let record = match stored {
             Stored::Record(r) => Some(r),
             Stored::Fresh => None,
@@ -203,6 +215,7 @@ impl CoordinatorCore {
                 .iter()
                 .filter_map(|(dc, v)| Some((dc.clone(), DcHolder { holder: v.holder.clone()?, term: v.holder_term })))
                 .collect(),
+            adaptive_rate_milli_per_s: self.adaptive_record(),
         };
         for dc in self.floor_dcs() {
             let Some((floor, version)) = self.floor_named(&dc) else { continue };
@@ -231,6 +244,7 @@ impl CoordinatorCore {
             self.counters.reports_rejected += 1;
             return Vec::new();
         }
+        let previous_report_ns = view.last_report_ns;
         view.holder = Some(r.holder.clone());
         view.holder_term = r.term;
         view.demand_milli = r.demand.rate_milli_per_s;
@@ -245,6 +259,7 @@ impl CoordinatorCore {
         if let Some(f) = r.floor_in_use {
             self.confirm_floor(&r.dc, f, r.floor_version, now_ns);
         }
+        self.note_upstream(r, previous_report_ns, now_ns);
         self.grow_starved(now_ns)
     }
 
@@ -278,7 +293,7 @@ impl CoordinatorCore {
             .iter()
             .filter(|d| !dcs.contains(d))
             .fold(Quota::ZERO, |s, d| s.saturating_add(self.floor_set_aside(d, now_ns)));
-        let total = self.cfg.quota.saturating_sub(silent_floors);
+        let total = self.ledger.capacity().saturating_sub(silent_floors);
         let floors: Vec<Quota> = dcs.iter().map(|d| self.floor_set_aside(d, now_ns)).collect();
         let rate_claims: Vec<Claim> = dcs
             .iter()
@@ -323,6 +338,7 @@ impl CoordinatorCore {
         self.ledger.expire(now_ns);
         self.prune_leases();
         self.settle_floors(now_ns);
+        self.adapt(now_ns);
         self.recompute_targets(now_ns);
         let mut dcs: Vec<String> = self.reporting(now_ns);
         // Shrinking DCs first: their reduction must be on record before anyone grows.

@@ -53,6 +53,8 @@ impl CoordinatorCore {
         if cfg.limit != self.cfg.limit {
             return Err(ReconfigureError::OtherLimit { limit: self.cfg.limit.clone(), got: cfg.limit });
         }
+        let adaptive = super::adaptive::Adaptive::reconfigured(self.adaptive.as_ref(), &cfg);
+        let before = self.effective_quota();
         let shrank = !self.cfg.quota.fits_in(&cfg.quota);
         self.ledger.expire(now_ns);
         self.prune_leases();
@@ -63,18 +65,28 @@ impl CoordinatorCore {
             self.ledger = crate::ledger::Ledger::new(cfg.quota, self.epoch());
             self.leases.clear();
         }
-        self.ledger.set_capacity(cfg.quota);
         // DCs added get a view; DCs dropped are no longer heard (their leases count until they
         // end, their floors stay reserved: they cannot confirm a lower one).
         let mut dcs = std::mem::take(&mut self.dcs);
         self.dcs = cfg.dcs.iter().map(|d| (d.name.clone(), dcs.remove(&d.name).unwrap_or_default())).collect();
-        // A new split at once (the old one may not fit a smaller capacity).
-        let interval = cfg.min_realloc_interval_ms * NS_PER_MS;
-        self.rate_split = Rebalancer::new(cfg.hysteresis, interval);
-        self.burst_split = Rebalancer::new(cfg.hysteresis, interval);
         self.cfg = cfg;
+        self.adaptive = adaptive;
+        let capacity = self.effective_quota();
+        self.take_capacity(capacity, now_ns);
+        Ok(shrank || !before.fits_in(&capacity))
+    }
+
+    /// Run the books with `capacity` from `now_ns` on: the one safe path of a limit changed live
+    /// and of an adaptive limit's effective R. A smaller capacity shrinks the books at once (every
+    /// lease out is inherited and counts until it ends, grants fit the new capacity with what was
+    /// granted since), a larger one applies at once; the split starts afresh (the old one may
+    /// not fit), and floors move towards the configured ones.
+    pub(super) fn take_capacity(&mut self, capacity: Quota, now_ns: u64) {
+        self.ledger.set_capacity(capacity);
+        let interval = self.cfg.min_realloc_interval_ms * NS_PER_MS;
+        self.rate_split = Rebalancer::new(self.cfg.hysteresis, interval);
+        self.burst_split = Rebalancer::new(self.cfg.hysteresis, interval);
         self.settle_floors(now_ns);
-        Ok(shrank)
     }
 
     /// Count every lease out for a full lifetime under `cfg`'s expiry policy from now (if longer

@@ -296,6 +296,7 @@ impl DcManagerCore {
         let floor_in_use = self.floor_in_use(outstanding, now_ns);
         let eligible = self.pods.eligible(&self.cfg, now_ns);
         let seq = self.sent.record(now_ns);
+        let (upstream_calls, upstream_429) = self.pods.take_upstream();
         DcReport {
             v: SCHEMA_VERSION,
             limit: self.cfg.limit.clone(),
@@ -308,6 +309,8 @@ impl DcManagerCore {
             lease_in_use: self.acked,
             floor_in_use,
             floor_version: self.floor_version,
+            upstream_calls,
+            upstream_429,
         }
     }
 

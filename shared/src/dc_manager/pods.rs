@@ -37,6 +37,10 @@ pub enum ReportOutcome {
 #[derive(Clone, Debug, Default)]
 pub struct Pods {
     pub views: BTreeMap<String, PodView>,
+    /// Upstream calls and 429s in the reports accepted since the last DC report (see
+    /// [`Pods::take_upstream`]).
+    upstream_calls: u64,
+    upstream_429: u64,
 }
 
 impl Pods {
@@ -67,7 +71,16 @@ impl Pods {
         v.draining = r.draining;
         v.weight = r.weight;
         v.error_ratio = if r.admitted >= 10 { r.errors as f64 / r.admitted as f64 } else { 0.0 };
+        self.upstream_calls = self.upstream_calls.saturating_add(r.admitted);
+        // A pod cannot see more 429s than it made calls (a bad report counts as many as calls).
+        self.upstream_429 = self.upstream_429.saturating_add(r.upstream_429.min(r.admitted));
         ReportOutcome::Accepted
+    }
+
+    /// Upstream calls and 429s counted since the last call (for `DcReport.upstream_calls` and
+    /// `upstream_429`); the count starts again.
+    pub fn take_upstream(&mut self) -> (u64, u64) {
+        (std::mem::take(&mut self.upstream_calls), std::mem::take(&mut self.upstream_429))
     }
 
     /// Pods that get a share in the next split: fresh heartbeat, healthy, not draining.

@@ -2,6 +2,7 @@
 //! as the JSON stored in KV), and its conversion to the exact [`LimitConfig`] the coordinator runs.
 
 use super::rate::{format_amount, format_rate, Rate, Tokens};
+use crate::adaptive::AdaptiveConfig;
 use crate::allocator::AllocMode;
 use crate::coordinator::{DcSpec, LimitConfig};
 use crate::expiry::ExpiryPolicy;
@@ -62,6 +63,10 @@ pub struct LimitDef {
     pub min_burst_per_pod_milli: u64,
     #[serde(default, deserialize_with = "strict_expiry")]
     pub expiry: ExpiryPolicy,
+    /// Opt in to following upstream 429s (`adaptive = {}` for the defaults; fractions, see
+    /// [`AdaptiveConfig`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveConfig>,
 }
 
 /// One data center of a limit.
@@ -161,6 +166,7 @@ impl LimitDef {
         config.min_realloc_interval_ms = self.min_realloc_interval_ms;
         config.min_burst_per_pod_milli = self.min_burst_per_pod_milli;
         config.expiry = self.expiry;
+        config.adaptive = self.adaptive.clone();
         // Said in human units (validate says it in exact ones); a zero rate is validate's to report.
         let floors = config.floors();
         if quota.rate_milli_per_s > 0 && !floors.fits_in(&quota) {
@@ -206,6 +212,7 @@ impl LimitDef {
             min_realloc_interval_ms: config.min_realloc_interval_ms,
             min_burst_per_pod_milli: config.min_burst_per_pod_milli,
             expiry: config.expiry,
+            adaptive: config.adaptive.clone(),
         }
     }
 

@@ -137,6 +137,8 @@ fn changes(old: &LimitConfig, new: &LimitConfig) -> Vec<String> {
     field("expiry.max_drift", old.expiry.max_drift.to_string(), new.expiry.max_drift.to_string());
     field("expiry.grace_ms", old.expiry.grace_ms.to_string(), new.expiry.grace_ms.to_string());
     field("expiry.egress_spread_ms", old.expiry.egress_spread_ms.to_string(), new.expiry.egress_spread_ms.to_string());
+    let adaptive = |c: &LimitConfig| c.adaptive.as_ref().map_or("off".into(), |a| format!("{a:?}"));
+    field("adaptive", adaptive(old), adaptive(new));
     lines
 }
 

@@ -86,8 +86,12 @@ pub struct PodReport {
     pub admitted: u64,
     pub rejected: u64,
     pub queued: u64,
-    /// Upstream errors (5xx, 429) seen by the pod.
+    /// Upstream errors seen by the pod (5xx, and 429s an application reports as plain errors).
     pub errors: u64,
+    /// Upstream calls answered 429 (Too Many Requests) in the interval, counted apart from
+    /// `errors`: the signal adaptive limits follow. Missing (older pods): 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub upstream_429: u64,
     pub healthy: bool,
     pub draining: bool,
     /// Capacity weight for weighted splits (1.0 = a standard pod).
@@ -125,6 +129,17 @@ pub struct DcReport {
     /// to an older one it has not seen either. Missing: never confirms.
     #[serde(default)]
     pub floor_version: Option<LeaseVersion>,
+    /// Upstream calls (the pods' `admitted`) in the pod reports taken since the manager's last
+    /// DC report. Missing (older managers): 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub upstream_calls: u64,
+    /// Of those, calls answered 429 (the pods' `upstream_429`). Missing: 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub upstream_429: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl DcReport {
@@ -143,6 +158,8 @@ impl DcReport {
             lease_in_use: None,
             floor_in_use: None,
             floor_version: None,
+            upstream_calls: 0,
+            upstream_429: 0,
         }
     }
 }
@@ -219,6 +236,11 @@ pub struct LedgerRecord {
     /// earlier terms, as the writer did. Missing: not known (older writers).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub dc_holders: std::collections::BTreeMap<String, DcHolder>,
+    /// An adaptive limit's effective R (milli-requests/s) when the writer ran it below the
+    /// configured R: a leader resuming from this record starts from it rather than from the
+    /// configured R. Missing: the configured R.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive_rate_milli_per_s: Option<u64>,
 }
 
 /// A DC's current DC-manager replica as the coordinator knows it.
@@ -246,6 +268,7 @@ impl LedgerRecord {
             lost_floors: Default::default(),
             lost_wait_dc_ttl_ms: None,
             dc_holders: Default::default(),
+            adaptive_rate_milli_per_s: None,
         }
     }
 
@@ -312,7 +335,13 @@ impl WireMessage for PodReport {
         }
         // Counters are per interval; anything claiming more than 10^9 requests/s is not real.
         let cap = self.interval_ms.saturating_mul(1_000_000);
-        for (field, n) in [("offered", self.offered), ("admitted", self.admitted), ("rejected", self.rejected)] {
+        let counters = [
+            ("offered", self.offered),
+            ("admitted", self.admitted),
+            ("rejected", self.rejected),
+            ("upstream_429", self.upstream_429),
+        ];
+        for (field, n) in counters {
             if n > cap {
                 return Err(WireError::Invalid { field, reason: format!("{n} is above 10^9/s") });
             }

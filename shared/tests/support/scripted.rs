@@ -30,6 +30,7 @@ pub fn pod_report(
         rejected: offered - admitted,
         queued: 0,
         errors: 0,
+        upstream_429: 0,
         healthy,
         draining: false,
         weight: 1.0,
