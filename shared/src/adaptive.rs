@@ -4,12 +4,13 @@
 //!
 //! * **decrease** when more than `trigger_429_ratio` of at least `min_calls` calls in the period
 //!   were answered 429: to at most `decrease_factor`·R_eff (the multiplicative decrease) and at
-//!   most `accepted_fraction` of the rate the upstream accepted (calls − 429s per second). While
-//!   the upstream answers 429 it is saturated, so what it accepts is its hidden limit: one step
-//!   lands just below it instead of creeping down by β per period. No single step goes below
-//!   `max_step_down`·R_eff (a period only partly saturated under-reads the limit). For
-//!   `hold_periods` after a decrease its effect is still on its way: no increase, and a further
-//!   decrease only as far as the accepted rate asks (no extra β);
+//!   most `accepted_fraction` of the rate the upstream accepted (calls − 429s per second) while
+//!   it answered 429s. While the upstream answers 429 it is saturated, so what it accepts is its
+//!   hidden limit: one step lands just below it instead of creeping down by β per period. No
+//!   single step goes below `max_step_down`·R_eff (a misread). For `hold_periods` after a
+//!   decrease nothing changes and the periods' counts are not used: 429s of calls made before
+//!   the pods had their smaller leases are still coming in, and the pods' rate is between the
+//!   old and the new one (a decrease read from them would undershoot);
 //! * **stay** while a few 429s still come (more than a quarter of the trigger ratio);
 //! * **increase** otherwise, additively by `increase_per_period`·R (the configured R) per
 //!   period, or by `probe_increase_per_period`·R within `probe_band` below the last accepted rate
@@ -54,7 +55,7 @@ impl Default for AdaptiveConfig {
         AdaptiveConfig {
             decrease_factor: 0.9,
             accepted_fraction: 0.95,
-            max_step_down: 0.5,
+            max_step_down: 0.6,
             trigger_429_ratio: 0.01,
             min_calls: 20,
             increase_per_period: 0.03,
@@ -95,7 +96,8 @@ impl AdaptiveConfig {
 pub struct UpstreamSample {
     pub calls: u64,
     pub upstream_429: u64,
-    /// Calls the upstream accepted (not answered 429), per second.
+    /// Calls the upstream accepted (not answered 429) per second, while it answered 429s (the
+    /// reports that carried 429s; all reports if none did).
     pub accepted_per_s: f64,
 }
 
@@ -160,15 +162,13 @@ impl Aimd {
         let eff = self.effective_milli as f64;
         let ratio = if s.calls >= c.min_calls { s.upstream_429.min(s.calls) as f64 / s.calls as f64 } else { 0.0 };
         let accepted_milli = if s.accepted_per_s.is_finite() { s.accepted_per_s.max(0.0) * 1_000.0 } else { eff };
-        let next = if ratio > c.trigger_429_ratio {
-            let by_accepted = accepted_milli * c.accepted_fraction;
-            let by_beta = if self.hold_left > 0 { eff } else { eff * c.decrease_factor };
-            self.hold_left = c.hold_periods;
-            self.last_limit_seen_milli = Some(accepted_milli as u64);
-            by_beta.min(by_accepted).max(eff * c.max_step_down)
-        } else if self.hold_left > 0 {
+        let next = if self.hold_left > 0 {
             self.hold_left -= 1;
             eff
+        } else if ratio > c.trigger_429_ratio {
+            self.hold_left = c.hold_periods;
+            self.last_limit_seen_milli = Some(accepted_milli as u64);
+            (eff * c.decrease_factor).min(accepted_milli * c.accepted_fraction).max(eff * c.max_step_down)
         } else if ratio > c.trigger_429_ratio / 4.0 {
             eff
         } else {
@@ -205,7 +205,7 @@ mod tests {
         // 3% answered 429 at 1,000 calls: accepted 970/s, 0.95 of it is 921.5 > 0.9·1,000.
         assert_eq!(a.on_period(sample(1_000, 30)), 900_000);
         let mut a = Aimd::new(AdaptiveConfig::default(), R, 0);
-        assert_eq!(a.on_period(sample(1_000, 900)), 500_000, "a partly saturated period under-reads");
+        assert_eq!(a.on_period(sample(1_000, 900)), 600_000, "a misread: at most 40% down in one step");
     }
 
     #[test]
@@ -240,14 +240,14 @@ mod tests {
     }
 
     #[test]
-    fn in_the_hold_a_further_decrease_follows_the_accepted_rate_only() {
+    fn the_hold_ignores_the_late_429s_of_the_old_rate_then_a_further_decrease_may_follow() {
         let mut a = Aimd::new(AdaptiveConfig::default(), R, 0);
-        // The first period straddled the drop: 800/s accepted.
+        // The first period's estimate read high: 800/s accepted.
         assert_eq!(a.on_period(sample(1_000, 200)), 760_000);
-        // Late 429s of the old rate in the next period: accepted 600/s → 570.
+        // Late 429s of the old rate while the pods move to the new one: ignored.
+        assert_eq!(a.on_period(UpstreamSample { calls: 500, upstream_429: 100, accepted_per_s: 450.0 }), 760_000);
+        // Still above the upstream's limit: down to 0.95 of the 600/s it accepts.
         assert_eq!(a.on_period(sample(760, 160)), 570_000);
-        // More late 429s, but the accepted rate asks for no less: no extra β.
-        assert_eq!(a.on_period(UpstreamSample { calls: 600, upstream_429: 20, accepted_per_s: 600.0 }), 570_000);
     }
 
     #[test]

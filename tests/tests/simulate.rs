@@ -127,3 +127,33 @@ fn every_chaos_seed_has_a_dc_manager_failover_a_ttl_change_and_a_limit_change() 
     assert!(s.config_changes_min >= 1, "{}", s.config_changes_min);
     assert!(s.limit_changes_min >= 1, "{}", s.limit_changes_min);
 }
+
+#[test]
+fn hidden_drop_follows_a_partner_that_lowers_its_limit_unannounced() {
+    let s = summary("hidden-drop", 3);
+    assert_eq!(s.violations, 0, "{s:?}");
+    assert_eq!(s.hidden_drop.len(), 3);
+    for (seed, m) in &s.hidden_drop {
+        assert!(m.convergence_renew_periods <= 3.0, "seed {seed}: {m:?}");
+        assert!(m.drop_429_ratio <= 0.02, "seed {seed}: {m:?}");
+        assert!(m.drop_utilization >= 0.9, "seed {seed}: {m:?}");
+        assert!(m.recovery_s.is_some_and(|r| r <= 30.0), "seed {seed}: {m:?}");
+    }
+    // Without adaptation the pods keep sending the configured R: the partner answers 429 to
+    // about 4 calls in 10 throughout the drop.
+    let mut fixed = Scenario::by_name("hidden-drop", 1).unwrap();
+    fixed.adaptive = None;
+    let r = leasehold_sim::run_scenario(fixed, 1, Policy::Leasehold);
+    let m = r.hidden_drop.expect("the scenario has a hidden limit");
+    assert!(m.drop_429_ratio > 0.3, "{m:?}");
+    assert_eq!(r.violations, 0);
+}
+
+#[test]
+fn the_other_scenarios_still_hold_with_adaptive_limits_built_in() {
+    for name in ["limit-change", "rolling-restart"] {
+        let s = summary(name, 1);
+        assert_eq!(s.violations, 0, "{name}: {s:?}");
+        assert!(s.hidden_drop.is_empty(), "{name} has no hidden limit");
+    }
+}

@@ -5,7 +5,9 @@
 //!   current lease's burst is a `429` without `Retry-After` (it can never fit under this lease).
 //!   Both carry the IETF `RateLimit-Policy` and `RateLimit` headers
 //!   (draft-ietf-httpapi-ratelimit-headers).
-//! * `POST /v1/upstream-error`: count a failed upstream call (feeds the pod's health).
+//! * `POST /v1/upstream-error[?status=429|5xx]`: count a failed upstream call. A 5xx (or no
+//!   status) feeds the pod's health; a 429 is counted apart (`PodReport.upstream_429`: adaptive
+//!   limits follow it). Any other status is a `400`.
 //! * `GET /v1/status` (JSON), `GET /metrics` (Prometheus), `GET /healthz`.
 //!
 //! Bad input is a `400` problem and changes nothing.
@@ -40,6 +42,27 @@ struct AcquireQuery {
     cost: Option<String>,
     priority: Option<String>,
     max_wait_ms: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct UpstreamErrorQuery {
+    status: Option<String>,
+}
+
+async fn upstream_error(State(a): State<Agent>, Query(q): Query<UpstreamErrorQuery>) -> Response {
+    let Some(status) = q.status else {
+        a.limiter.record_upstream_error();
+        return StatusCode::NO_CONTENT.into_response();
+    };
+    let counted = match parse_u64("status", Some(&status), 0, 599) {
+        Ok(code) => a.limiter.record_upstream_status(code as u16),
+        Err(d) => return problem(StatusCode::BAD_REQUEST, "invalid parameter", d),
+    };
+    if !counted {
+        let detail = format!("status must be 429 or a 5xx, got {status}");
+        return problem(StatusCode::BAD_REQUEST, "invalid parameter", detail);
+    }
+    StatusCode::NO_CONTENT.into_response()
 }
 
 /// A query parameter as an integer in `0..=max`, or the 400 problem's detail.
@@ -207,13 +230,7 @@ pub fn router(limiter: Limiter, status: watch::Receiver<PodStatus>) -> Router {
     let agent = Agent { limiter, status };
     Router::new()
         .route("/v1/acquire", post(acquire))
-        .route(
-            "/v1/upstream-error",
-            post(|State(a): State<Agent>| async move {
-                a.limiter.record_upstream_error();
-                StatusCode::NO_CONTENT
-            }),
-        )
+        .route("/v1/upstream-error", post(upstream_error))
         .route("/v1/status", get(status_json))
         .route("/metrics", metrics::endpoint(registry(agent.clone())))
         .route("/healthz", get(|| async { "ok\n" }))

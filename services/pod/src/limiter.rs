@@ -54,6 +54,7 @@ struct Interval {
     admitted: AtomicU64,
     rejected: AtomicU64,
     errors: AtomicU64,
+    upstream_429: AtomicU64,
 }
 
 /// Totals since start, for metrics.
@@ -63,6 +64,8 @@ pub struct Totals {
     pub admitted: u64,
     pub rejected: u64,
     pub upstream_errors: u64,
+    /// Upstream calls answered 429 (counted apart from `upstream_errors`).
+    pub upstream_429: u64,
 }
 
 pub(crate) struct Shared {
@@ -188,6 +191,24 @@ impl Limiter {
         self.shared.interval.errors.fetch_add(1, Relaxed);
     }
 
+    /// Tell the pod how the upstream answered a call: a 429 (Too Many Requests) is counted apart
+    /// (`PodReport.upstream_429`: an adaptive limit lowers its effective R on them, and they do
+    /// not make the pod unhealthy), a 5xx as [`record_upstream_error`](Self::record_upstream_error);
+    /// anything else is a success and counts nothing. Returns whether the status was counted.
+    pub fn record_upstream_status(&self, status: u16) -> bool {
+        match status {
+            429 => {
+                self.shared.interval.upstream_429.fetch_add(1, Relaxed);
+                true
+            }
+            500..=599 => {
+                self.record_upstream_error();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Requests waiting for a permit now.
     pub fn queued(&self) -> usize {
         self.shared.queue.lock().unwrap_or_else(|p| p.into_inner()).len()
@@ -202,12 +223,14 @@ impl Limiter {
             rejected: i.rejected.swap(0, Relaxed),
             queued: self.queued() as u64,
             errors: i.errors.swap(0, Relaxed),
+            upstream_429: i.upstream_429.swap(0, Relaxed),
         };
         let mut t = self.shared.totals.lock().unwrap_or_else(|p| p.into_inner());
         t.offered += c.offered;
         t.admitted += c.admitted;
         t.rejected += c.rejected;
         t.upstream_errors += c.errors;
+        t.upstream_429 += c.upstream_429;
         c
     }
 

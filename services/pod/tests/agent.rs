@@ -79,6 +79,16 @@ async fn permits_denials_and_bad_input_over_http() {
     }
     assert_eq!(pod.limiter.totals().offered + pod.limiter.take_interval().offered, before, "a bad request was counted");
 
+    // Upstream answers: a 429 is counted apart from errors; a status that is no failure is a 400.
+    let error_url = format!("http://{addr}/v1/upstream-error");
+    for (q, want) in [("?status=429", 204), ("?status=503", 204), ("", 204), ("?status=200", 400), ("?status=abc", 400)] {
+        let r = http.post(format!("{error_url}{q}")).send().await.unwrap();
+        assert_eq!(r.status(), want, "{q}");
+    }
+    pod.limiter.take_interval(); // fold what the driver has not taken yet into the totals
+    let totals = pod.limiter.totals();
+    assert_eq!((totals.upstream_429, totals.upstream_errors), (1, 2), "{totals:?}");
+
     // Spend the bucket: a 429 with Retry-After and the RateLimit headers.
     let mut denied = None;
     for _ in 0..100 {

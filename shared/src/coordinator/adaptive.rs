@@ -19,6 +19,25 @@ struct DcUpstream {
     upstream_429: u64,
     /// Time the counted reports cover: the gaps between their arrivals (coordinator clock).
     covered_ns: u64,
+    /// The same for the reports that carried 429s (the upstream was saturated then).
+    saturated_accepted: u64,
+    saturated_ns: u64,
+}
+
+impl DcUpstream {
+    /// Accepted calls per second while saturated, or over the whole period if never; a DC
+    /// heard only once in the period: over `period_ns`.
+    fn accepted_per_s(&self, period_ns: u64) -> f64 {
+        let (accepted, span_ns) = if self.saturated_ns > 0 {
+            (self.saturated_accepted, self.saturated_ns)
+        } else {
+            (self.calls.saturating_sub(self.upstream_429), if self.covered_ns > 0 { self.covered_ns } else { period_ns })
+        };
+        if span_ns == 0 {
+            return 0.0;
+        }
+        accepted as f64 * NS_PER_S as f64 / span_ns as f64
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -54,8 +73,8 @@ impl Adaptive {
         Quota::new(self.aimd.effective_milli().min(quota.rate_milli_per_s), quota.burst_milli)
     }
 
-    /// Sum the period's counts into one sample: each DC's accepted calls over the time its
-    /// reports covered (a DC heard once only: over the period).
+    /// Sum the period's counts into one sample: each DC's accepted rate (see
+    /// [`DcUpstream::accepted_per_s`]) summed.
     fn take_sample(&mut self, now_ns: u64) -> UpstreamSample {
         let period_ns = self.period_start_ns.map_or(0, |t| now_ns.saturating_sub(t));
         self.period_start_ns = Some(now_ns);
@@ -63,10 +82,7 @@ impl Adaptive {
         for d in std::mem::take(&mut self.per_dc).into_values() {
             s.calls = s.calls.saturating_add(d.calls);
             s.upstream_429 = s.upstream_429.saturating_add(d.upstream_429);
-            let span_ns = if d.covered_ns > 0 { d.covered_ns } else { period_ns };
-            if span_ns > 0 {
-                s.accepted_per_s += d.calls.saturating_sub(d.upstream_429) as f64 * NS_PER_S as f64 / span_ns as f64;
-            }
+            s.accepted_per_s += d.accepted_per_s(period_ns);
         }
         s
     }
@@ -85,10 +101,15 @@ impl CoordinatorCore {
         let timeout_ns = self.cfg.report_timeout_ms.saturating_mul(1_000_000);
         let Some(a) = self.adaptive.as_mut() else { return };
         let d = a.per_dc.entry(r.dc.clone()).or_default();
+        let r429 = r.upstream_429.min(r.upstream_calls);
         d.calls = d.calls.saturating_add(r.upstream_calls);
-        d.upstream_429 = d.upstream_429.saturating_add(r.upstream_429.min(r.upstream_calls));
+        d.upstream_429 = d.upstream_429.saturating_add(r429);
         if let Some(gap) = previous_ns.map(|p| now_ns.saturating_sub(p)).filter(|g| *g <= timeout_ns) {
             d.covered_ns = d.covered_ns.saturating_add(gap);
+            if r429 > 0 {
+                d.saturated_accepted = d.saturated_accepted.saturating_add(r.upstream_calls - r429);
+                d.saturated_ns = d.saturated_ns.saturating_add(gap);
+            }
         }
     }
 

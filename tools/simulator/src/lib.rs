@@ -20,11 +20,13 @@
 //! * [`percentiles`]: the one percentile definition of every tool (nearest rank, hdrhistogram).
 //! * [`chart`]: the follow-the-sun SVG.
 
+pub mod adaptive_metrics;
 pub mod chart;
 pub mod clock;
 pub mod faults;
 pub mod metrics;
 pub mod net;
+pub mod partner;
 pub mod percentiles;
 pub mod report;
 pub mod scenario;

@@ -59,6 +59,9 @@ pub struct Metrics {
     pub upstream_calls: u64,
     pub upstream_rejections: u64,
     pub max_window_ratio: f64,
+    /// The leading coordinator's effective R (per second) at each second (adaptive limits).
+    pub effective_rate_per_s: Vec<f64>,
+    pub hidden_drop: Option<crate::adaptive_metrics::HiddenDropMetrics>,
 }
 
 impl Metrics {
@@ -99,6 +102,8 @@ impl Metrics {
             upstream_calls: 0,
             upstream_rejections: 0,
             max_window_ratio: 0.0,
+            effective_rate_per_s: vec![0.0; secs],
+            hidden_drop: None,
         }
     }
 
@@ -204,5 +209,16 @@ impl Metrics {
         self.upstream_calls = upstream.calls;
         self.upstream_rejections = upstream.rejected;
         self.max_window_ratio = upstream.max_1s_calls as f64 / self.sc.hard.per_second() as f64;
+        if let Some(partner) = upstream.partner.as_ref() {
+            let admitted: Vec<u64> = self.admitted.iter().map(|r| r.iter().map(|&a| a as u64).sum()).collect();
+            let (r, renew_s) = (self.sc.quota.rate_per_s(), self.sc.renew_ms as f64 / 1_000.0);
+            self.hidden_drop = crate::adaptive_metrics::hidden_drop_metrics(
+                partner,
+                &admitted,
+                &self.effective_rate_per_s,
+                r,
+                renew_s,
+            );
+        }
     }
 }

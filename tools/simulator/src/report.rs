@@ -1,6 +1,7 @@
 //! Running many seeds (in parallel, on a rayon pool of `RunOptions::threads` workers) and summarising
 //! them, baselines included.
 
+use crate::adaptive_metrics::HiddenDropMetrics;
 use crate::faults::FaultKind;
 use crate::metrics::Series;
 use crate::percentiles::Percentiles;
@@ -58,6 +59,9 @@ pub struct SeedResult {
     pub overshoot_rate_per_s: f64,
     /// This seed's offered load, from the scenario's demand function.
     pub offered: OfferedLoad,
+    /// `hidden-drop`: how the adaptive limit followed the partner's hidden limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hidden_drop: Option<HiddenDropMetrics>,
     #[serde(skip)]
     pub series: Series,
 }
@@ -129,6 +133,9 @@ pub struct Summary {
     /// The uncoordinated baseline broke the limit in every seed it ran in this run: the upstream
     /// would have rejected a leak, so `violations: 0` means something.
     pub judge_has_teeth: bool,
+    /// `hidden-drop`: per seed, how the adaptive limit followed the partner's hidden limit.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hidden_drop: Vec<(u64, HiddenDropMetrics)>,
     pub baselines: BTreeMap<&'static str, BaselineResult>,
 }
 
@@ -193,6 +200,7 @@ pub fn run_scenario(sc: Scenario, seed: u64, policy: Policy) -> SeedResult {
         records_rolled_back: m.records_rolled_back,
         overshoot_rate_per_s: m.overshoot_max.rate_per_s(),
         offered,
+        hidden_drop: m.hidden_drop.clone(),
         series: m.series,
     }
 }
@@ -346,6 +354,7 @@ fn run_checked(opts: &RunOptions) -> (Summary, Vec<SeedResult>) {
         offered_over_limit: results.iter().map(|r| r.offered.over_limit_fraction).fold(1.0, f64::min),
         offered_to_limit_mean: results.iter().map(|r| r.offered.mean_to_limit).sum::<f64>() / n,
         judge_has_teeth,
+        hidden_drop: results.iter().filter_map(|r| Some((r.seed, r.hidden_drop.clone()?))).collect(),
         baselines,
     };
     (summary, results)

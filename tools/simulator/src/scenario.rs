@@ -3,9 +3,11 @@
 use crate::upstream::HardLimit;
 use leasehold_shared::quota::Quota;
 
+mod hidden_drop;
 mod limit_change;
 mod overloaded;
 
+pub use hidden_drop::{HIDDEN_DROP_S, HIDDEN_HIGH, HIDDEN_LOW, HIDDEN_RETURN_S};
 pub use overloaded::OfferedLoad;
 
 #[derive(Clone, Debug)]
@@ -76,6 +78,10 @@ pub struct Scenario {
     pub bugs: leasehold_shared::bugs::KnownBugs,
     /// A fixed fault schedule instead of a seeded one (a named path through the failure space).
     pub fixed_faults: Vec<crate::faults::Fault>,
+    /// The partner's own limit, lower than `hard` at times and never told (answers 429s).
+    pub hidden: Option<crate::partner::HiddenLimit>,
+    /// The limit follows upstream 429s (`LimitConfig.adaptive`).
+    pub adaptive: Option<leasehold_shared::adaptive::AdaptiveConfig>,
 }
 
 impl Scenario {
@@ -110,6 +116,8 @@ impl Scenario {
             emergency_per_dc: Quota::ZERO,
             bugs: Default::default(),
             fixed_faults: Vec::new(),
+            hidden: None,
+            adaptive: None,
         };
         s.quota = s.leased_quota();
         s
@@ -271,6 +279,7 @@ impl Scenario {
             "storm" => Some(Scenario::storm(seed)),
             "rolling-restart" => Some(Scenario::rolling_restart()),
             "limit-change" => Some(Scenario::limit_change()),
+            "hidden-drop" => Some(Scenario::hidden_drop()),
             _ => None,
         }
     }
@@ -306,8 +315,8 @@ impl Scenario {
         s
     }
 
-    pub const NAMES: [&'static str; 7] =
-        ["diurnal", "overload", "tenant-shift", "chaos", "storm", "rolling-restart", "limit-change"];
+    pub const NAMES: [&'static str; 8] =
+        ["diurnal", "overload", "tenant-shift", "chaos", "storm", "rolling-restart", "limit-change", "hidden-drop"];
 }
 
 #[cfg(test)]

@@ -42,6 +42,11 @@ impl SlidingWindow {
         self.limit
     }
 
+    /// Change the limit from the next call on (a partner lowering its limit unannounced).
+    pub fn set_limit(&mut self, limit: u64) {
+        self.limit = limit;
+    }
+
     pub fn window_ms(&self) -> u64 {
         self.window_ns / 1_000_000
     }

@@ -47,8 +47,10 @@ enum Rule {
 pub struct Upstream {
     limit: HardLimit,
     rule: Rule,
-    /// Calls still travelling (arrival time), released in time order.
-    in_flight: BinaryHeap<Reverse<u64>>,
+    /// Calls still travelling (arrival time, calling pod, return latency), released in time order.
+    in_flight: BinaryHeap<Reverse<(u64, usize, u64)>>,
+    /// The partner's hidden limit, if the scenario has one: it answers 429s to the pods.
+    pub partner: Option<crate::partner::Partner>,
     /// Every call in the last second (for the max-window ratio).
     last_second: VecDeque<u64>,
     pub calls: u64,
@@ -69,6 +71,7 @@ impl Upstream {
             limit,
             rule,
             in_flight: BinaryHeap::new(),
+            partner: None,
             last_second: VecDeque::new(),
             calls: 0,
             rejected: 0,
@@ -81,20 +84,24 @@ impl Upstream {
         self.limit
     }
 
-    /// A call leaves a pod; it reaches the upstream at `arrival_ns`.
+    /// A call leaves pod `pod`; it reaches the upstream at `arrival_ns`, and its answer reaches
+    /// the pod `return_ns` later.
     #[inline]
-    pub fn send(&mut self, arrival_ns: u64) {
-        self.in_flight.push(Reverse(arrival_ns));
+    pub fn send(&mut self, arrival_ns: u64, pod: usize, return_ns: u64) {
+        self.in_flight.push(Reverse((arrival_ns, pod, return_ns)));
     }
 
     /// Judge every call that has arrived by `now_ns` (no call can arrive earlier later on).
     pub fn advance(&mut self, now_ns: u64) {
-        while let Some(&Reverse(t)) = self.in_flight.peek() {
+        while let Some(&Reverse((t, pod, return_ns))) = self.in_flight.peek() {
             if t > now_ns {
                 break;
             }
             self.in_flight.pop();
             self.judge(t);
+            if let Some(p) = self.partner.as_mut() {
+                p.judge(t, pod, return_ns);
+            }
         }
     }
 
@@ -136,9 +143,9 @@ mod tests {
     fn sliding_window_rejects_the_call_over_the_limit() {
         let mut u = Upstream::new(HardLimit::SlidingWindow { calls: 3, window_ms: 1_000 });
         for t in [0, 100, 200, 300] {
-            u.send(t * 1_000_000);
+            u.send(t * 1_000_000, 0, 0);
         }
-        u.send(1_000_000_000); // the first call left the window
+        u.send(1_000_000_000, 0, 0); // the first call left the window
         u.advance(u64::MAX);
         assert_eq!((u.calls, u.rejected), (5, 1));
         assert_eq!(u.max_1s_calls, 4);
@@ -148,11 +155,11 @@ mod tests {
     fn token_bucket_allows_burst_then_rate() {
         let mut u = Upstream::new(HardLimit::TokenBucket { rate_per_s: 10, burst: 5 });
         for _ in 0..5 {
-            u.send(0);
+            u.send(0, 0, 0);
         }
-        u.send(0); // sixth at t=0: over the burst
-        u.send(100_000_000); // one token refilled after 100 ms
-        u.send(100_000_001);
+        u.send(0, 0, 0); // sixth at t=0: over the burst
+        u.send(100_000_000, 0, 0); // one token refilled after 100 ms
+        u.send(100_000_001, 0, 0);
         u.advance(u64::MAX);
         assert_eq!(u.rejected, 2, "the 6th call and the one after the refilled token");
     }

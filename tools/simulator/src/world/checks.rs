@@ -137,5 +137,11 @@ impl World {
             })
             .collect();
         self.metrics.sample(self.now, &demand, &budgets);
+        if let Some(c) = (0..self.coords.len()).find(|&c| self.coord_acts(c)) {
+            let rate = self.coords[c].core.as_ref().expect("acting").effective_quota().rate_per_s();
+            if let Some(e) = self.metrics.effective_rate_per_s.get_mut((self.now / S) as usize) {
+                *e = rate;
+            }
+        }
     }
 }

@@ -47,6 +47,7 @@ impl World {
         c.dc_ttl_ms = self.live.dc_ttl_ms;
         c.renew_interval_ms = self.sc.renew_ms;
         c.expiry = self.expiry();
+        c.adaptive = self.sc.adaptive.clone();
         c.bugs = self.sc.bugs;
         c
     }
@@ -138,6 +139,10 @@ impl World {
         }
         let mut c = std::mem::take(&mut slot.counters);
         c.queued = slot.queue.len() as u64;
+        if let Some(partner) = self.upstream.partner.as_mut() {
+            // Calls are judged as they arrive (`advance`); the answers reach the pod later.
+            c.upstream_429 = partner.take_429s(p, self.now);
+        }
         let report = core.report(local, c, true);
         self.send(Link::PodDc(p), || Msg::PodReport(p, report.clone()));
     }

@@ -204,7 +204,8 @@ impl World {
             Vec::new()
         };
         let total_pods: usize = sc.dcs.iter().map(|d| d.pods).sum();
-        let upstream = Upstream::new(sc.judged_limit());
+        let mut upstream = Upstream::new(sc.judged_limit());
+        upstream.partner = sc.hidden.clone().map(|h| crate::partner::Partner::new(h, sc.duration_s as usize + 1));
         let metrics = Metrics::new(&sc);
         let floors = sc.dcs.iter().map(|d| d.floor).collect();
         let live = live::LiveConfig::new(sc.dc_ttl_ms, sc.pod_ttl_ms, sc.quota, floors);

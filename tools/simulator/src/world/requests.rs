@@ -144,7 +144,8 @@ impl World {
         let sec = (self.now / S) as usize;
         self.metrics.admitted(sec, d);
         let jitter = self.rng.range_u64(0, self.sc.jitter_ms * MS);
-        self.upstream.send(self.now + self.sc.dcs[d].upstream_latency_ms * MS + jitter);
+        let latency = self.sc.dcs[d].upstream_latency_ms * MS;
+        self.upstream.send(self.now + latency + jitter, p, latency);
     }
 
     /// A pod whose queue holds requests but whose bucket just changed: serve them.
