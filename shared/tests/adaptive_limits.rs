@@ -71,7 +71,7 @@ fn drive(
             let ack = if dc == "eu" || bkk_acks { all.newest(dc) } else { None };
             all.absorb(a.on_dc_report(&report(dc, *seq, ack, calls, r429), *t), *t);
         }
-        if *seq % 4 == 0 {
+        if seq.is_multiple_of(4) {
             all.absorb(a.tick(*t), *t);
         }
         books_ok &= a.ledger().check(*t).is_ok();
