@@ -196,7 +196,7 @@ mod tests {
     #[test]
     fn one_saturated_period_lands_just_below_what_the_upstream_accepts() {
         let mut a = Aimd::new(AdaptiveConfig::default(), R, 100_000);
-        assert_eq!(a.on_period(sample(1_000, 400)), 570_000, "0.95 of the 600/s accepted");
+        assert_eq!(a.on_period(sample(1_000, 300)), 665_000, "0.95 of the 700/s accepted");
     }
 
     #[test]
@@ -229,14 +229,14 @@ mod tests {
     #[test]
     fn holds_after_a_decrease_then_probes_slowly_near_the_limit_seen_then_fast() {
         let mut a = Aimd::new(AdaptiveConfig::default(), R, 0);
-        assert_eq!(a.on_period(sample(1_000, 400)), 570_000);
-        assert_eq!(a.on_period(sample(570, 0)), 570_000, "hold");
-        assert_eq!(a.on_period(sample(570, 0)), 575_000, "probe: +0.5% of R");
-        for _ in 0..5 {
-            a.on_period(sample(575, 0));
+        assert_eq!(a.on_period(sample(1_000, 300)), 665_000);
+        assert_eq!(a.on_period(sample(665, 0)), 665_000, "hold");
+        assert_eq!(a.on_period(sample(665, 0)), 670_000, "probe: +0.5% of R");
+        for _ in 0..6 {
+            a.on_period(sample(670, 0));
         }
-        assert_eq!(a.effective_milli(), 600_000);
-        assert_eq!(a.on_period(sample(600, 0)), 630_000, "at the limit seen: fast again");
+        assert_eq!(a.effective_milli(), 700_000);
+        assert_eq!(a.on_period(sample(700, 0)), 730_000, "at the limit seen: fast again");
     }
 
     #[test]
