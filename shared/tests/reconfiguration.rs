@@ -7,7 +7,7 @@ use leasehold_shared::bugs::KnownBugs;
 use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
 use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput};
 use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{DcLease, DcReport, LeaseVersion, PodLease, PodReport};
+use leasehold_shared::wire::{DcReport, LeaseVersion, PodLease, PodReport};
 use std::collections::BTreeMap;
 
 mod support;

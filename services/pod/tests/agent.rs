@@ -27,7 +27,7 @@ async fn permits_denials_and_bad_input_over_http() {
         leader_ttl_ms: 1_000,
         replicas: 1,
         http_listen: None,
-        limits: vec![limit],
+        limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
     };
     let _c = leasehold_coordinator::spawn(client(&url).await, coord);
     let mut m = DcManagerConfig::new("api", "bkk", "");

@@ -40,6 +40,23 @@ impl LimitConfig {
         c
     }
 
+    /// What a term runs a limit on when it finds the limit's record but no definition it can
+    /// use (an unreadable one in `lh_limits`): the record's capacity and floors, its DCs, its
+    /// longest DC-lease TTL, and wide clock margins (counting its leases too long is waste, too
+    /// short would not be safe). Never more than the record's writer ran with.
+    pub fn from_record(rec: &crate::wire::LedgerRecord) -> LimitConfig {
+        let mut dcs: Vec<&String> =
+            rec.floors.keys().chain(rec.leases.iter().map(|l| &l.dc)).chain(rec.dc_holders.keys()).collect();
+        dcs.sort_unstable();
+        dcs.dedup();
+        let floors: Vec<(&str, Quota)> =
+            dcs.iter().map(|dc| (dc.as_str(), rec.floors.get(*dc).copied().unwrap_or(Quota::ZERO))).collect();
+        let mut c = LimitConfig::new(&rec.limit, rec.capacity.unwrap_or(Quota::ZERO), &floors);
+        c.dc_ttl_ms = rec.leases.iter().map(|l| l.ttl_ms).max().unwrap_or(c.dc_ttl_ms).max(c.dc_ttl_ms);
+        c.expiry = crate::expiry::ExpiryPolicy { max_drift: 0.05, grace_ms: 1_000, egress_spread_ms: 1_000 };
+        c
+    }
+
     /// True for [`LimitConfig::retired`]'s result: nothing may be granted or reserved.
     pub fn is_retired(&self) -> bool {
         self.quota == Quota::ZERO && self.floors() == Quota::ZERO

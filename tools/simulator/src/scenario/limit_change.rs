@@ -18,10 +18,11 @@ impl Scenario {
     /// 4. the same, Europe cut off 3 s after the change;
     /// 5. R, B and floor (from BKK) all change at once while BKK is cut off;
     /// 6. floor moves from BKK with nobody cut off;
-    /// 7.–12. R and B go down while BKK cannot confirm and Europe is cut off after the first
-    ///    renewals;
-    /// 13.–18. cycles 1–6 again, with each change applied in place by the leading term (as the
-    ///    service follows `lh_limits`) instead of restarting the coordinators with it.
+    ///
+    /// then six cycles (7–12) where R and B go down while BKK cannot confirm and Europe is cut off
+    /// after the first renewals, and six (13–18) that run cycles 1–6 again with each change
+    /// applied in place by the leading term (as the service follows `lh_limits`) instead of
+    /// restarting the coordinators with it.
     pub fn limit_change() -> Self {
         let fault = |at_s, kind, duration_s, target, amount| Fault { at_s, kind, duration_s, target, amount };
         let change = |at_s, duration_s, parts, giver, amount| {

@@ -1,0 +1,176 @@
+//! Limits as data: the definitions in `lh_limits` this replica follows, and what a leading term
+//! does when one changes.
+//!
+//! * **Changed**: the term takes the new definition in place (`CoordinatorCore::reconfigure`:
+//!   a lower R or B shrinks the books at once and the leases already out run out; a raise
+//!   applies at once) and writes the record.
+//! * **Added**: the term reads the limit's record (normally none), resumes a core from it as a
+//!   takeover would (the fence says whether a record was ever written: if so and it is missing,
+//!   it was lost and the term waits it out) and writes the first record.
+//! * **Removed**: the term runs the limit retired (capacity and floors zero): DC leases end,
+//!   floors are named zero, pods deny once what they hold has ended. The record stays, so a
+//!   later term finds it and keeps it retired; defining the limit again takes it up from there.
+//! * **Refused** (unreadable, or not valid for this coordinator): logged and reported in the
+//!   status; the definition in force before stays in force (after a restart: the record's own
+//!   capacity and floors, `LimitConfig::from_record`).
+
+use crate::config::Settings;
+use crate::leader::{resume_logged, Leader, LimitState};
+use leasehold_nats::limits_store::LimitEvent;
+use leasehold_shared::coordinator::{LimitConfig, Stored};
+use leasehold_shared::wire::LedgerRecord;
+use std::collections::BTreeMap;
+use tracing::{info, warn};
+
+/// What a definition event changes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    Defined(LimitConfig),
+    Removed(String),
+    Refused(String),
+}
+
+/// The definitions this replica follows, with the checks every one passes.
+pub struct Definitions {
+    settings: Settings,
+    defined: BTreeMap<String, LimitConfig>,
+    refused: BTreeMap<String, String>,
+    /// The newest revision seen per key (a re-opened watch delivers each key again).
+    seen: BTreeMap<String, u64>,
+}
+
+impl Definitions {
+    pub fn new(settings: Settings) -> Self {
+        Definitions { settings, defined: BTreeMap::new(), refused: BTreeMap::new(), seen: BTreeMap::new() }
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.defined.keys().cloned().collect()
+    }
+
+    pub fn get(&self, limit: &str) -> Option<&LimitConfig> {
+        self.defined.get(limit)
+    }
+
+    /// The longest DC-lease TTL of any definition (a new term's fence carries it).
+    pub fn longest_dc_ttl_ms(&self) -> u64 {
+        self.defined.values().map(|l| l.dc_ttl_ms).max().unwrap_or(0)
+    }
+
+    /// The shortest renew interval of any definition: how often the leader ticks.
+    pub fn tick_ms(&self) -> u64 {
+        self.defined.values().map(|l| l.renew_interval_ms).min().unwrap_or(1_000)
+    }
+
+    /// What a term runs `limit` on, given its record: its definition; without a usable one, the
+    /// record's own capacity and floors (a refused definition), or retired (none: removed).
+    pub fn config_for(&self, limit: &str, record: Option<&LedgerRecord>) -> LimitConfig {
+        if let Some(cfg) = self.defined.get(limit) {
+            return cfg.clone();
+        }
+        let rec = record.cloned().unwrap_or_else(|| LedgerRecord::empty(limit, 0, ""));
+        let held = LimitConfig::from_record(&rec);
+        if self.refused.contains_key(limit) {
+            held
+        } else {
+            held.retired()
+        }
+    }
+
+    /// Take an event in. `None`: nothing new (a revision already seen).
+    pub fn apply(&mut self, e: LimitEvent) -> Option<Change> {
+        if self.seen.get(&e.key).is_some_and(|r| e.revision <= *r) {
+            return None;
+        }
+        self.seen.insert(e.key.clone(), e.revision);
+        let def = match e.def {
+            None => {
+                self.refused.remove(&e.key);
+                return self.defined.remove(&e.key).map(|_| Change::Removed(e.key));
+            }
+            Some(def) => def,
+        };
+        match def.and_then(|d| self.settings.limit_config(&d)) {
+            Ok(cfg) => {
+                self.refused.remove(&e.key);
+                self.defined.insert(e.key, cfg.clone());
+                Some(Change::Defined(cfg))
+            }
+            Err(cause) => {
+                self.refused.insert(e.key.clone(), cause.clone());
+                Some(Change::Refused(cause))
+            }
+        }
+    }
+
+    pub fn refused(&self) -> &BTreeMap<String, String> {
+        &self.refused
+    }
+}
+
+impl Leader {
+    /// A definition changed in `lh_limits` (or was there when the watch began).
+    pub async fn on_limit(&mut self, event: LimitEvent) {
+        let key = event.key.clone();
+        let Some(change) = self.definitions.apply(event) else { return };
+        self.status.definitions = self.definitions.names().len();
+        self.status.definitions_refused = self.definitions.refused().clone();
+        let cfg = match change {
+            Change::Refused(cause) => {
+                warn!(limit = %key, %cause, "definition refused; the one in force stays");
+                return;
+            }
+            Change::Defined(cfg) => cfg,
+            Change::Removed(_) => {
+                info!(limit = %key, "limit removed: it runs retired until its leases end");
+                match self.leadership.as_ref().and_then(|t| t.limits.get(&key)) {
+                    Some(s) => s.core.config().retired(),
+                    None => return,
+                }
+            }
+        };
+        self.status.definition_changes += 1;
+        if self.leadership.is_none() {
+            return; // a later term reads it
+        }
+        let now = self.now_ns();
+        match self.leadership.as_mut().and_then(|t| t.limits.get_mut(&key)) {
+            Some(state) => {
+                info!(limit = %key, rate_per_s = cfg.quota.rate_per_s(), burst = cfg.quota.burst(), "definition applied");
+                state.core.reconfigure(cfg, now).expect("the same limit");
+            }
+            None => {
+                if !self.add_to_term(cfg).await {
+                    return;
+                }
+            }
+        }
+        if self.acting() {
+            self.write(&key).await;
+        }
+        self.refresh_books();
+    }
+
+    /// A limit this term has no books for: resume them from its record, as a takeover would.
+    /// False if the record cannot be read (the term steps down rather than lead without it).
+    async fn add_to_term(&mut self, cfg: LimitConfig) -> bool {
+        let limit = cfg.limit.clone();
+        let (rev, rec) = match self.read_record(&limit).await {
+            Ok(found) => found,
+            Err(e) => {
+                warn!(cause = %e, "cannot add the limit");
+                self.step_down("a ledger record cannot be read");
+                return false;
+            }
+        };
+        let Some(term) = self.leadership.as_ref() else { return false };
+        let stored = Stored::classify(&limit, rec.as_ref(), Some(&term.fence.1));
+        let epoch = self.status.epoch;
+        let core = resume_logged(cfg, &self.id, epoch, stored, self.now_ns());
+        info!(limit = %limit, "limit added");
+        if let Some(t) = self.leadership.as_mut() {
+            t.limits.insert(limit, LimitState { core, record_rev: rev, written: None });
+        }
+        true
+    }
+}
