@@ -265,8 +265,13 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
     let d = status(dc_addr).await;
     assert_eq!(
         fields(&d),
-        "budget_rate_per_s dc dc_lease_rate_per_s epoch instance leading limit messages_malformed \
+        "budget_rate_per_s dc dc_lease_rate_per_s epoch instance leading limit limits messages_malformed \
          pod_leases_issued pods_eligible pods_known takeovers used_rate_per_s",
+        "{d}"
+    );
+    assert_eq!(
+        fields(&d["limits"]["api"]),
+        "budget_rate_per_s dc_lease_rate_per_s pods_eligible pods_known seconds_since_dc_lease used_rate_per_s",
         "{d}"
     );
     assert_eq!((d["limit"].as_str(), d["dc"].as_str(), d["leading"].as_bool()), (Some("api"), Some("bkk"), Some(true)));
