@@ -130,6 +130,7 @@ fn ledger_record_roundtrip() {
         lost_floors: [("eu".to_string(), Quota::per_s(300, 0))].into(),
         lost_wait_dc_ttl_ms: Some(10_000),
         dc_holders: [("bkk".to_string(), DcHolder { holder: "bkk-mgr-e2".into(), term: 4 })].into(),
+        expiry: Some(leasehold_shared::expiry::ExpiryPolicy::default()),
     });
 }
 

@@ -11,8 +11,12 @@
 //!   floors are named zero, pods deny once what they hold has ended. The record stays, so a
 //!   later term finds it and keeps it retired; defining the limit again takes it up from there.
 //! * **Refused** (unreadable, or not valid for this coordinator): logged and reported in the
-//!   status; the definition in force before stays in force (after a restart: the record's own
-//!   capacity and floors, `LimitConfig::from_record`).
+//!   status; the term keeps running what it runs. A term that takes over runs such a limit on
+//!   its record's capacity and floors (`LimitConfig::from_record`), never on an older definition
+//!   (another replica may have accepted the new one and applied it).
+//!
+//! A takeover re-reads every definition first ([`Definitions::sync`]): a term never starts from
+//! a definition older than one its predecessor applied (the watch may lag).
 
 use crate::config::Settings;
 use crate::leader::{resume_logged, Leader, LimitState};
@@ -97,9 +101,24 @@ impl Definitions {
                 Some(Change::Defined(cfg))
             }
             Err(cause) => {
+                // Not the one before: after a takeover the record's capacity and floors rule
+                // (another replica may have accepted and applied it; see `config_for`).
+                self.defined.remove(&e.key);
                 self.refused.insert(e.key.clone(), cause.clone());
                 Some(Change::Refused(cause))
             }
+        }
+    }
+
+    /// Take in every definition stored now (a takeover re-reads them all, so that a term never
+    /// runs a definition older than one its predecessor applied); a limit defined here but
+    /// absent from `stored` was removed.
+    pub fn sync(&mut self, stored: Vec<LimitEvent>) {
+        let present: std::collections::BTreeSet<String> = stored.iter().map(|e| e.key.clone()).collect();
+        self.defined.retain(|k, _| present.contains(k));
+        self.refused.retain(|k, _| present.contains(k));
+        for e in stored {
+            self.apply(e);
         }
     }
 
@@ -117,7 +136,7 @@ impl Leader {
         self.status.definitions_refused = self.definitions.refused().clone();
         let cfg = match change {
             Change::Refused(cause) => {
-                warn!(limit = %key, %cause, "definition refused; the one in force stays");
+                warn!(limit = %key, %cause, "definition refused; the limit runs on as it does");
                 return;
             }
             Change::Defined(cfg) => cfg,
@@ -172,5 +191,48 @@ impl Leader {
             t.limits.insert(limit, LimitState { core, record_rev: rev, written: None });
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_shared::limits::LimitDef;
+    use leasehold_shared::quota::Quota;
+
+    fn event(key: &str, revision: u64, rate_per_s: u64) -> LimitEvent {
+        let cfg = LimitConfig::new(key, Quota::per_s(rate_per_s, 10), &[("bkk", Quota::per_s(5, 0))]);
+        LimitEvent { key: key.into(), revision, def: Some(Ok(LimitDef::from_config(&cfg))) }
+    }
+
+    /// Found by the tenth outside review: a refused definition left the one before in force, so a
+    /// replica that refused a lowered limit (its own `leader_ttl_ms` makes it invalid) could take
+    /// over and grant the old, higher limit for good.
+    #[test]
+    fn a_refused_definition_runs_the_limit_on_its_record_never_on_the_one_before() {
+        let mut d = Definitions::new(Settings::default());
+        assert!(matches!(d.apply(event("api", 1, 1_000)), Some(Change::Defined(_))));
+        let mut bad = event("api", 2, 400);
+        if let Some(Ok(def)) = bad.def.as_mut() {
+            def.dc_ttl_ms = 1_000; // below twice the default leader_ttl_ms: refused here
+        }
+        assert!(matches!(d.apply(bad), Some(Change::Refused(_))));
+        let mut rec = LedgerRecord::empty("api", 3, "coord-a");
+        rec.capacity = Some(Quota::per_s(400, 10));
+        let cfg = d.config_for("api", Some(&rec));
+        assert_eq!(cfg.quota, Quota::per_s(400, 10), "the record's capacity, not the older 1,000/s");
+        assert!(!cfg.is_retired());
+    }
+
+    #[test]
+    fn a_takeover_sync_drops_what_was_removed_and_skips_revisions_already_seen() {
+        let mut d = Definitions::new(Settings::default());
+        d.apply(event("api", 1, 1_000));
+        d.apply(event("gone", 2, 10));
+        d.sync(vec![event("api", 5, 600)]);
+        assert_eq!(d.names(), vec!["api".to_string()], "gone was removed while the watch lagged");
+        assert_eq!(d.get("api").map(|c| c.quota), Some(Quota::per_s(600, 10)), "the newer definition");
+        assert_eq!(d.apply(event("api", 5, 600)), None, "the watch delivering it again changes nothing");
+        assert!(d.config_for("gone", None).is_retired());
     }
 }

@@ -4,7 +4,8 @@
 //!   it unchanged for a full TTL on its own clock, and a leader acts only while its last landed
 //!   renewal was *sent* less than 0.6·TTL ago. No server clock (nor a bucket's `max_age`) is
 //!   relied on.
-//! * A new leader reads the ledger record of every limit that has a definition or a record,
+//! * A new leader re-reads every definition in `lh_limits`, then reads the ledger record of
+//!   every limit that has a definition, a record, or a place in the fence's list,
 //!   takes an epoch above all of them and above its claim's revision (so a lost record cannot
 //!   restart epochs), resumes each core from its record (old leases keep counting; a missing
 //!   record means a quiet period, see `CoordinatorCore::resume`) and writes the records back by
@@ -50,6 +51,8 @@ pub struct Leader {
     pub definitions: Definitions,
     pub(crate) ledger: Store,
     leaders: Store,
+    /// The `lh_limits` bucket, re-read at every takeover.
+    limits: Store,
     clock: LeaseClock,
     election: Leadership,
     pub(crate) leadership: Option<Term>,
@@ -60,16 +63,17 @@ pub struct Leader {
 type Found = (Option<u64>, Option<LedgerRecord>);
 
 impl Leader {
+    /// `stores`: the ledger, leader and limits buckets.
     pub fn new(
         id: String,
         definitions: Definitions,
         leader_ttl: Duration,
-        ledger: Store,
-        leaders: Store,
+        (ledger, leaders, limits): (Store, Store, Store),
         clock: LeaseClock,
     ) -> Self {
         let election = Leadership::new(&id, LeadershipConfig::new(leader_ttl.as_millis() as u64));
-        Leader { id, definitions, ledger, leaders, clock, election, leadership: None, status: Status::default() }
+        let status = Status::default();
+        Leader { id, definitions, ledger, leaders, limits, clock, election, leadership: None, status }
     }
 
     /// Every decision reads the service's one clock (nanoseconds since start, counting suspension).
@@ -162,8 +166,22 @@ impl Leader {
                 return;
             }
         };
-        // Every limit defined now, and every limit with a record (a removed one runs retired).
+        // Every definition as stored now (the watch may lag behind what the last term applied).
+        match leasehold_nats::limits_store::list(&self.limits).await {
+            Ok(stored) => self.definitions.sync(stored.into_iter().map(Into::into).collect()),
+            Err(e) => {
+                warn!(cause = %e, "cannot read the limits' definitions; not taking over");
+                self.election.resign("lh_limits cannot be read");
+                return;
+            }
+        }
+        // Every limit defined now, every limit with a record, and every limit the fence says
+        // had one (its record lost): a removed one runs retired.
         let mut names: Vec<String> = self.definitions.names();
+        names.extend(self.definitions.refused().keys().cloned());
+        if let Some(listed) = fence.as_ref().and_then(|(_, f)| f.limits.as_ref()) {
+            names.extend(listed.iter().cloned());
+        }
         match self.recorded_limits().await {
             Ok(recorded) => names.extend(recorded),
             Err(e) => {

@@ -83,12 +83,11 @@ pub async fn run(
     let id =
         settings.id.clone().unwrap_or_else(|| format!("coord-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
     let clock = leasehold_process::clock::LeaseClock::start();
-    let mut leader = Leader::new(id, Definitions::new(settings), leader_ttl, ledger, leaders, clock);
-    // Every definition stored now, before seeking leadership: a term must not start a limit
-    // retired only because its definition had not arrived yet.
+    let stores = (ledger, leaders, limits.clone());
+    let mut leader = Leader::new(id, Definitions::new(settings), leader_ttl, stores, clock);
+    // Every definition stored now, before seeking leadership (a takeover reads them again).
     for stored in limits_store::list(&limits).await? {
-        let def = Some(stored.def);
-        leader.on_limit(limits_store::LimitEvent { key: stored.key, revision: stored.revision, def }).await;
+        leader.on_limit(stored.into()).await;
     }
     let mut changes = limits_store::follow(limits);
     let mut tick_ms = leader.definitions.tick_ms();

@@ -150,6 +150,12 @@ pub struct LimitEvent {
     pub def: Option<Result<LimitDef, String>>,
 }
 
+impl From<StoredLimit> for LimitEvent {
+    fn from(s: StoredLimit) -> Self {
+        LimitEvent { key: s.key, revision: s.revision, def: Some(s.def) }
+    }
+}
+
 /// Follow every limit's definition: first each key's newest value, then every change, for as
 /// long as the receiver lives. The watch is opened again whenever it ends (a server restart);
 /// each re-opening delivers every key's newest value again, so a consumer skips revisions it

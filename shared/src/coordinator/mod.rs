@@ -203,6 +203,7 @@ impl CoordinatorCore {
                 .iter()
                 .filter_map(|(dc, v)| Some((dc.clone(), DcHolder { holder: v.holder.clone()?, term: v.holder_term })))
                 .collect(),
+            expiry: Some(self.cfg.expiry),
         };
         for dc in self.floor_dcs() {
             let Some((floor, version)) = self.floor_named(&dc) else { continue };

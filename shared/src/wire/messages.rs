@@ -219,6 +219,11 @@ pub struct LedgerRecord {
     /// earlier terms, as the writer did. Missing: not known (older writers).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub dc_holders: std::collections::BTreeMap<String, DcHolder>,
+    /// The writer's clock margins: how long it counts a lease past its TTL. A term that must
+    /// run the limit from its record alone (its definition unreadable) counts with these.
+    /// Missing: not known (older writers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiry: Option<crate::expiry::ExpiryPolicy>,
 }
 
 /// A DC's current DC-manager replica as the coordinator knows it.
@@ -246,6 +251,7 @@ impl LedgerRecord {
             lost_floors: Default::default(),
             lost_wait_dc_ttl_ms: None,
             dc_holders: Default::default(),
+            expiry: None,
         }
     }
 
