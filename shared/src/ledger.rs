@@ -20,7 +20,9 @@
 //! lasting claim. So no instant sees more than the larger of the old total and the capacity,
 //! and once the inherited leases have expired the total is within the new capacity. Without this
 //! a holder could renew at the level of an inherited lease and carry the excess past its end.
-//! Entries that never expire (a DC's floor on the coordinator's books) are never inherited.
+//! Entries that never expire (a DC's floor on the coordinator's books) are never inherited; one
+//! below a newer never-expiring entry (a floor lowered, not yet confirmed) counts in the total
+//! but not among what lasts.
 
 use crate::quota::Quota;
 use crate::wire::LeaseVersion;
@@ -71,11 +73,16 @@ impl HolderLeases {
         e.live_until_ns != NEVER && self.inherited_below.is_some_and(|b| e.version < b)
     }
 
-    /// The claim of the entries that last (see the module docs).
+    /// The claim of the entries that last (see the module docs). A never-expiring entry below
+    /// a newer never-expiring one (a floor lowered, not yet confirmed) is not among them: it
+    /// keeps counting in the total until the holder confirms, but it is on its way out, as an
+    /// inherited lease is.
     fn lasting_claim(&self, now_ns: u64) -> Quota {
+        let newest_never = self.entries.iter().filter(|e| e.live_until_ns == NEVER).map(|e| e.version).max();
+        let superseded = |e: &LeaseEntry| e.live_until_ns == NEVER && newest_never.is_some_and(|n| e.version < n);
         self.entries
             .iter()
-            .filter(|e| e.live_until_ns > now_ns && !self.inherited(e))
+            .filter(|e| e.live_until_ns > now_ns && !self.inherited(e) && !superseded(e))
             .fold(Quota::ZERO, |m, e| m.max(e.quota))
     }
 

@@ -143,9 +143,12 @@ pub fn pod(limit: &str, dc: &str, pod: &str, channel: PodChannel) -> Result<Stri
     Ok(format!("{PREFIX}.{limit}.pod.{dc}.{pod}.{}", channel.token()))
 }
 
-/// What a DC manager subscribes to for one channel of all its pods.
+/// What a DC manager subscribes to for one channel of all its pods, of one limit (or of every
+/// limit: `"*"`).
 pub fn pods_wildcard(limit: &str, dc: &str, channel: PodChannel) -> Result<String, WireError> {
-    check_id("limit", limit)?;
+    if limit != "*" {
+        check_id("limit", limit)?;
+    }
     check_id("dc", dc)?;
     Ok(format!("{PREFIX}.{limit}.pod.{dc}.*.{}", channel.token()))
 }

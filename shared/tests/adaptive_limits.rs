@@ -37,7 +37,8 @@ impl AllLeases {
 
     fn spendable(&self, now: u64) -> Quota {
         self.0.values().fold(Quota::ZERO, |s, ls| {
-            let max = ls.iter().filter(|(l, at)| at + l.ttl_ms * MS > now).fold(Quota::ZERO, |m, (l, _)| m.max(l.quota));
+            let max =
+                ls.iter().filter(|(l, at)| at + l.ttl_ms * MS > now).fold(Quota::ZERO, |m, (l, _)| m.max(l.quota));
             s.saturating_add(max)
         })
     }

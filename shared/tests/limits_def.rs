@@ -309,7 +309,8 @@ fn an_adaptive_limit_round_trips_and_its_defaults_and_typos_are_handled() {
     // `adaptive = {}`: every default; no `adaptive`: off, and not written.
     let defaults = one(&text.replace("decrease_factor = 0.8, min_calls = 50", ""), DefFormat::Toml).unwrap();
     assert_eq!(defaults.to_config().unwrap().adaptive, Some(AdaptiveConfig::default()));
-    let off = one(&text.replace("adaptive = { decrease_factor = 0.8, min_calls = 50 }\n", ""), DefFormat::Toml).unwrap();
+    let off =
+        one(&text.replace("adaptive = { decrease_factor = 0.8, min_calls = 50 }\n", ""), DefFormat::Toml).unwrap();
     assert_eq!(off.to_config().unwrap().adaptive, None);
     assert!(!String::from_utf8(off.to_json()).unwrap().contains("adaptive"));
     // A misspelt field is refused; a factor out of range reads but cannot run.

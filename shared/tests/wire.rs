@@ -136,6 +136,7 @@ fn ledger_record_roundtrip() {
         lost_wait_dc_ttl_ms: Some(10_000),
         dc_holders: [("bkk".to_string(), DcHolder { holder: "bkk-mgr-e2".into(), term: 4 })].into(),
         adaptive_rate_milli_per_s: Some(570_000),
+        expiry: Some(leasehold_shared::expiry::ExpiryPolicy::default()),
     });
 }
 

@@ -2,6 +2,7 @@
 //! validated before anything starts.
 
 use leasehold_shared::coordinator::LimitConfig;
+use leasehold_shared::limits::LimitDef;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -18,7 +19,11 @@ pub struct Settings {
     /// Serve `/metrics` (Prometheus) and `/v1/status` here, e.g. `127.0.0.1:9100`; none by default.
     #[serde(default)]
     pub http_listen: Option<String>,
-    pub limits: Vec<LimitConfig>,
+    /// Seeds for the `lh_limits` bucket: each limit here whose key never held a definition is
+    /// created at start. The bucket is the truth: the coordinator follows it live, a limit
+    /// changed or removed there (`leasehold limits`) stays so, whatever this file says.
+    #[serde(default)]
+    pub limits: Vec<LimitDef>,
 }
 
 impl Default for Settings {
@@ -43,9 +48,6 @@ pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
 
 impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.limits.is_empty() {
-            return Err(ConfigError::Invalid("no limits configured ([[limits]] in the TOML file)".into()));
-        }
         if self.replicas == 0 {
             return Err(ConfigError::Invalid("replicas must be at least 1".into()));
         }
@@ -54,17 +56,23 @@ impl Settings {
         if names.windows(2).any(|w| w[0] == w[1]) {
             return Err(ConfigError::Invalid("a limit is configured twice".into()));
         }
-        for l in &self.limits {
-            l.validate().map_err(ConfigError::Invalid)?;
-            leasehold_shared::wire::check_id("limit", &l.limit).map_err(|e| ConfigError::Invalid(e.to_string()))?;
-            if self.leader_ttl_ms <= l.renew_interval_ms || self.leader_ttl_ms * 2 > l.dc_ttl_ms {
-                return Err(ConfigError::Invalid(format!(
-                    "limit {}: leader_ttl_ms ({}) must exceed renew_interval_ms ({}) and be at most half of dc_ttl_ms ({}), so DCs ride through a failover",
-                    l.limit, self.leader_ttl_ms, l.renew_interval_ms, l.dc_ttl_ms
-                )));
-            }
+        for def in &self.limits {
+            self.limit_config(def).map_err(ConfigError::Invalid)?;
         }
         Ok(())
+    }
+
+    /// `def` as this coordinator can run it: valid, and timed so that DCs ride through a
+    /// failover of this coordinator. The one check of every definition, from the file or KV.
+    pub fn limit_config(&self, def: &LimitDef) -> Result<LimitConfig, String> {
+        let l = def.to_config().map_err(|e| e.to_string())?;
+        if self.leader_ttl_ms <= l.renew_interval_ms || self.leader_ttl_ms * 2 > l.dc_ttl_ms {
+            return Err(format!(
+                "limit {}: leader_ttl_ms ({}) must exceed renew_interval_ms ({}) and be at most half of dc_ttl_ms ({}), so DCs ride through a failover",
+                l.limit, self.leader_ttl_ms, l.renew_interval_ms, l.dc_ttl_ms
+            ));
+        }
+        Ok(l)
     }
 }
 
@@ -82,16 +90,18 @@ mod tests {
     fn the_shipped_example_loads() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/coordinator.toml");
         let s = load(Some(&path)).unwrap();
-        assert_eq!(s.limits[0].limit, "partner-api");
-        assert_eq!(s.limits[0].dcs.len(), 2);
-        assert_eq!(s.limits[0].expiry.egress_spread_ms, 144);
-        assert_eq!(s.limits[0].hysteresis, 0.02, "unset fields take their defaults");
+        let l = s.limit_config(&s.limits[0]).unwrap();
+        assert_eq!(l.limit, "partner-api");
+        assert_eq!(l.dcs.len(), 2);
+        assert_eq!(l.expiry.egress_spread_ms, 144);
+        assert_eq!(l.hysteresis, 0.02, "unset fields take their defaults");
     }
 
     #[test]
     fn bad_configurations_are_refused_with_a_reason() {
         let cases = [
-            ("nolimits", "nats_url = \"nats://x\"\n", "no limits"),
+            ("replicas", "replicas = 0\n", "replicas"),
+            ("unit", "[[limits]]\nlimit = \"a\"\nrate = \"5/fortnight\"\nburst = 1\n[[limits.dcs]]\nname = \"x\"\n", "fortnight"),
             ("badtoml", "limits = [\n", "configuration"),
             (
                 "floors",

@@ -56,7 +56,25 @@ fn registry(status: watch::Receiver<Status>) -> Registry {
             per_limit(|b| b.outstanding.burst()),
         )?;
         m.gauges("leasehold_ledger_limit_burst", "The limit's burst B.", per_limit(|b| b.capacity.burst()))?;
-        m.gauges("leasehold_ledger_dc_leases", "DC leases on the books.", per_limit(|b| b.dc_leases as f64))
+        m.gauges("leasehold_ledger_dc_leases", "DC leases on the books.", per_limit(|b| b.dc_leases as f64))?;
+        m.gauge(
+            "leasehold_coordinator_limits_defined",
+            "Limits with a definition in lh_limits.",
+            NO_LABELS,
+            s.definitions as f64,
+        )?;
+        m.counter(
+            "leasehold_coordinator_definition_changes_total",
+            "Definitions added, changed or removed in lh_limits and taken in.",
+            NO_LABELS,
+            s.definition_changes,
+        )?;
+        m.gauge(
+            "leasehold_coordinator_definitions_refused",
+            "Limits whose stored definition is refused (the one before stays in force).",
+            NO_LABELS,
+            s.definitions_refused.len() as f64,
+        )
     })
 }
 
@@ -70,6 +88,10 @@ struct StatusBody {
     step_downs: u64,
     reports_malformed: u64,
     limits: BTreeMap<String, LimitBody>,
+    /// Limits with a definition this replica runs (`lh_limits`).
+    definitions: usize,
+    /// Per limit, why its stored definition is refused (the one before stays in force).
+    definitions_refused: BTreeMap<String, String>,
 }
 
 #[derive(Serialize)]
@@ -77,6 +99,8 @@ struct LimitBody {
     limit: Quota,
     outstanding: Quota,
     dc_leases: u32,
+    /// Removed from `lh_limits`: nothing is granted, its leases run out.
+    retired: bool,
 }
 
 impl From<&Status> for StatusBody {
@@ -92,9 +116,17 @@ impl From<&Status> for StatusBody {
                 .limits
                 .iter()
                 .map(|(l, b)| {
-                    (l.clone(), LimitBody { limit: b.capacity, outstanding: b.outstanding, dc_leases: b.dc_leases })
+                    let body = LimitBody {
+                        limit: b.capacity,
+                        outstanding: b.outstanding,
+                        dc_leases: b.dc_leases,
+                        retired: b.retired,
+                    };
+                    (l.clone(), body)
                 })
                 .collect(),
+            definitions: s.definitions,
+            definitions_refused: s.definitions_refused.clone(),
         }
     }
 }

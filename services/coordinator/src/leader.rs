@@ -4,16 +4,19 @@
 //!   it unchanged for a full TTL on its own clock, and a leader acts only while its last landed
 //!   renewal was *sent* less than 0.6·TTL ago. No server clock (nor a bucket's `max_age`) is
 //!   relied on.
-//! * A new leader reads every limit's ledger record, takes an epoch above all of them and above
-//!   its claim's revision (so a lost record cannot restart epochs), resumes each core from its
-//!   record (old leases keep counting; a missing record means a quiet period, see
-//!   `CoordinatorCore::resume`) and writes the records back by compare-and-set before it issues
-//!   anything.
+//! * A new leader re-reads every definition in `lh_limits`, then reads the ledger record of
+//!   every limit that has a definition, a record, or a place in the fence's list,
+//!   takes an epoch above all of them and above its claim's revision (so a lost record cannot
+//!   restart epochs), resumes each core from its record (old leases keep counting; a missing
+//!   record means a quiet period, see `CoordinatorCore::resume`) and writes the records back by
+//!   compare-and-set before it issues anything. A limit with a record but no definition was
+//!   removed: it runs retired until its leases end (see [`crate::definitions`]).
 //! * Every write is a compare-and-set on the revision this leader last wrote. A conflict means
 //!   someone else leads: step down at once. A timed-out write is re-read: if the stored value
-//!   is not exactly ours, step down.
+//!   is not exactly ours, step down. A removed limit's record is written only when it changes.
 
 use bytes::Bytes;
+use futures::StreamExt;
 use leasehold_nats::kv::{compare_and_set, read, CasOutcome};
 use leasehold_process::clock::LeaseClock;
 use leasehold_shared::coordinator::{next_epoch, CoordinatorCore, LimitConfig, Stored};
@@ -26,90 +29,59 @@ use tracing::{info, warn};
 
 use async_nats::jetstream::kv::Store;
 
-/// What the coordinator is doing, for tests, metrics and `inspect`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Status {
-    pub leading: bool,
-    pub epoch: u64,
-    pub takeovers: u64,
-    pub records_written: u64,
-    pub step_downs: u64,
-    pub reports_malformed: u64,
-    pub reports_ignored: u64,
-    /// Per limit while leading: Σ of every lease still counted vs the limit (the ledger's books).
-    pub limits: BTreeMap<String, LimitBooks>,
+use crate::definitions::Definitions;
+pub use crate::status::{LimitBooks, Status};
+
+pub(crate) struct LimitState {
+    pub(crate) core: CoordinatorCore,
+    pub(crate) record_rev: Option<u64>,
+    /// The record last written (a removed limit's record equal to it is not written again).
+    pub(crate) written: Option<LedgerRecord>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LimitBooks {
-    pub capacity: leasehold_shared::quota::Quota,
-    pub outstanding: leasehold_shared::quota::Quota,
-    pub dc_leases: u32,
-}
-
-struct LimitState {
-    core: CoordinatorCore,
-    record_rev: Option<u64>,
-}
-
-struct Term {
-    limits: BTreeMap<String, LimitState>,
+pub(crate) struct Term {
+    pub(crate) limits: BTreeMap<String, LimitState>,
     /// The ledger fence as this term last wrote it, and its revision.
-    fence: (u64, LedgerFence),
+    pub(crate) fence: (u64, LedgerFence),
 }
 
 pub struct Leader {
-    id: String,
-    limits: Vec<LimitConfig>,
-    ledger: Store,
+    pub(crate) id: String,
+    /// The definitions this replica follows (`lh_limits`).
+    pub definitions: Definitions,
+    pub(crate) ledger: Store,
     leaders: Store,
+    /// The `lh_limits` bucket, re-read at every takeover.
+    limits: Store,
     clock: LeaseClock,
     election: Leadership,
-    leadership: Option<Term>,
+    pub(crate) leadership: Option<Term>,
     pub status: Status,
 }
 
+/// What a takeover found for one limit.
+type Found = (Option<u64>, Option<LedgerRecord>);
+
 impl Leader {
+    /// `stores`: the ledger, leader and limits buckets.
     pub fn new(
         id: String,
-        limits: Vec<LimitConfig>,
+        definitions: Definitions,
         leader_ttl: Duration,
-        ledger: Store,
-        leaders: Store,
+        (ledger, leaders, limits): (Store, Store, Store),
         clock: LeaseClock,
     ) -> Self {
         let election = Leadership::new(&id, LeadershipConfig::new(leader_ttl.as_millis() as u64));
-        Leader { id, limits, ledger, leaders, clock, election, leadership: None, status: Status::default() }
+        let status = Status::default();
+        Leader { id, definitions, ledger, leaders, limits, clock, election, leadership: None, status }
     }
 
     /// Every decision reads the service's one clock (nanoseconds since start, counting suspension).
-    fn now_ns(&self) -> u64 {
+    pub(crate) fn now_ns(&self) -> u64 {
         self.clock.now_ns()
     }
 
-    /// Copy every limit's books into the status (for metrics).
-    fn refresh_books(&mut self) {
-        let now = self.now_ns();
-        self.status.limits = self
-            .leadership
-            .as_ref()
-            .map(|l| {
-                l.limits
-                    .iter()
-                    .map(|(name, st)| {
-                        let books = LimitBooks {
-                            capacity: st.core.config().quota,
-                            outstanding: st.core.ledger().outstanding(now),
-                            dc_leases: st.core.dc_leases() as u32,
-                        };
-                        (name.clone(), books)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-    }
-
-    fn step_down(&mut self, why: &'static str) {
+    pub(crate) fn step_down(&mut self, why: &'static str) {
         self.election.resign(why);
         self.status.limits.clear();
         if self.leadership.take().is_some() {
@@ -119,7 +91,7 @@ impl Leader {
         self.status.leading = false;
     }
 
-    /// Periodic step: renew or seek leadership, then renew every DC's lease.
+    /// Periodic step: renew or seek leadership, then renew every DC's lease of every limit.
     pub async fn tick(&mut self) {
         let lease_clock = self.clock;
         let clock = move || lease_clock.now_ns();
@@ -129,11 +101,12 @@ impl Leader {
             Some(Transition::Deposed { reason }) => return self.step_down(reason),
             None => {}
         }
-        let now = self.now_ns();
-        if self.leadership.is_none() || self.election.acting_epoch(now).is_none() {
+        if !self.acting() {
             return; // not leading, or the last landed renewal is too old to act on
         }
-        let names: Vec<String> = self.limits.iter().map(|l| l.limit.clone()).collect();
+        let now = self.now_ns();
+        let names: Vec<String> =
+            self.leadership.as_ref().map(|l| l.limits.keys().cloned().collect()).unwrap_or_default();
         for name in names {
             if let Some(l) = self.leadership.as_mut().and_then(|l| l.limits.get_mut(&name)) {
                 l.core.tick(now);
@@ -143,6 +116,11 @@ impl Leader {
             }
         }
         self.refresh_books();
+    }
+
+    /// This replica leads and its term may act now.
+    pub(crate) fn acting(&self) -> bool {
+        self.leadership.is_some() && self.election.acting_epoch(self.now_ns()).is_some()
     }
 
     /// The ledger fence and its revision, if written. `Err` when it cannot be read or parsed.
@@ -156,6 +134,29 @@ impl Leader {
         }
     }
 
+    /// `limit`'s record and its revision. `Err` when it cannot be read or decoded: never lead
+    /// on a ledger we cannot read (its leases would go uncounted).
+    pub(crate) async fn read_record(&self, limit: &str) -> Result<Found, String> {
+        let key = subjects::ledger_key(limit).map_err(|e| e.to_string())?;
+        match read(&self.ledger, &key).await {
+            Ok(None) => Ok((None, None)),
+            Ok(Some((rev, bytes))) => decode::<LedgerRecord>(&bytes)
+                .map(|rec| (Some(rev), Some(rec)))
+                .map_err(|e| format!("limit {limit}: the ledger record is unreadable: {e}")),
+            Err(e) => Err(format!("limit {limit}: cannot read the ledger: {e}")),
+        }
+    }
+
+    /// Every limit with a record in the ledger bucket.
+    async fn recorded_limits(&self) -> Result<Vec<String>, String> {
+        let mut keys = self.ledger.keys().await.map_err(|e| format!("cannot list the ledger: {e}"))?;
+        let mut names = Vec::new();
+        while let Some(k) = keys.next().await {
+            names.push(k.map_err(|e| format!("cannot list the ledger: {e}"))?);
+        }
+        Ok(names)
+    }
+
     async fn take_over(&mut self, claim_revision: u64) {
         let fence = match self.read_fence().await {
             Ok(f) => f,
@@ -165,27 +166,41 @@ impl Leader {
                 return;
             }
         };
-        let mut records = BTreeMap::new();
-        for cfg in &self.limits {
-            let key = subjects::ledger_key(&cfg.limit).expect("validated");
-            match read(&self.ledger, &key).await {
-                Ok(None) => {
-                    records.insert(cfg.limit.clone(), (None, None));
+        // Every definition as stored now (the watch may lag behind what the last term applied).
+        match leasehold_nats::limits_store::list(&self.limits).await {
+            Ok(stored) => self.definitions.sync(stored.into_iter().map(Into::into).collect()),
+            Err(e) => {
+                warn!(cause = %e, "cannot read the limits' definitions; not taking over");
+                self.election.resign("lh_limits cannot be read");
+                return;
+            }
+        }
+        // Every limit defined now, every limit with a record, and every limit the fence says
+        // had one (its record lost): a removed one runs retired.
+        let mut names: Vec<String> = self.definitions.names();
+        names.extend(self.definitions.refused().keys().cloned());
+        if let Some(listed) = fence.as_ref().and_then(|(_, f)| f.limits.as_ref()) {
+            names.extend(listed.iter().cloned());
+        }
+        match self.recorded_limits().await {
+            Ok(recorded) => names.extend(recorded),
+            Err(e) => {
+                warn!(cause = %e, "not taking over");
+                self.election.resign("the ledger cannot be listed");
+                return;
+            }
+        }
+        names.sort_unstable();
+        names.dedup();
+        let mut records: BTreeMap<String, Found> = BTreeMap::new();
+        for name in names {
+            match self.read_record(&name).await {
+                Ok(found) => {
+                    records.insert(name, found);
                 }
-                Ok(Some((rev, bytes))) => match decode::<LedgerRecord>(&bytes) {
-                    Ok(rec) => {
-                        records.insert(cfg.limit.clone(), (Some(rev), Some(rec)));
-                    }
-                    Err(e) => {
-                        // Never lead on a ledger we cannot read: its leases would go uncounted.
-                        warn!(limit = %cfg.limit, cause = %e, "ledger record unreadable; not taking over");
-                        self.election.resign("the ledger record is unreadable");
-                        return;
-                    }
-                },
                 Err(e) => {
-                    warn!(limit = %cfg.limit, cause = %e, "cannot read the ledger; not taking over");
-                    self.election.resign("the ledger cannot be read");
+                    warn!(cause = %e, "not taking over");
+                    self.election.resign("a ledger record cannot be read");
                     return;
                 }
             }
@@ -197,7 +212,7 @@ impl Leader {
         let epoch = next_epoch(stored, fence_epoch, claim_revision);
         // The fence goes up before any record of this epoch exists, with the longest DC-lease
         // TTL any term used (what a record lost later may have held).
-        let longest_ttl_ms = self.limits.iter().map(|l| l.dc_ttl_ms).max().unwrap_or(0);
+        let longest_ttl_ms = self.definitions.longest_dc_ttl_ms();
         let raised = LedgerFence::raised(fence.as_ref().map(|(_, f)| f), epoch, longest_ttl_ms);
         let value = Bytes::from(encode(&raised));
         let fence_rev = fence.as_ref().map(|(rev, _)| *rev);
@@ -210,44 +225,34 @@ impl Leader {
             }
         };
         let now = self.now_ns();
-        let limits = self
-            .limits
-            .iter()
-            .map(|cfg| {
-                let (rev, rec) = &records[&cfg.limit];
-                let stored = Stored::classify(&cfg.limit, rec.as_ref(), fence.as_ref().map(|(_, f)| f));
-                match stored {
-                    Stored::Lost(f) => {
-                        warn!(limit = %cfg.limit, fence = ?fence_epoch, dc_ttl_ms_max = f.dc_ttl_ms_max, "ledger record missing below the fence: it was lost; issuing nothing for the longest DC-lease lifetime, counting the largest floors it may have named");
-                    }
-                    Stored::Behind(r, f) => {
-                        warn!(limit = %cfg.limit, record_epoch = r.epoch, fence = ?fence_epoch, dc_ttl_ms_max = f.dc_ttl_ms_max, "ledger record older than the fence's term: newer records were lost; issuing nothing for the longest DC-lease lifetime, counting the largest floors they may have named");
-                    }
-                    Stored::Record(_) | Stored::Fresh => {}
-                }
-                let core = CoordinatorCore::resume(cfg.clone(), &self.id, epoch, stored, now);
-                (cfg.limit.clone(), LimitState { core, record_rev: *rev })
-            })
-            .collect();
+        let mut limits = BTreeMap::new();
+        for (name, (rev, rec)) in &records {
+            let cfg = self.definitions.config_for(name, rec.as_ref());
+            let stored = Stored::classify(name, rec.as_ref(), fence.as_ref().map(|(_, f)| f));
+            let core = resume_logged(cfg, &self.id, epoch, stored, now);
+            limits.insert(name.clone(), LimitState { core, record_rev: *rev, written: None });
+        }
         self.leadership = Some(Term { limits, fence: (fence_rev, raised) });
         self.status.leading = true;
         self.status.epoch = epoch;
         self.status.takeovers += 1;
         info!(id = %self.id, epoch, "leading");
-        let names: Vec<String> = self.limits.iter().map(|l| l.limit.clone()).collect();
-        for name in names {
-            if !self.write(&name).await {
+        for name in records.keys() {
+            if !self.write(name).await {
                 return;
             }
         }
     }
 
-    /// Compare-and-set the limit's record (after the fence, if the record names a floor above
-    /// it). False when this replica no longer leads.
-    async fn write(&mut self, limit: &str) -> bool {
+    /// Compare-and-set the limit's record (after the fence, if the record needs it). False when
+    /// this replica no longer leads.
+    pub(crate) async fn write(&mut self, limit: &str) -> bool {
         let Some(term) = self.leadership.as_ref() else { return false };
         let Some(state) = term.limits.get(limit) else { return false };
         let record = state.core.record();
+        if state.core.config().is_retired() && state.written.as_ref() == Some(&record) {
+            return true; // a removed limit whose record has settled: nothing to renew
+        }
         if let Some(raised) = term.fence.1.covering(&record) {
             if !self.raise_fence(raised).await {
                 return false;
@@ -269,6 +274,7 @@ impl Leader {
             CasOutcome::Written { revision } => {
                 if let Some(s) = self.leadership.as_mut().and_then(|l| l.limits.get_mut(limit)) {
                     s.record_rev = Some(revision);
+                    s.written = Some(record);
                 }
                 self.status.records_written += 1;
                 true
@@ -317,4 +323,18 @@ impl Leader {
             self.write(&report.limit).await;
         }
     }
+}
+
+/// Resume a core from what the takeover found, saying why when a record is missing or behind.
+pub(crate) fn resume_logged(cfg: LimitConfig, id: &str, epoch: u64, stored: Stored<'_>, now: u64) -> CoordinatorCore {
+    match stored {
+        Stored::Lost(f) => {
+            warn!(limit = %cfg.limit, fence = f.epoch, dc_ttl_ms_max = f.dc_ttl_ms_max, "ledger record missing below the fence: it was lost; issuing nothing for the longest DC-lease lifetime, counting the largest floors it may have named");
+        }
+        Stored::Behind(r, f) => {
+            warn!(limit = %cfg.limit, record_epoch = r.epoch, fence = f.epoch, dc_ttl_ms_max = f.dc_ttl_ms_max, "ledger record older than the fence's term: newer records were lost; issuing nothing for the longest DC-lease lifetime, counting the largest floors they may have named");
+        }
+        Stored::Record(_) | Stored::Fresh => {}
+    }
+    CoordinatorCore::resume(cfg, id, epoch, stored, now)
 }

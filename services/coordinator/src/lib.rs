@@ -4,24 +4,32 @@
 //! clock in one place, receives DC reports on `lh.<limit>.dc.*.report`, and keeps the DC leases
 //! in the `lh_ledger` KV bucket, one record per limit, written only by compare-and-set. Any
 //! number of replicas may run; the one holding the `lh_leaders` key leads (see [`leader`]).
+//! The limits are data: every definition in the `lh_limits` bucket, followed live (see
+//! [`definitions`]); the configuration file's `[[limits]]` only seed it.
 //!
 //! ## Layout
 //! * [`config`]: settings (figment: defaults → TOML → env), validated at start.
 //! * [`leader`]: leadership, takeover with ledger resume, fenced writes.
+//! * [`definitions`]: the limits' definitions from `lh_limits`, applied live by a leading term.
 //! * [`run`]: the event loop; [`spawn`] for tests and embedding.
 
 pub mod config;
+pub mod definitions;
 mod http;
 pub mod leader;
+mod status;
 
+use definitions::Definitions;
 use futures::StreamExt;
 use leader::{Leader, Status};
 use leasehold_nats::connect::jetstream;
 use leasehold_nats::kv::{ensure_bucket, BucketSpec, KvError};
+use leasehold_nats::limits_store;
 use leasehold_shared::subjects;
 use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::watch;
+use tracing::info;
 
 #[derive(Debug, Error)]
 pub enum CoordinatorError {
@@ -64,18 +72,40 @@ pub async fn run(
         let app = http::router(status.subscribe());
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
-    let renew_ms = settings.limits.iter().map(|l| l.renew_interval_ms).min().unwrap_or(1_000);
+    let limits = limits_store::open(&js, settings.replicas).await?;
+    let seeds = limits_store::seed(&limits, &settings.limits).await?;
+    for name in &seeds.created {
+        info!(limit = %name, "seeded lh_limits from the configuration file");
+    }
+    for name in &seeds.removed {
+        info!(limit = %name, "not seeded: it was removed from lh_limits (leasehold limits rm)");
+    }
     let id =
         settings.id.clone().unwrap_or_else(|| format!("coord-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
-    let mut leader =
-        Leader::new(id, settings.limits, leader_ttl, ledger, leaders, leasehold_process::clock::LeaseClock::start());
-    let mut tick = tokio::time::interval(Duration::from_millis(renew_ms));
+    let clock = leasehold_process::clock::LeaseClock::start();
+    let stores = (ledger, leaders, limits.clone());
+    let mut leader = Leader::new(id, Definitions::new(settings), leader_ttl, stores, clock);
+    // Every definition stored now, before seeking leadership (a takeover reads them again).
+    for stored in limits_store::list(&limits).await? {
+        leader.on_limit(stored.into()).await;
+    }
+    let mut changes = limits_store::follow(limits);
+    let mut tick_ms = leader.definitions.tick_ms();
+    let mut tick = tokio::time::interval(Duration::from_millis(tick_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
             _ = tick.tick() => leader.tick().await,
             Some(msg) = reports.next() => leader.on_report(&msg.payload).await,
+            Some(change) = changes.recv() => {
+                leader.on_limit(change).await;
+                if leader.definitions.tick_ms() != tick_ms {
+                    tick_ms = leader.definitions.tick_ms();
+                    tick = tokio::time::interval(Duration::from_millis(tick_ms));
+                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                }
+            }
         }
         leasehold_process::publish_status(&status, &leader.status);
     }

@@ -27,7 +27,7 @@ fn settings(url: &str, id: &str) -> Settings {
         leader_ttl_ms: LEADER_TTL_MS,
         replicas: 1,
         http_listen: None,
-        limits: vec![limit],
+        limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
     }
 }
 

@@ -24,7 +24,9 @@ pub struct Settings {
     pub clock_drift_ppm: i64,
     /// Replicas of the KV buckets if this replica creates them.
     pub replicas: usize,
-    /// The sans-I/O core's settings (`instance` and `epoch` are set at each takeover).
+    /// The sans-I/O core's settings, for every limit served (`instance` and `epoch` are set at
+    /// each takeover, `limit` per limit). `limit` names the one limit to serve; without it (or
+    /// with `"*"`) the process serves every limit whose ledger record names its DC.
     #[serde(flatten)]
     pub manager: DcManagerConfig,
 }
@@ -55,7 +57,8 @@ impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
         let m = &self.manager;
-        leasehold_process::check_dc_service(&m.limit, &m.dc, ("id", self.id.as_deref()), self.clock_drift_ppm)?;
+        let limit = (!self.serves_every_limit()).then_some(m.limit.as_str());
+        leasehold_process::check_dc_service(limit, &m.dc, ("id", self.id.as_deref()), self.clock_drift_ppm)?;
         self.manager.validate().map_err(ConfigError::Invalid)?;
         if self.report_interval_ms == 0 || self.report_interval_ms > self.manager.renew_interval_ms {
             return bad(format!(
@@ -67,6 +70,16 @@ impl Settings {
             return bad(format!("leader_ttl_ms ({}) must be at least 4 report intervals", self.leader_ttl_ms));
         }
         Ok(())
+    }
+
+    /// No `limit` in the settings (or `"*"`): this process serves every limit of its DC.
+    pub fn serves_every_limit(&self) -> bool {
+        matches!(self.manager.limit.as_str(), "" | "*")
+    }
+
+    /// Whether this process serves `limit`.
+    pub fn serves(&self, limit: &str) -> bool {
+        self.serves_every_limit() || self.manager.limit == limit
     }
 
     pub fn id(&self) -> String {

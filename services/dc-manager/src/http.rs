@@ -1,6 +1,6 @@
 //! `/metrics` (Prometheus text) and `/v1/status` (JSON) for one DC manager.
 
-use crate::manager::Status;
+use crate::manager::{LimitStatus, Status};
 use axum::extract::State;
 use axum::routing::get;
 use axum::Json;
@@ -13,46 +13,68 @@ use tokio::sync::watch;
 #[derive(Clone)]
 struct View {
     status: watch::Receiver<Status>,
+    /// The limit this process serves, or `*` for every limit.
     limit: String,
     dc: String,
 }
 
-/// The manager's series, labelled with its limit and DC, read from its status at every scrape.
+/// The manager's series, labelled with limit and DC, read from its status at every scrape: one
+/// series per limit served for what each limit has, and the process's own (leadership, malformed
+/// input, publish failures) under the limit it serves, `*` when it serves every limit.
 fn registry(status: watch::Receiver<Status>, limit: String, dc: String) -> Registry {
     metrics::registry(move |m| {
         let s = status.borrow().clone();
-        let labels = [("limit", limit.as_str()), ("dc", dc.as_str())];
-        m.gauge("leasehold_dc_leading", "1 when this replica leads its DC.", labels, s.leading as u8 as f64)?;
-        m.gauge("leasehold_dc_allocated_rate_per_s", "Floor + DC lease the pods share.", labels, s.budget_rate_per_s)?;
-        m.gauge(
+        let process = [("limit", limit.as_str()), ("dc", dc.as_str())];
+        let per_limit = |f: fn(&LimitStatus) -> f64| {
+            s.limits.iter().map(|(l, v)| ([("limit", l.clone()), ("dc", dc.clone())], f(v))).collect::<Vec<_>>()
+        };
+        let per_limit_count = |f: fn(&LimitStatus) -> u64| {
+            s.limits.iter().map(|(l, v)| ([("limit", l.clone()), ("dc", dc.clone())], f(v))).collect::<Vec<_>>()
+        };
+        m.gauge("leasehold_dc_leading", "1 when this replica leads its DC.", process, s.leading as u8 as f64)?;
+        m.gauges(
+            "leasehold_dc_allocated_rate_per_s",
+            "Floor + DC lease the pods share.",
+            per_limit(|l| l.budget_rate_per_s),
+        )?;
+        m.gauges(
             "leasehold_dc_used_rate_per_s",
             "Admissions reported by pods over the last second.",
-            labels,
-            s.used_rate_per_s,
+            per_limit(|l| l.used_rate_per_s),
         )?;
-        m.gauge("leasehold_dc_lease_rate_per_s", "Rate of the DC lease in force.", labels, s.dc_lease_rate_per_s)?;
-        m.gauge(
+        m.gauges(
+            "leasehold_dc_lease_rate_per_s",
+            "Rate of the DC lease in force.",
+            per_limit(|l| l.dc_lease_rate_per_s),
+        )?;
+        m.gauges(
             "leasehold_dc_seconds_since_lease",
             "Time since the last DC lease was applied (-1: none yet).",
-            labels,
-            s.seconds_since_dc_lease.unwrap_or(-1.0),
+            per_limit(|l| l.seconds_since_dc_lease.unwrap_or(-1.0)),
         )?;
-        m.gauge(
+        m.gauges(
             "leasehold_dc_pods_eligible",
             "Pods sharing the budget (fresh heartbeat, healthy, not draining).",
-            labels,
-            s.pods_eligible as f64,
+            per_limit(|l| l.pods_eligible as f64),
         )?;
-        m.counter("leasehold_dc_pod_leases_issued_total", "Pod leases issued.", labels, s.pod_leases_issued)?;
+        m.counters(
+            "leasehold_dc_pod_leases_issued_total",
+            "Pod leases issued.",
+            per_limit_count(|l| l.pod_leases_issued),
+        )?;
         m.counter(
             "leasehold_dc_lease_refusals_total",
             "DC leases refused (stale, expired).",
-            labels,
+            process,
             s.dc_leases_refused,
         )?;
-        m.counter("leasehold_dc_messages_malformed_total", "Undecodable messages.", labels, s.messages_malformed)?;
-        m.counter("leasehold_dc_reports_stale_total", "Stale or foreign pod reports.", labels, s.reports_stale)?;
-        m.counter("leasehold_dc_publish_failures_total", "Publishes that timed out.", labels, s.publish_failures)
+        m.counter("leasehold_dc_messages_malformed_total", "Undecodable messages.", process, s.messages_malformed)?;
+        m.counters(
+            "leasehold_dc_reports_stale_total",
+            "Stale or foreign pod reports.",
+            per_limit_count(|l| l.reports_stale),
+        )?;
+        m.counter("leasehold_dc_publish_failures_total", "Publishes that timed out.", process, s.publish_failures)
     })
 }
 
@@ -72,6 +94,18 @@ struct StatusBody {
     pod_leases_issued: u64,
     messages_malformed: u64,
     takeovers: u64,
+    /// Per limit served: budget, DC lease, use and pods.
+    limits: std::collections::BTreeMap<String, LimitBody>,
+}
+
+#[derive(Serialize)]
+struct LimitBody {
+    pods_known: u32,
+    pods_eligible: u32,
+    budget_rate_per_s: f64,
+    dc_lease_rate_per_s: f64,
+    used_rate_per_s: f64,
+    seconds_since_dc_lease: Option<f64>,
 }
 
 async fn status_json(State(v): State<View>) -> Json<StatusBody> {
@@ -90,6 +124,21 @@ async fn status_json(State(v): State<View>) -> Json<StatusBody> {
         pod_leases_issued: s.pod_leases_issued,
         messages_malformed: s.messages_malformed,
         takeovers: s.takeovers,
+        limits: s
+            .limits
+            .iter()
+            .map(|(name, l)| {
+                let body = LimitBody {
+                    pods_known: l.pods_known,
+                    pods_eligible: l.pods_eligible,
+                    budget_rate_per_s: l.budget_rate_per_s,
+                    dc_lease_rate_per_s: l.dc_lease_rate_per_s,
+                    used_rate_per_s: l.used_rate_per_s,
+                    seconds_since_dc_lease: l.seconds_since_dc_lease,
+                };
+                (name.clone(), body)
+            })
+            .collect(),
     })
 }
 

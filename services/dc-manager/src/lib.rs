@@ -1,9 +1,10 @@
 //! # Leasehold DC manager (service)
 //!
-//! A thin async driver around [`leasehold_shared::dc_manager::DcManagerCore`]:
+//! A thin async driver around [`leasehold_shared::dc_manager::DcManagerCore`], one core per
+//! limit: one process (with standbys) serves every limit of its DC, or the one its settings name.
 //! * leadership of the DC through the `lh_leaders` key `dc.<dc>` (see [`manager`]);
-//! * DC leases from the coordinator, by watching the limit's record in the `lh_ledger` bucket;
-//! * pod reports and returns on `lh.<limit>.pod.<dc>.*.{report,return}`;
+//! * DC leases from the coordinator, by watching the limits' records in the `lh_ledger` bucket;
+//! * pod reports and returns on `lh.*.pod.<dc>.*.{report,return}`;
 //! * pod leases and return acks on `lh.<limit>.pod.<dc>.<pod>.{lease,ack}`, DC reports on
 //!   `lh.<limit>.dc.<dc>.report`;
 //! * optional HTTP: `/metrics` (Prometheus) and `/v1/status` (JSON).
@@ -11,6 +12,7 @@
 pub mod config;
 mod http;
 pub mod manager;
+mod status;
 
 use futures::StreamExt;
 use leasehold_nats::connect::jetstream;
@@ -31,13 +33,17 @@ pub enum DcManagerError {
     Listen { addr: String, reason: String },
 }
 
-/// Keep a watch on the limit's ledger record, re-opening it whenever it ends (server restart).
-fn watch_record(ledger: async_nats::jetstream::kv::Store, key: String) -> mpsc::Receiver<bytes::Bytes> {
-    let (tx, rx) = mpsc::channel(16);
+/// Keep a watch on the ledger records (`key`: one limit's, or `>` for every limit), re-opening
+/// it whenever it ends (server restart).
+fn watch_records(ledger: async_nats::jetstream::kv::Store, key: String) -> mpsc::Receiver<bytes::Bytes> {
+    let (tx, rx) = mpsc::channel(256);
     tokio::spawn(async move {
         loop {
             if let Ok(mut w) = ledger.watch_with_history(&key).await {
                 while let Some(Ok(entry)) = w.next().await {
+                    if entry.operation != async_nats::jetstream::kv::Operation::Put {
+                        continue;
+                    }
                     if tx.send(entry.value).await.is_err() {
                         return;
                     }
@@ -70,7 +76,9 @@ pub async fn run(
         &BucketSpec { history: 1, replicas: settings.replicas, ..BucketSpec::new(subjects::LEADER_BUCKET) },
     )
     .await?;
-    let (limit, dc) = (settings.manager.limit.clone(), settings.manager.dc.clone());
+    let dc = settings.manager.dc.clone();
+    // The limit served, or `*`: the subjects' wildcard token and the metrics' limit label.
+    let limit = if settings.serves_every_limit() { "*".to_string() } else { settings.manager.limit.clone() };
     let subscribe = |channel| {
         let client = client.clone();
         let subject = subjects::pods_wildcard(&limit, &dc, channel).expect("validated");
@@ -83,7 +91,9 @@ pub async fn run(
     };
     let mut reports = subscribe(PodChannel::Report).await?;
     let mut returns = subscribe(PodChannel::Return).await?;
-    let mut records = watch_record(ledger.clone(), subjects::ledger_key(&limit).expect("validated"));
+    let key =
+        if settings.serves_every_limit() { ">".to_string() } else { subjects::ledger_key(&limit).expect("validated") };
+    let mut records = watch_records(ledger.clone(), key);
     if let Some(addr) = settings.http_listen.clone() {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await

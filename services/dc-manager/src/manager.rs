@@ -1,73 +1,60 @@
-//! Leadership of the DC (`dc.<dc>` in `lh_leaders`) and the core's inputs and outputs.
+//! Leadership of the DC (`dc.<dc>` in `lh_leaders`) and the cores' inputs and outputs.
 //!
+//! * One process serves every limit of its DC (or the one its settings name): a term holds one
+//!   [`DcManagerCore`] per limit, each a holder of its own (`<id>-e<epoch>`) on that limit's
+//!   ledger. A limit's core is made when the term begins (for every limit whose record names
+//!   this DC) or when the limit first shows up (its record, or a pod's report) during the term;
+//!   each core waits out earlier terms' pod leases from when it is made.
 //! * Terms follow the core's [`Leadership`] rules (acting measured from the send time of the
 //!   last landed write; standbys claim only after seeing the key unchanged for a full TTL). Each
 //!   term's epoch is the revision of its claim (strictly increasing), so every pod lease of a
 //!   newer term is newer to the pods.
 //! * A replica that may not act (not leading, or its last landed renewal too old) does nothing
 //!   at all: after a long pause it cannot issue from a lease a successor may already be using.
-//!   The successor's core waits a full pod-lease lifetime before it uses the floor (see
-//!   `DcManagerCore::new`), and uses only the floor the coordinator's record names.
+//!   The successor's cores wait a full pod-lease lifetime before they use a floor (see
+//!   `DcManagerCore::new`), and use only the floor the coordinator's record names.
 
 use leasehold_process::clock::LeaseClock;
 use leasehold_shared::dc_manager::{DcManagerCore, DcOutput};
 use leasehold_shared::leadership::{Leadership, LeadershipConfig, Transition};
+use leasehold_shared::quota::Quota;
 use leasehold_shared::subjects::{self, PodChannel};
-use leasehold_shared::wire::{decode, encode, LeaseReturn, LedgerRecord, PodReport};
+use leasehold_shared::wire::{decode, encode, LeaseReturn, LeaseVersion, LedgerRecord, PodReport};
+use std::collections::BTreeMap;
 use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::config::Settings;
+pub use crate::status::{LimitStatus, Status};
 use async_nats::jetstream::kv::Store;
 
-/// What the manager is doing, for tests, metrics and `inspect`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Status {
-    pub leading: bool,
-    pub epoch: u64,
-    pub instance: String,
-    pub takeovers: u64,
-    pub step_downs: u64,
-    pub pods_eligible: u32,
-    pub pods_known: u32,
-    pub pod_leases_issued: u64,
-    pub passes_full: u64,
-    pub passes_growth: u64,
-    pub dc_leases_applied: u64,
-    pub dc_leases_refused: u64,
-    pub messages_malformed: u64,
-    pub reports_stale: u64,
-    pub returns: u64,
-    pub publish_failures: u64,
-    /// Budget the pods share now: floor + DC lease (rate per second).
-    pub budget_rate_per_s: f64,
-    pub dc_lease_rate_per_s: f64,
-    /// Σ admitted rate of the last report round (per second).
-    pub used_rate_per_s: f64,
-    pub seconds_since_dc_lease: Option<f64>,
+pub(crate) struct LimitTerm {
+    pub(crate) core: DcManagerCore,
+    /// When the last DC lease arrived (this clock, ns).
+    pub(crate) last_dc_lease_at_ns: Option<u64>,
 }
 
-struct Term {
-    core: DcManagerCore,
-    /// When the last DC lease arrived (this clock, ns).
-    last_dc_lease_at_ns: Option<u64>,
+pub(crate) struct Term {
+    pub(crate) epoch: u64,
+    pub(crate) instance: String,
+    pub(crate) limits: BTreeMap<String, LimitTerm>,
 }
 
 pub struct Manager {
     id: String,
-    settings: Settings,
+    pub(crate) settings: Settings,
     client: async_nats::Client,
     leaders: Store,
     /// The ledger bucket, read directly when a term begins (the watch may lag).
     ledger: Store,
-    clock: LeaseClock,
+    pub(crate) clock: LeaseClock,
     leadership: Leadership,
-    term: Option<Term>,
-    /// The DC's floor in the coordinator's last record and its version (none until one was
-    /// read).
-    floor: Option<(leasehold_shared::quota::Quota, leasehold_shared::wire::LeaseVersion)>,
-    /// Pods' admissions as reported, with when (this clock, ns).
-    admitted_window: Vec<(u64, u64)>,
+    pub(crate) term: Option<Term>,
+    /// Per limit, this DC's floor in the coordinator's last record and its version (none until
+    /// one was read).
+    floors: BTreeMap<String, Option<(Quota, LeaseVersion)>>,
+    /// Per limit, pods' admissions as reported, with when (this clock, ns).
+    pub(crate) admitted_window: BTreeMap<String, Vec<(u64, u64)>>,
     pub status: Status,
 }
 
@@ -92,15 +79,24 @@ impl Manager {
             clock,
             leadership,
             term: None,
-            floor: None,
-            admitted_window: Vec::new(),
+            floors: BTreeMap::new(),
+            admitted_window: BTreeMap::new(),
             status: Status::default(),
         }
     }
 
     /// The service's one clock (skewed as configured): every decision reads it.
-    fn now_ns(&self) -> u64 {
+    pub(crate) fn now_ns(&self) -> u64 {
         self.clock.now_ns()
+    }
+
+    fn dc(&self) -> &str {
+        &self.settings.manager.dc
+    }
+
+    /// Whether this process serves `limit` (every limit, unless its settings name one).
+    fn serves(&self, limit: &str) -> bool {
+        self.settings.serves(limit)
     }
 
     /// Leading, and the last landed renewal recent enough to act.
@@ -108,9 +104,9 @@ impl Manager {
         self.term.is_some() && self.leadership.acting_epoch(self.now_ns()).is_some()
     }
 
-    /// Every report interval: keep or seek leadership, then run the core's periodic step.
+    /// Every report interval: keep or seek leadership, then run every core's periodic step.
     pub async fn tick(&mut self) {
-        let key = subjects::dc_leader_key(&self.settings.manager.dc).expect("validated");
+        let key = subjects::dc_leader_key(self.dc()).expect("validated");
         let clock = self.clock;
         match leasehold_nats::leader_key::step(&mut self.leadership, &self.leaders, &key, move || clock.now_ns()).await
         {
@@ -121,6 +117,7 @@ impl Manager {
                     self.status.step_downs += 1;
                 }
                 self.status.leading = false;
+                self.status.limits.clear();
             }
             None => {}
         }
@@ -128,117 +125,151 @@ impl Manager {
             return;
         }
         let now = self.now_ns();
-        let out = self.term.as_mut().expect("fresh").core.tick(now);
-        self.route(out).await;
+        let limits: Vec<String> = self.term.as_ref().map(|t| t.limits.keys().cloned().collect()).unwrap_or_default();
+        for limit in limits {
+            let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&limit)) else { continue };
+            let out = lt.core.tick(now);
+            self.route(&limit, out).await;
+        }
         self.refresh_status();
     }
 
     async fn take_over(&mut self, epoch: u64) {
-        let mut cfg = self.settings.manager.clone();
-        cfg.epoch = epoch;
-        cfg.instance = format!("{}-e{}", self.id, epoch);
-        info!(instance = %cfg.instance, epoch, "leading the DC");
-        // The record as the bucket holds it now, not only as the watch last delivered it: a term
-        // must start from a floor at least as new as any its predecessor used.
-        self.read_record_now().await;
-        let now = self.now_ns();
-        let mut core = DcManagerCore::new(cfg, now);
-        let out = self.floor.map(|(f, v)| core.on_floor(f, v, now)).unwrap_or_default();
-        self.term = Some(Term { core, last_dc_lease_at_ns: None });
+        let instance = format!("{}-e{}", self.id, epoch);
+        info!(%instance, epoch, "leading the DC");
+        self.term = Some(Term { epoch, instance, limits: BTreeMap::new() });
         self.status.leading = true;
         self.status.epoch = epoch;
         self.status.takeovers += 1;
-        self.route(out).await;
+        let known: Vec<String> = self.floors.keys().cloned().collect();
+        for limit in known {
+            self.ensure_core(&limit).await;
+        }
     }
 
-    /// Read the ledger record directly and keep its floor if it is newer than the cached one.
-    /// On failure the cache stays (the watch keeps it current).
-    async fn read_record_now(&mut self) {
-        let Ok(key) = subjects::ledger_key(&self.settings.manager.limit) else { return };
+    /// This term's core for `limit`, made now if it has none: from the record as the bucket
+    /// holds it now, not only as the watch last delivered it (a term must start from a floor at
+    /// least as new as any its predecessor used).
+    async fn ensure_core(&mut self, limit: &str) {
+        let Some(term) = self.term.as_ref() else { return };
+        if term.limits.contains_key(limit) || !self.serves(limit) {
+            return;
+        }
+        let mut cfg = self.settings.manager.clone();
+        cfg.limit = limit.to_string();
+        cfg.epoch = term.epoch;
+        cfg.instance = term.instance.clone();
+        self.read_record_now(limit).await;
+        let now = self.now_ns();
+        let mut core = DcManagerCore::new(cfg, now);
+        let floor = self.floors.get(limit).copied().flatten();
+        let out = floor.map(|(f, v)| core.on_floor(f, v, now)).unwrap_or_default();
+        if let Some(t) = self.term.as_mut() {
+            t.limits.insert(limit.to_string(), LimitTerm { core, last_dc_lease_at_ns: None });
+        }
+        info!(limit, "serving the limit");
+        self.route(limit, out).await;
+    }
+
+    /// Read `limit`'s ledger record directly and keep its floor if it is newer than the cached
+    /// one. On failure the cache stays (the watch keeps it current).
+    async fn read_record_now(&mut self, limit: &str) {
+        let Ok(key) = subjects::ledger_key(limit) else { return };
         match self.ledger.get(&key).await {
             Ok(Some(payload)) => match decode::<LedgerRecord>(&payload) {
                 Ok(rec) => self.remember_floor(&rec),
                 Err(_) => self.status.messages_malformed += 1,
             },
             Ok(None) => {}
-            Err(e) => warn!(cause = %e, "could not read the ledger record at takeover; using the watched one"),
+            Err(e) => warn!(limit, cause = %e, "could not read the ledger record; using the watched one"),
         }
     }
 
     /// Cache the record's floor for this DC, never going back to an older version.
     fn remember_floor(&mut self, rec: &LedgerRecord) {
+        let cached = self.floors.entry(rec.limit.clone()).or_default();
         if let Some((f, v)) = rec.floor_of(&self.settings.manager.dc) {
-            if self.floor.is_none_or(|(_, cached)| v >= cached) {
-                self.floor = Some((f, v));
+            if cached.is_none_or(|(_, old)| v >= old) {
+                *cached = Some((f, v));
             }
         }
     }
 
-    /// A new value of the ledger record: apply the newest DC lease addressed to this term.
+    /// A new value of a ledger record: apply the newest DC lease addressed to this term.
     pub async fn on_record(&mut self, payload: &[u8]) {
         let rec = match decode::<LedgerRecord>(payload) {
             Ok(r) => r,
             Err(_) => return self.status.messages_malformed += 1,
         };
+        let names_dc = rec.floors.contains_key(self.dc()) || rec.leases.iter().any(|l| l.dc == self.dc());
+        if !self.serves(&rec.limit) || (!names_dc && !self.floors.contains_key(&rec.limit)) {
+            return; // a limit this DC has no part in
+        }
         self.remember_floor(&rec);
         if !self.fresh() {
             return;
         }
+        let limit = rec.limit.clone();
+        self.ensure_core(&limit).await;
         let now = self.now_ns();
-        let term = self.term.as_mut().expect("fresh");
+        let floor = self.floors.get(&limit).copied().flatten();
+        let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&limit)) else { return };
         // Only the floor the coordinator's durable record names (none if it names none), and
         // never one older than the term already uses.
-        let out = self.floor.map(|(f, v)| term.core.on_floor(f, v, now)).unwrap_or_default();
-        self.route(out).await;
-        let term = self.term.as_mut().expect("fresh");
-        let instance = term.core.config().instance.clone();
+        let out = floor.map(|(f, v)| lt.core.on_floor(f, v, now)).unwrap_or_default();
+        self.route(&limit, out).await;
+        let Some(term) = self.term.as_mut() else { return };
+        let instance = term.instance.clone();
+        let Some(lt) = term.limits.get_mut(&limit) else { return };
         let Some(lease) = rec.leases.iter().filter(|l| l.holder == instance).max_by_key(|l| l.version) else { return };
-        match term.core.on_dc_lease(lease, now) {
+        match lt.core.on_dc_lease(lease, now) {
             Ok(out) => {
-                term.last_dc_lease_at_ns = Some(self.clock.now_ns());
+                lt.last_dc_lease_at_ns = Some(self.clock.now_ns());
                 self.status.dc_leases_applied += 1;
-                self.route(out).await;
+                self.route(&limit, out).await;
             }
             // The watch re-delivers the whole record: an already-applied lease is normal.
             Err(leasehold_shared::holder::LeaseRejection::NotNewer { .. }) => {}
             Err(e) => {
                 self.status.dc_leases_refused += 1;
-                warn!(cause = %e, "DC lease refused");
+                warn!(limit, cause = %e, "DC lease refused");
             }
         }
         self.refresh_status();
     }
 
-    /// Whether `subject` is the one `pod` may publish `channel` messages on: NATS permissions
-    /// confine a pod to its own subjects, so a body naming another pod is refused, not obeyed.
-    fn sent_by(&self, subject: &str, pod: &str, channel: PodChannel) -> bool {
-        let (limit, dc) = (&self.settings.manager.limit, &self.settings.manager.dc);
-        subjects::pod(limit, dc, pod, channel).is_ok_and(|own| own == subject)
+    /// Whether `subject` is the one `pod` may publish `channel` messages of `limit` on: NATS
+    /// permissions confine a pod to its own subjects, so a body naming another pod is refused.
+    fn sent_by(&self, subject: &str, limit: &str, pod: &str, channel: PodChannel) -> bool {
+        self.serves(limit) && subjects::pod(limit, self.dc(), pod, channel).is_ok_and(|own| own == subject)
     }
 
     pub async fn on_pod_report(&mut self, subject: &str, payload: &[u8]) {
         let r = match decode::<PodReport>(payload) {
-            Ok(r) if self.sent_by(subject, &r.pod, PodChannel::Report) => r,
+            Ok(r) if self.sent_by(subject, &r.limit, &r.pod, PodChannel::Report) => r,
             Ok(r) => {
-                warn!(subject, pod = %r.pod, "a report names another pod than its subject; ignored");
+                warn!(subject, pod = %r.pod, "a report names another pod or limit than its subject; ignored");
                 return self.status.messages_malformed += 1;
             }
             Err(_) => return self.status.messages_malformed += 1,
         };
+        self.floors.entry(r.limit.clone()).or_default();
         if !self.fresh() {
             return;
         }
-        self.admitted_window.push((self.clock.now_ns(), r.admitted));
+        self.ensure_core(&r.limit).await;
+        self.admitted_window.entry(r.limit.clone()).or_default().push((self.clock.now_ns(), r.admitted));
         let now = self.now_ns();
-        let out = self.term.as_mut().expect("fresh").core.on_pod_report(&r, now);
-        self.route(out).await;
+        let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&r.limit)) else { return };
+        let out = lt.core.on_pod_report(&r, now);
+        self.route(&r.limit, out).await;
     }
 
     pub async fn on_return(&mut self, subject: &str, payload: &[u8]) {
         let r = match decode::<LeaseReturn>(payload) {
-            Ok(r) if self.sent_by(subject, &r.holder, PodChannel::Return) => r,
+            Ok(r) if self.sent_by(subject, &r.limit, &r.holder, PodChannel::Return) => r,
             Ok(r) => {
-                warn!(subject, holder = %r.holder, "a lease return names another pod than its subject; ignored");
+                warn!(subject, holder = %r.holder, "a lease return names another pod or limit than its subject; ignored");
                 return self.status.messages_malformed += 1;
             }
             Err(_) => return self.status.messages_malformed += 1,
@@ -247,17 +278,18 @@ impl Manager {
             return;
         }
         let now = self.now_ns();
-        let out = self.term.as_mut().expect("fresh").core.on_lease_return(&r, now);
-        self.route(out).await;
+        let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&r.limit)) else { return };
+        let out = lt.core.on_lease_return(&r, now);
+        self.route(&r.limit, out).await;
     }
 
-    async fn route(&mut self, out: Vec<DcOutput>) {
-        let (limit, dc) = (&self.settings.manager.limit, &self.settings.manager.dc);
+    async fn route(&mut self, limit: &str, out: Vec<DcOutput>) {
+        let dc = self.settings.manager.dc.clone();
         for o in out {
             let (subject, payload) = match &o {
-                DcOutput::PodLease(l) => (subjects::pod(limit, dc, &l.pod, PodChannel::Lease), encode(l)),
-                DcOutput::ReturnAck(a) => (subjects::pod(limit, dc, &a.holder, PodChannel::Ack), encode(a)),
-                DcOutput::Report(r) => (subjects::dc_report(limit, dc), encode(r)),
+                DcOutput::PodLease(l) => (subjects::pod(limit, &dc, &l.pod, PodChannel::Lease), encode(l)),
+                DcOutput::ReturnAck(a) => (subjects::pod(limit, &dc, &a.holder, PodChannel::Ack), encode(a)),
+                DcOutput::Report(r) => (subjects::dc_report(limit, &dc), encode(r)),
             };
             let Ok(subject) = subject else { continue };
             // While disconnected publishes buffer and may block: never stall the loop on them.
@@ -266,27 +298,5 @@ impl Manager {
                 self.status.publish_failures += 1;
             }
         }
-    }
-
-    fn refresh_status(&mut self) {
-        let now = self.now_ns();
-        const HORIZON_NS: u64 = 1_000_000_000;
-        self.admitted_window.retain(|(t, _)| now.saturating_sub(*t) < HORIZON_NS);
-        let used: u64 = self.admitted_window.iter().map(|(_, a)| a).sum();
-        let Some(term) = self.term.as_ref() else { return };
-        let s = &mut self.status;
-        let c = term.core.counters();
-        s.instance = term.core.config().instance.clone();
-        s.pod_leases_issued = c.pod_leases_issued;
-        s.passes_full = c.passes_full;
-        s.passes_growth = c.passes_growth;
-        s.reports_stale = c.reports_stale + c.reports_foreign;
-        s.returns = c.returns;
-        s.pods_known = term.core.pods().count() as u32;
-        s.pods_eligible = term.core.pods_eligible(now);
-        s.budget_rate_per_s = term.core.budget(now).0.rate_per_s();
-        s.dc_lease_rate_per_s = term.core.current_lease(now).map_or(0.0, |l| l.quota.rate_per_s());
-        s.used_rate_per_s = used as f64;
-        s.seconds_since_dc_lease = term.last_dc_lease_at_ns.map(|t| self.clock.seconds_since(t));
     }
 }

@@ -8,7 +8,8 @@ use std::path::Path;
 fn the_example_config_loads_and_validates() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/dc-manager.toml");
     let s = load(Some(&path)).unwrap();
-    assert_eq!((s.manager.limit.as_str(), s.manager.dc.as_str()), ("partner-api", "bkk"));
+    assert_eq!((s.manager.limit.as_str(), s.manager.dc.as_str()), ("", "bkk"));
+    assert!(s.serves_every_limit(), "the example serves every limit of its DC");
     assert_eq!(s.manager.split, SplitMode::Equal);
     assert_eq!(s.manager.fail_mode, FailMode::Strict);
     assert_eq!(s.manager.expiry.egress_spread_ms, 144);
@@ -17,10 +18,15 @@ fn the_example_config_loads_and_validates() {
 #[test]
 fn bad_settings_are_refused_with_the_reason() {
     let mut s = Settings::default();
-    assert!(s.validate().unwrap_err().to_string().contains("limit"), "an empty limit name");
-    s.manager.limit = "api".into();
+    assert!(s.validate().unwrap_err().to_string().contains("dc"), "an empty DC name");
     s.manager.dc = "bkk".into();
     s.validate().unwrap();
+    assert!(s.serves_every_limit() && s.serves("api") && s.serves("other"), "no limit: every limit");
+    s.manager.limit = "a.b".into();
+    assert!(s.validate().unwrap_err().to_string().contains("limit"), "a bad limit name");
+    s.manager.limit = "api".into();
+    s.validate().unwrap();
+    assert!(s.serves("api") && !s.serves("other"));
     s.manager.pod_ttl_ms = s.manager.renew_interval_ms;
     assert!(s.validate().unwrap_err().to_string().contains("pod_ttl_ms"));
     let mut s2 = s.clone();

@@ -29,7 +29,7 @@ fn coordinator(url: &str) -> CoordSettings {
         leader_ttl_ms: 1_000,
         replicas: 1,
         http_listen: None,
-        limits: vec![limit],
+        limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
     }
 }
 

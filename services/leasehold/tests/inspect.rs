@@ -25,7 +25,7 @@ async fn inspect_shows_the_leader_and_the_dc_leases() {
         leader_ttl_ms: 1_500,
         replicas: 1,
         http_listen: None,
-        limits: vec![limit],
+        limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
     };
     let mut coord = leasehold_coordinator::spawn(connect_until(&url, "c", deadline).await.unwrap(), settings);
     tokio::time::timeout(Duration::from_secs(10), coord.status.wait_for(|s| s.leading)).await.unwrap().unwrap();

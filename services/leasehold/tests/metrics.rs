@@ -68,7 +68,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
         nats_url: url.clone(),
         leader_ttl_ms: 1_000,
         http_listen: Some(coord_addr.clone()),
-        limits: vec![limit],
+        limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
         ..Default::default()
     };
     let _c = leasehold_coordinator::spawn(client().await.unwrap(), coord);
@@ -151,9 +151,19 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
 
     // Every name, type and label exactly as the docs and dashboards know them.
     let coordinator = expected(&[
-        (&["leasehold_coordinator_leading", "leasehold_coordinator_epoch"], "gauge", ""),
         (
             &[
+                "leasehold_coordinator_leading",
+                "leasehold_coordinator_epoch",
+                "leasehold_coordinator_limits_defined",
+                "leasehold_coordinator_definitions_refused",
+            ],
+            "gauge",
+            "",
+        ),
+        (
+            &[
+                "leasehold_coordinator_definition_changes_total",
                 "leasehold_coordinator_takeovers_total",
                 "leasehold_coordinator_ledger_writes_total",
                 "leasehold_coordinator_step_downs_total",
@@ -232,7 +242,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
     assert_eq!(schema(&u), upstream, "{u}");
     [&coordinator, &dc_manager, &agent, &upstream].into_iter().for_each(documented);
 
-    // `/v1/status`: the same fields as ever.
+    // `/v1/status`: the fields the docs name.
     let status = |addr: String| {
         let http = http.clone();
         async move {
@@ -247,14 +257,21 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
         keys.join(" ")
     };
     let c = status(coord_addr).await;
-    assert_eq!(fields(&c), "epoch leading limits records_written reports_malformed step_downs takeovers", "{c}");
-    assert_eq!(fields(&c["limits"]["api"]), "dc_leases limit outstanding", "{c}");
+    let expected =
+        "definitions definitions_refused epoch leading limits records_written reports_malformed step_downs takeovers";
+    assert_eq!(fields(&c), expected, "{c}");
+    assert_eq!(fields(&c["limits"]["api"]), "dc_leases limit outstanding retired", "{c}");
     assert_eq!(c["limits"]["api"]["limit"]["rate_milli_per_s"], 100_000, "{c}");
     let d = status(dc_addr).await;
     assert_eq!(
         fields(&d),
-        "budget_rate_per_s dc dc_lease_rate_per_s epoch instance leading limit messages_malformed \
+        "budget_rate_per_s dc dc_lease_rate_per_s epoch instance leading limit limits messages_malformed \
          pod_leases_issued pods_eligible pods_known takeovers used_rate_per_s",
+        "{d}"
+    );
+    assert_eq!(
+        fields(&d["limits"]["api"]),
+        "budget_rate_per_s dc_lease_rate_per_s pods_eligible pods_known seconds_since_dc_lease used_rate_per_s",
         "{d}"
     );
     assert_eq!((d["limit"].as_str(), d["dc"].as_str(), d["leading"].as_bool()), (Some("api"), Some("bkk"), Some(true)));

@@ -100,17 +100,36 @@ pub async fn remove(store: &kv::Store, name: &str, expected_revision: Option<u64
     }
 }
 
-/// Create each limit that has no definition yet; never overwrite one (a file only seeds the
-/// bucket). Returns the names created, in the order given.
-pub async fn seed(store: &kv::Store, defs: &[LimitDef]) -> Result<Vec<String>, KvError> {
-    let mut created = Vec::new();
+/// What [`seed`] did with a file's limits.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Seeded {
+    /// Created: the key never held a definition.
+    pub created: Vec<String>,
+    /// Left alone: the key was removed (`leasehold limits rm`); a file never brings it back.
+    pub removed: Vec<String>,
+}
+
+/// Create each limit whose key never held a definition; never overwrite one, and never bring
+/// back one that was removed (a file only seeds the bucket).
+pub async fn seed(store: &kv::Store, defs: &[LimitDef]) -> Result<Seeded, KvError> {
+    let mut seeded = Seeded::default();
     for def in defs {
+        let key = key_of(&def.limit)?;
+        match store.entry(&key).await {
+            Ok(Some(e)) if e.operation != kv::Operation::Put => {
+                seeded.removed.push(def.limit.clone());
+                continue;
+            }
+            Ok(Some(_)) => continue,
+            Ok(None) => {}
+            Err(e) => return Err(KvError::Read { key, reason: e.to_string() }),
+        }
         match put(store, def, None).await? {
-            CasOutcome::Written { .. } => created.push(def.limit.clone()),
+            CasOutcome::Written { .. } => seeded.created.push(def.limit.clone()),
             CasOutcome::Conflict => {}
-            CasOutcome::Unknown => match read(store, &key_of(&def.limit)?).await? {
+            CasOutcome::Unknown => match read(store, &key).await? {
                 // Ours if the key now holds exactly what we wrote; another's value stays.
-                Some((_, value)) if value == def.to_json() => created.push(def.limit.clone()),
+                Some((_, value)) if value == def.to_json() => seeded.created.push(def.limit.clone()),
                 Some(_) => {}
                 None => {
                     let reason = "timed out, and it may still be applied".to_string();
@@ -119,5 +138,48 @@ pub async fn seed(store: &kv::Store, defs: &[LimitDef]) -> Result<Vec<String>, K
             },
         }
     }
-    Ok(created)
+    Ok(seeded)
+}
+
+/// One limit's definition changed (or was there when the watch began).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LimitEvent {
+    pub key: String,
+    pub revision: u64,
+    /// The definition (or why the value is not one); `None`: removed.
+    pub def: Option<Result<LimitDef, String>>,
+}
+
+impl From<StoredLimit> for LimitEvent {
+    fn from(s: StoredLimit) -> Self {
+        LimitEvent { key: s.key, revision: s.revision, def: Some(s.def) }
+    }
+}
+
+/// Follow every limit's definition: first each key's newest value, then every change, for as
+/// long as the receiver lives. The watch is opened again whenever it ends (a server restart);
+/// each re-opening delivers every key's newest value again, so a consumer skips revisions it
+/// has seen.
+pub fn follow(store: kv::Store) -> tokio::sync::mpsc::Receiver<LimitEvent> {
+    let (tx, rx) = tokio::sync::mpsc::channel(256);
+    tokio::spawn(async move {
+        loop {
+            if let Ok(mut w) = store.watch_with_history(">").await {
+                while let Some(Ok(e)) = w.next().await {
+                    let def = match e.operation {
+                        kv::Operation::Put => Some(decode(&e.key, e.revision, &e.value).def),
+                        kv::Operation::Delete | kv::Operation::Purge => None,
+                    };
+                    if tx.send(LimitEvent { key: e.key, revision: e.revision, def }).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            if tx.is_closed() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+    });
+    rx
 }

@@ -94,11 +94,16 @@ async fn unreadable_entries_are_listed_and_seeding_never_overwrites() {
         assert_eq!(hand.to_config().unwrap().quota.rate_milli_per_s, 976_000, "{who}");
 
         // Seeding creates what is missing and leaves what exists alone.
-        let created = limits_store::seed(&store, &[def("partner-api", "1/s"), def("new-one", "5/s")]).await.unwrap();
-        assert_eq!(created, vec!["new-one".to_string()], "{who}");
+        let seeded = limits_store::seed(&store, &[def("partner-api", "1/s"), def("new-one", "5/s")]).await.unwrap();
+        assert_eq!(seeded.created, vec!["new-one".to_string()], "{who}");
         let kept = limits_store::get(&store, "partner-api").await.unwrap().unwrap();
         assert_eq!(kept.revision, r_hand, "{who}: seeding overwrote an existing definition");
-        assert_eq!(limits_store::seed(&store, &[def("new-one", "9/s")]).await.unwrap(), Vec::<String>::new());
+        assert_eq!(limits_store::seed(&store, &[def("new-one", "9/s")]).await.unwrap(), Default::default());
+        // A removed limit stays removed: a coordinator restarted with its file must not bring it back.
+        assert_eq!(limits_store::remove(&store, "partner-api", None).await.unwrap(), RemoveOutcome::Removed);
+        let again = limits_store::seed(&store, &[def("partner-api", "1/s")]).await.unwrap();
+        assert_eq!((again.created.len(), again.removed), (0, vec!["partner-api".to_string()]), "{who}");
+        assert_eq!(limits_store::get(&store, "partner-api").await.unwrap(), None, "{who}");
         let seeded = limits_store::get(&store, "new-one").await.unwrap().unwrap();
         assert_eq!(seeded.def, Ok(def("new-one", "5/s")), "{who}");
     }

@@ -55,7 +55,7 @@ impl PodSettings {
     pub fn validate(&self) -> Result<(), SettingsError> {
         let bad = |m: String| Err(SettingsError::Invalid(m));
         leasehold_process::check_dc_service(
-            &self.limit,
+            Some(&self.limit),
             &self.dc,
             ("pod_id", self.pod_id.as_deref()),
             self.clock_drift_ppm,

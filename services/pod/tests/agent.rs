@@ -27,7 +27,7 @@ async fn permits_denials_and_bad_input_over_http() {
         leader_ttl_ms: 1_000,
         replicas: 1,
         http_listen: None,
-        limits: vec![limit],
+        limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
     };
     let _c = leasehold_coordinator::spawn(client(&url).await, coord);
     let mut m = DcManagerConfig::new("api", "bkk", "");
@@ -81,7 +81,8 @@ async fn permits_denials_and_bad_input_over_http() {
 
     // Upstream answers: a 429 is counted apart from errors; a status that is no failure is a 400.
     let error_url = format!("http://{addr}/v1/upstream-error");
-    for (q, want) in [("?status=429", 204), ("?status=503", 204), ("", 204), ("?status=200", 400), ("?status=abc", 400)] {
+    for (q, want) in [("?status=429", 204), ("?status=503", 204), ("", 204), ("?status=200", 400), ("?status=abc", 400)]
+    {
         let r = http.post(format!("{error_url}{q}")).send().await.unwrap();
         assert_eq!(r.status(), want, "{q}");
     }

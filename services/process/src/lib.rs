@@ -108,13 +108,15 @@ fn defaults_and_file<T: Default + Serialize>(file: Option<&Path>) -> Result<Figm
 /// What every per-DC service checks: its limit and DC names and its own id (`id_name`) are
 /// valid ids, and its clock drift stays within ±100000 ppm.
 pub fn check_dc_service(
-    limit: &str,
+    limit: Option<&str>,
     dc: &str,
     (id_name, id): (&'static str, Option<&str>),
     clock_drift_ppm: i64,
 ) -> Result<(), SettingsError> {
     let invalid = |e: leasehold_shared::wire::WireError| SettingsError::Invalid(e.to_string());
-    leasehold_shared::wire::check_id("limit", limit).map_err(invalid)?;
+    if let Some(limit) = limit {
+        leasehold_shared::wire::check_id("limit", limit).map_err(invalid)?;
+    }
     leasehold_shared::wire::check_id("dc", dc).map_err(invalid)?;
     if let Some(id) = id {
         leasehold_shared::wire::check_id(id_name, id).map_err(invalid)?;

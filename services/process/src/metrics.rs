@@ -58,9 +58,19 @@ impl Scrape<'_> {
         labels: L,
         value: V,
     ) -> fmt::Result {
+        self.counters(name, help, [(labels, value)])
+    }
+
+    /// A counter with one series per row (named as [`Scrape::counter`]).
+    pub fn counters<L: EncodeLabelSet, V: EncodeCounterValue + Clone>(
+        &mut self,
+        name: &str,
+        help: &str,
+        rows: impl IntoIterator<Item = (L, V)>,
+    ) -> fmt::Result {
         debug_assert!(name.ends_with("_total"), "counter {name} must end with _total");
         let base = name.strip_suffix("_total").unwrap_or(name);
-        self.family(base, help, MetricType::Counter, [(labels, value)], |v| ConstCounter::new(v))
+        self.family(base, help, MetricType::Counter, rows, |v| ConstCounter::new(v))
     }
 
     fn family<L: EncodeLabelSet, V, M: EncodeMetric>(

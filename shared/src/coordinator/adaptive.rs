@@ -31,7 +31,10 @@ impl DcUpstream {
         let (accepted, span_ns) = if self.saturated_ns > 0 {
             (self.saturated_accepted, self.saturated_ns)
         } else {
-            (self.calls.saturating_sub(self.upstream_429), if self.covered_ns > 0 { self.covered_ns } else { period_ns })
+            (
+                self.calls.saturating_sub(self.upstream_429),
+                if self.covered_ns > 0 { self.covered_ns } else { period_ns },
+            )
         };
         if span_ns == 0 {
             return 0.0;

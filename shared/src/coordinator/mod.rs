@@ -216,6 +216,7 @@ impl CoordinatorCore {
                 .filter_map(|(dc, v)| Some((dc.clone(), DcHolder { holder: v.holder.clone()?, term: v.holder_term })))
                 .collect(),
             adaptive_rate_milli_per_s: self.adaptive_record(),
+            expiry: Some(self.cfg.expiry),
         };
         for dc in self.floor_dcs() {
             let Some((floor, version)) = self.floor_named(&dc) else { continue };

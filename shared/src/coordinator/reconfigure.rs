@@ -13,7 +13,8 @@
 //!
 //! A changed expiry policy (drift, grace, egress spread) changes how long the leases already out
 //! may be spent by the rules the change asserts: each is then counted for a full lifetime under
-//! the new policy from now, as a new leader counts what it adopts (waste, never excess).
+//! the new policy from now, as a new leader counts what it adopts (waste, never excess), and so
+//! is a lost record's wait, if one is running.
 //!
 //! A **removed** limit runs on as [`LimitConfig::retired`]: capacity zero, every floor zero, so
 //! DC leases end, floors are named zero, and pods deny once what they hold has ended.
@@ -40,6 +41,25 @@ impl LimitConfig {
         c
     }
 
+    /// What a term runs a limit on when it finds the limit's record but no definition it can
+    /// use (an unreadable or refused one in `lh_limits`): the record's capacity and floors, its
+    /// DCs, its longest DC-lease TTL and its writer's expiry policy (wide margins if the record
+    /// predates it). Never more than the record's writer ran with.
+    pub fn from_record(rec: &crate::wire::LedgerRecord) -> LimitConfig {
+        let mut dcs: Vec<&String> =
+            rec.floors.keys().chain(rec.leases.iter().map(|l| &l.dc)).chain(rec.dc_holders.keys()).collect();
+        dcs.sort_unstable();
+        dcs.dedup();
+        let floors: Vec<(&str, Quota)> =
+            dcs.iter().map(|dc| (dc.as_str(), rec.floors.get(*dc).copied().unwrap_or(Quota::ZERO))).collect();
+        let mut c = LimitConfig::new(&rec.limit, rec.capacity.unwrap_or(Quota::ZERO), &floors);
+        c.dc_ttl_ms = rec.leases.iter().map(|l| l.ttl_ms).max().unwrap_or(c.dc_ttl_ms).max(c.dc_ttl_ms);
+        // The writer's policy; a record without one (an older writer) gets wide margins.
+        let wide = crate::expiry::ExpiryPolicy { max_drift: 0.05, grace_ms: 1_000, egress_spread_ms: 1_000 };
+        c.expiry = rec.expiry.unwrap_or(wide);
+        c
+    }
+
     /// True for [`LimitConfig::retired`]'s result: nothing may be granted or reserved.
     pub fn is_retired(&self) -> bool {
         self.quota == Quota::ZERO && self.floors() == Quota::ZERO
@@ -60,6 +80,11 @@ impl CoordinatorCore {
         self.prune_leases();
         if cfg.expiry != self.cfg.expiry {
             self.recount_under(&cfg, now_ns);
+            // A lost record's leases are not on the books: wait them out under the new policy
+            // too, from now (found by review: a wider drift bound did not lengthen the wait).
+            if let Some(ttl_ms) = self.lost_wait_dc_ttl_ms.filter(|_| now_ns < self.issue_from_ns) {
+                self.issue_from_ns = self.issue_from_ns.max(cfg.expiry.issuer_live_until_ns(now_ns, ttl_ms));
+            }
         }
         if shrank && cfg.bugs.reconfigure_forgets_leases {
             self.ledger = crate::ledger::Ledger::new(cfg.quota, self.epoch());

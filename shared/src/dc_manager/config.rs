@@ -29,6 +29,9 @@ pub enum FailMode {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DcManagerConfig {
+    /// The limit this core serves (a DC manager's settings: the one limit it serves; none or
+    /// `"*"`: every limit).
+    #[serde(default)]
     pub limit: String,
     pub dc: String,
     /// This manager instance (a restart is a new DC-lease holder).

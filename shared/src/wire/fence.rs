@@ -19,8 +19,9 @@ pub struct LedgerFence {
     pub v: u32,
     /// The highest coordinator epoch under which a ledger record may have been written.
     pub epoch: u64,
-    /// The longest `dc_ttl_ms` of any term that raised the fence: no DC lease in any record ever
-    /// lasted longer. 0 when unknown (a fence written as a bare decimal epoch).
+    /// The longest `dc_ttl_ms` of any term that raised the fence, and of any DC lease a record
+    /// held: no DC lease in any record ever lasted longer. 0 when no record held a lease yet or
+    /// unknown (a fence written as a bare decimal epoch): a leader then waits its own TTL.
     #[serde(default)]
     pub dc_ttl_ms_max: u64,
     /// Per limit, per DC: the largest floor any record named or reserved. A DC cut off from the
@@ -51,11 +52,12 @@ impl LedgerFence {
     pub fn covering(&self, record: &LedgerRecord) -> Option<LedgerFence> {
         let mut raised = self.clone();
         let mut changed = false;
-        // A DC lease longer than any term raised the fence with (a TTL changed live): a leader
-        // that finds this record lost must wait that long. (0: unknown, an older fence: a leader
-        // then waits its own TTL, as before.)
+        // A DC lease longer than any term raised the fence with (a TTL changed live, or a term
+        // that had no limit defined when it raised the fence): a leader that finds this record
+        // lost must wait that long. Raising an unknown 0 is safe too: a leader waits the longer
+        // of its own TTL and the fence's.
         let longest_ms = record.leases.iter().map(|l| l.ttl_ms).max().unwrap_or(0);
-        if raised.dc_ttl_ms_max != 0 && longest_ms > raised.dc_ttl_ms_max {
+        if longest_ms > raised.dc_ttl_ms_max {
             raised.dc_ttl_ms_max = longest_ms;
             changed = true;
         }
@@ -171,7 +173,10 @@ mod tests {
         record.leases = vec![lease(20_000)];
         assert_eq!(f.covering(&record).map(|g| g.dc_ttl_ms_max), Some(20_000), "a TTL raised live");
         let unknown = LedgerFence::parse(b"3").unwrap();
-        assert_eq!(unknown.covering(&record), None, "unknown stays unknown");
+        let known = unknown.covering(&record).expect("an unknown TTL is raised too");
+        assert_eq!(known.dc_ttl_ms_max, 20_000);
+        let none_yet = LedgerFence::raised(None, 1, 0).covering(&record).expect("a first term without limits");
+        assert_eq!(none_yet.dc_ttl_ms_max, 20_000, "found by review: a term with no definitions raised 0");
     }
 
     #[test]

@@ -241,6 +241,11 @@ pub struct LedgerRecord {
     /// configured R. Missing: the configured R.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive_rate_milli_per_s: Option<u64>,
+    /// The writer's clock margins: how long it counts a lease past its TTL. A term that must
+    /// run the limit from its record alone (its definition unreadable) counts with these.
+    /// Missing: not known (older writers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiry: Option<crate::expiry::ExpiryPolicy>,
 }
 
 /// A DC's current DC-manager replica as the coordinator knows it.
@@ -269,6 +274,7 @@ impl LedgerRecord {
             lost_wait_dc_ttl_ms: None,
             dc_holders: Default::default(),
             adaptive_rate_milli_per_s: None,
+            expiry: None,
         }
     }
 

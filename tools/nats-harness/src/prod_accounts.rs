@@ -8,7 +8,7 @@ use std::path::Path;
 pub const ACCOUNTS_CONF: &str = include_str!("../../../nats/prod/accounts.conf");
 
 /// The password variables `accounts.conf` reads, with test values (user → `<name>-pw`-style).
-pub const TEST_PASSWORDS: [(&str, &str); 8] = [
+pub const TEST_PASSWORDS: [(&str, &str); 9] = [
     ("LH_SYS_PASSWORD", "sys-pw"),
     ("LH_COORDINATOR_PASSWORD", "coord-pw"),
     ("LH_DC_BKK_PASSWORD", "bkk-pw"),
@@ -17,6 +17,7 @@ pub const TEST_PASSWORDS: [(&str, &str); 8] = [
     ("LH_INSPECT_PASSWORD", "inspect-pw"),
     ("LH_KEYS_PASSWORD", "keys-pw"),
     ("LH_KEYS_ADMIN_PASSWORD", "keys-admin-pw"),
+    ("LH_LIMITS_ADMIN_PASSWORD", "limits-admin-pw"),
 ];
 
 /// A server with the shipped accounts and [`TEST_PASSWORDS`].

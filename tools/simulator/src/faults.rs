@@ -130,7 +130,11 @@ pub fn schedule(rng: &mut SeededRng, from_s: u64, until_s: u64, pace: FaultPace)
             FaultKind::MessageDelay => (5.0, 30.0, 50.0 + rng.next_f64() * 450.0),
         };
         let duration_s = ((lo + rng.next_f64() * (hi - lo)) * pace.duration_scale).min(until_s as f64 - t);
-        out.push(Fault { at_s: t, kind, duration_s, target: rng.next_u64(), amount });
+        // A random limit change never removes the limit: a DC cut off then keeps spending its
+        // floor above a limit of zero (the documented exception); `limit-change` removes it
+        // with every DC connected.
+        let target = rng.next_u64() & !crate::world::CHANGE_REMOVE;
+        out.push(Fault { at_s: t, kind, duration_s, target, amount });
     }
     out
 }

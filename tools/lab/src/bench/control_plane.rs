@@ -161,7 +161,7 @@ async fn start(a: &Args) -> Result<Running, String> {
     let coord = leasehold_coordinator::config::Settings {
         nats_url: url.clone(),
         id: Some("coord".into()),
-        limits: vec![limit],
+        limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
         ..Default::default()
     };
     let coordinator = leasehold_coordinator::spawn(connect("coordinator").await?, coord);

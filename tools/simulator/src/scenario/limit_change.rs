@@ -4,24 +4,27 @@
 
 use super::{Demand, Scenario};
 use crate::faults::{Fault, FaultKind};
-use crate::world::{limit_change_target, CHANGE_BURST, CHANGE_BY_RESTART, CHANGE_FLOORS, CHANGE_RATE};
+use crate::world::{limit_change_target, CHANGE_BURST, CHANGE_BY_RESTART, CHANGE_FLOORS, CHANGE_RATE, CHANGE_REMOVE};
 
 /// One cycle of the path: seconds between two changes.
 const CYCLE_S: f64 = 60.0;
-const CYCLES: u64 = 18;
+const CYCLES: u64 = 20;
 
 impl Scenario {
-    /// Eighteen cycles on the partner API's topology, both DCs offering 1,350/s throughout:
+    /// Twenty cycles on the partner API's topology, both DCs offering 1,350/s throughout:
     /// 1. BKK is cut off, then 80% of its floor moves to Europe (back 40 s later);
     /// 2. the same with Europe cut off and giving up floor;
     /// 3. R and B go down to 60% (back 20 s later), then BKK is cut off 1 s after the change;
     /// 4. the same, Europe cut off 3 s after the change;
     /// 5. R, B and floor (from BKK) all change at once while BKK is cut off;
     /// 6. floor moves from BKK with nobody cut off;
-    /// 7. (to 12.) R and B go down while BKK cannot confirm and Europe is cut off after the first
-    ///    renewals;
-    /// 13. (to 18.) cycles 1–6 again, with each change applied in place by the leading term (as the
-    ///     service follows `lh_limits`) instead of restarting the coordinators with it.
+    ///
+    /// then six cycles (7–12) where R and B go down while BKK cannot confirm and Europe is cut off
+    /// after the first renewals, and six (13–18) that run cycles 1–6 again with each change
+    /// applied in place by the leading term (as the service follows `lh_limits`) instead of
+    /// restarting the coordinators with it; then the limit is removed and defined again 20 s
+    /// later, applied live (19) and by restarting the coordinators (20), with no DC cut off (a
+    /// cut-off DC keeps spending its floor: the documented exception).
     pub fn limit_change() -> Self {
         let fault = |at_s, kind, duration_s, target, amount| Fault { at_s, kind, duration_s, target, amount };
         let change = |at_s, duration_s, parts, giver, amount| {
@@ -34,6 +37,12 @@ impl Scenario {
             let t = 30.0 + CYCLE_S * k as f64;
             // The first twelve restart the coordinators with the change; the last six run the
             // first six again with the change applied live by the leading term.
+            if k >= 18 {
+                // The limit is removed (live, then by restart) and defined again 20 s later.
+                let how = if k == 18 { 0 } else { CHANGE_BY_RESTART };
+                faults.push(change(t, 20.0, CHANGE_REMOVE | how, 0, 1.0));
+                continue;
+            }
             let (arm, how) = if k < 12 { (k, CHANGE_BY_RESTART) } else { (k - 12, 0) };
             let change = |at_s, duration_s, parts, giver, amount| change(at_s, duration_s, parts | how, giver, amount);
             let k = arm;

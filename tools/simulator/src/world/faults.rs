@@ -263,11 +263,21 @@ impl World {
         }
     }
 
-    /// A rolling restart of the coordinators with new R, B or floors (the parts `target` names):
-    /// scaled by `scale` from the scenario's, or back to the scenario's (`None`). Every
-    /// coordinator process that holds a term restarts; standbys elected later read the new
-    /// settings.
+    /// New R, B or floors (the parts `target` names): scaled by `scale` from the scenario's, or
+    /// back to the scenario's (`None`); with [`CHANGE_REMOVE`](super::live::CHANGE_REMOVE), the
+    /// limit is removed (R, B and every floor zero: what a term runs a removed limit on) and
+    /// defined again when the fault heals. Applied live by the leading term, or by restarting
+    /// every coordinator process that holds a term ([`CHANGE_BY_RESTART`](super::live::CHANGE_BY_RESTART));
+    /// standbys elected later read the new definition.
     fn change_limit(&mut self, target: u64, scale: Option<f64>) {
+        if target & super::live::CHANGE_REMOVE != 0 {
+            let removed = scale.is_some();
+            let quota = if removed { Quota::ZERO } else { self.sc.quota };
+            for (d, f) in self.live.floors.iter_mut().enumerate() {
+                *f = if removed { Quota::ZERO } else { self.sc.dcs[d].floor };
+            }
+            return self.apply_limit_change(target, quota);
+        }
         use super::live::{limit_change_parts, CHANGE_BURST, CHANGE_FLOORS, CHANGE_RATE};
         let (parts, giver) = limit_change_parts(target, self.dcs.len());
         let s = scale.unwrap_or(1.0);
@@ -287,6 +297,10 @@ impl World {
             self.live.floors[giver] = kept;
             self.live.floors[taker] = t.saturating_add(g.saturating_sub(kept));
         }
+        self.apply_limit_change(target, quota);
+    }
+
+    fn apply_limit_change(&mut self, target: u64, quota: Quota) {
         let in_force = self.live.limit_in_force(self.now);
         self.live.set_quota(quota, self.now, self.change_window_end());
         // Half the changes restart the coordinators (a new term with the new definition), half

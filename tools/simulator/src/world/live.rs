@@ -12,6 +12,9 @@ pub const CHANGE_FLOORS: u64 = 4;
 /// Set in a limit change's `target`: the coordinators restart with the new definition (a new
 /// term). Clear: the leading term applies it in place, as the service follows `lh_limits`.
 pub const CHANGE_BY_RESTART: u64 = 1 << 40;
+/// Set in a limit change's `target`: the limit is removed (and defined again when the fault
+/// heals) instead of changed.
+pub const CHANGE_REMOVE: u64 = 1 << 41;
 
 /// Which parts a limit change with `target` changes (its low 3 bits; 0 means all), and the DC
 /// that gives up floor when floors move (to the next DC): `target / 8`.
@@ -20,13 +23,13 @@ pub fn limit_change_parts(target: u64, dcs: usize) -> (u64, usize) {
         0 => CHANGE_RATE | CHANGE_BURST | CHANGE_FLOORS,
         p => p,
     };
-    (parts, (((target & !CHANGE_BY_RESTART) / 8) % dcs as u64) as usize)
+    (parts, (((target & !(CHANGE_BY_RESTART | CHANGE_REMOVE)) / 8) % dcs as u64) as usize)
 }
 
 /// The `target` of a limit change of `parts` (with [`CHANGE_BY_RESTART`] if set) with `giver`
 /// giving up floor.
 pub fn limit_change_target(parts: u64, giver: usize) -> u64 {
-    (parts & 7) + 8 * giver as u64 + (parts & CHANGE_BY_RESTART)
+    (parts & 7) + 8 * giver as u64 + (parts & (CHANGE_BY_RESTART | CHANGE_REMOVE))
 }
 
 #[derive(Clone, Debug)]

@@ -11,7 +11,9 @@ mod leaders;
 mod live;
 mod requests;
 
-pub use live::{limit_change_parts, limit_change_target, CHANGE_BURST, CHANGE_BY_RESTART, CHANGE_FLOORS, CHANGE_RATE};
+pub use live::{
+    limit_change_parts, limit_change_target, CHANGE_BURST, CHANGE_BY_RESTART, CHANGE_FLOORS, CHANGE_RATE, CHANGE_REMOVE,
+};
 
 use crate::clock::NodeClock;
 use crate::faults::Fault;

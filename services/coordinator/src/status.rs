@@ -1,0 +1,58 @@
+//! What a coordinator replica is doing, for tests, metrics, `/v1/status` and `inspect`.
+
+use crate::leader::Leader;
+use leasehold_shared::quota::Quota;
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    pub leading: bool,
+    pub epoch: u64,
+    pub takeovers: u64,
+    pub records_written: u64,
+    pub step_downs: u64,
+    pub reports_malformed: u64,
+    pub reports_ignored: u64,
+    /// Per limit while leading: Σ of every lease still counted vs the limit (the ledger's books).
+    pub limits: BTreeMap<String, LimitBooks>,
+    /// Limits with a definition this replica runs (from `lh_limits`).
+    pub definitions: usize,
+    /// Definitions applied since start (added, changed or removed), on any replica.
+    pub definition_changes: u64,
+    /// Per limit, why its stored definition is refused (the one before it stays in force).
+    pub definitions_refused: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LimitBooks {
+    pub capacity: Quota,
+    pub outstanding: Quota,
+    pub dc_leases: u32,
+    /// Removed from `lh_limits`: nothing is granted, its leases run out.
+    pub retired: bool,
+}
+
+impl Leader {
+    /// Copy every limit's books into the status (for metrics).
+    pub(crate) fn refresh_books(&mut self) {
+        let now = self.now_ns();
+        self.status.limits = self
+            .leadership
+            .as_ref()
+            .map(|l| {
+                l.limits
+                    .iter()
+                    .map(|(name, st)| {
+                        let books = LimitBooks {
+                            capacity: st.core.ledger().capacity(),
+                            outstanding: st.core.ledger().outstanding(now),
+                            dc_leases: st.core.dc_leases() as u32,
+                            retired: st.core.config().is_retired(),
+                        };
+                        (name.clone(), books)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+    }
+}

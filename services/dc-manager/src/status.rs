@@ -1,0 +1,96 @@
+//! What a DC manager replica is doing, for tests, metrics, `/v1/status` and `inspect`: the
+//! process as a whole, and each limit it serves.
+
+use crate::manager::Manager;
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Status {
+    pub leading: bool,
+    pub epoch: u64,
+    pub instance: String,
+    pub takeovers: u64,
+    pub step_downs: u64,
+    pub dc_leases_applied: u64,
+    pub dc_leases_refused: u64,
+    pub messages_malformed: u64,
+    pub publish_failures: u64,
+    /// Every limit this term serves.
+    pub limits: BTreeMap<String, LimitStatus>,
+    // Sums over the limits (the one limit's values when it serves one):
+    pub pods_eligible: u32,
+    pub pods_known: u32,
+    pub pod_leases_issued: u64,
+    pub passes_full: u64,
+    pub passes_growth: u64,
+    pub reports_stale: u64,
+    pub returns: u64,
+    /// Budget the pods share now: floor + DC lease (rate per second).
+    pub budget_rate_per_s: f64,
+    pub dc_lease_rate_per_s: f64,
+    /// Σ admitted rate of the last second (per second).
+    pub used_rate_per_s: f64,
+    /// The longest any limit has gone without a DC lease (none: no limit has had one yet).
+    pub seconds_since_dc_lease: Option<f64>,
+}
+
+/// One limit's part of a DC manager's term.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LimitStatus {
+    pub pods_eligible: u32,
+    pub pods_known: u32,
+    pub pod_leases_issued: u64,
+    pub passes_full: u64,
+    pub passes_growth: u64,
+    pub reports_stale: u64,
+    pub returns: u64,
+    pub budget_rate_per_s: f64,
+    pub dc_lease_rate_per_s: f64,
+    pub used_rate_per_s: f64,
+    pub seconds_since_dc_lease: Option<f64>,
+}
+
+impl Manager {
+    pub(crate) fn refresh_status(&mut self) {
+        let now = self.now_ns();
+        const HORIZON_NS: u64 = 1_000_000_000;
+        for w in self.admitted_window.values_mut() {
+            w.retain(|(t, _)| now.saturating_sub(*t) < HORIZON_NS);
+        }
+        let Some(term) = self.term.as_ref() else { return };
+        let mut limits = BTreeMap::new();
+        for (limit, lt) in &term.limits {
+            let c = lt.core.counters();
+            let used: u64 = self.admitted_window.get(limit).map_or(0, |w| w.iter().map(|(_, a)| a).sum());
+            let l = LimitStatus {
+                pods_eligible: lt.core.pods_eligible(now),
+                pods_known: lt.core.pods().count() as u32,
+                pod_leases_issued: c.pod_leases_issued,
+                passes_full: c.passes_full,
+                passes_growth: c.passes_growth,
+                reports_stale: c.reports_stale + c.reports_foreign,
+                returns: c.returns,
+                budget_rate_per_s: lt.core.budget(now).0.rate_per_s(),
+                dc_lease_rate_per_s: lt.core.current_lease(now).map_or(0.0, |l| l.quota.rate_per_s()),
+                used_rate_per_s: used as f64,
+                seconds_since_dc_lease: lt.last_dc_lease_at_ns.map(|t| self.clock.seconds_since(t)),
+            };
+            limits.insert(limit.clone(), l);
+        }
+        let s = &mut self.status;
+        s.instance = term.instance.clone();
+        let all = limits.values();
+        s.pods_eligible = all.clone().map(|l| l.pods_eligible).sum();
+        s.pods_known = all.clone().map(|l| l.pods_known).sum();
+        s.pod_leases_issued = all.clone().map(|l| l.pod_leases_issued).sum();
+        s.passes_full = all.clone().map(|l| l.passes_full).sum();
+        s.passes_growth = all.clone().map(|l| l.passes_growth).sum();
+        s.reports_stale = all.clone().map(|l| l.reports_stale).sum();
+        s.returns = all.clone().map(|l| l.returns).sum();
+        s.budget_rate_per_s = all.clone().map(|l| l.budget_rate_per_s).sum();
+        s.dc_lease_rate_per_s = all.clone().map(|l| l.dc_lease_rate_per_s).sum();
+        s.used_rate_per_s = all.clone().map(|l| l.used_rate_per_s).sum();
+        s.seconds_since_dc_lease = all.filter_map(|l| l.seconds_since_dc_lease).reduce(f64::max);
+        s.limits = limits;
+    }
+}
