@@ -42,7 +42,7 @@ fn manager(url: &str, id: &str, serves: &str) -> Settings {
 fn pod(url: &str, limit: &str, id: &str) -> PodSettings {
     PodSettings {
         nats_url: url.into(),
-        limit: limit.into(),
+        limit: Some(limit.into()),
         dc: "bkk".into(),
         pod_id: Some(id.into()),
         report_interval_ms: 100,
@@ -72,7 +72,7 @@ async fn one_manager_serves_every_limit_of_its_dc() {
         wait::until(&mut m.status, WITHIN, "the manager leads", |s: &Status| s.leading).await;
         let a = Pod::start(wait::client(&url, "a").await, &pod(&url, "api", "pod-a"));
         let b = Pod::start(wait::client(&url, "b").await, &pod(&url, "second", "pod-b"));
-        let (mut a_rx, mut b_rx) = (a.status.clone(), b.status.clone());
+        let (mut a_rx, mut b_rx) = (a.limiter("api").unwrap().status(), b.limiter("second").unwrap().status());
         wait::until(&mut a_rx, WITHIN, "A holds most of api", |s| rate(s) >= 90.0).await;
         wait::until(&mut b_rx, WITHIN, "B holds most of second", |s| rate(s) >= 36.0).await;
         assert!(rate(&a_rx.borrow()) <= 100.0 && rate(&b_rx.borrow()) <= 40.0, "{v}: above a limit");

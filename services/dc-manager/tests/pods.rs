@@ -51,7 +51,7 @@ fn manager(url: &str, id: &str) -> Settings {
 fn pod_settings(url: &str, id: &str) -> PodSettings {
     PodSettings {
         nats_url: url.into(),
-        limit: "api".into(),
+        limit: Some("api".into()),
         dc: "bkk".into(),
         pod_id: Some(id.into()),
         report_interval_ms: 100,
@@ -102,13 +102,13 @@ async fn pods_joining_draining_and_crashing_re_split_the_dc_lease() {
         let mut m = leasehold_dc_manager::spawn(client(&url).await, manager(&url, "m1"));
         until(&mut m.status, "the manager leads", |s: &Status| s.leading).await;
         let a = Pod::start(client(&url).await, &pod_settings(&url, "pod-a"));
-        let mut a_rx = a.status.clone();
+        let mut a_rx = a.limiter("api").unwrap().status();
         // Alone, A gets the whole DC budget (floor + DC lease) once the DC lease arrives.
         until(&mut a_rx, "A holds most of the limit", |s| rate(s) >= 90.0).await;
         assert!(rate(&a_rx.borrow()) <= 100.0, "{}: more than the limit", server.version);
 
         let b = Pod::start(client(&url).await, &pod_settings(&url, "pod-b"));
-        let mut b_rx = b.status.clone();
+        let mut b_rx = b.limiter("api").unwrap().status();
         until_pair(&mut a_rx, &mut b_rx, "an equal split", |x, y| {
             x > 40.0 && y > 40.0 && x + y <= 100.0 && (x - y).abs() < 5.0
         })
@@ -120,7 +120,7 @@ async fn pods_joining_draining_and_crashing_re_split_the_dc_lease() {
 
         // A crash: C gets a share, vanishes; A gets everything back once C's lease expired.
         let c = Pod::start(client(&url).await, &pod_settings(&url, "pod-c"));
-        let mut c_rx = c.status.clone();
+        let mut c_rx = c.limiter("api").unwrap().status();
         until_pair(&mut a_rx, &mut c_rx, "A and C share", |x, y| x > 40.0 && y > 40.0).await;
         let crashed_at = Instant::now();
         c.crash();
@@ -140,23 +140,24 @@ async fn a_pod_cut_off_from_its_manager_stops_admitting_when_its_lease_expires()
     let _coord = leasehold_coordinator::spawn(client(&url).await, coordinator(&url));
     let m = leasehold_dc_manager::spawn(client(&url).await, manager(&url, "m1"));
     let a = Pod::start(client(&url).await, &pod_settings(&url, "pod-a"));
-    let mut a_rx = a.status.clone();
+    let api = a.limiter("api").unwrap();
+    let mut a_rx = api.status();
     until(&mut a_rx, "A holds a lease", |s| rate(s) > 0.0).await;
     // A fresh lease starts with an empty bucket: the first permit comes within 1/rate.
-    let granted = a.limiter.acquire(1, leasehold_pod::Priority::High, Duration::from_secs(2)).await.unwrap();
+    let granted = api.acquire(1, leasehold_pod::Priority::High, Duration::from_secs(2)).await.unwrap();
     assert_eq!(granted, Ok(()), "a pod holding a lease admits");
     m.crash();
     let expires = a_rx.borrow().lease.as_ref().unwrap().expires_at_ns;
     // Fail safe: once the lease runs out (≤ 1 s after it was sent), every request is denied.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        match a.limiter.try_acquire(1).unwrap() {
+        match api.try_acquire(1).unwrap() {
             Err(Denial::NoLease) => break,
             _ => assert!(Instant::now() < deadline, "still admitting 5 s after its manager died"),
         }
         tokio::task::yield_now().await;
     }
-    assert!(a.limiter.now_ns() >= expires, "denied as expired before the lease's end");
+    assert!(api.now_ns() >= expires, "denied as expired before the lease's end");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,7 +170,7 @@ async fn a_standby_manager_takes_over_with_a_higher_epoch() {
         let first = until(&mut m1.status, "m1 leads", |s: &Status| s.leading).await;
         let mut m2 = leasehold_dc_manager::spawn(client(&url).await, manager(&url, "m2"));
         let a = Pod::start(client(&url).await, &pod_settings(&url, "pod-a"));
-        let mut a_rx = a.status.clone();
+        let mut a_rx = a.limiter("api").unwrap().status();
         until(&mut a_rx, "a lease from m1", |s| s.lease.as_ref().is_some_and(|l| l.issuer.starts_with("m1-"))).await;
         assert!(!m2.status.borrow().leading, "{}: two leaders", server.version);
         m1.crash();
@@ -201,7 +202,7 @@ async fn malformed_and_replayed_messages_are_counted_and_ignored() {
     let mut leases = c.subscribe("lh.api.pod.bkk.pod-a.lease").await.unwrap();
     c.flush().await.unwrap();
     let a = Pod::start(client(&url).await, &pod_settings(&url, "pod-a"));
-    let mut a_rx = a.status.clone();
+    let mut a_rx = a.limiter("api").unwrap().status();
     use futures::StreamExt;
     let first = tokio::time::timeout(WITHIN, leases.next()).await.unwrap().unwrap();
     // Wait for a lease with a rate (the first ones are empty while the floor is unusable).

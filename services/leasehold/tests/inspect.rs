@@ -69,7 +69,7 @@ async fn inspect_shows_the_leader_and_the_dc_leases() {
     };
     let _m = leasehold_dc_manager::spawn(connect_until(&url, "m", deadline).await.unwrap(), dc);
     let ps = leasehold_pod::PodSettings {
-        limit: "api".into(),
+        limit: Some("api".into()),
         dc: "bkk".into(),
         pod_id: Some("pod-1".into()),
         ..Default::default()

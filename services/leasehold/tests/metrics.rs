@@ -84,7 +84,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
     };
     let _m = leasehold_dc_manager::spawn(client().await.unwrap(), dc);
     let ps = leasehold_pod::PodSettings {
-        limit: "api".into(),
+        limit: Some("api".into()),
         dc: "bkk".into(),
         report_interval_ms: 100,
         ..Default::default()
@@ -95,7 +95,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     );
     let (pod_addr, up_addr) = (pod_l.local_addr().unwrap(), up_l.local_addr().unwrap());
-    let pod_app = leasehold_pod::http::router(pod.limiter.clone(), pod.status.clone());
+    let pod_app = leasehold_pod::http::router(pod.clone());
     tokio::spawn(async move { axum_serve(pod_l, pod_app).await });
     tokio::spawn(async move { axum_serve(up_l, leasehold_mock_upstream::router(1_000, 1_000)).await });
 
@@ -120,7 +120,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
             break (c, d, p);
         }
         assert!(Instant::now() < deadline, "metrics never showed a lease:\n{c}\n{d}\n{p}");
-        let _ = tokio::time::timeout(Duration::from_millis(200), pod.status.clone().changed()).await;
+        let _ = tokio::time::timeout(Duration::from_millis(200), pod.limiter("api").unwrap().status().changed()).await;
     };
     // The ledger's books: Σ outstanding never above the limit.
     let (out, lim) = (
@@ -221,7 +221,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
                 "leasehold_pod_leases_refused_total",
             ],
             "counter",
-            "pod",
+            "pod,limit",
         ),
         (
             &[
@@ -231,7 +231,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
                 "leasehold_pod_queued",
             ],
             "gauge",
-            "pod",
+            "pod,limit",
         ),
     ]);
     assert_eq!(schema(&p), agent, "{p}");
@@ -276,12 +276,16 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
     );
     assert_eq!((d["limit"].as_str(), d["dc"].as_str(), d["leading"].as_bool()), (Some("api"), Some("bkk"), Some(true)));
     let p = status(pod_addr.to_string()).await;
-    assert_eq!(
-        fields(&p),
-        "drained lease leases_applied leases_refused messages_malformed pod queued renewal_latency_ms totals",
-        "{p}"
-    );
-    assert_eq!(fields(&p["lease"]), "expires_in_ms issuer quota version", "{p}");
+    assert_eq!(fields(&p), "default_limit limits pod", "{p}");
+    assert_eq!(p["default_limit"], "api", "{p}");
+    let api = "drained idle_releases lease leases_applied leases_refused limit messages_malformed pod queued \
+               renewal_latency_ms serving totals";
+    assert_eq!(fields(&p["limits"]["api"]), api, "{p}");
+    assert_eq!(fields(&p["limits"]["api"]["lease"]), "expires_in_ms issuer quota version", "{p}");
+    // One limit alone: the same fields.
+    let url = format!("http://{pod_addr}/v1/status?limit=api");
+    let one: serde_json::Value = http.get(url).send().await.unwrap().json().await.unwrap();
+    assert_eq!(fields(&one), api, "{one}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

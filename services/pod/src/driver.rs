@@ -1,9 +1,15 @@
-//! The pod's control loop: report demand (the heartbeat), apply leases, drain on shutdown.
-//! Every decision is [`PodCore`]'s; this file only moves messages and reads the clock.
+//! One limit's control loop: report demand (the heartbeat), apply leases, give the lease back when
+//! the limit is idle or the pod drains. Every decision is [`PodCore`]'s; this file only moves
+//! messages and reads the clock.
+//!
+//! Each start of the loop is a new holder: a fresh random incarnation and `seq` from 1. The DC
+//! manager treats (pod, incarnation) as the holder of a limit's leases and ignores a returned
+//! holder's reports as stale for about 20 s, so a loop restarted after an idle release must not
+//! reuse the incarnation it returned; a lease answering the old holder's report is refused.
 
 use crate::limiter::Limiter;
 use futures::StreamExt;
-use leasehold_shared::pod::{AppliedLease, PodCore};
+use leasehold_shared::pod::{AppliedLease, PodConfig, PodCore};
 use leasehold_shared::subjects::{self, PodChannel};
 use leasehold_shared::wire::{decode, encode, PodLease, ReturnAck};
 use std::collections::VecDeque;
@@ -11,10 +17,15 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-/// What the pod knows about its lease, for the agent's status page, headers and metrics.
+/// What the pod knows about one limit's lease, for the agent's status page, headers and metrics.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodStatus {
     pub pod: String,
+    pub limit: String,
+    /// The holder serving the limit now (a new one at every start of its loop; 0 before the first).
+    pub incarnation: u64,
+    /// The loop holds (or is asking for) a lease; false once given back (idle or drained).
+    pub serving: bool,
     pub lease: Option<AppliedLease>,
     pub leases_applied: u64,
     pub leases_refused: u64,
@@ -25,6 +36,8 @@ pub struct PodStatus {
     pub renewal_latency_ms: Option<f64>,
     /// Pod clock when the last lease was applied.
     pub last_renewal_ns: Option<u64>,
+    /// Times the lease was given back because the limit was idle.
+    pub idle_releases: u64,
     pub drained: bool,
 }
 
@@ -43,26 +56,77 @@ async fn publish(client: &async_nats::Client, subject: String, payload: Vec<u8>)
     matches!(tokio::time::timeout(PUBLISH_TIMEOUT, client.publish(subject, payload.into())).await, Ok(Ok(())))
 }
 
+/// Why a holder's loop ended (its lease was given back either way).
+enum Ended {
+    /// The pod drains: acknowledged or not.
+    Drained(bool),
+    /// Unused for `idle_release`: the request count when the loop stopped admitting.
+    Idle(u64),
+}
+
 pub(crate) struct Driver {
     pub client: async_nats::Client,
-    pub core: PodCore,
+    /// The limit's holder config; the incarnation is drawn anew at every start.
+    pub config: PodConfig,
     pub limiter: Limiter,
     pub report_interval: Duration,
     pub drain_timeout: Duration,
+    /// None: never given back when idle (the default limit, or `idle_release_ms = 0`).
+    pub idle_release: Option<Duration>,
     pub status: watch::Sender<PodStatus>,
 }
 
 impl Driver {
     fn subject(&self, ch: PodChannel) -> Result<String, DriverError> {
-        let c = self.core.config();
+        let c = &self.config;
         subjects::pod(&c.limit, &c.dc, &c.pod, ch).map_err(|e| DriverError::Subject(e.to_string()))
     }
 
+    /// Serve the limit until the pod drains: hold a lease while the limit is used, give it back
+    /// when idle, start again (as a new holder) at the next request. True: every return acked.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<bool, DriverError> {
-        let lease_subject = self.subject(PodChannel::Lease)?;
-        let ack_subject = self.subject(PodChannel::Ack)?;
-        let report_subject = self.subject(PodChannel::Report)?;
-        let return_subject = self.subject(PodChannel::Return)?;
+        loop {
+            // Random per start, never from a clock: see the module's comment.
+            self.config.incarnation = uuid::Uuid::new_v4().as_u64_pair().0;
+            let core = PodCore::new(self.config.clone(), self.limiter.now_ns());
+            self.limiter.install(core.bucket().clone());
+            self.limiter.set_serving(true);
+            let incarnation = self.config.incarnation;
+            self.status.send_modify(|s| {
+                s.incarnation = incarnation;
+                s.serving = true;
+            });
+            match self.hold(core, &mut shutdown).await? {
+                Ended::Drained(acked) => return Ok(acked),
+                Ended::Idle(released_at) => {
+                    self.status.send_modify(|s| s.idle_releases += 1);
+                    if !self.wait_for_use(released_at, &mut shutdown).await {
+                        return Ok(true); // drained while holding nothing: nothing to return
+                    }
+                }
+            }
+        }
+    }
+
+    /// Wait for a request after an idle release (true) or for the drain (false).
+    async fn wait_for_use(&self, released_at: u64, shutdown: &mut watch::Receiver<bool>) -> bool {
+        loop {
+            // A request counted after `released_at` was read found `serving` false (it was set
+            // before) and wakes `wanted`; one counted before is in `released_at`'s check.
+            if *shutdown.borrow() {
+                return false;
+            }
+            if self.limiter.uses() != released_at {
+                return true;
+            }
+            tokio::select! {
+                _ = shutdown.changed() => {}
+                _ = self.limiter.shared.wanted.notified() => {}
+            }
+        }
+    }
+
+    async fn hold(&mut self, mut core: PodCore, shutdown: &mut watch::Receiver<bool>) -> Result<Ended, DriverError> {
         let sub = |s: String| {
             let client = self.client.clone();
             async move {
@@ -72,56 +136,80 @@ impl Driver {
                     .map_err(|e| DriverError::Subscribe { subject: s, reason: e.to_string() })
             }
         };
-        let mut leases = sub(lease_subject).await?;
-        let mut acks = sub(ack_subject).await?;
+        let mut leases = sub(self.subject(PodChannel::Lease)?).await?;
+        let mut acks = sub(self.subject(PodChannel::Ack)?).await?;
+        let report_subject = self.subject(PodChannel::Report)?;
+        let return_subject = self.subject(PodChannel::Return)?;
+        // The first tick is at once: a new holder asks for its lease without waiting a period.
         let mut tick = tokio::time::interval(self.report_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The last reports sent: (seq, when, on the pod's clock in ns).
         let mut sent: VecDeque<(u64, u64)> = VecDeque::with_capacity(64);
-        info!(pod = %self.core.config().pod, "pod started");
-        loop {
+        let (mut seen_uses, mut used_at_ns) = (self.limiter.uses(), self.limiter.now_ns());
+        info!(pod = %self.config.pod, limit = %self.config.limit, "limit served");
+        let ended = loop {
             tokio::select! {
-                _ = shutdown.changed() => break,
+                _ = shutdown.changed() => break Ended::Drained(false),
                 _ = tick.tick() => {
+                    let now = self.limiter.now_ns();
+                    if self.limiter.uses() != seen_uses || self.limiter.queued() > 0 {
+                        (seen_uses, used_at_ns) = (self.limiter.uses(), now);
+                    } else if self.idle_release.is_some_and(|d| now.saturating_sub(used_at_ns) >= d.as_nanos() as u64) {
+                        // Stop admitting first, then look once more: a request that raced the
+                        // decision either shows here or finds `serving` false and restarts us.
+                        self.limiter.set_serving(false);
+                        if self.limiter.uses() == seen_uses {
+                            break Ended::Idle(seen_uses);
+                        }
+                        self.limiter.set_serving(true);
+                        (seen_uses, used_at_ns) = (self.limiter.uses(), now);
+                    }
                     let c = self.limiter.take_interval();
-                    let report = self.core.report(self.limiter.now_ns(), c, true);
+                    let report = core.report(now, c, true);
                     if sent.len() == 64 {
                         sent.pop_front();
                     }
-                    sent.push_back((report.seq, self.limiter.now_ns()));
+                    sent.push_back((report.seq, now));
                     let ok = publish(&self.client, report_subject.clone(), encode(&report)).await;
                     self.status.send_modify(|s| if ok { s.reports_sent += 1 } else { s.publish_failures += 1 });
                 }
-                Some(msg) = leases.next() => self.on_lease(&msg.payload, &sent),
+                Some(msg) = leases.next() => self.on_lease(&mut core, &msg.payload, &sent),
             }
-        }
-        // Graceful drain: stop spending now, return the lease, wait for the acknowledgement.
+        };
+        // Give the lease back: stop spending now, return it, wait for the acknowledgement.
         let drain = async {
             loop {
-                let ret = self.core.drain();
+                let ret = core.drain();
                 self.limiter.shared.wake.notify_one();
                 publish(&self.client, return_subject.clone(), encode(&ret)).await;
                 let ack = tokio::time::timeout(Duration::from_millis(250), acks.next()).await;
                 if let Ok(Some(msg)) = ack {
-                    if decode::<ReturnAck>(&msg.payload).is_ok_and(|a| self.core.on_return_ack(&a)) {
+                    if decode::<ReturnAck>(&msg.payload).is_ok_and(|a| core.on_return_ack(&a)) {
                         return;
                     }
                 }
             }
         };
-        if tokio::time::timeout(self.drain_timeout, drain).await.is_ok() {
-            info!(pod = %self.core.config().pod, "lease returned and acknowledged");
-            self.status.send_modify(|s| {
-                s.drained = true;
-                s.lease = None;
-            });
-            return Ok(true);
+        let acked = tokio::time::timeout(self.drain_timeout, drain).await.is_ok();
+        let drained = matches!(ended, Ended::Drained(_));
+        self.status.send_modify(|s| {
+            s.serving = false;
+            s.lease = None;
+            s.drained = drained && acked;
+        });
+        let (pod, limit) = (&self.config.pod, &self.config.limit);
+        if acked {
+            info!(%pod, %limit, idle = !drained, "lease returned and acknowledged");
+        } else {
+            warn!(%pod, %limit, "return not acknowledged in time; the lease will expire instead");
         }
-        warn!(pod = %self.core.config().pod, "drain not acknowledged in time; the lease will expire instead");
-        Ok(false)
+        Ok(match ended {
+            Ended::Drained(_) => Ended::Drained(acked),
+            idle => idle,
+        })
     }
 
-    fn on_lease(&mut self, payload: &[u8], sent: &VecDeque<(u64, u64)>) {
+    fn on_lease(&mut self, core: &mut PodCore, payload: &[u8], sent: &VecDeque<(u64, u64)>) {
         let lease = match decode::<PodLease>(payload) {
             Ok(l) => l,
             Err(e) => {
@@ -130,10 +218,10 @@ impl Driver {
             }
         };
         let now = self.limiter.now_ns();
-        match self.core.on_lease(&lease, now) {
+        match core.on_lease(&lease, now) {
             Ok(()) => {
                 self.limiter.shared.wake.notify_one();
-                let applied = self.core.applied(now).cloned();
+                let applied = core.applied(now).cloned();
                 let latency = sent
                     .iter()
                     .find(|(seq, _)| *seq == lease.basis_seq)

@@ -1,19 +1,23 @@
 //! The agent's local HTTP API, for services in any language.
 //!
-//! * `POST /v1/acquire?cost=1&priority=high|low&max_wait_ms=0` → `200` with a permit, or `429`
+//! Every per-limit request takes `limit=<id>` (default: the settings' `limit`; missing with no
+//! default, or not an id, is a `400`). The first request for a limit starts serving it.
+//!
+//! * `POST /v1/acquire?limit=…&cost=1&priority=high|low&max_wait_ms=0` → `200` with a permit, or `429`
 //!   with `Retry-After` (whole seconds) and an `application/problem+json` body; a cost above the
 //!   current lease's burst is a `429` without `Retry-After` (it can never fit under this lease).
 //!   Both carry the IETF `RateLimit-Policy` and `RateLimit` headers
 //!   (draft-ietf-httpapi-ratelimit-headers).
-//! * `POST /v1/upstream-error[?status=429|5xx]`: count a failed upstream call. A 5xx (or no
+//! * `POST /v1/upstream-error?limit=…[&status=429|5xx]`: count a failed upstream call. A 5xx (or no
 //!   status) feeds the pod's health; a 429 is counted apart (`PodReport.upstream_429`: adaptive
 //!   limits follow it). Any other status is a `400`.
-//! * `GET /v1/status` (JSON), `GET /metrics` (Prometheus), `GET /healthz`.
+//! * `GET /v1/status` (JSON: every limit served; `?limit=` one of them), `GET /metrics`
+//!   (Prometheus, label `limit`), `GET /healthz`.
 //!
 //! Bad input is a `400` problem and changes nothing.
 
-use crate::driver::PodStatus;
 use crate::limiter::{AcquireError, Denial, Limiter, Priority, Totals};
+use crate::pod::{LimitError, Pod};
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -25,20 +29,15 @@ use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::LeaseVersion;
 use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::time::Duration;
-use tokio::sync::watch;
 
 /// Longest wait a caller may ask for.
 pub const MAX_WAIT_MS: u64 = 30_000;
 
-#[derive(Clone)]
-struct Agent {
-    limiter: Limiter,
-    status: watch::Receiver<PodStatus>,
-}
-
 #[derive(Deserialize)]
 struct AcquireQuery {
+    limit: Option<String>,
     cost: Option<String>,
     priority: Option<String>,
     max_wait_ms: Option<String>,
@@ -46,22 +45,46 @@ struct AcquireQuery {
 
 #[derive(Deserialize)]
 struct UpstreamErrorQuery {
+    limit: Option<String>,
     status: Option<String>,
 }
 
-async fn upstream_error(State(a): State<Agent>, Query(q): Query<UpstreamErrorQuery>) -> Response {
-    let Some(status) = q.status else {
-        a.limiter.record_upstream_error();
-        return StatusCode::NO_CONTENT.into_response();
+/// The limiter a request names (or the default one), or the problem to answer.
+fn limiter_for(pod: &Pod, limit: Option<&str>) -> Result<Limiter, Response> {
+    let Some(limit) = limit.or(pod.default_limit()) else {
+        let detail = "limit is required: this agent has no default limit".to_string();
+        return Err(problem(StatusCode::BAD_REQUEST, "missing parameter", detail));
     };
-    let counted = match parse_u64("status", Some(&status), 0, 599) {
-        Ok(code) => a.limiter.record_upstream_status(code as u16),
-        Err(d) => return problem(StatusCode::BAD_REQUEST, "invalid parameter", d),
+    pod.limiter(limit).map_err(|e| match e {
+        LimitError::BadName(d) => problem(StatusCode::BAD_REQUEST, "invalid parameter", d),
+        LimitError::TooMany | LimitError::Draining => {
+            problem(StatusCode::SERVICE_UNAVAILABLE, "limit not served", e.to_string())
+        }
+    })
+}
+
+async fn upstream_error(State(pod): State<Pod>, Query(q): Query<UpstreamErrorQuery>) -> Response {
+    // The status first: a bad one counts nothing and starts no limit.
+    let code = match q.status.as_ref().map(|s| parse_u64("status", Some(s), 0, 599)) {
+        None => None,
+        Some(Ok(c)) if c == 429 || (500..=599).contains(&c) => Some(c as u16),
+        Some(Ok(_)) => {
+            let detail = format!("status must be 429 or a 5xx, got {}", q.status.unwrap_or_default());
+            return problem(StatusCode::BAD_REQUEST, "invalid parameter", detail);
+        }
+        Some(Err(d)) => return problem(StatusCode::BAD_REQUEST, "invalid parameter", d),
     };
-    if !counted {
-        let detail = format!("status must be 429 or a 5xx, got {status}");
-        return problem(StatusCode::BAD_REQUEST, "invalid parameter", detail);
-    }
+    let limiter = match limiter_for(&pod, q.limit.as_deref()) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
+    match code {
+        Some(code) => limiter.record_upstream_status(code),
+        None => {
+            limiter.record_upstream_error();
+            true
+        }
+    };
     StatusCode::NO_CONTENT.into_response()
 }
 
@@ -96,7 +119,7 @@ struct Granted {
     granted: bool,
 }
 
-async fn acquire(State(a): State<Agent>, Query(q): Query<AcquireQuery>) -> Response {
+async fn acquire(State(pod): State<Pod>, Query(q): Query<AcquireQuery>) -> Response {
     let cost = match parse_u64("cost", q.cost.as_ref(), 1, u32::MAX as u64) {
         Ok(c) => c as u32,
         Err(d) => return problem(StatusCode::BAD_REQUEST, "invalid parameter", d),
@@ -116,8 +139,12 @@ async fn acquire(State(a): State<Agent>, Query(q): Query<AcquireQuery>) -> Respo
             )
         }
     };
-    let verdict = a.limiter.acquire(cost, priority, Duration::from_millis(max_wait_ms)).await;
-    let headers = ratelimit_headers(&a.limiter, cost);
+    let limiter = match limiter_for(&pod, q.limit.as_deref()) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
+    let verdict = limiter.acquire(cost, priority, Duration::from_millis(max_wait_ms)).await;
+    let headers = ratelimit_headers(&limiter, cost);
     match verdict {
         Ok(Ok(())) => (StatusCode::OK, headers, Json(Granted { granted: true })).into_response(),
         Ok(Err(denial)) => {
@@ -146,10 +173,21 @@ async fn acquire(State(a): State<Agent>, Query(q): Query<AcquireQuery>) -> Respo
     }
 }
 
-/// `GET /v1/status`.
+/// `GET /v1/status`: the pod and every limit it serves.
 #[derive(Serialize)]
 struct StatusBody {
     pod: String,
+    default_limit: Option<String>,
+    limits: BTreeMap<String, LimitBody>,
+}
+
+/// One limit's part of `GET /v1/status` (alone with `?limit=`).
+#[derive(Serialize)]
+struct LimitBody {
+    pod: String,
+    limit: String,
+    /// Holding (or asking for) a lease; false once given back while idle, or drained.
+    serving: bool,
     /// The lease in force (none when expired).
     lease: Option<LeaseBody>,
     totals: Totals,
@@ -158,6 +196,7 @@ struct StatusBody {
     leases_refused: u64,
     messages_malformed: u64,
     renewal_latency_ms: Option<f64>,
+    idle_releases: u64,
     drained: bool,
 }
 
@@ -169,70 +208,114 @@ struct LeaseBody {
     issuer: String,
 }
 
-async fn status_json(State(a): State<Agent>) -> Json<StatusBody> {
-    let s = a.status.borrow().clone();
-    let now = a.limiter.now_ns();
-    Json(StatusBody {
+fn limit_body(l: &Limiter) -> LimitBody {
+    let s = l.status().borrow().clone();
+    let now = l.now_ns();
+    LimitBody {
         pod: s.pod,
+        limit: s.limit,
+        serving: s.serving,
         lease: s.lease.filter(|l| l.expires_at_ns > now).map(|l| LeaseBody {
             version: l.version,
             quota: l.quota,
             expires_in_ms: (l.expires_at_ns - now) / 1_000_000,
             issuer: l.issuer,
         }),
-        totals: a.limiter.totals(),
-        queued: a.limiter.queued(),
+        totals: l.totals(),
+        queued: l.queued(),
         leases_applied: s.leases_applied,
         leases_refused: s.leases_refused,
         messages_malformed: s.messages_malformed,
         renewal_latency_ms: s.renewal_latency_ms,
+        idle_releases: s.idle_releases,
         drained: s.drained,
-    })
+    }
 }
 
-/// The pod's series, labelled with its id, read from its limiter and status at every scrape.
-fn registry(a: Agent) -> Registry {
+#[derive(Deserialize)]
+struct StatusQuery {
+    limit: Option<String>,
+}
+
+/// Reading the status never starts serving a limit: an unknown one is a `404`.
+async fn status_json(State(pod): State<Pod>, Query(q): Query<StatusQuery>) -> Response {
+    if let Some(limit) = q.limit {
+        return match pod.served(&limit) {
+            Some(l) => Json(limit_body(&l)).into_response(),
+            None => problem(StatusCode::NOT_FOUND, "limit not served", format!("this pod serves no limit {limit:?}")),
+        };
+    }
+    let limits = pod.limiters().iter().map(|l| (l.limit().to_string(), limit_body(l))).collect();
+    Json(StatusBody { pod: pod.id.clone(), default_limit: pod.default_limit().map(String::from), limits })
+        .into_response()
+}
+
+/// One limit's numbers at a scrape.
+struct Series {
+    labels: [(&'static str, String); 2],
+    totals: Totals,
+    lease_rate_per_s: f64,
+    seconds_since_renewal: f64,
+    renewal_latency_ms: f64,
+    leases_refused: u64,
+    queued: f64,
+}
+
+fn series(l: &Limiter) -> Series {
+    let s = l.status().borrow().clone();
+    let now = l.now_ns();
+    let view = l.bucket().view(now);
+    Series {
+        labels: [("pod", s.pod), ("limit", s.limit)],
+        totals: l.totals(),
+        lease_rate_per_s: if view.expires_at_ns > now { view.quota.rate_per_s() } else { 0.0 },
+        seconds_since_renewal: s.last_renewal_ns.map_or(-1.0, |r| now.saturating_sub(r) as f64 / 1e9),
+        renewal_latency_ms: s.renewal_latency_ms.unwrap_or(-1.0),
+        leases_refused: s.leases_refused,
+        queued: l.queued() as f64,
+    }
+}
+
+/// The pod's series, one per limit served (labels `pod`, `limit`), read from every limiter and
+/// its status at every scrape.
+fn registry(pod: Pod) -> Registry {
     metrics::registry(move |m| {
-        let s = a.status.borrow().clone();
-        let t = a.limiter.totals();
-        let now = a.limiter.now_ns();
-        let view = a.limiter.bucket().view(now);
-        let lease_rate = if view.expires_at_ns > now { view.quota.rate_per_s() } else { 0.0 };
-        let since = s.last_renewal_ns.map_or(-1.0, |r| now.saturating_sub(r) as f64 / 1e9);
-        let labels = [("pod", s.pod.as_str())];
-        m.counter("leasehold_pod_requests_total", "Permit requests.", labels, t.offered)?;
-        m.counter("leasehold_pod_admitted_total", "Permits granted.", labels, t.admitted)?;
-        m.counter("leasehold_pod_rejected_total", "Permit requests denied by the bucket.", labels, t.rejected)?;
-        m.gauge("leasehold_pod_lease_rate_per_s", "Rate of the lease in force (0 when none).", labels, lease_rate)?;
-        m.gauge(
+        let all: Vec<Series> = pod.limiters().iter().map(series).collect();
+        let rows = |f: fn(&Series) -> u64| all.iter().map(move |s| (s.labels.clone(), f(s))).collect::<Vec<_>>();
+        let gauges = |f: fn(&Series) -> f64| all.iter().map(move |s| (s.labels.clone(), f(s))).collect::<Vec<_>>();
+        m.counters("leasehold_pod_requests_total", "Permit requests.", rows(|s| s.totals.offered))?;
+        m.counters("leasehold_pod_admitted_total", "Permits granted.", rows(|s| s.totals.admitted))?;
+        m.counters("leasehold_pod_rejected_total", "Permit requests denied by the bucket.", rows(|s| s.totals.rejected))?;
+        m.gauges(
+            "leasehold_pod_lease_rate_per_s",
+            "Rate of the lease in force (0 when none).",
+            gauges(|s| s.lease_rate_per_s),
+        )?;
+        m.gauges(
             "leasehold_pod_seconds_since_renewal",
             "Time since the last lease was applied (-1: never).",
-            labels,
-            since,
+            gauges(|s| s.seconds_since_renewal),
         )?;
-        m.gauge(
+        m.gauges(
             "leasehold_pod_renewal_latency_ms",
             "Report-to-lease latency of the last renewal.",
-            labels,
-            s.renewal_latency_ms.unwrap_or(-1.0),
+            gauges(|s| s.renewal_latency_ms),
         )?;
-        m.counter(
+        m.counters(
             "leasehold_pod_leases_refused_total",
             "Stale, foreign or expired leases refused.",
-            labels,
-            s.leases_refused,
+            rows(|s| s.leases_refused),
         )?;
-        m.gauge("leasehold_pod_queued", "Requests waiting for a permit.", labels, a.limiter.queued() as f64)
+        m.gauges("leasehold_pod_queued", "Requests waiting for a permit.", gauges(|s| s.queued))
     })
 }
 
-pub fn router(limiter: Limiter, status: watch::Receiver<PodStatus>) -> Router {
-    let agent = Agent { limiter, status };
+pub fn router(pod: Pod) -> Router {
     Router::new()
         .route("/v1/acquire", post(acquire))
         .route("/v1/upstream-error", post(upstream_error))
         .route("/v1/status", get(status_json))
-        .route("/metrics", metrics::endpoint(registry(agent.clone())))
+        .route("/metrics", metrics::endpoint(registry(pod.clone())))
         .route("/healthz", get(|| async { "ok\n" }))
-        .with_state(agent)
+        .with_state(pod)
 }

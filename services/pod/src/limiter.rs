@@ -1,14 +1,16 @@
-//! The request path: a local token bucket (the pod's sub-lease) plus a bounded wait queue with
-//! priority classes. No network hop: the lease arrives in the background (see [`crate::driver`]).
+//! The request path for one limit: a local token bucket (the pod's sub-lease) plus a bounded
+//! wait queue with priority classes. No network hop: the lease arrives in the background (see
+//! [`crate::driver`]). Every request counts as use of the limit: it restarts a loop given back
+//! when idle.
 
 use crate::queue::{WaitQueue, Waiter};
 use leasehold_shared::bucket::{BucketError, Decision, DenyReason, TokenBucket};
 use leasehold_shared::pod::IntervalCounters;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use thiserror::Error;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 
 /// Served strictly in this order when permits are scarce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
@@ -69,13 +71,23 @@ pub struct Totals {
 }
 
 pub(crate) struct Shared {
-    pub bucket: Arc<TokenBucket>,
+    /// The limit this limiter serves (empty for a standalone limiter).
+    limit: String,
+    /// The bucket of the loop holding the lease now: each start of the limit's loop is a new
+    /// holder with a bucket of its own (it starts empty, as after any gap).
+    bucket: RwLock<Arc<TokenBucket>>,
     /// The pod's one clock (skewed as configured).
     pub clock: leasehold_process::clock::LeaseClock,
     interval: Interval,
     totals: Mutex<Totals>,
     pub queue: Mutex<WaitQueue>,
     pub wake: Notify,
+    /// Requests so far: the loop sees use as a change of this count.
+    uses: AtomicU64,
+    /// False once the loop decided to give the lease back: a request then wakes `wanted`.
+    serving: AtomicBool,
+    pub wanted: Notify,
+    status: watch::Receiver<crate::PodStatus>,
 }
 
 /// Cheap to clone; every clone is the same pod.
@@ -85,17 +97,66 @@ pub struct Limiter {
 }
 
 impl Limiter {
+    /// A limiter over `bucket` alone (no loop: tests and embedders that apply leases themselves).
     pub fn new(bucket: Arc<TokenBucket>, queue_capacity: usize, clock: leasehold_process::clock::LeaseClock) -> Self {
+        Self::for_limit(String::new(), bucket, queue_capacity, clock, watch::channel(Default::default()).1)
+    }
+
+    pub(crate) fn for_limit(
+        limit: String,
+        bucket: Arc<TokenBucket>,
+        queue_capacity: usize,
+        clock: leasehold_process::clock::LeaseClock,
+        status: watch::Receiver<crate::PodStatus>,
+    ) -> Self {
         Limiter {
             shared: Arc::new(Shared {
-                bucket,
+                limit,
+                bucket: RwLock::new(bucket),
                 clock,
                 interval: Interval::default(),
                 totals: Mutex::new(Totals::default()),
                 queue: Mutex::new(WaitQueue::new(queue_capacity)),
                 wake: Notify::new(),
+                uses: AtomicU64::new(0),
+                serving: AtomicBool::new(true),
+                wanted: Notify::new(),
+                status,
             }),
         }
+    }
+
+    /// The limit this limiter serves.
+    pub fn limit(&self) -> &str {
+        &self.shared.limit
+    }
+
+    /// What the limit's loop knows about its lease (a watch: `changed()` wakes on every change).
+    pub fn status(&self) -> watch::Receiver<crate::PodStatus> {
+        self.shared.status.clone()
+    }
+
+    /// Count a use; if the loop gave the lease back, ask it to start again.
+    fn touch(&self) {
+        self.shared.uses.fetch_add(1, SeqCst);
+        if !self.shared.serving.load(SeqCst) {
+            self.shared.wanted.notify_one();
+        }
+    }
+
+    pub(crate) fn uses(&self) -> u64 {
+        self.shared.uses.load(SeqCst)
+    }
+
+    /// The loop gives the lease back (false) or holds one again (true).
+    pub(crate) fn set_serving(&self, serving: bool) {
+        self.shared.serving.store(serving, SeqCst);
+    }
+
+    /// The loop's new holder brings its own bucket.
+    pub(crate) fn install(&self, bucket: Arc<TokenBucket>) {
+        *self.shared.bucket.write().unwrap_or_else(|p| p.into_inner()) = bucket;
+        self.shared.wake.notify_one();
     }
 
     /// This pod's clock, in the bucket's and the lease's time base.
@@ -103,8 +164,9 @@ impl Limiter {
         self.shared.clock.now_ns()
     }
 
-    pub fn bucket(&self) -> &TokenBucket {
-        &self.shared.bucket
+    /// The bucket in force now (a later start of the loop installs another).
+    pub fn bucket(&self) -> Arc<TokenBucket> {
+        self.shared.bucket.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Take a permit now or be told when to retry. Never waits, never touches the network.
@@ -112,6 +174,7 @@ impl Limiter {
         if cost == 0 {
             return Err(AcquireError::ZeroCost);
         }
+        self.touch();
         self.shared.interval.offered.fetch_add(1, Relaxed);
         let verdict = self.decide(cost)?;
         self.count(&verdict);
@@ -119,7 +182,7 @@ impl Limiter {
     }
 
     fn decide(&self, cost: u32) -> Result<Result<(), Denial>, AcquireError> {
-        Ok(match self.shared.bucket.try_acquire(cost, self.now_ns())? {
+        Ok(match self.bucket().try_acquire(cost, self.now_ns())? {
             Decision::Granted => Ok(()),
             Decision::Denied { reason: DenyReason::Empty, retry_after_ns } => {
                 Err(Denial::Empty { retry_after: Duration::from_nanos(retry_after_ns.unwrap_or(0)) })
@@ -144,6 +207,7 @@ impl Limiter {
         if cost == 0 {
             return Err(AcquireError::ZeroCost);
         }
+        self.touch();
         self.shared.interval.offered.fetch_add(1, Relaxed);
         let rx = {
             let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
@@ -188,6 +252,7 @@ impl Limiter {
     /// Tell the pod a call to the upstream failed: a high error ratio marks the pod unhealthy
     /// at its DC manager, which then stops giving it quota.
     pub fn record_upstream_error(&self) {
+        self.touch();
         self.shared.interval.errors.fetch_add(1, Relaxed);
     }
 
@@ -198,6 +263,7 @@ impl Limiter {
     pub fn record_upstream_status(&self, status: u16) -> bool {
         match status {
             429 => {
+                self.touch();
                 self.shared.interval.upstream_429.fetch_add(1, Relaxed);
                 true
             }
@@ -238,12 +304,13 @@ impl Limiter {
         *self.shared.totals.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Serve waiters until the process ends. Spawned once by [`crate::Pod::start`].
+    /// Serve waiters until the process ends. Spawned once per limit by [`crate::Pod`].
     pub(crate) async fn dispatch(self) {
         loop {
             let wake_at_ns = {
+                let bucket = self.bucket();
                 let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
-                q.serve(&self.shared.bucket, self.now_ns())
+                q.serve(&bucket, self.now_ns())
             };
             let now = self.now_ns();
             let sleep = wake_at_ns.map_or(Duration::from_secs(3600), |t| Duration::from_nanos(t.saturating_sub(now)));

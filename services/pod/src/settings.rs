@@ -6,7 +6,9 @@ use std::path::Path;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PodSettings {
     pub nats_url: String,
-    pub limit: String,
+    /// The default limit: served from the start and never given back when idle; requests that
+    /// name no limit use it. None: every limit is named by the request and served on first use.
+    pub limit: Option<String>,
     pub dc: String,
     /// This process's holder id. Default: `<dc>-<random>`; a restarted pod is a new holder.
     pub pod_id: Option<String>,
@@ -18,6 +20,9 @@ pub struct PodSettings {
     pub queue_capacity: usize,
     /// How long a graceful drain waits for the DC manager's acknowledgement.
     pub drain_timeout_ms: u64,
+    /// A limit other than the default one, unused for this long, is given back (returned like a
+    /// drain) and its loop stops until the next request. 0: never.
+    pub idle_release_ms: u64,
     /// Skews this pod's clock (tests and chaos runs only).
     pub clock_offset_ms: u64,
     /// Makes this clock run fast (+) or slow (−) by so many parts per million (chaos runs only;
@@ -31,13 +36,14 @@ impl Default for PodSettings {
     fn default() -> Self {
         PodSettings {
             nats_url: "nats://127.0.0.1:4222".into(),
-            limit: String::new(),
+            limit: None,
             dc: String::new(),
             pod_id: None,
             weight: 1.0,
             report_interval_ms: 250,
             queue_capacity: 1_024,
             drain_timeout_ms: 5_000,
+            idle_release_ms: 60_000,
             clock_offset_ms: 0,
             clock_drift_ppm: 0,
             http_listen: "127.0.0.1:9090".into(),
@@ -55,7 +61,7 @@ impl PodSettings {
     pub fn validate(&self) -> Result<(), SettingsError> {
         let bad = |m: String| Err(SettingsError::Invalid(m));
         leasehold_process::check_dc_service(
-            Some(&self.limit),
+            self.limit.as_deref(),
             &self.dc,
             ("pod_id", self.pod_id.as_deref()),
             self.clock_drift_ppm,
@@ -67,6 +73,14 @@ impl PodSettings {
         }
         if !(10..=60_000).contains(&self.report_interval_ms) {
             return bad(format!("report_interval_ms must be within 10..=60000, got {}", self.report_interval_ms));
+        }
+        if self.idle_release_ms != 0 && self.idle_release_ms < 2 * self.report_interval_ms {
+            // It is checked once a report interval; shorter would give a lease back unused.
+            return bad(format!(
+                "idle_release_ms must be 0 or at least 2 × report_interval_ms ({}), got {}",
+                2 * self.report_interval_ms,
+                self.idle_release_ms
+            ));
         }
         if self.queue_capacity == 0 {
             return bad("queue_capacity must be at least 1".into());

@@ -41,9 +41,10 @@ async fn permits_denials_and_bad_input_over_http() {
     };
     let _m = leasehold_dc_manager::spawn(client(&url).await, dc);
     let settings =
-        PodSettings { limit: "api".into(), dc: "bkk".into(), report_interval_ms: 100, ..PodSettings::default() };
+        PodSettings { limit: Some("api".into()), dc: "bkk".into(), report_interval_ms: 100, ..PodSettings::default() };
     let pod = Pod::start(client(&url).await, &settings);
-    let mut st = pod.status.clone();
+    let api = pod.limiter("api").unwrap();
+    let mut st = api.status();
     // Wait for a lease with a rate (the first may be empty: floors are unusable at first).
     let has_lease = tokio::time::timeout(
         Duration::from_secs(15),
@@ -55,7 +56,7 @@ async fn permits_denials_and_bad_input_over_http() {
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = leasehold_pod::http::router(pod.limiter.clone(), pod.status.clone());
+    let app = leasehold_pod::http::router(pod.clone());
     tokio::spawn(async move { axum::serve(listener, app).await });
     let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
     let base = format!("http://{addr}/v1/acquire");
@@ -64,30 +65,34 @@ async fn permits_denials_and_bad_input_over_http() {
     let ok = http.post(format!("{base}?max_wait_ms=2000")).send().await.unwrap();
     let status = ok.status();
     let headers = ok.headers().clone();
-    assert_eq!(status, 200, "{:?} {headers:?} {:?}", ok.text().await, pod.status.borrow());
+    assert_eq!(status, 200, "{:?} {headers:?} {:?}", ok.text().await, api.status().borrow());
     assert!(headers["ratelimit-policy"].to_str().unwrap().starts_with("\"lease\";q="));
     assert!(headers.contains_key("ratelimit"));
 
     // Bad input: 400 problem, nothing counted.
-    let before = pod.limiter.totals().offered + pod.limiter.take_interval().offered;
-    for q in ["cost=abc", "cost=-1", "cost=0", "priority=urgent", "max_wait_ms=99999999", "cost=99999999999"] {
+    let before = api.totals().offered + api.take_interval().offered;
+    let bad_limits = ["limit=a.b", "limit=*", "limit=%3E", "limit=a%20b", "limit="];
+    let bad = ["cost=abc", "cost=-1", "cost=0", "priority=urgent", "max_wait_ms=99999999", "cost=99999999999"];
+    for q in bad.into_iter().chain(bad_limits) {
         let r = http.post(format!("{base}?{q}")).send().await.unwrap();
         assert_eq!(r.status(), 400, "{q}");
         assert_eq!(r.headers()["content-type"], "application/problem+json", "{q}");
         let body: serde_json::Value = r.json().await.unwrap();
         assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()), "{q}: {body}");
     }
-    assert_eq!(pod.limiter.totals().offered + pod.limiter.take_interval().offered, before, "a bad request was counted");
+    assert_eq!(api.totals().offered + api.take_interval().offered, before, "a bad request was counted");
+    assert_eq!(pod.limiters().len(), 1, "a bad limit name was served");
 
     // Upstream answers: a 429 is counted apart from errors; a status that is no failure is a 400.
     let error_url = format!("http://{addr}/v1/upstream-error");
-    for (q, want) in [("?status=429", 204), ("?status=503", 204), ("", 204), ("?status=200", 400), ("?status=abc", 400)]
+    let cases = [("?status=429", 204), ("?status=503", 204), ("", 204), ("?status=200", 400), ("?status=abc", 400)];
+    for (q, want) in cases.into_iter().chain([("?limit=a.b&status=429", 400), ("?limit=a*", 400)])
     {
         let r = http.post(format!("{error_url}{q}")).send().await.unwrap();
         assert_eq!(r.status(), want, "{q}");
     }
-    pod.limiter.take_interval(); // fold what the driver has not taken yet into the totals
-    let totals = pod.limiter.totals();
+    api.take_interval(); // fold what the driver has not taken yet into the totals
+    let totals = api.totals();
     assert_eq!((totals.upstream_429, totals.upstream_errors), (1, 2), "{totals:?}");
 
     // Spend the bucket: a 429 with Retry-After and the RateLimit headers.

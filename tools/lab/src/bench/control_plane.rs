@@ -172,7 +172,7 @@ async fn start(a: &Args) -> Result<Running, String> {
     let mut pods = Vec::with_capacity(a.pods);
     for i in 0..a.pods {
         let s = PodSettings {
-            limit: "api".into(),
+            limit: Some("api".into()),
             dc: "bkk".into(),
             pod_id: Some(format!("pod{i}")),
             ..Default::default()
@@ -182,7 +182,7 @@ async fn start(a: &Args) -> Result<Running, String> {
     eprintln!("bench: {} pods started; waiting for every pod to hold a lease", a.pods);
     let ready_by = Instant::now() + Duration::from_secs(60);
     for p in &pods {
-        let mut st = p.status.clone();
+        let mut st = p.limiter("api").map_err(|e| e.to_string())?.status();
         let left = ready_by.saturating_duration_since(Instant::now());
         let ok = tokio::time::timeout(left, st.wait_for(|s| s.lease.is_some())).await.map(|r| r.is_ok());
         if ok != Ok(true) {

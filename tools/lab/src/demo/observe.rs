@@ -40,14 +40,18 @@ pub async fn leader(leaders: &Store) -> Option<String> {
     Some(String::from_utf8_lossy(&v).into_owned())
 }
 
-/// Poll the agent's status until it holds a lease (true) or `deadline` passes (false).
+/// Poll the agent's status until it holds a lease for some limit (true) or `deadline` passes
+/// (false).
 pub async fn wait_for_lease(http: &reqwest::Client, addr: &str, deadline: Instant) -> bool {
     loop {
         let st: Option<serde_json::Value> = match http.get(format!("http://{addr}/v1/status")).send().await {
             Ok(r) => r.json().await.ok(),
             Err(_) => None,
         };
-        if st.is_some_and(|v| !v["lease"].is_null()) {
+        let leased = |v: serde_json::Value| {
+            v["limits"].as_object().is_some_and(|ls| ls.values().any(|l| !l["lease"].is_null()))
+        };
+        if st.is_some_and(leased) {
             return true;
         }
         if Instant::now() > deadline {

@@ -1,0 +1,165 @@
+//! One pod process serving any number of limits: a [`Limiter`] and a control loop per limit,
+//! made on first use. The default limit (the settings' `limit`) is served from the start and
+//! kept; any other is given back after `idle_release_ms` unused and served again, as a new
+//! holder, at its next request.
+
+use crate::driver::{self, DriverError, PodStatus};
+use crate::limiter::Limiter;
+use crate::settings::PodSettings;
+use leasehold_process::clock::LeaseClock;
+use leasehold_shared::bucket::TokenBucket;
+use leasehold_shared::pod::PodConfig;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Most limits one pod serves at once (a bound on loops and memory, whatever callers ask for).
+pub const MAX_LIMITS: usize = 1_000;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LimitError {
+    #[error("{0}")]
+    BadName(String),
+    #[error("this pod already serves {MAX_LIMITS} limits")]
+    TooMany,
+    #[error("the pod is draining")]
+    Draining,
+}
+
+struct Served {
+    limiter: Limiter,
+    task: JoinHandle<Result<bool, DriverError>>,
+}
+
+struct Inner {
+    client: async_nats::Client,
+    settings: PodSettings,
+    clock: LeaseClock,
+    limits: Mutex<BTreeMap<String, Served>>,
+    shutdown: watch::Sender<bool>,
+}
+
+/// A running pod: its limiters, their status, and the handle to drain it. Cheap to clone; every
+/// clone is the same pod.
+#[derive(Clone)]
+pub struct Pod {
+    pub id: String,
+    inner: Arc<Inner>,
+}
+
+impl Pod {
+    /// Start the pod on the current runtime, and the default limit's loop if one is configured.
+    pub fn start(client: async_nats::Client, settings: &PodSettings) -> Pod {
+        let id = settings.pod_id();
+        // The pod's one clock (skewed as configured): every core, bucket and loop reads it.
+        let clock = LeaseClock::start_skewed(settings.clock_offset_ms as i64, settings.clock_drift_ppm);
+        let settings = PodSettings { pod_id: Some(id.clone()), ..settings.clone() };
+        let inner = Inner {
+            client,
+            settings,
+            clock,
+            limits: Mutex::new(BTreeMap::new()),
+            shutdown: watch::channel(false).0,
+        };
+        let pod = Pod { id, inner: Arc::new(inner) };
+        if let Some(limit) = pod.default_limit() {
+            if let Err(e) = pod.limiter(limit) {
+                // Settings are validated at load; a caller that skipped it gets a pod without it.
+                tracing::error!(cause = %e, "the default limit cannot be served");
+            }
+        }
+        pod
+    }
+
+    /// The limit requests use when they name none.
+    pub fn default_limit(&self) -> Option<&str> {
+        self.inner.settings.limit.as_deref()
+    }
+
+    /// The limiter of `limit`, its loop started (and a report sent at once) on first use.
+    pub fn limiter(&self, limit: &str) -> Result<Limiter, LimitError> {
+        let mut limits = self.inner.limits.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = limits.get(limit) {
+            return Ok(s.limiter.clone());
+        }
+        leasehold_shared::wire::check_id("limit", limit).map_err(|e| LimitError::BadName(e.to_string()))?;
+        if *self.inner.shutdown.borrow() {
+            return Err(LimitError::Draining);
+        }
+        if limits.len() >= MAX_LIMITS {
+            return Err(LimitError::TooMany);
+        }
+        let s = &self.inner.settings;
+        let (status_tx, status) =
+            watch::channel(PodStatus { pod: self.id.clone(), limit: limit.to_string(), ..Default::default() });
+        let limiter =
+            Limiter::for_limit(limit.into(), Arc::new(TokenBucket::new()), s.queue_capacity, self.inner.clock, status);
+        tokio::spawn(limiter.clone().dispatch());
+        let pinned = self.default_limit() == Some(limit) || s.idle_release_ms == 0;
+        let d = driver::Driver {
+            client: self.inner.client.clone(),
+            config: PodConfig {
+                limit: limit.into(),
+                dc: s.dc.clone(),
+                pod: self.id.clone(),
+                incarnation: 0, // drawn at every start of the loop
+                weight: s.weight,
+                bugs: Default::default(),
+            },
+            limiter: limiter.clone(),
+            report_interval: Duration::from_millis(s.report_interval_ms),
+            drain_timeout: Duration::from_millis(s.drain_timeout_ms),
+            idle_release: (!pinned).then(|| Duration::from_millis(s.idle_release_ms)),
+            status: status_tx,
+        };
+        let task = tokio::spawn(d.run(self.inner.shutdown.subscribe()));
+        limits.insert(limit.to_string(), Served { limiter: limiter.clone(), task });
+        Ok(limiter)
+    }
+
+    /// The default limit's limiter, if one is configured.
+    pub fn default_limiter(&self) -> Option<Limiter> {
+        self.default_limit().and_then(|l| self.limiter(l).ok())
+    }
+
+    /// The limiter of a limit already served (none: never asked for), without starting one.
+    pub fn served(&self, limit: &str) -> Option<Limiter> {
+        self.inner.limits.lock().unwrap_or_else(|p| p.into_inner()).get(limit).map(|s| s.limiter.clone())
+    }
+
+    /// Every limit asked for so far (also those given back while idle), by name.
+    pub fn limiters(&self) -> Vec<Limiter> {
+        self.inner.limits.lock().unwrap_or_else(|p| p.into_inner()).values().map(|s| s.limiter.clone()).collect()
+    }
+
+    /// This pod's clock, in its buckets' and leases' time base.
+    pub fn now_ns(&self) -> u64 {
+        self.inner.clock.now_ns()
+    }
+
+    /// Graceful drain: stop admitting, return every limit's lease, wait for the DC manager's
+    /// acks. True when every return was acknowledged (false: those leases simply expire).
+    pub async fn drain(&self) -> Result<bool, DriverError> {
+        let _ = self.inner.shutdown.send(true);
+        let tasks: Vec<_> = {
+            let mut limits = self.inner.limits.lock().unwrap_or_else(|p| p.into_inner());
+            limits.values_mut().map(|s| std::mem::replace(&mut s.task, tokio::spawn(async { Ok(true) }))).collect()
+        };
+        let mut all_acked = true;
+        for t in tasks {
+            all_acked &= t.await.unwrap_or(Ok(false))?;
+        }
+        Ok(all_acked)
+    }
+
+    /// Vanish as a crash would: no return, the leases run out at the DC manager.
+    pub fn crash(&self) {
+        let _ = self.inner.shutdown.send(true); // no new limits
+        for s in self.inner.limits.lock().unwrap_or_else(|p| p.into_inner()).values() {
+            s.task.abort();
+            s.limiter.bucket().revoke();
+        }
+    }
+}
