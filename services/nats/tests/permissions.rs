@@ -63,6 +63,23 @@ async fn roles_are_confined_to_their_own_subjects_and_keys() {
         })
         .await;
         assert!(own.iter().all(|m| &m.payload[..] == b"own"), "{v}: a forged report was delivered");
+        // One pod serves many limits: its own report for a second limit arrives, a forged one for
+        // another pod on that limit does not.
+        let mut second_reports = dc.subscribe("lh.second-api.pod.bkk.*.report").await.unwrap();
+        dc.flush().await.unwrap();
+        let second = delivered(&mut second_reports, || async {
+            let _ = evil.publish("lh.second-api.pod.bkk.bkk-pod2.report", "forged".into()).await;
+            let _ = evil.flush().await;
+            pod1.publish("lh.second-api.pod.bkk.bkk-pod1.report", "own-second".into()).await.unwrap();
+            pod1.flush().await.unwrap();
+        })
+        .await;
+        let subjects: Vec<&str> = second.iter().map(|m| m.subject.as_str()).collect();
+        assert!(
+            second.iter().all(|m| &m.payload[..] != b"forged"),
+            "{v}: a forged report for a second limit was delivered: {subjects:?}"
+        );
+        assert!(subjects.contains(&"lh.second-api.pod.bkk.bkk-pod1.report"), "{v}: {subjects:?}");
 
         // A pod cannot read another pod's lease.
         let mut theirs = evil.subscribe("lh.partner-api.pod.bkk.bkk-pod2.lease").await.unwrap();
