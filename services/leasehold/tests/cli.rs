@@ -22,12 +22,22 @@ fn services_refuse_bad_configuration_with_one_line_and_exit_2() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains("not found"), "{err}");
     }
-    // An agent without a limit name.
-    let out =
-        Command::new(env!("CARGO_BIN_EXE_leasehold")).arg("agent").env("LEASEHOLD_AGENT_DC", "bkk").output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.trim().lines().count() == 1 && err.contains("limit"), "{err}");
+    // An agent whose default limit is no id (the limit itself is optional), or that would give
+    // a limit back sooner than two report intervals.
+    for (env, names) in [
+        (("LEASEHOLD_AGENT_LIMIT", "a.b"), "limit"),
+        (("LEASEHOLD_AGENT_LIMIT", ""), "limit"),
+        (("LEASEHOLD_AGENT_IDLE_RELEASE_MS", "100"), "idle_release_ms"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .arg("agent")
+            .envs([("LEASEHOLD_AGENT_DC", "bkk"), env])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{env:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.trim().lines().count() == 1 && err.contains(names), "{env:?}: {err}");
+    }
     // An agent weight above what a report may carry (its every report would be dropped).
     let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .arg("agent")
