@@ -50,16 +50,18 @@ struct UpstreamErrorQuery {
 }
 
 /// The limiter a request names (or the default one), or the problem to answer.
-fn limiter_for(pod: &Pod, limit: Option<&str>) -> Result<Limiter, Response> {
+fn limiter_for(pod: &Pod, limit: Option<&str>) -> Result<Limiter, Box<Response>> {
     let Some(limit) = limit.or(pod.default_limit()) else {
         let detail = "limit is required: this agent has no default limit".to_string();
-        return Err(problem(StatusCode::BAD_REQUEST, "missing parameter", detail));
+        return Err(Box::new(problem(StatusCode::BAD_REQUEST, "missing parameter", detail)));
     };
-    pod.limiter(limit).map_err(|e| match e {
-        LimitError::BadName(d) => problem(StatusCode::BAD_REQUEST, "invalid parameter", d),
-        LimitError::TooMany | LimitError::Draining => {
-            problem(StatusCode::SERVICE_UNAVAILABLE, "limit not served", e.to_string())
-        }
+    pod.limiter(limit).map_err(|e| {
+        Box::new(match e {
+            LimitError::BadName(d) => problem(StatusCode::BAD_REQUEST, "invalid parameter", d),
+            LimitError::TooMany | LimitError::Draining => {
+                problem(StatusCode::SERVICE_UNAVAILABLE, "limit not served", e.to_string())
+            }
+        })
     })
 }
 
@@ -76,7 +78,7 @@ async fn upstream_error(State(pod): State<Pod>, Query(q): Query<UpstreamErrorQue
     };
     let limiter = match limiter_for(&pod, q.limit.as_deref()) {
         Ok(l) => l,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     match code {
         Some(code) => limiter.record_upstream_status(code),
@@ -141,7 +143,7 @@ async fn acquire(State(pod): State<Pod>, Query(q): Query<AcquireQuery>) -> Respo
     };
     let limiter = match limiter_for(&pod, q.limit.as_deref()) {
         Ok(l) => l,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let verdict = limiter.acquire(cost, priority, Duration::from_millis(max_wait_ms)).await;
     let headers = ratelimit_headers(&limiter, cost);
@@ -285,7 +287,11 @@ fn registry(pod: Pod) -> Registry {
         let gauges = |f: fn(&Series) -> f64| all.iter().map(move |s| (s.labels.clone(), f(s))).collect::<Vec<_>>();
         m.counters("leasehold_pod_requests_total", "Permit requests.", rows(|s| s.totals.offered))?;
         m.counters("leasehold_pod_admitted_total", "Permits granted.", rows(|s| s.totals.admitted))?;
-        m.counters("leasehold_pod_rejected_total", "Permit requests denied by the bucket.", rows(|s| s.totals.rejected))?;
+        m.counters(
+            "leasehold_pod_rejected_total",
+            "Permit requests denied by the bucket.",
+            rows(|s| s.totals.rejected),
+        )?;
         m.gauges(
             "leasehold_pod_lease_rate_per_s",
             "Rate of the lease in force (0 when none).",

@@ -56,13 +56,8 @@ impl Pod {
         // The pod's one clock (skewed as configured): every core, bucket and loop reads it.
         let clock = LeaseClock::start_skewed(settings.clock_offset_ms as i64, settings.clock_drift_ppm);
         let settings = PodSettings { pod_id: Some(id.clone()), ..settings.clone() };
-        let inner = Inner {
-            client,
-            settings,
-            clock,
-            limits: Mutex::new(BTreeMap::new()),
-            shutdown: watch::channel(false).0,
-        };
+        let inner =
+            Inner { client, settings, clock, limits: Mutex::new(BTreeMap::new()), shutdown: watch::channel(false).0 };
         let pod = Pod { id, inner: Arc::new(inner) };
         if let Some(limit) = pod.default_limit() {
             if let Err(e) = pod.limiter(limit) {

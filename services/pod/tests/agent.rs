@@ -86,8 +86,7 @@ async fn permits_denials_and_bad_input_over_http() {
     // Upstream answers: a 429 is counted apart from errors; a status that is no failure is a 400.
     let error_url = format!("http://{addr}/v1/upstream-error");
     let cases = [("?status=429", 204), ("?status=503", 204), ("", 204), ("?status=200", 400), ("?status=abc", 400)];
-    for (q, want) in cases.into_iter().chain([("?limit=a.b&status=429", 400), ("?limit=a*", 400)])
-    {
+    for (q, want) in cases.into_iter().chain([("?limit=a.b&status=429", 400), ("?limit=a*", 400)]) {
         let r = http.post(format!("{error_url}{q}")).send().await.unwrap();
         assert_eq!(r.status(), want, "{q}");
     }

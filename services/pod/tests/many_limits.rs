@@ -41,7 +41,13 @@ async fn control_plane(
     m.pod_ttl_ms = 1_000;
     m.renew_interval_ms = 200;
     m.heartbeat_timeout_ms = 400;
-    let dc = DcSettings { nats_url: url.into(), leader_ttl_ms: 1_000, report_interval_ms: 100, manager: m, ..DcSettings::default() };
+    let dc = DcSettings {
+        nats_url: url.into(),
+        leader_ttl_ms: 1_000,
+        report_interval_ms: 100,
+        manager: m,
+        ..DcSettings::default()
+    };
     let mut m = leasehold_dc_manager::spawn(wait::client(url, "m").await, dc);
     wait::until(&mut m.status, WITHIN, "the manager leads", |s: &Status| s.leading).await;
     (c, m)

@@ -48,9 +48,8 @@ pub async fn wait_for_lease(http: &reqwest::Client, addr: &str, deadline: Instan
             Ok(r) => r.json().await.ok(),
             Err(_) => None,
         };
-        let leased = |v: serde_json::Value| {
-            v["limits"].as_object().is_some_and(|ls| ls.values().any(|l| !l["lease"].is_null()))
-        };
+        let leased =
+            |v: serde_json::Value| v["limits"].as_object().is_some_and(|ls| ls.values().any(|l| !l["lease"].is_null()));
         if st.is_some_and(leased) {
             return true;
         }
