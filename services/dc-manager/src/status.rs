@@ -17,21 +17,9 @@ pub struct Status {
     pub publish_failures: u64,
     /// Every limit this term serves.
     pub limits: BTreeMap<String, LimitStatus>,
-    // Sums over the limits (the one limit's values when it serves one):
-    pub pods_eligible: u32,
-    pub pods_known: u32,
-    pub pod_leases_issued: u64,
-    pub passes_full: u64,
-    pub passes_growth: u64,
-    pub reports_stale: u64,
-    pub returns: u64,
-    /// Budget the pods share now: floor + DC lease (rate per second).
-    pub budget_rate_per_s: f64,
-    pub dc_lease_rate_per_s: f64,
-    /// Σ admitted rate of the last second (per second).
-    pub used_rate_per_s: f64,
-    /// The longest any limit has gone without a DC lease (none: no limit has had one yet).
-    pub seconds_since_dc_lease: Option<f64>,
+    /// Sums over the limits (the one limit's values when it serves one; `seconds_since_dc_lease`:
+    /// the longest any limit has gone without a DC lease).
+    pub totals: LimitStatus,
 }
 
 /// One limit's part of a DC manager's term.
@@ -79,18 +67,23 @@ impl Manager {
         }
         let s = &mut self.status;
         s.instance = term.instance.clone();
-        let all = limits.values();
-        s.pods_eligible = all.clone().map(|l| l.pods_eligible).sum();
-        s.pods_known = all.clone().map(|l| l.pods_known).sum();
-        s.pod_leases_issued = all.clone().map(|l| l.pod_leases_issued).sum();
-        s.passes_full = all.clone().map(|l| l.passes_full).sum();
-        s.passes_growth = all.clone().map(|l| l.passes_growth).sum();
-        s.reports_stale = all.clone().map(|l| l.reports_stale).sum();
-        s.returns = all.clone().map(|l| l.returns).sum();
-        s.budget_rate_per_s = all.clone().map(|l| l.budget_rate_per_s).sum();
-        s.dc_lease_rate_per_s = all.clone().map(|l| l.dc_lease_rate_per_s).sum();
-        s.used_rate_per_s = all.clone().map(|l| l.used_rate_per_s).sum();
-        s.seconds_since_dc_lease = all.filter_map(|l| l.seconds_since_dc_lease).reduce(f64::max);
+        s.totals = limits.values().fold(LimitStatus::default(), |t, l| LimitStatus {
+            pods_eligible: t.pods_eligible + l.pods_eligible,
+            pods_known: t.pods_known + l.pods_known,
+            pod_leases_issued: t.pod_leases_issued + l.pod_leases_issued,
+            passes_full: t.passes_full + l.passes_full,
+            passes_growth: t.passes_growth + l.passes_growth,
+            reports_stale: t.reports_stale + l.reports_stale,
+            returns: t.returns + l.returns,
+            budget_rate_per_s: t.budget_rate_per_s + l.budget_rate_per_s,
+            dc_lease_rate_per_s: t.dc_lease_rate_per_s + l.dc_lease_rate_per_s,
+            used_rate_per_s: t.used_rate_per_s + l.used_rate_per_s,
+            seconds_since_dc_lease: t
+                .seconds_since_dc_lease
+                .into_iter()
+                .chain(l.seconds_since_dc_lease)
+                .reduce(f64::max),
+        });
         s.limits = limits;
     }
 }

@@ -128,7 +128,7 @@ async fn pods_joining_draining_and_crashing_re_split_the_dc_lease() {
         // Not before C's lease (1 s TTL, stretched by drift and grace) could have run out.
         assert!(crashed_at.elapsed() >= Duration::from_millis(1_000), "{}: reclaimed too early", server.version);
         let dc = m.status.borrow().clone();
-        assert!(dc.pod_leases_issued > 5 && dc.returns >= 1, "{}: {dc:?}", server.version);
+        assert!(dc.totals.pod_leases_issued > 5 && dc.totals.returns >= 1, "{}: {dc:?}", server.version);
     }
 }
 
@@ -298,7 +298,7 @@ async fn the_eligible_pods_metric_follows_the_split_when_a_pod_crashes() {
         async move { Pod::start(client(&url).await, &pod_settings(&url, id)) }
     }))
     .await;
-    until(&mut m.status, "three pods eligible", |s: &Status| s.pods_eligible == 3).await;
+    until(&mut m.status, "three pods eligible", |s: &Status| s.totals.pods_eligible == 3).await;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().unwrap();
     assert_eq!(pods_eligible_metric(&http, &addr).await, Some(3.0));
 

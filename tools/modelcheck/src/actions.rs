@@ -30,6 +30,9 @@ pub enum Action {
     PauseCoordinator,
     /// The coordinator leader restarts with the changed `dc_ttl_ms` (new epoch).
     ChangeConfig,
+    /// The leading coordinator term lowers R to `lowered_rate_milli_per_s` in place (same
+    /// epoch, `CoordinatorCore::reconfigure`) and writes its record.
+    LowerLimitLive,
     /// Demand moves: from now on every DC offers `shifted_offered_per_report`.
     ShiftDemand,
     /// The next leader-key write of this leader (its renewal) meets the fault.
@@ -107,6 +110,9 @@ pub fn enabled(cfg: &ModelConfig, s: &State) -> Vec<Action> {
         }
         if b.config_changes > 0 && s.coords[c].paused_until.is_none() {
             out.push(Action::ChangeConfig);
+        }
+        if b.limit_lowerings > 0 && s.coords[c].paused_until.is_none() && s.limit_lowered_at_ns.is_none() {
+            out.push(Action::LowerLimitLive);
         }
     }
     let leaders = (0..s.coords.len()).map(Replica::Coordinator).chain((0..s.managers.len()).map(Replica::Manager));
@@ -199,6 +205,18 @@ pub fn apply_enabled(cfg: &ModelConfig, s: &mut State, a: Action) {
             s.config_changed = true;
             let now = s.coords[c].clock.local(s.real_ns(cfg.tick_ms));
             s.take_over(cfg, c, now, 0);
+        }
+        Action::LowerLimitLive => {
+            s.budget.limit_lowerings -= 1;
+            let Some(c) = s.coordinator_leader() else { return };
+            let real = s.real_ns(cfg.tick_ms);
+            s.limit_lowered_at_ns = Some(real);
+            let now = s.coords[c].clock.local(real);
+            let lowered = model::limit_config(cfg, s.dc_ttl_ms(cfg), cfg.lowered_rate_milli_per_s);
+            if let Some(core) = s.coords[c].core.as_mut() {
+                std::sync::Arc::make_mut(core).reconfigure(lowered, now).expect("the modelled limit");
+            }
+            s.write_record(cfg, c, false);
         }
         Action::ShiftDemand => {
             s.budget.demand_shifts -= 1;

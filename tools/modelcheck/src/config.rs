@@ -72,6 +72,9 @@ pub struct FaultBudget {
     pub coordinator_crashes: u8,
     pub coordinator_pauses: u8,
     pub config_changes: u8,
+    /// The leading coordinator term lowers R to `lowered_rate_milli_per_s` in place (a limit
+    /// changed live in `lh_limits`).
+    pub limit_lowerings: u8,
     /// "Demand moves": from then on every DC offers `shifted_offered_per_report`.
     pub demand_shifts: u8,
     /// A leader's leader-key write whose answer arrives `slow_leader_reply_ticks` late.
@@ -109,6 +112,8 @@ pub struct ModelConfig {
     pub dc_ttl_ms: u64,
     /// `dc_ttl_ms` after the one configuration change (the leader restarts with it).
     pub changed_dc_ttl_ms: u64,
+    /// R after the one live lowering (fault budget `limit_lowerings`), milli-units.
+    pub lowered_rate_milli_per_s: u64,
     pub coordinator_renew_ms: u64,
     pub report_timeout_ms: u64,
     /// Leadership TTL of the coordinators, in ticks (the `Leadership` core's `ttl_ms`).
@@ -163,6 +168,7 @@ impl Default for ModelConfig {
             pod_renew_ms: 1_000,
             dc_ttl_ms: 4_000,
             changed_dc_ttl_ms: 2_500,
+            lowered_rate_milli_per_s: 60_000,
             coordinator_renew_ms: 1_000,
             report_timeout_ms: 1_500,
             leader_ttl_ticks: 4,
@@ -188,6 +194,7 @@ impl Default for ModelConfig {
                 coordinator_crashes: 1,
                 coordinator_pauses: 0,
                 config_changes: 0,
+                limit_lowerings: 0,
                 demand_shifts: 0,
                 slow_leader_replies: 0,
                 leader_timeouts: 0,
@@ -285,7 +292,19 @@ impl ModelConfig {
 
     /// The bound the ground truth is checked against: R, B, plus Σ E in best-effort mode.
     pub fn allowed_milli(&self) -> (u64, u64) {
+        self.allowed_milli_at(self.rate_milli_per_s)
+    }
+
+    /// [`allowed_milli`](Self::allowed_milli) with R = `rate_milli_per_s` (a lowered limit).
+    pub fn allowed_milli_at(&self, rate_milli_per_s: u64) -> (u64, u64) {
         let (er, eb) = self.emergency_milli.unwrap_or((0, 0));
-        (self.rate_milli_per_s + er * self.dcs as u64, self.burst_milli + eb * self.dcs as u64)
+        (rate_milli_per_s + er * self.dcs as u64, self.burst_milli + eb * self.dcs as u64)
+    }
+
+    /// When a limit lowered at `at_ns` (real time) stops being in force: one DC-lease lifetime
+    /// of the longest TTL any term may use, stretched (the window the guarantee names).
+    pub fn lowering_window_end_ns(&self, at_ns: u64) -> u64 {
+        let ttl_ms = self.dc_ttl_ms.max(self.changed_dc_ttl_ms);
+        crate::model::expiry(self).issuer_live_until_ns(at_ns, ttl_ms)
     }
 }

@@ -50,7 +50,11 @@ fn hash128(bytes: &[u8]) -> u128 {
 
 fn encode(cfg: &ModelConfig, s: &State, w: &mut dyn Write) -> fmt::Result {
     let real = s.real_ns(cfg.tick_ms);
-    write!(w, "t{}|{:?}|{}|{}|{:?}|", s.tick, s.budget, s.config_changed, s.demand_shifted, s.kv)?;
+    write!(
+        w,
+        "t{}|{:?}|{}|{:?}|{}|{:?}|",
+        s.tick, s.budget, s.config_changed, s.limit_lowered_at_ns, s.demand_shifted, s.kv
+    )?;
     for p in &s.pods {
         write!(w, "P{}:{:?}:{:?}:{:?}:", p.restarts, p.clock, p.paused_until, p.shadow)?;
         model::write_pod_view(&p.core, w)?;

@@ -54,7 +54,11 @@ impl std::fmt::Display for Violation {
 pub fn check(cfg: &ModelConfig, s: &State) -> Result<(), Violation> {
     check_one_term_acts(cfg, s)?;
     let total = spendable(cfg, s);
-    let (rate, burst) = cfg.allowed_milli();
+    // A limit lowered live holds from one DC-lease lifetime after the change; the old one until.
+    let real = s.real_ns(cfg.tick_ms);
+    let lowered = s.limit_lowered_at_ns.is_some_and(|at| real >= cfg.lowering_window_end_ns(at));
+    let r = if lowered { cfg.lowered_rate_milli_per_s } else { cfg.rate_milli_per_s };
+    let (rate, burst) = cfg.allowed_milli_at(r);
     if total.fits_in(&Quota::new(rate, burst)) {
         return Ok(());
     }

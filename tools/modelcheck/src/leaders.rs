@@ -215,9 +215,9 @@ impl State {
     pub fn take_over(&mut self, cfg: &ModelConfig, c: usize, now_ns: u64, claim_revision: u64) {
         let fence = (self.kv.max_epoch > 0).then_some(self.kv.max_epoch);
         let epoch = next_epoch(0, fence, claim_revision);
-        let ttl = self.dc_ttl_ms(cfg);
+        let limit = (self.dc_ttl_ms(cfg), self.rate_milli(cfg));
         let record = self.kv.record.clone();
-        let core = model::coordinator_resume(cfg, ttl, &self.coords[c].id, epoch, record.as_deref(), fence, now_ns);
+        let core = model::coordinator_resume(cfg, limit, &self.coords[c].id, epoch, record.as_deref(), fence, now_ns);
         self.coords[c].core = Some(Arc::new(core));
         self.coords[c].record_rev = self.kv.record_rev;
         self.write_record(cfg, c, false);

@@ -44,10 +44,10 @@ fn floor(cfg: &ModelConfig) -> Quota {
     Quota::new(cfg.floor_rate_milli_per_s, cfg.floor_burst_milli)
 }
 
-pub fn limit_config(cfg: &ModelConfig, dc_ttl_ms: u64) -> LimitConfig {
+pub fn limit_config(cfg: &ModelConfig, dc_ttl_ms: u64, rate_milli_per_s: u64) -> LimitConfig {
     let names: Vec<String> = (0..cfg.dcs).map(dc_name).collect();
     let dcs: Vec<(&str, Quota)> = names.iter().map(|n| (n.as_str(), floor(cfg))).collect();
-    let mut c = LimitConfig::new(LIMIT, Quota::new(cfg.rate_milli_per_s, cfg.burst_milli), &dcs);
+    let mut c = LimitConfig::new(LIMIT, Quota::new(rate_milli_per_s, cfg.burst_milli), &dcs);
     c.dc_ttl_ms = dc_ttl_ms;
     c.renew_interval_ms = cfg.coordinator_renew_ms;
     c.report_timeout_ms = cfg.report_timeout_ms;
@@ -75,8 +75,11 @@ pub fn manager_config(cfg: &ModelConfig, dc: usize, epoch: u64) -> DcManagerConf
 
 /// Checks the cores' own validation of the configurations the model will build.
 pub fn validate_core_configs(cfg: &ModelConfig) -> Result<(), String> {
-    limit_config(cfg, cfg.dc_ttl_ms).validate()?;
-    limit_config(cfg, cfg.changed_dc_ttl_ms).validate()?;
+    limit_config(cfg, cfg.dc_ttl_ms, cfg.rate_milli_per_s).validate()?;
+    limit_config(cfg, cfg.changed_dc_ttl_ms, cfg.rate_milli_per_s).validate()?;
+    if cfg.faults.limit_lowerings > 0 {
+        limit_config(cfg, cfg.dc_ttl_ms, cfg.lowered_rate_milli_per_s).validate()?;
+    }
     manager_config(cfg, 0, 1).validate()
 }
 
@@ -224,7 +227,7 @@ pub fn write_manager_view(core: &DcManagerCore, now_ns: u64, w: &mut dyn Write) 
 /// ever written, kept apart from the record).
 pub fn coordinator_resume(
     cfg: &ModelConfig,
-    dc_ttl_ms: u64,
+    (dc_ttl_ms, rate_milli_per_s): (u64, u64),
     id: &str,
     epoch: u64,
     record: Option<&LedgerRecord>,
@@ -234,7 +237,7 @@ pub fn coordinator_resume(
     // The model never loses a record, so the fence's TTL only has to be plausible.
     let fence = fence_epoch.map(|epoch| LedgerFence::raised(None, epoch, dc_ttl_ms));
     let stored = Stored::classify(LIMIT, record, fence.as_ref());
-    CoordinatorCore::resume(limit_config(cfg, dc_ttl_ms), id, epoch, stored, now_ns)
+    CoordinatorCore::resume(limit_config(cfg, dc_ttl_ms, rate_milli_per_s), id, epoch, stored, now_ns)
 }
 
 pub fn coordinator_tick(core: &mut CoordinatorCore, now_ns: u64) -> Vec<DcLease> {

@@ -3,8 +3,16 @@
 
 use crate::config::{BugSwitches, DemandStep, FaultBudget, ModelConfig, MsgKind};
 
-pub const NAMES: &[&str] =
-    &["ci", "deep", "best-effort", "older-lease", "emergency-quiet", "pod-incarnation", "term-from-reply"];
+pub const NAMES: &[&str] = &[
+    "ci",
+    "deep",
+    "best-effort",
+    "live-lower",
+    "older-lease",
+    "emergency-quiet",
+    "pod-incarnation",
+    "term-from-reply",
+];
 
 /// The negative controls: (preset name, the hole it brings back).
 pub const CONTROLS: &[(&str, &str)] = &[
@@ -19,6 +27,7 @@ pub fn by_name(name: &str) -> Option<ModelConfig> {
         "ci" => ci(),
         "deep" => deep(),
         "best-effort" => best_effort(),
+        "live-lower" => live_lower(),
         "older-lease" => older_lease(),
         "emergency-quiet" => emergency_quiet(),
         "pod-incarnation" => pod_incarnation(),
@@ -51,9 +60,32 @@ pub fn ci() -> ModelConfig {
             coordinator_crashes: 1,
             coordinator_pauses: 1,
             config_changes: 1,
+            limit_lowerings: 1,
             demand_shifts: 1,
             slow_leader_replies: 1,
             leader_timeouts: 1,
+        },
+        ..ModelConfig::default()
+    }
+}
+
+/// A limit lowered live (R 100 → 60/s in the leading term, as `lh_limits` changes it) together
+/// with a second fault: a coordinator or manager crash, a lost or reordered message. Pods must
+/// never spend above the old R, and above the new one from one DC-lease lifetime after the
+/// change. 2 DCs × 1 pod.
+pub fn live_lower() -> ModelConfig {
+    ModelConfig {
+        pods_per_dc: 1,
+        warmup_ticks: 6,
+        horizon_ticks: 20,
+        faults: FaultBudget {
+            total: 2,
+            limit_lowerings: 1,
+            coordinator_crashes: 1,
+            manager_crashes: 1,
+            losses: 1,
+            delays: 1,
+            ..FaultBudget::default()
         },
         ..ModelConfig::default()
     }

@@ -198,11 +198,22 @@ pub struct State {
     pub net: Vec<Msg>,
     pub budget: FaultBudget,
     pub config_changed: bool,
+    /// When (real ns) the leading term lowered R live, if it did.
+    pub limit_lowered_at_ns: Option<u64>,
     /// The "demand moves" action was taken.
     pub demand_shifted: bool,
 }
 
 impl State {
+    /// R as new terms run it: lowered once the leader lowered it live.
+    pub fn rate_milli(&self, cfg: &crate::config::ModelConfig) -> u64 {
+        if self.limit_lowered_at_ns.is_some() {
+            cfg.lowered_rate_milli_per_s
+        } else {
+            cfg.rate_milli_per_s
+        }
+    }
+
     pub fn real_ns(&self, tick_ms: u64) -> u64 {
         self.tick as u64 * tick_ms * NS_PER_MS
     }

@@ -119,6 +119,7 @@ fn cold_state(cfg: &ModelConfig, init: &InitChoice) -> Result<State, String> {
         net: Vec::new(),
         budget: cfg.faults,
         config_changed: false,
+        limit_lowered_at_ns: None,
         demand_shifted: false,
     })
 }

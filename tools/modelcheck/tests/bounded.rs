@@ -31,6 +31,15 @@ fn bounded_ci_run_finds_no_violation() {
     assert!(out.max_depth >= 25, "the search went past the first steps: depth {}", out.max_depth);
 }
 
+/// A limit lowered live by the leading term, with a second fault: never above the old limit,
+/// within the new one from one DC-lease lifetime after the change.
+#[test]
+fn a_limit_lowered_live_holds_through_a_second_fault() {
+    let out = run(&presets::live_lower(), 60_000);
+    assert!(out.counterexample.is_none(), "{:?}", out.counterexample.map(|c| c.trace));
+    assert_eq!(out.states, 60_000, "the bound, not an early end, stopped the search");
+}
+
 /// Explores `preset` with its bug switch on (a violation with a short trace that replays to the
 /// same violation) and off (none within the same budget).
 fn control_fires_only_with_its_switch(preset: &str, max_states: usize, max_actions: usize) {

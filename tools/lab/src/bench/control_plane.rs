@@ -235,8 +235,8 @@ async fn count(running: &Running, duration: Duration) -> Result<Counted, String>
         counts,
         bytes,
         lease_gap_us,
-        passes_full: after.passes_full - before.passes_full,
-        passes_growth: after.passes_growth - before.passes_growth,
+        passes_full: after.totals.passes_full - before.totals.passes_full,
+        passes_growth: after.totals.passes_growth - before.totals.passes_growth,
     })
 }
 
