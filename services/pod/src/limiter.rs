@@ -7,7 +7,8 @@ use crate::queue::{WaitQueue, Waiter};
 use leasehold_shared::bucket::{BucketError, Decision, DenyReason, TokenBucket};
 use leasehold_shared::pod::IntervalCounters;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, RwLock};
+use arc_swap::ArcSwap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::{oneshot, watch, Notify};
@@ -75,7 +76,8 @@ pub(crate) struct Shared {
     limit: String,
     /// The bucket of the loop holding the lease now: each start of the limit's loop is a new
     /// holder with a bucket of its own (it starts empty, as after any gap).
-    bucket: RwLock<Arc<TokenBucket>>,
+    /// Swapped without a lock: the request path loads it with no shared write (`ArcSwap`).
+    bucket: ArcSwap<TokenBucket>,
     /// The pod's one clock (skewed as configured).
     pub clock: leasehold_process::clock::LeaseClock,
     interval: Interval,
@@ -112,7 +114,7 @@ impl Limiter {
         Limiter {
             shared: Arc::new(Shared {
                 limit,
-                bucket: RwLock::new(bucket),
+                bucket: ArcSwap::new(bucket),
                 clock,
                 interval: Interval::default(),
                 totals: Mutex::new(Totals::default()),
@@ -155,7 +157,7 @@ impl Limiter {
 
     /// The loop's new holder brings its own bucket.
     pub(crate) fn install(&self, bucket: Arc<TokenBucket>) {
-        *self.shared.bucket.write().unwrap_or_else(|p| p.into_inner()) = bucket;
+        self.shared.bucket.store(bucket);
         self.shared.wake.notify_one();
     }
 
@@ -166,7 +168,7 @@ impl Limiter {
 
     /// The bucket in force now (a later start of the loop installs another).
     pub fn bucket(&self) -> Arc<TokenBucket> {
-        self.shared.bucket.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.shared.bucket.load_full()
     }
 
     /// Take a permit now or be told when to retry. Never waits, never touches the network.
@@ -182,7 +184,7 @@ impl Limiter {
     }
 
     fn decide(&self, cost: u32) -> Result<Result<(), Denial>, AcquireError> {
-        Ok(match self.bucket().try_acquire(cost, self.now_ns())? {
+        Ok(match self.shared.bucket.load().try_acquire(cost, self.now_ns())? {
             Decision::Granted => Ok(()),
             Decision::Denied { reason: DenyReason::Empty, retry_after_ns } => {
                 Err(Denial::Empty { retry_after: Duration::from_nanos(retry_after_ns.unwrap_or(0)) })
