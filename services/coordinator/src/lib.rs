@@ -73,21 +73,16 @@ pub async fn run(
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
     let limits = limits_store::open(&js, settings.replicas).await?;
-    let seeds = limits_store::seed(&limits, &settings.limits).await?;
-    for name in &seeds.created {
-        info!(limit = %name, "seeded lh_limits from the configuration file");
-    }
-    for name in &seeds.removed {
-        info!(limit = %name, "not seeded: it was removed from lh_limits (leasehold limits rm)");
-    }
+    // Seed the bucket and read every definition before seeking leadership (a takeover reads
+    // them again). While NATS is restarting or a stream leader moves these may time out: retry.
+    let Some(stored) = read_definitions(&limits, &settings.limits, &mut shutdown).await else { return Ok(()) };
     let id =
         settings.id.clone().unwrap_or_else(|| format!("coord-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
     let clock = leasehold_process::clock::LeaseClock::start();
     let stores = (ledger, leaders, limits.clone());
     let mut leader = Leader::new(id, Definitions::new(settings), leader_ttl, stores, clock);
-    // Every definition stored now, before seeking leadership (a takeover reads them again).
-    for stored in limits_store::list(&limits).await? {
-        leader.on_limit(stored.into()).await;
+    for s in stored {
+        leader.on_limit(s.into()).await;
     }
     let mut changes = limits_store::follow(limits);
     let mut tick_ms = leader.definitions.tick_ms();
@@ -110,6 +105,40 @@ pub async fn run(
         leasehold_process::publish_status(&status, &leader.status);
     }
     Ok(())
+}
+
+/// Seed `lh_limits` from the file's limits and read every definition, retrying (backing off up
+/// to 2 s) until both succeed. `None` if `shutdown` turned true first.
+async fn read_definitions(
+    limits: &async_nats::jetstream::kv::Store,
+    seeds: &[leasehold_shared::limits::LimitDef],
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<Vec<limits_store::StoredLimit>> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let attempt = async {
+            let seeded = limits_store::seed(limits, seeds).await?;
+            let stored = limits_store::list(limits).await?;
+            Ok::<_, KvError>((seeded, stored))
+        };
+        match attempt.await {
+            Ok((seeded, stored)) => {
+                for name in &seeded.created {
+                    info!(limit = %name, "seeded lh_limits from the configuration file");
+                }
+                for name in &seeded.removed {
+                    info!(limit = %name, "not seeded: it was removed from lh_limits (leasehold limits rm)");
+                }
+                return Some(stored);
+            }
+            Err(e) => tracing::warn!(cause = %e, "cannot read the limits' definitions yet; retrying"),
+        }
+        tokio::select! {
+            _ = shutdown.changed() => return None,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
 }
 
 /// A running coordinator: watch its status, stop it, or crash it.

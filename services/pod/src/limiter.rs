@@ -4,10 +4,10 @@
 //! when idle.
 
 use crate::queue::{WaitQueue, Waiter};
+use arc_swap::ArcSwap;
 use leasehold_shared::bucket::{BucketError, Decision, DenyReason, TokenBucket};
 use leasehold_shared::pod::IntervalCounters;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
-use arc_swap::ArcSwap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use thiserror::Error;
