@@ -38,7 +38,11 @@ struct Inner {
     settings: PodSettings,
     clock: LeaseClock,
     limits: Mutex<BTreeMap<String, Served>>,
+    /// The drain signal: every loop returns its lease.
     shutdown: watch::Sender<bool>,
+    /// Crashed: no new limits, and no loop may return anything (never the drain signal, which
+    /// a loop could act on before it is aborted).
+    crashed: std::sync::atomic::AtomicBool,
 }
 
 /// A running pod: its limiters, their status, and the handle to drain it. Cheap to clone; every
@@ -56,8 +60,14 @@ impl Pod {
         // The pod's one clock (skewed as configured): every core, bucket and loop reads it.
         let clock = LeaseClock::start_skewed(settings.clock_offset_ms as i64, settings.clock_drift_ppm);
         let settings = PodSettings { pod_id: Some(id.clone()), ..settings.clone() };
-        let inner =
-            Inner { client, settings, clock, limits: Mutex::new(BTreeMap::new()), shutdown: watch::channel(false).0 };
+        let inner = Inner {
+            client,
+            settings,
+            clock,
+            limits: Mutex::new(BTreeMap::new()),
+            shutdown: watch::channel(false).0,
+            crashed: std::sync::atomic::AtomicBool::new(false),
+        };
         let pod = Pod { id, inner: Arc::new(inner) };
         if let Some(limit) = pod.default_limit() {
             if let Err(e) = pod.limiter(limit) {
@@ -80,7 +90,7 @@ impl Pod {
             return Ok(s.limiter.clone());
         }
         leasehold_shared::wire::check_id("limit", limit).map_err(|e| LimitError::BadName(e.to_string()))?;
-        if *self.inner.shutdown.borrow() {
+        if *self.inner.shutdown.borrow() || self.inner.crashed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(LimitError::Draining);
         }
         if limits.len() >= MAX_LIMITS {
@@ -151,7 +161,9 @@ impl Pod {
 
     /// Vanish as a crash would: no return, the leases run out at the DC manager.
     pub fn crash(&self) {
-        let _ = self.inner.shutdown.send(true); // no new limits
+        // Not the drain signal: a loop woken by it could return its lease before it is aborted
+        // (a crash that returned its lease let a test see the share reclaimed early).
+        self.inner.crashed.store(true, std::sync::atomic::Ordering::SeqCst); // no new limits
         for s in self.inner.limits.lock().unwrap_or_else(|p| p.into_inner()).values() {
             s.task.abort();
             s.limiter.bucket().revoke();
