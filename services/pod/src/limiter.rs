@@ -53,7 +53,6 @@ pub enum AcquireError {
 
 #[derive(Default)]
 struct Interval {
-    offered: AtomicU64,
     admitted: AtomicU64,
     rejected: AtomicU64,
     errors: AtomicU64,
@@ -138,7 +137,8 @@ impl Limiter {
         self.shared.status.clone()
     }
 
-    /// Count a use; if the loop gave the lease back, ask it to start again.
+    /// Count a use (the one count of requests offered: each interval's `offered` is derived from
+    /// it); if the loop gave the lease back, ask it to start again.
     fn touch(&self) {
         self.shared.uses.fetch_add(1, SeqCst);
         if !self.shared.serving.load(SeqCst) {
@@ -177,7 +177,6 @@ impl Limiter {
             return Err(AcquireError::ZeroCost);
         }
         self.touch();
-        self.shared.interval.offered.fetch_add(1, Relaxed);
         let verdict = self.decide(cost)?;
         self.count(&verdict);
         Ok(verdict)
@@ -210,7 +209,6 @@ impl Limiter {
             return Err(AcquireError::ZeroCost);
         }
         self.touch();
-        self.shared.interval.offered.fetch_add(1, Relaxed);
         let rx = {
             let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
             // Jumping the queue would starve earlier waiters: only try directly when none wait.
@@ -285,15 +283,17 @@ impl Limiter {
     /// Counters since the last call (one report interval), folded into the totals.
     pub fn take_interval(&self) -> IntervalCounters {
         let i = &self.shared.interval;
+        let queued = self.queued() as u64;
+        let mut t = self.shared.totals.lock().unwrap_or_else(|p| p.into_inner());
+        // `totals.offered` is every use taken so far: the interval's are the uses since.
         let c = IntervalCounters {
-            offered: i.offered.swap(0, Relaxed),
+            offered: self.uses().saturating_sub(t.offered),
             admitted: i.admitted.swap(0, Relaxed),
             rejected: i.rejected.swap(0, Relaxed),
-            queued: self.queued() as u64,
+            queued,
             errors: i.errors.swap(0, Relaxed),
             upstream_429: i.upstream_429.swap(0, Relaxed),
         };
-        let mut t = self.shared.totals.lock().unwrap_or_else(|p| p.into_inner());
         t.offered += c.offered;
         t.admitted += c.admitted;
         t.rejected += c.rejected;
