@@ -45,6 +45,8 @@ pub struct AppliedLease {
     /// The process the lease was addressed to (this one's incarnation, unless a known bug is on):
     /// the issuer counts it under that holder.
     pub incarnation: u64,
+    /// The issuer says the limit was removed.
+    pub limit_removed: bool,
 }
 
 /// Clones share the token bucket (the request path's handle): a model checker that clones whole
@@ -128,6 +130,7 @@ impl PodCore {
             expires_at_ns,
             issuer: lease.issuer.clone(),
             incarnation: lease.incarnation,
+            limit_removed: lease.limit_removed,
         });
         Ok(())
     }
@@ -204,6 +207,7 @@ mod tests {
             quota: Quota::per_s(100, 10),
             ttl_ms: 5_000,
             basis_seq,
+            limit_removed: false,
         }
     }
 

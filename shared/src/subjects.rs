@@ -40,13 +40,11 @@ pub struct SubjectEntry {
 
 /// Every subject the services publish or subscribe to.
 pub const SUBJECTS: &[SubjectEntry] = &[
-    SubjectEntry { pattern: "lh.<limit>.pod.<dc>.<pod>.report", direction: "pod → DC manager", message: "PodReport" },
-    SubjectEntry {
-        pattern: "lh.<limit>.pod.<dc>.<pod>.return", direction: "pod → DC manager", message: "LeaseReturn"
-    },
-    SubjectEntry { pattern: "lh.<limit>.pod.<dc>.<pod>.lease", direction: "DC manager → pod", message: "PodLease" },
-    SubjectEntry { pattern: "lh.<limit>.pod.<dc>.<pod>.ack", direction: "DC manager → pod", message: "ReturnAck" },
-    SubjectEntry { pattern: "lh.<limit>.dc.<dc>.report", direction: "DC manager → coordinator", message: "DcReport" },
+    SubjectEntry { pattern: "lh.pod.<dc>.<pod>.report", direction: "pod → DC manager", message: "PodReports" },
+    SubjectEntry { pattern: "lh.pod.<dc>.<pod>.return", direction: "pod → DC manager", message: "LeaseReturns" },
+    SubjectEntry { pattern: "lh.pod.<dc>.<pod>.lease", direction: "DC manager → pod", message: "PodLeases" },
+    SubjectEntry { pattern: "lh.pod.<dc>.<pod>.ack", direction: "DC manager → pod", message: "ReturnAcks" },
+    SubjectEntry { pattern: "lh.dc.<dc>.report", direction: "DC manager → coordinator", message: "DcReports" },
     SubjectEntry {
         pattern: "lh.keys.check.<shard>",
         direction: "any keys instance → the shard's owner (request/reply)",
@@ -134,36 +132,34 @@ impl PodChannel {
     }
 }
 
-/// A subject for one pod. Ids are checked ([`check_id`]): no empty token, no `.`, `*`, `>`,
-/// whitespace or control characters.
-pub fn pod(limit: &str, dc: &str, pod: &str, channel: PodChannel) -> Result<String, WireError> {
-    check_id("limit", limit)?;
+/// A subject for one pod: every limit's messages of one channel share it (protocol v2). Ids are
+/// checked ([`check_id`]): no empty token, no `.`, `*`, `>`, whitespace or control characters.
+pub fn pod(dc: &str, pod: &str, channel: PodChannel) -> Result<String, WireError> {
     check_id("dc", dc)?;
     check_id("pod", pod)?;
-    Ok(format!("{PREFIX}.{limit}.pod.{dc}.{pod}.{}", channel.token()))
+    Ok(format!("{PREFIX}.pod.{dc}.{pod}.{}", channel.token()))
 }
 
-/// What a DC manager subscribes to for one channel of all its pods, of one limit (or of every
-/// limit: `"*"`).
-pub fn pods_wildcard(limit: &str, dc: &str, channel: PodChannel) -> Result<String, WireError> {
-    if limit != "*" {
-        check_id("limit", limit)?;
-    }
+/// What a DC manager subscribes to for one channel of all its pods.
+pub fn pods_wildcard(dc: &str, channel: PodChannel) -> Result<String, WireError> {
     check_id("dc", dc)?;
-    Ok(format!("{PREFIX}.{limit}.pod.{dc}.*.{}", channel.token()))
+    Ok(format!("{PREFIX}.pod.{dc}.*.{}", channel.token()))
 }
 
-/// Where a DC manager reports to the coordinator.
-pub fn dc_report(limit: &str, dc: &str) -> Result<String, WireError> {
-    check_id("limit", limit)?;
+/// Where a DC manager reports to the coordinator (every limit's report in one batch).
+pub fn dc_report(dc: &str) -> Result<String, WireError> {
     check_id("dc", dc)?;
-    Ok(format!("{PREFIX}.{limit}.dc.{dc}.report"))
+    Ok(format!("{PREFIX}.dc.{dc}.report"))
 }
 
-/// What a coordinator subscribes to: every DC's reports for one limit.
-pub fn dc_reports_wildcard(limit: &str) -> Result<String, WireError> {
-    check_id("limit", limit)?;
-    Ok(format!("{PREFIX}.{limit}.dc.*.report"))
+/// What a coordinator subscribes to: every DC's reports.
+pub fn dc_reports_wildcard() -> String {
+    format!("{PREFIX}.dc.*.report")
+}
+
+/// The DC a `lh.dc.<dc>.report` subject names.
+pub fn dc_of_report_subject(subject: &str) -> Option<&str> {
+    subject.strip_prefix(PREFIX)?.strip_prefix(".dc.")?.strip_suffix(".report").filter(|dc| check_id("dc", dc).is_ok())
 }
 
 /// The ledger record's key for a limit.
@@ -190,10 +186,13 @@ mod tests {
 
     #[test]
     fn subjects_are_stable_and_scoped_per_pod() {
-        assert_eq!(pod("api", "bkk", "p-1", PodChannel::Lease).unwrap(), "lh.api.pod.bkk.p-1.lease");
-        assert_eq!(pods_wildcard("api", "bkk", PodChannel::Report).unwrap(), "lh.api.pod.bkk.*.report");
-        assert_eq!(dc_report("api", "eu").unwrap(), "lh.api.dc.eu.report");
-        assert_eq!(dc_reports_wildcard("api").unwrap(), "lh.api.dc.*.report");
+        assert_eq!(pod("bkk", "p-1", PodChannel::Lease).unwrap(), "lh.pod.bkk.p-1.lease");
+        assert_eq!(pods_wildcard("bkk", PodChannel::Report).unwrap(), "lh.pod.bkk.*.report");
+        assert_eq!(dc_report("eu").unwrap(), "lh.dc.eu.report");
+        assert_eq!(dc_reports_wildcard(), "lh.dc.*.report");
+        assert_eq!(dc_of_report_subject("lh.dc.eu.report"), Some("eu"));
+        assert_eq!(dc_of_report_subject("lh.dc.e.u.report"), None);
+        assert_eq!(dc_of_report_subject("lh.pod.eu.report"), None);
         assert_eq!(dc_leader_key("eu").unwrap(), "dc.eu");
         assert_eq!(keys_check(17), "lh.keys.check.17");
         assert_eq!(keys_admissions(17), "lh.keys.adm.17");
@@ -214,11 +213,11 @@ mod tests {
             p.len() == s.len() && p.iter().zip(&s).all(|(p, s)| p.starts_with('<') || p == s)
         };
         let made = [
-            pod("api", "bkk", "p", PodChannel::Report).unwrap(),
-            pod("api", "bkk", "p", PodChannel::Return).unwrap(),
-            pod("api", "bkk", "p", PodChannel::Lease).unwrap(),
-            pod("api", "bkk", "p", PodChannel::Ack).unwrap(),
-            dc_report("api", "bkk").unwrap(),
+            pod("bkk", "p", PodChannel::Report).unwrap(),
+            pod("bkk", "p", PodChannel::Return).unwrap(),
+            pod("bkk", "p", PodChannel::Lease).unwrap(),
+            pod("bkk", "p", PodChannel::Ack).unwrap(),
+            dc_report("bkk").unwrap(),
             keys_check(3),
             keys_admissions(3),
         ];
@@ -246,8 +245,8 @@ mod tests {
     #[test]
     fn ids_that_would_escape_their_token_are_refused() {
         for bad in ["", "a.b", "*", ">", "a b"] {
-            assert!(pod("api", "bkk", bad, PodChannel::Report).is_err(), "{bad:?}");
-            assert!(dc_report("api", bad).is_err(), "{bad:?}");
+            assert!(pod("bkk", bad, PodChannel::Report).is_err(), "{bad:?}");
+            assert!(dc_report(bad).is_err(), "{bad:?}");
             assert!(limits_key(bad).is_err(), "{bad:?}");
         }
     }

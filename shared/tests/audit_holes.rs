@@ -193,6 +193,7 @@ fn late_lease_after_restart(bugs: KnownBugs) -> Result<(), LeaseRejection> {
         quota: Quota::per_s(900, 9),
         ttl_ms: 1_000,
         basis_seq: first.seq,
+        limit_removed: false,
     };
     let mut new = PodCore::new(cfg(0x9e3), 800 * MS);
     let again = new.report(900 * MS, IntervalCounters::default(), true);

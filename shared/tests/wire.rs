@@ -47,6 +47,7 @@ fn pod_lease_roundtrip() {
         quota: Quota::per_s(200, 5),
         ttl_ms: 5_000,
         basis_seq: 12,
+        limit_removed: true,
     });
 }
 
@@ -153,7 +154,7 @@ fn unknown_version_is_an_error() {
     let mut j: serde_json::Value = serde_json::from_slice(&encode(&dc_lease())).unwrap();
     j["v"] = 2.into();
     let bytes = serde_json::to_vec(&j).unwrap();
-    assert_eq!(decode::<DcLease>(&bytes), Err(WireError::UnsupportedVersion { found: 2 }));
+    assert_eq!(decode::<DcLease>(&bytes), Err(WireError::UnsupportedVersion { found: 2, speaks: 1 }));
     j["v"] = "one".into();
     let bytes = serde_json::to_vec(&j).unwrap();
     assert!(matches!(decode::<DcLease>(&bytes), Err(WireError::Invalid { field: "v", .. })));
@@ -253,7 +254,7 @@ mod per_key {
     #[test]
     fn unknown_versions_bad_keys_and_oversized_input_are_refused() {
         let newer = decode_keys_message::<KeyCheck>(br#"{"v":2,"key":"alice"}"#, MAX_MESSAGE_BYTES);
-        assert_eq!(newer, Err(WireError::UnsupportedVersion { found: 2 }));
+        assert_eq!(newer, Err(WireError::UnsupportedVersion { found: 2, speaks: 1 }));
         for key in ["", "a\u{7}b", &"k".repeat(257)] {
             let body = encode(&KeyCheck::new(key, 1, None));
             assert!(

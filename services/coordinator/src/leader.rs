@@ -22,7 +22,7 @@ use leasehold_process::clock::LeaseClock;
 use leasehold_shared::coordinator::{next_epoch, CoordinatorCore, LimitConfig, Stored};
 use leasehold_shared::leadership::{Leadership, LeadershipConfig, Transition};
 use leasehold_shared::subjects;
-use leasehold_shared::wire::{decode, encode, DcReport, LedgerFence, LedgerRecord};
+use leasehold_shared::wire::{decode, encode, DcReports, LedgerFence, LedgerRecord};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tracing::{info, warn};
@@ -304,23 +304,29 @@ impl Leader {
         }
     }
 
-    /// A DC manager's report: acks may free capacity a DC is waiting for.
-    pub async fn on_report(&mut self, payload: &[u8]) {
-        let report = match decode::<DcReport>(payload) {
-            Ok(r) => r,
-            Err(_) => {
+    /// A DC manager's reports, one per limit: acks may free capacity a DC is waiting for. Each
+    /// limit that can grant more is written once.
+    pub async fn on_reports(&mut self, subject: &str, payload: &[u8]) {
+        let batch = match decode::<DcReports>(payload) {
+            Ok(b) if subjects::dc_of_report_subject(subject) == Some(b.dc.as_str()) => b,
+            _ => {
                 self.status.reports_malformed += 1;
                 return;
             }
         };
         let now = self.now_ns();
-        let Some(state) = self.leadership.as_mut().and_then(|l| l.limits.get_mut(&report.limit)) else {
-            self.status.reports_ignored += 1;
-            return;
-        };
-        let grew = !state.core.on_dc_report(&report, now).is_empty();
-        if grew {
-            self.write(&report.limit).await;
+        let mut grown = Vec::new();
+        for report in &batch.reports {
+            let Some(state) = self.leadership.as_mut().and_then(|l| l.limits.get_mut(&report.limit)) else {
+                self.status.reports_ignored += 1;
+                continue;
+            };
+            if !state.core.on_dc_report(report, now).is_empty() {
+                grown.push(report.limit.clone());
+            }
+        }
+        for limit in grown {
+            self.write(&limit).await;
         }
     }
 }

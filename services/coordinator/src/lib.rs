@@ -1,7 +1,8 @@
 //! # Leasehold's global coordinator (service)
 //!
 //! A thin async driver around [`leasehold_shared::coordinator::CoordinatorCore`]: it reads the
-//! clock in one place, receives DC reports on `lh.<limit>.dc.*.report`, and keeps the DC leases
+//! clock in one place, receives DC reports on `lh.dc.*.report` (a batch per DC
+//! manager report, an item per limit), and keeps the DC leases
 //! in the `lh_ledger` KV bucket, one record per limit, written only by compare-and-set. Any
 //! number of replicas may run; the one holding the `lh_leaders` key leads (see [`leader`]).
 //! The limits are data: every definition in the `lh_limits` bucket, followed live (see
@@ -60,7 +61,7 @@ pub async fn run(
         &BucketSpec { history: 1, replicas: settings.replicas, ..BucketSpec::new(subjects::LEADER_BUCKET) },
     )
     .await?;
-    let subject = format!("{}.*.dc.*.report", subjects::PREFIX);
+    let subject = subjects::dc_reports_wildcard();
     let mut reports = client
         .subscribe(subject.clone())
         .await
@@ -92,7 +93,7 @@ pub async fn run(
         tokio::select! {
             _ = shutdown.changed() => break,
             _ = tick.tick() => leader.tick().await,
-            Some(msg) = reports.next() => leader.on_report(&msg.payload).await,
+            Some(msg) = reports.next() => leader.on_reports(&msg.subject, &msg.payload).await,
             Some(change) = changes.recv() => {
                 leader.on_limit(change).await;
                 if leader.definitions.tick_ms() != tick_ms {

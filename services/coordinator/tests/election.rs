@@ -11,7 +11,7 @@ use leasehold_nats::kv::{compare_and_set, ensure_bucket, read, BucketSpec, CasOu
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{decode, encode, DcReport, LedgerRecord};
+use leasehold_shared::wire::{decode, encode, DcReport, DcReports, LedgerRecord};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -58,10 +58,9 @@ async fn record_until(
 }
 
 fn report(dc: &str, seq: u64, demand: u64) -> Vec<u8> {
-    encode(&DcReport {
-        pods_healthy: 4,
-        ..DcReport::new("api", dc, &format!("{dc}-mgr"), 1, seq, Quota::per_s(demand, 0))
-    })
+    let r =
+        DcReport { pods_healthy: 4, ..DcReport::new("api", dc, &format!("{dc}-mgr"), 1, seq, Quota::per_s(demand, 0)) };
+    encode(&DcReports::new(dc, vec![r]))
 }
 
 async fn first_leader(a: &mut Handle, b: &mut Handle) -> bool {
@@ -89,7 +88,7 @@ async fn a_standby_takes_over_with_a_higher_epoch_and_keeps_the_old_leases() {
         let epoch = leader.status.borrow().epoch;
 
         // BKK reports demand; the leader writes it a lease.
-        c.publish("lh.api.dc.bkk.report", Bytes::from(report("bkk", 1, 900))).await.unwrap();
+        c.publish("lh.dc.bkk.report", Bytes::from(report("bkk", 1, 900))).await.unwrap();
         let (_, rec) =
             record_until(&js, &mut leader.status, "bkk lease", |r| r.leases.iter().any(|l| l.dc == "bkk")).await;
         let bkk = rec.leases.iter().filter(|l| l.dc == "bkk").map(|l| l.quota.rate_milli_per_s).max().unwrap();
@@ -115,7 +114,7 @@ async fn a_standby_takes_over_with_a_higher_epoch_and_keeps_the_old_leases() {
         );
 
         // Europe now wants everything; it cannot get BKK's share while that lease may be live.
-        c.publish("lh.api.dc.eu.report", Bytes::from(report("eu", 1, 1_000))).await.unwrap();
+        c.publish("lh.dc.eu.report", Bytes::from(report("eu", 1, 1_000))).await.unwrap();
         let (_, rec) =
             record_until(&js, &mut standby.status, "eu lease", |r| r.leases.iter().any(|l| l.dc == "eu")).await;
         let eu = rec.leases.iter().filter(|l| l.dc == "eu").map(|l| l.quota.rate_milli_per_s).max().unwrap();
@@ -158,15 +157,15 @@ async fn malformed_and_foreign_reports_are_counted_not_fatal() {
     let c = client(&url).await;
     let mut a = spawn(client(&url).await, settings(&url, "coord-a"));
     wait::until(&mut a.status, Duration::from_secs(10), "a leads", |s| s.leading).await;
-    c.publish("lh.api.dc.bkk.report", Bytes::from_static(b"{not json")).await.unwrap();
-    c.publish("lh.api.dc.bkk.report", Bytes::from(vec![b' '; 70_000].into_iter().collect::<Vec<u8>>()))
-        .await
-        .unwrap_or(());
+    c.publish("lh.dc.bkk.report", Bytes::from_static(b"{not json")).await.unwrap();
+    c.publish("lh.dc.bkk.report", Bytes::from(vec![b' '; 70_000].into_iter().collect::<Vec<u8>>())).await.unwrap_or(());
     let mut other = report("bkk", 1, 10);
     other = String::from_utf8(other).unwrap().replace("\"api\"", "\"other\"").into_bytes();
-    c.publish("lh.other.dc.bkk.report", Bytes::from(other)).await.unwrap();
+    c.publish("lh.dc.bkk.report", Bytes::from(other.clone())).await.unwrap();
+    // A batch for one DC on another DC's subject is refused whole.
+    c.publish("lh.dc.eu.report", Bytes::from(report("bkk", 2, 10))).await.unwrap();
     let s = wait::until(&mut a.status, Duration::from_secs(5), "counted", |s| {
-        s.reports_malformed >= 1 && s.reports_ignored >= 1
+        s.reports_malformed >= 2 && s.reports_ignored >= 1
     })
     .await;
     assert!(s.leading, "bad input must not cost leadership");

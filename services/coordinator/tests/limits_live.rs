@@ -15,7 +15,7 @@ use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::limits::LimitDef;
 use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{decode, encode, DcReport, LedgerRecord};
+use leasehold_shared::wire::{decode, encode, DcReport, DcReports, LedgerRecord};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -65,7 +65,8 @@ impl Dcs {
                 pods_healthy: 4,
                 ..DcReport::new(limit, dc, &format!("{dc}-mgr"), 1, self.seq, Quota::per_s(2_000, 0))
             };
-            self.client.publish(format!("lh.{limit}.dc.{dc}.report"), Bytes::from(encode(&r))).await.unwrap();
+            let batch = DcReports::new(dc, vec![r]);
+            self.client.publish(format!("lh.dc.{dc}.report"), Bytes::from(encode(&batch))).await.unwrap();
         }
     }
 }

@@ -4,14 +4,16 @@
 //! limit: one process (with standbys) serves every limit of its DC, or the one its settings name.
 //! * leadership of the DC through the `lh_leaders` key `dc.<dc>` (see [`manager`]);
 //! * DC leases from the coordinator, by watching the limits' records in the `lh_ledger` bucket;
-//! * pod reports and returns on `lh.*.pod.<dc>.*.{report,return}`;
-//! * pod leases and return acks on `lh.<limit>.pod.<dc>.<pod>.{lease,ack}`, DC reports on
-//!   `lh.<limit>.dc.<dc>.report`;
+//! * pod reports and returns on `lh.pod.<dc>.*.{report,return}`;
+//! * pod leases and return acks on `lh.pod.<dc>.<pod>.{lease,ack}`, DC reports on
+//!   `lh.dc.<dc>.report`: every limit's in one batch per destination (protocol v2, see
+//!   [`outbox`]);
 //! * optional HTTP: `/metrics` (Prometheus) and `/v1/status` (JSON).
 
 pub mod config;
 mod http;
 pub mod manager;
+pub(crate) mod outbox;
 mod status;
 
 use futures::StreamExt;
@@ -81,7 +83,7 @@ pub async fn run(
     let limit = if settings.serves_every_limit() { "*".to_string() } else { settings.manager.limit.clone() };
     let subscribe = |channel| {
         let client = client.clone();
-        let subject = subjects::pods_wildcard(&limit, &dc, channel).expect("validated");
+        let subject = subjects::pods_wildcard(&dc, channel).expect("validated");
         async move {
             client
                 .subscribe(subject.clone())
@@ -110,10 +112,18 @@ pub async fn run(
         tokio::select! {
             _ = shutdown.changed() => break,
             _ = tick.tick() => m.tick().await,
-            Some(msg) = reports.next() => m.on_pod_report(&msg.subject, &msg.payload).await,
-            Some(msg) = returns.next() => m.on_return(&msg.subject, &msg.payload).await,
-            Some(rec) = records.recv() => m.on_record(&rec).await,
+            Some(msg) = reports.next() => m.on_pod_reports(&msg.subject, &msg.payload).await,
+            Some(msg) = returns.next() => m.on_returns(&msg.subject, &msg.payload).await,
+            Some(rec) = records.recv() => {
+                // Each limit's record arrives on its own: what the cores say about it waits for
+                // the next flush (a pod's report or the tick, at most one report interval), so a
+                // pod gets every limit's renewed lease in one message. Late is safe: only waste.
+                m.on_record(&rec).await;
+                leasehold_process::publish_status(&status, &m.status);
+                continue;
+            }
         }
+        m.flush().await;
         leasehold_process::publish_status(&status, &m.status);
     }
     Ok(())

@@ -15,16 +15,16 @@
 //!   `DcManagerCore::new`), and use only the floor the coordinator's record names.
 
 use leasehold_process::clock::LeaseClock;
-use leasehold_shared::dc_manager::{DcManagerCore, DcOutput};
+use leasehold_shared::dc_manager::DcManagerCore;
 use leasehold_shared::leadership::{Leadership, LeadershipConfig, Transition};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::subjects::{self, PodChannel};
-use leasehold_shared::wire::{decode, encode, LeaseReturn, LeaseVersion, LedgerRecord, PodReport};
+use leasehold_shared::wire::{decode, LeaseReturns, LeaseVersion, LedgerRecord, PodReport, PodReports};
 use std::collections::BTreeMap;
-use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::config::Settings;
+use crate::outbox::Outbox;
 pub use crate::status::{LimitStatus, Status};
 use async_nats::jetstream::kv::Store;
 
@@ -53,12 +53,14 @@ pub struct Manager {
     /// Per limit, this DC's floor in the coordinator's last record and its version (none until
     /// one was read).
     floors: BTreeMap<String, Option<(Quota, LeaseVersion)>>,
+    /// Limits whose newest record read runs retired (removed): their pod leases say so.
+    removed: std::collections::BTreeSet<String>,
     /// Per limit, pods' admissions as reported, with when (this clock, ns).
     pub(crate) admitted_window: BTreeMap<String, Vec<(u64, u64)>>,
+    /// What the cores said during the current event, sent as batches by [`Manager::flush`].
+    outbox: Outbox,
     pub status: Status,
 }
-
-const PUBLISH_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Manager {
     pub fn new(
@@ -81,6 +83,8 @@ impl Manager {
             term: None,
             floors: BTreeMap::new(),
             admitted_window: BTreeMap::new(),
+            removed: Default::default(),
+            outbox: Outbox::default(),
             status: Status::default(),
         }
     }
@@ -129,7 +133,7 @@ impl Manager {
         for limit in limits {
             let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&limit)) else { continue };
             let out = lt.core.tick(now);
-            self.route(&limit, out).await;
+            self.outbox.push(out);
         }
         self.refresh_status();
     }
@@ -162,13 +166,14 @@ impl Manager {
         self.read_record_now(limit).await;
         let now = self.now_ns();
         let mut core = DcManagerCore::new(cfg, now);
+        core.set_limit_removed(self.removed.contains(limit));
         let floor = self.floors.get(limit).copied().flatten();
         let out = floor.map(|(f, v)| core.on_floor(f, v, now)).unwrap_or_default();
         if let Some(t) = self.term.as_mut() {
             t.limits.insert(limit.to_string(), LimitTerm { core, last_dc_lease_at_ns: None });
         }
         info!(limit, "serving the limit");
-        self.route(limit, out).await;
+        self.outbox.push(out);
     }
 
     /// Read `limit`'s ledger record directly and keep its floor if it is newer than the cached
@@ -185,8 +190,14 @@ impl Manager {
         }
     }
 
-    /// Cache the record's floor for this DC, never going back to an older version.
+    /// Cache the record's floor for this DC, never going back to an older version, and whether
+    /// the limit runs retired.
     fn remember_floor(&mut self, rec: &LedgerRecord) {
+        if rec.limit_removed() {
+            self.removed.insert(rec.limit.clone());
+        } else {
+            self.removed.remove(&rec.limit);
+        }
         let cached = self.floors.entry(rec.limit.clone()).or_default();
         if let Some((f, v)) = rec.floor_of(&self.settings.manager.dc) {
             if cached.is_none_or(|(_, old)| v >= old) {
@@ -213,11 +224,13 @@ impl Manager {
         self.ensure_core(&limit).await;
         let now = self.now_ns();
         let floor = self.floors.get(&limit).copied().flatten();
+        let removed = self.removed.contains(&limit);
         let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&limit)) else { return };
+        lt.core.set_limit_removed(removed);
         // Only the floor the coordinator's durable record names (none if it names none), and
         // never one older than the term already uses.
         let out = floor.map(|(f, v)| lt.core.on_floor(f, v, now)).unwrap_or_default();
-        self.route(&limit, out).await;
+        self.outbox.push(out);
         let Some(term) = self.term.as_mut() else { return };
         let instance = term.instance.clone();
         let Some(lt) = term.limits.get_mut(&limit) else { return };
@@ -226,7 +239,7 @@ impl Manager {
             Ok(out) => {
                 lt.last_dc_lease_at_ns = Some(self.clock.now_ns());
                 self.status.dc_leases_applied += 1;
-                self.route(&limit, out).await;
+                self.outbox.push(out);
             }
             // The watch re-delivers the whole record: an already-applied lease is normal.
             Err(leasehold_shared::holder::LeaseRejection::NotNewer { .. }) => {}
@@ -238,21 +251,31 @@ impl Manager {
         self.refresh_status();
     }
 
-    /// Whether `subject` is the one `pod` may publish `channel` messages of `limit` on: NATS
-    /// permissions confine a pod to its own subjects, so a body naming another pod is refused.
-    fn sent_by(&self, subject: &str, limit: &str, pod: &str, channel: PodChannel) -> bool {
-        self.serves(limit) && subjects::pod(limit, self.dc(), pod, channel).is_ok_and(|own| own == subject)
+    /// Whether `subject` is the one `pod` may publish `channel` messages on: NATS permissions
+    /// confine a pod to its own subjects, so a batch naming another pod is refused (its items
+    /// were checked to name the batch's DC and pod).
+    fn sent_by(&self, subject: &str, dc: &str, pod: &str, channel: PodChannel) -> bool {
+        dc == self.dc() && subjects::pod(dc, pod, channel).is_ok_and(|own| own == subject)
     }
 
-    pub async fn on_pod_report(&mut self, subject: &str, payload: &[u8]) {
-        let r = match decode::<PodReport>(payload) {
-            Ok(r) if self.sent_by(subject, &r.limit, &r.pod, PodChannel::Report) => r,
-            Ok(r) => {
-                warn!(subject, pod = %r.pod, "a report names another pod or limit than its subject; ignored");
+    /// A pod's reports, one per limit it uses (limits this process doesn't serve are skipped).
+    pub async fn on_pod_reports(&mut self, subject: &str, payload: &[u8]) {
+        let batch = match decode::<PodReports>(payload) {
+            Ok(b) if self.sent_by(subject, &b.dc, &b.pod, PodChannel::Report) => b,
+            Ok(b) => {
+                warn!(subject, pod = %b.pod, "a report batch names another pod or DC than its subject; ignored");
                 return self.status.messages_malformed += 1;
             }
             Err(_) => return self.status.messages_malformed += 1,
         };
+        for r in &batch.reports {
+            if self.serves(&r.limit) {
+                self.on_pod_report(r).await;
+            }
+        }
+    }
+
+    async fn on_pod_report(&mut self, r: &PodReport) {
         self.floors.entry(r.limit.clone()).or_default();
         if !self.fresh() {
             return;
@@ -261,15 +284,16 @@ impl Manager {
         self.admitted_window.entry(r.limit.clone()).or_default().push((self.clock.now_ns(), r.admitted));
         let now = self.now_ns();
         let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&r.limit)) else { return };
-        let out = lt.core.on_pod_report(&r, now);
-        self.route(&r.limit, out).await;
+        let out = lt.core.on_pod_report(r, now);
+        self.outbox.push(out);
     }
 
-    pub async fn on_return(&mut self, subject: &str, payload: &[u8]) {
-        let r = match decode::<LeaseReturn>(payload) {
-            Ok(r) if self.sent_by(subject, &r.limit, &r.holder, PodChannel::Return) => r,
-            Ok(r) => {
-                warn!(subject, holder = %r.holder, "a lease return names another pod or limit than its subject; ignored");
+    /// A pod's returns, one per limit it gives back.
+    pub async fn on_returns(&mut self, subject: &str, payload: &[u8]) {
+        let batch = match decode::<LeaseReturns>(payload) {
+            Ok(b) if self.sent_by(subject, &b.dc, &b.pod, PodChannel::Return) => b,
+            Ok(b) => {
+                warn!(subject, pod = %b.pod, "a return batch names another pod or DC than its subject; ignored");
                 return self.status.messages_malformed += 1;
             }
             Err(_) => return self.status.messages_malformed += 1,
@@ -278,25 +302,19 @@ impl Manager {
             return;
         }
         let now = self.now_ns();
-        let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&r.limit)) else { return };
-        let out = lt.core.on_lease_return(&r, now);
-        self.route(&r.limit, out).await;
+        for r in &batch.returns {
+            if !self.serves(&r.limit) {
+                continue;
+            }
+            let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&r.limit)) else { continue };
+            let out = lt.core.on_lease_return(r, now);
+            self.outbox.push(out);
+        }
     }
 
-    async fn route(&mut self, limit: &str, out: Vec<DcOutput>) {
+    /// Send what this event's cores said: one batch per destination.
+    pub async fn flush(&mut self) {
         let dc = self.settings.manager.dc.clone();
-        for o in out {
-            let (subject, payload) = match &o {
-                DcOutput::PodLease(l) => (subjects::pod(limit, &dc, &l.pod, PodChannel::Lease), encode(l)),
-                DcOutput::ReturnAck(a) => (subjects::pod(limit, &dc, &a.holder, PodChannel::Ack), encode(a)),
-                DcOutput::Report(r) => (subjects::dc_report(limit, &dc), encode(r)),
-            };
-            let Ok(subject) = subject else { continue };
-            // While disconnected publishes buffer and may block: never stall the loop on them.
-            let sent = tokio::time::timeout(PUBLISH_TIMEOUT, self.client.publish(subject, payload.into())).await;
-            if !matches!(sent, Ok(Ok(()))) {
-                self.status.publish_failures += 1;
-            }
-        }
+        self.status.publish_failures += self.outbox.flush(&self.client, &dc).await;
     }
 }

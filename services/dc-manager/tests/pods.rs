@@ -199,7 +199,7 @@ async fn one_leading_manager(
 async fn malformed_and_replayed_messages_are_counted_and_ignored() {
     let (server, c, _coord, mut m) = one_leading_manager().await;
     let url = server.url();
-    let mut leases = c.subscribe("lh.api.pod.bkk.pod-a.lease").await.unwrap();
+    let mut leases = c.subscribe("lh.pod.bkk.pod-a.lease").await.unwrap();
     c.flush().await.unwrap();
     let a = Pod::start(client(&url).await, &pod_settings(&url, "pod-a"));
     let mut a_rx = a.limiter("api").unwrap().status();
@@ -209,9 +209,9 @@ async fn malformed_and_replayed_messages_are_counted_and_ignored() {
     let held = until(&mut a_rx, "a lease with a rate", |s| s.leases_applied >= 2 && rate(s) > 0.0).await;
     let held_version = held.lease.as_ref().unwrap().version;
 
-    c.publish("lh.api.pod.bkk.pod-x.report", "{not json".into()).await.unwrap();
-    c.publish("lh.api.pod.bkk.pod-a.lease", vec![b'x'; 70_000].into()).await.unwrap();
-    c.publish("lh.api.pod.bkk.pod-a.lease", first.payload.clone()).await.unwrap();
+    c.publish("lh.pod.bkk.pod-x.report", "{not json".into()).await.unwrap();
+    c.publish("lh.pod.bkk.pod-a.lease", vec![b'x'; 70_000].into()).await.unwrap();
+    c.publish("lh.pod.bkk.pod-a.lease", first.payload.clone()).await.unwrap();
     until(&mut m.status, "the bad report is counted", |s: &Status| s.messages_malformed >= 1).await;
     let s = until(&mut a_rx, "bad and replayed leases counted", |s| s.messages_malformed >= 1 && s.leases_refused >= 1)
         .await;
@@ -225,10 +225,10 @@ async fn malformed_and_replayed_messages_are_counted_and_ignored() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_whose_body_names_another_pod_than_its_subject_is_refused() {
     use futures::StreamExt;
-    use leasehold_shared::wire::{encode, LeaseReturn, PodReport};
+    use leasehold_shared::wire::{encode, LeaseReturn, LeaseReturns, PodReport, PodReports};
     let (_server, c, _coord, mut m) = one_leading_manager().await;
-    let mut ghost_leases = c.subscribe("lh.api.pod.bkk.ghost.lease").await.unwrap();
-    let mut ghost_acks = c.subscribe("lh.api.pod.bkk.ghost.ack").await.unwrap();
+    let mut ghost_leases = c.subscribe("lh.pod.bkk.ghost.lease").await.unwrap();
+    let mut ghost_acks = c.subscribe("lh.pod.bkk.ghost.ack").await.unwrap();
     c.flush().await.unwrap();
     let report = |seq| PodReport {
         v: 1,
@@ -258,10 +258,15 @@ async fn a_message_whose_body_names_another_pod_than_its_subject_is_refused() {
         last_version: None,
     };
     for seq in 1..=10 {
-        c.publish("lh.api.pod.bkk.pod-x.report", encode(&report(seq)).into()).await.unwrap();
+        let batch = PodReports::new("bkk", "ghost", vec![report(seq)]);
+        c.publish("lh.pod.bkk.pod-x.report", encode(&batch).into()).await.unwrap();
     }
-    c.publish("lh.api.pod.bkk.pod-x.return", encode(&give_back).into()).await.unwrap();
-    until(&mut m.status, "the misaddressed messages are counted", |s: &Status| s.messages_malformed >= 11).await;
+    let batch = LeaseReturns::new("bkk", "ghost", vec![give_back.clone()]);
+    c.publish("lh.pod.bkk.pod-x.return", encode(&batch).into()).await.unwrap();
+    // The envelope names the subject's pod but an item names the ghost: refused whole.
+    let batch = PodReports::new("bkk", "pod-x", vec![report(11)]);
+    c.publish("lh.pod.bkk.pod-x.report", encode(&batch).into()).await.unwrap();
+    until(&mut m.status, "the misaddressed messages are counted", |s: &Status| s.messages_malformed >= 12).await;
     // The manager publishes in order after handling each message: had it obeyed a report, the
     // ghost's lease would be on its way before the count above; a round trip flushes it here.
     c.flush().await.unwrap();
@@ -281,7 +286,7 @@ async fn pods_eligible_metric(http: &reqwest::Client, addr: &str) -> Option<f64>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_eligible_pods_metric_follows_the_split_when_a_pod_crashes() {
     use futures::StreamExt;
-    use leasehold_shared::wire::{decode, DcReport};
+    use leasehold_shared::wire::{decode, DcReports};
     let bin = binaries().expect("a nats-server is needed").remove(0);
     let server = NatsServer::start(&bin).unwrap();
     let url = server.url();
@@ -291,7 +296,7 @@ async fn the_eligible_pods_metric_follows_the_split_when_a_pod_crashes() {
     let settings = Settings { http_listen: Some(addr.clone()), ..manager(&url, "m1") };
     let mut m = leasehold_dc_manager::spawn(client(&url).await, settings);
     until(&mut m.status, "the manager leads", |s: &Status| s.leading).await;
-    let mut reports = c.subscribe("lh.api.dc.bkk.report").await.unwrap();
+    let mut reports = c.subscribe("lh.dc.bkk.report").await.unwrap();
     c.flush().await.unwrap();
     let pods: Vec<Pod> = futures::future::join_all(["pod-a", "pod-b", "pod-c"].map(|id| {
         let url = url.clone();
@@ -309,7 +314,8 @@ async fn the_eligible_pods_metric_follows_the_split_when_a_pod_crashes() {
     loop {
         let left = deadline.checked_duration_since(Instant::now()).expect("the DC report never counted 2 pods");
         let msg = tokio::time::timeout(left, reports.next()).await.expect("no DC report").unwrap();
-        if decode::<DcReport>(&msg.payload).unwrap().pods_healthy == 2 {
+        let batch = decode::<DcReports>(&msg.payload).unwrap();
+        if batch.reports.iter().any(|r| r.limit == "api" && r.pods_healthy == 2) {
             break;
         }
     }

@@ -31,7 +31,8 @@ async fn inspect_shows_the_leader_and_the_dc_leases() {
     tokio::time::timeout(Duration::from_secs(10), coord.status.wait_for(|s| s.leading)).await.unwrap().unwrap();
     let publisher = connect_until(&url, "p", deadline).await.unwrap();
     let report = DcReport { pods_healthy: 2, ..DcReport::new("api", "bkk", "bkk-mgr", 1, 1, Quota::per_s(300, 0)) };
-    publisher.publish("lh.api.dc.bkk.report", Bytes::from(encode(&report))).await.unwrap();
+    let batch = leasehold_shared::wire::DcReports::new("bkk", vec![report]);
+    publisher.publish("lh.dc.bkk.report", Bytes::from(encode(&batch))).await.unwrap();
     publisher.flush().await.unwrap();
 
     // Inspect until the lease shows (the coordinator writes on its next tick), bounded.
@@ -80,7 +81,7 @@ async fn inspect_shows_the_leader_and_the_dc_leases() {
         let out = inspect(true);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let pod = &v["pods"]["pod-1"];
-        if v["dc_leaders"]["bkk"] == "bkk-mgr-x" && pod["last_lease"]["issuer"].is_string() {
+        if v["dc_leaders"]["bkk"] == "bkk-mgr-x" && pod["limits"]["api"]["last_lease"]["issuer"].is_string() {
             assert_eq!(pod["dc"], "bkk");
             assert!(pod["last_heartbeat_ms_ago"].as_u64().is_some_and(|ms| ms < 1_500), "{v}");
             break;

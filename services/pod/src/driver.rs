@@ -1,6 +1,7 @@
 //! One limit's control loop: report demand (the heartbeat), apply leases, give the lease back when
 //! the limit is idle or the pod drains. Every decision is [`PodCore`]'s; this file only moves
-//! messages and reads the clock.
+//! messages and reads the clock. Messages go through the pod's [`Link`](crate::link::Link), which
+//! batches every limit's into one message per period (protocol v2).
 //!
 //! Each start of the loop is a new holder: a fresh random incarnation and `seq` from 1. The DC
 //! manager treats (pod, incarnation) as the holder of a limit's leases and ignores a returned
@@ -8,13 +9,12 @@
 //! reuse the incarnation it returned; a lease answering the old holder's report is refused.
 
 use crate::limiter::Limiter;
-use futures::StreamExt;
+use crate::link::{FromLink, ToLink};
 use leasehold_shared::pod::{AppliedLease, PodConfig, PodCore};
-use leasehold_shared::subjects::{self, PodChannel};
-use leasehold_shared::wire::{decode, encode, PodLease, ReturnAck};
+use leasehold_shared::wire::PodLease;
 use std::collections::VecDeque;
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 /// What the pod knows about one limit's lease, for the agent's status page, headers and metrics.
@@ -43,17 +43,8 @@ pub struct PodStatus {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
-    #[error("cannot subscribe to {subject}: {reason}")]
-    Subscribe { subject: String, reason: String },
-    #[error("bad subject: {0}")]
-    Subject(String),
-}
-
-const PUBLISH_TIMEOUT: Duration = Duration::from_secs(1);
-
-async fn publish(client: &async_nats::Client, subject: String, payload: Vec<u8>) -> bool {
-    // While disconnected, publishes buffer and may block: never let that stall the loop.
-    matches!(tokio::time::timeout(PUBLISH_TIMEOUT, client.publish(subject, payload.into())).await, Ok(Ok(())))
+    #[error("the pod's link to its DC manager has stopped")]
+    LinkGone,
 }
 
 /// Why a holder's loop ended (its lease was given back either way).
@@ -65,11 +56,14 @@ enum Ended {
 }
 
 pub(crate) struct Driver {
-    pub client: async_nats::Client,
+    pub to_link: mpsc::UnboundedSender<ToLink>,
+    /// This limit's leases, acks and publish results from the link.
+    pub from_link: mpsc::UnboundedReceiver<FromLink>,
+    /// The link's report ticks.
+    pub ticks: watch::Receiver<u64>,
     /// The limit's holder config; the incarnation is drawn anew at every start.
     pub config: PodConfig,
     pub limiter: Limiter,
-    pub report_interval: Duration,
     pub drain_timeout: Duration,
     /// None: never given back when idle (the default limit, or `idle_release_ms = 0`).
     pub idle_release: Option<Duration>,
@@ -77,9 +71,8 @@ pub(crate) struct Driver {
 }
 
 impl Driver {
-    fn subject(&self, ch: PodChannel) -> Result<String, DriverError> {
-        let c = &self.config;
-        subjects::pod(&c.limit, &c.dc, &c.pod, ch).map_err(|e| DriverError::Subject(e.to_string()))
+    fn send(&self, msg: ToLink) -> Result<(), DriverError> {
+        self.to_link.send(msg).map_err(|_| DriverError::LinkGone)
     }
 
     /// Serve the limit until the pod drains: hold a lease while the limit is used, give it back
@@ -127,70 +120,77 @@ impl Driver {
     }
 
     async fn hold(&mut self, mut core: PodCore, shutdown: &mut watch::Receiver<bool>) -> Result<Ended, DriverError> {
-        let sub = |s: String| {
-            let client = self.client.clone();
-            async move {
-                client
-                    .subscribe(s.clone())
-                    .await
-                    .map_err(|e| DriverError::Subscribe { subject: s, reason: e.to_string() })
-            }
-        };
-        let mut leases = sub(self.subject(PodChannel::Lease)?).await?;
-        let mut acks = sub(self.subject(PodChannel::Ack)?).await?;
-        let report_subject = self.subject(PodChannel::Report)?;
-        let return_subject = self.subject(PodChannel::Return)?;
-        // The first tick is at once: a new holder asks for its lease without waiting a period.
-        let mut tick = tokio::time::interval(self.report_interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let limit = self.config.limit.clone();
+        self.send(ToLink::Holding { limit: limit.clone(), holding: true })?;
         // The last reports sent: (seq, when, on the pod's clock in ns).
         let mut sent: VecDeque<(u64, u64)> = VecDeque::with_capacity(64);
         let (mut seen_uses, mut used_at_ns) = (self.limiter.uses(), self.limiter.now_ns());
-        info!(pod = %self.config.pod, limit = %self.config.limit, "limit served");
+        self.ticks.mark_unchanged();
+        // What reached the limit while it was not held belongs to earlier holders.
+        while let Ok(msg) = self.from_link.try_recv() {
+            self.count(msg);
+        }
+        // A new holder asks for its lease at once, not at the next tick.
+        let mut due = true;
+        info!(pod = %self.config.pod, %limit, "limit served");
         let ended = loop {
+            if std::mem::take(&mut due) {
+                let now = self.limiter.now_ns();
+                if self.limiter.uses() != seen_uses || self.limiter.queued() > 0 {
+                    (seen_uses, used_at_ns) = (self.limiter.uses(), now);
+                } else if self.idle_release.is_some_and(|d| now.saturating_sub(used_at_ns) >= d.as_nanos() as u64) {
+                    // Stop admitting first, then look once more: a request that raced the
+                    // decision either shows here or finds `serving` false and restarts us.
+                    self.limiter.set_serving(false);
+                    if self.limiter.uses() == seen_uses {
+                        break Ended::Idle(seen_uses);
+                    }
+                    self.limiter.set_serving(true);
+                    (seen_uses, used_at_ns) = (self.limiter.uses(), now);
+                }
+                let c = self.limiter.take_interval();
+                let report = core.report(now, c, true);
+                if sent.len() == 64 {
+                    sent.pop_front();
+                }
+                sent.push_back((report.seq, now));
+                self.send(ToLink::Report(report))?;
+            }
             tokio::select! {
                 _ = shutdown.changed() => break Ended::Drained(false),
-                _ = tick.tick() => {
-                    let now = self.limiter.now_ns();
-                    if self.limiter.uses() != seen_uses || self.limiter.queued() > 0 {
-                        (seen_uses, used_at_ns) = (self.limiter.uses(), now);
-                    } else if self.idle_release.is_some_and(|d| now.saturating_sub(used_at_ns) >= d.as_nanos() as u64) {
-                        // Stop admitting first, then look once more: a request that raced the
-                        // decision either shows here or finds `serving` false and restarts us.
-                        self.limiter.set_serving(false);
-                        if self.limiter.uses() == seen_uses {
-                            break Ended::Idle(seen_uses);
-                        }
-                        self.limiter.set_serving(true);
-                        (seen_uses, used_at_ns) = (self.limiter.uses(), now);
-                    }
-                    let c = self.limiter.take_interval();
-                    let report = core.report(now, c, true);
-                    if sent.len() == 64 {
-                        sent.pop_front();
-                    }
-                    sent.push_back((report.seq, now));
-                    let ok = publish(&self.client, report_subject.clone(), encode(&report)).await;
-                    self.status.send_modify(|s| if ok { s.reports_sent += 1 } else { s.publish_failures += 1 });
+                changed = self.ticks.changed() => {
+                    changed.map_err(|_| DriverError::LinkGone)?;
+                    due = true;
                 }
-                Some(msg) = leases.next() => self.on_lease(&mut core, &msg.payload, &sent),
+                msg = self.from_link.recv() => match msg.ok_or(DriverError::LinkGone)? {
+                    FromLink::Lease(l) => self.on_lease(&mut core, &l, &sent),
+                    FromLink::Ack(_) => {} // an earlier holder's: this one returned nothing yet
+                    other => self.count(other),
+                },
             }
         };
+        self.send(ToLink::Holding { limit, holding: false })?;
         // Give the lease back: stop spending now, return it, wait for the acknowledgement.
+        let drain_timeout = self.drain_timeout;
         let drain = async {
             loop {
                 let ret = core.drain();
                 self.limiter.shared.wake.notify_one();
-                publish(&self.client, return_subject.clone(), encode(&ret)).await;
-                let ack = tokio::time::timeout(Duration::from_millis(250), acks.next()).await;
-                if let Ok(Some(msg)) = ack {
-                    if decode::<ReturnAck>(&msg.payload).is_ok_and(|a| core.on_return_ack(&a)) {
-                        return;
+                self.send(ToLink::Return(ret))?;
+                let resend_at = tokio::time::Instant::now() + Duration::from_millis(250);
+                while let Ok(msg) = tokio::time::timeout_at(resend_at, self.from_link.recv()).await {
+                    match msg.ok_or(DriverError::LinkGone)? {
+                        FromLink::Ack(a) if core.on_return_ack(&a) => return Ok(()),
+                        FromLink::Ack(_) | FromLink::Lease(_) => {}
+                        other => self.count(other),
                     }
                 }
             }
         };
-        let acked = tokio::time::timeout(self.drain_timeout, drain).await.is_ok();
+        let acked = match tokio::time::timeout(drain_timeout, drain).await {
+            Ok(r) => r.map(|()| true)?,
+            Err(_) => false,
+        };
         let drained = matches!(ended, Ended::Drained(_));
         self.status.send_modify(|s| {
             s.serving = false;
@@ -209,17 +209,21 @@ impl Driver {
         })
     }
 
-    fn on_lease(&mut self, core: &mut PodCore, payload: &[u8], sent: &VecDeque<(u64, u64)>) {
-        let lease = match decode::<PodLease>(payload) {
-            Ok(l) => l,
-            Err(e) => {
-                debug!(cause = %e, "malformed lease message");
-                return self.status.send_modify(|s| s.messages_malformed += 1);
-            }
-        };
+    /// The link's word on a report or a batch.
+    fn count(&self, msg: FromLink) {
+        self.status.send_modify(|s| match msg {
+            FromLink::Published(true) => s.reports_sent += 1,
+            FromLink::Published(false) => s.publish_failures += 1,
+            FromLink::Malformed => s.messages_malformed += 1,
+            FromLink::Lease(_) | FromLink::Ack(_) => {}
+        });
+    }
+
+    fn on_lease(&mut self, core: &mut PodCore, lease: &PodLease, sent: &VecDeque<(u64, u64)>) {
         let now = self.limiter.now_ns();
-        match core.on_lease(&lease, now) {
+        match core.on_lease(lease, now) {
             Ok(()) => {
+                self.limiter.set_removed(lease.limit_removed);
                 self.limiter.shared.wake.notify_one();
                 let applied = core.applied(now).cloned();
                 let latency = sent

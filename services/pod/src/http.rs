@@ -167,6 +167,7 @@ async fn acquire(State(pod): State<Pod>, Query(q): Query<AcquireQuery>) -> Respo
         Err(AcquireError::ZeroCost) => {
             problem(StatusCode::BAD_REQUEST, "invalid parameter", "cost must be at least 1".into())
         }
+        Err(e @ AcquireError::LimitRemoved(_)) => problem(StatusCode::NOT_FOUND, "limit removed", e.to_string()),
         Err(AcquireError::Bucket(e)) => {
             let mut r = problem(StatusCode::TOO_MANY_REQUESTS, "rate limited", e.to_string());
             r.headers_mut().extend(headers);

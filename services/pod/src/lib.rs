@@ -5,7 +5,8 @@
 //!   bucket (zero network hops); `acquire(cost, priority, max_wait)` waits in a bounded queue
 //!   with two priority classes; `acquire_or_else` calls a fallback (serve from cache) on denial.
 //! * [`Pod::start`] and [`Pod::limiter`]: one pod serves every limit it is asked for, a control
-//!   loop on NATS per limit: demand reports (heartbeats) on `lh.<limit>.pod.<dc>.<pod>.report`,
+//!   loop per limit, and one link to NATS for all of them (protocol v2 batches): demand reports
+//!   (heartbeats) of every limit in one message per period on `lh.pod.<dc>.<pod>.report`,
 //!   leases from `….lease`, returns (idle or drain) through `….return`/`….ack`.
 //! * [`http`]: the agent's local HTTP API (429, `Retry-After`, IETF `RateLimit` headers) for
 //!   services written in other languages.
@@ -15,6 +16,7 @@
 pub mod driver;
 pub mod http;
 pub mod limiter;
+mod link;
 mod pod;
 mod queue;
 pub mod settings;

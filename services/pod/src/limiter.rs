@@ -49,6 +49,9 @@ pub enum AcquireError {
     ZeroCost,
     #[error(transparent)]
     Bucket(#[from] BucketError),
+    /// The DC manager's newest lease says the limit was removed (`leasehold limits rm`).
+    #[error("the limit {0:?} was removed: nothing is admitted for it (leasehold limits put defines it again)")]
+    LimitRemoved(String),
 }
 
 #[derive(Default)]
@@ -88,6 +91,8 @@ pub(crate) struct Shared {
     /// False once the loop decided to give the lease back: a request then wakes `wanted`.
     serving: AtomicBool,
     pub wanted: Notify,
+    /// The lease in force says the limit was removed: denials become [`AcquireError::LimitRemoved`].
+    removed: AtomicBool,
     status: watch::Receiver<crate::PodStatus>,
 }
 
@@ -122,6 +127,7 @@ impl Limiter {
                 uses: AtomicU64::new(0),
                 serving: AtomicBool::new(true),
                 wanted: Notify::new(),
+                removed: AtomicBool::new(false),
                 status,
             }),
         }
@@ -151,6 +157,11 @@ impl Limiter {
     }
 
     /// The loop gives the lease back (false) or holds one again (true).
+    /// What the lease in force says: the limit was removed, or (again) not.
+    pub(crate) fn set_removed(&self, removed: bool) {
+        self.shared.removed.store(removed, SeqCst);
+    }
+
     pub(crate) fn set_serving(&self, serving: bool) {
         self.shared.serving.store(serving, SeqCst);
     }
@@ -183,7 +194,16 @@ impl Limiter {
     }
 
     fn decide(&self, cost: u32) -> Result<Result<(), Denial>, AcquireError> {
-        Ok(match self.shared.bucket.load().try_acquire(cost, self.now_ns())? {
+        let decision = match self.shared.bucket.load().try_acquire(cost, self.now_ns()) {
+            Ok(Decision::Granted) => return Ok(Ok(())),
+            Ok(denied) => Ok(denied),
+            Err(e) => Err(AcquireError::from(e)),
+        };
+        // Only a denial looks further: the granted path stays one bucket operation.
+        if self.shared.removed.load(Relaxed) {
+            return Err(AcquireError::LimitRemoved(self.shared.limit.clone()));
+        }
+        Ok(match decision? {
             Decision::Granted => Ok(()),
             Decision::Denied { reason: DenyReason::Empty, retry_after_ns } => {
                 Err(Denial::Empty { retry_after: Duration::from_nanos(retry_after_ns.unwrap_or(0)) })

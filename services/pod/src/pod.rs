@@ -5,6 +5,7 @@
 
 use crate::driver::{self, DriverError, PodStatus};
 use crate::limiter::Limiter;
+use crate::link::{Link, ToLink};
 use crate::settings::PodSettings;
 use leasehold_process::clock::LeaseClock;
 use leasehold_shared::bucket::TokenBucket;
@@ -12,7 +13,7 @@ use leasehold_shared::pod::PodConfig;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 /// Most limits one pod serves at once (a bound on loops and memory, whatever callers ask for).
@@ -34,8 +35,11 @@ struct Served {
 }
 
 struct Inner {
-    client: async_nats::Client,
     settings: PodSettings,
+    /// The pod's one link to its DC manager: every limit's messages, batched.
+    to_link: mpsc::UnboundedSender<ToLink>,
+    ticks: watch::Receiver<u64>,
+    link: JoinHandle<()>,
     clock: LeaseClock,
     limits: Mutex<BTreeMap<String, Served>>,
     /// The drain signal: every loop returns its lease.
@@ -60,8 +64,20 @@ impl Pod {
         // The pod's one clock (skewed as configured): every core, bucket and loop reads it.
         let clock = LeaseClock::start_skewed(settings.clock_offset_ms as i64, settings.clock_drift_ppm);
         let settings = PodSettings { pod_id: Some(id.clone()), ..settings.clone() };
-        let inner = Inner {
+        let (to_link, link_rx) = mpsc::unbounded_channel();
+        let (ticks_tx, ticks) = watch::channel(0);
+        let link = Link {
             client,
+            dc: settings.dc.clone(),
+            pod: id.clone(),
+            report_interval: Duration::from_millis(settings.report_interval_ms),
+            ticks: ticks_tx,
+        };
+        let link = tokio::spawn(link.run(link_rx));
+        let inner = Inner {
+            to_link,
+            ticks,
+            link,
             settings,
             clock,
             limits: Mutex::new(BTreeMap::new()),
@@ -103,8 +119,15 @@ impl Pod {
             Limiter::for_limit(limit.into(), Arc::new(TokenBucket::new()), s.queue_capacity, self.inner.clock, status);
         tokio::spawn(limiter.clone().dispatch());
         let pinned = self.default_limit() == Some(limit) || s.idle_release_ms == 0;
+        let (from_tx, from_link) = mpsc::unbounded_channel();
+        let registered = self.inner.to_link.send(ToLink::Register { limit: limit.to_string(), from_link: from_tx });
+        if registered.is_err() {
+            return Err(LimitError::Draining); // the link is gone: the pod crashed
+        }
         let d = driver::Driver {
-            client: self.inner.client.clone(),
+            to_link: self.inner.to_link.clone(),
+            from_link,
+            ticks: self.inner.ticks.clone(),
             config: PodConfig {
                 limit: limit.into(),
                 dc: s.dc.clone(),
@@ -114,7 +137,6 @@ impl Pod {
                 bugs: Default::default(),
             },
             limiter: limiter.clone(),
-            report_interval: Duration::from_millis(s.report_interval_ms),
             drain_timeout: Duration::from_millis(s.drain_timeout_ms),
             idle_release: (!pinned).then(|| Duration::from_millis(s.idle_release_ms)),
             status: status_tx,
@@ -164,6 +186,7 @@ impl Pod {
         // Not the drain signal: a loop woken by it could return its lease before it is aborted
         // (a crash that returned its lease let a test see the share reclaimed early).
         self.inner.crashed.store(true, std::sync::atomic::Ordering::SeqCst); // no new limits
+        self.inner.link.abort(); // nothing handed over is sent any more
         for s in self.inner.limits.lock().unwrap_or_else(|p| p.into_inner()).values() {
             s.task.abort();
             s.limiter.bucket().revoke();

@@ -179,3 +179,85 @@ async fn the_first_request_for_a_new_limit_waits_about_one_report_period() {
     assert!(p99 <= 2.0 * period, "p99 {p99:.1} ms above 2 report periods ({period} ms each)");
     assert!(pod.drain().await.unwrap());
 }
+
+/// Protocol v2: however many limits a pod serves, it sends one report message per period (an item
+/// per limit) and gets its leases in one message per manager event, not one per limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_do_not_multiply_with_limits() {
+    use futures::StreamExt;
+    const LIMITS: usize = 20;
+    const REPORT_MS: u64 = 250;
+    let bin = binaries().expect("a nats-server is needed: run scripts/nats-servers").remove(0);
+    let server = NatsServer::start(&bin).unwrap();
+    let url = server.url();
+    let names: Vec<String> = (0..LIMITS).map(|i| format!("batched-{i:02}")).collect();
+    let (_c, _m) = control_plane(&url, names.iter().map(|n| limit(n, 100, 50)).collect()).await;
+    let pod = Pod::start(wait::client(&url, "p").await, &pod_settings(&url, REPORT_MS, 0));
+    for name in &names {
+        let mut st = pod.limiter(name).unwrap().status();
+        wait::until(&mut st, WITHIN, "a lease with a rate", |s: &PodStatus| rate(s) > 0.0).await;
+    }
+    let monitor = wait::client(&url, "monitor").await;
+    let mut sub = monitor.subscribe("lh.pod.bkk.pod-a.*").await.unwrap();
+    monitor.flush().await.unwrap();
+    let (mut reports, mut report_items, mut leases, mut lease_items) = (0u64, Vec::new(), 0u64, 0usize);
+    let window = Duration::from_millis(8 * REPORT_MS);
+    let end = Instant::now() + window;
+    while let Ok(Some(msg)) = tokio::time::timeout_at(end.into(), sub.next()).await {
+        if msg.subject.ends_with(".report") {
+            let b: leasehold_shared::wire::PodReports = leasehold_shared::wire::decode(&msg.payload).unwrap();
+            reports += 1;
+            report_items.push(b.reports.len());
+        } else if msg.subject.ends_with(".lease") {
+            let b: leasehold_shared::wire::PodLeases = leasehold_shared::wire::decode(&msg.payload).unwrap();
+            leases += 1;
+            lease_items += b.leases.len();
+        }
+    }
+    println!("{LIMITS} limits over {window:?}: {reports} report messages {report_items:?}, {leases} lease messages carrying {lease_items} leases");
+    // 8 periods: 8 report messages (±1 at the window's edges), each with every limit.
+    assert!((7..=9).contains(&reports), "{reports} report messages in 8 periods");
+    assert!(report_items.iter().all(|&n| n == LIMITS), "a report batch without every limit: {report_items:?}");
+    // Every limit is renewed every 200 ms: 200 lease messages in 2 s unbatched. The manager
+    // sends a pod's leases once per event: its ticks (every 100 ms: 20) and the pod's reports.
+    assert!(lease_items >= LIMITS * 5, "only {lease_items} leases in {window:?}");
+    let events = 20 + reports + 2;
+    assert!(leases <= events, "{leases} lease messages for {lease_items} leases: not batched");
+    assert!(pod.drain().await.unwrap());
+}
+
+/// Removing a limit (`leasehold limits rm`) revokes its leases: the pod answers with a clear
+/// "limit removed" error (not "rate limited") once its lease ends, and serves it again once it is
+/// defined again. The other limit is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_limit_is_refused_with_a_clear_error_and_served_again_when_redefined() {
+    use leasehold_pod::AcquireError;
+    let bin = binaries().expect("a nats-server is needed: run scripts/nats-servers").remove(0);
+    let server = NatsServer::start(&bin).unwrap();
+    let url = server.url();
+    let (_c, _m) = control_plane(&url, vec![limit("kept", 100, 50), limit("gone", 100, 50)]).await;
+    let pod = Pod::start(wait::client(&url, "p").await, &pod_settings(&url, 100, 0));
+    let (kept, gone) = (pod.limiter("kept").unwrap(), pod.limiter("gone").unwrap());
+    for l in [&kept, &gone] {
+        wait::until(&mut l.status(), WITHIN, "a lease with a rate", |s: &PodStatus| rate(s) > 0.0).await;
+    }
+    let js = leasehold_nats::connect::jetstream(wait::client(&url, "admin").await);
+    let store = leasehold_nats::limits_store::open(&js, 1).await.unwrap();
+    let stored = leasehold_nats::limits_store::get(&store, "gone").await.unwrap().expect("seeded");
+    let def = stored.def.expect("a readable definition");
+    leasehold_nats::limits_store::remove(&store, "gone", None).await.unwrap();
+    // The manager may cut one more lease from the DC lease still in force before the record's
+    // revoking one arrives; the revoking one (rate 0) follows within a renewal.
+    let removed = |s: &PodStatus| s.lease.as_ref().is_some_and(|l| l.limit_removed && l.quota.rate_milli_per_s == 0);
+    wait::until(&mut gone.status(), WITHIN, "a revoking lease saying the limit was removed", removed).await;
+    let refused = gone.try_acquire(1).expect_err("a removed limit admitted or only denied");
+    assert_eq!(refused, AcquireError::LimitRemoved("gone".into()));
+    assert!(refused.to_string().contains("was removed"), "{refused}");
+    assert!(rate(&kept.status().borrow()) > 0.0, "the other limit lost its lease");
+    // Defined again: served again, by the same limiter (its bucket fills from the new lease).
+    leasehold_nats::limits_store::put(&store, &def, None).await.unwrap();
+    wait::until(&mut gone.status(), WITHIN, "a lease with a rate again", |s: &PodStatus| rate(s) > 0.0).await;
+    let verdict = gone.acquire(1, Priority::High, Duration::from_secs(2)).await;
+    assert_eq!(verdict, Ok(Ok(())), "the redefined limit did not admit");
+    assert!(pod.drain().await.unwrap());
+}

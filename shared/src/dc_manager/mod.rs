@@ -95,6 +95,8 @@ pub struct DcManagerCore {
     acked: Option<LeaseVersion>,
     last_pass_ns: Option<u64>,
     counters: DcCounters,
+    /// The limit's record runs retired (the limit was removed): said in every pod lease.
+    limit_removed: bool,
 }
 
 impl DcManagerCore {
@@ -120,7 +122,14 @@ impl DcManagerCore {
             acked: None,
             last_pass_ns: None,
             counters: DcCounters::default(),
+            limit_removed: false,
         }
+    }
+
+    /// Whether the limit was removed, as the coordinator's newest record says: the pod leases
+    /// issued from now on tell the pods (they grant nothing either way).
+    pub fn set_limit_removed(&mut self, removed: bool) {
+        self.limit_removed = removed;
     }
 
     pub fn config(&self) -> &DcManagerConfig {
@@ -395,6 +404,7 @@ impl DcManagerCore {
                 quota,
                 ttl_ms,
                 basis_seq,
+                limit_removed: self.limit_removed,
             }));
         }
         out

@@ -64,6 +64,15 @@ pub struct PodLease {
     pub quota: Quota,
     pub ttl_ms: u64,
     pub basis_seq: u64,
+    /// The limit was removed (`leasehold limits rm`: its record runs retired, capacity zero): the
+    /// pod answers its callers that the limit no longer exists instead of "rate limited".
+    /// Missing: false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub limit_removed: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A pod's periodic demand report, which is also its heartbeat.
@@ -276,6 +285,11 @@ impl LedgerRecord {
             adaptive_rate_milli_per_s: None,
             expiry: None,
         }
+    }
+
+    /// The writer runs the limit retired (removed from `lh_limits`): capacity zero and no floor.
+    pub fn limit_removed(&self) -> bool {
+        self.capacity == Some(Quota::ZERO) && self.floors.values().all(|f| *f == Quota::ZERO)
     }
 
     /// DC `dc`'s floor as this record names it, with its version.

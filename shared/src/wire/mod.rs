@@ -4,10 +4,12 @@
 //! message or a [`WireError`]; it never panics, refuses oversized input before parsing, refuses
 //! unknown schema versions, and validates field ranges.
 
+mod batch;
 mod fence;
 mod keys;
 mod messages;
 
+pub use batch::*;
 pub use fence::LedgerFence;
 pub use keys::*;
 pub use messages::*;
@@ -15,8 +17,13 @@ pub use messages::*;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use thiserror::Error;
 
-/// The schema version this build writes and accepts.
+/// The schema version this build writes and accepts for records (ledger, fence, limits) and for
+/// the items inside the protocol's batches.
 pub const SCHEMA_VERSION: u32 = 1;
+/// The version of the messages pods, DC managers and the coordinator exchange on NATS: since 2,
+/// every such message is a batch ([`PodReports`], [`PodLeases`], [`LeaseReturns`],
+/// [`ReturnAcks`], [`DcReports`]) carrying one item per limit.
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Largest message accepted by [`decode`]; larger input is rejected unread.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 /// Longest identifier (limit, DC, pod/holder id) accepted, in bytes of UTF-8.
@@ -34,14 +41,18 @@ pub enum WireError {
     Malformed(String),
     #[error("missing schema version field \"v\"")]
     MissingVersion,
-    #[error("unsupported schema version {found} (this build speaks {SCHEMA_VERSION})")]
-    UnsupportedVersion { found: u64 },
+    #[error("unsupported schema version {found} (this build speaks {speaks})")]
+    UnsupportedVersion { found: u64, speaks: u32 },
     #[error("invalid field {field}: {reason}")]
     Invalid { field: &'static str, reason: String },
 }
 
 /// Implemented by every message: field-range checks run after parsing.
 pub trait WireMessage: Serialize + DeserializeOwned {
+    /// The `"v"` this message is written with and the only one accepted.
+    const VERSION: u32 = SCHEMA_VERSION;
+    /// Largest encoding accepted by [`decode`].
+    const MAX_BYTES: usize = MAX_MESSAGE_BYTES;
     fn validate(&self) -> Result<(), WireError>;
 }
 
@@ -52,7 +63,7 @@ struct VersionProbe {
 
 /// Decode untrusted bytes into a message.
 pub fn decode<T: WireMessage>(bytes: &[u8]) -> Result<T, WireError> {
-    decode_within(bytes, MAX_MESSAGE_BYTES, MissingVersion::Refused)
+    decode_within(bytes, T::MAX_BYTES, MissingVersion::Refused)
 }
 
 /// What a message without `"v"` is.
@@ -74,8 +85,8 @@ pub(crate) fn decode_within<T: WireMessage>(
         None if missing == MissingVersion::ReadAsV1 => {}
         None => return Err(WireError::MissingVersion),
         Some(v) => match v.as_u64() {
-            Some(n) if n == SCHEMA_VERSION as u64 => {}
-            Some(n) => return Err(WireError::UnsupportedVersion { found: n }),
+            Some(n) if n == T::VERSION as u64 => {}
+            Some(n) => return Err(WireError::UnsupportedVersion { found: n, speaks: T::VERSION }),
             None => return Err(WireError::Invalid { field: "v", reason: "not an unsigned integer".into() }),
         },
     }

@@ -1,6 +1,8 @@
-//! `leasehold-lab bench control-plane --pods N`: a coordinator, one DC manager and N pods (sharing
-//! this process, each with its own NATS connection) at the default periods, on a nats-server of
-//! its own. A separate connection counts every message on `lh.>` and every KV write on `$KV.>`.
+//! `leasehold-lab bench control-plane --pods N --limits L`: a coordinator, one DC manager and N
+//! pods (sharing this process, each with its own NATS connection), every pod using all L limits,
+//! at the default periods, on a nats-server of its own. A separate connection counts every
+//! message on `lh.>` (and the items inside each batch) and every KV write on `$KV.>`. With
+//! protocol v2 a pod's messages per second do not grow with L: the items inside them do.
 
 use futures::StreamExt;
 use leasehold_nats::connect::connect_until;
@@ -20,6 +22,9 @@ pub struct Args {
     /// Pods in the one DC.
     #[arg(long, default_value_t = 200)]
     pods: usize,
+    /// Limits every pod uses (one DC manager and one coordinator serve them all).
+    #[arg(long, default_value_t = 1)]
+    limits: usize,
     /// Measuring time after every pod holds a lease.
     #[arg(long, default_value_t = 20)]
     duration_s: u64,
@@ -34,20 +39,29 @@ fn kind(subject: &str) -> &'static str {
         "kv_dc_leader_write"
     } else if subject.starts_with("$KV.lh_leaders.") {
         "kv_coordinator_leader_write"
-    } else if subject.ends_with(".dc.bkk.report") {
+    } else if subject.starts_with("lh.dc.") {
         "dc_report"
-    } else if subject.ends_with(".report") {
+    } else if subject.starts_with("lh.pod.") && subject.ends_with(".report") {
         "pod_report"
-    } else if subject.ends_with(".lease") {
+    } else if subject.starts_with("lh.pod.") && subject.ends_with(".lease") {
         "pod_lease"
     } else {
         "other"
     }
 }
 
+/// The items in a batch (its one array of items), 0 for anything else.
+fn items(payload: &[u8]) -> u64 {
+    let Ok(serde_json::Value::Object(m)) = serde_json::from_slice::<serde_json::Value>(payload) else { return 0 };
+    ["reports", "leases", "returns", "acks"].iter().find_map(|k| m.get(*k)?.as_array()).map_or(0, |a| a.len() as u64)
+}
+
 pub fn run(a: Args) -> Result<ExitCode, String> {
     if a.pods == 0 || a.pods > 5_000 || a.duration_s == 0 {
         return Err("--pods must be within 1..=5000 and --duration-s positive".into());
+    }
+    if a.limits == 0 || a.limits > leasehold_pod::MAX_LIMITS {
+        return Err(format!("--limits must be within 1..={}", leasehold_pod::MAX_LIMITS));
     }
     leasehold::block_on(measure(a))
 }
@@ -56,9 +70,12 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
 #[derive(Serialize)]
 struct Summary {
     pods: usize,
+    limits: usize,
     duration_s: f64,
     periods_ms: PeriodsMs,
     msgs_per_s: BTreeMap<&'static str, f64>,
+    /// Items (one per limit) inside those messages, per second.
+    items_per_s: BTreeMap<&'static str, f64>,
     bytes_per_s: f64,
     per_pod: PerPod,
     per_dc: PerDc,
@@ -77,13 +94,19 @@ struct PeriodsMs {
 
 #[derive(Serialize)]
 struct PerPod {
+    /// Report messages a pod sends per second (one per period, whatever the limits).
     reports_per_s: f64,
+    /// Lease messages a pod receives per second.
     leases_per_s: f64,
+    /// Per-limit reports and leases inside them, per second.
+    report_items_per_s: f64,
+    lease_items_per_s: f64,
 }
 
 #[derive(Serialize)]
 struct PerDc {
     dc_reports_per_s: f64,
+    dc_report_items_per_s: f64,
     kv_leader_writes_per_s: f64,
 }
 
@@ -94,7 +117,7 @@ struct KvWritesPerS {
     dc_leader: f64,
 }
 
-/// Time between two leases to the same pod.
+/// Time between two lease messages to the same pod.
 #[derive(Serialize)]
 struct LeaseGapMs {
     p50: f64,
@@ -123,6 +146,7 @@ struct Running {
 struct Counted {
     secs: f64,
     counts: BTreeMap<&'static str, u64>,
+    items: BTreeMap<&'static str, u64>,
     bytes: u64,
     lease_gap_us: Percentiles,
     passes_full: u64,
@@ -133,7 +157,7 @@ async fn measure(a: Args) -> Result<ExitCode, String> {
     let running = start(&a).await?;
     eprintln!("bench: all pods hold leases; measuring for {} s", a.duration_s);
     let counted = count(&running, Duration::from_secs(a.duration_s)).await?;
-    let summary = summarize(a.pods, running.periods_ms, &counted);
+    let summary = summarize(a.pods, a.limits, running.periods_ms, &counted);
     println!("{}", serde_json::to_string(&summary).map_err(|e| e.to_string())?);
     for p in running.pods {
         p.crash();
@@ -156,37 +180,47 @@ async fn start(a: &Args) -> Result<Running, String> {
         async move { connect_until(&url, name, Instant::now() + Duration::from_secs(10)).await.map_err(|e| e.to_string()) }
     };
     let monitor = connect("monitor").await?;
-    let limit = LimitConfig::new("api", Quota::per_s(10_000, 1_000), &[("bkk", Quota::per_s(100, 0))]);
-    let renew_ms = limit.renew_interval_ms;
+    let names: Vec<String> = (0..a.limits).map(|i| format!("api-{i}")).collect();
+    let defs: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let limit = LimitConfig::new(n, Quota::per_s(10_000, 1_000), &[("bkk", Quota::per_s(100, 0))]);
+            leasehold_shared::limits::LimitDef::from_config(&limit)
+        })
+        .collect();
+    let renew_ms = LimitConfig::new("api", Quota::per_s(1, 0), &[]).renew_interval_ms;
     let coord = leasehold_coordinator::config::Settings {
         nats_url: url.clone(),
         id: Some("coord".into()),
-        limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
+        limits: defs,
         ..Default::default()
     };
     let coordinator = leasehold_coordinator::spawn(connect("coordinator").await?, coord);
-    let manager = DcManagerConfig::new("api", "bkk", "");
+    let manager = DcManagerConfig::new("*", "bkk", "");
     let dc_renew_ms = manager.renew_interval_ms;
     let dc = leasehold_dc_manager::config::Settings { nats_url: url.clone(), manager, ..Default::default() };
     let manager = leasehold_dc_manager::spawn(connect("dc-manager").await?, dc);
     let mut pods = Vec::with_capacity(a.pods);
     for i in 0..a.pods {
-        let s = PodSettings {
-            limit: Some("api".into()),
-            dc: "bkk".into(),
-            pod_id: Some(format!("pod{i}")),
-            ..Default::default()
-        };
-        pods.push(Pod::start(connect("pod").await?, &s));
+        // Never given back while idle: every limit stays served for the whole run.
+        let s =
+            PodSettings { dc: "bkk".into(), pod_id: Some(format!("pod{i}")), idle_release_ms: 0, ..Default::default() };
+        let pod = Pod::start(connect("pod").await?, &s);
+        for n in &names {
+            pod.limiter(n).map_err(|e| e.to_string())?;
+        }
+        pods.push(pod);
     }
-    eprintln!("bench: {} pods started; waiting for every pod to hold a lease", a.pods);
-    let ready_by = Instant::now() + Duration::from_secs(60);
+    eprintln!("bench: {} pods × {} limits started; waiting for every one to hold a lease", a.pods, a.limits);
+    let ready_by = Instant::now() + Duration::from_secs(120);
     for p in &pods {
-        let mut st = p.limiter("api").map_err(|e| e.to_string())?.status();
-        let left = ready_by.saturating_duration_since(Instant::now());
-        let ok = tokio::time::timeout(left, st.wait_for(|s| s.lease.is_some())).await.map(|r| r.is_ok());
-        if ok != Ok(true) {
-            return Err(format!("pod {} got no lease within 60 s", p.id));
+        for l in p.limiters() {
+            let mut st = l.status();
+            let left = ready_by.saturating_duration_since(Instant::now());
+            let ok = tokio::time::timeout(left, st.wait_for(|s| s.lease.is_some())).await.map(|r| r.is_ok());
+            if ok != Ok(true) {
+                return Err(format!("pod {} got no lease for {} within 120 s", p.id, l.limit()));
+            }
         }
     }
     let periods_ms = PeriodsMs {
@@ -208,6 +242,7 @@ async fn count(running: &Running, duration: Duration) -> Result<Counted, String>
     let before = running.manager.status.borrow().clone();
     let end = start + duration;
     let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut items_seen: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut bytes: u64 = 0;
     let mut last_lease: BTreeMap<String, Instant> = BTreeMap::new();
     let mut lease_gap_us = Percentiles::new();
@@ -220,6 +255,7 @@ async fn count(running: &Running, duration: Duration) -> Result<Counted, String>
         let Some(msg) = msg else { break };
         let k = kind(msg.subject.as_str());
         *counts.entry(k).or_default() += 1;
+        *items_seen.entry(k).or_default() += items(&msg.payload);
         bytes += msg.payload.len() as u64;
         if k == "pod_lease" {
             let now = Instant::now();
@@ -233,6 +269,7 @@ async fn count(running: &Running, duration: Duration) -> Result<Counted, String>
     Ok(Counted {
         secs,
         counts,
+        items: items_seen,
         bytes,
         lease_gap_us,
         passes_full: after.totals.passes_full - before.totals.passes_full,
@@ -242,20 +279,29 @@ async fn count(running: &Running, duration: Duration) -> Result<Counted, String>
 
 /// Rates per second (rounded to 0.001), and whether the DC manager kept its renew period: the
 /// 99th percentile gap between two leases to one pod within 1.25 renew periods.
-fn summarize(pods: usize, periods_ms: PeriodsMs, c: &Counted) -> Summary {
+fn summarize(pods: usize, limits: usize, periods_ms: PeriodsMs, c: &Counted) -> Summary {
     let rate = |k: &str| c.counts.get(k).copied().unwrap_or(0) as f64 / c.secs;
+    let item_rate = |k: &str| c.items.get(k).copied().unwrap_or(0) as f64 / c.secs;
     let n = pods as f64;
     let round = |x: f64| (x * 1_000.0).round() / 1_000.0;
     let gap_ms = |us: Option<u64>| us.map_or(0.0, |us| us as f64 / 1_000.0);
     let gap_p99 = gap_ms(c.lease_gap_us.at(0.99));
     Summary {
         pods,
+        limits,
         duration_s: round(c.secs),
         msgs_per_s: c.counts.keys().map(|&k| (k, round(rate(k)))).collect(),
+        items_per_s: c.items.iter().filter(|(_, &n)| n > 0).map(|(&k, _)| (k, round(item_rate(k)))).collect(),
         bytes_per_s: round(c.bytes as f64 / c.secs),
-        per_pod: PerPod { reports_per_s: round(rate("pod_report") / n), leases_per_s: round(rate("pod_lease") / n) },
+        per_pod: PerPod {
+            reports_per_s: round(rate("pod_report") / n),
+            leases_per_s: round(rate("pod_lease") / n),
+            report_items_per_s: round(item_rate("pod_report") / n),
+            lease_items_per_s: round(item_rate("pod_lease") / n),
+        },
         per_dc: PerDc {
             dc_reports_per_s: round(rate("dc_report")),
+            dc_report_items_per_s: round(item_rate("dc_report")),
             kv_leader_writes_per_s: round(rate("kv_dc_leader_write")),
         },
         kv_writes_per_s: KvWritesPerS {

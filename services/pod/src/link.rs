@@ -1,0 +1,220 @@
+//! The pod's one link to its DC manager (protocol v2): every limit's messages travel in batches
+//! on the pod's own subjects, so a pod's messages don't multiply with the limits it serves.
+//!
+//! * The link owns the report period: every tick it wakes each limit's loop, collects their
+//!   reports (until every holder answered, or a short deadline) and publishes one
+//!   [`PodReports`]. A new holder's first report does not wait for a tick: it goes at once.
+//! * Returns are sent as soon as they are handed over, together with any handed over with them.
+//! * One subscription each for leases and acks: the batch's items go to their limits' loops.
+//!
+//! A batch never names a limit twice: a second report of a limit already waiting sends the
+//! waiting batch first.
+
+use futures::StreamExt;
+use leasehold_shared::subjects::{self, PodChannel};
+use leasehold_shared::wire::{
+    chunks, decode, encode, LeaseReturn, LeaseReturns, PodLease, PodLeases, PodReport, PodReports, ReturnAck,
+    ReturnAcks,
+};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+/// What a limit's loop hands the link.
+pub(crate) enum ToLink {
+    /// Where the limit's leases and acks go (once per limit, kept across holders).
+    Register {
+        limit: String,
+        from_link: mpsc::UnboundedSender<FromLink>,
+    },
+    /// The limit's holder reports on every tick from now (true) or no longer (false).
+    Holding {
+        limit: String,
+        holding: bool,
+    },
+    Report(PodReport),
+    Return(LeaseReturn),
+}
+
+/// What the link hands a limit's loop.
+pub(crate) enum FromLink {
+    Lease(PodLease),
+    Ack(ReturnAck),
+    /// A report of this limit was published (true) or could not be (false).
+    Published(bool),
+    /// A batch addressed to the pod could not be read (every limit hears of it).
+    Malformed,
+}
+
+const PUBLISH_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest wait, after a tick, for the loops' reports before the batch goes anyway.
+const COLLECT_MAX: Duration = Duration::from_millis(50);
+
+pub(crate) struct Link {
+    pub client: async_nats::Client,
+    pub dc: String,
+    pub pod: String,
+    pub report_interval: Duration,
+    /// Ticks for the loops: each change asks every holder for its report.
+    pub ticks: watch::Sender<u64>,
+}
+
+/// The reports collected after a tick: sent when every holder answered or at `deadline`.
+struct Collecting {
+    deadline: Instant,
+    expected: usize,
+    received: usize,
+}
+
+impl Link {
+    /// Run until every sender of `rx` is gone (the pod is dropped) — or forever, when aborted.
+    pub async fn run(self, mut rx: mpsc::UnboundedReceiver<ToLink>) {
+        let subject = |ch| subjects::pod(&self.dc, &self.pod, ch).expect("validated at start");
+        let mut leases = self.subscribe(subject(PodChannel::Lease)).await;
+        let mut acks = self.subscribe(subject(PodChannel::Ack)).await;
+        let (report_subject, return_subject) = (subject(PodChannel::Report), subject(PodChannel::Return));
+        let mut routes: BTreeMap<String, mpsc::UnboundedSender<FromLink>> = BTreeMap::new();
+        let mut holding: BTreeSet<String> = BTreeSet::new();
+        let mut reports: BTreeMap<String, PodReport> = BTreeMap::new();
+        let mut returns: BTreeMap<String, LeaseReturn> = BTreeMap::new();
+        let mut collecting: Option<Collecting> = None;
+        let mut tick = tokio::time::interval(self.report_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await; // a new holder reports at once; ticks are for the ones already held
+        loop {
+            let deadline = collecting.as_ref().map(|c| c.deadline);
+            tokio::select! {
+                _ = tick.tick() => {
+                    self.ticks.send_modify(|n| *n += 1);
+                    let deadline = Instant::now() + COLLECT_MAX.min(self.report_interval / 4);
+                    collecting = Some(Collecting { deadline, expected: holding.len(), received: 0 });
+                }
+                msg = rx.recv() => {
+                    let Some(first) = msg else { return };
+                    // Take everything handed over with it, so simultaneous messages share a batch.
+                    let mut next = Some(first);
+                    while let Some(m) = next {
+                        match m {
+                            ToLink::Register { limit, from_link } => { routes.insert(limit, from_link); }
+                            ToLink::Holding { limit, holding: true } => { holding.insert(limit); }
+                            ToLink::Holding { limit, holding: false } => { holding.remove(&limit); }
+                            ToLink::Report(r) => {
+                                if reports.contains_key(&r.limit) {
+                                    self.send_reports(&report_subject, &mut reports, &routes).await;
+                                }
+                                if let Some(c) = collecting.as_mut() {
+                                    c.received += 1;
+                                }
+                                reports.insert(r.limit.clone(), r);
+                            }
+                            ToLink::Return(r) => {
+                                if returns.contains_key(&r.limit) {
+                                    self.send_returns(&return_subject, &mut returns).await;
+                                }
+                                returns.insert(r.limit.clone(), r);
+                            }
+                        }
+                        next = rx.try_recv().ok();
+                    }
+                    self.send_returns(&return_subject, &mut returns).await;
+                }
+                Some(msg) = leases.next() => match decode::<PodLeases>(&msg.payload) {
+                    Ok(b) if b.dc == self.dc && b.pod == self.pod => {
+                        for l in b.leases {
+                            if let Some(route) = routes.get(&l.limit) {
+                                let _ = route.send(FromLink::Lease(l));
+                            }
+                        }
+                    }
+                    other => self.malformed(&routes, "leases", other.err()),
+                },
+                Some(msg) = acks.next() => match decode::<ReturnAcks>(&msg.payload) {
+                    Ok(b) if b.dc == self.dc && b.pod == self.pod => {
+                        for a in b.acks {
+                            if let Some(route) = routes.get(&a.limit) {
+                                let _ = route.send(FromLink::Ack(a));
+                            }
+                        }
+                    }
+                    other => self.malformed(&routes, "acks", other.err()),
+                },
+                _ = sleep_until_some(deadline) => collecting = None,
+            }
+            // Off a tick, a report goes at once; after one, when every holder answered.
+            let ready = match &collecting {
+                None => true,
+                Some(c) => c.received >= c.expected,
+            };
+            if ready && !reports.is_empty() {
+                collecting = None;
+                self.send_reports(&report_subject, &mut reports, &routes).await;
+            }
+        }
+    }
+
+    async fn subscribe(&self, subject: String) -> async_nats::Subscriber {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match self.client.subscribe(subject.clone()).await {
+                Ok(s) => return s,
+                Err(e) => warn!(%subject, cause = %e, "cannot subscribe yet; retrying"),
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    async fn publish(&self, subject: &str, payload: Vec<u8>) -> bool {
+        // While disconnected, publishes buffer and may block: never let that stall the link.
+        let sent = self.client.publish(subject.to_string(), payload.into());
+        matches!(tokio::time::timeout(PUBLISH_TIMEOUT, sent).await, Ok(Ok(())))
+    }
+
+    async fn send_reports(
+        &self,
+        subject: &str,
+        reports: &mut BTreeMap<String, PodReport>,
+        routes: &BTreeMap<String, mpsc::UnboundedSender<FromLink>>,
+    ) {
+        let all: Vec<PodReport> = std::mem::take(reports).into_values().collect();
+        for batch in chunks(&all) {
+            let limits: Vec<String> = batch.iter().map(|r| r.limit.clone()).collect();
+            let ok = self.publish(subject, encode(&PodReports::new(&self.dc, &self.pod, batch))).await;
+            for l in limits {
+                if let Some(route) = routes.get(&l) {
+                    let _ = route.send(FromLink::Published(ok));
+                }
+            }
+        }
+    }
+
+    async fn send_returns(&self, subject: &str, returns: &mut BTreeMap<String, LeaseReturn>) {
+        let all: Vec<LeaseReturn> = std::mem::take(returns).into_values().collect();
+        for batch in chunks(&all) {
+            // A lost return is sent again by its loop until acknowledged.
+            self.publish(subject, encode(&LeaseReturns::new(&self.dc, &self.pod, batch))).await;
+        }
+    }
+
+    fn malformed<E: std::fmt::Display>(
+        &self,
+        routes: &BTreeMap<String, mpsc::UnboundedSender<FromLink>>,
+        what: &str,
+        cause: Option<E>,
+    ) {
+        let cause = cause.map_or_else(|| "addressed to another pod".to_string(), |e| e.to_string());
+        debug!(pod = %self.pod, %cause, "unreadable {what} batch");
+        for route in routes.values() {
+            let _ = route.send(FromLink::Malformed);
+        }
+    }
+}
+
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
