@@ -14,6 +14,8 @@
 //! * Every write is a compare-and-set on the revision this leader last wrote. A conflict means
 //!   someone else leads: step down at once. A timed-out write is re-read: if the stored value
 //!   is not exactly ours, step down. A removed limit's record is written only when it changes.
+//!   The writes themselves are in [`crate::writes`]: a tick's records go together, the fence
+//!   raised once before them, the records written concurrently.
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -50,7 +52,7 @@ pub struct Leader {
     /// The definitions this replica follows (`lh_limits`).
     pub definitions: Definitions,
     pub(crate) ledger: Store,
-    leaders: Store,
+    pub(crate) leaders: Store,
     /// The `lh_limits` bucket, re-read at every takeover.
     limits: Store,
     clock: LeaseClock,
@@ -107,15 +109,14 @@ impl Leader {
         let now = self.now_ns();
         let names: Vec<String> =
             self.leadership.as_ref().map(|l| l.limits.keys().cloned().collect()).unwrap_or_default();
-        for name in names {
-            if let Some(l) = self.leadership.as_mut().and_then(|l| l.limits.get_mut(&name)) {
+        for name in &names {
+            if let Some(l) = self.leadership.as_mut().and_then(|l| l.limits.get_mut(name)) {
                 l.core.tick(now);
             }
-            if !self.write(&name).await {
-                return;
-            }
         }
-        self.refresh_books();
+        if self.write_all(&names).await {
+            self.refresh_books();
+        }
     }
 
     /// This replica leads and its term may act now.
@@ -237,71 +238,8 @@ impl Leader {
         self.status.epoch = epoch;
         self.status.takeovers += 1;
         info!(id = %self.id, epoch, "leading");
-        for name in records.keys() {
-            if !self.write(name).await {
-                return;
-            }
-        }
-    }
-
-    /// Compare-and-set the limit's record (after the fence, if the record needs it). False when
-    /// this replica no longer leads.
-    pub(crate) async fn write(&mut self, limit: &str) -> bool {
-        let Some(term) = self.leadership.as_ref() else { return false };
-        let Some(state) = term.limits.get(limit) else { return false };
-        let record = state.core.record();
-        if state.core.config().is_retired() && state.written.as_ref() == Some(&record) {
-            return true; // a removed limit whose record has settled: nothing to renew
-        }
-        if let Some(raised) = term.fence.1.covering(&record) {
-            if !self.raise_fence(raised).await {
-                return false;
-            }
-        }
-        let Some(state) = self.leadership.as_ref().and_then(|l| l.limits.get(limit)) else { return false };
-        let bytes = Bytes::from(encode(&record));
-        let expected = state.record_rev;
-        let key = subjects::ledger_key(limit).expect("validated");
-        let outcome = match compare_and_set(&self.ledger, &key, bytes.clone(), expected).await {
-            Ok(CasOutcome::Unknown) | Err(_) => match read(&self.ledger, &key).await {
-                // Outcome unknown: it counts as ours only if the stored value is exactly ours.
-                Ok(Some((rev, stored))) if stored == bytes => CasOutcome::Written { revision: rev },
-                _ => CasOutcome::Conflict,
-            },
-            Ok(o) => o,
-        };
-        match outcome {
-            CasOutcome::Written { revision } => {
-                if let Some(s) = self.leadership.as_mut().and_then(|l| l.limits.get_mut(limit)) {
-                    s.record_rev = Some(revision);
-                    s.written = Some(record);
-                }
-                self.status.records_written += 1;
-                true
-            }
-            _ => {
-                self.step_down("the ledger was written by someone else");
-                false
-            }
-        }
-    }
-
-    /// Write a raised fence before a record that needs it. False (stepped down) if it could not.
-    async fn raise_fence(&mut self, raised: LedgerFence) -> bool {
-        let Some(expected) = self.leadership.as_ref().map(|t| t.fence.0) else { return false };
-        let value = Bytes::from(encode(&raised));
-        match compare_and_set(&self.leaders, subjects::LEDGER_FENCE_KEY, value, Some(expected)).await {
-            Ok(CasOutcome::Written { revision }) => {
-                if let Some(t) = self.leadership.as_mut() {
-                    t.fence = (revision, raised);
-                }
-                true
-            }
-            _ => {
-                self.step_down("the ledger fence could not be raised");
-                false
-            }
-        }
+        let names: Vec<String> = records.keys().cloned().collect();
+        self.write_all(&names).await;
     }
 
     /// A DC manager's reports, one per limit: acks may free capacity a DC is waiting for. Each
@@ -325,9 +263,7 @@ impl Leader {
                 grown.push(report.limit.clone());
             }
         }
-        for limit in grown {
-            self.write(&limit).await;
-        }
+        self.write_all(&grown).await;
     }
 }
 

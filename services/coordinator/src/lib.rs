@@ -19,6 +19,7 @@ pub mod definitions;
 mod http;
 pub mod leader;
 mod status;
+mod writes;
 
 use definitions::Definitions;
 use futures::StreamExt;

@@ -131,7 +131,7 @@ impl Driver {
             self.count(msg);
         }
         // A new holder asks for its lease at once, not at the next tick.
-        let mut due = true;
+        let (mut due, mut first) = (true, true);
         info!(pod = %self.config.pod, %limit, "limit served");
         let ended = loop {
             if std::mem::take(&mut due) {
@@ -154,7 +154,7 @@ impl Driver {
                     sent.pop_front();
                 }
                 sent.push_back((report.seq, now));
-                self.send(ToLink::Report(report))?;
+                self.send(ToLink::Report { report, at_once: std::mem::take(&mut first) })?;
             }
             tokio::select! {
                 _ = shutdown.changed() => break Ended::Drained(false),

@@ -2,8 +2,10 @@
 //! on the pod's own subjects, so a pod's messages don't multiply with the limits it serves.
 //!
 //! * The link owns the report period: every tick it wakes each limit's loop, collects their
-//!   reports (until every holder answered, or a short deadline) and publishes one
-//!   [`PodReports`]. A new holder's first report does not wait for a tick: it goes at once.
+//!   reports (until every holder answered, or half a period) and publishes one [`PodReports`].
+//!   A report later than that waits for the next batch (a heartbeat a period late is still
+//!   far inside the manager's timeout). A new holder's first report does not wait for a tick:
+//!   it goes at once, with whatever is waiting.
 //! * Returns are sent as soon as they are handed over, together with any handed over with them.
 //! * One subscription each for leases and acks: the batch's items go to their limits' loops.
 //!
@@ -34,7 +36,11 @@ pub(crate) enum ToLink {
         limit: String,
         holding: bool,
     },
-    Report(PodReport),
+    /// A report; `at_once`: a new holder's first (sent now, not with the tick's batch).
+    Report {
+        report: PodReport,
+        at_once: bool,
+    },
     Return(LeaseReturn),
 }
 
@@ -49,8 +55,6 @@ pub(crate) enum FromLink {
 }
 
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(1);
-/// Longest wait, after a tick, for the loops' reports before the batch goes anyway.
-const COLLECT_MAX: Duration = Duration::from_millis(50);
 
 pub(crate) struct Link {
     pub client: async_nats::Client,
@@ -88,25 +92,28 @@ impl Link {
             tokio::select! {
                 _ = tick.tick() => {
                     self.ticks.send_modify(|n| *n += 1);
-                    let deadline = Instant::now() + COLLECT_MAX.min(self.report_interval / 4);
+                    let deadline = Instant::now() + self.report_interval / 2;
                     collecting = Some(Collecting { deadline, expected: holding.len(), received: 0 });
                 }
                 msg = rx.recv() => {
                     let Some(first) = msg else { return };
                     // Take everything handed over with it, so simultaneous messages share a batch.
                     let mut next = Some(first);
+                    let mut now_due = false;
                     while let Some(m) = next {
                         match m {
                             ToLink::Register { limit, from_link } => { routes.insert(limit, from_link); }
                             ToLink::Holding { limit, holding: true } => { holding.insert(limit); }
                             ToLink::Holding { limit, holding: false } => { holding.remove(&limit); }
-                            ToLink::Report(r) => {
+                            ToLink::Report { report: r, at_once } => {
                                 if reports.contains_key(&r.limit) {
                                     self.send_reports(&report_subject, &mut reports, &routes).await;
                                 }
-                                if let Some(c) = collecting.as_mut() {
-                                    c.received += 1;
+                                match collecting.as_mut() {
+                                    Some(c) if !at_once => c.received += 1,
+                                    _ => {}
                                 }
+                                now_due |= at_once;
                                 reports.insert(r.limit.clone(), r);
                             }
                             ToLink::Return(r) => {
@@ -119,6 +126,9 @@ impl Link {
                         next = rx.try_recv().ok();
                     }
                     self.send_returns(&return_subject, &mut returns).await;
+                    if now_due {
+                        self.send_reports(&report_subject, &mut reports, &routes).await;
+                    }
                 }
                 Some(msg) = leases.next() => match decode::<PodLeases>(&msg.payload) {
                     Ok(b) if b.dc == self.dc && b.pod == self.pod => {
@@ -140,14 +150,13 @@ impl Link {
                     }
                     other => self.malformed(&routes, "acks", other.err()),
                 },
-                _ = sleep_until_some(deadline) => collecting = None,
+                _ = sleep_until_some(deadline) => {
+                    collecting = None;
+                    self.send_reports(&report_subject, &mut reports, &routes).await;
+                }
             }
-            // Off a tick, a report goes at once; after one, when every holder answered.
-            let ready = match &collecting {
-                None => true,
-                Some(c) => c.received >= c.expected,
-            };
-            if ready && !reports.is_empty() {
+            // After a tick, the batch goes when every holder answered.
+            if collecting.as_ref().is_some_and(|c| c.received >= c.expected) {
                 collecting = None;
                 self.send_reports(&report_subject, &mut reports, &routes).await;
             }

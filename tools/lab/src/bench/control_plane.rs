@@ -255,7 +255,9 @@ async fn count(running: &Running, duration: Duration) -> Result<Counted, String>
         let Some(msg) = msg else { break };
         let k = kind(msg.subject.as_str());
         *counts.entry(k).or_default() += 1;
-        *items_seen.entry(k).or_default() += items(&msg.payload);
+        if !k.starts_with("kv_") {
+            *items_seen.entry(k).or_default() += items(&msg.payload);
+        }
         bytes += msg.payload.len() as u64;
         if k == "pod_lease" {
             let now = Instant::now();
