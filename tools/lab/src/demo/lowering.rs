@@ -12,9 +12,6 @@ use serde::Serialize;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// How long the ledger is watched for the new capacity before the change is taken as applied
-/// at the end of this wait (later than it was: the upstream then lowers later, never earlier).
-const APPLIED_WAIT_MS: u64 = 5_000;
 /// Seconds of admissions averaged to say the admitted rate fits the new R.
 const MEAN_S: usize = 3;
 /// The pods' leases are watched for one lease lifetime after the put and this much more.
@@ -96,10 +93,26 @@ pub async fn run(plan: Lowering, at_s: u64, cx: Context) -> Ran {
 /// [`Lowering::upstream_delay_ms`] later (not if the load ends first).
 async fn lower_upstream(plan: &Lowering, cx: &Context, put_done: Instant, ran: &mut Ran) {
     let since = |t: Instant| t.duration_since(cx.start).as_secs_f64();
-    let applied = applied_at(&cx.ledger, plan.limit.name, plan.rate_after_per_s as f64, put_done).await;
-    ran.applied_seen_at_s = applied.map(since);
-    let lower_at = applied.unwrap_or(put_done + Duration::from_millis(APPLIED_WAIT_MS))
-        + Duration::from_millis(plan.upstream_delay_ms());
+    let delay = Duration::from_millis(plan.upstream_delay_ms());
+    // The guarantee runs from when the coordinator applied the change: without seeing that, the
+    // upstream is not lowered at all (a guessed time could be too early).
+    let latest = cx.end.checked_sub(delay).unwrap_or(put_done);
+    let rate = plan.rate_after_per_s as f64;
+    let Some(applied) = applied_at(&cx.ledger, plan.limit.name, rate, latest).await else {
+        if latest > put_done {
+            ran.error = Some(format!(
+                "the ledger record of {} never showed {}/s (not applied, or not readable): the upstream stayed at {}",
+                plan.limit.name, plan.rate_after_per_s, plan.limit.hard_calls
+            ));
+        }
+        eprintln!(
+            "demo: the partner's upstream stays at {}: the change was not seen applied in time",
+            plan.limit.hard_calls
+        );
+        return;
+    };
+    ran.applied_seen_at_s = Some(since(applied));
+    let lower_at = applied + delay;
     if lower_at >= cx.end {
         eprintln!(
             "demo: the load ends before the partner could lower its limit; its upstream stays at {}",
@@ -143,9 +156,8 @@ async fn pods_at_rate(
 }
 
 /// When the ledger record of `limit` first showed a capacity of at most `rate_per_s` (polled
-/// every 50 ms), or None within [`APPLIED_WAIT_MS`].
-async fn applied_at(ledger: &Store, limit: &str, rate_per_s: f64, from: Instant) -> Option<Instant> {
-    let until = from + Duration::from_millis(APPLIED_WAIT_MS);
+/// every 50 ms; the leader writes it after applying the change), or None by `until`.
+async fn applied_at(ledger: &Store, limit: &str, rate_per_s: f64, until: Instant) -> Option<Instant> {
     while Instant::now() < until {
         if observe::capacity_per_s(ledger, limit).await.is_some_and(|r| r <= rate_per_s) {
             return Some(Instant::now());
