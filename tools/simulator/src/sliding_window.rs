@@ -47,6 +47,11 @@ impl SlidingWindow {
         self.limit = limit;
     }
 
+    /// Calls admitted in the window ending at the last arrival (its size after that call).
+    pub fn in_window(&self) -> u64 {
+        self.admitted_at_ns.len() as u64
+    }
+
     pub fn window_ms(&self) -> u64 {
         self.window_ns / 1_000_000
     }
@@ -86,6 +91,7 @@ mod tests {
         assert!(!w.call(999 * MS), "4th call inside the window");
         assert!(w.call(1_000 * MS), "the first call left the window");
         assert!(!w.call(1_000 * MS));
+        assert_eq!(w.in_window(), 3);
         let c = w.counters();
         assert_eq!((c.total, c.admitted, c.rejected, c.max_window), (6, 4, 2, 3));
     }

@@ -107,7 +107,7 @@ async fn start_world(a: &ChaosArgs) -> Result<World, String> {
     for (d, dc) in DCS.iter().enumerate() {
         for m in ["a", "b"] {
             let id = format!("{dc}-mgr-{m}");
-            let mut toml = crate::demo::dc_manager_toml(dc, &id, 3);
+            let mut toml = crate::demo::dc_manager_toml(dc, &id, 3, crate::demo::LIMIT);
             if a.emergency_per_dc > 0 {
                 toml.push_str(&format!(
                     "fail_mode = {{ mode = \"best-effort\", emergency = {{ rate_milli_per_s = {}, burst_milli = 0 }} }}\n",

@@ -1,5 +1,6 @@
 //! The load generator: the simulator's `diurnal` demand, compressed into the demo's duration,
-//! sent as real HTTP calls: permit from a pod agent, then the call to the strict upstream.
+//! sent as real HTTP calls: permit from a pod agent, then the call to the strict upstream. One
+//! [`Load`] per limit, all on one clock, through the same agents.
 
 use leasehold_sim::scenario::Scenario;
 use std::sync::{Arc, Mutex};
@@ -30,6 +31,8 @@ impl Bins {
 
 pub struct Load {
     pub client: reqwest::Client,
+    /// The limit each permit names (None: the agents' default limit).
+    pub limit: Option<String>,
     pub upstream: String,
     pub start: Instant,
     pub duration: Duration,
@@ -65,7 +68,10 @@ impl Load {
     }
 
     async fn one(self: Arc<Self>, dc: usize, agent: String) {
-        let url = format!("http://{agent}/v1/acquire?max_wait_ms={}", self.max_wait_ms);
+        let url = match &self.limit {
+            Some(limit) => format!("http://{agent}/v1/acquire?limit={limit}&max_wait_ms={}", self.max_wait_ms),
+            None => format!("http://{agent}/v1/acquire?max_wait_ms={}", self.max_wait_ms),
+        };
         let permit = self.client.post(url).send().await;
         let outcome = match permit {
             Ok(r) if r.status().is_success() => {
@@ -126,26 +132,57 @@ impl Load {
     }
 }
 
+/// One limit's load: the limit permits name, its upstream, its share of the diurnal demand.
+pub struct LoadSpec {
+    pub limit: Option<String>,
+    pub upstream: String,
+    /// Demand as a multiple of the simulator's diurnal day.
+    pub demand_share: f64,
+}
+
 /// Start the simulator's diurnal day, compressed into `duration`, from every DC's agents (one
-/// list per DC, which may change while it runs). Returns the load (its clock and counters) and
-/// the drivers, which end with the day.
+/// list per DC, which may change while it runs), for the agents' default limit. Returns the load
+/// (its clock and counters) and the drivers, which end with the day.
 pub fn start_diurnal(
     client: reqwest::Client,
     upstream: String,
     duration: Duration,
     agents: Vec<Arc<Mutex<Vec<String>>>>,
 ) -> (Arc<Load>, Vec<JoinHandle<()>>) {
-    let bins = Arc::new(Mutex::new(Bins::new(agents.len(), duration.as_secs() as usize)));
-    let load = Arc::new(Load { client, upstream, start: Instant::now(), duration, bins, max_wait_ms: 250 });
+    let spec = LoadSpec { limit: None, upstream, demand_share: 1.0 };
+    let (mut loads, drivers) = start_diurnal_loads(client, vec![spec], duration, agents);
+    (loads.remove(0), drivers)
+}
+
+/// [`start_diurnal`] for several limits at once, through the same agents and on one clock: a
+/// load per spec, in the specs' order, each offering its share of the day.
+pub fn start_diurnal_loads(
+    client: reqwest::Client,
+    specs: Vec<LoadSpec>,
+    duration: Duration,
+    agents: Vec<Arc<Mutex<Vec<String>>>>,
+) -> (Vec<Arc<Load>>, Vec<JoinHandle<()>>) {
+    let start = Instant::now();
     let scenario = Scenario::diurnal();
     let day_scale = scenario.day_s / duration.as_secs_f64();
-    let drivers = agents
-        .into_iter()
-        .enumerate()
-        .map(|(d, list)| {
-            let sc = scenario.clone();
-            tokio::spawn(load.clone().drive(d, list, move |t| sc.demand(d, t * day_scale)))
-        })
-        .collect();
-    (load, drivers)
+    let (mut loads, mut drivers) = (Vec::new(), Vec::new());
+    for spec in specs {
+        let bins = Arc::new(Mutex::new(Bins::new(agents.len(), duration.as_secs() as usize)));
+        let load = Arc::new(Load {
+            client: client.clone(),
+            limit: spec.limit,
+            upstream: spec.upstream,
+            start,
+            duration,
+            bins,
+            max_wait_ms: 250,
+        });
+        for (d, list) in agents.iter().enumerate() {
+            let (sc, share) = (scenario.clone(), spec.demand_share);
+            drivers
+                .push(tokio::spawn(load.clone().drive(d, list.clone(), move |t| share * sc.demand(d, t * day_scale))));
+        }
+        loads.push(load);
+    }
+    (loads, drivers)
 }

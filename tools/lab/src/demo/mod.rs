@@ -1,20 +1,29 @@
 //! `leasehold-lab demo`: the whole system as separate OS processes on this machine.
 //!
 //! A nats-server (started on a free port with a temporary store, or `--nats-url`), two
-//! coordinator replicas, a DC manager each for BKK and EUROPE, 4 pod agents per DC, the strict
-//! mock upstream, and the diurnal load of the simulator compressed into `--duration-s`. Prints a
-//! live table to stderr and one JSON summary line to stdout; writes the follow-the-sun chart.
+//! coordinator replicas, a DC manager each for BKK and EUROPE serving every limit, 4 pod agents
+//! per DC serving every limit, and two limits ([`limits::LIMITS`]): the partner API (seeded from
+//! the coordinators' TOML) and a search API (written with `leasehold limits put`), each with its
+//! own strict mock upstream and its share of the diurnal load, compressed into `--duration-s`.
+//! Mid-load (`--lower-at-s`) `leasehold limits put` lowers the partner API's R and, once the
+//! reconfiguration guarantee covers it, the partner's upstream lowers its hard limit
+//! ([`lowering`]). Prints a live table to stderr and one JSON summary line to stdout; writes a
+//! follow-the-sun chart per limit.
 
+pub mod limits;
 pub mod load;
+mod lowering;
 pub mod observe;
 pub mod procs;
 mod summary;
+mod watch;
 
 use async_nats::jetstream::kv::Store;
 use clap::Args;
 use leasehold_nats::connect::{connect_until, jetstream};
 use leasehold_nats_harness::{binaries, NatsServer};
-use load::Bins;
+use limits::{Lowering, LIMITS, SEARCH};
+use load::LoadSpec;
 use procs::Procs;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,6 +40,11 @@ const HARD_WINDOW_MS: u64 = 1_000;
 const JITTER_BUDGET_MS: u64 = 100;
 pub const BURST: u64 = 20;
 const DC_TTL_MS: u64 = 10_000;
+/// `--lower-at-s` when not given: this share of the duration. The put then comes while demand
+/// (about 850/s) is well above the new R, and the partner's lower hard limit, one lease lifetime
+/// and a window later (about 10% of a 120 s day), judges the busy hours until demand falls below
+/// the new R at about 55% of the day.
+const LOWER_AT_PERCENT: u64 = 30;
 
 #[derive(Args)]
 pub struct DemoArgs {
@@ -49,17 +63,29 @@ pub struct DemoArgs {
     /// Seconds between rows of the live table.
     #[arg(long, default_value_t = 5)]
     table_every_s: u64,
+    /// Lower the partner API's R with `leasehold limits put` this many seconds into the load (its
+    /// upstream lowers its hard limit once that is safe). Default: 30% of the duration; 0: never.
+    #[arg(long)]
+    lower_at_s: Option<u64>,
 }
 
-/// The leased rate: any true window W sees at most `R·(W·(1 + δ) + J) + B` calls, with pods'
-/// clocks up to δ = `max_drift` fast (1%, as configured below) and J the jitter budget.
+impl DemoArgs {
+    /// When the partner API's R is lowered, if at all.
+    fn lower_at_s(&self) -> Option<u64> {
+        match self.lower_at_s {
+            Some(0) => None,
+            Some(s) => Some(s),
+            None => Some(self.duration_s * LOWER_AT_PERCENT / 100),
+        }
+    }
+}
+
 /// Leadership TTL of the coordinators and DC managers the demo and the chaos harness start.
 pub const LEADER_TTL_MS: u64 = 3_000;
 
+/// The partner API's leased R: [`limits::rate_for`] its hard limit.
 pub fn rate_per_s() -> u64 {
-    const MAX_DRIFT_PPM: u64 = 10_000;
-    let window_on_fast_clocks_ms = HARD_WINDOW_MS + HARD_WINDOW_MS * MAX_DRIFT_PPM / 1_000_000;
-    (HARD_CALLS - BURST) * 1_000 / (window_on_fast_clocks_ms + JITTER_BUDGET_MS)
+    limits::PARTNER.rate_per_s()
 }
 
 /// The coordinators' settings: the demo's limit, DC leases of `dc_ttl_ms`, buckets of `replicas`.
@@ -79,10 +105,11 @@ pub fn coordinator_toml(dc_ttl_ms: u64, replicas: usize) -> String {
     s
 }
 
-/// A DC manager replica's settings (`id` names it; replicas of the buckets it may create).
-pub fn dc_manager_toml(dc: &str, id: &str, replicas: usize) -> String {
+/// A DC manager replica's settings (`id` names it; replicas of the buckets it may create;
+/// `serves` the limit it serves, `"*"` for every limit of its DC).
+pub fn dc_manager_toml(dc: &str, id: &str, replicas: usize, serves: &str) -> String {
     format!(
-        "limit = \"{LIMIT}\"\ndc = \"{dc}\"\nid = \"{id}\"\nreplicas = {replicas}\n\
+        "limit = \"{serves}\"\ndc = \"{dc}\"\nid = \"{id}\"\nreplicas = {replicas}\n\
          expiry = {{ max_drift = 0.01, grace_ms = 100, egress_spread_ms = {JITTER_BUDGET_MS} }}\n"
     )
 }
@@ -94,14 +121,19 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
     if a.table_every_s == 0 {
         return Err("--table-every-s must be at least 1".into());
     }
+    if a.lower_at_s().is_some_and(|at| at >= a.duration_s) {
+        return Err(format!("--lower-at-s must be below --duration-s ({}), or 0 for never", a.duration_s));
+    }
     leasehold::block_on(demo(a))
 }
 
-/// The system as separate processes, every pod holding a lease.
+/// The system as separate processes, every pod holding a lease of every limit.
 struct Running {
     _server: Option<NatsServer>,
+    nats_url: String,
     procs: Procs,
-    upstream: String,
+    /// Per limit, in [`LIMITS`] order: its upstream's address.
+    upstreams: Vec<String>,
     /// Per DC: the agents' addresses.
     agents: Vec<Vec<String>>,
     http: reqwest::Client,
@@ -109,40 +141,70 @@ struct Running {
     leaders: Store,
 }
 
-/// What the demo watched while the load ran.
-struct Watched {
-    /// Per second: each DC's allocation (floor + newest DC lease), when the ledger was readable.
-    alloc: Vec<Option<Vec<f64>>>,
-    failover_s: Option<f64>,
-    new_leader: Option<String>,
-}
-
 async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
     let started = Instant::now();
     let mut running = start(&a).await?;
     eprintln!(
-        "demo: all {} pods hold leases after {:.1} s; load starts",
+        "demo: all {} pods hold leases of {} limits after {:.1} s; load starts",
         running.agents.concat().len(),
+        LIMITS.len(),
         started.elapsed().as_secs_f64()
     );
     let duration = Duration::from_secs(a.duration_s);
     let lists = running.agents.iter().map(|list| Arc::new(Mutex::new(list.clone()))).collect();
-    let (load, drivers) = load::start_diurnal(running.http.clone(), running.upstream.clone(), duration, lists);
-    let watched = watch(&a, &mut running, &load).await;
+    let specs = LIMITS
+        .iter()
+        .zip(&running.upstreams)
+        .map(|(l, up)| LoadSpec { limit: Some(l.name.into()), upstream: up.clone(), demand_share: l.demand_share })
+        .collect();
+    let (loads, drivers) = load::start_diurnal_loads(running.http.clone(), specs, duration, lists);
+    let plan = Lowering::partner();
+    let lowering = a.lower_at_s().map(|at| {
+        let cx = lowering::Context {
+            nats_url: running.nats_url.clone(),
+            ledger: running.ledger.clone(),
+            http: running.http.clone(),
+            upstream: running.upstreams[0].clone(),
+            agents: running.agents.concat(),
+            out_dir: a.out_dir.clone(),
+            log_dir: a.out_dir.join("logs"),
+            start: loads[0].start,
+            end: loads[0].start + duration,
+        };
+        tokio::spawn(lowering::run(plan.clone(), at, cx))
+    });
+    let watched = watch::watch(&a, &mut running, &loads).await;
     for d in drivers {
         let _ = d.await;
     }
-    let up = observe::settle(&running.http, &running.upstream).await.ok_or("the upstream stopped answering")?;
+    let lowered = match lowering {
+        Some(task) => Some(task.await.unwrap_or_else(|e| lowering::Ran {
+            error: Some(format!("the lowering stopped: {e}")),
+            ..lowering::Ran::default()
+        })),
+        None => None,
+    };
+    let mut ups = Vec::new();
+    for up in &running.upstreams {
+        ups.push(
+            observe::settle(&running.http, up)
+                .await
+                .ok_or_else(|| format!("the upstream at {up} stopped answering"))?,
+        );
+    }
     let procs = &mut running.procs;
     let crashed = procs.exited();
     // Agents first, so their DC managers are still there to acknowledge the returned leases.
     procs.stop(Duration::from_secs(8), |n| n.contains("-pod")).await;
     let drains_acknowledged = procs.printed("drained (acknowledged: true)");
     procs.stop(Duration::from_secs(5), |_| true).await;
-    let b = load.bins.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let Watched { alloc, failover_s, new_leader } = watched;
+    let bins: Vec<load::Bins> =
+        loads.iter().map(|l| l.bins.lock().unwrap_or_else(|p| p.into_inner()).clone()).collect();
+    let watch::Watched { alloc, failover_s, new_leader } = watched;
+    let secs = a.duration_s as usize;
+    let lowering = lowered.map(|ran| lowering::Report::new(&plan, ran, &bins[0], &ups[0], secs));
     let outcome = summary::Outcome { crashed, failover_s, new_leader, drains_acknowledged };
-    summary::summarize(&a, &a.out_dir, &b, &alloc, &up, outcome, started)
+    summary::summarize(&a, &bins, &alloc, &ups, lowering, outcome, started)
 }
 
 /// Start a nats-server (unless `--nats-url`), the upstream, two coordinators, a DC manager and
@@ -165,18 +227,27 @@ async fn start(a: &DemoArgs) -> Result<Running, String> {
     std::fs::write(&coord_cfg, coordinator_toml(DC_TTL_MS, 1))
         .map_err(|e| format!("cannot write {}: {e}", coord_cfg.display()))?;
     let coord_cfg = coord_cfg.display().to_string();
-    let upstream = procs
-        .spawn("upstream", &["upstream", "--listen", "127.0.0.1:0", "--limit", &HARD_CALLS.to_string()], &[], true)
-        .await?
-        .expect("address");
+    let mut upstreams = Vec::new();
+    for l in LIMITS {
+        let args = ["upstream", "--listen", "127.0.0.1:0", "--limit", &l.hard_calls.to_string()];
+        upstreams.push(procs.spawn(&format!("upstream-{}", l.name), &args, &[], true).await?.expect("address"));
+    }
     for id in ["coord-a", "coord-b"] {
         let env = [("LEASEHOLD_COORDINATOR_NATS_URL", nats_url.clone()), ("LEASEHOLD_COORDINATOR_ID", id.to_string())];
         procs.spawn(id, &["coordinator", "--config", &coord_cfg], &env, false).await?;
     }
+    // The second limit is data: written to lh_limits with the CLI, then followed live.
+    let file = format!("{}.toml", SEARCH.name);
+    let def = limits::definition_toml(&SEARCH, SEARCH.rate_per_s());
+    let put = limits::put_with_cli(out, &out.join("logs"), &file, &def, &nats_url).await?;
+    if put.exit_code != Some(0) {
+        return Err(format!("leasehold limits put {file} failed: {}", put.printed.join(" | ")));
+    }
+    eprintln!("demo: leasehold limits put {}: {}", out.join(&file).display(), put.printed.join(" | "));
     let mut agents: Vec<Vec<String>> = vec![Vec::new(); DCS.len()];
     for (d, dc) in DCS.iter().enumerate() {
         let cfg = out.join(format!("dc-manager-{dc}.toml"));
-        std::fs::write(&cfg, dc_manager_toml(dc, &format!("{dc}-mgr-a"), 1))
+        std::fs::write(&cfg, dc_manager_toml(dc, &format!("{dc}-mgr-a"), 1, "*"))
             .map_err(|e| format!("cannot write {}: {e}", cfg.display()))?;
         let env = [("LEASEHOLD_DC_MANAGER_NATS_URL", nats_url.clone())];
         procs
@@ -186,7 +257,6 @@ async fn start(a: &DemoArgs) -> Result<Running, String> {
             let name = format!("{dc}-pod{p}");
             let env = [
                 ("LEASEHOLD_AGENT_NATS_URL", nats_url.clone()),
-                ("LEASEHOLD_AGENT_LIMIT", LIMIT.to_string()),
                 ("LEASEHOLD_AGENT_DC", dc.to_string()),
                 ("LEASEHOLD_AGENT_POD_ID", name.clone()),
                 ("LEASEHOLD_AGENT_HTTP_LISTEN", "127.0.0.1:0".to_string()),
@@ -199,11 +269,27 @@ async fn start(a: &DemoArgs) -> Result<Running, String> {
         .timeout(Duration::from_secs(5))
         .build()
         .map_err(|e| e.to_string())?;
-    eprintln!("demo: {} processes up; waiting for every pod to hold a lease", 4 + DCS.len() + agents.concat().len());
+    let n = 2 + LIMITS.len() + DCS.len() + agents.concat().len();
+    eprintln!("demo: {n} processes up; waiting for every pod to hold a lease of every limit");
     let wait_until = Instant::now() + Duration::from_secs(60);
+    // An agent serves a limit from its first request; no agent has a default limit.
     for addr in agents.concat() {
-        if !observe::wait_for_lease(&http, &addr, wait_until).await {
-            return Err(format!("pod at {addr} got no lease within 60 s; logs in {}", out.join("logs").display()));
+        for l in LIMITS {
+            if !observe::start_serving(&http, &addr, l.name).await {
+                return Err(format!("pod at {addr} did not answer a request for {}", l.name));
+            }
+        }
+    }
+    for addr in agents.concat() {
+        for l in LIMITS {
+            if !observe::wait_for_lease_of(&http, &addr, Some(l.name), wait_until).await {
+                let logs = out.join("logs");
+                return Err(format!(
+                    "pod at {addr} got no lease of {} within 60 s; logs in {}",
+                    l.name,
+                    logs.display()
+                ));
+            }
         }
     }
     let nats = connect_until(&nats_url, "leasehold-demo", Instant::now() + Duration::from_secs(10))
@@ -212,70 +298,5 @@ async fn start(a: &DemoArgs) -> Result<Running, String> {
     let js = jetstream(nats);
     let ledger = js.get_key_value(leasehold_shared::subjects::LEDGER_BUCKET).await.map_err(|e| e.to_string())?;
     let leaders = js.get_key_value(leasehold_shared::subjects::LEADER_BUCKET).await.map_err(|e| e.to_string())?;
-    Ok(Running { _server: server, procs, upstream, agents, http, ledger, leaders })
-}
-
-/// Every second while the load runs: read the allocations and the leader, SIGKILL the leader when
-/// asked and time the failover, and print a table row every `--table-every-s`.
-async fn watch(a: &DemoArgs, running: &mut Running, load: &load::Load) -> Watched {
-    let mut w = Watched { alloc: vec![None; a.duration_s as usize + 2], failover_s: None, new_leader: None };
-    let mut killed: Option<(String, Instant)> = None;
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    eprintln!("{:>5} | {:^26} | {:^26} | upstream", "t", "bkk demand/alloc/admitted", "europe demand/alloc/admitted");
-    while load.start.elapsed() < load.duration {
-        tick.tick().await;
-        let sec = load.start.elapsed().as_secs() as usize;
-        if let Some((per_dc, _)) = observe::allocations(&running.ledger, LIMIT, &DCS).await {
-            let last = w.alloc.len() - 1;
-            w.alloc[sec.min(last)] = Some(per_dc);
-        }
-        let leader = observe::leader(&running.leaders).await;
-        if let (Some(at), None) = (a.kill_leader_at_s, &killed) {
-            if sec as u64 >= at {
-                if let Some(l) = leader.clone() {
-                    running.procs.kill(&l).await;
-                    eprintln!("demo: SIGKILL coordinator leader {l} at t={sec}s");
-                    killed = Some((l, Instant::now()));
-                }
-            }
-        }
-        if let (Some((old, at)), None) = (&killed, w.failover_s) {
-            if leader.as_ref().is_some_and(|l| l != old) {
-                w.failover_s = Some(at.elapsed().as_secs_f64());
-                w.new_leader = leader.clone();
-                eprintln!(
-                    "demo: {} leads after {:.1} s",
-                    leader.as_deref().unwrap_or("?"),
-                    w.failover_s.unwrap_or(0.0)
-                );
-            }
-        }
-        if sec > 0 && (sec as u64).is_multiple_of(a.table_every_s) {
-            let up = observe::upstream_stats(&running.http, &running.upstream).await;
-            print_row(sec, &load.bins, &w.alloc, a.table_every_s as usize, up);
-        }
-    }
-    w
-}
-
-fn print_row(
-    sec: usize,
-    bins: &Mutex<Bins>,
-    alloc: &[Option<Vec<f64>>],
-    span: usize,
-    up: Option<observe::UpstreamStats>,
-) {
-    let b = bins.lock().unwrap_or_else(|p| p.into_inner());
-    let from = sec.saturating_sub(span);
-    let mut cols = Vec::new();
-    for d in 0..DCS.len() {
-        let off: u64 = (from..sec).map(|s| b.offered[s][d]).sum();
-        let adm: u64 = (from..sec).map(|s| b.admitted[s][d]).sum();
-        let al = alloc[..=sec.min(alloc.len() - 1)].iter().rev().flatten().next().map_or(0.0, |v| v[d]);
-        cols.push(format!("{:>6.0} {:>6.0} {:>6.0}    ", off as f64 / span as f64, al, adm as f64 / span as f64));
-    }
-    let up = up.map_or("?".into(), |u| {
-        format!("max 1 s window {} ({:.3}), 429s {}", u.max_window, u.max_window_ratio, u.rejected)
-    });
-    eprintln!("{sec:>4}s | {} | {} | {up}", cols[0], cols[1]);
+    Ok(Running { _server: server, nats_url, procs, upstreams, agents, http, ledger, leaders })
 }
