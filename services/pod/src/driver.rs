@@ -177,9 +177,15 @@ impl Driver {
                 let ret = core.drain();
                 self.limiter.shared.wake.notify_one();
                 self.send(ToLink::Return(ret))?;
-                let resend_at = tokio::time::Instant::now() + Duration::from_millis(250);
-                while let Ok(msg) = tokio::time::timeout_at(resend_at, self.from_link.recv()).await {
-                    match msg.ok_or(DriverError::LinkGone)? {
+                // Send it again after 250 ms without its ack.
+                let resend = tokio::time::sleep(Duration::from_millis(250));
+                tokio::pin!(resend);
+                loop {
+                    let msg = tokio::select! {
+                        _ = &mut resend => break,
+                        msg = self.from_link.recv() => msg.ok_or(DriverError::LinkGone)?,
+                    };
+                    match msg {
                         FromLink::Ack(a) if core.on_return_ack(&a) => return Ok(()),
                         FromLink::Ack(_) | FromLink::Lease(_) => {}
                         other => self.count(other),

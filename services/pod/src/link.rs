@@ -21,7 +21,6 @@ use leasehold_shared::wire::{
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
-use tokio::time::Instant;
 use tracing::{debug, warn};
 
 /// What a limit's loop hands the link.
@@ -67,7 +66,7 @@ pub(crate) struct Link {
 
 /// The reports collected after a tick: sent when every holder answered or at `deadline`.
 struct Collecting {
-    deadline: Instant,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
     expected: usize,
     received: usize,
 }
@@ -88,11 +87,10 @@ impl Link {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await; // a new holder reports at once; ticks are for the ones already held
         loop {
-            let deadline = collecting.as_ref().map(|c| c.deadline);
             tokio::select! {
                 _ = tick.tick() => {
                     self.ticks.send_modify(|n| *n += 1);
-                    let deadline = Instant::now() + self.report_interval / 2;
+                    let deadline = Box::pin(tokio::time::sleep(self.report_interval / 2));
                     collecting = Some(Collecting { deadline, expected: holding.len(), received: 0 });
                 }
                 msg = rx.recv() => {
@@ -150,7 +148,7 @@ impl Link {
                     }
                     other => self.malformed(&routes, "acks", other.err()),
                 },
-                _ = sleep_until_some(deadline) => {
+                _ = until_deadline(&mut collecting) => {
                     collecting = None;
                     self.send_reports(&report_subject, &mut reports, &routes).await;
                 }
@@ -221,9 +219,10 @@ impl Link {
     }
 }
 
-async fn sleep_until_some(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
+/// Until the collection's deadline (forever when nothing is being collected).
+async fn until_deadline(collecting: &mut Option<Collecting>) {
+    match collecting {
+        Some(c) => c.deadline.as_mut().await,
         None => std::future::pending().await,
     }
 }
