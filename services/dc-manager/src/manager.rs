@@ -21,7 +21,7 @@ use leasehold_shared::quota::Quota;
 use leasehold_shared::subjects::{self, PodChannel};
 use leasehold_shared::wire::{decode, LeaseReturns, LeaseVersion, LedgerRecord, PodReport, PodReports};
 use std::collections::BTreeMap;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::Settings;
 use crate::outbox::Outbox;
@@ -53,6 +53,9 @@ pub struct Manager {
     /// Per limit, this DC's floor in the coordinator's last record and its version (none until
     /// one was read).
     floors: BTreeMap<String, Option<(Quota, LeaseVersion)>>,
+    /// Every limit served whose ledger record the watch has delivered: pods' reports make a core
+    /// only for these.
+    recorded: std::collections::BTreeSet<String>,
     /// Limits whose newest record read runs retired (removed): their pod leases say so.
     removed: std::collections::BTreeSet<String>,
     /// Per limit, pods' admissions as reported, with when (this clock, ns).
@@ -84,6 +87,7 @@ impl Manager {
             floors: BTreeMap::new(),
             admitted_window: BTreeMap::new(),
             removed: Default::default(),
+            recorded: Default::default(),
             outbox: Outbox::default(),
             status: Status::default(),
         }
@@ -212,6 +216,9 @@ impl Manager {
             Ok(r) => r,
             Err(_) => return self.status.messages_malformed += 1,
         };
+        if self.serves(&rec.limit) && !self.recorded.contains(&rec.limit) {
+            self.recorded.insert(rec.limit.clone());
+        }
         let names_dc = rec.floors.contains_key(self.dc()) || rec.leases.iter().any(|l| l.dc == self.dc());
         if !self.serves(&rec.limit) || (!names_dc && !self.floors.contains_key(&rec.limit)) {
             return; // a limit this DC has no part in
@@ -276,6 +283,11 @@ impl Manager {
     }
 
     async fn on_pod_report(&mut self, r: &PodReport) {
+        if !self.recorded.contains(&r.limit) && !self.floors.contains_key(&r.limit) {
+            // No record of it in the ledger (yet): a limit the coordinator does not run makes
+            // no core (a pod naming made-up limits must not grow the manager's state).
+            return debug!(limit = %r.limit, pod = %r.pod, "a report for a limit with no ledger record; ignored");
+        }
         self.floors.entry(r.limit.clone()).or_default();
         if !self.fresh() {
             return;

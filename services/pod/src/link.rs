@@ -15,7 +15,7 @@
 use futures::StreamExt;
 use leasehold_shared::subjects::{self, PodChannel};
 use leasehold_shared::wire::{
-    chunks, decode, encode, LeaseReturn, LeaseReturns, PodLease, PodLeases, PodReport, PodReports, ReturnAck,
+    batches, decode, encode, LeaseReturn, LeaseReturns, PodLease, PodLeases, PodReport, PodReports, ReturnAck,
     ReturnAcks,
 };
 use std::collections::{BTreeMap, BTreeSet};
@@ -68,7 +68,8 @@ pub(crate) struct Link {
 struct Collecting {
     deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
     expected: usize,
-    received: usize,
+    /// The limits that answered this tick (a loop answering twice counts once).
+    received: BTreeSet<String>,
 }
 
 impl Link {
@@ -91,7 +92,7 @@ impl Link {
                 _ = tick.tick() => {
                     self.ticks.send_modify(|n| *n += 1);
                     let deadline = Box::pin(tokio::time::sleep(self.report_interval / 2));
-                    collecting = Some(Collecting { deadline, expected: holding.len(), received: 0 });
+                    collecting = Some(Collecting { deadline, expected: holding.len(), received: BTreeSet::new() });
                 }
                 msg = rx.recv() => {
                     let Some(first) = msg else { return };
@@ -108,7 +109,9 @@ impl Link {
                                     self.send_reports(&report_subject, &mut reports, &routes).await;
                                 }
                                 match collecting.as_mut() {
-                                    Some(c) if !at_once => c.received += 1,
+                                    Some(c) if !at_once => {
+                                        c.received.insert(r.limit.clone());
+                                    }
                                     _ => {}
                                 }
                                 now_due |= at_once;
@@ -154,7 +157,7 @@ impl Link {
                 }
             }
             // After a tick, the batch goes when every holder answered.
-            if collecting.as_ref().is_some_and(|c| c.received >= c.expected) {
+            if collecting.as_ref().is_some_and(|c| c.received.len() >= c.expected) {
                 collecting = None;
                 self.send_reports(&report_subject, &mut reports, &routes).await;
             }
@@ -186,7 +189,7 @@ impl Link {
         routes: &BTreeMap<String, mpsc::UnboundedSender<FromLink>>,
     ) {
         let all: Vec<PodReport> = std::mem::take(reports).into_values().collect();
-        for batch in chunks(&all) {
+        for batch in batches(&all, self.client.server_info().max_payload) {
             let limits: Vec<String> = batch.iter().map(|r| r.limit.clone()).collect();
             let ok = self.publish(subject, encode(&PodReports::new(&self.dc, &self.pod, batch))).await;
             for l in limits {
@@ -199,7 +202,7 @@ impl Link {
 
     async fn send_returns(&self, subject: &str, returns: &mut BTreeMap<String, LeaseReturn>) {
         let all: Vec<LeaseReturn> = std::mem::take(returns).into_values().collect();
-        for batch in chunks(&all) {
+        for batch in batches(&all, self.client.server_info().max_payload) {
             // A lost return is sent again by its loop until acknowledged.
             self.publish(subject, encode(&LeaseReturns::new(&self.dc, &self.pod, batch))).await;
         }

@@ -10,15 +10,19 @@
 
 use super::{
     check_id, DcReport, LeaseReturn, PodLease, PodReport, ReturnAck, WireError, WireMessage, PROTOCOL_VERSION,
+    SCHEMA_VERSION,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
-/// Most items in one batch: a pod serves at most this many limits, so a pod's batch is always one
-/// message. Larger sets (a DC manager's report of more limits) are sent as several batches.
+/// Most items in one batch: a pod serves at most this many limits, so a pod's batch is one
+/// message where the server allows it. Larger sets (a DC manager's report of more limits) are
+/// sent as several batches.
 pub const MAX_BATCH_ITEMS: usize = 1_000;
 /// Largest batch accepted: NATS's default `max_payload` (1 MiB).
 pub const MAX_BATCH_BYTES: usize = 1024 * 1024;
+/// Room kept in a batch for its envelope (`v`, `dc`, `pod` of up to 128 bytes each, keys).
+const ENVELOPE_BYTES: usize = 512;
 
 fn v2() -> u32 {
     PROTOCOL_VERSION
@@ -27,6 +31,10 @@ fn v2() -> u32 {
 /// Checks a batch's items: at most [`MAX_BATCH_ITEMS`], each valid, each naming the envelope's
 /// DC (and pod), no limit twice.
 fn check_items<T: BatchItem>(field: &'static str, items: &[T], dc: &str, pod: Option<&str>) -> Result<(), WireError> {
+    if let Some(item) = items.iter().find(|i| i.version() != SCHEMA_VERSION) {
+        let reason = format!("an item of schema version {} (items are {SCHEMA_VERSION})", item.version());
+        return Err(WireError::Invalid { field, reason });
+    }
     if items.len() > MAX_BATCH_ITEMS {
         return Err(WireError::Invalid {
             field,
@@ -49,13 +57,17 @@ fn check_items<T: BatchItem>(field: &'static str, items: &[T], dc: &str, pod: Op
 }
 
 /// What a batch checks of its items: the limit, DC and (pod items) pod each names.
-trait BatchItem: WireMessage {
+pub trait BatchItem: WireMessage {
     fn names(&self) -> (&str, &str, Option<&str>);
+    fn version(&self) -> u32;
 }
 
 impl BatchItem for DcReport {
     fn names(&self) -> (&str, &str, Option<&str>) {
         (&self.limit, &self.dc, None)
+    }
+    fn version(&self) -> u32 {
+        self.v
     }
 }
 
@@ -80,6 +92,9 @@ macro_rules! pod_batch {
         impl BatchItem for $item {
             fn names(&self) -> (&str, &str, Option<&str>) {
                 (&self.limit, &self.dc, Some(&self.$pod_field))
+            }
+            fn version(&self) -> u32 {
+                self.v
             }
         }
 
@@ -140,7 +155,28 @@ impl WireMessage for DcReports {
     }
 }
 
-/// `items` cut into batches of at most [`MAX_BATCH_ITEMS`] (none when there are no items).
-pub fn chunks<T: Clone>(items: &[T]) -> impl Iterator<Item = Vec<T>> + '_ {
-    items.chunks(MAX_BATCH_ITEMS).map(<[T]>::to_vec)
+/// `items` cut into batches that each fit: at most [`MAX_BATCH_ITEMS`] items, no limit twice
+/// (a second item of a limit, e.g. for another holder of it, goes into a later batch), and an
+/// encoding of at most `max_bytes` (the server's `max_payload`, capped at [`MAX_BATCH_BYTES`]).
+/// None when there are no items. An item too large for any batch is sent alone (and refused by
+/// the server, which the sender counts as a failed publish).
+pub fn batches<T: BatchItem + Clone>(items: &[T], max_bytes: usize) -> Vec<Vec<T>> {
+    let budget = max_bytes.min(MAX_BATCH_BYTES).saturating_sub(ENVELOPE_BYTES);
+    let mut out: Vec<(Vec<T>, usize, BTreeSet<String>)> = Vec::new();
+    for item in items {
+        let size = serde_json::to_vec(item).map_or(budget, |b| b.len() + 1);
+        let limit = item.names().0;
+        let fits = |b: &(Vec<T>, usize, BTreeSet<String>)| {
+            b.0.len() < MAX_BATCH_ITEMS && b.1 + size <= budget && !b.2.contains(limit)
+        };
+        match out.iter_mut().find(|b| fits(b)) {
+            Some((batch, bytes, limits)) => {
+                batch.push(item.clone());
+                *bytes += size;
+                limits.insert(limit.to_string());
+            }
+            None => out.push((vec![item.clone()], size, BTreeSet::from([limit.to_string()]))),
+        }
+    }
+    out.into_iter().map(|(batch, _, _)| batch).collect()
 }

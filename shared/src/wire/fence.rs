@@ -101,6 +101,8 @@ impl LedgerFence {
 }
 
 impl WireMessage for LedgerFence {
+    /// It lists every limit: about 75 bytes per limit and DC.
+    const MAX_BYTES: usize = super::MAX_BATCH_BYTES;
     fn validate(&self) -> Result<(), WireError> {
         if self.dc_ttl_ms_max > MAX_TTL_MS {
             let reason = format!("{} above {MAX_TTL_MS}", self.dc_ttl_ms_max);
