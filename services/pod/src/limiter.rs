@@ -156,12 +156,12 @@ impl Limiter {
         self.shared.uses.load(SeqCst)
     }
 
-    /// The loop gives the lease back (false) or holds one again (true).
     /// What the lease in force says: the limit was removed, or (again) not.
     pub(crate) fn set_removed(&self, removed: bool) {
         self.shared.removed.store(removed, SeqCst);
     }
 
+    /// The loop gives the lease back (false) or holds one again (true).
     pub(crate) fn set_serving(&self, serving: bool) {
         self.shared.serving.store(serving, SeqCst);
     }
