@@ -10,7 +10,7 @@ use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcLease, DcReport, LeaseVersion};
 use std::collections::BTreeMap;
 
-mod support;
+use crate::support;
 use support::{MS, S};
 
 fn adaptive(quota: Quota, floor_per_s: u64) -> LimitConfig {

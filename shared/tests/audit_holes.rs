@@ -10,7 +10,7 @@ use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{LeaseVersion, PodLease};
 use std::collections::BTreeMap;
 
-mod support;
+use crate::support;
 use support::scripted::{report_seq_of, ScriptedDc};
 use support::{MS, S};
 

@@ -29,7 +29,7 @@ use leasehold_shared::ledger::Ledger;
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcLease, DcReport, LeaseVersion};
 
-mod support;
+use crate::support;
 use support::world::Dc;
 use support::{MS, S};
 

@@ -25,7 +25,7 @@ use leasehold_shared::quota::Quota;
 use leasehold_shared::rng::SeededRng;
 use leasehold_shared::wire::{DcLease, LeaseVersion, SCHEMA_VERSION};
 
-mod support;
+use crate::support;
 use support::{manager_with_bugs, pod, MS, S};
 
 thread_local! { static FR: std::cell::RefCell<Vec<(u64, Quota, Option<LeaseVersion>)>> = const { std::cell::RefCell::new(Vec::new()) }; }
@@ -342,7 +342,7 @@ fn the_adversary_catches_known_holes() {
 }
 
 /// `SEEDS=n FIRST=k [BE=1] [DEM=1] [DRIFT=1] [SHOW=seed] cargo test --release -p leasehold-shared
-/// --test dc_manager_adversary -- --ignored --nocapture`: a longer search (200 seeds by default).
+/// --test integration dc_manager_adversary -- --ignored --nocapture`: a longer search (200 seeds by default).
 #[test]
 #[ignore]
 fn search() {

@@ -9,7 +9,7 @@ use leasehold_shared::coordinator::CoordinatorCore;
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcLease, DcReport};
 
-mod support;
+use crate::support;
 use support::world::{print_run, sample_held, Dc};
 use support::{config, counted_dc_leases, manager, pods_applied, secs, MS, S};
 

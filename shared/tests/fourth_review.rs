@@ -8,7 +8,7 @@ use leasehold_shared::coordinator::CoordinatorCore;
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcReport, LeaseVersion};
 
-mod support;
+use crate::support;
 use support::world::{log_dc_leases, print_run, sample_held, Dc};
 use support::{config, manager, secs, Newest, MS, S};
 

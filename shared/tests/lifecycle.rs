@@ -7,7 +7,7 @@ use leasehold_shared::holder::LeaseRejection;
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcReport, LeaseReturn, LeaseVersion};
 
-mod support;
+use crate::support;
 use support::scripted::{report_seq_of, ScriptedDc};
 use support::{MS, S};
 

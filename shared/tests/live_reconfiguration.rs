@@ -9,7 +9,7 @@ use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, ReconfigureErr
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcReport, LeaseVersion};
 
-mod support;
+use crate::support;
 use support::config_with_bugs;
 use support::{Held, MS, S};
 

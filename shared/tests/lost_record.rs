@@ -11,7 +11,7 @@ use leasehold_shared::coordinator::{CoordinatorCore, Stored};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{LedgerFence, LedgerRecord};
 
-mod support;
+use crate::support;
 use support::world::{deliver, print_run, sample, sample_bkk_and, Dc};
 use support::{config, secs, MS, S};
 

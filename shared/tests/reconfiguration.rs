@@ -10,7 +10,7 @@ use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcReport, LeaseVersion, PodLease, PodReport};
 use std::collections::BTreeMap;
 
-mod support;
+use crate::support;
 use support::config_with_bugs as config;
 use support::{Held, MS, S};
 

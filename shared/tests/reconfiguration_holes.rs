@@ -11,7 +11,7 @@ use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcReport, LedgerFence, LedgerRecord};
 
-mod support;
+use crate::support;
 use support::world::{print_run, sample_bkk_and, sample_held, Dc};
 use support::{config, config_with_bugs, dc_report, secs, Newest, MS, S};
 

@@ -18,7 +18,7 @@ use leasehold_shared::coordinator::{CoordinatorCore, Stored};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::LedgerFence;
 
-mod support;
+use crate::support;
 use support::world::{print_run, sample, step_two_dcs, Dc};
 use support::{config_with_bugs, config_with_dc_ttl, counted_dc_leases, pods_applied, secs, MS, S};
 

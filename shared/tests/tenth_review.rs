@@ -9,7 +9,7 @@ use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcLease, LedgerFence, LedgerRecord};
 
-mod support;
+use crate::support;
 use support::{dc_report, Held, MS, S};
 
 fn cfg(rate: u64, dc_ttl_ms: u64) -> LimitConfig {

@@ -10,7 +10,7 @@ use leasehold_shared::leadership::{KeyState, LeaderRequest, Leadership, Leadersh
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcLease, DcReport, LeaseVersion};
 
-mod support;
+use crate::support;
 use support::world::{log_dc_leases, print_run, sample_bkk_and, Dc};
 use support::{config_with_dc_ttl, manager_with_bugs, secs, Newest, MS, S};
 

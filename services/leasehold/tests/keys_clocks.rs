@@ -4,7 +4,7 @@
 //! Waiting for real time to pass is the point here: every wait is on the clock, to a deadline.
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 use support::keys_instances::{

@@ -4,7 +4,7 @@
 //! from one instance; NATS request/reply reaches the shard's owner.
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

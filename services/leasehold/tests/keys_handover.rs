@@ -3,7 +3,7 @@
 //! the shards' new owners) while a load balancer takes it out of rotation, and only then closes
 //! its listener; the survivors never answer 503 while its shards move.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

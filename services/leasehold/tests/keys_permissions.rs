@@ -4,7 +4,7 @@
 //! `PUT /v1/tiers` cannot write them (only the admin role may).
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
-mod support;
+use crate::support;
 
 use leasehold_nats::kv::{compare_and_set, CasOutcome};
 use leasehold_nats_harness::{binaries, wait};

@@ -1,0 +1,28 @@
+//! Every integration test of this crate, in one test binary: one build and link in release
+//! instead of one per file (each repeats the dependencies' generic code). Each module is one
+//! former test file; `cargo nextest` still runs every test in its own process.
+
+mod adaptive_limits;
+mod audit_holes;
+mod batches;
+mod carried_claim;
+mod conservation_props;
+mod dc_manager_adversary;
+mod eighth_review;
+mod fourth_review;
+mod keys_props;
+mod keys_shards;
+mod keys_table;
+mod keys_tiers_doc;
+mod lifecycle;
+mod limits_def;
+mod live_reconfiguration;
+mod lost_record;
+mod protocol_doc;
+mod reconfiguration;
+mod reconfiguration_holes;
+mod seventh_review;
+mod support;
+mod tenth_review;
+mod third_review;
+mod wire;
