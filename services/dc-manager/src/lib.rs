@@ -109,21 +109,16 @@ pub async fn run(
         leasehold_process::clock::LeaseClock::start_skewed(settings.clock_offset_ms as i64, settings.clock_drift_ppm);
     let mut m = Manager::new(settings, client, leaders, ledger, clock);
     loop {
-        tokio::select! {
+        // Each limit's core renews on its own schedule; the outbox paces each pod's leases to one
+        // message per renew interval, sent after a tick (a holder's first lease goes at once).
+        let on_tick = tokio::select! {
             _ = shutdown.changed() => break,
-            _ = tick.tick() => m.tick().await,
-            Some(msg) = reports.next() => m.on_pod_reports(&msg.subject, &msg.payload).await,
-            Some(msg) = returns.next() => m.on_returns(&msg.subject, &msg.payload).await,
-            Some(rec) = records.recv() => {
-                // Each limit's record arrives on its own: what the cores say about it waits for
-                // the next flush (a pod's report or the tick, at most one report interval), so a
-                // pod gets every limit's renewed lease in one message. Late is safe: only waste.
-                m.on_record(&rec).await;
-                leasehold_process::publish_status(&status, &m.status);
-                continue;
-            }
-        }
-        m.flush().await;
+            _ = tick.tick() => { m.tick().await; true }
+            Some(msg) = reports.next() => { m.on_pod_reports(&msg.subject, &msg.payload).await; false }
+            Some(msg) = returns.next() => { m.on_returns(&msg.subject, &msg.payload).await; false }
+            Some(rec) = records.recv() => { m.on_record(&rec).await; false }
+        };
+        m.flush(on_tick).await;
         leasehold_process::publish_status(&status, &m.status);
     }
     Ok(())

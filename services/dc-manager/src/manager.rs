@@ -60,7 +60,7 @@ pub struct Manager {
     removed: std::collections::BTreeSet<String>,
     /// Per limit, pods' admissions as reported, with when (this clock, ns).
     pub(crate) admitted_window: BTreeMap<String, Vec<(u64, u64)>>,
-    /// What the cores said during the current event, sent as batches by [`Manager::flush`].
+    /// What the cores said, sent as batches by [`Manager::flush`] (leases paced per pod).
     outbox: Outbox,
     pub status: Status,
 }
@@ -74,6 +74,7 @@ impl Manager {
         clock: LeaseClock,
     ) -> Self {
         let id = settings.id();
+        let outbox = Outbox::new(settings.manager.renew_interval_ms, settings.report_interval_ms);
         let leadership = Leadership::new(&id, LeadershipConfig::new(settings.leader_ttl_ms));
         Manager {
             id,
@@ -88,7 +89,7 @@ impl Manager {
             admitted_window: BTreeMap::new(),
             removed: Default::default(),
             recorded: Default::default(),
-            outbox: Outbox::default(),
+            outbox,
             status: Status::default(),
         }
     }
@@ -120,6 +121,7 @@ impl Manager {
         {
             Some(Transition::Elected { epoch }) => self.take_over(epoch).await,
             Some(Transition::Deposed { reason }) => {
+                self.outbox.drop_leases();
                 if self.term.take().is_some() {
                     warn!(id = %self.id, epoch = self.status.epoch, reason, "stepping down");
                     self.status.step_downs += 1;
@@ -130,6 +132,9 @@ impl Manager {
             None => {}
         }
         if !self.fresh() {
+            // Leases issued while acting are safe to deliver late, but a replica that may not act
+            // sends nothing.
+            self.outbox.drop_leases();
             return;
         }
         let now = self.now_ns();
@@ -324,9 +329,11 @@ impl Manager {
         }
     }
 
-    /// Send what this event's cores said: one batch per destination.
-    pub async fn flush(&mut self) {
+    /// Send what the cores said: one batch per destination, and each pod's leases when due
+    /// (`on_tick`: after [`Manager::tick`]).
+    pub async fn flush(&mut self, on_tick: bool) {
         let dc = self.settings.manager.dc.clone();
-        self.status.publish_failures += self.outbox.flush(&self.client, &dc).await;
+        let now = self.now_ns();
+        self.status.publish_failures += self.outbox.flush(&self.client, &dc, now, on_tick).await;
     }
 }

@@ -1,37 +1,42 @@
-//! What the cores said during one event, gathered per destination and sent as batches (protocol
-//! v2): one [`PodLeases`] per pod, one [`ReturnAcks`] per pod and one [`DcReports`] for all the
-//! limits, however many limits spoke. A batch is split only to fit the server's `max_payload`,
-//! or when a pod has two holders of one limit (a restarted process whose predecessor is still
-//! counted): a batch never names a limit twice.
+//! What the cores said, gathered per destination and sent as batches (protocol v2): one
+//! [`DcReports`] for all the limits and one [`ReturnAcks`] per pod after each event, and each
+//! pod's leases, for every limit, in one [`PodLeases`] paced by [`LeasePacing`] (once per renew
+//! interval; a holder's first lease at once). A batch is split only to fit the server's
+//! `max_payload`, or when a pod has two holders of one limit (a restarted process whose
+//! predecessor is still counted): a batch never names a limit twice.
 
-use leasehold_shared::dc_manager::DcOutput;
+use leasehold_shared::dc_manager::{DcOutput, LeasePacing};
 use leasehold_shared::subjects::{self, PodChannel};
-use leasehold_shared::wire::{batches, encode, DcReport, DcReports, PodLease, PodLeases, ReturnAck, ReturnAcks};
+use leasehold_shared::wire::{batches, encode, DcReport, DcReports, PodLeases, ReturnAck, ReturnAcks};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(1);
 
-#[derive(Default)]
 pub(crate) struct Outbox {
-    /// Per pod, per (limit, holder incarnation): the newest lease (a later one in the same event
-    /// replaces it; the issuer counts both until the pod says it uses the newer).
-    leases: BTreeMap<String, BTreeMap<(String, u64), PodLease>>,
+    leases: LeasePacing,
     acks: BTreeMap<String, BTreeMap<(String, u64), ReturnAck>>,
     reports: BTreeMap<String, DcReport>,
 }
 
 impl Outbox {
+    pub(crate) fn new(renew_interval_ms: u64, tick_interval_ms: u64) -> Self {
+        Outbox {
+            leases: LeasePacing::new(renew_interval_ms, tick_interval_ms),
+            acks: BTreeMap::new(),
+            reports: BTreeMap::new(),
+        }
+    }
+
+    /// Drop the leases not sent yet (the term that issued them ended).
+    pub(crate) fn drop_leases(&mut self) {
+        self.leases.clear();
+    }
+
     pub(crate) fn push(&mut self, out: Vec<DcOutput>) {
         for o in out {
             match o {
-                DcOutput::PodLease(l) => {
-                    let pod = self.leases.entry(l.pod.clone()).or_default();
-                    let key = (l.limit.clone(), l.incarnation);
-                    if pod.get(&key).is_none_or(|old| old.version <= l.version) {
-                        pod.insert(key, l);
-                    }
-                }
+                DcOutput::PodLease(l) => self.leases.push(l),
                 DcOutput::ReturnAck(a) => {
                     self.acks.entry(a.holder.clone()).or_default().insert((a.limit.clone(), a.incarnation), a);
                 }
@@ -42,14 +47,14 @@ impl Outbox {
         }
     }
 
-    /// Send everything gathered. Returns the messages that could not be published.
-    pub(crate) async fn flush(&mut self, client: &async_nats::Client, dc: &str) -> u64 {
+    /// Send the reports and acks gathered, and the leases due (`on_tick`: this is the manager's
+    /// tick). Returns the messages that could not be published.
+    pub(crate) async fn flush(&mut self, client: &async_nats::Client, dc: &str, now_ns: u64, on_tick: bool) -> u64 {
         let max_bytes = client.server_info().max_payload;
         let mut messages: Vec<(String, Vec<u8>)> = Vec::new();
-        for (pod, leases) in std::mem::take(&mut self.leases) {
+        for (pod, leases) in self.leases.take_due(now_ns, on_tick) {
             let Ok(subject) = subjects::pod(dc, &pod, PodChannel::Lease) else { continue };
-            let all: Vec<PodLease> = leases.into_values().collect();
-            let all = batches(&all, max_bytes);
+            let all = batches(&leases, max_bytes);
             messages.extend(all.into_iter().map(|b| (subject.clone(), encode(&PodLeases::new(dc, &pod, b)))));
         }
         for (pod, acks) in std::mem::take(&mut self.acks) {

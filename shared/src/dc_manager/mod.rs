@@ -22,9 +22,11 @@
 mod config;
 mod floors;
 mod lease_ends;
+mod pacing;
 mod pods;
 
 pub use config::{DcManagerConfig, FailMode, SplitMode};
+pub use pacing::LeasePacing;
 pub use pods::{holder_key, PodView, ReportOutcome};
 
 use crate::expiry::NS_PER_MS;

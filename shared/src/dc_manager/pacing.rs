@@ -1,0 +1,184 @@
+//! [`LeasePacing`]: when a DC manager sends each pod its leases, so that lease messages don't
+//! multiply with limits.
+//!
+//! Each limit's core renews its pod leases on its own schedule (its renewal pass, its DC lease's
+//! arrival, a pod's growth), so with many limits some lease is new at almost every event. The
+//! pacing gathers them per pod and sends a pod all of its new leases together, at most once per
+//! renew interval, on the manager's tick:
+//! * **Paced**: a pod's pending leases go out on the first tick at least `min_gap` after its
+//!   last lease message (`min_gap` = renew interval − half a tick, so a tick landing a little
+//!   early still counts).
+//! * **At once**: a lease for a holder (pod, limit, incarnation) that holds no lease sent to it
+//!   that could still be in force: a new holder's first lease, or one whose lease ran out, waits
+//!   for nothing. The pod's other pending leases ride along.
+//! * A newer lease for a holder replaces an older one still pending (the issuer counts both
+//!   until the pod says it uses the newer, so the older is only waste).
+//!
+//! Safety does not depend on any of this: a pod lease's expiry is anchored at the pod's own send
+//! time of the report it answers, so a lease delivered late is only shorter.
+
+use crate::expiry::NS_PER_MS;
+use crate::wire::PodLease;
+use std::collections::BTreeMap;
+
+/// A holder of one limit at a pod: (limit, incarnation).
+type HolderKey = (String, u64);
+
+#[derive(Debug, Default)]
+struct PodMail {
+    /// The newest lease not yet sent, per holder.
+    pending: BTreeMap<HolderKey, PodLease>,
+    /// When the last lease message went to this pod (this clock).
+    last_sent_ns: Option<u64>,
+    /// Per holder, the latest time a lease sent to it could still be in force: send time + TTL
+    /// (its true end, from the pod's earlier report, is sooner).
+    in_force_until_ns: BTreeMap<HolderKey, u64>,
+}
+
+#[derive(Debug)]
+pub struct LeasePacing {
+    min_gap_ns: u64,
+    pods: BTreeMap<String, PodMail>,
+}
+
+impl LeasePacing {
+    /// Leases renewed every `renew_interval_ms`, on a tick every `tick_interval_ms`.
+    pub fn new(renew_interval_ms: u64, tick_interval_ms: u64) -> Self {
+        let gap_ms = renew_interval_ms.saturating_sub(tick_interval_ms / 2).max(1);
+        LeasePacing { min_gap_ns: gap_ms.saturating_mul(NS_PER_MS), pods: BTreeMap::new() }
+    }
+
+    /// A lease a core issued: it waits here until [`LeasePacing::take_due`] sends it.
+    pub fn push(&mut self, lease: PodLease) {
+        let pending = &mut self.pods.entry(lease.pod.clone()).or_default().pending;
+        let key = (lease.limit.clone(), lease.incarnation);
+        if pending.get(&key).is_none_or(|old| old.version <= lease.version) {
+            pending.insert(key, lease);
+        }
+    }
+
+    /// Whether any lease waits.
+    pub fn is_empty(&self) -> bool {
+        self.pods.values().all(|m| m.pending.is_empty())
+    }
+
+    /// The leases to send now, per pod: every pod with a lease for a holder that has none in
+    /// force, and, on a tick, every pod whose last lease message is at least the gap old. What
+    /// is returned counts as sent at `now_ns`.
+    pub fn take_due(&mut self, now_ns: u64, on_tick: bool) -> Vec<(String, Vec<PodLease>)> {
+        let mut due = Vec::new();
+        for (pod, mail) in self.pods.iter_mut() {
+            mail.in_force_until_ns.retain(|_, until| *until > now_ns);
+            if mail.pending.is_empty() {
+                continue;
+            }
+            let paced = on_tick && mail.last_sent_ns.is_none_or(|t| now_ns.saturating_sub(t) >= self.min_gap_ns);
+            let urgent = mail.pending.keys().any(|k| !mail.in_force_until_ns.contains_key(k));
+            if !(paced || urgent) {
+                continue;
+            }
+            let leases: Vec<PodLease> = std::mem::take(&mut mail.pending).into_values().collect();
+            for l in &leases {
+                let until = now_ns.saturating_add(l.ttl_ms.saturating_mul(NS_PER_MS));
+                mail.in_force_until_ns.insert((l.limit.clone(), l.incarnation), until);
+            }
+            mail.last_sent_ns = Some(now_ns);
+            due.push((pod.clone(), leases));
+        }
+        // Forget pods with nothing pending and nothing in force (departed, or idle).
+        self.pods.retain(|_, m| !m.pending.is_empty() || !m.in_force_until_ns.is_empty());
+        due
+    }
+
+    /// Drop every pending lease (the term that issued them ended).
+    pub fn clear(&mut self) {
+        self.pods.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quota::Quota;
+    use crate::wire::LeaseVersion;
+
+    const MS: u64 = NS_PER_MS;
+
+    fn lease(pod: &str, limit: &str, version: u64) -> PodLease {
+        PodLease {
+            v: 1,
+            limit: limit.into(),
+            dc: "bkk".into(),
+            pod: pod.into(),
+            incarnation: 1,
+            issuer: "m-e1".into(),
+            version: LeaseVersion { epoch: 1, seq: version },
+            lease_id: format!("{limit}-{version}"),
+            quota: Quota::new(1_000, 1_000),
+            ttl_ms: 5_000,
+            basis_seq: 1,
+            limit_removed: false,
+        }
+    }
+
+    #[test]
+    fn a_first_lease_goes_at_once_and_renewals_wait_for_the_pods_next_paced_tick() {
+        let mut p = LeasePacing::new(1_000, 250);
+        p.push(lease("p1", "a", 1));
+        let sent = p.take_due(10 * MS, false);
+        assert_eq!(sent.len(), 1, "a holder with no lease in force is served at once");
+        // Renewals of "a" and a first lease of "b" at different times.
+        p.push(lease("p1", "a", 2));
+        assert!(p.take_due(300 * MS, false).is_empty(), "a renewal waits");
+        assert!(p.take_due(500 * MS, true).is_empty(), "a tick before the gap sends nothing");
+        p.push(lease("p1", "b", 1));
+        let sent = p.take_due(600 * MS, false);
+        assert_eq!(sent[0].1.len(), 2, "the first lease of b takes a's pending renewal along");
+        p.push(lease("p1", "a", 3));
+        p.push(lease("p1", "b", 2));
+        assert!(p.take_due(1_400 * MS, true).is_empty(), "gap measured from the last message");
+        let sent = p.take_due(1_500 * MS, true);
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].1.iter().map(|l| l.version.seq).collect::<Vec<_>>(), vec![3, 2]);
+    }
+
+    #[test]
+    fn many_limits_renewed_at_every_event_make_one_message_per_renew_interval() {
+        let mut p = LeasePacing::new(1_000, 250);
+        for limit in 0..100 {
+            p.push(lease("p1", &format!("l{limit}"), 1));
+        }
+        let mut messages = p.take_due(0, true).len();
+        let mut version = 1;
+        // 10 s: every 10 ms some limit renews; a tick every 250 ms.
+        for t_ms in (10..10_000).step_by(10) {
+            version += 1;
+            p.push(lease("p1", &format!("l{}", version % 100), version));
+            messages += p.take_due(t_ms * MS, t_ms % 250 == 0).len();
+        }
+        assert_eq!(messages, 10, "one lease message per pod per renew interval, over 10 s");
+    }
+
+    #[test]
+    fn a_holder_whose_lease_ran_out_is_served_at_once_and_departed_pods_are_forgotten() {
+        let mut p = LeasePacing::new(1_000, 250);
+        p.push(lease("p1", "a", 1));
+        assert_eq!(p.take_due(0, false).len(), 1);
+        p.push(lease("p1", "a", 2));
+        assert!(p.take_due(4_000 * MS, false).is_empty(), "still in force: waits for a tick");
+        assert_eq!(p.take_due(5_000 * MS, false).len(), 1, "ran out: at once");
+        assert!(p.take_due(10_001 * MS, true).is_empty());
+        assert!(p.pods.is_empty(), "nothing pending, nothing in force: forgotten");
+    }
+
+    #[test]
+    fn a_newer_lease_replaces_an_older_pending_one() {
+        let mut p = LeasePacing::new(1_000, 250);
+        p.push(lease("p1", "a", 2));
+        p.push(lease("p1", "a", 1));
+        let sent = p.take_due(0, false);
+        assert_eq!(sent[0].1.len(), 1);
+        assert_eq!(sent[0].1[0].version.seq, 2);
+        assert!(p.is_empty());
+    }
+}
