@@ -24,7 +24,7 @@ mod floors;
 mod lease_ends;
 mod pods;
 
-pub use config::{DcManagerConfig, FailMode, SplitMode};
+pub use config::{DcManagerConfig, FailMode, FailRule, PodRules, SplitMode};
 pub use pods::{holder_key, PodView, ReportOutcome};
 
 use crate::expiry::NS_PER_MS;
@@ -130,6 +130,13 @@ impl DcManagerCore {
     /// issued from now on tell the pods (they grant nothing either way).
     pub fn set_limit_removed(&mut self, removed: bool) {
         self.limit_removed = removed;
+    }
+
+    /// The split and fail mode from now on (the limit's definition, from its ledger record).
+    /// A new split applies from the next pass; the fail mode from the next budget.
+    pub fn set_policy(&mut self, split: SplitMode, fail_mode: FailMode) {
+        self.cfg.split = split;
+        self.cfg.fail_mode = fail_mode;
     }
 
     pub fn config(&self) -> &DcManagerConfig {
