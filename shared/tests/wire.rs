@@ -1,5 +1,6 @@
 //! One round trip per wire message; malformed, unknown-version and oversized input are errors.
 
+use leasehold_shared::dc_manager::{FailRule, PodRules, SplitMode};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::*;
 use proptest::prelude::*;
@@ -138,6 +139,10 @@ fn ledger_record_roundtrip() {
         dc_holders: [("bkk".to_string(), DcHolder { holder: "bkk-mgr-e2".into(), term: 4 })].into(),
         adaptive_rate_milli_per_s: Some(570_000),
         expiry: Some(leasehold_shared::expiry::ExpiryPolicy::default()),
+        pod_rules: PodRules {
+            split: Some(SplitMode::Demand),
+            fail_mode: Some(FailRule::BestEffort { emergency: [("bkk".to_string(), Quota::per_s(20, 5))].into() }),
+        },
     });
 }
 

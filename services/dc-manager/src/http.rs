@@ -6,6 +6,7 @@ use axum::routing::get;
 use axum::Json;
 use axum::Router;
 use leasehold_process::metrics;
+use leasehold_shared::dc_manager::{FailMode, SplitMode};
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -106,6 +107,9 @@ struct LimitBody {
     dc_lease_rate_per_s: f64,
     used_rate_per_s: f64,
     seconds_since_dc_lease: Option<f64>,
+    /// The split and fail mode in force: the limit's definition's, else this process's.
+    split: SplitMode,
+    fail_mode: FailMode,
 }
 
 async fn status_json(State(v): State<View>) -> Json<StatusBody> {
@@ -135,6 +139,8 @@ async fn status_json(State(v): State<View>) -> Json<StatusBody> {
                     dc_lease_rate_per_s: l.dc_lease_rate_per_s,
                     used_rate_per_s: l.used_rate_per_s,
                     seconds_since_dc_lease: l.seconds_since_dc_lease,
+                    split: l.split,
+                    fail_mode: l.fail_mode,
                 };
                 (name.clone(), body)
             })

@@ -15,7 +15,7 @@
 //!   `DcManagerCore::new`), and use only the floor the coordinator's record names.
 
 use leasehold_process::clock::LeaseClock;
-use leasehold_shared::dc_manager::DcManagerCore;
+use leasehold_shared::dc_manager::{DcManagerCore, PodRules};
 use leasehold_shared::leadership::{Leadership, LeadershipConfig, Transition};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::subjects::{self, PodChannel};
@@ -58,6 +58,8 @@ pub struct Manager {
     recorded: std::collections::BTreeSet<String>,
     /// Limits whose newest record read runs retired (removed): their pod leases say so.
     removed: std::collections::BTreeSet<String>,
+    /// Per limit, the pod rules (split, fail mode) its newest record read names.
+    rules: BTreeMap<String, PodRules>,
     /// Per limit, pods' admissions as reported, with when (this clock, ns).
     pub(crate) admitted_window: BTreeMap<String, Vec<(u64, u64)>>,
     /// What the cores said, sent as batches by [`Manager::flush`] (leases paced per pod).
@@ -88,6 +90,7 @@ impl Manager {
             floors: BTreeMap::new(),
             admitted_window: BTreeMap::new(),
             removed: Default::default(),
+            rules: BTreeMap::new(),
             recorded: Default::default(),
             outbox,
             status: Status::default(),
@@ -176,6 +179,8 @@ impl Manager {
         let now = self.now_ns();
         let mut core = DcManagerCore::new(cfg, now);
         core.set_limit_removed(self.removed.contains(limit));
+        let (split, fail_mode) = self.rules_for(limit);
+        core.set_policy(split, fail_mode);
         let floor = self.floors.get(limit).copied().flatten();
         let out = floor.map(|(f, v)| core.on_floor(f, v, now)).unwrap_or_default();
         if let Some(t) = self.term.as_mut() {
@@ -199,9 +204,18 @@ impl Manager {
         }
     }
 
-    /// Cache the record's floor for this DC, never going back to an older version, and whether
-    /// the limit runs retired.
+    /// `limit`'s split and fail mode here: its record's rules over this process's settings.
+    fn rules_for(
+        &self,
+        limit: &str,
+    ) -> (leasehold_shared::dc_manager::SplitMode, leasehold_shared::dc_manager::FailMode) {
+        self.rules.get(limit).cloned().unwrap_or_default().apply(&self.settings.manager, self.dc())
+    }
+
+    /// Cache the record's floor for this DC, never going back to an older version, whether the
+    /// limit runs retired, and its pod rules.
     fn remember_floor(&mut self, rec: &LedgerRecord) {
+        self.rules.insert(rec.limit.clone(), rec.pod_rules.clone());
         if rec.limit_removed() {
             self.removed.insert(rec.limit.clone());
         } else {
@@ -237,8 +251,10 @@ impl Manager {
         let now = self.now_ns();
         let floor = self.floors.get(&limit).copied().flatten();
         let removed = self.removed.contains(&limit);
+        let (split, fail_mode) = self.rules_for(&limit);
         let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&limit)) else { return };
         lt.core.set_limit_removed(removed);
+        lt.core.set_policy(split, fail_mode);
         // Only the floor the coordinator's durable record names (none if it names none), and
         // never one older than the term already uses.
         let out = floor.map(|(f, v)| lt.core.on_floor(f, v, now)).unwrap_or_default();

@@ -2,6 +2,7 @@
 //! process as a whole, and each limit it serves.
 
 use crate::manager::Manager;
+use leasehold_shared::dc_manager::{FailMode, SplitMode};
 use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -36,6 +37,9 @@ pub struct LimitStatus {
     pub dc_lease_rate_per_s: f64,
     pub used_rate_per_s: f64,
     pub seconds_since_dc_lease: Option<f64>,
+    /// In force for this limit: its definition's, else this process's settings.
+    pub split: SplitMode,
+    pub fail_mode: FailMode,
 }
 
 impl Manager {
@@ -62,6 +66,8 @@ impl Manager {
                 dc_lease_rate_per_s: lt.core.current_lease(now).map_or(0.0, |l| l.quota.rate_per_s()),
                 used_rate_per_s: used as f64,
                 seconds_since_dc_lease: lt.last_dc_lease_at_ns.map(|t| self.clock.seconds_since(t)),
+                split: lt.core.config().split,
+                fail_mode: lt.core.config().fail_mode,
             };
             limits.insert(limit.clone(), l);
         }
@@ -83,6 +89,7 @@ impl Manager {
                 .into_iter()
                 .chain(l.seconds_since_dc_lease)
                 .reduce(f64::max),
+            ..Default::default()
         });
         s.limits = limits;
     }

@@ -103,3 +103,54 @@ async fn one_manager_serves_every_limit_of_its_dc() {
         only.stop().await.unwrap();
     }
 }
+
+/// A limit's definition names its split and fail mode; the DC manager runs each limit on its
+/// own, follows a change live, and runs a limit whose definition says nothing on its settings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_limit_runs_on_its_definition_s_split_and_fail_mode_followed_live() {
+    use leasehold_shared::dc_manager::{FailMode, SplitMode};
+    use leasehold_shared::limits::{FailModeName, Rate};
+    let bin = binaries().expect("a nats-server is needed: run scripts/nats-servers").remove(0);
+    let server = NatsServer::start(&bin).unwrap();
+    let url = server.url();
+    let mut second = limit("second", 40);
+    second.split = Some(SplitMode::Weighted);
+    second.fail_mode = Some(FailModeName::BestEffort);
+    second.dcs[0].emergency = Some(Rate::parse("3/s").unwrap());
+    let coord = CoordSettings {
+        nats_url: url.clone(),
+        id: Some("coord".into()),
+        leader_ttl_ms: 1_000,
+        replicas: 1,
+        http_listen: None,
+        limits: vec![limit("api", 100), second.clone()],
+    };
+    let _coord = leasehold_coordinator::spawn(wait::client(&url, "c").await, coord);
+    let mut m = leasehold_dc_manager::spawn(wait::client(&url, "m").await, manager(&url, "m1", ""));
+    let best_effort = FailMode::BestEffort { emergency: Quota::per_s(3, 0) };
+    let s = wait::until(&mut m.status, WITHIN, "both limits served, second on its rules", |s: &Status| {
+        s.limits.contains_key("api") && s.limits.get("second").is_some_and(|l| l.fail_mode == best_effort)
+    })
+    .await;
+    assert_eq!(s.limits["second"].split, SplitMode::Weighted);
+    assert_eq!(
+        (s.limits["api"].split, s.limits["api"].fail_mode),
+        (SplitMode::Equal, FailMode::Strict),
+        "own settings"
+    );
+
+    // `leasehold limits put` of the same limit without the rules: back to the manager's own.
+    let store =
+        leasehold_nats::limits_store::open(&leasehold_nats::connect::jetstream(wait::client(&url, "p").await), 1)
+            .await
+            .unwrap();
+    let stored = leasehold_nats::limits_store::get(&store, "second").await.unwrap().expect("seeded");
+    let plain = limit("second", 40);
+    let put = leasehold_nats::limits_store::put(&store, &plain, Some(stored.revision)).await.unwrap();
+    assert!(matches!(put, leasehold_nats::kv::CasOutcome::Written { .. }), "{put:?}");
+    wait::until(&mut m.status, WITHIN, "second back on the manager's own rules", |s: &Status| {
+        s.limits.get("second").is_some_and(|l| l.fail_mode == FailMode::Strict && l.split == SplitMode::Equal)
+    })
+    .await;
+    m.stop().await.unwrap();
+}

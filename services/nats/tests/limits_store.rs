@@ -16,6 +16,8 @@ fn def(name: &str, rate: &str) -> LimitDef {
         floor: Floor::Rate(Rate::parse("50/s").unwrap()),
         floor_burst: None,
         weight: 1.0,
+        emergency: None,
+        emergency_burst: None,
     }];
     d
 }

@@ -1,6 +1,7 @@
 use crate::adaptive::AdaptiveConfig;
 use crate::allocator::AllocMode;
 use crate::bugs::KnownBugs;
+use crate::dc_manager::{FailRule, PodRules};
 use crate::expiry::ExpiryPolicy;
 use crate::quota::Quota;
 use serde::{Deserialize, Serialize};
@@ -55,6 +56,10 @@ pub struct LimitConfig {
     /// Missing: R is the configured one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<AdaptiveConfig>,
+    /// How DC managers split and fail over this limit's pod leases (carried in the ledger
+    /// record). Missing: each DC manager's own settings.
+    #[serde(default, skip_serializing_if = "PodRules::is_empty")]
+    pub pods: PodRules,
     /// Negative controls only (see [`KnownBugs`]).
     #[serde(skip)]
     pub bugs: KnownBugs,
@@ -97,6 +102,7 @@ impl LimitConfig {
             min_burst_per_pod_milli: defaults::min_burst_per_pod_milli(),
             expiry: ExpiryPolicy::default(),
             adaptive: None,
+            pods: PodRules::default(),
             bugs: KnownBugs::default(),
         }
     }
@@ -126,6 +132,11 @@ impl LimitConfig {
         names.sort_unstable();
         if names.windows(2).any(|w| w[0] == w[1]) {
             return Err(format!("limit {}: a DC is listed twice", self.limit));
+        }
+        if let Some(FailRule::BestEffort { emergency }) = &self.pods.fail_mode {
+            if let Some(dc) = emergency.keys().find(|dc| names.binary_search(&dc.as_str()).is_err()) {
+                return Err(format!("limit {}: an emergency allowance names DC {dc}, which is not listed", self.limit));
+            }
         }
         Ok(())
     }

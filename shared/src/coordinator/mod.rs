@@ -217,6 +217,7 @@ impl CoordinatorCore {
                 .collect(),
             adaptive_rate_milli_per_s: self.adaptive_record(),
             expiry: Some(self.cfg.expiry),
+            pod_rules: self.cfg.pods.clone(),
         };
         for dc in self.floor_dcs() {
             let Some((floor, version)) = self.floor_named(&dc) else { continue };

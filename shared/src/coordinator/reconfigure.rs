@@ -38,6 +38,8 @@ impl LimitConfig {
         let mut c = self.clone();
         c.quota = Quota::ZERO;
         c.dcs.iter_mut().for_each(|d| d.floor = Quota::ZERO);
+        // No emergency allowance either: a removed limit admits nothing once its leases end.
+        c.pods.fail_mode = Some(crate::dc_manager::FailRule::Strict);
         c
     }
 
@@ -57,6 +59,7 @@ impl LimitConfig {
         // The writer's policy; a record without one (an older writer) gets wide margins.
         let wide = crate::expiry::ExpiryPolicy { max_drift: 0.05, grace_ms: 1_000, egress_spread_ms: 1_000 };
         c.expiry = rec.expiry.unwrap_or(wide);
+        c.pods = rec.pod_rules.clone();
         c
     }
 

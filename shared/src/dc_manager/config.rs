@@ -27,6 +27,50 @@ pub enum FailMode {
     BestEffort { emergency: Quota },
 }
 
+/// How a limit's DC managers run its pod leases, as the limit's definition says (`split`,
+/// `fail_mode` and each DC's `emergency`). The coordinator writes them into the limit's ledger
+/// record, where DC managers read them with the record. What a definition leaves out, each DC
+/// manager takes from its own settings.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PodRules {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<SplitMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_mode: Option<FailRule>,
+}
+
+/// A limit's fail mode, for every DC.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "mode")]
+pub enum FailRule {
+    Strict,
+    /// Each listed DC may use its emergency allowance after its DC lease ends; a DC not listed
+    /// runs strict.
+    BestEffort {
+        emergency: std::collections::BTreeMap<String, Quota>,
+    },
+}
+
+impl PodRules {
+    pub fn is_empty(&self) -> bool {
+        *self == PodRules::default()
+    }
+
+    /// The DC manager settings `base` (its own) with these rules applied for `dc`.
+    pub fn apply(&self, base: &DcManagerConfig, dc: &str) -> (SplitMode, FailMode) {
+        let split = self.split.unwrap_or(base.split);
+        let fail_mode = match &self.fail_mode {
+            None => base.fail_mode,
+            Some(FailRule::Strict) => FailMode::Strict,
+            Some(FailRule::BestEffort { emergency }) => match emergency.get(dc) {
+                Some(e) => FailMode::BestEffort { emergency: *e },
+                None => FailMode::Strict,
+            },
+        };
+        (split, fail_mode)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DcManagerConfig {
     /// The limit this core serves (a DC manager's settings: the one limit it serves; none or

@@ -25,7 +25,7 @@ mod lease_ends;
 mod pacing;
 mod pods;
 
-pub use config::{DcManagerConfig, FailMode, SplitMode};
+pub use config::{DcManagerConfig, FailMode, FailRule, PodRules, SplitMode};
 pub use pacing::LeasePacing;
 pub use pods::{holder_key, PodView, ReportOutcome};
 
@@ -132,6 +132,13 @@ impl DcManagerCore {
     /// issued from now on tell the pods (they grant nothing either way).
     pub fn set_limit_removed(&mut self, removed: bool) {
         self.limit_removed = removed;
+    }
+
+    /// The split and fail mode from now on (the limit's definition, from its ledger record).
+    /// A new split applies from the next pass; the fail mode from the next budget.
+    pub fn set_policy(&mut self, split: SplitMode, fail_mode: FailMode) {
+        self.cfg.split = split;
+        self.cfg.fail_mode = fail_mode;
     }
 
     pub fn config(&self) -> &DcManagerConfig {

@@ -1,10 +1,12 @@
 //! [`LimitDef`]: one limit's definition as people write it (in a TOML file, on the command line,
 //! as the JSON stored in KV), and its conversion to the exact [`LimitConfig`] the coordinator runs.
 
+use super::pod_rules::{self, FailModeName};
 use super::rate::{format_amount, format_rate, Rate, Tokens};
 use crate::adaptive::AdaptiveConfig;
 use crate::allocator::AllocMode;
 use crate::coordinator::{DcSpec, LimitConfig};
+use crate::dc_manager::SplitMode;
 use crate::expiry::ExpiryPolicy;
 use crate::quota::Quota;
 use crate::wire::check_id;
@@ -67,6 +69,15 @@ pub struct LimitDef {
     /// [`AdaptiveConfig`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<AdaptiveConfig>,
+    /// How each DC manager divides its DC lease among its pods: `equal`, `weighted` or `demand`.
+    /// Missing: each DC manager's own `split` setting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<SplitMode>,
+    /// What a DC's pods may use once its DC lease ended unrenewed: `strict` (the floor only) or
+    /// `best-effort` (the floor and the DC's `emergency` allowance, outside the limit). Missing:
+    /// each DC manager's own `fail_mode` setting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_mode: Option<FailModeName>,
 }
 
 /// One data center of a limit.
@@ -83,6 +94,13 @@ pub struct DcDef {
     pub floor_burst: Option<Tokens>,
     #[serde(default = "defaults::weight")]
     pub weight: f64,
+    /// With `fail_mode = "best-effort"`: what this DC's pods may use, beyond the floor and
+    /// outside the limit, once its DC lease ended unrenewed (a rate such as `"20/s"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emergency: Option<Rate>,
+    /// Burst tokens of the emergency allowance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emergency_burst: Option<Tokens>,
 }
 
 /// A DC's floor: a rate, or the legacy exact quota (which carries its own burst).
@@ -167,6 +185,7 @@ impl LimitDef {
         config.min_burst_per_pod_milli = self.min_burst_per_pod_milli;
         config.expiry = self.expiry;
         config.adaptive = self.adaptive.clone();
+        config.pods = pod_rules::from_def(self).map_err(invalid)?;
         // Said in human units (validate says it in exact ones); a zero rate is validate's to report.
         let floors = config.floors();
         if quota.rate_milli_per_s > 0 && !floors.fits_in(&quota) {
@@ -201,6 +220,11 @@ impl LimitDef {
                     floor: Floor::Rate(Rate::from_milli_per_s(dc.floor.rate_milli_per_s)),
                     floor_burst: (dc.floor.burst_milli > 0).then_some(Tokens { milli: dc.floor.burst_milli }),
                     weight: dc.weight,
+                    emergency: pod_rules::emergency_of(config, &dc.name)
+                        .map(|q| Rate::from_milli_per_s(q.rate_milli_per_s)),
+                    emergency_burst: pod_rules::emergency_of(config, &dc.name)
+                        .filter(|q| q.burst_milli > 0)
+                        .map(|q| Tokens { milli: q.burst_milli }),
                 })
                 .collect(),
             dc_ttl_ms: config.dc_ttl_ms,
@@ -213,6 +237,8 @@ impl LimitDef {
             min_burst_per_pod_milli: config.min_burst_per_pod_milli,
             expiry: config.expiry,
             adaptive: config.adaptive.clone(),
+            split: config.pods.split,
+            fail_mode: pod_rules::fail_mode_name(config),
         }
     }
 

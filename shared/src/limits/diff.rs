@@ -6,6 +6,7 @@
 //! definition they were issued under (the old one).
 
 use super::definition::{LimitDef, LimitDefError};
+use super::pod_rules;
 use super::rate::{format_amount, format_rate};
 use crate::coordinator::{DcSpec, LimitConfig};
 use crate::expiry::NS_PER_MS;
@@ -139,11 +140,26 @@ fn changes(old: &LimitConfig, new: &LimitConfig) -> Vec<String> {
     field("expiry.egress_spread_ms", old.expiry.egress_spread_ms.to_string(), new.expiry.egress_spread_ms.to_string());
     let adaptive = |c: &LimitConfig| c.adaptive.as_ref().map_or("off".into(), |a| format!("{a:?}"));
     field("adaptive", adaptive(old), adaptive(new));
+    let own = || "the DC managers' own".to_string();
+    let split = |c: &LimitConfig| c.pods.split.map_or_else(own, |s| name_of(&s));
+    field("split", split(old), split(new));
+    let fail_mode = |c: &LimitConfig| pod_rules::fail_mode_name(c).map_or_else(own, |m| name_of(&m));
+    field("fail_mode", fail_mode(old), fail_mode(new));
+    let names: std::collections::BTreeSet<&String> = old.dcs.iter().chain(&new.dcs).map(|d| &d.name).collect();
+    for dc in names {
+        let allowance = |c: &LimitConfig| pod_rules::emergency_of(c, dc).map_or("none".into(), pod_rules::describe);
+        field(&format!("dcs.{dc}.emergency"), allowance(old), allowance(new));
+    }
     lines
 }
 
+/// A unit enum's name as its serde form (`"best-effort"`).
+fn name_of<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+}
+
 fn mode(c: &LimitConfig) -> String {
-    serde_json::to_value(c.alloc_mode).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+    name_of(&c.alloc_mode)
 }
 
 #[cfg(test)]
@@ -193,6 +209,24 @@ mod tests {
                 "dcs.bkk.floor: 50/s → 20/s".to_string(),
                 "dcs.eu: removed (its DC lease is not renewed: its pods deny once it ends, at most 10.2 s)".into(),
                 "dcs.us: added (floor 0.5/s burst 1)".into(),
+            ]
+        );
+    }
+
+    #[test]
+    fn pod_rules_changes_are_named() {
+        use crate::dc_manager::{FailRule, SplitMode};
+        let old = api(1_000);
+        let mut new = api(1_000);
+        new.pods.split = Some(SplitMode::Demand);
+        let emergency = [("eu".to_string(), Quota::per_s(20, 5))].into();
+        new.pods.fail_mode = Some(FailRule::BestEffort { emergency });
+        assert_eq!(
+            diff(Some(&old), Some(&new)),
+            vec![
+                "split: the DC managers' own → demand".to_string(),
+                "fail_mode: the DC managers' own → best-effort".into(),
+                "dcs.eu.emergency: none → 20/s burst 5".into(),
             ]
         );
     }

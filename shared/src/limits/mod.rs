@@ -5,12 +5,16 @@
 //! * [`rate`]: human rates and token amounts ↔ milli-units (rounding down, never up).
 //! * [`definition`]: [`LimitDef`], the stored document, and its conversion to
 //!   [`crate::coordinator::LimitConfig`].
+//! * [`pod_rules`]: the definition's `split`, `fail_mode` and `emergency`, which DC managers
+//!   read from the limit's ledger record.
 //! * [`diff`]: what changing a definition does, one line per field.
 
 pub mod definition;
 pub mod diff;
+pub mod pod_rules;
 pub mod rate;
 
 pub use definition::{DcDef, DefFormat, Floor, LimitDef, LimitDefError, LIMIT_DEF_VERSION};
 pub use diff::{diff, diff_defs, lease_lifetime_ms};
+pub use pod_rules::FailModeName;
 pub use rate::{format_amount, format_rate, parse_amount, parse_rate, Rate, Tokens, ValueError};

@@ -255,6 +255,10 @@ pub struct LedgerRecord {
     /// Missing: not known (older writers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expiry: Option<crate::expiry::ExpiryPolicy>,
+    /// How DC managers split and fail over the limit's pod leases, from its definition
+    /// (`split`, `fail_mode`, each DC's `emergency`). Missing: each DC manager's own settings.
+    #[serde(default, skip_serializing_if = "crate::dc_manager::PodRules::is_empty")]
+    pub pod_rules: crate::dc_manager::PodRules,
 }
 
 /// A DC's current DC-manager replica as the coordinator knows it.
@@ -284,6 +288,7 @@ impl LedgerRecord {
             dc_holders: Default::default(),
             adaptive_rate_milli_per_s: None,
             expiry: None,
+            pod_rules: Default::default(),
         }
     }
 

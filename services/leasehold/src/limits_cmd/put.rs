@@ -184,7 +184,14 @@ fn with_flags(a: &PutArgs, base: Option<LimitDef>) -> Result<LimitDef, Failure> 
                 }
                 dc.floor = Floor::Rate(rate);
             }
-            None => def.dcs.push(DcDef { name, floor: Floor::Rate(rate), floor_burst: None, weight: 1.0 }),
+            None => def.dcs.push(DcDef {
+                name,
+                floor: Floor::Rate(rate),
+                floor_burst: None,
+                weight: 1.0,
+                emergency: None,
+                emergency_burst: None,
+            }),
         }
     }
     if let Some(ttl) = a.dc_ttl_ms {
