@@ -36,8 +36,9 @@ pub enum DcManagerError {
 }
 
 /// Keep a watch on the ledger records (`key`: one limit's, or `>` for every limit), re-opening
-/// it whenever it ends (server restart).
-fn watch_records(ledger: async_nats::jetstream::kv::Store, key: String) -> mpsc::Receiver<bytes::Bytes> {
+/// it whenever it ends (server restart). Each value comes with its revision: the keys' kept
+/// history is delivered again, oldest first, each time the watch is opened.
+fn watch_records(ledger: async_nats::jetstream::kv::Store, key: String) -> mpsc::Receiver<(bytes::Bytes, u64)> {
     let (tx, rx) = mpsc::channel(256);
     tokio::spawn(async move {
         loop {
@@ -46,7 +47,7 @@ fn watch_records(ledger: async_nats::jetstream::kv::Store, key: String) -> mpsc:
                     if entry.operation != async_nats::jetstream::kv::Operation::Put {
                         continue;
                     }
-                    if tx.send(entry.value).await.is_err() {
+                    if tx.send((entry.value, entry.revision)).await.is_err() {
                         return;
                     }
                 }
@@ -116,7 +117,7 @@ pub async fn run(
             _ = tick.tick() => { m.tick().await; true }
             Some(msg) = reports.next() => { m.on_pod_reports(&msg.subject, &msg.payload).await; false }
             Some(msg) = returns.next() => { m.on_returns(&msg.subject, &msg.payload).await; false }
-            Some(rec) = records.recv() => { m.on_record(&rec).await; false }
+            Some((rec, revision)) = records.recv() => { m.on_record(&rec, revision).await; false }
         };
         m.flush(on_tick).await;
         leasehold_process::publish_status(&status, &m.status);

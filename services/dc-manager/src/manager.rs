@@ -15,7 +15,7 @@
 //!   `DcManagerCore::new`), and use only the floor the coordinator's record names.
 
 use leasehold_process::clock::LeaseClock;
-use leasehold_shared::dc_manager::{DcManagerCore, PodRules};
+use leasehold_shared::dc_manager::{DcManagerCore, RecordRules};
 use leasehold_shared::leadership::{Leadership, LeadershipConfig, Transition};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::subjects::{self, PodChannel};
@@ -56,10 +56,9 @@ pub struct Manager {
     /// Every limit served whose ledger record the watch has delivered: pods' reports make a core
     /// only for these.
     recorded: std::collections::BTreeSet<String>,
-    /// Limits whose newest record read runs retired (removed): their pod leases say so.
-    removed: std::collections::BTreeSet<String>,
-    /// Per limit, the pod rules (split, fail mode) its newest record read names.
-    rules: BTreeMap<String, PodRules>,
+    /// Per limit, whether its newest record runs it retired (removed: pod leases say so) and
+    /// its pod rules (split, fail mode), taken only from a newer revision than the last.
+    record_rules: RecordRules,
     /// Per limit, pods' admissions as reported, with when (this clock, ns).
     pub(crate) admitted_window: BTreeMap<String, Vec<(u64, u64)>>,
     /// What the cores said, sent as batches by [`Manager::flush`] (leases paced per pod).
@@ -89,8 +88,7 @@ impl Manager {
             term: None,
             floors: BTreeMap::new(),
             admitted_window: BTreeMap::new(),
-            removed: Default::default(),
-            rules: BTreeMap::new(),
+            record_rules: RecordRules::default(),
             recorded: Default::default(),
             outbox,
             status: Status::default(),
@@ -178,7 +176,7 @@ impl Manager {
         self.read_record_now(limit).await;
         let now = self.now_ns();
         let mut core = DcManagerCore::new(cfg, now);
-        core.set_limit_removed(self.removed.contains(limit));
+        core.set_limit_removed(self.record_rules.removed(limit));
         let (split, fail_mode) = self.rules_for(limit);
         core.set_policy(split, fail_mode);
         let floor = self.floors.get(limit).copied().flatten();
@@ -194,33 +192,33 @@ impl Manager {
     /// one. On failure the cache stays (the watch keeps it current).
     async fn read_record_now(&mut self, limit: &str) {
         let Ok(key) = subjects::ledger_key(limit) else { return };
-        match self.ledger.get(&key).await {
-            Ok(Some(payload)) => match decode::<LedgerRecord>(&payload) {
-                Ok(rec) => self.remember_floor(&rec),
-                Err(_) => self.status.messages_malformed += 1,
-            },
-            Ok(None) => {}
+        match self.ledger.entry(&key).await {
+            Ok(Some(entry)) if entry.operation == async_nats::jetstream::kv::Operation::Put => {
+                match decode::<LedgerRecord>(&entry.value) {
+                    Ok(rec) => self.remember_record(&rec, entry.revision),
+                    Err(_) => self.status.messages_malformed += 1,
+                }
+            }
+            Ok(_) => {}
             Err(e) => warn!(limit, cause = %e, "could not read the ledger record; using the watched one"),
         }
     }
 
-    /// `limit`'s split and fail mode here: its record's rules over this process's settings.
+    /// `limit`'s split and fail mode here: its record's rules over this process's settings;
+    /// strict once it was removed.
     fn rules_for(
         &self,
         limit: &str,
     ) -> (leasehold_shared::dc_manager::SplitMode, leasehold_shared::dc_manager::FailMode) {
-        self.rules.get(limit).cloned().unwrap_or_default().apply(&self.settings.manager, self.dc())
+        self.record_rules.policy(limit, &self.settings.manager, self.dc())
     }
 
-    /// Cache the record's floor for this DC, never going back to an older version, whether the
-    /// limit runs retired, and its pod rules.
-    fn remember_floor(&mut self, rec: &LedgerRecord) {
-        self.rules.insert(rec.limit.clone(), rec.pod_rules.clone());
-        if rec.limit_removed() {
-            self.removed.insert(rec.limit.clone());
-        } else {
-            self.removed.remove(&rec.limit);
-        }
+    /// Cache the record (at `revision` of its key) for this DC: its floor, never going back to
+    /// an older version, and whether the limit runs retired and its pod rules, never going back
+    /// to an older revision (the watch replays history when it is opened again; a direct read
+    /// may be newer than what the watch delivers next).
+    fn remember_record(&mut self, rec: &LedgerRecord, revision: u64) {
+        self.record_rules.take(revision, rec);
         let cached = self.floors.entry(rec.limit.clone()).or_default();
         if let Some((f, v)) = rec.floor_of(&self.settings.manager.dc) {
             if cached.is_none_or(|(_, old)| v >= old) {
@@ -229,8 +227,9 @@ impl Manager {
         }
     }
 
-    /// A new value of a ledger record: apply the newest DC lease addressed to this term.
-    pub async fn on_record(&mut self, payload: &[u8]) {
+    /// A new value of a ledger record (at `revision` of its key): apply the newest DC lease
+    /// addressed to this term.
+    pub async fn on_record(&mut self, payload: &[u8], revision: u64) {
         let rec = match decode::<LedgerRecord>(payload) {
             Ok(r) => r,
             Err(_) => return self.status.messages_malformed += 1,
@@ -242,7 +241,7 @@ impl Manager {
         if !self.serves(&rec.limit) || (!names_dc && !self.floors.contains_key(&rec.limit)) {
             return; // a limit this DC has no part in
         }
-        self.remember_floor(&rec);
+        self.remember_record(&rec, revision);
         if !self.fresh() {
             return;
         }
@@ -250,7 +249,7 @@ impl Manager {
         self.ensure_core(&limit).await;
         let now = self.now_ns();
         let floor = self.floors.get(&limit).copied().flatten();
-        let removed = self.removed.contains(&limit);
+        let removed = self.record_rules.removed(&limit);
         let (split, fail_mode) = self.rules_for(&limit);
         let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&limit)) else { return };
         lt.core.set_limit_removed(removed);
@@ -296,6 +295,9 @@ impl Manager {
             }
             Err(_) => return self.status.messages_malformed += 1,
         };
+        if let Some(interval_ms) = batch.reports.iter().map(|r| r.interval_ms).min() {
+            self.outbox.note_report_interval(&batch.pod, interval_ms);
+        }
         for r in &batch.reports {
             if self.serves(&r.limit) {
                 self.on_pod_report(r).await;

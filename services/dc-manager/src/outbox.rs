@@ -28,6 +28,11 @@ impl Outbox {
         }
     }
 
+    /// A pod's report period: none of its leases waits longer than 16 of them.
+    pub(crate) fn note_report_interval(&mut self, pod: &str, interval_ms: u64) {
+        self.leases.note_report_interval(pod, interval_ms);
+    }
+
     /// Drop the leases not sent yet (the term that issued them ended).
     pub(crate) fn drop_leases(&mut self) {
         self.leases.clear();

@@ -271,10 +271,13 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
     );
     assert_eq!(
         fields(&d["limits"]["api"]),
-        "budget_rate_per_s dc_lease_rate_per_s pods_eligible pods_known seconds_since_dc_lease used_rate_per_s",
+        "budget_rate_per_s dc_lease_rate_per_s fail_mode pods_eligible pods_known seconds_since_dc_lease split \
+         used_rate_per_s",
         "{d}"
     );
     assert_eq!((d["limit"].as_str(), d["dc"].as_str(), d["leading"].as_bool()), (Some("api"), Some("bkk"), Some(true)));
+    assert_eq!(d["limits"]["api"]["split"], "equal", "{d}");
+    assert_eq!(d["limits"]["api"]["fail_mode"]["mode"], "strict", "{d}");
     let p = status(pod_addr.to_string()).await;
     assert_eq!(fields(&p), "default_limit limits pod", "{p}");
     assert_eq!(p["default_limit"], "api", "{p}");

@@ -24,10 +24,12 @@ mod floors;
 mod lease_ends;
 mod pacing;
 mod pods;
+mod record_rules;
 
 pub use config::{DcManagerConfig, FailMode, FailRule, PodRules, SplitMode};
 pub use pacing::LeasePacing;
 pub use pods::{holder_key, PodView, ReportOutcome};
+pub use record_rules::RecordRules;
 
 use crate::expiry::NS_PER_MS;
 use crate::holder::{LeaseFence, LeaseRejection, SentLog};

@@ -7,7 +7,8 @@
 //! renew interval, on the manager's tick:
 //! * **Paced**: a pod's pending leases go out on the first tick at least `min_gap` after its
 //!   last lease message (`min_gap` = renew interval − half a tick, so a tick landing a little
-//!   early still counts).
+//!   early still counts), or once a lease has waited 16 of the pod's report periods (a pod
+//!   applies a lease only while the report it answers is among its last 64).
 //! * **At once**: a lease for a holder (pod, limit, incarnation) that holds no lease sent to it
 //!   that could still be in force: a new holder's first lease, or one whose lease ran out, waits
 //!   for nothing. The pod's other pending leases ride along.
@@ -19,7 +20,7 @@
 
 use crate::expiry::NS_PER_MS;
 use crate::wire::PodLease;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A holder of one limit at a pod: (limit, incarnation).
 type HolderKey = (String, u64);
@@ -33,23 +34,38 @@ struct PodMail {
     /// Per holder, the latest time a lease sent to it could still be in force: send time + TTL
     /// (its true end, from the pod's earlier report, is sooner).
     in_force_until_ns: BTreeMap<HolderKey, u64>,
+    /// Since when a lease has been waiting (first seen at a flush).
+    pending_since_ns: Option<u64>,
+    /// The pod's report period, as its reports say.
+    report_interval_ms: Option<u64>,
 }
+
+/// A pod applies a lease only while the report it answers is among its last
+/// [`crate::holder::SentLog::LEN`] (64): no lease waits longer than a quarter of that.
+const MAX_HOLD_REPORTS: u64 = crate::holder::SentLog::LEN as u64 / 4;
 
 #[derive(Debug)]
 pub struct LeasePacing {
     min_gap_ns: u64,
     pods: BTreeMap<String, PodMail>,
+    /// Pods given a lease since the last [`LeasePacing::take_due`]: the only ones an event's
+    /// flush looks at (a tick looks at every pod), so an event costs what it issued, not the
+    /// number of pods.
+    touched: BTreeSet<String>,
 }
 
 impl LeasePacing {
     /// Leases renewed every `renew_interval_ms`, on a tick every `tick_interval_ms`.
     pub fn new(renew_interval_ms: u64, tick_interval_ms: u64) -> Self {
         let gap_ms = renew_interval_ms.saturating_sub(tick_interval_ms / 2).max(1);
-        LeasePacing { min_gap_ns: gap_ms.saturating_mul(NS_PER_MS), pods: BTreeMap::new() }
+        LeasePacing { min_gap_ns: gap_ms.saturating_mul(NS_PER_MS), pods: BTreeMap::new(), touched: BTreeSet::new() }
     }
 
     /// A lease a core issued: it waits here until [`LeasePacing::take_due`] sends it.
     pub fn push(&mut self, lease: PodLease) {
+        if !self.touched.contains(&lease.pod) {
+            self.touched.insert(lease.pod.clone());
+        }
         let pending = &mut self.pods.entry(lease.pod.clone()).or_default().pending;
         let key = (lease.limit.clone(), lease.incarnation);
         if pending.get(&key).is_none_or(|old| old.version <= lease.version) {
@@ -62,17 +78,25 @@ impl LeasePacing {
         self.pods.values().all(|m| m.pending.is_empty())
     }
 
-    /// The leases to send now, per pod: every pod with a lease for a holder that has none in
-    /// force, and, on a tick, every pod whose last lease message is at least the gap old. What
-    /// is returned counts as sent at `now_ns`.
+    /// The leases to send now, per pod: every pod given a lease since the last call that has a
+    /// lease for a holder with none in force, and, on a tick, every pod whose last lease message
+    /// is at least the gap old. What is returned counts as sent at `now_ns`.
     pub fn take_due(&mut self, now_ns: u64, on_tick: bool) -> Vec<(String, Vec<PodLease>)> {
+        let touched = std::mem::take(&mut self.touched);
+        let candidates: Vec<String> =
+            if on_tick { self.pods.keys().cloned().collect() } else { touched.into_iter().collect() };
         let mut due = Vec::new();
-        for (pod, mail) in self.pods.iter_mut() {
+        for pod in candidates {
+            let Some(mail) = self.pods.get_mut(&pod) else { continue };
             mail.in_force_until_ns.retain(|_, until| *until > now_ns);
             if mail.pending.is_empty() {
                 continue;
             }
-            let paced = on_tick && mail.last_sent_ns.is_none_or(|t| now_ns.saturating_sub(t) >= self.min_gap_ns);
+            let since = *mail.pending_since_ns.get_or_insert(now_ns);
+            let max_hold_ns = mail.report_interval_ms.map_or(u64::MAX, |i| i * MAX_HOLD_REPORTS * NS_PER_MS);
+            let held_long = now_ns.saturating_sub(since) >= max_hold_ns;
+            let paced =
+                on_tick && (held_long || mail.last_sent_ns.is_none_or(|t| now_ns.saturating_sub(t) >= self.min_gap_ns));
             let urgent = mail.pending.keys().any(|k| !mail.in_force_until_ns.contains_key(k));
             if !(paced || urgent) {
                 continue;
@@ -83,16 +107,28 @@ impl LeasePacing {
                 mail.in_force_until_ns.insert((l.limit.clone(), l.incarnation), until);
             }
             mail.last_sent_ns = Some(now_ns);
-            due.push((pod.clone(), leases));
+            mail.pending_since_ns = None;
+            due.push((pod, leases));
         }
-        // Forget pods with nothing pending and nothing in force (departed, or idle).
-        self.pods.retain(|_, m| !m.pending.is_empty() || !m.in_force_until_ns.is_empty());
+        if on_tick {
+            // Forget pods with nothing pending and nothing in force (departed, or idle).
+            self.pods.retain(|_, m| !m.pending.is_empty() || !m.in_force_until_ns.is_empty());
+        }
         due
+    }
+
+    /// The pod's report period (`PodReport.interval_ms`): no lease waits longer than 16 of them.
+    /// Kept while the pod has a lease pending or in force (its reports say it again).
+    pub fn note_report_interval(&mut self, pod: &str, interval_ms: u64) {
+        if let Some(mail) = self.pods.get_mut(pod) {
+            mail.report_interval_ms = Some(interval_ms);
+        }
     }
 
     /// Drop every pending lease (the term that issued them ended).
     pub fn clear(&mut self) {
         self.pods.clear();
+        self.touched.clear();
     }
 }
 
@@ -166,9 +202,26 @@ mod tests {
         assert_eq!(p.take_due(0, false).len(), 1);
         p.push(lease("p1", "a", 2));
         assert!(p.take_due(4_000 * MS, false).is_empty(), "still in force: waits for a tick");
-        assert_eq!(p.take_due(5_000 * MS, false).len(), 1, "ran out: at once");
+        p.push(lease("p1", "a", 3));
+        let sent = p.take_due(5_000 * MS, false);
+        assert_eq!(sent[0].1[0].version.seq, 3, "ran out: the newest, at once");
         assert!(p.take_due(10_001 * MS, true).is_empty());
         assert!(p.pods.is_empty(), "nothing pending, nothing in force: forgotten");
+    }
+
+    #[test]
+    fn a_pod_that_reports_fast_never_waits_past_its_report_history() {
+        // Found by review: a pod reporting every 10 ms keeps 640 ms of report history; a lease
+        // held for the whole gap answered a report it no longer knew, was refused, and the
+        // pacing counted it in force: the pod starved.
+        let mut p = LeasePacing::new(1_000, 250);
+        p.push(lease("p1", "a", 1));
+        assert_eq!(p.take_due(0, false).len(), 1);
+        p.note_report_interval("p1", 10);
+        p.push(lease("p1", "a", 2));
+        assert!(p.take_due(100 * MS, false).is_empty(), "pending since 100 ms");
+        assert!(p.take_due(250 * MS, true).is_empty(), "held 150 ms: under 16 report periods");
+        assert_eq!(p.take_due(500 * MS, true).len(), 1, "held 400 ms ≥ 160 ms: sent at the tick");
     }
 
     #[test]

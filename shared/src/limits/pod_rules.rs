@@ -44,6 +44,9 @@ pub fn from_def(def: &LimitDef) -> Result<PodRules, String> {
         }
         emergency.insert(dc.name.clone(), allowance);
     }
+    if def.fail_mode == Some(FailModeName::BestEffort) && emergency.is_empty() {
+        return Err("fail_mode = \"best-effort\" needs an emergency allowance (such as emergency = \"20/s\") on at least one DC".into());
+    }
     let fail_mode = def.fail_mode.map(|mode| match mode {
         FailModeName::Strict => FailRule::Strict,
         FailModeName::BestEffort => FailRule::BestEffort { emergency },
@@ -115,6 +118,7 @@ mod tests {
             ("", "emergency = \"20/s\"\n", "goes with fail_mode = \"best-effort\""),
             ("fail_mode = \"strict\"\n", "emergency = \"20/s\"\n", "goes with fail_mode = \"best-effort\""),
             ("fail_mode = \"best-effort\"\n", "emergency_burst = 5\n", "emergency_burst goes with an emergency rate"),
+            ("fail_mode = \"best-effort\"\n", "", "needs an emergency allowance"),
         ] {
             let def = parse(&format!("{BASE}{extra}[[dcs]]\nname = \"bkk\"\n{dc_extra}"));
             let e = def.to_config().expect_err(extra).to_string();
