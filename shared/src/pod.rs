@@ -69,9 +69,17 @@ impl PodCore {
     /// tells this process's reports (and the leases that answer them) from a previous one's.
     /// Counting starts at `now_ns`: the first report's interval runs from then.
     pub fn new(cfg: PodConfig, now_ns: u64) -> Self {
+        Self::with_bucket(cfg, now_ns, Arc::new(TokenBucket::new()))
+    }
+
+    /// [`PodCore::new`] over `bucket`, the one the pod's requests already read (a limit's loop
+    /// starting again as a new holder). The bucket is revoked first: a new holder starts with
+    /// no lease and no balance, exactly as with a new bucket.
+    pub fn with_bucket(cfg: PodConfig, now_ns: u64, bucket: Arc<TokenBucket>) -> Self {
+        bucket.revoke();
         PodCore {
             cfg,
-            bucket: Arc::new(TokenBucket::new()),
+            bucket,
             sent: SentLog::new(1),
             fence: LeaseFence::default(),
             applied: None,

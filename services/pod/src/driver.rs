@@ -14,6 +14,10 @@ use leasehold_shared::pod::{AppliedLease, PodConfig, PodCore};
 use leasehold_shared::wire::PodLease;
 use std::collections::VecDeque;
 use std::time::Duration;
+
+/// How often a limit given back when idle looks for use it was not woken for (a request racing
+/// the release): such a request's limit starts again at most this much later.
+const USE_POLL: Duration = Duration::from_millis(50);
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
@@ -81,8 +85,8 @@ impl Driver {
         loop {
             // Random per start, never from a clock: see the module's comment.
             self.config.incarnation = uuid::Uuid::new_v4().as_u64_pair().0;
-            let core = PodCore::new(self.config.clone(), self.limiter.now_ns());
-            self.limiter.install(core.bucket().clone());
+            let core = PodCore::with_bucket(self.config.clone(), self.limiter.now_ns(), self.limiter.bucket());
+            self.limiter.new_holder();
             self.limiter.set_serving(true);
             let incarnation = self.config.incarnation;
             self.status.send_modify(|s| {
@@ -112,9 +116,12 @@ impl Driver {
             if self.limiter.uses() != released_at {
                 return true;
             }
+            // A request's count is its thread's own write, made without a fence: one racing the
+            // release can miss `serving` turning false, so look again now and then as well.
             tokio::select! {
                 _ = shutdown.changed() => {}
                 _ = self.limiter.shared.wanted.notified() => {}
+                _ = tokio::time::sleep(USE_POLL) => {}
             }
         }
     }

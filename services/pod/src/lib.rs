@@ -20,6 +20,7 @@ mod link;
 mod pod;
 mod queue;
 pub mod settings;
+mod striped;
 
 pub use driver::PodStatus;
 pub use limiter::{AcquireError, Denial, Limiter, Priority, Totals};

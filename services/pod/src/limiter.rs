@@ -4,7 +4,7 @@
 //! when idle.
 
 use crate::queue::{WaitQueue, Waiter};
-use arc_swap::ArcSwap;
+use crate::striped::RequestCounts;
 use leasehold_shared::bucket::{BucketError, Decision, DenyReason, TokenBucket};
 use leasehold_shared::pod::IntervalCounters;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
@@ -56,7 +56,6 @@ pub enum AcquireError {
 
 #[derive(Default)]
 struct Interval {
-    admitted: AtomicU64,
     rejected: AtomicU64,
     errors: AtomicU64,
     upstream_429: AtomicU64,
@@ -76,18 +75,22 @@ pub struct Totals {
 pub(crate) struct Shared {
     /// The limit this limiter serves (empty for a standalone limiter).
     limit: String,
-    /// The bucket of the loop holding the lease now: each start of the limit's loop is a new
-    /// holder with a bucket of its own (it starts empty, as after any gap).
-    /// Swapped without a lock: the request path loads it with no shared write (`ArcSwap`).
-    bucket: ArcSwap<TokenBucket>,
+    /// The limit's bucket, for the life of the limiter: each start of the limit's loop is a new
+    /// holder, which revokes it first (no lease, no balance, as a new bucket). A plain `Arc`:
+    /// the request path reads it with no shared write and no indirection to load.
+    bucket: Arc<TokenBucket>,
     /// The pod's one clock (skewed as configured).
     pub clock: leasehold_process::clock::LeaseClock,
     interval: Interval,
     totals: Mutex<Totals>,
     pub queue: Mutex<WaitQueue>,
     pub wake: Notify,
-    /// Requests so far: the loop sees use as a change of this count.
-    uses: AtomicU64,
+    /// Requests offered and admitted so far, counted per thread (the request path's only writes
+    /// besides the bucket's): reports take differences.
+    counts: RequestCounts,
+    /// Upstream answers reported so far: use too (they keep the limit from going idle), but not
+    /// demand.
+    upstream_reports: AtomicU64,
     /// False once the loop decided to give the lease back: a request then wakes `wanted`.
     serving: AtomicBool,
     pub wanted: Notify,
@@ -118,13 +121,14 @@ impl Limiter {
         Limiter {
             shared: Arc::new(Shared {
                 limit,
-                bucket: ArcSwap::new(bucket),
+                bucket,
                 clock,
                 interval: Interval::default(),
                 totals: Mutex::new(Totals::default()),
                 queue: Mutex::new(WaitQueue::new(queue_capacity)),
                 wake: Notify::new(),
-                uses: AtomicU64::new(0),
+                counts: RequestCounts::default(),
+                upstream_reports: AtomicU64::new(0),
                 serving: AtomicBool::new(true),
                 wanted: Notify::new(),
                 removed: AtomicBool::new(false),
@@ -143,17 +147,30 @@ impl Limiter {
         self.shared.status.clone()
     }
 
-    /// Count a use (the one count of requests offered: each interval's `offered` is derived from
-    /// it); if the loop gave the lease back, ask it to start again.
-    fn touch(&self) {
-        self.shared.uses.fetch_add(1, SeqCst);
-        if !self.shared.serving.load(SeqCst) {
+    /// Count a request offered; if the loop gave the lease back, ask it to start again. The
+    /// count is this thread's own (no fence): a request that races the loop's release may miss
+    /// `serving` turning false, and the loop then sees its count at its next look, at most
+    /// [`crate::driver`]'s use poll later.
+    fn offered(&self) {
+        self.shared.counts.offered();
+        self.wake_if_released();
+    }
+
+    /// An upstream answer reported: use of the limit, not demand.
+    fn upstream_reported(&self) {
+        self.shared.upstream_reports.fetch_add(1, SeqCst);
+        self.wake_if_released();
+    }
+
+    fn wake_if_released(&self) {
+        if !self.shared.serving.load(Relaxed) {
             self.shared.wanted.notify_one();
         }
     }
 
+    /// Uses so far (requests and upstream reports): the loop sees use as a change of this.
     pub(crate) fn uses(&self) -> u64 {
-        self.shared.uses.load(SeqCst)
+        self.shared.counts.offered_total().wrapping_add(self.shared.upstream_reports.load(SeqCst))
     }
 
     /// What the lease in force says: the limit was removed, or (again) not.
@@ -166,9 +183,8 @@ impl Limiter {
         self.shared.serving.store(serving, SeqCst);
     }
 
-    /// The loop's new holder brings its own bucket.
-    pub(crate) fn install(&self, bucket: Arc<TokenBucket>) {
-        self.shared.bucket.store(bucket);
+    /// The loop started a new holder (on the same bucket, revoked): waiters look again.
+    pub(crate) fn new_holder(&self) {
         self.shared.wake.notify_one();
     }
 
@@ -177,9 +193,9 @@ impl Limiter {
         self.shared.clock.now_ns()
     }
 
-    /// The bucket in force now (a later start of the loop installs another).
+    /// The limit's bucket (every holder of the limit's loop uses it in turn).
     pub fn bucket(&self) -> Arc<TokenBucket> {
-        self.shared.bucket.load_full()
+        self.shared.bucket.clone()
     }
 
     /// Take a permit now or be told when to retry. Never waits, never touches the network.
@@ -187,14 +203,14 @@ impl Limiter {
         if cost == 0 {
             return Err(AcquireError::ZeroCost);
         }
-        self.touch();
+        self.offered();
         let verdict = self.decide(cost)?;
         self.count(&verdict);
         Ok(verdict)
     }
 
     fn decide(&self, cost: u32) -> Result<Result<(), Denial>, AcquireError> {
-        let decision = match self.shared.bucket.load().try_acquire(cost, self.now_ns()) {
+        let decision = match self.shared.bucket.try_acquire(cost, self.now_ns()) {
             Ok(Decision::Granted) => return Ok(Ok(())),
             Ok(denied) => Ok(denied),
             Err(e) => Err(AcquireError::from(e)),
@@ -213,8 +229,10 @@ impl Limiter {
     }
 
     pub(crate) fn count(&self, verdict: &Result<(), Denial>) {
-        let c = if verdict.is_ok() { &self.shared.interval.admitted } else { &self.shared.interval.rejected };
-        c.fetch_add(1, Relaxed);
+        match verdict {
+            Ok(()) => self.shared.counts.admitted(),
+            Err(_) => _ = self.shared.interval.rejected.fetch_add(1, Relaxed),
+        }
     }
 
     /// Wait up to `max_wait` for a permit. Waiters are served by priority, then in arrival
@@ -228,7 +246,7 @@ impl Limiter {
         if cost == 0 {
             return Err(AcquireError::ZeroCost);
         }
-        self.touch();
+        self.offered();
         let rx = {
             let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
             // Jumping the queue would starve earlier waiters: only try directly when none wait.
@@ -272,7 +290,7 @@ impl Limiter {
     /// Tell the pod a call to the upstream failed: a high error ratio marks the pod unhealthy
     /// at its DC manager, which then stops giving it quota.
     pub fn record_upstream_error(&self) {
-        self.touch();
+        self.upstream_reported();
         self.shared.interval.errors.fetch_add(1, Relaxed);
     }
 
@@ -283,7 +301,7 @@ impl Limiter {
     pub fn record_upstream_status(&self, status: u16) -> bool {
         match status {
             429 => {
-                self.touch();
+                self.upstream_reported();
                 self.shared.interval.upstream_429.fetch_add(1, Relaxed);
                 true
             }
@@ -305,10 +323,10 @@ impl Limiter {
         let i = &self.shared.interval;
         let queued = self.queued() as u64;
         let mut t = self.shared.totals.lock().unwrap_or_else(|p| p.into_inner());
-        // `totals.offered` is every use taken so far: the interval's are the uses since.
+        // The totals hold every count taken so far: the interval's are the counts since.
         let c = IntervalCounters {
-            offered: self.uses().saturating_sub(t.offered),
-            admitted: i.admitted.swap(0, Relaxed),
+            offered: self.shared.counts.offered_total().saturating_sub(t.offered),
+            admitted: self.shared.counts.admitted_total().saturating_sub(t.admitted),
             rejected: i.rejected.swap(0, Relaxed),
             queued,
             errors: i.errors.swap(0, Relaxed),
