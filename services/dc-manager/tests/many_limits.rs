@@ -24,6 +24,19 @@ fn limit(name: &str, rate_per_s: u64) -> LimitDef {
     LimitDef::from_config(&l)
 }
 
+/// A coordinator seeding `limits` (it runs until the handle is dropped).
+async fn coordinator(url: &str, limits: Vec<LimitDef>) -> leasehold_coordinator::Handle {
+    let settings = CoordSettings {
+        nats_url: url.into(),
+        id: Some("coord".into()),
+        leader_ttl_ms: 1_000,
+        replicas: 1,
+        http_listen: None,
+        limits,
+    };
+    leasehold_coordinator::spawn(wait::client(url, "c").await, settings)
+}
+
 fn manager(url: &str, id: &str, serves: &str) -> Settings {
     let mut m = DcManagerConfig::new(serves, "bkk", "");
     m.pod_ttl_ms = 1_000;
@@ -59,15 +72,7 @@ async fn one_manager_serves_every_limit_of_its_dc() {
     for bin in binaries().expect("a nats-server is needed: run scripts/nats-servers") {
         let server = NatsServer::start(&bin).unwrap();
         let (url, v) = (server.url(), server.version.clone());
-        let coord = CoordSettings {
-            nats_url: url.clone(),
-            id: Some("coord".into()),
-            leader_ttl_ms: 1_000,
-            replicas: 1,
-            http_listen: None,
-            limits: vec![limit("api", 100), limit("second", 40)],
-        };
-        let _coord = leasehold_coordinator::spawn(wait::client(&url, "c").await, coord);
+        let _coord = coordinator(&url, vec![limit("api", 100), limit("second", 40)]).await;
         let mut m = leasehold_dc_manager::spawn(wait::client(&url, "m").await, manager(&url, "m1", ""));
         wait::until(&mut m.status, WITHIN, "the manager leads", |s: &Status| s.leading).await;
         let a = Pod::start(wait::client(&url, "a").await, &pod(&url, "api", "pod-a"));
@@ -117,15 +122,7 @@ async fn each_limit_runs_on_its_definition_s_split_and_fail_mode_followed_live()
     second.split = Some(SplitMode::Weighted);
     second.fail_mode = Some(FailModeName::BestEffort);
     second.dcs[0].emergency = Some(Rate::parse("3/s").unwrap());
-    let coord = CoordSettings {
-        nats_url: url.clone(),
-        id: Some("coord".into()),
-        leader_ttl_ms: 1_000,
-        replicas: 1,
-        http_listen: None,
-        limits: vec![limit("api", 100), second.clone()],
-    };
-    let _coord = leasehold_coordinator::spawn(wait::client(&url, "c").await, coord);
+    let _coord = coordinator(&url, vec![limit("api", 100), second.clone()]).await;
     let mut m = leasehold_dc_manager::spawn(wait::client(&url, "m").await, manager(&url, "m1", ""));
     let best_effort = FailMode::BestEffort { emergency: Quota::per_s(3, 0) };
     let s = wait::until(&mut m.status, WITHIN, "both limits served, second on its rules", |s: &Status| {

@@ -14,12 +14,14 @@ use leasehold_shared::pod::{AppliedLease, PodConfig, PodCore};
 use leasehold_shared::wire::PodLease;
 use std::collections::VecDeque;
 use std::time::Duration;
-
-/// How often a limit given back when idle looks for use it was not woken for (a request racing
-/// the release): such a request's limit starts again at most this much later.
-const USE_POLL: Duration = Duration::from_millis(50);
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
+
+/// How often, just after a limit was given back when idle, its loop looks for a use it was not
+/// woken for (a request racing the release): such a request's limit starts again at most this
+/// much later. The race exists only at the release, so the looks stop after [`USE_POLLS`].
+const USE_POLL: Duration = Duration::from_millis(50);
+const USE_POLLS: u32 = 20;
 
 /// What the pod knows about one limit's lease, for the agent's status page, headers and metrics.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -107,21 +109,21 @@ impl Driver {
 
     /// Wait for a request after an idle release (true) or for the drain (false).
     async fn wait_for_use(&self, released_at: u64, shutdown: &mut watch::Receiver<bool>) -> bool {
+        let mut polls_left = USE_POLLS;
         loop {
-            // A request counted after `released_at` was read found `serving` false (it was set
-            // before) and wakes `wanted`; one counted before is in `released_at`'s check.
+            // A request wakes `wanted` when it finds `serving` false. Its count is its thread's
+            // own write, made without a fence, so one racing the release may both miss `serving`
+            // turning false and be missed by `released_at`'s check: the looks below catch it.
             if *shutdown.borrow() {
                 return false;
             }
             if self.limiter.uses() != released_at {
                 return true;
             }
-            // A request's count is its thread's own write, made without a fence: one racing the
-            // release can miss `serving` turning false, so look again now and then as well.
             tokio::select! {
                 _ = shutdown.changed() => {}
                 _ = self.limiter.shared.wanted.notified() => {}
-                _ = tokio::time::sleep(USE_POLL) => {}
+                _ = tokio::time::sleep(USE_POLL), if polls_left > 0 => polls_left -= 1,
             }
         }
     }

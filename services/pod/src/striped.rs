@@ -12,7 +12,8 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
-/// Threads with a stripe of their own; the rest share one more.
+/// Threads with a stripe of their own; the rest share one more. At most 31: `Default` for the
+/// array of stripes exists up to 32 elements.
 const OWNED: usize = 31;
 
 #[repr(align(128))]
