@@ -96,6 +96,17 @@ async fn put_get_ls_rm_against_every_server() {
         assert_eq!(doc["expiry"]["egress_spread_ms"], 144);
         let ls = limits(&url, &["ls"]);
         assert!(ls.stdout.contains("partner-api  600/s  20     bkk=20/s europe=50/s"), "{}", ls.stdout);
+        // The pod rules from flags: named in the dry run.
+        let rules = ["put", "partner-api", "--split", "demand", "--fail-mode", "best-effort", "--emergency", "bkk=5/s"];
+        let dry = limits(&url, &[&rules[..], &["--dry-run"]].concat());
+        assert_eq!(dry.code, Some(0), "{}", dry.stderr);
+        for line in [
+            "split: the DC managers' own → demand",
+            "fail_mode: the DC managers' own → best-effort",
+            "dcs.bkk.emergency: none → 5/s",
+        ] {
+            assert!(dry.stdout.contains(line), "{line}: {}", dry.stdout);
+        }
 
         // Bad input: one line naming the limit and the cause, exit 2, nothing written.
         let bad_file = temp_file("bad.toml", &std::fs::read_to_string(EXAMPLE).unwrap().replace("976/s", "90/s"));
@@ -103,6 +114,9 @@ async fn put_get_ls_rm_against_every_server() {
             (vec!["put", "partner-api", "--rate", "50/s"], "limit partner-api: the DCs' floors (70/s burst 0) exceed"),
             (vec!["put", "partner-api", "--rate", "5/fortnight"], "unknown period"),
             (vec!["put", "partner-api", "--floor", "bkk"], "not DC=RATE"),
+            (vec!["put", "partner-api", "--split", "fair"], "--split: \"fair\" is not one of equal, weighted, demand"),
+            (vec!["put", "partner-api", "--emergency", "bkk=5/s"], "goes with fail_mode = \"best-effort\""),
+            (vec!["put", "partner-api", "--fail-mode", "best-effort", "--emergency", "mars=5/s"], "no DC mars"),
             (vec!["put", "new-one", "--rate", "5/s"], "limit new-one: is new, so --burst is needed"),
             (
                 vec!["put", &bad_file],

@@ -3,7 +3,7 @@
 use super::{failed, open, stored_config, Failure};
 use leasehold_nats::kv::CasOutcome;
 use leasehold_nats::limits_store::{self, StoredLimit};
-use leasehold_shared::limits::{diff, DcDef, DefFormat, Floor, LimitDef, Rate, Tokens};
+use leasehold_shared::limits::{diff, DcDef, DefFormat, FailModeName, Floor, LimitDef, Rate, Tokens};
 use std::path::Path;
 
 #[derive(clap::Args)]
@@ -21,6 +21,15 @@ pub struct PutArgs {
     floors: Vec<String>,
     #[arg(long)]
     dc_ttl_ms: Option<u64>,
+    /// How each DC manager divides its DC lease among pods: equal, weighted or demand.
+    #[arg(long)]
+    split: Option<String>,
+    /// strict, or best-effort (with an --emergency allowance for at least one DC).
+    #[arg(long)]
+    fail_mode: Option<String>,
+    /// A DC and its best-effort emergency allowance, such as bkk=20/s (repeat for each DC).
+    #[arg(long = "emergency", value_name = "DC=RATE")]
+    emergencies: Vec<String>,
     /// Print what would change; write nothing.
     #[arg(long)]
     dry_run: bool,
@@ -28,7 +37,13 @@ pub struct PutArgs {
 
 impl PutArgs {
     fn has_flags(&self) -> bool {
-        self.rate.is_some() || self.burst.is_some() || !self.floors.is_empty() || self.dc_ttl_ms.is_some()
+        self.rate.is_some()
+            || self.burst.is_some()
+            || !self.floors.is_empty()
+            || self.dc_ttl_ms.is_some()
+            || self.split.is_some()
+            || self.fail_mode.is_some()
+            || !self.emergencies.is_empty()
     }
 }
 
@@ -39,7 +54,10 @@ pub async fn run(url: &str, replicas: usize, a: PutArgs) -> Result<(), Failure> 
     let file_defs = match from_file {
         Some((path, format)) => {
             if a.has_flags() {
-                return Err(Failure::Bad("put FILE takes no --rate, --burst, --floor or --dc-ttl-ms".into()));
+                return Err(Failure::Bad(
+                    "put FILE takes no --rate, --burst, --floor, --dc-ttl-ms, --split, --fail-mode or --emergency"
+                        .into(),
+                ));
             }
             let text = std::fs::read_to_string(path)
                 .map_err(|e| Failure::Bad(format!("cannot read {}: {e}", path.display())))?;
@@ -143,16 +161,48 @@ fn show(def: &LimitDef, stored: Option<&StoredLimit>) {
 /// The flags' values, parsed: rate, burst, floors, in that order.
 type FlagValues = (Option<Rate>, Option<Tokens>, Vec<(String, Rate)>);
 
-fn flag_values(a: &PutArgs) -> Result<FlagValues, Failure> {
-    let bad = |what: &str, e: &dyn std::fmt::Display| Failure::Bad(format!("limit {}: {what}: {e}", a.target));
-    let rate = a.rate.as_deref().map(Rate::parse).transpose().map_err(|e| bad("--rate", &e))?;
-    let burst = a.burst.as_deref().map(Tokens::parse).transpose().map_err(|e| bad("--burst", &e))?;
-    let mut floors = Vec::new();
-    for f in &a.floors {
-        let (dc, rate) = f.split_once('=').ok_or_else(|| bad("--floor", &format!("{f:?} is not DC=RATE")))?;
-        floors.push((dc.trim().to_string(), Rate::parse(rate).map_err(|e| bad("--floor", &e))?));
+fn bad_flag(a: &PutArgs, what: &str, e: &dyn std::fmt::Display) -> Failure {
+    Failure::Bad(format!("limit {}: {what}: {e}", a.target))
+}
+
+/// `DC=RATE` pairs of a repeated flag.
+fn dc_rates(a: &PutArgs, flag: &str, values: &[String]) -> Result<Vec<(String, Rate)>, Failure> {
+    let mut pairs = Vec::new();
+    for v in values {
+        let (dc, rate) = v.split_once('=').ok_or_else(|| bad_flag(a, flag, &format!("{v:?} is not DC=RATE")))?;
+        pairs.push((dc.trim().to_string(), Rate::parse(rate).map_err(|e| bad_flag(a, flag, &e))?));
     }
-    Ok((rate, burst, floors))
+    Ok(pairs)
+}
+
+/// A kebab-case name of one of `T`'s variants (`--split demand`, `--fail-mode best-effort`).
+fn named<T: serde::de::DeserializeOwned>(a: &PutArgs, flag: &str, value: &str, names: &str) -> Result<T, Failure> {
+    serde_json::from_value(serde_json::Value::String(value.to_string()))
+        .map_err(|_| bad_flag(a, flag, &format!("{value:?} is not one of {names}")))
+}
+
+fn flag_values(a: &PutArgs) -> Result<FlagValues, Failure> {
+    let rate = a.rate.as_deref().map(Rate::parse).transpose().map_err(|e| bad_flag(a, "--rate", &e))?;
+    let burst = a.burst.as_deref().map(Tokens::parse).transpose().map_err(|e| bad_flag(a, "--burst", &e))?;
+    Ok((rate, burst, dc_rates(a, "--floor", &a.floors)?))
+}
+
+/// `--split`, `--fail-mode` and `--emergency` applied to `def` (checked with the rest by
+/// `LimitDef::to_config`: an allowance goes with best-effort).
+fn with_pod_rules(a: &PutArgs, def: &mut LimitDef) -> Result<(), Failure> {
+    if let Some(split) = &a.split {
+        def.split = Some(named(a, "--split", split, "equal, weighted, demand")?);
+    }
+    if let Some(mode) = &a.fail_mode {
+        def.fail_mode = Some(named::<FailModeName>(a, "--fail-mode", mode, "strict, best-effort")?);
+    }
+    for (name, rate) in dc_rates(a, "--emergency", &a.emergencies)? {
+        let dc = def.dcs.iter_mut().find(|d| d.name == name);
+        let dc =
+            dc.ok_or_else(|| bad_flag(a, "--emergency", &format!("no DC {name} (add it with --floor {name}=RATE)")))?;
+        dc.emergency = Some(rate);
+    }
+    Ok(())
 }
 
 /// The stored definition (if it reads) with the flags applied; without one, the flags alone.
@@ -197,5 +247,6 @@ fn with_flags(a: &PutArgs, base: Option<LimitDef>) -> Result<LimitDef, Failure> 
     if let Some(ttl) = a.dc_ttl_ms {
         def.dc_ttl_ms = ttl;
     }
+    with_pod_rules(a, &mut def)?;
     Ok(def)
 }
