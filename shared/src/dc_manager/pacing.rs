@@ -74,7 +74,8 @@ impl LeasePacing {
     }
 
     /// Whether any lease waits.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.pods.values().all(|m| m.pending.is_empty())
     }
 

@@ -215,16 +215,18 @@ impl LimitDef {
             dcs: config
                 .dcs
                 .iter()
-                .map(|dc| DcDef {
-                    name: dc.name.clone(),
-                    floor: Floor::Rate(Rate::from_milli_per_s(dc.floor.rate_milli_per_s)),
-                    floor_burst: (dc.floor.burst_milli > 0).then_some(Tokens { milli: dc.floor.burst_milli }),
-                    weight: dc.weight,
-                    emergency: pod_rules::emergency_of(config, &dc.name)
-                        .map(|q| Rate::from_milli_per_s(q.rate_milli_per_s)),
-                    emergency_burst: pod_rules::emergency_of(config, &dc.name)
-                        .filter(|q| q.burst_milli > 0)
-                        .map(|q| Tokens { milli: q.burst_milli }),
+                .map(|dc| {
+                    let emergency = pod_rules::emergency_of(config, &dc.name);
+                    DcDef {
+                        name: dc.name.clone(),
+                        floor: Floor::Rate(Rate::from_milli_per_s(dc.floor.rate_milli_per_s)),
+                        floor_burst: (dc.floor.burst_milli > 0).then_some(Tokens { milli: dc.floor.burst_milli }),
+                        weight: dc.weight,
+                        emergency: emergency.map(|q| Rate::from_milli_per_s(q.rate_milli_per_s)),
+                        emergency_burst: emergency
+                            .filter(|q| q.burst_milli > 0)
+                            .map(|q| Tokens { milli: q.burst_milli }),
+                    }
                 })
                 .collect(),
             dc_ttl_ms: config.dc_ttl_ms,
