@@ -67,7 +67,7 @@ pub struct KvEntry {
 
 /// Every KV key the services write.
 pub const KV_KEYS: &[KvEntry] = &[
-    KvEntry { bucket: LEDGER_BUCKET, key: "<limit>", value: "LedgerRecord" },
+    KvEntry { bucket: LEDGER_BUCKET, key: "group.<n>", value: "LedgerGroup" },
     KvEntry { bucket: LEADER_BUCKET, key: "coordinator", value: "the leader's id" },
     KvEntry { bucket: LEADER_BUCKET, key: "dc.<dc>", value: "the leader's id" },
     KvEntry { bucket: LEADER_BUCKET, key: LEDGER_FENCE_KEY, value: "LedgerFence" },
@@ -162,10 +162,33 @@ pub fn dc_of_report_subject(subject: &str) -> Option<&str> {
     subject.strip_prefix(PREFIX)?.strip_prefix(".dc.")?.strip_suffix(".report").filter(|dc| check_id("dc", dc).is_ok())
 }
 
-/// The ledger record's key for a limit.
+/// How many keys the ledger's records are spread over: a limit's record lives in the
+/// [`crate::wire::LedgerGroup`] at [`ledger_group_key`]`(`[`ledger_group_of`]`(limit))`, so the
+/// coordinator's writes per renewal (and every DC manager's watch) grow with this, not with the
+/// number of limits. Fixed: every reader and writer must agree on it.
+pub const LEDGER_GROUPS: u32 = 64;
+
+/// The group of `limit`'s ledger record: the 32-bit FNV-1a hash of its name's UTF-8 bytes,
+/// modulo [`LEDGER_GROUPS`] (stable across builds and languages).
+pub fn ledger_group_of(limit: &str) -> u32 {
+    let hash = limit.bytes().fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+    hash % LEDGER_GROUPS
+}
+
+/// A ledger group's key in [`LEDGER_BUCKET`].
+pub fn ledger_group_key(group: u32) -> String {
+    format!("group.{group}")
+}
+
+/// The group a `group.<n>` key names (`None` for any other key, or a group out of range).
+pub fn ledger_group_of_key(key: &str) -> Option<u32> {
+    key.strip_prefix("group.")?.parse().ok().filter(|g| *g < LEDGER_GROUPS)
+}
+
+/// The key holding `limit`'s ledger record (its group's).
 pub fn ledger_key(limit: &str) -> Result<String, WireError> {
     check_id("limit", limit)?;
-    Ok(limit.to_string())
+    Ok(ledger_group_key(ledger_group_of(limit)))
 }
 
 /// A limit's definition's key in [`LIMITS_BUCKET`]: its name.
@@ -202,6 +225,26 @@ mod tests {
         assert_eq!(keys_shard_of_key("member.keys-1"), None);
         assert_eq!(keys_member_key("keys-1"), "member.keys-1");
         assert_eq!(keys_member_of_key("member.keys-1"), Some("keys-1"));
+    }
+
+    /// Other languages compute the same group: FNV-1a 32 of the name (test vectors from the
+    /// FNV reference: "" → 0x811c9dc5, "a" → 0xe40c292c, "foobar" → 0xbf9cf968).
+    #[test]
+    fn a_limit_s_ledger_group_is_fnv_1a_of_its_name_modulo_the_groups() {
+        assert_eq!(ledger_group_of("a"), 0xe40c_292c % LEDGER_GROUPS);
+        assert_eq!(ledger_group_of("foobar"), 0xbf9c_f968 % LEDGER_GROUPS);
+        assert_eq!(ledger_group_of("partner-api"), 20, "docs/PROTOCOL.md's example");
+        assert_eq!(ledger_key("foobar").unwrap(), format!("group.{}", 0xbf9c_f968_u32 % 64));
+        assert_eq!(ledger_group_of_key("group.63"), Some(63));
+        assert_eq!(ledger_group_of_key("group.64"), None);
+        assert_eq!(ledger_group_of_key("partner-api"), None);
+        assert!(ledger_key("a.b").is_err());
+        // Spread: 1,000 names fill every group, none with more than three times its share.
+        let mut counts = [0u32; LEDGER_GROUPS as usize];
+        for i in 0..1_000 {
+            counts[ledger_group_of(&format!("tenant-{i}")) as usize] += 1;
+        }
+        assert!(counts.iter().all(|c| *c > 0 && *c <= 3 * 1_000 / LEDGER_GROUPS), "{counts:?}");
     }
 
     /// Each builder's output fits its table pattern, so the table names what the code sends.

@@ -171,10 +171,11 @@ impl Leader {
     }
 
     /// A limit this term has no books for: resume them from its record, as a takeover would.
-    /// False if the record cannot be read (the term steps down rather than lead without it).
+    /// False if the record cannot be read, or its group was written by someone else (the term
+    /// steps down rather than lead without it).
     async fn add_to_term(&mut self, cfg: LimitConfig) -> bool {
         let limit = cfg.limit.clone();
-        let (rev, rec) = match self.read_record(&limit).await {
+        let rec = match self.read_record(&limit).await {
             Ok(found) => found,
             Err(e) => {
                 warn!(cause = %e, "cannot add the limit");
@@ -188,7 +189,7 @@ impl Leader {
         let core = resume_logged(cfg, &self.id, epoch, stored, self.now_ns());
         info!(limit = %limit, "limit added");
         if let Some(t) = self.leadership.as_mut() {
-            t.limits.insert(limit, LimitState { core, record_rev: rev, written: None });
+            t.limits.insert(limit, LimitState { core });
         }
         true
     }

@@ -21,9 +21,21 @@ fn registry(status: watch::Receiver<Status>) -> Registry {
         m.counter("leasehold_coordinator_takeovers_total", "Terms started.", NO_LABELS, s.takeovers)?;
         m.counter(
             "leasehold_coordinator_ledger_writes_total",
-            "Ledger records written (DC lease renewals included).",
+            "Ledger groups written to KV (each carries the records of several limits).",
+            NO_LABELS,
+            s.ledger_writes,
+        )?;
+        m.counter(
+            "leasehold_coordinator_ledger_records_written_total",
+            "Limits' ledger records written, in groups (DC lease renewals included).",
             NO_LABELS,
             s.records_written,
+        )?;
+        m.counter(
+            "leasehold_coordinator_ledger_groups_oversized_total",
+            "Ledger group writes skipped: larger than a KV value may be (their limits are not renewed).",
+            NO_LABELS,
+            s.groups_oversized,
         )?;
         m.counter(
             "leasehold_coordinator_step_downs_total",
@@ -85,6 +97,8 @@ struct StatusBody {
     epoch: u64,
     takeovers: u64,
     records_written: u64,
+    ledger_writes: u64,
+    groups_oversized: u64,
     step_downs: u64,
     reports_malformed: u64,
     limits: BTreeMap<String, LimitBody>,
@@ -110,6 +124,8 @@ impl From<&Status> for StatusBody {
             epoch: s.epoch,
             takeovers: s.takeovers,
             records_written: s.records_written,
+            ledger_writes: s.ledger_writes,
+            groups_oversized: s.groups_oversized,
             step_downs: s.step_downs,
             reports_malformed: s.reports_malformed,
             limits: s

@@ -4,27 +4,28 @@
 //!   it unchanged for a full TTL on its own clock, and a leader acts only while its last landed
 //!   renewal was *sent* less than 0.6·TTL ago. No server clock (nor a bucket's `max_age`) is
 //!   relied on.
-//! * A new leader re-reads every definition in `lh_limits`, then reads the ledger record of
-//!   every limit that has a definition, a record, or a place in the fence's list,
-//!   takes an epoch above all of them and above its claim's revision (so a lost record cannot
-//!   restart epochs), resumes each core from its record (old leases keep counting; a missing
-//!   record means a quiet period, see `CoordinatorCore::resume`) and writes the records back by
-//!   compare-and-set before it issues anything. A limit with a record but no definition was
-//!   removed: it runs retired until its leases end (see [`crate::definitions`]).
-//! * Every write is a compare-and-set on the revision this leader last wrote. A conflict means
-//!   someone else leads: step down at once. A timed-out write is re-read: if the stored value
-//!   is not exactly ours, step down. A removed limit's record is written only when it changes.
-//!   The writes themselves are in [`crate::writes`]: a tick's records go together, the fence
-//!   raised once before them, the records written concurrently.
+//! * A new leader re-reads every definition in `lh_limits`, then reads every group of the
+//!   ledger (records are kept [`LEDGER_GROUPS`](leasehold_shared::subjects::LEDGER_GROUPS) to a
+//!   bucket, several limits per key), and runs every limit that has a definition, a record, or
+//!   a place in the fence's list. It takes an epoch above all records and above its claim's
+//!   revision (so a lost record cannot restart epochs), resumes each core from its record (old
+//!   leases keep counting; a missing record means a quiet period, see
+//!   `CoordinatorCore::resume`) and writes the groups back by compare-and-set before it issues
+//!   anything. A limit with a record but no definition was removed: it runs retired until its
+//!   leases end (see [`crate::definitions`]).
+//! * Every write is a compare-and-set on the revision this leader last wrote, or read at its
+//!   takeover. A conflict means someone else leads: step down at once. A timed-out write is
+//!   re-read: if the stored value is not exactly ours, step down. A group is written only when
+//!   it changed. The writes themselves are in [`crate::writes`]: a tick's groups go together,
+//!   the fence raised once before them, the groups written concurrently.
 
 use bytes::Bytes;
-use futures::StreamExt;
 use leasehold_nats::kv::{compare_and_set, read, CasOutcome};
 use leasehold_process::clock::LeaseClock;
 use leasehold_shared::coordinator::{next_epoch, CoordinatorCore, LimitConfig, Stored};
 use leasehold_shared::leadership::{Leadership, LeadershipConfig, Transition};
-use leasehold_shared::subjects;
-use leasehold_shared::wire::{decode, encode, DcReports, LedgerFence, LedgerRecord};
+use leasehold_shared::subjects::{self, ledger_group_of};
+use leasehold_shared::wire::{decode, encode, DcReports, LedgerFence, LedgerGroup, LedgerRecord};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tracing::{info, warn};
@@ -36,13 +37,21 @@ pub use crate::status::{LimitBooks, Status};
 
 pub(crate) struct LimitState {
     pub(crate) core: CoordinatorCore,
-    pub(crate) record_rev: Option<u64>,
-    /// The record last written (a removed limit's record equal to it is not written again).
-    pub(crate) written: Option<LedgerRecord>,
+}
+
+/// One ledger group as this term knows it.
+#[derive(Default)]
+pub(crate) struct GroupState {
+    /// Its revision when this term last wrote or (at takeover) read it; `None`: not written.
+    pub(crate) revision: Option<u64>,
+    /// The value this term last wrote (an equal one is not written again).
+    pub(crate) written: Option<LedgerGroup>,
 }
 
 pub(crate) struct Term {
     pub(crate) limits: BTreeMap<String, LimitState>,
+    /// Every ledger group the bucket held at takeover, and every one written since.
+    pub(crate) groups: BTreeMap<u32, GroupState>,
     /// The ledger fence as this term last wrote it, and its revision.
     pub(crate) fence: (u64, LedgerFence),
 }
@@ -60,9 +69,6 @@ pub struct Leader {
     pub(crate) leadership: Option<Term>,
     pub status: Status,
 }
-
-/// What a takeover found for one limit.
-type Found = (Option<u64>, Option<LedgerRecord>);
 
 impl Leader {
     /// `stores`: the ledger, leader and limits buckets.
@@ -135,27 +141,19 @@ impl Leader {
         }
     }
 
-    /// `limit`'s record and its revision. `Err` when it cannot be read or decoded: never lead
-    /// on a ledger we cannot read (its leases would go uncounted).
-    pub(crate) async fn read_record(&self, limit: &str) -> Result<Found, String> {
-        let key = subjects::ledger_key(limit).map_err(|e| e.to_string())?;
-        match read(&self.ledger, &key).await {
-            Ok(None) => Ok((None, None)),
-            Ok(Some((rev, bytes))) => decode::<LedgerRecord>(&bytes)
-                .map(|rec| (Some(rev), Some(rec)))
-                .map_err(|e| format!("limit {limit}: the ledger record is unreadable: {e}")),
-            Err(e) => Err(format!("limit {limit}: cannot read the ledger: {e}")),
+    /// `limit`'s record, if any. `Err` when its group cannot be read or decoded, or when the
+    /// group is not at the revision this term knows (someone else wrote it): never lead on a
+    /// ledger we cannot read (its leases would go uncounted).
+    pub(crate) async fn read_record(&self, limit: &str) -> Result<Option<LedgerRecord>, String> {
+        let (revision, record) = leasehold_nats::ledger::read_record(&self.ledger, limit)
+            .await
+            .map_err(|e| format!("limit {limit}: cannot read its ledger record: {e}"))?;
+        let group = ledger_group_of(limit);
+        let known = self.leadership.as_ref().and_then(|t| t.groups.get(&group)).and_then(|g| g.revision);
+        if revision != known {
+            return Err(format!("ledger group {group} was written by someone else"));
         }
-    }
-
-    /// Every limit with a record in the ledger bucket.
-    async fn recorded_limits(&self) -> Result<Vec<String>, String> {
-        let mut keys = self.ledger.keys().await.map_err(|e| format!("cannot list the ledger: {e}"))?;
-        let mut names = Vec::new();
-        while let Some(k) = keys.next().await {
-            names.push(k.map_err(|e| format!("cannot list the ledger: {e}"))?);
-        }
-        Ok(names)
+        Ok(record)
     }
 
     async fn take_over(&mut self, claim_revision: u64) {
@@ -176,39 +174,39 @@ impl Leader {
                 return;
             }
         }
+        let contents = match leasehold_nats::ledger::read_all(&self.ledger).await {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(cause = %e, "cannot read the ledger; not taking over");
+                self.election.resign("the ledger cannot be read");
+                return;
+            }
+        };
+        for key in &contents.other_keys {
+            // Not a group: a record of a version that kept one key per limit. Its limit is in
+            // the fence's list (or the fence predates the list): it is waited out as lost.
+            warn!(key = %key, "a ledger key that is not a group; not read");
+        }
         // Every limit defined now, every limit with a record, and every limit the fence says
         // had one (its record lost): a removed one runs retired.
+        let mut records: BTreeMap<String, Option<LedgerRecord>> =
+            contents.records().into_iter().map(|(name, (_, rec))| (name.to_string(), Some(rec.clone()))).collect();
         let mut names: Vec<String> = self.definitions.names();
         names.extend(self.definitions.refused().keys().cloned());
         if let Some(listed) = fence.as_ref().and_then(|(_, f)| f.limits.as_ref()) {
             names.extend(listed.iter().cloned());
         }
-        match self.recorded_limits().await {
-            Ok(recorded) => names.extend(recorded),
-            Err(e) => {
-                warn!(cause = %e, "not taking over");
-                self.election.resign("the ledger cannot be listed");
-                return;
-            }
-        }
-        names.sort_unstable();
-        names.dedup();
-        let mut records: BTreeMap<String, Found> = BTreeMap::new();
         for name in names {
-            match self.read_record(&name).await {
-                Ok(found) => {
-                    records.insert(name, found);
-                }
-                Err(e) => {
-                    warn!(cause = %e, "not taking over");
-                    self.election.resign("a ledger record cannot be read");
-                    return;
-                }
-            }
+            records.entry(name).or_default();
         }
+        let groups: BTreeMap<u32, GroupState> = contents
+            .groups
+            .iter()
+            .map(|(number, (revision, _))| (*number, GroupState { revision: Some(*revision), written: None }))
+            .collect();
         // Above every stored epoch, and at least the claim's revision: revisions only grow, so a
         // record that was lost (a single-replica bucket) cannot make epochs start again at 1.
-        let stored = records.values().filter_map(|(_, r)| r.as_ref().map(|r| r.epoch)).max().unwrap_or(0);
+        let stored = records.values().filter_map(|r| r.as_ref().map(|r| r.epoch)).max().unwrap_or(0);
         let fence_epoch = fence.as_ref().map(|(_, f)| f.epoch);
         let epoch = next_epoch(stored, fence_epoch, claim_revision);
         // The fence goes up before any record of this epoch exists, with the longest DC-lease
@@ -227,13 +225,13 @@ impl Leader {
         };
         let now = self.now_ns();
         let mut limits = BTreeMap::new();
-        for (name, (rev, rec)) in &records {
+        for (name, rec) in &records {
             let cfg = self.definitions.config_for(name, rec.as_ref());
             let stored = Stored::classify(name, rec.as_ref(), fence.as_ref().map(|(_, f)| f));
             let core = resume_logged(cfg, &self.id, epoch, stored, now);
-            limits.insert(name.clone(), LimitState { core, record_rev: *rev, written: None });
+            limits.insert(name.clone(), LimitState { core });
         }
-        self.leadership = Some(Term { limits, fence: (fence_rev, raised) });
+        self.leadership = Some(Term { limits, groups, fence: (fence_rev, raised) });
         self.status.leading = true;
         self.status.epoch = epoch;
         self.status.takeovers += 1;

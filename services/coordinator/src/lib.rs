@@ -3,7 +3,8 @@
 //! A thin async driver around [`leasehold_shared::coordinator::CoordinatorCore`]: it reads the
 //! clock in one place, receives DC reports on `lh.dc.*.report` (a batch per DC
 //! manager report, an item per limit), and keeps the DC leases
-//! in the `lh_ledger` KV bucket, one record per limit, written only by compare-and-set. Any
+//! in the `lh_ledger` KV bucket, one record per limit kept in groups of limits (64 keys, see
+//! `writes.rs`), each group written only by compare-and-set. Any
 //! number of replicas may run; the one holding the `lh_leaders` key leads (see [`leader`]).
 //! The limits are data: every definition in the `lh_limits` bucket, followed live (see
 //! [`definitions`]); the configuration file's `[[limits]]` only seed it.

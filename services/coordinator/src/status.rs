@@ -9,7 +9,12 @@ pub struct Status {
     pub leading: bool,
     pub epoch: u64,
     pub takeovers: u64,
+    /// Limits' records written (each group write counts every record in it).
     pub records_written: u64,
+    /// Ledger groups written (KV writes).
+    pub ledger_writes: u64,
+    /// Group writes skipped because the group was larger than a KV value may be.
+    pub groups_oversized: u64,
     pub step_downs: u64,
     pub reports_malformed: u64,
     pub reports_ignored: u64,

@@ -1,59 +1,82 @@
-//! The leader's durable writes: ledger records by compare-and-set, after the fence when a record
+//! The leader's durable writes: ledger groups by compare-and-set, after the fence when a record
 //! needs it (see [`crate::leader`] for the rules).
 //!
-//! Many limits' records are written together: the fence is raised once, covering every record
-//! of the batch, before any of them; then the records (each its own key) are written
-//! concurrently, at most [`WRITES_IN_FLIGHT`] at a time. Each is still a compare-and-set on the
-//! revision this leader last wrote, so a conflict on any of them means someone else leads: the
-//! leader steps down. Writing concurrently changes no rule; it keeps a tick of 1,000 limits
-//! from taking 1,000 sequential round trips.
+//! A limit's record lives in its group ([`LedgerGroup`], key `group.<n>`,
+//! [`subjects::LEDGER_GROUPS`] of them), so a tick of any number of limits is at most that many
+//! writes. Writing a limit writes its whole group, every record in it as the cores hold them
+//! now. The fence is raised once, covering every record of the batch, before any group is
+//! written; then the groups are written concurrently. Each is still a compare-and-set on the
+//! revision this term last wrote (or, for a group it has not written, read at its takeover: a
+//! group that did not exist is created), so a conflict on any of them means someone else leads:
+//! the leader steps down. A group equal to the one this term last wrote is not written again.
 
-use crate::leader::Leader;
+use crate::leader::{GroupState, Leader};
 use bytes::Bytes;
 use futures::StreamExt;
 use leasehold_nats::kv::{compare_and_set, read, CasOutcome};
-use leasehold_shared::subjects;
-use leasehold_shared::wire::{encode, LedgerFence, LedgerRecord};
-
-/// Most record writes one leader has in flight at once.
-pub const WRITES_IN_FLIGHT: usize = 64;
+use leasehold_shared::subjects::{self, ledger_group_of};
+use leasehold_shared::wire::{encode, LedgerFence, LedgerGroup, LedgerRecord, MAX_LEDGER_GROUP_BYTES};
+use std::collections::{BTreeMap, BTreeSet};
+use tracing::error;
 
 impl Leader {
-    /// Compare-and-set the limit's record (after the fence, if the record needs it). False when
+    /// Compare-and-set the limit's group (after the fence, if a record needs it). False when
     /// this replica no longer leads.
     pub(crate) async fn write(&mut self, limit: &str) -> bool {
         self.write_all(&[limit.to_string()]).await
     }
 
-    /// Write every named limit's record (see the module docs). False when this replica no
+    /// Write the group of every named limit (see the module docs). False when this replica no
     /// longer leads.
     pub(crate) async fn write_all(&mut self, limits: &[String]) -> bool {
         let Some(term) = self.leadership.as_ref() else { return false };
+        let touched: BTreeSet<u32> = limits.iter().map(|l| ledger_group_of(l)).collect();
         let mut fence = term.fence.1.clone();
         let mut raise = false;
-        let mut pending: Vec<(String, LedgerRecord, Option<u64>)> = Vec::with_capacity(limits.len());
-        for limit in limits {
-            let Some(state) = term.limits.get(limit) else { continue };
-            let record = state.core.record();
-            if state.core.config().is_retired() && state.written.as_ref() == Some(&record) {
-                continue; // a removed limit whose record has settled: nothing to renew
+        let mut members: BTreeMap<u32, Vec<LedgerRecord>> = BTreeMap::new();
+        for (limit, state) in &term.limits {
+            let group = ledger_group_of(limit);
+            if !touched.contains(&group) {
+                continue;
             }
+            let record = state.core.record();
             if let Some(raised) = fence.covering(&record) {
                 fence = raised;
                 raise = true;
             }
-            pending.push((limit.clone(), record, state.record_rev));
+            members.entry(group).or_default().push(record);
+        }
+        let mut pending = Vec::with_capacity(members.len());
+        for (number, records) in members {
+            let group = LedgerGroup::new(number, records);
+            let known = term.groups.get(&number);
+            if known.and_then(|g| g.written.as_ref()) == Some(&group) {
+                continue; // nothing in it changed since this term wrote it
+            }
+            let bytes = Bytes::from(encode(&group));
+            if bytes.len() > MAX_LEDGER_GROUP_BYTES {
+                // Not written: its limits get no new leases (waste, never excess).
+                error!(
+                    group = number,
+                    bytes = bytes.len(),
+                    max = MAX_LEDGER_GROUP_BYTES,
+                    limits = group.records.len(),
+                    "a ledger group is too large to store; its limits are not renewed"
+                );
+                self.status.groups_oversized += 1;
+                continue;
+            }
+            pending.push((group, bytes, known.and_then(|g| g.revision)));
         }
         if raise && !self.raise_fence(fence).await {
             return false;
         }
         let ledger = self.ledger.clone();
         let outcomes: Vec<_> = futures::stream::iter(pending)
-            .map(|(limit, record, expected)| {
+            .map(|(group, bytes, expected)| {
                 let ledger = ledger.clone();
                 async move {
-                    let key = subjects::ledger_key(&limit).expect("validated");
-                    let bytes = Bytes::from(encode(&record));
+                    let key = subjects::ledger_group_key(group.group);
                     let outcome = match compare_and_set(&ledger, &key, bytes.clone(), expected).await {
                         Ok(CasOutcome::Unknown) | Err(_) => match read(&ledger, &key).await {
                             // Outcome unknown: it counts as ours only if the stored value is
@@ -63,21 +86,21 @@ impl Leader {
                         },
                         Ok(o) => o,
                     };
-                    (limit, record, outcome)
+                    (group, outcome)
                 }
             })
-            .buffer_unordered(WRITES_IN_FLIGHT)
+            .buffer_unordered(subjects::LEDGER_GROUPS as usize)
             .collect()
             .await;
         let mut ours = true;
-        for (limit, record, outcome) in outcomes {
+        for (group, outcome) in outcomes {
             match outcome {
                 CasOutcome::Written { revision } => {
-                    if let Some(s) = self.leadership.as_mut().and_then(|l| l.limits.get_mut(&limit)) {
-                        s.record_rev = Some(revision);
-                        s.written = Some(record);
+                    self.status.records_written += group.records.len() as u64;
+                    self.status.ledger_writes += 1;
+                    if let Some(term) = self.leadership.as_mut() {
+                        term.groups.insert(group.group, GroupState { revision: Some(revision), written: Some(group) });
                     }
-                    self.status.records_written += 1;
                 }
                 _ => ours = false,
             }

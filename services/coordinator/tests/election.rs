@@ -7,11 +7,13 @@ use leasehold_coordinator::config::Settings;
 use leasehold_coordinator::leader::Status;
 use leasehold_coordinator::{spawn, Handle};
 use leasehold_nats::connect::jetstream;
-use leasehold_nats::kv::{compare_and_set, ensure_bucket, read, BucketSpec, CasOutcome};
+use leasehold_nats::kv::{compare_and_set, ensure_bucket, BucketSpec, CasOutcome};
+use leasehold_nats::ledger::{read_group, read_record};
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{decode, encode, DcReport, DcReports, LedgerRecord};
+use leasehold_shared::subjects::{ledger_group_key, ledger_group_of};
+use leasehold_shared::wire::{encode, DcReport, DcReports, LedgerRecord};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -45,8 +47,7 @@ async fn record_until(
     let store = ensure_bucket(js, &BucketSpec::new("lh_ledger")).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        if let Some((rev, bytes)) = read(&store, "api").await.unwrap() {
-            let rec: LedgerRecord = decode(&bytes).unwrap();
+        if let (Some(rev), Some(rec)) = read_record(&store, "api").await.unwrap() {
             if f(&rec) {
                 return (rev, rec);
             }
@@ -132,14 +133,28 @@ async fn a_deposed_leader_cannot_write_the_ledger() {
     let mut a = spawn(client(&url).await, settings(&url, "coord-a"));
     let s = wait::until(&mut a.status, Duration::from_secs(10), "a leads", |s| s.leading).await;
     // An intruder (a new leader, from A's point of view) writes the record with a higher epoch.
-    let (rev, mut rec) = record_until(&js, &mut a.status, "a's record", |r| r.writer == "coord-a").await;
+    record_until(&js, &mut a.status, "a's record", |r| r.writer == "coord-a").await;
+    let store = ensure_bucket(&js, &BucketSpec::new("lh_ledger")).await.unwrap();
+    let (rev, mut group) = read_group(&store, ledger_group_of("api")).await.unwrap().unwrap();
+    let rec = group.records.iter_mut().find(|r| r.limit == "api").unwrap();
     rec.writer = "intruder".into();
     rec.epoch = s.epoch + 10;
-    let store = ensure_bucket(&js, &BucketSpec::new("lh_ledger")).await.unwrap();
-    let out = compare_and_set(&store, "api", Bytes::from(encode(&rec)), Some(rev)).await.unwrap();
+    let rec = rec.clone();
+    let key = ledger_group_key(group.group);
+    let out = compare_and_set(&store, &key, Bytes::from(encode(&group)), Some(rev)).await.unwrap();
     assert!(matches!(out, CasOutcome::Written { .. }));
-    // A's next write conflicts: it steps down instead of overwriting.
-    wait::until(&mut a.status, Duration::from_secs(5), "a steps down", |s| s.step_downs >= 1).await;
+    // A's next write (BKK's demand changes its record) conflicts: it steps down instead of
+    // overwriting.
+    let c = client(&url).await;
+    let end = Instant::now() + Duration::from_secs(5);
+    for seq in 1.. {
+        c.publish("lh.dc.bkk.report", Bytes::from(report("bkk", seq, 100 + seq))).await.unwrap();
+        if a.status.borrow().step_downs >= 1 {
+            break;
+        }
+        assert!(Instant::now() < end, "a never stepped down: {:?}", *a.status.borrow());
+        let _ = tokio::time::timeout(Duration::from_millis(100), a.status.changed()).await;
+    }
     let (_, now) = record_until(&js, &mut a.status, "intruder kept", |_| true).await;
     assert!(now.writer == "intruder" || now.epoch > rec.epoch, "a deposed write landed: {now:?}");
     // Once its own key expires it may lead again, but only above the intruder's epoch.

@@ -14,7 +14,7 @@ use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::limits::LimitDef;
 use leasehold_shared::quota::Quota;
 use leasehold_shared::subjects;
-use leasehold_shared::wire::{decode, encode, DcReport, DcReports, LedgerFence, LedgerRecord};
+use leasehold_shared::wire::{encode, DcReport, DcReports, LedgerFence};
 use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -48,7 +48,7 @@ async fn a_limit_added_to_a_term_that_started_without_definitions_raises_the_fen
             let r =
                 DcReport { pods_healthy: 1, ..DcReport::new("api", "bkk", "bkk-mgr", 1, seq, Quota::per_s(500, 0)) };
             c.publish("lh.dc.bkk.report", encode(&DcReports::new("bkk", vec![r])).into()).await.unwrap();
-            let rec = read(&ledger, "api").await.unwrap().map(|(_, b)| decode::<LedgerRecord>(&b).unwrap());
+            let rec = leasehold_nats::ledger::read_record(&ledger, "api").await.unwrap().1;
             if rec.is_some_and(|r| !r.leases.is_empty()) {
                 break;
             }

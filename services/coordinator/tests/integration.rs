@@ -4,4 +4,5 @@
 
 mod election;
 mod fence_ttl;
+mod ledger_groups;
 mod limits_live;

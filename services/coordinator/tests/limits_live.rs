@@ -9,13 +9,14 @@ use leasehold_coordinator::config::Settings;
 use leasehold_coordinator::leader::Status;
 use leasehold_coordinator::spawn;
 use leasehold_nats::connect::jetstream;
-use leasehold_nats::kv::{compare_and_set, ensure_bucket, read, BucketSpec, CasOutcome};
+use leasehold_nats::kv::{compare_and_set, ensure_bucket, BucketSpec, CasOutcome};
+use leasehold_nats::ledger::read_record;
 use leasehold_nats::limits_store::{self, RemoveOutcome};
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::limits::LimitDef;
 use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{decode, encode, DcReport, DcReports, LedgerRecord};
+use leasehold_shared::wire::{encode, DcReport, DcReports, LedgerRecord};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -85,8 +86,7 @@ async fn until_record(
     let end = Instant::now() + deadline;
     loop {
         dcs.report(limit).await;
-        if let Some((_, bytes)) = read(ledger, limit).await.unwrap() {
-            let rec: LedgerRecord = decode(&bytes).unwrap();
+        if let Some(rec) = read_record(ledger, limit).await.unwrap().1 {
             each(&rec);
             if f(&rec) {
                 return rec;
@@ -175,8 +175,8 @@ async fn the_coordinator_follows_limits_added_changed_and_removed_in_kv_without_
             wait::until(&mut b.status, Duration::from_secs(10), "b leads", |s| s.leading && s.limits.len() == 2).await;
         assert!(st.limits["api"].retired, "{v}: {:?}", st.limits);
         assert_eq!(limits_store::get(&store, "api").await.unwrap(), None, "{v}: re-seeded");
-        let (_, bytes) = read(&ledger, "api").await.unwrap().unwrap();
-        assert!(retired(&decode(&bytes).unwrap()), "{v}");
+        let rec = read_record(&ledger, "api").await.unwrap().1.unwrap();
+        assert!(retired(&rec), "{v}");
         b.stop().await.unwrap();
     }
 }

@@ -3,7 +3,8 @@
 //! A thin async driver around [`leasehold_shared::dc_manager::DcManagerCore`], one core per
 //! limit: one process (with standbys) serves every limit of its DC, or the one its settings name.
 //! * leadership of the DC through the `lh_leaders` key `dc.<dc>` (see [`manager`]);
-//! * DC leases from the coordinator, by watching the limits' records in the `lh_ledger` bucket;
+//! * DC leases from the coordinator, by watching the limits' records in the `lh_ledger` bucket
+//!   (kept in groups of limits: `group.<n>` keys, each holding several limits' records);
 //! * pod reports and returns on `lh.pod.<dc>.*.{report,return}`;
 //! * pod leases and return acks on `lh.pod.<dc>.<pod>.{lease,ack}`, DC reports on
 //!   `lh.dc.<dc>.report`: every limit's in one batch per destination (protocol v2, see
@@ -35,10 +36,10 @@ pub enum DcManagerError {
     Listen { addr: String, reason: String },
 }
 
-/// Keep a watch on the ledger records (`key`: one limit's, or `>` for every limit), re-opening
-/// it whenever it ends (server restart). Each value comes with its revision: the keys' kept
-/// history is delivered again, oldest first, each time the watch is opened.
-fn watch_records(ledger: async_nats::jetstream::kv::Store, key: String) -> mpsc::Receiver<(bytes::Bytes, u64)> {
+/// Keep a watch on the ledger's groups (`key`: one limit's group, or `>` for every group),
+/// re-opening it whenever it ends (server restart). Each value comes with its key and revision:
+/// the keys' kept history is delivered again, oldest first, each time the watch is opened.
+fn watch_records(ledger: async_nats::jetstream::kv::Store, key: String) -> mpsc::Receiver<(String, bytes::Bytes, u64)> {
     let (tx, rx) = mpsc::channel(256);
     tokio::spawn(async move {
         loop {
@@ -47,7 +48,7 @@ fn watch_records(ledger: async_nats::jetstream::kv::Store, key: String) -> mpsc:
                     if entry.operation != async_nats::jetstream::kv::Operation::Put {
                         continue;
                     }
-                    if tx.send((entry.value, entry.revision)).await.is_err() {
+                    if tx.send((entry.key, entry.value, entry.revision)).await.is_err() {
                         return;
                     }
                 }
@@ -117,7 +118,7 @@ pub async fn run(
             _ = tick.tick() => { m.tick().await; true }
             Some(msg) = reports.next() => { m.on_pod_reports(&msg.subject, &msg.payload).await; false }
             Some(msg) = returns.next() => { m.on_returns(&msg.subject, &msg.payload).await; false }
-            Some((rec, revision)) = records.recv() => { m.on_record(&rec, revision).await; false }
+            Some((key, value, revision)) = records.recv() => { m.on_ledger_value(&key, &value, revision).await; false }
         };
         m.flush(on_tick).await;
         leasehold_process::publish_status(&status, &m.status);

@@ -191,15 +191,10 @@ impl Manager {
     /// Read `limit`'s ledger record directly and keep its floor if it is newer than the cached
     /// one. On failure the cache stays (the watch keeps it current).
     async fn read_record_now(&mut self, limit: &str) {
-        let Ok(key) = subjects::ledger_key(limit) else { return };
-        match self.ledger.entry(&key).await {
-            Ok(Some(entry)) if entry.operation == async_nats::jetstream::kv::Operation::Put => {
-                match decode::<LedgerRecord>(&entry.value) {
-                    Ok(rec) => self.remember_record(&rec, entry.revision),
-                    Err(_) => self.status.messages_malformed += 1,
-                }
-            }
+        match leasehold_nats::ledger::read_record(&self.ledger, limit).await {
+            Ok((Some(revision), Some(rec))) => self.remember_record(&rec, revision),
             Ok(_) => {}
+            Err(leasehold_nats::ledger::LedgerError::Unreadable { .. }) => self.status.messages_malformed += 1,
             Err(e) => warn!(limit, cause = %e, "could not read the ledger record; using the watched one"),
         }
     }
@@ -227,13 +222,28 @@ impl Manager {
         }
     }
 
-    /// A new value of a ledger record (at `revision` of its key): apply the newest DC lease
-    /// addressed to this term.
-    pub async fn on_record(&mut self, payload: &[u8], revision: u64) {
-        let rec = match decode::<LedgerRecord>(payload) {
-            Ok(r) => r,
-            Err(_) => return self.status.messages_malformed += 1,
-        };
+    /// A new value of ledger key `key` (at `revision`): each record of the group it holds.
+    pub async fn on_ledger_value(&mut self, key: &str, payload: &[u8], revision: u64) {
+        if subjects::ledger_group_of_key(key).is_none() {
+            // A record of a version that kept one key per limit: nothing reads it.
+            return debug!(key, "a ledger key that is not a group; ignored");
+        }
+        match leasehold_nats::ledger::decode_group(key, payload) {
+            Ok(group) => {
+                for rec in group.records {
+                    self.on_record(rec, revision).await;
+                }
+            }
+            Err(e) => {
+                warn!(cause = %e, "ledger group ignored");
+                self.status.messages_malformed += 1;
+            }
+        }
+    }
+
+    /// A new value of a limit's ledger record (at `revision` of its group): apply the newest
+    /// DC lease addressed to this term.
+    async fn on_record(&mut self, rec: LedgerRecord, revision: u64) {
         if self.serves(&rec.limit) && !self.recorded.contains(&rec.limit) {
             self.recorded.insert(rec.limit.clone());
         }

@@ -6,6 +6,7 @@
 //! * [`kv`]: KV buckets created by hand (works on nats-server 2.9.10, where async-nats'
 //!   `create_key_value` fails) and compare-and-set with an explicit "outcome unknown".
 //! * [`leader_key`]: drives the core's leadership state machine against its KV key.
+//! * [`ledger`]: reads the `lh_ledger` bucket's groups of limits' records.
 //! * [`limits_store`]: the `lh_limits` bucket of limit definitions (list, get, put and remove
 //!   by compare-and-set, seed).
 //!
@@ -16,4 +17,5 @@
 pub mod connect;
 pub mod kv;
 pub mod leader_key;
+pub mod ledger;
 pub mod limits_store;

@@ -7,11 +7,13 @@
 mod batch;
 mod fence;
 mod keys;
+mod ledger_group;
 mod messages;
 
 pub use batch::*;
 pub use fence::LedgerFence;
 pub use keys::*;
+pub use ledger_group::{LedgerGroup, MAX_LEDGER_GROUP_BYTES};
 pub use messages::*;
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use leasehold_nats::connect::{connect, jetstream};
 use leasehold_nats::kv::{ensure_bucket, read, BucketSpec};
 use leasehold_shared::subjects;
-use leasehold_shared::wire::{decode, LedgerRecord};
+use leasehold_shared::wire::LedgerRecord;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -29,6 +29,8 @@ pub struct InspectArgs {
 
 #[derive(Serialize)]
 struct Ledger {
+    /// The ledger group holding the record (key `group.<n>`), and that group's revision.
+    group: u32,
     revision: u64,
     #[serde(flatten)]
     record: LedgerRecord,
@@ -79,12 +81,18 @@ async fn collect(url: &str, listen: std::time::Duration) -> Result<State, String
     let mut keys = ledger.keys().await.map_err(|e| format!("cannot list {}: {e}", subjects::LEDGER_BUCKET))?;
     while let Some(key) = keys.next().await {
         let key = key.map_err(|e| e.to_string())?;
+        if subjects::ledger_group_of_key(&key).is_none() {
+            state.unreadable.push(format!("{key}: not a ledger group (a per-limit record of an older version)"));
+            continue;
+        }
         if let Some((revision, bytes)) = read(&ledger, &key).await.map_err(|e| e.to_string())? {
-            match decode::<LedgerRecord>(&bytes) {
-                Ok(record) => {
-                    state.ledgers.insert(key, Ledger { revision, record });
+            match leasehold_nats::ledger::decode_group(&key, &bytes) {
+                Ok(group) => {
+                    for record in group.records {
+                        state.ledgers.insert(record.limit.clone(), Ledger { group: group.group, revision, record });
+                    }
                 }
-                Err(e) => state.unreadable.push(format!("{key}: {e}")),
+                Err(e) => state.unreadable.push(e.to_string()),
             }
         }
     }
@@ -105,9 +113,10 @@ fn print_text(s: &State) {
     for (limit, l) in &s.ledgers {
         let r = &l.record;
         println!(
-            "limit {limit}: epoch {}, written by {}, revision {}, {} lease(s)",
+            "limit {limit}: epoch {}, written by {}, group {} at revision {}, {} lease(s)",
             r.epoch,
             r.writer,
+            l.group,
             l.revision,
             r.leases.len()
         );

@@ -3,7 +3,7 @@
 
 use async_nats::jetstream::kv::Store;
 use leasehold_shared::subjects;
-use leasehold_shared::wire::{decode, LedgerRecord};
+
 use serde::Deserialize;
 use std::time::{Duration, Instant};
 
@@ -30,9 +30,7 @@ pub async fn upstream_stats(client: &reqwest::Client, upstream: &str) -> Option<
 
 /// Floor + newest DC lease per DC (requests per second), in `dcs` order.
 pub async fn allocations(ledger: &Store, limit: &str, dcs: &[&str]) -> Option<(Vec<f64>, u64)> {
-    let key = subjects::ledger_key(limit).ok()?;
-    let bytes = ledger.get(key).await.ok()??;
-    let rec = decode::<LedgerRecord>(&bytes).ok()?;
+    let rec = leasehold_nats::ledger::read_record(ledger, limit).await.ok()?.1?;
     let per_dc = dcs
         .iter()
         .map(|dc| {
@@ -45,9 +43,8 @@ pub async fn allocations(ledger: &Store, limit: &str, dcs: &[&str]) -> Option<(V
 
 /// The rate R (per second) of the capacity the ledger record of `limit` was last written with.
 pub async fn capacity_per_s(ledger: &Store, limit: &str) -> Option<f64> {
-    let key = subjects::ledger_key(limit).ok()?;
-    let bytes = ledger.get(key).await.ok()??;
-    decode::<LedgerRecord>(&bytes).ok()?.capacity.map(|q| q.rate_per_s())
+    let rec = leasehold_nats::ledger::read_record(ledger, limit).await.ok()?.1?;
+    rec.capacity.map(|q| q.rate_per_s())
 }
 
 /// Σ of the rates (per second) of the leases of `limit` the agents at `addrs` hold now (a pod

@@ -1,0 +1,122 @@
+//! The ledger's durable writes don't multiply with limits: many limits' records share a few KV
+//! keys (groups), each written by compare-and-set, and a new leader resumes every limit from
+//! them.
+#![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
+
+use bytes::Bytes;
+use futures::StreamExt;
+use leasehold_coordinator::config::Settings;
+use leasehold_coordinator::spawn;
+use leasehold_nats::connect::jetstream;
+use leasehold_nats::kv::{compare_and_set, ensure_bucket, BucketSpec, CasOutcome};
+use leasehold_nats::ledger::read_all;
+use leasehold_nats::limits_store;
+use leasehold_nats_harness::{binaries, wait, NatsServer};
+use leasehold_shared::coordinator::LimitConfig;
+use leasehold_shared::limits::LimitDef;
+use leasehold_shared::quota::Quota;
+use leasehold_shared::subjects::{ledger_group_key, ledger_group_of, LEDGER_BUCKET, LEDGER_GROUPS};
+use leasehold_shared::wire::{encode, LedgerGroup, LedgerRecord};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+const LIMITS: usize = 200;
+const GROUPS: usize = LEDGER_GROUPS as usize;
+
+fn settings(url: &str, id: &str) -> Settings {
+    let floors = [("bkk", Quota::per_s(5, 0)), ("eu", Quota::per_s(5, 0))];
+    let limits = (0..LIMITS)
+        .map(|i| {
+            let mut l = LimitConfig::new(&format!("tenant-{i:03}"), Quota::per_s(100, 10), &floors);
+            l.renew_interval_ms = 250;
+            LimitDef::from_config(&l)
+        })
+        .collect();
+    Settings { nats_url: url.into(), id: Some(id.into()), leader_ttl_ms: 1_500, replicas: 1, http_listen: None, limits }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_limits_are_written_to_at_most_one_key_per_group_and_a_new_leader_resumes_them_all() {
+    for bin in binaries().expect("a nats-server is needed: run scripts/nats-servers") {
+        let server = NatsServer::start(&bin).unwrap();
+        let (url, v) = (server.url(), server.version.clone());
+        let watcher = wait::client(&url, "watcher").await;
+        let mut writes = watcher.subscribe("$KV.lh_ledger.>").await.unwrap();
+        watcher.flush().await.unwrap();
+        let mut a = spawn(wait::client(&url, "coord").await, settings(&url, "coord-a"));
+        wait::until(&mut a.status, Duration::from_secs(20), "a leads", |s| s.leading).await;
+        // Two seconds of renewals (eight renew intervals).
+        let mut keys = BTreeSet::new();
+        let mut count = 0u64;
+        let end = Instant::now() + Duration::from_secs(2);
+        while let Ok(Some(msg)) = tokio::time::timeout_at(end.into(), writes.next()).await {
+            keys.insert(msg.subject.to_string());
+            count += 1;
+        }
+        assert!(count > 0, "{v}: no ledger write in 2 s");
+        assert!(keys.len() <= GROUPS, "{v}: {LIMITS} limits were written to {} keys, not at most {GROUPS}", keys.len());
+        let s = a.status.borrow().clone();
+        println!(
+            "{v}: {count} ledger writes in 2 s to {} keys; status: {} groups carrying {} records written",
+            keys.len(),
+            s.ledger_writes,
+            s.records_written
+        );
+        assert!(s.records_written >= 2 * s.ledger_writes, "{v}: groups carry several records each: {s:?}");
+        a.stop().await.unwrap();
+        // A new leader reads every group and writes every limit's record back at its epoch.
+        let mut b = spawn(wait::client(&url, "coord").await, settings(&url, "coord-b"));
+        let s = wait::until(&mut b.status, Duration::from_secs(20), "b leads every limit", |s| {
+            s.leading && s.limits.len() == LIMITS
+        })
+        .await;
+        let ledger = ensure_bucket(&jetstream(watcher.clone()), &BucketSpec::new(LEDGER_BUCKET)).await.unwrap();
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            let contents = read_all(&ledger).await.unwrap();
+            let records = contents.records();
+            assert!(contents.groups.len() <= GROUPS && contents.other_keys.is_empty(), "{v}: {contents:?}");
+            if records.len() == LIMITS && records.values().all(|(_, r)| r.writer == "coord-b" && r.epoch == s.epoch) {
+                break;
+            }
+            assert!(Instant::now() < end, "{v}: b never wrote every record at its epoch {}", s.epoch);
+            let _ = tokio::time::timeout(Duration::from_millis(100), b.status.changed()).await;
+        }
+        b.stop().await.unwrap();
+    }
+}
+
+/// A term writes a group only on the revision it read at takeover or wrote itself: a group
+/// someone else created since (a second writer) is never adopted and overwritten, even by a
+/// limit added live that belongs to it. The term steps down instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_written_by_someone_else_is_never_adopted_by_a_limit_added_live() {
+    let bin = binaries().expect("a nats-server is needed").remove(0);
+    let server = NatsServer::start(&bin).unwrap();
+    let url = server.url();
+    let js = jetstream(wait::client(&url, "test").await);
+    let floors = [("bkk", Quota::per_s(5, 0))];
+    let api = LimitConfig::new("api", Quota::per_s(100, 10), &floors);
+    let mut s = settings(&url, "coord-a");
+    s.limits = vec![LimitDef::from_config(&api)];
+    let mut a = spawn(wait::client(&url, "coord").await, s);
+    wait::until(&mut a.status, Duration::from_secs(10), "a leads", |s| s.leading && s.ledger_writes >= 1).await;
+    // A limit in a group nobody has written yet; an intruder creates that group.
+    let second = (0..).map(|i| format!("second-{i}")).find(|n| ledger_group_of(n) != ledger_group_of("api")).unwrap();
+    let ledger = ensure_bucket(&js, &BucketSpec::new(LEDGER_BUCKET)).await.unwrap();
+    let mut foreign = LedgerRecord::empty(&second, 99, "intruder");
+    foreign.capacity = Some(Quota::per_s(100, 10));
+    let group = LedgerGroup::new(ledger_group_of(&second), vec![foreign]);
+    let key = ledger_group_key(group.group);
+    let written = compare_and_set(&ledger, &key, Bytes::from(encode(&group)), None).await.unwrap();
+    assert!(matches!(written, CasOutcome::Written { .. }), "{written:?}");
+    // The limit is defined live: the term must not take the intruder's revision as its own.
+    let store = limits_store::open(&js, 1).await.unwrap();
+    limits_store::put(&store, &LimitDef::from_config(&LimitConfig::new(&second, Quota::per_s(100, 10), &floors)), None)
+        .await
+        .unwrap();
+    wait::until(&mut a.status, Duration::from_secs(5), "a steps down", |s| s.step_downs >= 1).await;
+    let stored = leasehold_nats::ledger::read_group(&ledger, group.group).await.unwrap().unwrap().1;
+    assert_eq!(stored, group, "the intruder's group was overwritten");
+    a.stop().await.unwrap();
+}

@@ -1,0 +1,84 @@
+//! Reading the `lh_ledger` bucket: limits' records kept in groups
+//! ([`leasehold_shared::wire::LedgerGroup`], key `group.<n>`), several limits per key.
+//!
+//! A record's revision is its group's: revisions are the bucket stream's sequence numbers, so
+//! they grow across keys too and order any two values of one limit's record.
+
+use crate::kv::{read, KvError};
+use async_nats::jetstream::kv::Store;
+use futures::StreamExt;
+use leasehold_shared::subjects::{self, ledger_group_key, ledger_group_of, ledger_group_of_key};
+use leasehold_shared::wire::{decode, LedgerGroup, LedgerRecord};
+use std::collections::BTreeMap;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum LedgerError {
+    #[error(transparent)]
+    Kv(#[from] KvError),
+    #[error("cannot list {bucket}: {reason}", bucket = subjects::LEDGER_BUCKET)]
+    List { reason: String },
+    #[error("ledger key {key} is unreadable: {reason}")]
+    Unreadable { key: String, reason: String },
+}
+
+/// Everything in the bucket: each group with its revision, and any key that is not a group
+/// (records of a version that kept one key per limit: nothing reads them).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LedgerContents {
+    pub groups: BTreeMap<u32, (u64, LedgerGroup)>,
+    pub other_keys: Vec<String>,
+}
+
+impl LedgerContents {
+    /// Every record with its group's revision, by limit.
+    pub fn records(&self) -> BTreeMap<&str, (u64, &LedgerRecord)> {
+        self.groups.values().flat_map(|(rev, g)| g.records.iter().map(move |r| (r.limit.as_str(), (*rev, r)))).collect()
+    }
+}
+
+/// Decode a group read from `key`.
+pub fn decode_group(key: &str, bytes: &[u8]) -> Result<LedgerGroup, LedgerError> {
+    let group =
+        decode::<LedgerGroup>(bytes).map_err(|e| LedgerError::Unreadable { key: key.into(), reason: e.to_string() })?;
+    if ledger_group_of_key(key) != Some(group.group) {
+        let reason = format!("it holds group {}", group.group);
+        return Err(LedgerError::Unreadable { key: key.into(), reason });
+    }
+    Ok(group)
+}
+
+/// Group `group` and its revision, if written.
+pub async fn read_group(store: &Store, group: u32) -> Result<Option<(u64, LedgerGroup)>, LedgerError> {
+    let key = ledger_group_key(group);
+    match read(store, &key).await? {
+        None => Ok(None),
+        Some((rev, bytes)) => Ok(Some((rev, decode_group(&key, &bytes)?))),
+    }
+}
+
+/// `limit`'s group's revision (if the group is written) and `limit`'s record in it (if any).
+pub async fn read_record(store: &Store, limit: &str) -> Result<(Option<u64>, Option<LedgerRecord>), LedgerError> {
+    Ok(match read_group(store, ledger_group_of(limit)).await? {
+        None => (None, None),
+        Some((rev, group)) => (Some(rev), group.record(limit).cloned()),
+    })
+}
+
+/// Every group in the bucket (an unreadable one is an error: never act on a ledger read in
+/// part).
+pub async fn read_all(store: &Store) -> Result<LedgerContents, LedgerError> {
+    let mut keys = store.keys().await.map_err(|e| LedgerError::List { reason: e.to_string() })?;
+    let mut contents = LedgerContents::default();
+    while let Some(key) = keys.next().await {
+        let key = key.map_err(|e| LedgerError::List { reason: e.to_string() })?;
+        let Some(group) = ledger_group_of_key(&key) else {
+            contents.other_keys.push(key);
+            continue;
+        };
+        if let Some(found) = read_group(store, group).await? {
+            contents.groups.insert(group, found);
+        }
+    }
+    Ok(contents)
+}

@@ -1,0 +1,92 @@
+//! The ledger's unit of storage: the records of every limit whose name hashes to one group
+//! ([`crate::subjects::ledger_group_of`]), in one KV value written by compare-and-set. The
+//! coordinator's durable writes per renewal then grow with the number of groups
+//! ([`crate::subjects::LEDGER_GROUPS`]), not with the number of limits, and one write is
+//! atomic across the limits it carries.
+
+use super::{check_id, LedgerRecord, WireError, WireMessage, MAX_BATCH_BYTES, SCHEMA_VERSION};
+use crate::subjects::{ledger_group_of, LEDGER_GROUPS};
+use serde::{Deserialize, Serialize};
+
+/// Largest group a writer stores: NATS's default `max_payload` (1 MiB) less room for the
+/// headers of a compare-and-set. About 1.5 KB per limit with two DCs: some 600 limits per
+/// group, 40,000 limits in all.
+pub const MAX_LEDGER_GROUP_BYTES: usize = MAX_BATCH_BYTES - 4 * 1024;
+
+/// One ledger group: its records, one per limit, sorted by limit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LedgerGroup {
+    pub v: u32,
+    /// The group's number: every record's limit hashes to it.
+    pub group: u32,
+    pub records: Vec<LedgerRecord>,
+}
+
+impl LedgerGroup {
+    /// Group `group` holding `records` (sorted here by limit).
+    pub fn new(group: u32, mut records: Vec<LedgerRecord>) -> Self {
+        records.sort_by(|a, b| a.limit.cmp(&b.limit));
+        LedgerGroup { v: SCHEMA_VERSION, group, records }
+    }
+
+    /// `limit`'s record, if the group holds one.
+    pub fn record(&self, limit: &str) -> Option<&LedgerRecord> {
+        self.records.binary_search_by(|r| r.limit.as_str().cmp(limit)).ok().map(|i| &self.records[i])
+    }
+}
+
+impl WireMessage for LedgerGroup {
+    const MAX_BYTES: usize = MAX_LEDGER_GROUP_BYTES;
+    fn validate(&self) -> Result<(), WireError> {
+        if self.group >= LEDGER_GROUPS {
+            let reason = format!("{} not below {LEDGER_GROUPS}", self.group);
+            return Err(WireError::Invalid { field: "group", reason });
+        }
+        for (i, rec) in self.records.iter().enumerate() {
+            rec.validate()?;
+            check_id("limit", &rec.limit)?;
+            if ledger_group_of(&rec.limit) != self.group {
+                let reason = format!("limit {} belongs to group {}", rec.limit, ledger_group_of(&rec.limit));
+                return Err(WireError::Invalid { field: "records", reason });
+            }
+            if i > 0 && self.records[i - 1].limit >= rec.limit {
+                let reason = format!("limit {} out of order or twice", rec.limit);
+                return Err(WireError::Invalid { field: "records", reason });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{decode, encode};
+
+    fn name_in(group: u32, skip: usize) -> String {
+        (0..).map(|i| format!("l{i}")).filter(|n| ledger_group_of(n) == group).nth(skip).unwrap()
+    }
+
+    #[test]
+    fn a_group_roundtrips_sorted_and_finds_its_records() {
+        let (a, b) = (name_in(7, 0), name_in(7, 1));
+        let g = LedgerGroup::new(7, vec![LedgerRecord::empty(&b, 2, "c"), LedgerRecord::empty(&a, 2, "c")]);
+        let back = decode::<LedgerGroup>(&encode(&g)).unwrap();
+        assert_eq!(back, g);
+        assert_eq!(back.record(&a).map(|r| r.limit.as_str()), Some(a.as_str()));
+        assert_eq!(back.record(&b).map(|r| r.limit.as_str()), Some(b.as_str()));
+        assert!(back.record("absent").is_none());
+    }
+
+    #[test]
+    fn a_group_naming_a_foreign_limit_twice_or_out_of_range_is_refused() {
+        let (a, other) = (name_in(7, 0), name_in(8, 0));
+        let foreign = LedgerGroup::new(7, vec![LedgerRecord::empty(&other, 1, "c")]);
+        assert!(matches!(decode::<LedgerGroup>(&encode(&foreign)), Err(WireError::Invalid { field: "records", .. })));
+        let mut twice = LedgerGroup::new(7, vec![LedgerRecord::empty(&a, 1, "c")]);
+        twice.records.push(LedgerRecord::empty(&a, 1, "c"));
+        assert!(matches!(decode::<LedgerGroup>(&encode(&twice)), Err(WireError::Invalid { field: "records", .. })));
+        let out = LedgerGroup::new(LEDGER_GROUPS, vec![]);
+        assert!(matches!(decode::<LedgerGroup>(&encode(&out)), Err(WireError::Invalid { field: "group", .. })));
+    }
+}
