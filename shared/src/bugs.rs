@@ -62,4 +62,8 @@ pub struct KnownBugs {
     /// A term that takes a lower limit live (`CoordinatorCore::reconfigure`) starts its books
     /// afresh at the new capacity, forgetting the DC leases and floors already out.
     pub reconfigure_forgets_leases: bool,
+    /// A DC manager takes a limit's removal and pod rules from any value of its ledger record it
+    /// reads, an older one (a watch replaying the key's history, a delayed delivery after a
+    /// direct read) included: a removed limit's best-effort allowance comes back.
+    pub record_rules_take_any_revision: bool,
 }

@@ -155,3 +155,48 @@ fn the_simulator_catches_a_leader_that_trusts_a_record_behind_the_fence() {
     let bugs = KnownBugs { record_behind_fence_trusted: true, ..KnownBugs::default() };
     assert!(storm_breaches_with(bugs, Quota::ZERO, 1..=10) > 0);
 }
+
+/// A limit removed while both DCs are over their share in best-effort mode (50/s each). Half a
+/// second later each DC's managers reconnect (their ledger watches replay the kept history,
+/// records from before the removal included, in random delivery order) and, just after the
+/// replay is sent, the DC is cut off from the coordinator for 40 s: its DC lease lapses and no
+/// newer record comes. A manager of Europe also crashes and restarts during the cut. A removed
+/// limit runs strict: nothing once its leases end, emergency allowance included.
+fn removal_then_replays_and_cuts(bugs: KnownBugs, seed: u64) -> u64 {
+    use leasehold_sim::faults::{Fault, FaultKind};
+    use leasehold_sim::world::{limit_change_target, CHANGE_REMOVE};
+    let mut sc = Scenario::limit_change();
+    sc.bugs = bugs;
+    sc.emergency_per_dc = Quota::per_s(50, 0);
+    sc.duration_s = 100;
+    let fault = |at_s, kind, duration_s, target| Fault { at_s, kind, duration_s, target, amount: 1.0 };
+    // The judge holds a DC to nothing from 31 s after it read the removal (two DC-lease and
+    // two pod-lease lifetimes, and a second), until the cut heals.
+    sc.fixed_faults = vec![
+        fault(20.0, FaultKind::LimitChange, 70.0, limit_change_target(CHANGE_REMOVE, 0)),
+        fault(20.5, FaultKind::DcManagerReconnect, 0.3, 0),
+        fault(20.81, FaultKind::PartitionDcCoordinator, 40.0, 0),
+        fault(20.6, FaultKind::DcManagerReconnect, 0.3, 1),
+        fault(20.91, FaultKind::PartitionDcCoordinator, 40.0, 1),
+        fault(30.0, FaultKind::DcManagerCrash, 5.0, 1),
+    ];
+    let r = run_scenario(sc, seed, Policy::Leasehold);
+    assert!(r.record_replays >= 3, "seed {seed}: the watches were not replayed: {}", r.record_replays);
+    r.violations
+}
+
+#[test]
+fn a_removed_limit_runs_strict_through_replayed_ledger_watches_and_cuts() {
+    let breaches: u64 = (1..=4).map(|seed| removal_then_replays_and_cuts(KnownBugs::default(), seed)).sum();
+    assert_eq!(breaches, 0);
+}
+
+/// The record's rules taken from any revision: a replayed, older record brings the removed
+/// limit's best-effort allowance back.
+#[test]
+fn the_simulator_catches_record_rules_taken_from_an_older_revision() {
+    let bugs = KnownBugs { record_rules_take_any_revision: true, ..KnownBugs::default() };
+    let per_seed: Vec<u64> = (1..=8).map(|seed| removal_then_replays_and_cuts(bugs, seed)).collect();
+    println!("violations per seed with the rules taken from any revision: {per_seed:?}");
+    assert!(per_seed.iter().sum::<u64>() > 0);
+}

@@ -8,6 +8,7 @@
 //! back: a removed limit's best-effort allowance, say, after its removal.
 
 use super::config::{DcManagerConfig, FailMode, PodRules, SplitMode};
+use crate::bugs::KnownBugs;
 use crate::wire::LedgerRecord;
 use std::collections::BTreeMap;
 
@@ -21,13 +22,20 @@ struct Taken {
 #[derive(Clone, Debug, Default)]
 pub struct RecordRules {
     limits: BTreeMap<String, Taken>,
+    bugs: KnownBugs,
 }
 
 impl RecordRules {
+    /// With known bugs switched on (negative controls only).
+    pub fn with_bugs(bugs: KnownBugs) -> Self {
+        RecordRules { limits: BTreeMap::new(), bugs }
+    }
+
     /// Take `rec`'s removal and rules if `revision` (of its key in the ledger bucket) is newer
     /// than the last taken for its limit. Returns whether it was taken.
     pub fn take(&mut self, revision: u64, rec: &LedgerRecord) -> bool {
-        if self.limits.get(&rec.limit).is_some_and(|t| t.revision >= revision) {
+        let older = self.limits.get(&rec.limit).is_some_and(|t| t.revision >= revision);
+        if older && !self.bugs.record_rules_take_any_revision {
             return false;
         }
         let taken = Taken { revision, removed: rec.limit_removed(), rules: rec.pod_rules.clone() };

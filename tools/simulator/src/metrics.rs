@@ -49,6 +49,9 @@ pub struct Metrics {
     /// Ledger records lost with a single-replica bucket (the fence survives).
     pub records_lost: u64,
     pub records_rolled_back: u64,
+    /// Ledger watches opened again (a manager reconnecting or restarting): the kept history
+    /// replayed, oldest first.
+    pub record_replays: u64,
     pub lease_rejections: u64,
     pub drains_acked: u64,
     /// Largest amount by which what pods may spend exceeded R and B (best-effort mode only).
@@ -94,6 +97,7 @@ impl Metrics {
             live_reconfigurations: 0,
             records_lost: 0,
             records_rolled_back: 0,
+            record_replays: 0,
             lease_rejections: 0,
             drains_acked: 0,
             overshoot_max: leasehold_shared::quota::Quota::ZERO,

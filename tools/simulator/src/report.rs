@@ -56,6 +56,7 @@ pub struct SeedResult {
     pub live_reconfigurations: u64,
     pub records_lost: u64,
     pub records_rolled_back: u64,
+    pub record_replays: u64,
     pub overshoot_rate_per_s: f64,
     /// This seed's offered load, from the scenario's demand function.
     pub offered: OfferedLoad,
@@ -115,6 +116,9 @@ pub struct Summary {
     pub records_lost: u64,
     /// Ledger records rolled back to an earlier term's (a crash that lost the bucket's tail).
     pub records_rolled_back: u64,
+    /// Ledger watches opened again (a DC manager reconnecting or restarting), each replaying
+    /// the kept history oldest first.
+    pub record_replays: u64,
     /// "strict", or "best-effort" with an emergency allowance per DC.
     pub mode: &'static str,
     /// Σ E (rate/s): the documented overshoot bound; 0 in strict mode.
@@ -198,6 +202,7 @@ pub fn run_scenario(sc: Scenario, seed: u64, policy: Policy) -> SeedResult {
         live_reconfigurations: m.live_reconfigurations,
         records_lost: m.records_lost,
         records_rolled_back: m.records_rolled_back,
+        record_replays: m.record_replays,
         overshoot_rate_per_s: m.overshoot_max.rate_per_s(),
         offered,
         hidden_drop: m.hidden_drop.clone(),
@@ -344,6 +349,7 @@ fn run_checked(opts: &RunOptions) -> (Summary, Vec<SeedResult>) {
         live_reconfigurations: results.iter().map(|r| r.live_reconfigurations).sum(),
         records_lost: results.iter().map(|r| r.records_lost).sum(),
         records_rolled_back: results.iter().map(|r| r.records_rolled_back).sum(),
+        record_replays: results.iter().map(|r| r.record_replays).sum(),
         mode: if opts.emergency_per_dc.is_zero() { "strict" } else { "best-effort" },
         overshoot_bound_rate_per_s: sc_with(opts, sc.clone()).overshoot_bound().rate_per_s(),
         overshoot_measured_rate_per_s: results.iter().map(|r| r.overshoot_rate_per_s).fold(0.0, f64::max),

@@ -24,6 +24,7 @@ impl World {
         }
         self.check_one_term_acts();
         self.check_pods_nest_in_their_issuers();
+        self.check_removed_limit_admits_nothing(&per_dc);
         // The limit in force: a lowered R or B holds one DC-lease lifetime after the change.
         let limit = self.live.limit_in_force(self.now);
         self.metrics.overshoot(total.saturating_sub(limit));
@@ -67,6 +68,21 @@ impl World {
             if !used.fits_in(&allowed) {
                 let msg =
                     format!("dc {} pods hold {used}, above floor + counted DC lease {allowed}", self.sc.dcs[d].name);
+                self.metrics.invariant(self.now, msg);
+            }
+        }
+    }
+
+    /// A removed limit admits nothing once its leases end, emergency allowance included: once
+    /// the newest ledger record that reached DC `d` has said for a DC-lease and a pod-lease
+    /// lifetime (twice each, and a second) that the limit was removed, the DC's pods may spend
+    /// nothing, whatever an older record replayed or delivered late says.
+    fn check_removed_limit_admits_nothing(&mut self, per_dc: &[Quota]) {
+        let margin = 2 * (self.live.dc_ttl_ms + self.live.pod_ttl_ms_max) * MS + S;
+        for (d, used) in per_dc.iter().enumerate() {
+            let settled = self.dcs[d].removed_since.is_some_and(|since| self.now > since + margin);
+            if settled && *used != Quota::ZERO {
+                let msg = format!("dc {} pods may spend {used} of a removed limit", self.sc.dcs[d].name);
                 self.metrics.invariant(self.now, msg);
             }
         }

@@ -10,8 +10,11 @@ use leasehold_shared::expiry::ExpiryPolicy;
 use leasehold_shared::holder::LeaseRejection;
 use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
 use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::DcLease;
+use leasehold_shared::wire::{DcLease, LedgerRecord};
 use std::rc::Rc;
+
+/// Values the ledger bucket keeps per key (the services' `history: 5`).
+const RECORD_HISTORY: usize = 5;
 
 impl World {
     pub(super) fn expiry(&self) -> ExpiryPolicy {
@@ -271,13 +274,76 @@ impl World {
             self.kv.earlier_term_record = Some(prev);
         }
         self.kv.record = Some(record.clone());
+        self.kv.history.push_back((self.kv.record_rev, record.clone()));
+        if self.kv.history.len() > RECORD_HISTORY {
+            self.kv.history.pop_front();
+        }
         if quiet {
             return; // nothing new: the watch would deliver the same leases and floors again
         }
+        let rev = self.kv.record_rev;
         for d in 0..self.dcs.len() {
             let r = record.clone();
-            self.send(Link::DcCoord(d), || Msg::Record(d, r.clone()));
+            self.send(Link::DcCoord(d), || Msg::Record(d, None, r.clone(), rev));
         }
+    }
+
+    /// Replica `r` of DC `d` opens its ledger watch again: the kept history, oldest first.
+    pub(super) fn replay_records(&mut self, d: usize, r: usize) {
+        let history: Vec<(u64, Rc<LedgerRecord>)> = self.kv.history.iter().cloned().collect();
+        self.metrics.record_replays += 1;
+        for (rev, rec) in history {
+            self.send(Link::DcCoord(d), || Msg::Record(d, Some(r), rec.clone(), rev));
+        }
+    }
+
+    /// A ledger record reaches DC `d` (every replica, or only `only`): each live replica takes
+    /// its removal and pod rules if its revision is newer than what it took (a frozen one's
+    /// watch holds it until it wakes, before it acts), and each acting term applies the
+    /// rules, then the record's floor and newest DC lease for it.
+    fn on_record(&mut self, d: usize, only: Option<usize>, rec: &LedgerRecord, rev: u64) {
+        if self.net.dc_reconnect_at[d] > self.now {
+            return; // disconnected: the watch replays the history on reconnecting
+        }
+        let slot = &mut self.dcs[d];
+        if only.is_none() && rev > slot.newest_record_rev {
+            slot.newest_record_rev = rev;
+            slot.removed_since = if rec.limit_removed() { slot.removed_since.or(Some(self.now)) } else { None };
+        }
+        let targets: Vec<usize> = (0..slot.mgrs.len()).filter(|r| only.is_none_or(|o| o == *r)).collect();
+        for &r in &targets {
+            let m = &mut self.dcs[d].mgrs[r];
+            if m.alive {
+                m.record_rules.take(rev, rec);
+            }
+        }
+        let mut rejected = 0;
+        for r in self.dcs[d].acting(self.now).into_iter().filter(|r| targets.contains(r)) {
+            let base = self.dc_config(d, r, 0);
+            let m = &mut self.dcs[d].mgrs[r];
+            let local = m.clock.local(self.now);
+            let core = m.core.as_mut().expect("acting");
+            core.set_limit_removed(m.record_rules.removed(&rec.limit));
+            let (split, fail_mode) = m.record_rules.policy(&rec.limit, &base, &base.dc);
+            core.set_policy(split, fail_mode);
+            let mut out = match rec.floor_of(&base.dc) {
+                Some((floor, version)) => core.on_floor(floor, version, local),
+                None => Vec::new(),
+            };
+            let instance = &core.config().instance;
+            let newest: Option<&DcLease> =
+                rec.leases.iter().filter(|l| &l.holder == instance).max_by_key(|l| l.version);
+            if let Some(l) = newest {
+                match core.on_dc_lease(l, local) {
+                    Ok(more) => out.extend(more),
+                    // The watch re-delivers the whole record: an already-applied lease is normal.
+                    Err(LeaseRejection::NotNewer { .. }) => {}
+                    Err(_) => rejected += 1,
+                }
+            }
+            self.route_dc(d, out);
+        }
+        self.metrics.lease_rejections += rejected;
     }
 
     pub(super) fn on_message(&mut self, m: Msg) {
@@ -329,28 +395,7 @@ impl World {
                     }
                 }
             }
-            Msg::Record(d, rec) => {
-                let mut rejected = 0;
-                self.for_each_acting_mgr(d, |m, local| {
-                    let mut out = match rec.floor_of(&m.config().dc) {
-                        Some((floor, version)) => m.on_floor(floor, version, local),
-                        None => Vec::new(),
-                    };
-                    let instance = &m.config().instance;
-                    let newest: Option<&DcLease> =
-                        rec.leases.iter().filter(|l| &l.holder == instance).max_by_key(|l| l.version);
-                    if let Some(l) = newest {
-                        match m.on_dc_lease(l, local) {
-                            Ok(more) => out.extend(more),
-                            // The watch re-delivers the whole record: an already-applied lease is normal.
-                            Err(LeaseRejection::NotNewer { .. }) => {}
-                            Err(_) => rejected += 1,
-                        }
-                    }
-                    out
-                });
-                self.metrics.lease_rejections += rejected;
-            }
+            Msg::Record(d, only, rec, rev) => self.on_record(d, only, &rec, rev),
         }
     }
 }

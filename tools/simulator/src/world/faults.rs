@@ -28,8 +28,11 @@ impl World {
         m.core = None;
         m.incarnation += 1;
         m.election = super::leaders::election(&id, self.sc.leader_ttl_ms, &bugs);
+        m.record_rules = leasehold_shared::dc_manager::RecordRules::with_bugs(bugs);
         let inc = m.incarnation;
         self.push(self.now, Ev::DcTick(d, r, inc));
+        // The new process's ledger watch delivers the kept history, oldest first.
+        self.replay_records(d, r);
     }
 
     /// A new coordinator process in the slot's place, as a standby.
@@ -150,6 +153,11 @@ impl World {
                     let rolled_back = (f.target >> 10) % 2 == 1 && self.kv.earlier_term_record.is_some();
                     self.kv.record = if rolled_back { self.kv.earlier_term_record.clone() } else { None };
                     self.kv.record_rev += 1;
+                    // The kept history goes with the tail (what remains is the rolled-back value).
+                    self.kv.history.clear();
+                    if let Some(r) = self.kv.record.clone() {
+                        self.kv.history.push_back((self.kv.record_rev, r));
+                    }
                     if rolled_back {
                         self.metrics.records_rolled_back += 1;
                     } else {
@@ -394,8 +402,14 @@ impl World {
             FaultKind::CoordinatorCrash => self.restart_coordinator(t),
             FaultKind::CoordinatorPause => {}
             FaultKind::DcManagerCrash => self.restart_mgr(t / 16, t % 16),
-            // Reconnected at heal time by construction (the buffer's delay ends then).
-            FaultKind::DcManagerPause | FaultKind::ConfigChange | FaultKind::DcManagerReconnect => {}
+            // Reconnected at heal time by construction (the buffer's delay ends then); the
+            // ledger watches, opened again, replay the kept history.
+            FaultKind::DcManagerReconnect => {
+                for r in 0..self.dcs[t].mgrs.len() {
+                    self.replay_records(t, r);
+                }
+            }
+            FaultKind::DcManagerPause | FaultKind::ConfigChange => {}
             FaultKind::LimitChange => self.change_limit(f.target, None),
             FaultKind::SlowLeaderReplies => self.net.faults.slow_leader_replies_ms = 0,
             FaultKind::MessageLoss => self.net.faults.loss = 0.0,

@@ -254,7 +254,16 @@ impl World {
             Who::Mgr(d, r) => {
                 let cfg = self.dc_config(d, r, claim_revision);
                 let local = self.dcs[d].mgrs[r].clock.local(self.now);
-                let mut core = DcManagerCore::new(cfg, local);
+                let mut core = DcManagerCore::new(cfg.clone(), local);
+                // The term reads the record directly (newer than what its watch may deliver
+                // next) and runs on the rules it took.
+                let rules = &mut self.dcs[d].mgrs[r].record_rules;
+                if let Some(rec) = self.kv.record.as_ref() {
+                    rules.take(self.kv.record_rev, rec);
+                }
+                core.set_limit_removed(rules.removed(&cfg.limit));
+                let (split, fail_mode) = rules.policy(&cfg.limit, &cfg, &cfg.dc);
+                core.set_policy(split, fail_mode);
                 let floor = self.kv.record.as_ref().and_then(|rec| rec.floor_of(&self.sc.dcs[d].name));
                 let out = floor.map(|(f, v)| core.on_floor(f, v, local)).unwrap_or_default();
                 self.dcs[d].mgrs[r].core = Some(core);

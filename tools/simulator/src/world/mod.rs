@@ -73,7 +73,9 @@ enum Msg {
     PodLease(usize, PodLease),
     ReturnAck(usize, ReturnAck),
     DcReport(DcReport),
-    Record(usize, Rc<LedgerRecord>),
+    /// A ledger record at its revision, from DC `.0`'s watch: to every replica, or only to
+    /// replica `.1` (its watch, opened again, replaying the kept history).
+    Record(usize, Option<usize>, Rc<LedgerRecord>, u64),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,12 +116,19 @@ struct MgrReplica {
     /// A pause (ns) to begin right after its next leader-key write is sent: the worst moment,
     /// with the write's answer arriving while it is frozen.
     pause_after_write_ns: Option<u64>,
+    /// What the process took from the ledger records it read (removal, pod rules), by revision.
+    record_rules: leasehold_shared::dc_manager::RecordRules,
 }
 
 struct DcSlot {
     clock: NodeClock,
     mgrs: Vec<MgrReplica>,
     static_bucket: Option<TokenBucket>,
+    /// The judge's view: the revision of the newest record that reached the DC, and since when
+    /// the newest one reached says the limit was removed (its pods may then hold no emergency
+    /// allowance once their leases have run out).
+    newest_record_rev: u64,
+    removed_since: Option<u64>,
 }
 
 impl DcSlot {
@@ -168,6 +177,9 @@ struct Kv {
     fence: Option<LedgerFence>,
     /// The last record an earlier term wrote: what a store that loses its tail goes back to.
     earlier_term_record: Option<Rc<LedgerRecord>>,
+    /// The values the bucket keeps (history 5), oldest first, with their revisions: what a
+    /// watch opened again delivers.
+    history: VecDeque<(u64, Rc<LedgerRecord>)>,
 }
 
 pub struct World {
@@ -253,7 +265,7 @@ impl World {
                 b.apply_lease(share, clock.local(0) + 36_000 * S, clock.local(0)).expect("static lease fits");
                 b
             });
-            self.dcs.push(DcSlot { clock, mgrs: Vec::new(), static_bucket });
+            self.dcs.push(DcSlot { clock, mgrs: Vec::new(), static_bucket, newest_record_rev: 0, removed_since: None });
             for _ in 0..self.sc.dcs[d].pods {
                 let p = self.add_pod_slot(d);
                 self.start_pod(p);
@@ -273,6 +285,7 @@ impl World {
                         incarnation: 0,
                         send_on_wake: Vec::new(),
                         pause_after_write_ns: None,
+                        record_rules: leasehold_shared::dc_manager::RecordRules::with_bugs(self.sc.bugs),
                     });
                     let first = self.rng.range_u64(0, 250) * MS;
                     self.push(first, Ev::DcTick(d, r, 0));
