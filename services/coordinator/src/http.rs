@@ -37,6 +37,12 @@ fn registry(status: watch::Receiver<Status>) -> Registry {
             NO_LABELS,
             s.groups_oversized,
         )?;
+        m.gauge(
+            "leasehold_coordinator_ledger_group_bytes_max",
+            "Largest ledger group encoded (bytes); a group above the server's max_payload less 4 KiB is not written.",
+            NO_LABELS,
+            s.ledger_group_bytes_max as f64,
+        )?;
         m.counter(
             "leasehold_coordinator_step_downs_total",
             "Terms ended by a failed or fenced write or renewal.",
@@ -99,6 +105,7 @@ struct StatusBody {
     records_written: u64,
     ledger_writes: u64,
     groups_oversized: u64,
+    ledger_group_bytes_max: u64,
     step_downs: u64,
     reports_malformed: u64,
     limits: BTreeMap<String, LimitBody>,
@@ -126,6 +133,7 @@ impl From<&Status> for StatusBody {
             records_written: s.records_written,
             ledger_writes: s.ledger_writes,
             groups_oversized: s.groups_oversized,
+            ledger_group_bytes_max: s.ledger_group_bytes_max,
             step_downs: s.step_downs,
             reports_malformed: s.reports_malformed,
             limits: s

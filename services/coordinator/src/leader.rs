@@ -15,9 +15,10 @@
 //!   leases end (see [`crate::definitions`]).
 //! * Every write is a compare-and-set on the revision this leader last wrote, or read at its
 //!   takeover. A conflict means someone else leads: step down at once. A timed-out write is
-//!   re-read: if the stored value is not exactly ours, step down. A group is written only when
-//!   it changed. The writes themselves are in [`crate::writes`]: a tick's groups go together,
-//!   the fence raised once before them, the groups written concurrently.
+//!   re-read: if the stored value is not exactly ours, step down. Every tick writes every group
+//!   that holds a limit, changed or not. The writes themselves are in [`crate::writes`]: a
+//!   tick's groups go together, the fence raised once before them, the groups written
+//!   concurrently.
 
 use bytes::Bytes;
 use leasehold_nats::kv::{compare_and_set, read, CasOutcome};
@@ -25,7 +26,7 @@ use leasehold_process::clock::LeaseClock;
 use leasehold_shared::coordinator::{next_epoch, CoordinatorCore, LimitConfig, Stored};
 use leasehold_shared::leadership::{Leadership, LeadershipConfig, Transition};
 use leasehold_shared::subjects::{self, ledger_group_of};
-use leasehold_shared::wire::{decode, encode, DcReports, LedgerFence, LedgerGroup, LedgerRecord};
+use leasehold_shared::wire::{decode, encode, DcReports, LedgerFence, LedgerRecord};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tracing::{info, warn};
@@ -44,8 +45,6 @@ pub(crate) struct LimitState {
 pub(crate) struct GroupState {
     /// Its revision when this term last wrote or (at takeover) read it; `None`: not written.
     pub(crate) revision: Option<u64>,
-    /// The value this term last wrote (an equal one is not written again).
-    pub(crate) written: Option<LedgerGroup>,
 }
 
 pub(crate) struct Term {
@@ -68,6 +67,9 @@ pub struct Leader {
     election: Leadership,
     pub(crate) leadership: Option<Term>,
     pub status: Status,
+    /// Largest group value written: the server's `max_payload` less room for headers, at most
+    /// [`MAX_LEDGER_GROUP_BYTES`](leasehold_shared::wire::MAX_LEDGER_GROUP_BYTES).
+    pub(crate) max_group_bytes: usize,
 }
 
 impl Leader {
@@ -81,7 +83,14 @@ impl Leader {
     ) -> Self {
         let election = Leadership::new(&id, LeadershipConfig::new(leader_ttl.as_millis() as u64));
         let status = Status::default();
-        Leader { id, definitions, ledger, leaders, limits, clock, election, leadership: None, status }
+        let max_group_bytes = leasehold_shared::wire::MAX_LEDGER_GROUP_BYTES;
+        Leader { id, definitions, ledger, leaders, limits, clock, election, leadership: None, status, max_group_bytes }
+    }
+
+    /// Write no group larger than the server takes (`max_payload`, less 4 KiB for headers).
+    pub fn with_max_payload(mut self, max_payload: usize) -> Self {
+        self.max_group_bytes = self.max_group_bytes.min(max_payload.saturating_sub(4 * 1024));
+        self
     }
 
     /// Every decision reads the service's one clock (nanoseconds since start, counting suspension).
@@ -183,9 +192,7 @@ impl Leader {
             }
         };
         for key in &contents.other_keys {
-            // Not a group: a record of a version that kept one key per limit. Its limit is in
-            // the fence's list (or the fence predates the list): it is waited out as lost.
-            warn!(key = %key, "a ledger key that is not a group; not read");
+            warn!(key = %key, "a ledger key that is neither a group nor a limit's name; not read");
         }
         // Every limit defined now, every limit with a record, and every limit the fence says
         // had one (its record lost): a removed one runs retired.
@@ -196,13 +203,23 @@ impl Leader {
         if let Some(listed) = fence.as_ref().and_then(|(_, f)| f.limits.as_ref()) {
             names.extend(listed.iter().cloned());
         }
+        // A record of a version that kept one key per limit resumes its limit unless a group
+        // holds a record of a later term (the term then writes it into its group; the old key
+        // is left as it is).
+        for (limit, (_, rec)) in &contents.legacy {
+            let grouped = records.get(limit).and_then(|r| r.as_ref()).map(|r| r.epoch);
+            if grouped.is_none_or(|epoch| epoch < rec.epoch) {
+                info!(limit = %limit, "resuming from a per-limit ledger record of an older version");
+                records.insert(limit.clone(), Some(rec.clone()));
+            }
+        }
         for name in names {
             records.entry(name).or_default();
         }
         let groups: BTreeMap<u32, GroupState> = contents
             .groups
             .iter()
-            .map(|(number, (revision, _))| (*number, GroupState { revision: Some(*revision), written: None }))
+            .map(|(number, (revision, _))| (*number, GroupState { revision: Some(*revision) }))
             .collect();
         // Above every stored epoch, and at least the claim's revision: revisions only grow, so a
         // record that was lost (a single-replica bucket) cannot make epochs start again at 1.

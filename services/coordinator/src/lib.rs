@@ -83,7 +83,9 @@ pub async fn run(
         settings.id.clone().unwrap_or_else(|| format!("coord-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
     let clock = leasehold_process::clock::LeaseClock::start();
     let stores = (ledger, leaders, limits.clone());
-    let mut leader = Leader::new(id, Definitions::new(settings), leader_ttl, stores, clock);
+    let max_payload = client.server_info().max_payload;
+    let mut leader =
+        Leader::new(id, Definitions::new(settings), leader_ttl, stores, clock).with_max_payload(max_payload);
     for s in stored {
         leader.on_limit(s.into()).await;
     }

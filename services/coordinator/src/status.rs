@@ -15,6 +15,9 @@ pub struct Status {
     pub ledger_writes: u64,
     /// Group writes skipped because the group was larger than a KV value may be.
     pub groups_oversized: u64,
+    /// The largest ledger group this replica encoded (bytes): alert well below the server's
+    /// `max_payload`.
+    pub ledger_group_bytes_max: u64,
     pub step_downs: u64,
     pub reports_malformed: u64,
     pub reports_ignored: u64,

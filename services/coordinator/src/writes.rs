@@ -8,14 +8,16 @@
 //! written; then the groups are written concurrently. Each is still a compare-and-set on the
 //! revision this term last wrote (or, for a group it has not written, read at its takeover: a
 //! group that did not exist is created), so a conflict on any of them means someone else leads:
-//! the leader steps down. A group equal to the one this term last wrote is not written again.
+//! the leader steps down. Every tick writes every group that holds a limit, changed or not: a
+//! group rolled back or overwritten under the term (a single-replica bucket that lost its
+//! tail, a second writer) is found within a tick, as when each record was its own key.
 
 use crate::leader::{GroupState, Leader};
 use bytes::Bytes;
 use futures::StreamExt;
 use leasehold_nats::kv::{compare_and_set, read, CasOutcome};
 use leasehold_shared::subjects::{self, ledger_group_of};
-use leasehold_shared::wire::{encode, LedgerFence, LedgerGroup, LedgerRecord, MAX_LEDGER_GROUP_BYTES};
+use leasehold_shared::wire::{encode, LedgerFence, LedgerGroup, LedgerRecord};
 use std::collections::{BTreeMap, BTreeSet};
 use tracing::error;
 
@@ -49,24 +51,23 @@ impl Leader {
         let mut pending = Vec::with_capacity(members.len());
         for (number, records) in members {
             let group = LedgerGroup::new(number, records);
-            let known = term.groups.get(&number);
-            if known.and_then(|g| g.written.as_ref()) == Some(&group) {
-                continue; // nothing in it changed since this term wrote it
-            }
             let bytes = Bytes::from(encode(&group));
-            if bytes.len() > MAX_LEDGER_GROUP_BYTES {
-                // Not written: its limits get no new leases (waste, never excess).
+            self.status.ledger_group_bytes_max = self.status.ledger_group_bytes_max.max(bytes.len() as u64);
+            if bytes.len() > self.max_group_bytes {
+                // Not written: its limits get no new leases, and their DCs keep the last floors
+                // they read (as a DC cut off from the coordinator does; see PROTOCOL).
                 error!(
                     group = number,
                     bytes = bytes.len(),
-                    max = MAX_LEDGER_GROUP_BYTES,
+                    max = self.max_group_bytes,
                     limits = group.records.len(),
                     "a ledger group is too large to store; its limits are not renewed"
                 );
                 self.status.groups_oversized += 1;
                 continue;
             }
-            pending.push((group, bytes, known.and_then(|g| g.revision)));
+            let expected = term.groups.get(&number).and_then(|g| g.revision);
+            pending.push((group, bytes, expected));
         }
         if raise && !self.raise_fence(fence).await {
             return false;
@@ -99,7 +100,7 @@ impl Leader {
                     self.status.records_written += group.records.len() as u64;
                     self.status.ledger_writes += 1;
                     if let Some(term) = self.leadership.as_mut() {
-                        term.groups.insert(group.group, GroupState { revision: Some(revision), written: Some(group) });
+                        term.groups.insert(group.group, GroupState { revision: Some(revision) });
                     }
                 }
                 _ => ours = false,

@@ -120,3 +120,87 @@ async fn a_group_written_by_someone_else_is_never_adopted_by_a_limit_added_live(
     assert_eq!(stored, group, "the intruder's group was overwritten");
     a.stop().await.unwrap();
 }
+
+/// A server with a small `max_payload` (64 KiB): a group larger than it takes is not written
+/// (counted, its limits not renewed) and the leader keeps leading; every other group is
+/// written. Before the cap followed the server, the refused publish read as a conflict and
+/// every term stepped down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_above_the_server_s_max_payload_is_counted_not_a_reason_to_step_down() {
+    let bin = binaries().expect("a nats-server is needed").remove(0);
+    let server = NatsServer::start_with_config(&bin, &[("small.conf", "max_payload: 65536\n")], &[]).unwrap();
+    let url = server.url();
+    // 150 limits in group 0 (about 90 KiB of records), and one elsewhere.
+    let floors = [("bkk", Quota::per_s(5, 0)), ("eu", Quota::per_s(5, 0))];
+    let mut names: Vec<String> =
+        (0..).map(|i| format!("crowded-{i}")).filter(|n| ledger_group_of(n) == 0).take(150).collect();
+    let alone = (0..).map(|i| format!("alone-{i}")).find(|n| ledger_group_of(n) != 0).unwrap();
+    names.push(alone.clone());
+    let mut s = settings(&url, "coord-a");
+    s.limits =
+        names.iter().map(|n| LimitDef::from_config(&LimitConfig::new(n, Quota::per_s(100, 10), &floors))).collect();
+    let mut a = spawn(wait::client(&url, "coord").await, s);
+    let st = wait::until(&mut a.status, Duration::from_secs(20), "a leads and counts the oversized group", |s| {
+        s.leading && s.groups_oversized >= 2
+    })
+    .await;
+    assert_eq!(st.step_downs, 0, "{st:?}");
+    assert!(st.ledger_group_bytes_max > 65_536 - 4_096, "{st:?}");
+    let ledger =
+        ensure_bucket(&jetstream(wait::client(&url, "t").await), &BucketSpec::new(LEDGER_BUCKET)).await.unwrap();
+    let records = read_all(&ledger).await.unwrap();
+    assert!(records.records().contains_key(alone.as_str()), "the other group is written");
+    assert!(!records.groups.contains_key(&0), "group 0 is not");
+    assert_eq!(a.status.borrow().step_downs, 0);
+    a.stop().await.unwrap();
+}
+
+/// A record of the version that kept one key per limit (key: the limit's name) is read at
+/// takeover: the limit resumes from it, its DC lease on the books, and the term writes it into
+/// the limit's group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_limit_record_of_an_older_version_is_resumed_into_its_group() {
+    use leasehold_shared::wire::{DcLease, LeaseVersion, LedgerFence};
+    let bin = binaries().expect("a nats-server is needed").remove(0);
+    let server = NatsServer::start(&bin).unwrap();
+    let url = server.url();
+    let js = jetstream(wait::client(&url, "test").await);
+    let ledger = ensure_bucket(&js, &BucketSpec { history: 5, ..BucketSpec::new(LEDGER_BUCKET) }).await.unwrap();
+    let leaders = ensure_bucket(&js, &BucketSpec::new(leasehold_shared::subjects::LEADER_BUCKET)).await.unwrap();
+    // What the older version left: a fence at epoch 3 naming the limit, and its record.
+    let mut fence = LedgerFence::raised(None, 3, 60_000);
+    fence.limits.get_or_insert_with(Default::default).insert("api".into());
+    let fence_key = leasehold_shared::subjects::LEDGER_FENCE_KEY;
+    compare_and_set(&leaders, fence_key, Bytes::from(encode(&fence)), None).await.unwrap();
+    let lease = DcLease {
+        v: 1,
+        limit: "api".into(),
+        dc: "bkk".into(),
+        holder: "bkk-mgr-e1".into(),
+        version: LeaseVersion { epoch: 3, seq: 9 },
+        lease_id: "old-coord-3-9".into(),
+        quota: Quota::per_s(80, 0),
+        floor: Quota::per_s(5, 0),
+        ttl_ms: 60_000,
+        basis_seq: 1,
+    };
+    let mut old = LedgerRecord::empty("api", 3, "old-coord");
+    old.capacity = Some(Quota::per_s(100, 10));
+    old.leases = vec![lease];
+    old.floors = [("bkk".to_string(), Quota::per_s(5, 0))].into();
+    compare_and_set(&ledger, "api", Bytes::from(encode(&old)), None).await.unwrap();
+    let floors = [("bkk", Quota::per_s(5, 0))];
+    let mut s = settings(&url, "coord-a");
+    s.limits = vec![LimitDef::from_config(&LimitConfig::new("api", Quota::per_s(100, 10), &floors))];
+    let mut a = spawn(wait::client(&url, "coord").await, s);
+    let st = wait::until(&mut a.status, Duration::from_secs(10), "a leads api", |s| {
+        s.leading && s.limits.contains_key("api")
+    })
+    .await;
+    assert!(st.epoch > 3, "{st:?}");
+    assert!(st.limits["api"].outstanding.rate_milli_per_s >= 80_000, "the old DC lease is on the books: {st:?}");
+    let (_, rec) = leasehold_nats::ledger::read_record(&ledger, "api").await.unwrap();
+    let rec = rec.expect("api's record in its group");
+    assert!(rec.leases.iter().any(|l| l.lease_id == "old-coord-3-9"), "{rec:?}");
+    a.stop().await.unwrap();
+}

@@ -155,16 +155,36 @@ impl Manager {
         self.status.leading = true;
         self.status.epoch = epoch;
         self.status.takeovers += 1;
+        // Every group once (not one read per limit): the term starts every core from the
+        // records as the bucket holds them now.
+        let fresh = match leasehold_nats::ledger::read_all(&self.ledger).await {
+            Ok(contents) => {
+                for (limit, (revision, rec)) in contents.records() {
+                    if self.serves(limit) {
+                        self.recorded.insert(limit.to_string());
+                    }
+                    if self.concerns(rec) {
+                        self.remember_record(rec, revision);
+                    }
+                }
+                true
+            }
+            Err(e) => {
+                warn!(cause = %e, "could not read the ledger; each core reads its own record");
+                false
+            }
+        };
         let known: Vec<String> = self.floors.keys().cloned().collect();
         for limit in known {
-            self.ensure_core(&limit).await;
+            self.ensure_core(&limit, !fresh).await;
         }
     }
 
     /// This term's core for `limit`, made now if it has none: from the record as the bucket
     /// holds it now, not only as the watch last delivered it (a term must start from a floor at
-    /// least as new as any its predecessor used).
-    async fn ensure_core(&mut self, limit: &str) {
+    /// least as new as any its predecessor used), read now unless `read_now` is false (the
+    /// caller just read every group).
+    async fn ensure_core(&mut self, limit: &str, read_now: bool) {
         let Some(term) = self.term.as_ref() else { return };
         if term.limits.contains_key(limit) || !self.serves(limit) {
             return;
@@ -173,7 +193,9 @@ impl Manager {
         cfg.limit = limit.to_string();
         cfg.epoch = term.epoch;
         cfg.instance = term.instance.clone();
-        self.read_record_now(limit).await;
+        if read_now {
+            self.read_record_now(limit).await;
+        }
         let now = self.now_ns();
         let mut core = DcManagerCore::new(cfg, now);
         core.set_limit_removed(self.record_rules.removed(limit));
@@ -222,6 +244,13 @@ impl Manager {
         }
     }
 
+    /// A record of a limit this process serves that names this DC (a floor or a DC lease), or
+    /// that it already knows.
+    fn concerns(&self, rec: &LedgerRecord) -> bool {
+        let names_dc = rec.floors.contains_key(self.dc()) || rec.leases.iter().any(|l| l.dc == self.dc());
+        self.serves(&rec.limit) && (names_dc || self.floors.contains_key(&rec.limit))
+    }
+
     /// A new value of ledger key `key` (at `revision`): each record of the group it holds.
     pub async fn on_ledger_value(&mut self, key: &str, payload: &[u8], revision: u64) {
         if subjects::ledger_group_of_key(key).is_none() {
@@ -247,8 +276,7 @@ impl Manager {
         if self.serves(&rec.limit) && !self.recorded.contains(&rec.limit) {
             self.recorded.insert(rec.limit.clone());
         }
-        let names_dc = rec.floors.contains_key(self.dc()) || rec.leases.iter().any(|l| l.dc == self.dc());
-        if !self.serves(&rec.limit) || (!names_dc && !self.floors.contains_key(&rec.limit)) {
+        if !self.concerns(&rec) {
             return; // a limit this DC has no part in
         }
         self.remember_record(&rec, revision);
@@ -256,7 +284,7 @@ impl Manager {
             return;
         }
         let limit = rec.limit.clone();
-        self.ensure_core(&limit).await;
+        self.ensure_core(&limit, true).await;
         let now = self.now_ns();
         let floor = self.floors.get(&limit).copied().flatten();
         let removed = self.record_rules.removed(&limit);
@@ -325,7 +353,7 @@ impl Manager {
         if !self.fresh() {
             return;
         }
-        self.ensure_core(&r.limit).await;
+        self.ensure_core(&r.limit, true).await;
         self.admitted_window.entry(r.limit.clone()).or_default().push((self.clock.now_ns(), r.admitted));
         let now = self.now_ns();
         let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&r.limit)) else { return };

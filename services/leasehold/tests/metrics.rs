@@ -157,6 +157,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
                 "leasehold_coordinator_epoch",
                 "leasehold_coordinator_limits_defined",
                 "leasehold_coordinator_definitions_refused",
+                "leasehold_coordinator_ledger_group_bytes_max",
             ],
             "gauge",
             "",
@@ -260,7 +261,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
     };
     let c = status(coord_addr).await;
     let expected =
-        "definitions definitions_refused epoch groups_oversized leading ledger_writes limits records_written reports_malformed step_downs takeovers";
+        "definitions definitions_refused epoch groups_oversized leading ledger_group_bytes_max ledger_writes limits records_written reports_malformed step_downs takeovers";
     assert_eq!(fields(&c), expected, "{c}");
     assert_eq!(fields(&c["limits"]["api"]), "dc_leases limit outstanding retired", "{c}");
     assert_eq!(c["limits"]["api"]["limit"]["rate_milli_per_s"], 100_000, "{c}");

@@ -8,7 +8,7 @@ use crate::kv::{read, KvError};
 use async_nats::jetstream::kv::Store;
 use futures::StreamExt;
 use leasehold_shared::subjects::{self, ledger_group_key, ledger_group_of, ledger_group_of_key};
-use leasehold_shared::wire::{decode, LedgerGroup, LedgerRecord};
+use leasehold_shared::wire::{check_id, decode, LedgerGroup, LedgerRecord};
 use std::collections::BTreeMap;
 use thiserror::Error;
 
@@ -22,11 +22,13 @@ pub enum LedgerError {
     Unreadable { key: String, reason: String },
 }
 
-/// Everything in the bucket: each group with its revision, and any key that is not a group
-/// (records of a version that kept one key per limit: nothing reads them).
+/// Everything in the bucket: each group with its revision, the records of a version that kept
+/// one key per limit (keyed by the limit's name), and any other key.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LedgerContents {
     pub groups: BTreeMap<u32, (u64, LedgerGroup)>,
+    /// Per-limit records of an older version, by limit, with their revisions.
+    pub legacy: BTreeMap<String, (u64, LedgerRecord)>,
     pub other_keys: Vec<String>,
 }
 
@@ -65,15 +67,23 @@ pub async fn read_record(store: &Store, limit: &str) -> Result<(Option<u64>, Opt
     })
 }
 
-/// Every group in the bucket (an unreadable one is an error: never act on a ledger read in
-/// part).
+/// Every group in the bucket, and every per-limit record of an older version (an unreadable
+/// one is an error: never act on a ledger read in part).
 pub async fn read_all(store: &Store) -> Result<LedgerContents, LedgerError> {
     let mut keys = store.keys().await.map_err(|e| LedgerError::List { reason: e.to_string() })?;
     let mut contents = LedgerContents::default();
     while let Some(key) = keys.next().await {
         let key = key.map_err(|e| LedgerError::List { reason: e.to_string() })?;
         let Some(group) = ledger_group_of_key(&key) else {
-            contents.other_keys.push(key);
+            if check_id("limit", &key).is_err() {
+                contents.other_keys.push(key);
+                continue;
+            }
+            if let Some((rev, bytes)) = read(store, &key).await? {
+                let rec = decode::<LedgerRecord>(&bytes)
+                    .map_err(|e| LedgerError::Unreadable { key: key.clone(), reason: e.to_string() })?;
+                contents.legacy.insert(key, (rev, rec));
+            }
             continue;
         };
         if let Some(found) = read_group(store, group).await? {

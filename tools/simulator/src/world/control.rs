@@ -306,7 +306,7 @@ impl World {
             return; // disconnected: the watch replays the history on reconnecting
         }
         let slot = &mut self.dcs[d];
-        if only.is_none() && rev > slot.newest_record_rev {
+        if rev > slot.newest_record_rev {
             slot.newest_record_rev = rev;
             slot.removed_since = if rec.limit_removed() { slot.removed_since.or(Some(self.now)) } else { None };
         }
