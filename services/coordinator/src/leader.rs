@@ -40,17 +40,11 @@ pub(crate) struct LimitState {
     pub(crate) core: CoordinatorCore,
 }
 
-/// One ledger group as this term knows it.
-#[derive(Default)]
-pub(crate) struct GroupState {
-    /// Its revision when this term last wrote or (at takeover) read it; `None`: not written.
-    pub(crate) revision: Option<u64>,
-}
-
 pub(crate) struct Term {
     pub(crate) limits: BTreeMap<String, LimitState>,
-    /// Every ledger group the bucket held at takeover, and every one written since.
-    pub(crate) groups: BTreeMap<u32, GroupState>,
+    /// The revision of every ledger group as this term last wrote it or (at takeover) read it;
+    /// a group missing here did not exist.
+    pub(crate) groups: BTreeMap<u32, u64>,
     /// The ledger fence as this term last wrote it, and its revision.
     pub(crate) fence: (u64, LedgerFence),
 }
@@ -158,7 +152,7 @@ impl Leader {
             .await
             .map_err(|e| format!("limit {limit}: cannot read its ledger record: {e}"))?;
         let group = ledger_group_of(limit);
-        let known = self.leadership.as_ref().and_then(|t| t.groups.get(&group)).and_then(|g| g.revision);
+        let known = self.leadership.as_ref().and_then(|t| t.groups.get(&group).copied());
         if revision != known {
             return Err(format!("ledger group {group} was written by someone else"));
         }
@@ -216,11 +210,8 @@ impl Leader {
         for name in names {
             records.entry(name).or_default();
         }
-        let groups: BTreeMap<u32, GroupState> = contents
-            .groups
-            .iter()
-            .map(|(number, (revision, _))| (*number, GroupState { revision: Some(*revision) }))
-            .collect();
+        let groups: BTreeMap<u32, u64> =
+            contents.groups.iter().map(|(number, (revision, _))| (*number, *revision)).collect();
         // Above every stored epoch, and at least the claim's revision: revisions only grow, so a
         // record that was lost (a single-replica bucket) cannot make epochs start again at 1.
         let stored = records.values().filter_map(|r| r.as_ref().map(|r| r.epoch)).max().unwrap_or(0);

@@ -12,7 +12,7 @@
 //! group rolled back or overwritten under the term (a single-replica bucket that lost its
 //! tail, a second writer) is found within a tick, as when each record was its own key.
 
-use crate::leader::{GroupState, Leader};
+use crate::leader::Leader;
 use bytes::Bytes;
 use futures::StreamExt;
 use leasehold_nats::kv::{compare_and_set, read, CasOutcome};
@@ -66,7 +66,7 @@ impl Leader {
                 self.status.groups_oversized += 1;
                 continue;
             }
-            let expected = term.groups.get(&number).and_then(|g| g.revision);
+            let expected = term.groups.get(&number).copied();
             pending.push((group, bytes, expected));
         }
         if raise && !self.raise_fence(fence).await {
@@ -100,7 +100,7 @@ impl Leader {
                     self.status.records_written += group.records.len() as u64;
                     self.status.ledger_writes += 1;
                     if let Some(term) = self.leadership.as_mut() {
-                        term.groups.insert(group.group, GroupState { revision: Some(revision) });
+                        term.groups.insert(group.group, revision);
                     }
                 }
                 _ => ours = false,

@@ -198,9 +198,7 @@ impl Manager {
         }
         let now = self.now_ns();
         let mut core = DcManagerCore::new(cfg, now);
-        core.set_limit_removed(self.record_rules.removed(limit));
-        let (split, fail_mode) = self.rules_for(limit);
-        core.set_policy(split, fail_mode);
+        self.record_rules.apply(&mut core, &self.settings.manager);
         let floor = self.floors.get(limit).copied().flatten();
         let out = floor.map(|(f, v)| core.on_floor(f, v, now)).unwrap_or_default();
         if let Some(t) = self.term.as_mut() {
@@ -219,15 +217,6 @@ impl Manager {
             Err(leasehold_nats::ledger::LedgerError::Unreadable { .. }) => self.status.messages_malformed += 1,
             Err(e) => warn!(limit, cause = %e, "could not read the ledger record; using the watched one"),
         }
-    }
-
-    /// `limit`'s split and fail mode here: its record's rules over this process's settings;
-    /// strict once it was removed.
-    fn rules_for(
-        &self,
-        limit: &str,
-    ) -> (leasehold_shared::dc_manager::SplitMode, leasehold_shared::dc_manager::FailMode) {
-        self.record_rules.policy(limit, &self.settings.manager, self.dc())
     }
 
     /// Cache the record (at `revision` of its key) for this DC: its floor, never going back to
@@ -287,11 +276,8 @@ impl Manager {
         self.ensure_core(&limit, true).await;
         let now = self.now_ns();
         let floor = self.floors.get(&limit).copied().flatten();
-        let removed = self.record_rules.removed(&limit);
-        let (split, fail_mode) = self.rules_for(&limit);
         let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&limit)) else { return };
-        lt.core.set_limit_removed(removed);
-        lt.core.set_policy(split, fail_mode);
+        self.record_rules.apply(&mut lt.core, &self.settings.manager);
         // Only the floor the coordinator's durable record names (none if it names none), and
         // never one older than the term already uses.
         let out = floor.map(|(f, v)| lt.core.on_floor(f, v, now)).unwrap_or_default();

@@ -8,6 +8,7 @@
 //! back: a removed limit's best-effort allowance, say, after its removal.
 
 use super::config::{DcManagerConfig, FailMode, PodRules, SplitMode};
+use super::DcManagerCore;
 use crate::bugs::KnownBugs;
 use crate::wire::LedgerRecord;
 use std::collections::BTreeMap;
@@ -46,6 +47,15 @@ impl RecordRules {
     /// The newest record taken runs the limit retired (removed from `lh_limits`).
     pub fn removed(&self, limit: &str) -> bool {
         self.limits.get(limit).is_some_and(|t| t.removed)
+    }
+
+    /// Run `core` (a term's core of one limit) on what was taken for its limit: removed or not,
+    /// and its split and fail mode over the manager's own settings `base` (its DC's).
+    pub fn apply(&self, core: &mut DcManagerCore, base: &DcManagerConfig) {
+        let limit = core.config().limit.as_str();
+        let (removed, (split, fail_mode)) = (self.removed(limit), self.policy(limit, base, &base.dc));
+        core.set_limit_removed(removed);
+        core.set_policy(split, fail_mode);
     }
 
     /// `limit`'s split and fail mode at DC `dc`: its record's rules over the manager's own

@@ -323,9 +323,7 @@ impl World {
             let m = &mut self.dcs[d].mgrs[r];
             let local = m.clock.local(self.now);
             let core = m.core.as_mut().expect("acting");
-            core.set_limit_removed(m.record_rules.removed(&rec.limit));
-            let (split, fail_mode) = m.record_rules.policy(&rec.limit, &base, &base.dc);
-            core.set_policy(split, fail_mode);
+            m.record_rules.apply(core, &base);
             let mut out = match rec.floor_of(&base.dc) {
                 Some((floor, version)) => core.on_floor(floor, version, local),
                 None => Vec::new(),

@@ -261,9 +261,7 @@ impl World {
                 if let Some(rec) = self.kv.record.as_ref() {
                     rules.take(self.kv.record_rev, rec);
                 }
-                core.set_limit_removed(rules.removed(&cfg.limit));
-                let (split, fail_mode) = rules.policy(&cfg.limit, &cfg, &cfg.dc);
-                core.set_policy(split, fail_mode);
+                rules.apply(&mut core, &cfg);
                 let floor = self.kv.record.as_ref().and_then(|rec| rec.floor_of(&self.sc.dcs[d].name));
                 let out = floor.map(|(f, v)| core.on_floor(f, v, local)).unwrap_or_default();
                 self.dcs[d].mgrs[r].core = Some(core);
