@@ -132,8 +132,8 @@ impl Leader {
     pub async fn on_limit(&mut self, event: LimitEvent) {
         let key = event.key.clone();
         let Some(change) = self.definitions.apply(event) else { return };
-        self.status.definitions = self.definitions.names().len();
-        self.status.definitions_refused = self.definitions.refused().clone();
+        self.left_out.remove(&key); // a new definition is tried again
+        self.refresh_refused();
         let cfg = match change {
             Change::Refused(cause) => {
                 warn!(limit = %key, %cause, "definition refused; the limit runs on as it does");
@@ -185,13 +185,23 @@ impl Leader {
         };
         let Some(term) = self.leadership.as_ref() else { return false };
         let stored = Stored::classify(&limit, rec.as_ref(), Some(&term.fence.1));
+        let fresh = matches!(stored, Stored::Fresh);
         let epoch = self.status.epoch;
         let core = resume_logged(cfg, &self.id, epoch, stored, self.now_ns());
         info!(limit = %limit, "limit added");
         if let Some(t) = self.leadership.as_mut() {
-            t.limits.insert(limit, LimitState { core });
+            t.limits.insert(limit, LimitState { core, stored: !fresh });
         }
         true
+    }
+
+    /// The status's definitions and refusals: those this replica cannot run, and those its
+    /// term left out of a full ledger group.
+    pub(crate) fn refresh_refused(&mut self) {
+        self.status.definitions = self.definitions.names().len();
+        let mut refused = self.definitions.refused().clone();
+        refused.extend(self.left_out.iter().map(|(k, v)| (k.clone(), v.clone())));
+        self.status.definitions_refused = refused;
     }
 }
 

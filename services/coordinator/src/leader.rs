@@ -38,6 +38,10 @@ pub use crate::status::{LimitBooks, Status};
 
 pub(crate) struct LimitState {
     pub(crate) core: CoordinatorCore,
+    /// A record of it may be in the ledger (read at takeover or when added, written since, or
+    /// named by the fence): never left out of its group. False only for a limit that has never
+    /// been written, so that no lease of it exists.
+    pub(crate) stored: bool,
 }
 
 pub(crate) struct Term {
@@ -64,6 +68,9 @@ pub struct Leader {
     /// Largest group value written: the server's `max_payload` less room for headers, at most
     /// [`MAX_LEDGER_GROUP_BYTES`](leasehold_shared::wire::MAX_LEDGER_GROUP_BYTES).
     pub(crate) max_group_bytes: usize,
+    /// Limits left out of their full group, and why: not run until their definition changes or
+    /// a term takes over (see [`crate::writes`]).
+    pub(crate) left_out: BTreeMap<String, String>,
 }
 
 impl Leader {
@@ -78,7 +85,20 @@ impl Leader {
         let election = Leadership::new(&id, LeadershipConfig::new(leader_ttl.as_millis() as u64));
         let status = Status::default();
         let max_group_bytes = leasehold_shared::wire::MAX_LEDGER_GROUP_BYTES;
-        Leader { id, definitions, ledger, leaders, limits, clock, election, leadership: None, status, max_group_bytes }
+        let left_out = BTreeMap::new();
+        Leader {
+            id,
+            definitions,
+            ledger,
+            leaders,
+            limits,
+            clock,
+            election,
+            leadership: None,
+            status,
+            max_group_bytes,
+            left_out,
+        }
     }
 
     /// Write no group larger than the server takes (`max_payload`, less 4 KiB for headers).
@@ -232,12 +252,15 @@ impl Leader {
             }
         };
         let now = self.now_ns();
+        self.left_out.clear(); // every limit is tried again
+        self.refresh_refused();
         let mut limits = BTreeMap::new();
         for (name, rec) in &records {
             let cfg = self.definitions.config_for(name, rec.as_ref());
             let stored = Stored::classify(name, rec.as_ref(), fence.as_ref().map(|(_, f)| f));
+            let fresh = matches!(stored, Stored::Fresh);
             let core = resume_logged(cfg, &self.id, epoch, stored, now);
-            limits.insert(name.clone(), LimitState { core });
+            limits.insert(name.clone(), LimitState { core, stored: !fresh });
         }
         self.leadership = Some(Term { limits, groups, fence: (fence_rev, raised) });
         self.status.leading = true;

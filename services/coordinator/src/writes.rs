@@ -11,6 +11,15 @@
 //! the leader steps down. Every tick writes every group that holds a limit, changed or not: a
 //! group rolled back or overwritten under the term (a single-replica bucket that lost its
 //! tail, a second writer) is found within a tick, as when each record was its own key.
+//!
+//! A group has a size limit (the server's `max_payload`). A group that would exceed it keeps
+//! every record that may be stored already and takes the limits never written in name order
+//! while they fit ([`LedgerGroup::fit`]); the rest are left out of the term (no lease of theirs
+//! exists: a lease exists only once its record is written) and listed as refused in the status
+//! until their definition is put again or a term takes over. So a full group never stops the
+//! limits it holds. Only a group whose stored records alone are too large (the server's
+//! `max_payload` lowered) is not written: its limits get no new leases, and
+//! `leasehold_coordinator_ledger_groups_oversized_total` counts it.
 
 use crate::leader::Leader;
 use bytes::Bytes;
@@ -19,7 +28,7 @@ use leasehold_nats::kv::{compare_and_set, read, CasOutcome};
 use leasehold_shared::subjects::{self, ledger_group_of};
 use leasehold_shared::wire::{encode, LedgerFence, LedgerGroup, LedgerRecord};
 use std::collections::{BTreeMap, BTreeSet};
-use tracing::error;
+use tracing::{error, warn};
 
 impl Leader {
     /// Compare-and-set the limit's group (after the fence, if a record needs it). False when
@@ -35,40 +44,46 @@ impl Leader {
         let touched: BTreeSet<u32> = limits.iter().map(|l| ledger_group_of(l)).collect();
         let mut fence = term.fence.1.clone();
         let mut raise = false;
-        let mut members: BTreeMap<u32, Vec<LedgerRecord>> = BTreeMap::new();
+        // Per group: records that may be stored already, and records never written.
+        let mut members: BTreeMap<u32, (Vec<LedgerRecord>, Vec<LedgerRecord>)> = BTreeMap::new();
         for (limit, state) in &term.limits {
             let group = ledger_group_of(limit);
-            if !touched.contains(&group) {
-                continue;
+            if touched.contains(&group) {
+                let (stored, fresh) = members.entry(group).or_default();
+                if state.stored { stored } else { fresh }.push(state.core.record());
             }
-            let record = state.core.record();
-            if let Some(raised) = fence.covering(&record) {
-                fence = raised;
-                raise = true;
-            }
-            members.entry(group).or_default().push(record);
         }
         let mut pending = Vec::with_capacity(members.len());
-        for (number, records) in members {
-            let group = LedgerGroup::new(number, records);
-            let bytes = Bytes::from(encode(&group));
-            self.status.ledger_group_bytes_max = self.status.ledger_group_bytes_max.max(bytes.len() as u64);
-            if bytes.len() > self.max_group_bytes {
-                // Not written: its limits get no new leases, and their DCs keep the last floors
-                // they read (as a DC cut off from the coordinator does; see PROTOCOL).
-                error!(
-                    group = number,
-                    bytes = bytes.len(),
-                    max = self.max_group_bytes,
-                    limits = group.records.len(),
-                    "a ledger group is too large to store; its limits are not renewed"
-                );
-                self.status.groups_oversized += 1;
-                continue;
+        let mut left_out = Vec::new();
+        for (number, (stored, fresh)) in members {
+            let fitted = match LedgerGroup::fit(number, stored, fresh, self.max_group_bytes) {
+                Ok(f) => f,
+                Err(bytes) => {
+                    // Not written: its limits get no new leases, and their DCs keep the last
+                    // floors they read (as a DC cut off from the coordinator does; see PROTOCOL).
+                    let max = self.max_group_bytes;
+                    error!(
+                        group = number,
+                        bytes, max, "a ledger group is too large to store; its limits are not renewed"
+                    );
+                    self.status.ledger_group_bytes_max = self.status.ledger_group_bytes_max.max(bytes as u64);
+                    self.status.groups_oversized += 1;
+                    continue;
+                }
+            };
+            for record in &fitted.group.records {
+                if let Some(raised) = fence.covering(record) {
+                    fence = raised;
+                    raise = true;
+                }
             }
+            left_out.extend(fitted.left_out.into_iter().map(|limit| (limit, number)));
+            let bytes = Bytes::from(fitted.bytes);
+            self.status.ledger_group_bytes_max = self.status.ledger_group_bytes_max.max(bytes.len() as u64);
             let expected = term.groups.get(&number).copied();
-            pending.push((group, bytes, expected));
+            pending.push((fitted.group, bytes, expected));
         }
+        self.leave_out(left_out);
         if raise && !self.raise_fence(fence).await {
             return false;
         }
@@ -101,6 +116,11 @@ impl Leader {
                     self.status.ledger_writes += 1;
                     if let Some(term) = self.leadership.as_mut() {
                         term.groups.insert(group.group, revision);
+                        for record in &group.records {
+                            if let Some(state) = term.limits.get_mut(&record.limit) {
+                                state.stored = true;
+                            }
+                        }
                     }
                 }
                 _ => ours = false,
@@ -110,6 +130,27 @@ impl Leader {
             self.step_down("the ledger was written by someone else");
         }
         ours
+    }
+
+    /// Take limits that did not fit their group out of the term (never written: no lease of
+    /// theirs exists) and list them as refused.
+    fn leave_out(&mut self, limits: Vec<(String, u32)>) {
+        if limits.is_empty() {
+            return;
+        }
+        let max = self.max_group_bytes;
+        for (limit, group) in limits {
+            warn!(limit = %limit, group, max_bytes = max, "limit left out: its ledger group is full");
+            if let Some(term) = self.leadership.as_mut() {
+                term.limits.remove(&limit);
+            }
+            let cause = format!(
+                "its ledger group {} is full ({max} bytes, the server's max_payload less 4 KiB): remove limits of that group or raise max_payload, then put it again",
+                subjects::ledger_group_key(group)
+            );
+            self.left_out.insert(limit, cause);
+        }
+        self.refresh_refused();
     }
 
     /// Write a raised fence before the records that need it. False (stepped down) if it could

@@ -121,16 +121,16 @@ async fn a_group_written_by_someone_else_is_never_adopted_by_a_limit_added_live(
     a.stop().await.unwrap();
 }
 
-/// A server with a small `max_payload` (64 KiB): a group larger than it takes is not written
-/// (counted, its limits not renewed) and the leader keeps leading; every other group is
-/// written. Before the cap followed the server, the refused publish read as a conflict and
-/// every term stepped down.
+/// A server with a small `max_payload` (64 KiB) and 150 limits in group 0 (about 90 KiB of
+/// records): the group keeps the limits that fit (taken in name order) and the rest are left
+/// out, listed as refused; the leader keeps leading and renews every limit it kept. A limit of
+/// that group defined live is left out too, and the kept ones go on being written. Before, the
+/// whole group went unwritten (counted as oversized): one limit too many stopped them all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_group_above_the_server_s_max_payload_is_counted_not_a_reason_to_step_down() {
+async fn a_full_group_keeps_its_limits_and_leaves_out_new_ones_that_do_not_fit() {
     let bin = binaries().expect("a nats-server is needed").remove(0);
     let server = NatsServer::start_with_config(&bin, &[("small.conf", "max_payload: 65536\n")], &[]).unwrap();
     let url = server.url();
-    // 150 limits in group 0 (about 90 KiB of records), and one elsewhere.
     let floors = [("bkk", Quota::per_s(5, 0)), ("eu", Quota::per_s(5, 0))];
     let mut names: Vec<String> =
         (0..).map(|i| format!("crowded-{i}")).filter(|n| ledger_group_of(n) == 0).take(150).collect();
@@ -140,18 +140,43 @@ async fn a_group_above_the_server_s_max_payload_is_counted_not_a_reason_to_step_
     s.limits =
         names.iter().map(|n| LimitDef::from_config(&LimitConfig::new(n, Quota::per_s(100, 10), &floors))).collect();
     let mut a = spawn(wait::client(&url, "coord").await, s);
-    let st = wait::until(&mut a.status, Duration::from_secs(20), "a leads and counts the oversized group", |s| {
-        s.leading && s.groups_oversized >= 2
+    let st = wait::until(&mut a.status, Duration::from_secs(20), "a leads and leaves some limits out", |s| {
+        s.leading && s.ledger_writes >= 4 && !s.definitions_refused.is_empty()
     })
     .await;
-    assert_eq!(st.step_downs, 0, "{st:?}");
-    assert!(st.ledger_group_bytes_max > 65_536 - 4_096, "{st:?}");
-    let ledger =
-        ensure_bucket(&jetstream(wait::client(&url, "t").await), &BucketSpec::new(LEDGER_BUCKET)).await.unwrap();
-    let records = read_all(&ledger).await.unwrap();
-    assert!(records.records().contains_key(alone.as_str()), "the other group is written");
-    assert!(!records.groups.contains_key(&0), "group 0 is not");
-    assert_eq!(a.status.borrow().step_downs, 0);
+    assert_eq!((st.step_downs, st.groups_oversized), (0, 0), "{st:?}");
+    assert!(st.ledger_group_bytes_max <= 65_536 - 4_096, "{st:?}");
+    let js = jetstream(wait::client(&url, "t").await);
+    let ledger = ensure_bucket(&js, &BucketSpec::new(LEDGER_BUCKET)).await.unwrap();
+    let contents = read_all(&ledger).await.unwrap();
+    let records = contents.records();
+    assert!(records.contains_key(alone.as_str()), "the other group is written");
+    let kept: Vec<&String> = names.iter().filter(|n| records.contains_key(n.as_str())).collect();
+    let left: Vec<&String> = st.definitions_refused.keys().collect();
+    assert_eq!(kept.len() + left.len(), names.len(), "every limit kept or left out: {left:?}");
+    assert!(kept.len() >= 50, "group 0 holds {} limits", kept.len());
+    let mut crowded: Vec<&String> = names.iter().filter(|n| **n != alone).collect();
+    crowded.sort();
+    assert_eq!(left, crowded[crowded.len() - left.len()..].to_vec(), "the last names are left out");
+    for l in &left {
+        assert!(!st.limits.contains_key(*l), "{l} left out but on the books");
+        assert!(st.definitions_refused[*l].contains("group.0"), "{:?}", st.definitions_refused[*l]);
+    }
+    // One more limit of group 0, defined live: left out; the kept ones go on being written.
+    let late = (0..).map(|i| format!("late-{i}")).find(|n| ledger_group_of(n) == 0).unwrap();
+    let store = limits_store::open(&js, 1).await.unwrap();
+    limits_store::put(&store, &LimitDef::from_config(&LimitConfig::new(&late, Quota::per_s(100, 10), &floors)), None)
+        .await
+        .unwrap();
+    let before = st.ledger_writes;
+    let st = wait::until(&mut a.status, Duration::from_secs(10), "the late limit is left out", |s| {
+        s.definitions_refused.contains_key(&late) && s.ledger_writes >= before + 4
+    })
+    .await;
+    assert_eq!((st.step_downs, st.groups_oversized), (0, 0), "{st:?}");
+    let (revision, group) = leasehold_nats::ledger::read_group(&ledger, 0).await.unwrap().unwrap();
+    assert_eq!(group.records.len(), kept.len() - 1, "at revision {revision}: every kept limit but {alone}");
+    assert!(group.record(&late).is_none(), "at revision {revision}");
     a.stop().await.unwrap();
 }
 

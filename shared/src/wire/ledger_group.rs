@@ -4,7 +4,7 @@
 //! ([`crate::subjects::LEDGER_GROUPS`]), not with the number of limits, and one write is
 //! atomic across the limits it carries.
 
-use super::{check_id, LedgerRecord, WireError, WireMessage, MAX_BATCH_BYTES, SCHEMA_VERSION};
+use super::{check_id, encode, LedgerRecord, WireError, WireMessage, MAX_BATCH_BYTES, SCHEMA_VERSION};
 use crate::subjects::{ledger_group_of, LEDGER_GROUPS};
 use serde::{Deserialize, Serialize};
 
@@ -29,10 +29,60 @@ impl LedgerGroup {
         LedgerGroup { v: SCHEMA_VERSION, group, records }
     }
 
+    /// The group of `stored` records (already in the ledger, or maybe lost from it: never left
+    /// out) and `fresh` ones (never written, so no lease of theirs exists anywhere), within
+    /// `max_bytes` encoded: every stored record, then fresh ones in name order while they fit.
+    /// `Err(bytes)`: the stored records alone encode to `bytes`, above `max_bytes`.
+    pub fn fit(
+        group: u32,
+        stored: Vec<LedgerRecord>,
+        fresh: Vec<LedgerRecord>,
+        max_bytes: usize,
+    ) -> Result<FittedGroup, usize> {
+        let whole = LedgerGroup::new(group, stored.iter().chain(&fresh).cloned().collect());
+        let bytes = encode(&whole);
+        if bytes.len() <= max_bytes {
+            return Ok(FittedGroup { group: whole, bytes, left_out: Vec::new() });
+        }
+        let base = LedgerGroup::new(group, stored);
+        let mut size = encode(&base).len();
+        if size > max_bytes {
+            return Err(size);
+        }
+        let mut records = base.records;
+        let mut fresh = fresh;
+        fresh.sort_by(|a, b| a.limit.cmp(&b.limit));
+        let mut left_out = Vec::new();
+        for rec in fresh {
+            // A record in a JSON array costs its encoding and at most one comma.
+            let cost = encode(&rec).len() + 1;
+            if size + cost <= max_bytes {
+                size += cost;
+                records.push(rec);
+            } else {
+                left_out.push(rec.limit);
+            }
+        }
+        let group = LedgerGroup::new(group, records);
+        let bytes = encode(&group);
+        debug_assert!(bytes.len() <= max_bytes, "each record's cost is counted in full");
+        Ok(FittedGroup { group, bytes, left_out })
+    }
+
     /// `limit`'s record, if the group holds one.
     pub fn record(&self, limit: &str) -> Option<&LedgerRecord> {
         self.records.binary_search_by(|r| r.limit.as_str().cmp(limit)).ok().map(|i| &self.records[i])
     }
+}
+
+/// A group cut to fit its size ([`LedgerGroup::fit`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FittedGroup {
+    pub group: LedgerGroup,
+    /// The group encoded: what is written.
+    pub bytes: Vec<u8>,
+    /// Fresh limits that did not fit, in name order: none of their records is written.
+    pub left_out: Vec<String>,
 }
 
 impl WireMessage for LedgerGroup {
@@ -88,5 +138,27 @@ mod tests {
         assert!(matches!(decode::<LedgerGroup>(&encode(&twice)), Err(WireError::Invalid { field: "records", .. })));
         let out = LedgerGroup::new(LEDGER_GROUPS, vec![]);
         assert!(matches!(decode::<LedgerGroup>(&encode(&out)), Err(WireError::Invalid { field: "group", .. })));
+    }
+
+    #[test]
+    fn a_group_too_large_keeps_every_stored_record_and_the_fresh_ones_that_fit_in_name_order() {
+        let names: Vec<String> = (0..6).map(|i| name_in(3, i)).collect();
+        let rec = |n: &String| LedgerRecord::empty(n, 4, "coord-a");
+        let stored: Vec<LedgerRecord> = names[..2].iter().map(rec).collect();
+        let fresh: Vec<LedgerRecord> = names[2..].iter().rev().map(rec).collect();
+        let all = encode(&LedgerGroup::new(3, stored.iter().chain(&fresh).cloned().collect())).len();
+        let fits = LedgerGroup::fit(3, stored.clone(), fresh.clone(), all).unwrap();
+        assert!(fits.left_out.is_empty() && fits.group.records.len() == 6);
+        let cut = LedgerGroup::fit(3, stored.clone(), fresh.clone(), all - 1).unwrap();
+        assert!(cut.bytes.len() < all, "{} bytes", cut.bytes.len());
+        assert_eq!(cut.bytes, encode(&cut.group));
+        let mut sorted = names[2..].to_vec();
+        sorted.sort();
+        assert_eq!(cut.left_out, vec![sorted[3].clone()], "the last fresh name is left out");
+        for n in &names[..2] {
+            assert!(cut.group.record(n).is_some(), "stored record {n} kept");
+        }
+        let base = encode(&LedgerGroup::new(3, stored.clone())).len();
+        assert_eq!(LedgerGroup::fit(3, stored, fresh, base - 1), Err(base), "stored records are never cut");
     }
 }
