@@ -98,6 +98,7 @@ mod tests {
 /// running fast or slow by `drift_ppm` (parts per million, clamped to ±10%), plus `offset_ns`.
 /// With both zero it is `elapsed_ns`. Safety assumes |drift| stays within the configured
 /// `max_drift` (1% by default); the offset is arbitrary.
+#[inline]
 pub fn skewed_ns(elapsed_ns: u64, offset_ns: u64, drift_ppm: i64) -> u64 {
     if drift_ppm == 0 {
         // Every production clock: no 128-bit division on the request path.

@@ -189,6 +189,7 @@ impl Limiter {
     }
 
     /// This pod's clock, in the bucket's and the lease's time base.
+    #[inline]
     pub fn now_ns(&self) -> u64 {
         self.shared.clock.now_ns()
     }
@@ -199,16 +200,30 @@ impl Limiter {
     }
 
     /// Take a permit now or be told when to retry. Never waits, never touches the network.
+    #[inline]
     pub fn try_acquire(&self, cost: u32) -> Result<Result<(), Denial>, AcquireError> {
         if cost == 0 {
             return Err(AcquireError::ZeroCost);
         }
-        self.offered();
-        let verdict = self.decide(cost)?;
-        self.count(&verdict);
-        Ok(verdict)
+        let verdict = self.decide(cost);
+        // Counted after the decision, so the granted path writes one counter. It need not wake
+        // the loop: a grant means the bucket holds a lease (one given back is revoked first).
+        match &verdict {
+            Ok(Ok(())) => self.shared.counts.granted_now(),
+            Ok(denied) => {
+                self.shared.counts.offered();
+                self.count(denied);
+                self.wake_if_released();
+            }
+            Err(_) => {
+                self.shared.counts.offered();
+                self.wake_if_released();
+            }
+        }
+        verdict
     }
 
+    #[inline]
     fn decide(&self, cost: u32) -> Result<Result<(), Denial>, AcquireError> {
         let decision = match self.shared.bucket.try_acquire(cost, self.now_ns()) {
             Ok(Decision::Granted) => return Ok(Ok(())),

@@ -19,8 +19,13 @@ const OWNED: usize = 31;
 #[repr(align(128))]
 #[derive(Default)]
 struct Stripe {
-    offered: AtomicU64,
-    admitted: AtomicU64,
+    /// Requests granted at once by `try_acquire`: offered and admitted in one count, so the
+    /// granted path writes one counter.
+    granted_now: AtomicU64,
+    /// Every other request, counted when offered.
+    offered_other: AtomicU64,
+    /// Those of them admitted (at once or after a wait).
+    admitted_other: AtomicU64,
 }
 
 #[derive(Default)]
@@ -61,32 +66,52 @@ thread_local! {
 }
 
 impl RequestCounts {
-    fn bump(&self, counter: impl Fn(&Stripe) -> &AtomicU64) {
-        // A thread exiting (its slot already given back) counts on the shared stripe.
+    /// This thread's stripe, and whether it owns it. A thread exiting (its slot already given
+    /// back) counts on the shared stripe.
+    #[inline]
+    fn stripe(&self) -> (&Stripe, bool) {
         let i = STRIPE.try_with(|s| s.0).unwrap_or(OWNED);
-        let c = counter(&self.stripes[i]);
-        if i < OWNED {
+        (&self.stripes[i], i < OWNED)
+    }
+
+    #[inline]
+    fn add(counter: &AtomicU64, owned: bool) {
+        if owned {
             // Only this thread ever writes this stripe: no other write can come in between.
-            c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
+            counter.store(counter.load(Relaxed).wrapping_add(1), Relaxed);
         } else {
-            c.fetch_add(1, Relaxed);
+            counter.fetch_add(1, Relaxed);
         }
     }
 
+    /// A request offered (counted before its outcome is known).
     pub(crate) fn offered(&self) {
-        self.bump(|s| &s.offered);
+        let (s, owned) = self.stripe();
+        Self::add(&s.offered_other, owned);
     }
 
+    /// A request counted by [`offered`](Self::offered) was admitted.
     pub(crate) fn admitted(&self) {
-        self.bump(|s| &s.admitted);
+        let (s, owned) = self.stripe();
+        Self::add(&s.admitted_other, owned);
+    }
+
+    /// A request offered and admitted at once (the granted path of `try_acquire`): one counter.
+    pub(crate) fn granted_now(&self) {
+        let (s, owned) = self.stripe();
+        Self::add(&s.granted_now, owned);
+    }
+
+    fn total(&self, counter: impl Fn(&Stripe) -> &AtomicU64) -> u64 {
+        self.stripes.iter().map(|s| counter(s).load(Relaxed)).fold(0, u64::wrapping_add)
     }
 
     pub(crate) fn offered_total(&self) -> u64 {
-        self.stripes.iter().map(|s| s.offered.load(Relaxed)).fold(0, u64::wrapping_add)
+        self.total(|s| &s.granted_now).wrapping_add(self.total(|s| &s.offered_other))
     }
 
     pub(crate) fn admitted_total(&self) -> u64 {
-        self.stripes.iter().map(|s| s.admitted.load(Relaxed)).fold(0, u64::wrapping_add)
+        self.total(|s| &s.granted_now).wrapping_add(self.total(|s| &s.admitted_other))
     }
 }
 
@@ -104,12 +129,13 @@ mod tests {
                     for _ in 0..10_000 {
                         c.offered();
                         c.admitted();
+                        c.granted_now();
                     }
                 });
             }
         });
-        assert_eq!(c.offered_total(), threads * 10_000, "owned stripes and the shared one both count exactly");
-        assert_eq!(c.admitted_total(), threads * 10_000);
+        assert_eq!(c.offered_total(), threads * 20_000, "owned stripes and the shared one both count exactly");
+        assert_eq!(c.admitted_total(), threads * 20_000);
     }
 
     #[test]
@@ -121,7 +147,7 @@ mod tests {
             });
         }
         assert_eq!(c.offered_total(), 3 * OWNED as u64 * 1_000);
-        let on_shared = c.stripes[OWNED].offered.load(Relaxed);
+        let on_shared = c.stripes[OWNED].offered_other.load(Relaxed);
         assert!(on_shared < 3 * OWNED as u64 * 1_000, "exited threads' stripes are reused, not exhausted");
     }
 

@@ -60,6 +60,7 @@ impl LeaseClock {
     }
 
     /// Now, in nanoseconds of this process's time base.
+    #[inline]
     pub fn now_ns(&self) -> u64 {
         leasehold_shared::expiry::skewed_ns(raw_ns().saturating_sub(self.origin_ns), self.offset_ns, self.drift_ppm)
     }
@@ -82,8 +83,16 @@ pub fn wall_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
+/// `CLOCK_BOOTTIME`, through the TSC where it may stand in for it ([`crate::tsc_clock`]).
 #[cfg(target_os = "linux")]
+#[inline]
 fn raw_ns() -> u64 {
+    crate::tsc_clock::now_ns(boottime_ns)
+}
+
+/// `CLOCK_BOOTTIME` read from the kernel (its vDSO).
+#[cfg(target_os = "linux")]
+pub(crate) fn boottime_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_BOOTTIME exists since Linux 2.6.39.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };

@@ -5,12 +5,14 @@
 //! configuration or arguments, 1: failure while running).
 //!
 //! [`clock`] is the lease clock every service judges leases and terms by (it counts time the
-//! machine spent suspended). [`metrics`] serves `GET /metrics` from a Prometheus registry;
+//! machine spent suspended), read through the TSC where the kernel keeps time on it
+//! ([`tsc_clock`]). [`metrics`] serves `GET /metrics` from a Prometheus registry;
 //! [`problem`] writes `application/problem+json` answers.
 
 pub mod clock;
 pub mod metrics;
 pub mod problem;
+pub mod tsc_clock;
 
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
@@ -171,6 +173,12 @@ where
         // Colour codes only for a person at a terminal, not in a file, journald or a collector.
         .with_ansi(std::io::stderr().is_terminal())
         .try_init();
+    let source = tsc_clock::source();
+    tracing::info!(
+        ?source,
+        window_ns = tsc_clock::WINDOW_NS,
+        "lease clock (LEASEHOLD_CLOCK=boottime reads CLOCK_BOOTTIME every time)"
+    );
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -82,6 +82,7 @@ fn user_path(c: &mut Criterion, threads: usize) {
 }
 
 fn user_path_1(c: &mut Criterion) {
+    eprintln!("lease clock source: {:?}", leasehold_process::tsc_clock::source());
     user_path(c, 1);
 }
 
