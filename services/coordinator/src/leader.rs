@@ -120,6 +120,8 @@ impl Leader {
             self.status.step_downs += 1;
         }
         self.status.leading = false;
+        self.left_out.clear(); // a later term tries them again
+        self.refresh_refused();
     }
 
     /// Periodic step: renew or seek leadership, then renew every DC's lease of every limit.

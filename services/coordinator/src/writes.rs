@@ -12,9 +12,10 @@
 //! group rolled back or overwritten under the term (a single-replica bucket that lost its
 //! tail, a second writer) is found within a tick, as when each record was its own key.
 //!
-//! A group has a size limit (the server's `max_payload`). A group that would exceed it keeps
-//! every record that may be stored already and takes the limits never written in name order
-//! while they fit ([`LedgerGroup::fit`]); the rest are left out of the term (no lease of theirs
+//! A group has a size limit (the server's `max_payload`). A group keeps every record that may
+//! be stored already and takes the limits never written in name order while the whole group
+//! could still grow [`FRESH_GROWTH`](leasehold_shared::wire::FRESH_GROWTH) times and fit (records
+//! grow once DC leases are written; [`LedgerGroup::fit`]); the rest are left out of the term (no lease of theirs
 //! exists: a lease exists only once its record is written) and listed as refused in the status
 //! until their definition is put again or a term takes over. So a full group never stops the
 //! limits it holds. Only a group whose stored records alone are too large (the server's
@@ -145,7 +146,7 @@ impl Leader {
                 term.limits.remove(&limit);
             }
             let cause = format!(
-                "its ledger group {} is full ({max} bytes, the server's max_payload less 4 KiB): remove limits of that group or raise max_payload, then put it again",
+                "its ledger group {} is full ({max} bytes, the server's max_payload less 4 KiB, with room for records to grow): raise max_payload, or rename the limit (another name hashes to another group), then put it again",
                 subjects::ledger_group_key(group)
             );
             self.left_out.insert(limit, cause);

@@ -145,7 +145,7 @@ async fn a_full_group_keeps_its_limits_and_leaves_out_new_ones_that_do_not_fit()
     })
     .await;
     assert_eq!((st.step_downs, st.groups_oversized), (0, 0), "{st:?}");
-    assert!(st.ledger_group_bytes_max <= 65_536 - 4_096, "{st:?}");
+    assert!(st.ledger_group_bytes_max <= (65_536 - 4_096) / 3, "room left for records to grow: {st:?}");
     let js = jetstream(wait::client(&url, "t").await);
     let ledger = ensure_bucket(&js, &BucketSpec::new(LEDGER_BUCKET)).await.unwrap();
     let contents = read_all(&ledger).await.unwrap();
@@ -154,7 +154,8 @@ async fn a_full_group_keeps_its_limits_and_leaves_out_new_ones_that_do_not_fit()
     let kept: Vec<&String> = names.iter().filter(|n| records.contains_key(n.as_str())).collect();
     let left: Vec<&String> = st.definitions_refused.keys().collect();
     assert_eq!(kept.len() + left.len(), names.len(), "every limit kept or left out: {left:?}");
-    assert!(kept.len() >= 50, "group 0 holds {} limits", kept.len());
+    assert!(kept.len() >= 20, "group 0 holds {} limits", kept.len());
+    println!("group 0 holds {} of 150 limits at {} bytes", kept.len() - 1, st.ledger_group_bytes_max);
     let mut crowded: Vec<&String> = names.iter().filter(|n| **n != alone).collect();
     crowded.sort();
     assert_eq!(left, crowded[crowded.len() - left.len()..].to_vec(), "the last names are left out");

@@ -326,7 +326,7 @@ async fn forward(
     loop {
         match forward_once(client, shard, req).await {
             Err(CheckError::Unavailable(_))
-                if Duration::from_nanos(clock.now_ns() - started_ns) + pause < HANDOVER_PATIENCE =>
+                if Duration::from_nanos(clock.now_ns().saturating_sub(started_ns)) + pause < HANDOVER_PATIENCE =>
             {
                 tokio::time::sleep(pause).await;
                 // Doubling: a move is seen within a few tries, and an owner whose storage refuses

@@ -9,24 +9,29 @@
 //! **Bounds.** With the rate biased low, a reading is never ahead of `CLOCK_BOOTTIME` (the
 //! anchor was read before its TSC value, and the ticks since are converted to fewer
 //! nanoseconds than passed), and behind it by at most `WINDOW_NS · (BIAS_PPM + calibration
-//! error)` ≈ 0.2 µs within a window, and never across re-anchoring (a new anchor is a fresh
-//! `CLOCK_BOOTTIME`, so each thread's readings never go back; an anchor whose two reads were more
-//! than 2 µs apart, the thread held up between them, is not kept). Rate error: at most `BIAS_PPM`
-//! plus NTP's slew (500 ppm), far inside the 1% `max_drift` every margin already allows. So
+//! error)` ≈ 0.2 µs within a window, plus the anchor's own span (its two reads at most 0.5 µs
+//! apart: an anchor whose reads were further apart, the thread held up between them, is not
+//! kept), so under 1 µs; never across re-anchoring (a new anchor is a fresh `CLOCK_BOOTTIME`, so
+//! each thread's readings never go back). Rate error: at most `BIAS_PPM` plus the slew NTP gives
+//! `CLOCK_BOOTTIME` (500 ppm with ntpd; chrony may slew faster, and a reading found ahead then
+//! turns the fast path off, below), inside the 1% `max_drift` every margin already allows. So
 //! leases and buckets are judged as on `CLOCK_BOOTTIME`, within 1 µs.
 //!
 //! **Checked while running.** Every re-anchoring compares what the fast path would have said
 //! with `CLOCK_BOOTTIME`: a reading ahead of it (calibration wrong, the TSC's rate changed)
 //! turns the fast path off for the process for good ([`ran_ahead`]; each thread stops using it
-//! within a window). A TSC that went back
-//! (reset by a suspend to RAM) re-anchors at once.
+//! within a window; logged). A TSC that went back (reset by a suspend to RAM), or a clock found
+//! more than 1 ms past it, raises a process-wide generation: every thread's anchor is dropped at
+//! its next reading, so a thread idle through the suspend never extrapolates from its old anchor
+//! (whose TSC value a reset counter could reach again).
 //!
 //! **Assumption, and the switch.** The fast path is used only on x86-64 Linux when the kernel
 //! itself keeps time on the TSC (`current_clocksource` is `tsc`, so it found the TSC invariant
 //! and synchronised across CPUs) and the CPU says `constant_tsc` and `nonstop_tsc`. A suspend
 //! either resets the TSC (detected) or lets it run on (counted): a platform that *restored* the
-//! TSC to its value before a suspend would let one window of TSC time (100 µs) pass on the old
-//! anchor after the resume. `LEASEHOLD_CLOCK=boottime` reads `CLOCK_BOOTTIME` on every call.
+//! TSC to its value before a suspend would let the first thread to read after the resume run on
+//! its old anchor for up to one window of TSC time (100 µs); its re-anchoring then finds the jump
+//! and drops every other thread's anchor. `LEASEHOLD_CLOCK=boottime` reads `CLOCK_BOOTTIME` on every call.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
@@ -46,6 +51,12 @@ static NS_PER_TICK_Q32: AtomicU64 = AtomicU64::new(0);
 static CALIBRATE: Once = Once::new();
 static RAN_AHEAD: AtomicBool = AtomicBool::new(false);
 static TSC_WENT_BACK: AtomicU64 = AtomicU64::new(0);
+/// Raised when any thread finds the TSC reset or the clock jumped past it (a suspend): every
+/// anchor taken before is dropped at its thread's next reading, not only the finder's.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+/// A re-anchoring that finds `CLOCK_BOOTTIME` this far past what the TSC says (beyond 1% of the
+/// ticks' time) takes it for a suspend the TSC did not count.
+const JUMP_NS: u64 = 1_000_000;
 
 /// A thread's anchor: everything its fast path reads, so that it reads no shared memory.
 #[derive(Clone, Copy)]
@@ -57,6 +68,8 @@ struct Anchor {
     /// TSC ticks this anchor serves; 0: none (re-anchor at the next reading).
     window_ticks: u64,
     ns_per_tick_q32: u64,
+    /// [`GENERATION`] when it was taken.
+    generation: u64,
 }
 
 /// What a re-anchoring finds about the anchor it replaces.
@@ -65,13 +78,16 @@ enum Judgement {
     Fine,
     /// The TSC is below the anchor's: reset (a suspend to RAM).
     TscWentBack,
+    /// `CLOCK_BOOTTIME` is more than [`JUMP_NS`] (plus 1% of the time the ticks say) past what
+    /// the TSC says: time passed that the TSC did not count (a suspend that restored it).
+    Jumped,
     /// Extrapolating from the anchor to the TSC read just before `CLOCK_BOOTTIME` gives more
     /// than `CLOCK_BOOTTIME` said: the fast path runs ahead.
     RanAhead,
 }
 
 impl Anchor {
-    const NONE: Anchor = Anchor { tsc: 0, ns: 0, window_ticks: 0, ns_per_tick_q32: 0 };
+    const NONE: Anchor = Anchor { tsc: 0, ns: 0, window_ticks: 0, ns_per_tick_q32: 0, generation: 0 };
 
     /// Judge this anchor by a `CLOCK_BOOTTIME` reading `ns` taken just after the TSC read `tsc`.
     fn judge(&self, tsc: u64, ns: u64) -> Judgement {
@@ -79,10 +95,16 @@ impl Anchor {
             Judgement::Fine
         } else if tsc < self.tsc {
             Judgement::TscWentBack
-        } else if self.ns.saturating_add(ticks_to_ns(tsc - self.tsc, self.ns_per_tick_q32)) > ns {
-            Judgement::RanAhead
         } else {
-            Judgement::Fine
+            let elapsed_ns = ticks_to_ns(tsc - self.tsc, self.ns_per_tick_q32);
+            let predicted = self.ns.saturating_add(elapsed_ns);
+            if predicted > ns {
+                Judgement::RanAhead
+            } else if ns - predicted > JUMP_NS + elapsed_ns / 100 {
+                Judgement::Jumped
+            } else {
+                Judgement::Fine
+            }
         }
     }
 }
@@ -126,7 +148,7 @@ pub fn tsc_went_back() -> u64 {
 #[inline]
 pub(crate) fn now_ns(boottime: fn() -> u64) -> u64 {
     let a = ANCHOR.with(Cell::get);
-    if a.window_ticks != 0 {
+    if a.window_ticks != 0 && a.generation == GENERATION.load(Relaxed) {
         // A TSC below the anchor wraps to a huge difference: re-anchor.
         let ticks = rdtsc().wrapping_sub(a.tsc);
         if ticks < a.window_ticks {
@@ -150,22 +172,34 @@ fn reanchor(boottime: fn() -> u64) -> u64 {
     let before = rdtsc();
     let ns = boottime();
     let after = rdtsc();
-    match ANCHOR.with(Cell::get).judge(before, ns) {
+    // A thread held up between its two TSC reads would start its window behind by as long: such
+    // an anchor is not kept (the next reading re-anchors), and the delay is no jump.
+    let held_up = after.wrapping_sub(before) > window_ticks / 200;
+    let judged = match ANCHOR.with(Cell::get).judge(before, ns) {
+        Judgement::Jumped if held_up => Judgement::Fine,
+        judged => judged,
+    };
+    match judged {
         Judgement::Fine => {}
-        Judgement::TscWentBack => _ = TSC_WENT_BACK.fetch_add(1, Relaxed),
+        Judgement::TscWentBack | Judgement::Jumped => {
+            TSC_WENT_BACK.fetch_add(1, Relaxed);
+            GENERATION.fetch_add(1, Relaxed);
+            tracing::warn!(?judged, "lease clock: a suspend the TSC did not count; every thread re-anchors");
+        }
         Judgement::RanAhead => {
             // Never again (other threads stop at their next re-anchoring, within a window).
             RAN_AHEAD.store(true, Relaxed);
             WINDOW_TICKS.store(0, Release);
+            GENERATION.fetch_add(1, Relaxed);
             ANCHOR.with(|a| a.set(Anchor::NONE));
+            tracing::warn!("lease clock: the TSC reading ran ahead of CLOCK_BOOTTIME; reading CLOCK_BOOTTIME every time from now on");
             return ns;
         }
     }
+    let generation = GENERATION.load(Relaxed);
     // The TSC read after the clock: the ticks counted from it are fewer than passed since `ns`.
-    // A thread held up between the two reads would start its window behind by as long: such an
-    // anchor is not kept (the next reading re-anchors).
-    let held_up = after.wrapping_sub(before) > window_ticks / 50;
-    let anchor = if held_up { Anchor::NONE } else { Anchor { tsc: after, ns, window_ticks, ns_per_tick_q32 } };
+    let anchor =
+        if held_up { Anchor::NONE } else { Anchor { tsc: after, ns, window_ticks, ns_per_tick_q32, generation } };
     ANCHOR.with(|a| a.set(anchor));
     ns
 }
@@ -258,11 +292,14 @@ mod tests {
     #[test]
     fn a_re_anchoring_finds_a_fast_path_ahead_of_the_true_clock_or_a_tsc_that_went_back() {
         // One tick per ns, anchored at TSC 1,000 = 50,000 ns.
-        let a = Anchor { tsc: 1_000, ns: 50_000, window_ticks: 100_000, ns_per_tick_q32: 1 << 32 };
+        let a = Anchor { tsc: 1_000, ns: 50_000, window_ticks: 100_000, ns_per_tick_q32: 1 << 32, generation: 0 };
         assert_eq!(a.judge(3_000, 52_000), Judgement::Fine, "exactly on time");
         assert_eq!(a.judge(3_000, 52_500), Judgement::Fine, "behind: the safe side");
         assert_eq!(a.judge(3_000, 51_999), Judgement::RanAhead);
         assert_eq!(a.judge(999, 60_000), Judgement::TscWentBack);
+        // 2,000 ns of ticks: a lag up to JUMP_NS + 1% of them (20 ns) is no jump.
+        assert_eq!(a.judge(3_000, 52_020 + JUMP_NS), Judgement::Fine, "a lag within the jump bound");
+        assert_eq!(a.judge(3_000, 52_021 + JUMP_NS), Judgement::Jumped, "a suspend the TSC did not count");
         assert_eq!(Anchor::NONE.judge(5, 0), Judgement::Fine, "no anchor: nothing to judge");
     }
 
@@ -310,5 +347,24 @@ mod tests {
         let reading = now_ns(crate::clock::boottime_ns);
         assert!(reading >= before, "{reading} < {before}: extrapolated from an anchor ahead of the TSC");
         assert_eq!(tsc_went_back(), went_back + 1);
+    }
+
+    /// A thread whose anchor is still in its window, but older than the process's generation
+    /// (another thread found a suspend), reads `CLOCK_BOOTTIME` afresh.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn an_anchor_of_an_older_generation_is_never_extrapolated_from() {
+        if source() != ClockSource::Tsc {
+            return;
+        }
+        now_ns(crate::clock::boottime_ns);
+        // The anchor as a thread idle through a suspend holds it: in its window, its time long past.
+        let mut a = ANCHOR.with(Cell::get);
+        (a.tsc, a.ns) = (rdtsc(), 5);
+        ANCHOR.with(|c| c.set(a));
+        GENERATION.fetch_add(1, Relaxed);
+        let before = crate::clock::boottime_ns();
+        let reading = now_ns(crate::clock::boottime_ns);
+        assert!(reading >= before, "{reading} < {before}: extrapolated from an anchor of an older generation");
     }
 }

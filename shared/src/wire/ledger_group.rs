@@ -13,6 +13,9 @@ use serde::{Deserialize, Serialize};
 /// group, 40,000 limits in all.
 pub const MAX_LEDGER_GROUP_BYTES: usize = MAX_BATCH_BYTES - 4 * 1024;
 
+/// How many times its size a group keeps room to grow to when it takes a new limit.
+pub const FRESH_GROWTH: usize = 3;
+
 /// One ledger group: its records, one per limit, sorted by limit.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LedgerGroup {
@@ -31,32 +34,30 @@ impl LedgerGroup {
 
     /// The group of `stored` records (already in the ledger, or maybe lost from it: never left
     /// out) and `fresh` ones (never written, so no lease of theirs exists anywhere), within
-    /// `max_bytes` encoded: every stored record, then fresh ones in name order while they fit.
-    /// `Err(bytes)`: the stored records alone encode to `bytes`, above `max_bytes`.
+    /// `max_bytes` encoded: every stored record, then fresh ones in name order while the whole
+    /// group could grow [`FRESH_GROWTH`] times and still fit (a record grows once its DC leases
+    /// and holders are written: a group filled to the byte with first records would soon hold
+    /// more than it can store; and groups fill one limit at a time, so the room is kept for
+    /// every record, not only the new ones). `Err(bytes)`: the stored records alone encode to
+    /// `bytes`, above `max_bytes`.
     pub fn fit(
         group: u32,
         stored: Vec<LedgerRecord>,
-        fresh: Vec<LedgerRecord>,
+        mut fresh: Vec<LedgerRecord>,
         max_bytes: usize,
     ) -> Result<FittedGroup, usize> {
-        let whole = LedgerGroup::new(group, stored.iter().chain(&fresh).cloned().collect());
-        let bytes = encode(&whole);
-        if bytes.len() <= max_bytes {
-            return Ok(FittedGroup { group: whole, bytes, left_out: Vec::new() });
-        }
         let base = LedgerGroup::new(group, stored);
         let mut size = encode(&base).len();
         if size > max_bytes {
             return Err(size);
         }
         let mut records = base.records;
-        let mut fresh = fresh;
         fresh.sort_by(|a, b| a.limit.cmp(&b.limit));
         let mut left_out = Vec::new();
         for rec in fresh {
             // A record in a JSON array costs its encoding and at most one comma.
             let cost = encode(&rec).len() + 1;
-            if size + cost <= max_bytes {
+            if (size + cost).saturating_mul(FRESH_GROWTH) <= max_bytes {
                 size += cost;
                 records.push(rec);
             } else {
@@ -141,24 +142,25 @@ mod tests {
     }
 
     #[test]
-    fn a_group_too_large_keeps_every_stored_record_and_the_fresh_ones_that_fit_in_name_order() {
+    fn a_group_too_large_keeps_every_stored_record_and_the_fresh_ones_with_room_to_grow_in_name_order() {
         let names: Vec<String> = (0..6).map(|i| name_in(3, i)).collect();
         let rec = |n: &String| LedgerRecord::empty(n, 4, "coord-a");
         let stored: Vec<LedgerRecord> = names[..2].iter().map(rec).collect();
         let fresh: Vec<LedgerRecord> = names[2..].iter().rev().map(rec).collect();
-        let all = encode(&LedgerGroup::new(3, stored.iter().chain(&fresh).cloned().collect())).len();
-        let fits = LedgerGroup::fit(3, stored.clone(), fresh.clone(), all).unwrap();
-        assert!(fits.left_out.is_empty() && fits.group.records.len() == 6);
-        let cut = LedgerGroup::fit(3, stored.clone(), fresh.clone(), all - 1).unwrap();
-        assert!(cut.bytes.len() < all, "{} bytes", cut.bytes.len());
-        assert_eq!(cut.bytes, encode(&cut.group));
         let mut sorted = names[2..].to_vec();
         sorted.sort();
+        let base = encode(&LedgerGroup::new(3, stored.clone())).len();
+        let cost = |n: &String| encode(&rec(n)).len() + 1;
+        let room: usize = (base + sorted.iter().map(cost).sum::<usize>()) * FRESH_GROWTH;
+        let all = LedgerGroup::fit(3, stored.clone(), fresh.clone(), room).unwrap();
+        assert!(all.left_out.is_empty() && all.group.records.len() == 6);
+        assert!(all.bytes.len() * FRESH_GROWTH <= room, "room left to grow: {} of {room} bytes", all.bytes.len());
+        let cut = LedgerGroup::fit(3, stored.clone(), fresh.clone(), room - 1).unwrap();
+        assert_eq!(cut.bytes, encode(&cut.group));
         assert_eq!(cut.left_out, vec![sorted[3].clone()], "the last fresh name is left out");
         for n in &names[..2] {
             assert!(cut.group.record(n).is_some(), "stored record {n} kept");
         }
-        let base = encode(&LedgerGroup::new(3, stored.clone())).len();
         assert_eq!(LedgerGroup::fit(3, stored, fresh, base - 1), Err(base), "stored records are never cut");
     }
 }

@@ -13,7 +13,7 @@ mod messages;
 pub use batch::*;
 pub use fence::LedgerFence;
 pub use keys::*;
-pub use ledger_group::{FittedGroup, LedgerGroup, MAX_LEDGER_GROUP_BYTES};
+pub use ledger_group::{FittedGroup, LedgerGroup, FRESH_GROWTH, MAX_LEDGER_GROUP_BYTES};
 pub use messages::*;
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
