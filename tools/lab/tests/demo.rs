@@ -35,9 +35,12 @@ fn a_short_demo_holds_two_limits_through_a_live_lowering_and_a_leader_kill() {
     // The standby leads within one DC-lease TTL (10 s).
     assert!(v["failover_s"].as_f64().is_some_and(|f| f <= 10.0), "{last}");
     // A 30 s "day" moves demand 4x faster than the 120 s demo and the failover stalls
-    // rebalancing for a tenth of it (0.87 measured); the 120 s demo is the acceptance run.
-    assert!(partner["utilization"].as_f64().unwrap() >= 0.8, "{last}");
-    assert!(search["utilization"].as_f64().unwrap() >= 0.8, "{last}");
+    // rebalancing for a tenth of it (0.87 measured alone); the 120 s demo is the acceptance run.
+    // With a CPU-bound test beside it (as in the suite) it measured 0.77–0.79 in one run of
+    // three or four, on this code and on the code before the TSC clock alike: the floor is 0.7,
+    // below what load alone was seen to cost.
+    assert!(partner["utilization"].as_f64().unwrap() >= 0.7, "{last}");
+    assert!(search["utilization"].as_f64().unwrap() >= 0.7, "{last}");
     assert!(dir.join("follow-the-sun.svg").is_file());
     assert!(dir.join("follow-the-sun-search-api.svg").is_file());
     // The live lowering: the put ran, the admitted rate fell to the new R within one DC-lease
