@@ -19,7 +19,7 @@
 //! a definition older than one its predecessor applied (the watch may lag).
 
 use crate::config::Settings;
-use crate::leader::{resume_logged, Leader, LimitState};
+use crate::leader::{resume_logged, Leader};
 use leasehold_nats::limits_store::LimitEvent;
 use leasehold_shared::coordinator::{LimitConfig, Stored};
 use leasehold_shared::wire::LedgerRecord;
@@ -185,12 +185,11 @@ impl Leader {
         };
         let Some(term) = self.leadership.as_ref() else { return false };
         let stored = Stored::classify(&limit, rec.as_ref(), Some(&term.fence.1));
-        let fresh = matches!(stored, Stored::Fresh);
         let epoch = self.status.epoch;
-        let core = resume_logged(cfg, &self.id, epoch, stored, self.now_ns());
+        let state = resume_logged(cfg, &self.id, epoch, stored, self.now_ns());
         info!(limit = %limit, "limit added");
         if let Some(t) = self.leadership.as_mut() {
-            t.limits.insert(limit, LimitState { core, stored: !fresh });
+            t.limits.insert(limit, state);
         }
         true
     }

@@ -254,15 +254,11 @@ impl Leader {
             }
         };
         let now = self.now_ns();
-        self.left_out.clear(); // every limit is tried again
-        self.refresh_refused();
         let mut limits = BTreeMap::new();
         for (name, rec) in &records {
             let cfg = self.definitions.config_for(name, rec.as_ref());
             let stored = Stored::classify(name, rec.as_ref(), fence.as_ref().map(|(_, f)| f));
-            let fresh = matches!(stored, Stored::Fresh);
-            let core = resume_logged(cfg, &self.id, epoch, stored, now);
-            limits.insert(name.clone(), LimitState { core, stored: !fresh });
+            limits.insert(name.clone(), resume_logged(cfg, &self.id, epoch, stored, now));
         }
         self.leadership = Some(Term { limits, groups, fence: (fence_rev, raised) });
         self.status.leading = true;
@@ -298,8 +294,9 @@ impl Leader {
     }
 }
 
-/// Resume a core from what the takeover found, saying why when a record is missing or behind.
-pub(crate) fn resume_logged(cfg: LimitConfig, id: &str, epoch: u64, stored: Stored<'_>, now: u64) -> CoordinatorCore {
+/// Resume a limit from what the takeover found, saying why when a record is missing or behind.
+/// Only a limit found fresh (no record, none ever written) may be left out of its group.
+pub(crate) fn resume_logged(cfg: LimitConfig, id: &str, epoch: u64, stored: Stored<'_>, now: u64) -> LimitState {
     match stored {
         Stored::Lost(f) => {
             warn!(limit = %cfg.limit, fence = f.epoch, dc_ttl_ms_max = f.dc_ttl_ms_max, "ledger record missing below the fence: it was lost; issuing nothing for the longest DC-lease lifetime, counting the largest floors it may have named");
@@ -309,5 +306,6 @@ pub(crate) fn resume_logged(cfg: LimitConfig, id: &str, epoch: u64, stored: Stor
         }
         Stored::Record(_) | Stored::Fresh => {}
     }
-    CoordinatorCore::resume(cfg, id, epoch, stored, now)
+    let fresh = matches!(stored, Stored::Fresh);
+    LimitState { core: CoordinatorCore::resume(cfg, id, epoch, stored, now), stored: !fresh }
 }

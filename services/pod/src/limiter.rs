@@ -211,14 +211,10 @@ impl Limiter {
         match &verdict {
             Ok(Ok(())) => self.shared.counts.granted_now(),
             Ok(denied) => {
-                self.shared.counts.offered();
+                self.offered();
                 self.count(denied);
-                self.wake_if_released();
             }
-            Err(_) => {
-                self.shared.counts.offered();
-                self.wake_if_released();
-            }
+            Err(_) => self.offered(),
         }
         verdict
     }

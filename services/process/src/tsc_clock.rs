@@ -329,6 +329,15 @@ mod tests {
         assert!(!ran_ahead());
     }
 
+    /// Anchor this thread (a real anchoring), then move its anchor to `tsc` and `ns`.
+    #[cfg(target_os = "linux")]
+    fn set_anchor(tsc: u64, ns: u64) {
+        now_ns(crate::clock::boottime_ns);
+        let mut a = ANCHOR.with(Cell::get);
+        (a.tsc, a.ns) = (tsc, ns);
+        ANCHOR.with(|c| c.set(a));
+    }
+
     /// A TSC below the thread's anchor (a reset by suspend) is not extrapolated from: the next
     /// reading is a fresh `CLOCK_BOOTTIME`.
     #[test]
@@ -337,12 +346,9 @@ mod tests {
         if source() != ClockSource::Tsc {
             return;
         }
-        now_ns(crate::clock::boottime_ns);
         let went_back = tsc_went_back();
         // An anchor in the TSC's future, at an old time: extrapolating would read far behind.
-        let mut a = ANCHOR.with(Cell::get);
-        (a.tsc, a.ns) = (u64::MAX - 1, 5);
-        ANCHOR.with(|c| c.set(a));
+        set_anchor(u64::MAX - 1, 5);
         let before = crate::clock::boottime_ns();
         let reading = now_ns(crate::clock::boottime_ns);
         assert!(reading >= before, "{reading} < {before}: extrapolated from an anchor ahead of the TSC");
@@ -357,11 +363,8 @@ mod tests {
         if source() != ClockSource::Tsc {
             return;
         }
-        now_ns(crate::clock::boottime_ns);
         // The anchor as a thread idle through a suspend holds it: in its window, its time long past.
-        let mut a = ANCHOR.with(Cell::get);
-        (a.tsc, a.ns) = (rdtsc(), 5);
-        ANCHOR.with(|c| c.set(a));
+        set_anchor(rdtsc(), 5);
         GENERATION.fetch_add(1, Relaxed);
         let before = crate::clock::boottime_ns();
         let reading = now_ns(crate::clock::boottime_ns);
