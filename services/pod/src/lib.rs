@@ -20,12 +20,15 @@ mod link;
 mod pod;
 mod queue;
 pub mod settings;
+#[cfg(test)]
+mod slice_tests;
 mod striped;
 
 pub use driver::PodStatus;
 pub use limiter::{AcquireError, Denial, Limiter, Priority, Totals};
 pub use pod::{LimitError, Pod, MAX_LIMITS};
 pub use settings::PodSettings;
+pub use striped::SLICE_SLOTS;
 
 /// The agent process: connect, start the pod, serve HTTP, drain on SIGTERM/SIGINT.
 /// Prints a one-line cause and exits non-zero on failure (2: bad settings).

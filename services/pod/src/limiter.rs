@@ -107,6 +107,8 @@ pub struct Limiter {
 
 impl Limiter {
     /// A limiter over `bucket` alone (no loop: tests and embedders that apply leases themselves).
+    /// A bucket made `TokenBucket::with_slices(SLICE_SLOTS)` (as the pod makes them) lets each
+    /// thread spend a slice of the lease of its own; one made `TokenBucket::new()` does not.
     pub fn new(bucket: Arc<TokenBucket>, queue_capacity: usize, clock: leasehold_process::clock::LeaseClock) -> Self {
         Self::for_limit(String::new(), bucket, queue_capacity, clock, watch::channel(Default::default()).1)
     }
@@ -200,12 +202,28 @@ impl Limiter {
     }
 
     /// Take a permit now or be told when to retry. Never waits, never touches the network.
-    #[inline]
+    /// Inlined into the caller: the slice path is small, the rest is out of line.
+    #[inline(always)]
     pub fn try_acquire(&self, cost: u32) -> Result<Result<(), Denial>, AcquireError> {
+        let now_ns = self.now_ns();
+        // The thread's slice of the lease first: no shared write, one counter of its own.
+        if let Some(slot) = crate::striped::thread_slot() {
+            if cost != 0 && self.shared.bucket.try_spend_slice(slot, cost, now_ns) {
+                self.shared.counts.granted_now_in(slot);
+                return Ok(Ok(()));
+            }
+        }
+        self.try_acquire_from_bucket(cost, now_ns)
+    }
+
+    /// `try_acquire` when the thread's slice did not grant: the bucket itself decides. Out of
+    /// line, so the slice path keeps few registers to save.
+    #[inline(never)]
+    fn try_acquire_from_bucket(&self, cost: u32, now_ns: u64) -> Result<Result<(), Denial>, AcquireError> {
         if cost == 0 {
             return Err(AcquireError::ZeroCost);
         }
-        let verdict = self.decide(cost);
+        let verdict = self.decide_at(cost, now_ns);
         // Counted after the decision, so the granted path writes one counter. It need not wake
         // the loop: a grant means the bucket holds a lease (one given back is revoked first).
         match &verdict {
@@ -221,7 +239,12 @@ impl Limiter {
 
     #[inline]
     fn decide(&self, cost: u32) -> Result<Result<(), Denial>, AcquireError> {
-        let decision = match self.shared.bucket.try_acquire(cost, self.now_ns()) {
+        self.decide_at(cost, self.now_ns())
+    }
+
+    #[inline]
+    fn decide_at(&self, cost: u32, now_ns: u64) -> Result<Result<(), Denial>, AcquireError> {
+        let decision = match self.shared.bucket.try_acquire(cost, now_ns) {
             Ok(Decision::Granted) => return Ok(Ok(())),
             Ok(denied) => Ok(denied),
             Err(e) => Err(AcquireError::from(e)),

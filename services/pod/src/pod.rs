@@ -115,8 +115,13 @@ impl Pod {
         let s = &self.inner.settings;
         let (status_tx, status) =
             watch::channel(PodStatus { pod: self.id.clone(), limit: limit.to_string(), ..Default::default() });
-        let limiter =
-            Limiter::for_limit(limit.into(), Arc::new(TokenBucket::new()), s.queue_capacity, self.inner.clock, status);
+        let limiter = Limiter::for_limit(
+            limit.into(),
+            Arc::new(TokenBucket::with_slices(crate::SLICE_SLOTS)),
+            s.queue_capacity,
+            self.inner.clock,
+            status,
+        );
         tokio::spawn(limiter.clone().dispatch());
         let pinned = self.default_limit() == Some(limit) || s.idle_release_ms == 0;
         let (from_tx, from_link) = mpsc::unbounded_channel();

@@ -8,6 +8,9 @@
 //! hand-over goes through a mutex, so it sees every add). Threads beyond `OWNED` alive at once
 //! share one more stripe and add with `fetch_add`. Readers (the report, once per period) sum
 //! every stripe; each stripe only grows, so a sum never goes back.
+//!
+//! The same numbering gives each thread its slice of a limit's bucket
+//! ([`leasehold_shared::bucket::slices`]): [`thread_slot`] is a slot no other live thread holds.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -15,6 +18,17 @@ use std::sync::Mutex;
 /// Threads with a stripe of their own; the rest share one more. At most 31: `Default` for the
 /// array of stripes exists up to 32 elements.
 const OWNED: usize = 31;
+
+/// Slices a pod's bucket has: one per thread with a stripe of its own.
+pub const SLICE_SLOTS: usize = OWNED;
+
+/// This thread's slot, held by no other live thread (`None`: it shares the last stripe, or is
+/// exiting). Spending a bucket's slice through it keeps the slices' contract: never two calls
+/// on one slot at once.
+#[inline]
+pub(crate) fn thread_slot() -> Option<usize> {
+    STRIPE.try_with(|s| s.0).ok().filter(|&i| i < OWNED)
+}
 
 #[repr(align(128))]
 #[derive(Default)]
@@ -100,6 +114,12 @@ impl RequestCounts {
     pub(crate) fn granted_now(&self) {
         let (s, owned) = self.stripe();
         Self::add(&s.granted_now, owned);
+    }
+
+    /// [`granted_now`](Self::granted_now) by the thread holding `slot` (from [`thread_slot`]).
+    #[inline]
+    pub(crate) fn granted_now_in(&self, slot: usize) {
+        Self::add(&self.stripes[slot].granted_now, true);
     }
 
     fn total(&self, counter: impl Fn(&Stripe) -> &AtomicU64) -> u64 {

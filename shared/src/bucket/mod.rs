@@ -19,6 +19,11 @@
 //! * After expiry every request is denied.
 //! * A cost above the current capacity is [`BucketError::CostExceedsCapacity`]: it cannot fit
 //!   under this lease however long the caller waits.
+//!
+//! ## Slices (a bucket made [`with_slices`](TokenBucket::with_slices))
+//! Threads may take a few tokens at a time out of the bucket into a slice of their own and spend
+//! them with no shared write ([`slices`]). The bucket sets the slices' most aside from the burst,
+//! so the bucket and the slices together never hold more than the lease's burst.
 
 use crate::quota::{Quota, MILLI};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
@@ -67,9 +72,13 @@ impl Decision {
 /// What the bucket currently enforces (for metrics, tests and the simulator's checks).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BucketView {
+    /// The lease's rate and burst, as applied.
     pub quota: Quota,
     pub expires_at_ns: u64,
+    /// The bucket's own balance (not counting tokens already in slices).
     pub balance_milli: u64,
+    /// The part of the burst set aside for slices (0 without slices).
+    pub slice_reserve_milli: u64,
 }
 
 /// One cache line per slot, so a generation's parity bit is directly a byte offset.
@@ -83,6 +92,11 @@ struct ParamSlot {
     capacity_milli: AtomicU64,
     rate_milli_per_s: AtomicU64,
     expires_at_ns: AtomicU64,
+    /// The run of leases this one continues: a lease applied while the previous one was still
+    /// valid keeps its chain, any other starts a new one. Slices spend tokens of their chain only.
+    chain: AtomicU64,
+    /// Tokens a slice may hold under this lease (0: no slices).
+    slice_tokens: AtomicU64,
 }
 
 #[repr(align(64))]
@@ -91,7 +105,10 @@ struct Padded<T>(T);
 pub struct TokenBucket {
     state: Padded<AtomicU64>,
     slots: Padded<[ParamSlot; 2]>,
-    renew: Mutex<()>,
+    /// Serialises renewals; holds the last chain number handed out.
+    renew: Mutex<u64>,
+    /// One slice per thread slot (empty: a bucket without slices).
+    slices: Box<[slices::Slice]>,
 }
 
 struct Hot {
@@ -108,6 +125,8 @@ struct Params {
     capacity_milli: u64,
     rate_milli_per_s: u64,
     expires_at_ns: u64,
+    chain: u64,
+    slice_tokens: u64,
 }
 
 impl Default for TokenBucket {
@@ -119,17 +138,34 @@ impl Default for TokenBucket {
 impl TokenBucket {
     /// A bucket with no lease: denies everything until [`apply_lease`](Self::apply_lease).
     pub fn new() -> Self {
-        TokenBucket { state: Padded(AtomicU64::new(0)), slots: Padded(Default::default()), renew: Mutex::new(()) }
+        Self::with_slices(0)
+    }
+
+    /// A bucket with no lease whose lease threads may also spend through `slots` slices of
+    /// their own ([`slices`]); `slots` = 0 is [`new`](Self::new).
+    pub fn with_slices(slots: usize) -> Self {
+        TokenBucket {
+            state: Padded(AtomicU64::new(0)),
+            slots: Padded(Default::default()),
+            renew: Mutex::new(0),
+            slices: (0..slots).map(|_| slices::Slice::default()).collect(),
+        }
+    }
+
+    /// The parameter slot of the generation in `state` (by its parity bit).
+    #[inline(always)]
+    fn slot_of(&self, state: u64) -> &ParamSlot {
+        // Bit 48 is the generation's parity; shifted down to bit 6 it is the slot's byte offset.
+        const _: () = assert!(std::mem::size_of::<ParamSlot>() == 64 && GEN_SHIFT == 48);
+        let offset = ((state >> 42) & 64) as usize;
+        // SAFETY: `slots` is two consecutive 64-byte `ParamSlot`s and `offset` is 0 or 64.
+        unsafe { &*(self.slots.0.as_ptr() as *const u8).add(offset).cast::<ParamSlot>() }
     }
 
     /// The four fields every decision needs; the rest only on the slow path.
     #[inline(always)]
     fn read_hot(&self, state: u64) -> Hot {
-        // Bit 48 is the generation's parity; shifted down to bit 6 it is the slot's byte offset.
-        const _: () = assert!(std::mem::size_of::<ParamSlot>() == 64 && GEN_SHIFT == 48);
-        let offset = ((state >> 42) & 64) as usize;
-        // SAFETY: `slots` is two consecutive 64-byte `ParamSlot`s and `offset` is 0 or 64.
-        let s: &ParamSlot = unsafe { &*(self.slots.0.as_ptr() as *const u8).add(offset).cast::<ParamSlot>() };
+        let s = self.slot_of(state);
         let h = Hot {
             origin_ns: s.origin_ns.load(Ordering::Acquire),
             token_ns: s.token_ns.load(Ordering::Acquire),
@@ -150,6 +186,8 @@ impl TokenBucket {
             capacity_milli: s.capacity_milli.load(Ordering::Acquire),
             rate_milli_per_s: s.rate_milli_per_s.load(Ordering::Acquire),
             expires_at_ns: s.expires_at_ns.load(Ordering::Acquire),
+            chain: s.chain.load(Ordering::Acquire),
+            slice_tokens: s.slice_tokens.load(Ordering::Acquire),
         };
         // Seqlock-style: slot reads complete before the state word is checked again.
         fence(Ordering::Acquire);
@@ -271,50 +309,68 @@ impl TokenBucket {
     pub fn view(&self, now_ns: u64) -> BucketView {
         let current = self.state.0.load(Ordering::Acquire);
         let p = self.read_slot(current >> GEN_SHIFT);
+        let slice_reserve_milli = slices::reserve_milli(p.slice_tokens, self.slices.len());
         BucketView {
-            quota: Quota::new(p.rate_milli_per_s, p.capacity_milli),
+            quota: Quota::new(p.rate_milli_per_s, p.capacity_milli + slice_reserve_milli),
             expires_at_ns: p.expires_at_ns,
             balance_milli: Self::balance_milli(&p, current & OFFSET_MASK, now_ns),
+            slice_reserve_milli,
         }
     }
 
     /// Apply a (new or renewed) lease at `now_ns`, valid until `expires_at_ns` (same clock).
     /// Keeps the balance if the previous lease is still valid, else starts from zero.
     pub fn apply_lease(&self, quota: Quota, expires_at_ns: u64, now_ns: u64) -> Result<(), LeaseParamsError> {
+        // Slices hold at most `reserve` between them: the bucket itself gets the rest.
+        let slice_tokens = slices::slice_tokens(quota, self.slices.len());
+        let capacity_milli = quota.burst_milli - slices::reserve_milli(slice_tokens, self.slices.len());
         // ns per token = 10^12 / rate_milli, rounded up so the bucket is never faster than leased.
         let token_ns =
             if quota.rate_milli_per_s == 0 { 0 } else { 1_000_000_000_000u64.div_ceil(quota.rate_milli_per_s) };
-        let tolerance_ns = ((quota.burst_milli as u128 * token_ns as u128) / MILLI as u128) as u64;
+        let tolerance_ns = ((capacity_milli as u128 * token_ns as u128) / MILLI as u128) as u64;
         let span = expires_at_ns.saturating_sub(now_ns);
         if tolerance_ns.saturating_add(span) >= MAX_SPAN_NS {
             return Err(LeaseParamsError(format!(
                 "burst/rate ({quota}) and lease length {span} ns do not fit the 2^47 ns range"
             )));
         }
-        let _serialised = self.renew.lock().unwrap_or_else(|p| p.into_inner());
+        let mut chains = self.renew.lock().unwrap_or_else(|p| p.into_inner());
         let mut current = self.state.0.load(Ordering::Acquire);
         loop {
             let generation = current >> GEN_SHIFT;
             let old = self.read_slot(generation);
-            let balance = Self::balance_milli(&old, current & OFFSET_MASK, now_ns).min(quota.burst_milli);
-            let debt_milli = quota.burst_milli - balance;
+            let balance = Self::balance_milli(&old, current & OFFSET_MASK, now_ns).min(capacity_milli);
+            let debt_milli = capacity_milli - balance;
+            // The chain goes on when the balance is kept (the previous lease is valid), this is a
+            // lease, and slices do not shrink: stock above a smaller size must never come back
+            // when the size grows again (the bucket may have refilled over it meanwhile).
+            let continues = old.rate_milli_per_s != 0
+                && now_ns < old.expires_at_ns
+                && quota.rate_milli_per_s != 0
+                && slice_tokens >= old.slice_tokens;
+            let chain = if continues { old.chain } else { *chains + 1 };
             let next_gen = (generation + 1) & 0xFFFF;
             let slot = &self.slots.0[(next_gen & 1) as usize];
             slot.origin_ns.store(now_ns, Ordering::Release);
             slot.token_ns.store(token_ns, Ordering::Release);
             slot.tolerance_ns.store(tolerance_ns, Ordering::Release);
-            slot.capacity_milli.store(quota.burst_milli, Ordering::Release);
+            slot.capacity_milli.store(capacity_milli, Ordering::Release);
             slot.rate_milli_per_s.store(quota.rate_milli_per_s, Ordering::Release);
             // A zero-rate lease admits nothing: stored as "no lease" so the fast path never sees
             // a zero emission interval.
             let expiry = if quota.rate_milli_per_s == 0 { 0 } else { expires_at_ns };
             slot.expires_at_ns.store(expiry, Ordering::Release);
+            slot.chain.store(chain, Ordering::Release);
+            slot.slice_tokens.store(slice_tokens, Ordering::Release);
             // TAT so that (tolerance - (tat - now)) / interval == balance; rounded up (less balance).
             let debt_ns = (debt_milli as u128 * token_ns as u128).div_ceil(MILLI as u128) as u64;
             let tat = debt_ns.min(tolerance_ns);
             let next = (next_gen << GEN_SHIFT) | tat;
             match self.state.0.compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Ok(()),
+                Ok(_) => {
+                    *chains = chains.max(chain);
+                    return Ok(());
+                }
                 Err(seen) => current = seen,
             }
         }
@@ -331,6 +387,8 @@ enum Verdict {
     Deny(Decision),
     Never(BucketError),
 }
+
+pub mod slices;
 
 #[cfg(test)]
 mod tests;

@@ -18,7 +18,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use governor::clock::FakeRelativeClock;
 use governor::{Quota as GQuota, RateLimiter};
-use leasehold_pod::Limiter;
+use leasehold_pod::{Limiter, SLICE_SLOTS};
 use leasehold_process::clock::LeaseClock;
 use leasehold_shared::bucket::TokenBucket;
 use leasehold_shared::quota::Quota;
@@ -34,9 +34,12 @@ const STEP_NS: u64 = 1_000;
 const FAST: u32 = 1_000_000_000;
 
 fn bucket(rate: u32, burst: u64) -> Arc<TokenBucket> {
-    let b = Arc::new(TokenBucket::new());
+    lease(TokenBucket::new(), rate, burst)
+}
+
+fn lease(b: TokenBucket, rate: u32, burst: u64) -> Arc<TokenBucket> {
     b.apply_lease(Quota::per_s(rate as u64, burst), 1 << 46, 0).unwrap();
-    b
+    Arc::new(b)
 }
 
 /// Run `call` `iters` times on each of `threads` threads at once; the elapsed wall time.
@@ -64,10 +67,18 @@ fn user_path(c: &mut Criterion, threads: usize) {
         bench.iter_custom(|iters| on_threads(threads, iters, &|| _ = black_box(gov.check().is_ok())))
     });
     let clock = LeaseClock::start();
-    let limiter = Limiter::new(bucket(FAST, 1_000_000), 16, clock);
+    // As the pod makes them: a bucket with a slice per thread.
+    let limiter = Limiter::new(lease(TokenBucket::with_slices(SLICE_SLOTS), FAST, 1_000_000), 16, clock);
     g.bench_function(BenchmarkId::new("leasehold", "limiter"), |bench| {
         bench.iter_custom(|iters| {
             on_threads(threads, iters, &|| _ = black_box(matches!(limiter.try_acquire(black_box(1)), Ok(Ok(())))))
+        })
+    });
+    // The same limiter over one shared bucket (no slices): every grant a CAS on one word.
+    let unsliced = Limiter::new(bucket(FAST, 1_000_000), 16, clock);
+    g.bench_function(BenchmarkId::new("leasehold", "limiter-unsliced"), |bench| {
+        bench.iter_custom(|iters| {
+            on_threads(threads, iters, &|| _ = black_box(matches!(unsliced.try_acquire(black_box(1)), Ok(Ok(())))))
         })
     });
     let b = bucket(FAST, 1_000_000);
