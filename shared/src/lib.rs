@@ -16,6 +16,7 @@
 //! * [`pod`], [`dc_manager`], [`coordinator`]: the three layers as sans-I/O state machines.
 //! * [`limits`]: limits as data: definitions in human units (`"976/s"`) for the `lh_limits` bucket.
 //! * [`keys`]: per-key limits (per user, per tenant tier): exact sliding log and GCRA.
+//! * [`readiness`]: what each service's `/readyz` answers, and why.
 //! * [`subjects`]: NATS subjects and KV buckets/keys.
 //! * [`rng`]: seeded randomness.
 
@@ -34,6 +35,7 @@ pub mod ledger;
 pub mod limits;
 pub mod pod;
 pub mod quota;
+pub mod readiness;
 pub mod rng;
 pub mod subjects;
 pub mod wire;

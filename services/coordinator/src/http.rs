@@ -1,12 +1,17 @@
-//! `/metrics` (Prometheus text) and `/v1/status` (JSON) for one coordinator replica.
+//! `/metrics` (Prometheus text), `/v1/status` (JSON), `/healthz` (the process answers) and
+//! `/readyz` (it leads, or follows with a fresh view: [`leasehold_shared::readiness`]) for one
+//! coordinator replica.
 
 use crate::leader::{LimitBooks, Status};
 use axum::extract::State;
 use axum::routing::get;
 use axum::Json;
 use axum::Router;
+use leasehold_process::clock::LeaseClock;
+use leasehold_process::health;
 use leasehold_process::metrics::{self, NO_LABELS};
 use leasehold_shared::quota::Quota;
+use leasehold_shared::readiness;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -159,10 +164,19 @@ async fn status_json(State(status): State<watch::Receiver<Status>>) -> Json<Stat
     Json(StatusBody::from(&*status.borrow()))
 }
 
-pub fn router(status: watch::Receiver<Status>) -> Router {
+/// `clock` is the replica's (its status's times are readings of it); a standby whose view of
+/// the leader key is older than `max_view_age_ms` is not ready.
+pub fn router(status: watch::Receiver<Status>, clock: LeaseClock, max_view_age_ms: u64) -> Router {
+    let view = status.clone();
+    let ready = move || {
+        let replica = view.borrow().replica;
+        let answer = health::answer(readiness::coordinator(&replica, clock.now_ns(), max_view_age_ms));
+        async move { answer }
+    };
     Router::new()
         .route("/metrics", metrics::endpoint(registry(status.clone())))
         .route("/v1/status", get(status_json))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
         .with_state(status)
 }

@@ -129,11 +129,23 @@ impl Leader {
         let lease_clock = self.clock;
         let clock = move || lease_clock.now_ns();
         let key = subjects::COORDINATOR_LEADER_KEY;
-        match leasehold_nats::leader_key::step(&mut self.election, &self.leaders, key, clock).await {
-            Some(Transition::Elected { epoch }) => return self.take_over(epoch).await,
-            Some(Transition::Deposed { reason }) => return self.step_down(reason),
-            None => {}
+        let mut reached = self.status.replica.key_reached_ns;
+        let transition =
+            leasehold_nats::leader_key::step(&mut self.election, &self.leaders, key, clock, &mut reached).await;
+        self.status.replica.key_reached_ns = reached;
+        match transition {
+            Some(Transition::Elected { epoch }) => self.take_over(epoch).await,
+            Some(Transition::Deposed { reason }) => self.step_down(reason),
+            None => self.act().await,
         }
+        // What `/readyz` judges: the term this replica leads (once taken over) and how long it may act.
+        let leads = self.leadership.is_some();
+        self.status.replica.epoch = self.election.term().filter(|_| leads);
+        self.status.replica.acts_until_ns = self.election.acts_until_ns().filter(|_| leads);
+    }
+
+    /// A tick's work while the term may act: every limit's core, then every group written.
+    async fn act(&mut self) {
         if !self.acting() {
             return; // not leading, or the last landed renewal is too old to act on
         }

@@ -68,11 +68,13 @@ pub async fn run(
         .subscribe(subject.clone())
         .await
         .map_err(|e| CoordinatorError::Subscribe { subject, reason: e.to_string() })?;
+    let clock = leasehold_process::clock::LeaseClock::start();
     if let Some(addr) = settings.http_listen.clone() {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .map_err(|e| CoordinatorError::Listen { addr: addr.clone(), reason: e.to_string() })?;
-        let app = http::router(status.subscribe());
+        // A standby reads the key every tick: twice the TTL without an answer is not a fresh view.
+        let app = http::router(status.subscribe(), clock, 2 * settings.leader_ttl_ms);
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
     let limits = limits_store::open(&js, settings.replicas).await?;
@@ -81,7 +83,6 @@ pub async fn run(
     let Some(stored) = read_definitions(&limits, &settings.limits, &mut shutdown).await else { return Ok(()) };
     let id =
         settings.id.clone().unwrap_or_else(|| format!("coord-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
-    let clock = leasehold_process::clock::LeaseClock::start();
     let stores = (ledger, leaders, limits.clone());
     let max_payload = client.server_info().max_payload;
     let mut leader =

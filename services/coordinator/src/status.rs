@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Status {
     pub leading: bool,
+    /// Its term and view of the leader key, for `/readyz`.
+    pub replica: leasehold_shared::readiness::ReplicaView,
     pub epoch: u64,
     pub takeovers: u64,
     /// Limits' records written (each group write counts every record in it).

@@ -1,12 +1,17 @@
-//! `/metrics` (Prometheus text) and `/v1/status` (JSON) for one DC manager.
+//! `/metrics` (Prometheus text), `/v1/status` (JSON), `/healthz` (the process answers) and
+//! `/readyz` (it leads with a valid DC lease for every limit, or follows with a fresh view:
+//! [`leasehold_shared::readiness`]) for one DC manager.
 
 use crate::manager::{LimitStatus, Status};
 use axum::extract::State;
 use axum::routing::get;
 use axum::Json;
 use axum::Router;
+use leasehold_process::clock::LeaseClock;
+use leasehold_process::health;
 use leasehold_process::metrics;
 use leasehold_shared::dc_manager::{FailMode, SplitMode};
+use leasehold_shared::readiness;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -148,10 +153,34 @@ async fn status_json(State(v): State<View>) -> Json<StatusBody> {
     })
 }
 
-pub fn router(status: watch::Receiver<Status>, limit: String, dc: String) -> Router {
+/// `clock` is the replica's (its status's times are readings of it); a standby whose view of
+/// the leader key is older than `max_view_age_ms` is not ready.
+pub fn router(
+    status: watch::Receiver<Status>,
+    limit: String,
+    dc: String,
+    clock: LeaseClock,
+    max_view_age_ms: u64,
+) -> Router {
+    let view = status.clone();
+    let ready = move || {
+        let now = clock.now_ns();
+        let answer = {
+            let s = view.borrow();
+            let without: Vec<String> = s
+                .limits
+                .iter()
+                .filter(|(_, l)| l.dc_lease_until_ns.is_none_or(|until| now >= until))
+                .map(|(name, _)| name.clone())
+                .collect();
+            health::answer(readiness::dc_manager(&s.replica, now, max_view_age_ms, s.limits.len(), &without))
+        };
+        async move { answer }
+    };
     Router::new()
         .route("/metrics", metrics::endpoint(registry(status.clone(), limit.clone(), dc.clone())))
         .route("/v1/status", get(status_json))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
         .with_state(View { status, limit, dc })
 }

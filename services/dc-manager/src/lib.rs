@@ -98,17 +98,18 @@ pub async fn run(
     let key =
         if settings.serves_every_limit() { ">".to_string() } else { subjects::ledger_key(&limit).expect("validated") };
     let mut records = watch_records(ledger.clone(), key);
+    let clock =
+        leasehold_process::clock::LeaseClock::start_skewed(settings.clock_offset_ms as i64, settings.clock_drift_ppm);
     if let Some(addr) = settings.http_listen.clone() {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .map_err(|e| DcManagerError::Listen { addr: addr.clone(), reason: e.to_string() })?;
-        let app = http::router(status.subscribe(), limit.clone(), dc.clone());
+        // A standby reads the key every tick: twice the TTL without an answer is not a fresh view.
+        let app = http::router(status.subscribe(), limit.clone(), dc.clone(), clock, 2 * settings.leader_ttl_ms);
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
     let mut tick = tokio::time::interval(Duration::from_millis(settings.report_interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let clock =
-        leasehold_process::clock::LeaseClock::start_skewed(settings.clock_offset_ms as i64, settings.clock_drift_ppm);
     let mut m = Manager::new(settings, client, leaders, ledger, clock);
     loop {
         // Each limit's core renews on its own schedule; the outbox paces each pod's leases to one

@@ -118,8 +118,17 @@ impl Manager {
     pub async fn tick(&mut self) {
         let key = subjects::dc_leader_key(self.dc()).expect("validated");
         let clock = self.clock;
-        match leasehold_nats::leader_key::step(&mut self.leadership, &self.leaders, &key, move || clock.now_ns()).await
-        {
+        let mut reached = self.status.replica.key_reached_ns;
+        let transition = leasehold_nats::leader_key::step(
+            &mut self.leadership,
+            &self.leaders,
+            &key,
+            move || clock.now_ns(),
+            &mut reached,
+        )
+        .await;
+        self.status.replica.key_reached_ns = reached;
+        match transition {
             Some(Transition::Elected { epoch }) => self.take_over(epoch).await,
             Some(Transition::Deposed { reason }) => {
                 self.outbox.drop_leases();
@@ -132,6 +141,10 @@ impl Manager {
             }
             None => {}
         }
+        // What `/readyz` judges: the term this replica leads and how long it may act.
+        let leads = self.term.is_some();
+        self.status.replica.epoch = self.leadership.term().filter(|_| leads);
+        self.status.replica.acts_until_ns = self.leadership.acts_until_ns().filter(|_| leads);
         if !self.fresh() {
             // Leases issued while acting are safe to deliver late, but a replica that may not act
             // sends nothing.

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Status {
     pub leading: bool,
+    /// Its term and view of the leader key, for `/readyz`.
+    pub replica: leasehold_shared::readiness::ReplicaView,
     pub epoch: u64,
     pub instance: String,
     pub takeovers: u64,
@@ -37,6 +39,8 @@ pub struct LimitStatus {
     pub dc_lease_rate_per_s: f64,
     pub used_rate_per_s: f64,
     pub seconds_since_dc_lease: Option<f64>,
+    /// When the DC lease in force ends (this manager's clock); none while it runs on the floor.
+    pub dc_lease_until_ns: Option<u64>,
     /// In force for this limit: its definition's, else this process's settings.
     pub split: SplitMode,
     pub fail_mode: FailMode,
@@ -64,6 +68,7 @@ impl Manager {
                 returns: c.returns,
                 budget_rate_per_s: lt.core.budget(now).0.rate_per_s(),
                 dc_lease_rate_per_s: lt.core.current_lease(now).map_or(0.0, |l| l.quota.rate_per_s()),
+                dc_lease_until_ns: lt.core.current_lease(now).map(|l| l.expires_at_ns),
                 used_rate_per_s: used as f64,
                 seconds_since_dc_lease: lt.last_dc_lease_at_ns.map(|t| self.clock.seconds_since(t)),
                 split: lt.core.config().split,

@@ -10,4 +10,5 @@ mod keys_handover;
 mod keys_permissions;
 mod limits_cli;
 mod metrics;
+mod readyz;
 mod support;

@@ -2,18 +2,13 @@
 //! and the ledger's books.
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
+use crate::support::one_dc::{self, free_addr};
 use leasehold_nats::connect::connect_until;
 use leasehold_nats_harness::{binaries, NatsServer};
 use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::dc_manager::DcManagerConfig;
 use leasehold_shared::quota::Quota;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
-
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
 
 /// Every series a Prometheus text body exposes: `name type label,label` (labels in order), sorted.
 /// Dashboards, alerts and the docs name these: any change of a name, type or label shows here.
@@ -72,24 +67,8 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
         ..Default::default()
     };
     let _c = leasehold_coordinator::spawn(client().await.unwrap(), coord);
-    let mut m = DcManagerConfig::new("api", "bkk", "");
-    m.renew_interval_ms = 200;
-    let dc = leasehold_dc_manager::config::Settings {
-        nats_url: url.clone(),
-        leader_ttl_ms: 1_000,
-        report_interval_ms: 100,
-        http_listen: Some(dc_addr.clone()),
-        manager: m,
-        ..Default::default()
-    };
-    let _m = leasehold_dc_manager::spawn(client().await.unwrap(), dc);
-    let ps = leasehold_pod::PodSettings {
-        limit: Some("api".into()),
-        dc: "bkk".into(),
-        report_interval_ms: 100,
-        ..Default::default()
-    };
-    let pod = leasehold_pod::Pod::start(client().await.unwrap(), &ps);
+    let _m = leasehold_dc_manager::spawn(client().await.unwrap(), one_dc::dc_manager(&url, 1_000, &dc_addr));
+    let pod = leasehold_pod::Pod::start(client().await.unwrap(), &one_dc::pod());
     let (pod_l, up_l) = (
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),

@@ -8,10 +8,19 @@ use leasehold_shared::leadership::{KeyState, LeaderRequest, Leadership, Transiti
 
 /// One step: ask the state machine what to do at `now()`, do it, feed back the answer (timed by
 /// `now()` again when it arrives). Returns the transition, if the term began or ended.
-pub async fn step(leadership: &mut Leadership, store: &Store, key: &str, now: impl Fn() -> u64) -> Option<Transition> {
+/// `reached_ns` becomes `now()` whenever the key answered (a read, or a write whose outcome is
+/// known): how fresh this replica's view is, for `/readyz`.
+pub async fn step(
+    leadership: &mut Leadership,
+    store: &Store,
+    key: &str,
+    now: impl Fn() -> u64,
+    reached_ns: &mut Option<u64>,
+) -> Option<Transition> {
     match leadership.poll(now())? {
         LeaderRequest::Read => match read(store, key).await {
             Ok(entry) => {
+                *reached_ns = Some(now());
                 let state = match entry {
                     None => KeyState::Absent,
                     Some((revision, value)) => {
@@ -29,6 +38,9 @@ pub async fn step(leadership: &mut Leadership, store: &Store, key: &str, now: im
                 Ok(CasOutcome::Conflict) => WriteOutcome::Conflict,
                 Ok(CasOutcome::Unknown) | Err(_) => WriteOutcome::Unknown,
             };
+            if outcome != WriteOutcome::Unknown {
+                *reached_ns = Some(now());
+            }
             leadership.on_write(outcome, now())
         }
     }

@@ -12,7 +12,8 @@
 //!   status) feeds the pod's health; a 429 is counted apart (`PodReport.upstream_429`: adaptive
 //!   limits follow it). Any other status is a `400`.
 //! * `GET /v1/status` (JSON: every limit served; `?limit=` one of them), `GET /metrics`
-//!   (Prometheus, label `limit`), `GET /healthz`.
+//!   (Prometheus, label `limit`), `GET /healthz` (the process answers), `GET /readyz` (200 when not
+//!   draining and the default limit, if any, holds a valid lease; else 503; JSON says why).
 //!
 //! Bad input is a `400` problem and changes nothing.
 
@@ -324,5 +325,18 @@ pub fn router(pod: Pod) -> Router {
         .route("/v1/status", get(status_json))
         .route("/metrics", metrics::endpoint(registry(pod.clone())))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
         .with_state(pod)
+}
+
+/// Ready while not draining and the default limit (if any) holds a valid lease
+/// ([`leasehold_shared::readiness::agent`]).
+async fn ready(State(pod): State<Pod>) -> Response {
+    let now = pod.now_ns();
+    let default = pod.default_limit().map(|name| {
+        let leased = pod.served(name).is_some_and(|l| l.bucket().view(now).expires_at_ns > now);
+        (name, leased)
+    });
+    let served = pod.limiters().len();
+    leasehold_process::health::answer(leasehold_shared::readiness::agent(pod.draining(), default, served))
 }

@@ -166,6 +166,11 @@ impl Pod {
         self.inner.limits.lock().unwrap_or_else(|p| p.into_inner()).values().map(|s| s.limiter.clone()).collect()
     }
 
+    /// Draining (or crashed): it admits nothing new and gives its leases back.
+    pub fn draining(&self) -> bool {
+        *self.inner.shutdown.borrow() || self.inner.crashed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// This pod's clock, in its buckets' and leases' time base.
     pub fn now_ns(&self) -> u64 {
         self.inner.clock.now_ns()

@@ -19,6 +19,17 @@ fn sliced(rate: u64, burst: u64) -> (Limiter, Arc<TokenBucket>, u64) {
     (l, bucket, start)
 }
 
+/// Wait (bounded by `deadline_ns`) until the bucket holds more than any slice, then take one
+/// with a call (calling meanwhile would spend each token as it comes).
+fn take_a_slice(l: &Limiter, bucket: &TokenBucket, deadline_ns: u64) {
+    while bucket.view(l.now_ns()).balance_milli < 2_048_000 {
+        assert!(l.now_ns() < deadline_ns, "the bucket never held 2,048 tokens at 2,000,000/s");
+        std::hint::spin_loop();
+    }
+    assert_eq!(l.try_acquire(1).unwrap(), Ok(()));
+    assert!(bucket.slices_spendable(l.now_ns()) > 0, "the call took a slice");
+}
+
 #[test]
 fn threads_spending_slices_are_counted_exactly_and_stay_within_the_lease() {
     let (rate, burst) = (2_000_000u64, 100_000u64);
@@ -43,19 +54,16 @@ fn threads_spending_slices_are_counted_exactly_and_stay_within_the_lease() {
 
 #[test]
 fn a_revoked_or_expired_lease_spends_nothing_from_a_slice() {
-    let (l, bucket, start) = sliced(2_000_000, 100_000);
-    // Call (bounded) until the bucket has refilled enough for a whole slice and a call took one.
-    let deadline_ns = l.now_ns() + 10 * S;
-    while bucket.slices_spendable(l.now_ns()) == 0 {
-        assert!(l.now_ns() < deadline_ns, "no slice within 10 s at 2,000,000/s");
-        let _ = l.try_acquire(1).unwrap();
-    }
+    let (l, bucket, _) = sliced(2_000_000, 100_000);
+    take_a_slice(&l, &bucket, l.now_ns() + 10 * S);
     bucket.revoke();
     assert_eq!(l.try_acquire(1).unwrap(), Err(Denial::NoLease), "the slice's stock dies with the lease");
-    // A lease that has expired: its slices spend nothing either.
+    // A lease that has expired: its slices spend nothing either, though one holds stock.
     let now = l.now_ns();
-    bucket.apply_lease(Quota::per_s(2_000_000, 100_000), now + S / 1_000, start).unwrap();
-    while l.now_ns() < now + S / 1_000 {
+    let expiry = now + S / 5;
+    bucket.apply_lease(Quota::per_s(2_000_000, 100_000), expiry, now).unwrap();
+    take_a_slice(&l, &bucket, expiry);
+    while l.now_ns() < expiry {
         std::hint::spin_loop();
     }
     assert_eq!(l.try_acquire(1).unwrap(), Err(Denial::NoLease));

@@ -10,6 +10,7 @@
 //! [`problem`] writes `application/problem+json` answers.
 
 pub mod clock;
+pub mod health;
 pub mod metrics;
 pub mod problem;
 pub mod tsc_clock;

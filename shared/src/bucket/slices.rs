@@ -2,8 +2,8 @@
 //!
 //! Every grant from the bucket itself is a compare-and-swap on one word that every thread
 //! calling the limit writes: under contention its cache line moves between cores on every call.
-//! A bucket made [`TokenBucket::with_slices`] lets each thread slot take up to
-//! [`slice_tokens`] tokens at once out of the bucket (one CAS) and spend them one call at a time
+//! A bucket made [`TokenBucket::with_slices`] lets each thread slot top its slice up to
+//! [`slice_tokens`] tokens out of the bucket (one CAS) and spend them one call at a time
 //! with a plain load and store on a line of its own. Only the request path's owner of a slot
 //! spends from it, so no other write comes in between (the contract of
 //! [`TokenBucket::try_spend_slice`]).
@@ -12,9 +12,12 @@
 //! Tokens in a slice were taken from the bucket earlier than they are spent, so a window of
 //! time can see both the slices' stock taken before it and the bucket's own tokens. The bucket
 //! therefore sets the slices' most aside from the burst: its own capacity is
-//! `burst − slots × slice_tokens` ([`reserve_milli`]). At every instant the bucket's balance plus
-//! every slice's spendable stock is at most the burst, so the admissions in any window of length
-//! T are at most `rate × T + burst`, as for the bucket alone.
+//! `burst − slots × slice_tokens` ([`reserve_milli`]). The condition every window relies on: at
+//! every instant the bucket's balance plus *all* the stock the slices hold for the current chain
+//! (spendable now or not) is at most the burst, and stock grows only by taking tokens from the
+//! bucket. Then the admissions in any window of length T are at most its starting balance and
+//! stock plus what the bucket refills in it: `rate × T + burst`, as for the bucket alone.
+//! Counting only the stock spendable now would not do: stock above a cap could be spent later.
 //! * **Which tokens a slice may spend**: those of its *chain*, the run of leases applied each
 //!   while the previous one was valid (the renewals that keep the bucket's balance) with a slice
 //!   size never smaller than the previous one. A lease applied after a gap or a revocation, or
@@ -35,8 +38,10 @@
 //! [`MIN_SLICE_TOKENS`] a lease is not sliced (too slow for contention to matter). The costs:
 //! the bucket's own capacity is up to 1/8 below the burst, so a single cost above it is
 //! [`BucketError::CostExceedsCapacity`](super::BucketError) though the lease's burst would fit
-//! it; tokens in a slice whose thread stopped calling stay unused until its chain ends; and a
-//! renewal with smaller slices wastes the stock they held (waste, never excess).
+//! it, and with k threads calling the usable burst is `burst − (slots − k) × slice_tokens`;
+//! tokens in a slice whose thread stopped calling stay unused until its chain ends; a renewal
+//! with smaller slices wastes the stock they held, and one with larger slices cuts the bucket's
+//! balance to its smaller capacity (waste, never excess).
 
 use super::{TokenBucket, Verdict, GEN_SHIFT, OFFSET_MASK};
 use crate::quota::{Quota, MILLI};
@@ -140,7 +145,8 @@ impl TokenBucket {
         Some(LiveSlice { chain, slice_tokens })
     }
 
-    /// Top the slice up to a full slice from the bucket and spend `cost` of it.
+    /// Top the slice up to a full slice from the bucket (one grant of what it lacks; none if the
+    /// bucket holds less) and spend `cost` of it.
     #[cold]
     fn refill_slice(&self, slice: &Slice, live: LiveSlice, stock: u64, cost: u64, now_ns: u64) -> bool {
         if cost > live.slice_tokens {
@@ -183,6 +189,18 @@ impl TokenBucket {
             .iter()
             .filter(|s| s.chain.load(Ordering::Relaxed) == live.chain)
             .map(|s| s.stock.load(Ordering::Relaxed).min(live.slice_tokens))
+            .sum()
+    }
+
+    /// Every token the slices hold for the chain of the lease in force, spendable now or not
+    /// (no cap at the slice size): what the safety condition counts.
+    #[cfg(test)]
+    fn slices_held(&self) -> u64 {
+        let p = self.read_slot(self.state.0.load(Ordering::Acquire) >> GEN_SHIFT);
+        self.slices
+            .iter()
+            .filter(|s| s.chain.load(Ordering::Relaxed) == p.chain)
+            .map(|s| s.stock.load(Ordering::Relaxed))
             .sum()
     }
 }

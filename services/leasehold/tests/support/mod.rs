@@ -1,1 +1,2 @@
 pub mod keys_instances;
+pub mod one_dc;

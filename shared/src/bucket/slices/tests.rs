@@ -129,9 +129,10 @@ fn bucket_and_slices_together_never_hold_more_than_the_burst() {
                     _ = spend(&b, (rng.next_u64() % (slots as u64 + 1)) as usize, 1 + (rng.next_u64() % 4) as u32, now)
                 }
             }
-            let stock = b.slices_spendable(now);
+            // All the stock of the current chain, spendable now or not, against the lease as
+            // applied here (not as the bucket reports it).
+            let stock = b.slices_held();
             sliced += (stock > 0) as u32;
-            // Against the lease as applied here, not as the bucket reports it.
             let held = b.view(now).balance_milli + stock * MILLI;
             assert!(held <= quota.burst_milli, "seed {seed} step {step}: {held} > burst {}", quota.burst_milli);
         }
@@ -205,7 +206,7 @@ fn threads_on_slots_of_their_own_never_spend_more_than_the_bucket_held() {
 fn stock_hidden_by_a_smaller_slice_never_comes_back() {
     let fast = Quota::per_s(1_000_000, 100_000);
     let b = full(2, fast);
-    assert!(b.try_spend_slice(0, 1, S) && b.try_spend_slice(1, 1, S), "two slices of 1000 taken");
+    assert!(b.try_spend_slice(0, 1, S) && b.try_spend_slice(1, 1, S), "two slices of 512 taken");
     b.apply_lease(Quota::per_s(3_000, 100_000), 3_600 * S, S).unwrap();
     let t = 3 * S;
     assert!(b.try_acquire(100_000, t).unwrap().is_granted(), "unsliced, the bucket refills to the whole burst");
@@ -223,7 +224,7 @@ fn stock_hidden_by_a_smaller_slice_never_comes_back() {
 /// start plus what the leases in force refilled in it.
 #[test]
 fn admissions_in_any_window_stay_within_the_leases_across_renewals() {
-    let mut drained = 0;
+    let (mut drained, mut renewals_with_stock, mut shrinks_with_stock) = (0, 0, 0);
     for seed in 0..40 {
         let mut rng = SeededRng::new(7_000 + seed);
         let slots = 2 + (rng.next_u64() % 3) as usize;
@@ -246,7 +247,11 @@ fn admissions_in_any_window_stay_within_the_leases_across_renewals() {
                     // Fast and sliced, or too slow to slice; bursts up and down.
                     let rate =
                         if rng.next_u64().is_multiple_of(2) { 200_000 + rng.next_u64() % 2_000_000 } else { 1_000 };
+                    let before = slice_tokens(quota, slots);
                     quota = Quota::per_s(rate, 2_000 + rng.next_u64() % 60_000);
+                    let held = b.slices_held();
+                    renewals_with_stock += (held > 0) as u32;
+                    shrinks_with_stock += (held > 0 && slice_tokens(quota, slots) < before) as u32;
                     b.apply_lease(quota, 3_600 * S, now).unwrap();
                     leases.push((now, quota));
                 }
@@ -312,4 +317,33 @@ fn admissions_in_any_window_stay_within_the_leases_across_renewals() {
         }
     }
     assert!(drained > 1_000, "the bucket was drained at {drained} instants");
+    assert!(renewals_with_stock > 100, "{renewals_with_stock} renewals applied while slices held stock");
+    assert!(shrinks_with_stock > 30, "{shrinks_with_stock} renewals shrank slices that held stock");
+}
+
+/// A lease applied between a thread's reading of the chain and its topping up: the tokens it
+/// then takes belong to the new chain, and the stock it read (of the old one) is not counted.
+#[test]
+fn a_lease_applied_between_reading_the_chain_and_topping_up_never_counts_the_old_stock() {
+    let fast = Quota::per_s(1_000_000, 100_000);
+    let b = full(2, fast);
+    assert!(b.try_spend_slice(0, 1, S));
+    let read = b.live_slice(S).unwrap();
+    let stock = b.slices_held();
+    assert_eq!(stock, 511);
+    // The lease is revoked and a new one applied (a new chain, from zero), which refills.
+    b.revoke();
+    b.apply_lease(fast, 3_600 * S, S).unwrap();
+    let t = 2 * S;
+    // The thread goes on with what it read: it lacks 1 token for a cost of 512, takes 1.
+    assert!(!b.refill_slice(&b.slices[0], read, stock, 512, t), "the old 511 do not make up the cost");
+    assert_eq!(b.slices_held(), 1, "it holds only the token taken under the new chain");
+    assert!(b.view(t).balance_milli + b.slices_held() * MILLI <= fast.burst_milli);
+    // Renewed in between instead (the same chain): the stock it read counts.
+    let b = full(2, fast);
+    assert!(b.try_spend_slice(0, 1, S));
+    let read = b.live_slice(S).unwrap();
+    b.apply_lease(fast, 3_600 * S, S).unwrap();
+    assert!(b.refill_slice(&b.slices[0], read, 511, 512, S), "511 kept and 1 taken make 512");
+    assert_eq!(b.slices_held(), 0);
 }

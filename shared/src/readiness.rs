@@ -1,0 +1,155 @@
+//! What `/readyz` answers for each service: ready or not, the role, and why, in a sentence an
+//! operator can act on. Pure: the services pass what they know and their clock's readings.
+//!
+//! * **Coordinator**: ready while it leads a term that may act, or while it follows with a fresh
+//!   view (it reached the leader key within `max_view_age_ms`: it could take over).
+//! * **DC manager**: ready while it leads and every limit it serves holds a valid DC lease (one
+//!   running on its floor is not ready: the coordinator is not reaching it), or while it follows
+//!   with a fresh view.
+//! * **Agent** (pod): ready while it is not draining and its default limit, if it has one, holds
+//!   a valid lease. An agent without a default limit asks for leases on first use: ready.
+//!
+//! `/healthz` says only that the process answers; `/readyz` is what a rolling upgrade waits for.
+
+use serde::Serialize;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Readiness {
+    pub ready: bool,
+    /// `leader`, `standby` or `agent`.
+    pub role: &'static str,
+    pub reason: String,
+}
+
+impl Readiness {
+    fn yes(role: &'static str, reason: String) -> Self {
+        Readiness { ready: true, role, reason }
+    }
+
+    fn no(role: &'static str, reason: String) -> Self {
+        Readiness { ready: false, role, reason }
+    }
+}
+
+/// How a replica of a service with standbys stands at `now_ns` (its clock).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplicaView {
+    /// The epoch of the term it leads, if it leads one.
+    pub epoch: Option<u64>,
+    /// Until when that term may act (the term's own rule: its last landed renewal's send time
+    /// plus the acting window).
+    pub acts_until_ns: Option<u64>,
+    /// When it last reached the leader key (a read answered, or a write with a definite outcome).
+    pub key_reached_ns: Option<u64>,
+}
+
+impl ReplicaView {
+    /// The epoch of a term that may act at `now_ns`.
+    fn acting(&self, now_ns: u64) -> Option<u64> {
+        self.epoch.filter(|_| self.acts_until_ns.is_some_and(|until| now_ns < until))
+    }
+}
+
+/// A follower (or a leader whose term may not act now): ready while its view is fresh.
+fn standby(view: &ReplicaView, now_ns: u64, max_view_age_ms: u64) -> Readiness {
+    match view.key_reached_ns {
+        None => Readiness::no("standby", "has not reached the leader key yet".into()),
+        Some(at) => {
+            let age_ms = now_ns.saturating_sub(at) / 1_000_000;
+            if age_ms <= max_view_age_ms {
+                Readiness::yes("standby", format!("follows: reached the leader key {age_ms} ms ago"))
+            } else {
+                Readiness::no(
+                    "standby",
+                    format!(
+                        "last reached the leader key {age_ms} ms ago (over {max_view_age_ms} ms): is NATS reachable?"
+                    ),
+                )
+            }
+        }
+    }
+}
+
+/// The coordinator's readiness.
+pub fn coordinator(view: &ReplicaView, now_ns: u64, max_view_age_ms: u64) -> Readiness {
+    match view.acting(now_ns) {
+        Some(epoch) => Readiness::yes("leader", format!("leads epoch {epoch}")),
+        None => standby(view, now_ns, max_view_age_ms),
+    }
+}
+
+/// The DC manager's readiness: `without_dc_lease` names the limits it serves that hold no valid
+/// DC lease now, out of `served`.
+pub fn dc_manager(
+    view: &ReplicaView,
+    now_ns: u64,
+    max_view_age_ms: u64,
+    served: usize,
+    without_dc_lease: &[String],
+) -> Readiness {
+    match view.acting(now_ns) {
+        Some(epoch) if without_dc_lease.is_empty() => {
+            Readiness::yes("leader", format!("leads epoch {epoch}; all {served} limits hold a valid DC lease"))
+        }
+        Some(epoch) => Readiness::no(
+            "leader",
+            format!(
+                "leads epoch {epoch}, but {} of {served} limits hold no valid DC lease (their pods run on the floor): {}",
+                without_dc_lease.len(),
+                without_dc_lease.join(", ")
+            ),
+        ),
+        None => standby(view, now_ns, max_view_age_ms),
+    }
+}
+
+/// The agent's readiness: `default_limit` is its default limit and whether that holds a valid
+/// lease now.
+pub fn agent(draining: bool, default_limit: Option<(&str, bool)>, limits_served: usize) -> Readiness {
+    match default_limit {
+        _ if draining => Readiness::no("agent", "draining: its leases are being given back".into()),
+        Some((limit, true)) => Readiness::yes("agent", format!("holds a valid lease for {limit}")),
+        Some((limit, false)) => {
+            Readiness::no("agent", format!("holds no valid lease for its default limit {limit} yet"))
+        }
+        None => Readiness::yes("agent", format!("serves {limits_served} limits, each leased on first use")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_replica_is_ready_while_its_term_may_act_or_its_view_of_the_key_is_fresh() {
+        let leader = ReplicaView { epoch: Some(4), acts_until_ns: Some(1_000 * MS), key_reached_ns: Some(900 * MS) };
+        assert_eq!(coordinator(&leader, 999 * MS, 3_000), Readiness::yes("leader", "leads epoch 4".into()));
+        // Past its acting window the leader is judged as a standby: fresh enough here.
+        assert!(coordinator(&leader, 1_000 * MS, 3_000).ready);
+        assert_eq!(coordinator(&leader, 1_000 * MS, 3_000).role, "standby");
+        let stale = coordinator(&leader, 5_000 * MS, 3_000);
+        assert!(!stale.ready && stale.reason.contains("4100 ms ago"), "{stale:?}");
+        let new = ReplicaView::default();
+        assert!(!coordinator(&new, 0, 3_000).ready, "never reached the key: not ready");
+    }
+
+    #[test]
+    fn a_leading_dc_manager_with_a_limit_on_its_floor_is_not_ready() {
+        let leader = ReplicaView { epoch: Some(2), acts_until_ns: Some(10 * MS), key_reached_ns: Some(MS) };
+        assert!(dc_manager(&leader, 5 * MS, 3_000, 2, &[]).ready);
+        let floor = dc_manager(&leader, 5 * MS, 3_000, 2, &["search-api".into()]);
+        assert!(!floor.ready && floor.reason.contains("1 of 2 limits") && floor.reason.contains("search-api"));
+        let standby = ReplicaView { epoch: None, acts_until_ns: None, key_reached_ns: Some(4 * MS) };
+        assert!(dc_manager(&standby, 5 * MS, 3_000, 0, &[]).ready, "a standby with a fresh view is ready");
+    }
+
+    #[test]
+    fn an_agent_is_ready_with_a_lease_for_its_default_limit_and_not_while_draining() {
+        assert!(agent(false, Some(("partner-api", true)), 1).ready);
+        assert!(!agent(false, Some(("partner-api", false)), 1).ready);
+        assert!(!agent(true, Some(("partner-api", true)), 1).ready);
+        assert!(agent(false, None, 3).ready);
+    }
+}
