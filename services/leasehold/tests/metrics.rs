@@ -201,6 +201,8 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
                 "leasehold_pod_admitted_total",
                 "leasehold_pod_rejected_total",
                 "leasehold_pod_leases_refused_total",
+                "leasehold_pod_upstream_errors_total",
+                "leasehold_pod_upstream_429_total",
             ],
             "counter",
             "pod,limit",

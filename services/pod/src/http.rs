@@ -314,6 +314,16 @@ fn registry(pod: Pod) -> Registry {
             "Stale, foreign or expired leases refused.",
             rows(|s| s.leases_refused),
         )?;
+        m.counters(
+            "leasehold_pod_upstream_errors_total",
+            "Upstream calls reported failed (a 5xx or no answer).",
+            rows(|s| s.totals.upstream_errors),
+        )?;
+        m.counters(
+            "leasehold_pod_upstream_429_total",
+            "Upstream calls reported answered 429: the partner's limit is below what was leased.",
+            rows(|s| s.totals.upstream_429),
+        )?;
         m.gauges("leasehold_pod_queued", "Requests waiting for a permit.", gauges(|s| s.queued))
     })
 }
