@@ -56,7 +56,6 @@ pub enum AcquireError {
 
 #[derive(Default)]
 struct Interval {
-    rejected: AtomicU64,
     errors: AtomicU64,
     upstream_429: AtomicU64,
 }
@@ -85,7 +84,7 @@ pub(crate) struct Shared {
     totals: Mutex<Totals>,
     pub queue: Mutex<WaitQueue>,
     pub wake: Notify,
-    /// Requests offered and admitted so far, counted per thread (the request path's only writes
+    /// Requests offered, admitted and rejected so far, counted per thread (the request path's only writes
     /// besides the bucket's): reports take differences.
     counts: RequestCounts,
     /// Upstream answers reported so far: use too (they keep the limit from going idle), but not
@@ -265,7 +264,7 @@ impl Limiter {
     pub(crate) fn count(&self, verdict: &Result<(), Denial>) {
         match verdict {
             Ok(()) => self.shared.counts.admitted(),
-            Err(_) => _ = self.shared.interval.rejected.fetch_add(1, Relaxed),
+            Err(_) => self.shared.counts.rejected(),
         }
     }
 
@@ -361,7 +360,7 @@ impl Limiter {
         let c = IntervalCounters {
             offered: self.shared.counts.offered_total().saturating_sub(t.offered),
             admitted: self.shared.counts.admitted_total().saturating_sub(t.admitted),
-            rejected: i.rejected.swap(0, Relaxed),
+            rejected: self.shared.counts.rejected_total().saturating_sub(t.rejected),
             queued,
             errors: i.errors.swap(0, Relaxed),
             upstream_429: i.upstream_429.swap(0, Relaxed),

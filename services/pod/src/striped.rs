@@ -1,5 +1,5 @@
-//! [`RequestCounts`]: the request path's two counters (requests offered, requests admitted),
-//! bumped without a shared write between threads.
+//! [`RequestCounts`]: the request path's counters (requests offered, admitted, rejected), bumped
+//! without a shared write between threads.
 //!
 //! One stripe per thread, each on its own 128-byte line (two lines: adjacent-line prefetchers
 //! pull pairs). A thread that counts takes a stripe of its own while one of [`OWNED`] is free,
@@ -40,6 +40,8 @@ struct Stripe {
     offered_other: AtomicU64,
     /// Those of them admitted (at once or after a wait).
     admitted_other: AtomicU64,
+    /// Those of them denied (by the bucket, a full queue or a deadline).
+    rejected: AtomicU64,
 }
 
 #[derive(Default)]
@@ -110,6 +112,12 @@ impl RequestCounts {
         Self::add(&s.admitted_other, owned);
     }
 
+    /// A request counted by [`offered`](Self::offered) was denied.
+    pub(crate) fn rejected(&self) {
+        let (s, owned) = self.stripe();
+        Self::add(&s.rejected, owned);
+    }
+
     /// A request offered and admitted at once (the granted path of `try_acquire`): one counter.
     pub(crate) fn granted_now(&self) {
         let (s, owned) = self.stripe();
@@ -133,6 +141,10 @@ impl RequestCounts {
     pub(crate) fn admitted_total(&self) -> u64 {
         self.total(|s| &s.granted_now).wrapping_add(self.total(|s| &s.admitted_other))
     }
+
+    pub(crate) fn rejected_total(&self) -> u64 {
+        self.total(|s| &s.rejected)
+    }
 }
 
 #[cfg(test)]
@@ -150,12 +162,14 @@ mod tests {
                         c.offered();
                         c.admitted();
                         c.granted_now();
+                        c.rejected();
                     }
                 });
             }
         });
         assert_eq!(c.offered_total(), threads * 20_000, "owned stripes and the shared one both count exactly");
         assert_eq!(c.admitted_total(), threads * 20_000);
+        assert_eq!(c.rejected_total(), threads * 10_000);
     }
 
     #[test]
