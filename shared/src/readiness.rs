@@ -11,6 +11,7 @@
 //!
 //! `/healthz` says only that the process answers; `/readyz` is what a rolling upgrade waits for.
 
+use crate::leadership::Leadership;
 use serde::Serialize;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -44,6 +45,16 @@ pub struct ReplicaView {
 }
 
 impl ReplicaView {
+    /// The view of a replica that `leadership` drives: its term counts once `taken_over` (the
+    /// replica has loaded its state); `key_reached_ns` as its driver last saw the key answer.
+    pub fn of(leadership: &Leadership, taken_over: bool, key_reached_ns: Option<u64>) -> Self {
+        ReplicaView {
+            epoch: leadership.term().filter(|_| taken_over),
+            acts_until_ns: leadership.acts_until_ns().filter(|_| taken_over),
+            key_reached_ns,
+        }
+    }
+
     /// The epoch of a term that may act at `now_ns`.
     fn acting(&self, now_ns: u64) -> Option<u64> {
         self.epoch.filter(|_| self.acts_until_ns.is_some_and(|until| now_ns < until))

@@ -25,6 +25,7 @@ use leasehold_nats::kv::{compare_and_set, read, CasOutcome};
 use leasehold_process::clock::LeaseClock;
 use leasehold_shared::coordinator::{next_epoch, CoordinatorCore, LimitConfig, Stored};
 use leasehold_shared::leadership::{Leadership, LeadershipConfig, Transition};
+use leasehold_shared::readiness::ReplicaView;
 use leasehold_shared::subjects::{self, ledger_group_of};
 use leasehold_shared::wire::{decode, encode, DcReports, LedgerFence, LedgerRecord};
 use std::collections::BTreeMap;
@@ -132,16 +133,13 @@ impl Leader {
         let mut reached = self.status.replica.key_reached_ns;
         let transition =
             leasehold_nats::leader_key::step(&mut self.election, &self.leaders, key, clock, &mut reached).await;
-        self.status.replica.key_reached_ns = reached;
         match transition {
             Some(Transition::Elected { epoch }) => self.take_over(epoch).await,
             Some(Transition::Deposed { reason }) => self.step_down(reason),
             None => self.act().await,
         }
-        // What `/readyz` judges: the term this replica leads (once taken over) and how long it may act.
-        let leads = self.leadership.is_some();
-        self.status.replica.epoch = self.election.term().filter(|_| leads);
-        self.status.replica.acts_until_ns = self.election.acts_until_ns().filter(|_| leads);
+        // What `/readyz` judges.
+        self.status.replica = ReplicaView::of(&self.election, self.leadership.is_some(), reached);
     }
 
     /// A tick's work while the term may act: every limit's core, then every group written.

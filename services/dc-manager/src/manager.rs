@@ -18,6 +18,7 @@ use leasehold_process::clock::LeaseClock;
 use leasehold_shared::dc_manager::{DcManagerCore, RecordRules};
 use leasehold_shared::leadership::{Leadership, LeadershipConfig, Transition};
 use leasehold_shared::quota::Quota;
+use leasehold_shared::readiness::ReplicaView;
 use leasehold_shared::subjects::{self, PodChannel};
 use leasehold_shared::wire::{decode, LeaseReturns, LeaseVersion, LedgerRecord, PodReport, PodReports};
 use std::collections::BTreeMap;
@@ -127,7 +128,6 @@ impl Manager {
             &mut reached,
         )
         .await;
-        self.status.replica.key_reached_ns = reached;
         match transition {
             Some(Transition::Elected { epoch }) => self.take_over(epoch).await,
             Some(Transition::Deposed { reason }) => {
@@ -141,10 +141,8 @@ impl Manager {
             }
             None => {}
         }
-        // What `/readyz` judges: the term this replica leads and how long it may act.
-        let leads = self.term.is_some();
-        self.status.replica.epoch = self.leadership.term().filter(|_| leads);
-        self.status.replica.acts_until_ns = self.leadership.acts_until_ns().filter(|_| leads);
+        // What `/readyz` judges.
+        self.status.replica = ReplicaView::of(&self.leadership, self.term.is_some(), reached);
         if !self.fresh() {
             // Leases issued while acting are safe to deliver late, but a replica that may not act
             // sends nothing.

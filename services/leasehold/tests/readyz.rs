@@ -29,7 +29,11 @@ async fn until(
 ) -> serde_json::Value {
     let deadline = Instant::now() + within;
     let mut last = None;
+    // Readiness also turns on time alone (a view grows stale), so no event announces every
+    // change: ask at a steady cadence until the deadline.
+    let mut cadence = tokio::time::interval(Duration::from_millis(50));
     loop {
+        cadence.tick().await;
         if let Some((code, body)) = readyz(http, addr).await {
             if f(code, &body) {
                 return body;
@@ -37,7 +41,6 @@ async fn until(
             last = Some((code, body));
         }
         assert!(Instant::now() < deadline, "not within {within:?}: {what}; last answer {last:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
