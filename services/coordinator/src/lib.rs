@@ -73,6 +73,10 @@ pub async fn run(
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .map_err(|e| CoordinatorError::Listen { addr: addr.clone(), reason: e.to_string() })?;
+        if let Ok(local) = listener.local_addr() {
+            // On stdout, as the agent does: the bound address when asked for port 0.
+            println!("coordinator listening on {local}");
+        }
         // A standby reads the key every tick: twice the TTL without an answer is not a fresh view.
         let app = http::router(status.subscribe(), clock, 2 * settings.leader_ttl_ms);
         tokio::spawn(async move { axum::serve(listener, app).await });

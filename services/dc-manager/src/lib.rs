@@ -104,6 +104,10 @@ pub async fn run(
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .map_err(|e| DcManagerError::Listen { addr: addr.clone(), reason: e.to_string() })?;
+        if let Ok(local) = listener.local_addr() {
+            // On stdout, as the agent does: the bound address when asked for port 0.
+            println!("dc-manager listening on {local}");
+        }
         // A standby reads the key every tick: twice the TTL without an answer is not a fresh view.
         let app = http::router(status.subscribe(), limit.clone(), dc.clone(), clock, 2 * settings.leader_ttl_ms);
         tokio::spawn(async move { axum::serve(listener, app).await });

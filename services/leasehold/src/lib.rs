@@ -2,6 +2,7 @@
 //! `inspect` and `limits`. The lab binary (`leasehold-lab`, tools/lab) runs the same commands and adds the
 //! development tools (simulator, demo, chaos, benches, the mock upstream), which do not ship.
 
+pub mod dashboard;
 pub mod inspect;
 pub mod keys_cmd;
 pub mod limits_cmd;
@@ -14,6 +15,8 @@ use std::process::ExitCode;
 pub enum ServiceCommand {
     /// Print the live state from NATS: the coordinator leader and every limit's DC leases.
     Inspect(inspect::InspectArgs),
+    /// Serve the live web view of the leases (read-only; `--listen`, default 127.0.0.1:8089).
+    Dashboard(dashboard::DashboardArgs),
     /// Run a coordinator replica (settings: LEASEHOLD_COORDINATOR_*).
     Coordinator(ConfigArgs),
     /// Run a DC manager replica (settings: LEASEHOLD_DC_MANAGER_*).
@@ -33,6 +36,7 @@ pub enum ServiceCommand {
 pub fn run(program: &str, command: ServiceCommand) -> ExitCode {
     match command {
         ServiceCommand::Inspect(args) => exit(program, inspect::run(args)),
+        ServiceCommand::Dashboard(args) => exit(program, dashboard::run(args)),
         ServiceCommand::Coordinator(c) => leasehold_coordinator::main(c),
         ServiceCommand::DcManager(c) => leasehold_dc_manager::main(c),
         ServiceCommand::Agent(c) => leasehold_pod::agent_main(c),
@@ -62,4 +66,11 @@ pub fn block_on<T>(body: impl std::future::Future<Output = Result<T, String>>) -
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     rt.block_on(body)
+}
+
+/// The NATS server a command talks to: `arg` (its `--nats-url`), else `$LEASEHOLD_NATS_URL`,
+/// else the local default.
+pub fn nats_url_or_default(arg: Option<String>) -> String {
+    arg.or_else(|| std::env::var("LEASEHOLD_NATS_URL").ok().filter(|u| !u.is_empty()))
+        .unwrap_or_else(|| "nats://127.0.0.1:4222".into())
 }

@@ -60,11 +60,7 @@ pub(crate) fn failed(e: impl std::fmt::Display) -> Failure {
 }
 
 pub fn run(program: &str, a: LimitsArgs) -> ExitCode {
-    let url = a
-        .nats_url
-        .clone()
-        .or_else(|| std::env::var("LEASEHOLD_NATS_URL").ok().filter(|u| !u.is_empty()))
-        .unwrap_or_else(|| "nats://127.0.0.1:4222".into());
+    let url = crate::nats_url_or_default(a.nats_url.clone());
     let result = crate::block_on(async {
         Ok(match a.command {
             LimitsCommand::Put(p) => put::run(&url, a.replicas, p).await,

@@ -3,6 +3,7 @@
 //! former test file; `cargo nextest` still runs every test in its own process.
 
 mod cli;
+mod dashboard;
 mod inspect;
 mod keys_clocks;
 mod keys_cluster;

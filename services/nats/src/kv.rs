@@ -143,3 +143,38 @@ pub async fn compare_and_set(
         },
     }
 }
+
+/// One key of a bucket changed: its newest value, or `None` when deleted or purged.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyChange {
+    pub key: String,
+    pub revision: u64,
+    pub value: Option<Bytes>,
+}
+
+/// Follow every key of `store`: first each key's newest value, then every change, for as long
+/// as the receiver lives. The watch is opened again whenever it ends (a server restart); each
+/// re-opening delivers every key's newest value again, so a consumer skips revisions it has seen.
+pub fn follow(store: kv::Store) -> tokio::sync::mpsc::Receiver<KeyChange> {
+    let (tx, rx) = tokio::sync::mpsc::channel(256);
+    tokio::spawn(async move {
+        loop {
+            if let Ok(mut w) = store.watch_with_history(">").await {
+                while let Some(Ok(e)) = futures::StreamExt::next(&mut w).await {
+                    let value = match e.operation {
+                        kv::Operation::Put => Some(e.value),
+                        kv::Operation::Delete | kv::Operation::Purge => None,
+                    };
+                    if tx.send(KeyChange { key: e.key, revision: e.revision, value }).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            if tx.is_closed() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+    rx
+}

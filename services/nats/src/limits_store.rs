@@ -157,28 +157,16 @@ impl From<StoredLimit> for LimitEvent {
 }
 
 /// Follow every limit's definition: first each key's newest value, then every change, for as
-/// long as the receiver lives. The watch is opened again whenever it ends (a server restart);
-/// each re-opening delivers every key's newest value again, so a consumer skips revisions it
-/// has seen.
+/// long as the receiver lives (see [`crate::kv::follow`]; a consumer skips revisions it has seen).
 pub fn follow(store: kv::Store) -> tokio::sync::mpsc::Receiver<LimitEvent> {
     let (tx, rx) = tokio::sync::mpsc::channel(256);
+    let mut changes = crate::kv::follow(store);
     tokio::spawn(async move {
-        loop {
-            if let Ok(mut w) = store.watch_with_history(">").await {
-                while let Some(Ok(e)) = w.next().await {
-                    let def = match e.operation {
-                        kv::Operation::Put => Some(decode(&e.key, e.revision, &e.value).def),
-                        kv::Operation::Delete | kv::Operation::Purge => None,
-                    };
-                    if tx.send(LimitEvent { key: e.key, revision: e.revision, def }).await.is_err() {
-                        return;
-                    }
-                }
-            }
-            if tx.is_closed() {
+        while let Some(c) = changes.recv().await {
+            let def = c.value.map(|v| decode(&c.key, c.revision, &v).def);
+            if tx.send(LimitEvent { key: c.key, revision: c.revision, def }).await.is_err() {
                 return;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
         }
     });
     rx

@@ -156,6 +156,16 @@ pub fn stop_on_signal() -> watch::Receiver<bool> {
     rx
 }
 
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
+pub fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, not in a file, journald or a collector.
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
 /// Run a service process: `load` its settings, then `run` them.
 pub fn main<S, Fut>(name: &str, load: impl FnOnce() -> Result<S, String>, run: impl FnOnce(S) -> Fut) -> ExitCode
 where
@@ -168,12 +178,7 @@ where
             return ExitCode::from(2);
         }
     };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        // Colour codes only for a person at a terminal, not in a file, journald or a collector.
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
+    init_logging();
     let source = tsc_clock::source();
     tracing::info!(
         ?source,

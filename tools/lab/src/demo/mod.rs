@@ -16,6 +16,7 @@ mod lowering;
 pub mod observe;
 pub mod procs;
 mod summary;
+mod upgrade;
 mod watch;
 
 use async_nats::jetstream::kv::Store;
@@ -67,6 +68,18 @@ pub struct DemoArgs {
     /// upstream lowers its hard limit once that is safe). Default: 30% of the duration; 0: never.
     #[arg(long)]
     lower_at_s: Option<u64>,
+    /// Serve the live web view (`leasehold dashboard`) here; port 0: any free port (the URL is
+    /// printed); `off`: none.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    dashboard_listen: String,
+    /// Replace every process, one at a time and under load, this many seconds into the load, in
+    /// deploy/UPGRADE.md's order (agents, DC managers, coordinators; standbys first). Each DC
+    /// then runs two DC managers. Lowering R (`--lower-at-s`) is off unless asked for.
+    #[arg(long)]
+    upgrade_at_s: Option<u64>,
+    /// The new build the upgrade starts (default: this binary).
+    #[arg(long)]
+    upgrade_binary: Option<PathBuf>,
 }
 
 impl DemoArgs {
@@ -75,6 +88,7 @@ impl DemoArgs {
         match self.lower_at_s {
             Some(0) => None,
             Some(s) => Some(s),
+            None if self.upgrade_at_s.is_some() => None,
             None => Some(self.duration_s * LOWER_AT_PERCENT / 100),
         }
     }
@@ -124,6 +138,22 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
     if a.lower_at_s().is_some_and(|at| at >= a.duration_s) {
         return Err(format!("--lower-at-s must be below --duration-s ({}), or 0 for never", a.duration_s));
     }
+    if let Some(at) = a.upgrade_at_s {
+        if at >= a.duration_s {
+            return Err(format!("--upgrade-at-s must be below --duration-s ({})", a.duration_s));
+        }
+        if a.lower_at_s().is_some() {
+            return Err("--upgrade-at-s and --lower-at-s are not run together (the lowering follows the agents the upgrade replaces)".into());
+        }
+    }
+    if let Some(bin) = &a.upgrade_binary {
+        if a.upgrade_at_s.is_none() {
+            return Err("--upgrade-binary needs --upgrade-at-s".into());
+        }
+        if !bin.is_file() {
+            return Err(format!("--upgrade-binary {}: no such file", bin.display()));
+        }
+    }
     leasehold::block_on(demo(a))
 }
 
@@ -131,7 +161,8 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
 struct Running {
     _server: Option<NatsServer>,
     nats_url: String,
-    procs: Procs,
+    /// Shared with the rolling upgrade, which replaces processes while the demo watches.
+    procs: Arc<tokio::sync::Mutex<Procs>>,
     /// Per limit, in [`LIMITS`] order: its upstream's address.
     upstreams: Vec<String>,
     /// Per DC: the agents' addresses.
@@ -151,13 +182,13 @@ async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
         started.elapsed().as_secs_f64()
     );
     let duration = Duration::from_secs(a.duration_s);
-    let lists = running.agents.iter().map(|list| Arc::new(Mutex::new(list.clone()))).collect();
+    let lists: Vec<_> = running.agents.iter().map(|list| Arc::new(Mutex::new(list.clone()))).collect();
     let specs = LIMITS
         .iter()
         .zip(&running.upstreams)
         .map(|(l, up)| LoadSpec { limit: Some(l.name.into()), upstream: up.clone(), demand_share: l.demand_share })
         .collect();
-    let (loads, drivers) = load::start_diurnal_loads(running.http.clone(), specs, duration, lists);
+    let (loads, drivers) = load::start_diurnal_loads(running.http.clone(), specs, duration, lists.clone());
     let plan = Lowering::partner();
     let lowering = a.lower_at_s().map(|at| {
         let cx = lowering::Context {
@@ -173,10 +204,28 @@ async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
         };
         tokio::spawn(lowering::run(plan.clone(), at, cx))
     });
+    let upgrade = a.upgrade_at_s.map(|at| {
+        let cx = upgrade::Context {
+            procs: running.procs.clone(),
+            http: running.http.clone(),
+            leaders: running.leaders.clone(),
+            rotation: lists,
+            binary: a.upgrade_binary.clone().unwrap_or_else(|| std::env::current_exe().unwrap_or_default()),
+            start: loads[0].start,
+        };
+        tokio::spawn(upgrade::run(at, cx))
+    });
     let watched = watch::watch(&a, &mut running, &loads).await;
     for d in drivers {
         let _ = d.await;
     }
+    let upgraded = match upgrade {
+        Some(task) => Some(task.await.unwrap_or_else(|e| upgrade::Report {
+            error: Some(format!("the upgrade stopped: {e}")),
+            ..upgrade::Report::default()
+        })),
+        None => None,
+    };
     let lowered = match lowering {
         Some(task) => Some(task.await.unwrap_or_else(|e| lowering::Ran {
             error: Some(format!("the lowering stopped: {e}")),
@@ -192,7 +241,7 @@ async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
                 .ok_or_else(|| format!("the upstream at {up} stopped answering"))?,
         );
     }
-    let procs = &mut running.procs;
+    let mut procs = running.procs.lock().await;
     let crashed = procs.exited();
     // Agents first, so their DC managers are still there to acknowledge the returned leases.
     procs.stop(Duration::from_secs(8), |n| n.contains("-pod")).await;
@@ -203,7 +252,7 @@ async fn demo(a: DemoArgs) -> Result<ExitCode, String> {
     let watch::Watched { alloc, failover_s, new_leader } = watched;
     let secs = a.duration_s as usize;
     let lowering = lowered.map(|ran| lowering::Report::new(&plan, ran, &bins[0], &ups[0], secs));
-    let outcome = summary::Outcome { crashed, failover_s, new_leader, drains_acknowledged };
+    let outcome = summary::Outcome { crashed, failover_s, new_leader, drains_acknowledged, upgrade: upgraded };
     summary::summarize(&a, &bins, &alloc, &ups, lowering, outcome, started)
 }
 
@@ -232,9 +281,19 @@ async fn start(a: &DemoArgs) -> Result<Running, String> {
         let args = ["upstream", "--listen", "127.0.0.1:0", "--limit", &l.hard_calls.to_string()];
         upstreams.push(procs.spawn(&format!("upstream-{}", l.name), &args, &[], true).await?.expect("address"));
     }
+    if a.dashboard_listen != "off" {
+        let args = ["dashboard", "--listen", &a.dashboard_listen, "--nats-url", &nats_url, "--history-s", "180"];
+        let url = procs.spawn("dashboard", &args, &[], true).await?.expect("address");
+        eprintln!("demo: live view at {url} (open it in a browser)");
+    }
+    // HTTP on any free port (printed): /readyz, which the rolling upgrade waits for.
     for id in ["coord-a", "coord-b"] {
-        let env = [("LEASEHOLD_COORDINATOR_NATS_URL", nats_url.clone()), ("LEASEHOLD_COORDINATOR_ID", id.to_string())];
-        procs.spawn(id, &["coordinator", "--config", &coord_cfg], &env, false).await?;
+        let env = [
+            ("LEASEHOLD_COORDINATOR_NATS_URL", nats_url.clone()),
+            ("LEASEHOLD_COORDINATOR_ID", id.to_string()),
+            ("LEASEHOLD_COORDINATOR_HTTP_LISTEN", "127.0.0.1:0".to_string()),
+        ];
+        procs.spawn(id, &["coordinator", "--config", &coord_cfg], &env, true).await?;
     }
     // The second limit is data: written to lh_limits with the CLI, then followed live.
     let file = format!("{}.toml", SEARCH.name);
@@ -246,13 +305,19 @@ async fn start(a: &DemoArgs) -> Result<Running, String> {
     eprintln!("demo: leasehold limits put {}: {}", out.join(&file).display(), put.printed.join(" | "));
     let mut agents: Vec<Vec<String>> = vec![Vec::new(); DCS.len()];
     for (d, dc) in DCS.iter().enumerate() {
-        let cfg = out.join(format!("dc-manager-{dc}.toml"));
-        std::fs::write(&cfg, dc_manager_toml(dc, &format!("{dc}-mgr-a"), 1, "*"))
-            .map_err(|e| format!("cannot write {}: {e}", cfg.display()))?;
-        let env = [("LEASEHOLD_DC_MANAGER_NATS_URL", nats_url.clone())];
-        procs
-            .spawn(&format!("{dc}-mgr-a"), &["dc-manager", "--config", &cfg.display().to_string()], &env, false)
-            .await?;
+        // A standby per DC when the upgrade will replace the leader.
+        let replicas: &[&str] = if a.upgrade_at_s.is_some() { &["a", "b"] } else { &["a"] };
+        for r in replicas {
+            let id = format!("{dc}-mgr-{r}");
+            let cfg = out.join(format!("{id}.toml"));
+            std::fs::write(&cfg, dc_manager_toml(dc, &id, 1, "*"))
+                .map_err(|e| format!("cannot write {}: {e}", cfg.display()))?;
+            let env = [
+                ("LEASEHOLD_DC_MANAGER_NATS_URL", nats_url.clone()),
+                ("LEASEHOLD_DC_MANAGER_HTTP_LISTEN", "127.0.0.1:0".to_string()),
+            ];
+            procs.spawn(&id, &["dc-manager", "--config", &cfg.display().to_string()], &env, true).await?;
+        }
         for p in 1..=PODS_PER_DC {
             let name = format!("{dc}-pod{p}");
             let env = [
@@ -269,7 +334,7 @@ async fn start(a: &DemoArgs) -> Result<Running, String> {
         .timeout(Duration::from_secs(5))
         .build()
         .map_err(|e| e.to_string())?;
-    let n = 2 + LIMITS.len() + DCS.len() + agents.concat().len();
+    let n = procs.pids().len();
     eprintln!("demo: {n} processes up; waiting for every pod to hold a lease of every limit");
     let wait_until = Instant::now() + Duration::from_secs(60);
     // An agent serves a limit from its first request; no agent has a default limit.
@@ -298,5 +363,6 @@ async fn start(a: &DemoArgs) -> Result<Running, String> {
     let js = jetstream(nats);
     let ledger = js.get_key_value(leasehold_shared::subjects::LEDGER_BUCKET).await.map_err(|e| e.to_string())?;
     let leaders = js.get_key_value(leasehold_shared::subjects::LEADER_BUCKET).await.map_err(|e| e.to_string())?;
+    let procs = Arc::new(tokio::sync::Mutex::new(procs));
     Ok(Running { _server: server, nats_url, procs, upstreams, agents, http, ledger, leaders })
 }

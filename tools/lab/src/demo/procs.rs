@@ -47,6 +47,19 @@ impl Procs {
         env: &[(&str, String)],
         address: bool,
     ) -> Result<Option<String>, String> {
+        let exe = self.exe.clone();
+        self.spawn_from(&exe, name, args, env, address).await
+    }
+
+    /// [`Procs::spawn`] with the binary `exe` (a new build, in a rolling upgrade).
+    async fn spawn_from(
+        &mut self,
+        exe: &Path,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, String)],
+        address: bool,
+    ) -> Result<Option<String>, String> {
         self.specs.insert(
             name.to_string(),
             (
@@ -60,7 +73,7 @@ impl Procs {
             .append(true)
             .open(&log)
             .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-        let mut cmd = Command::new(&self.exe);
+        let mut cmd = Command::new(exe);
         cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true);
         cmd.env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()));
         for (k, v) in env {
@@ -73,7 +86,8 @@ impl Procs {
         let reader = tokio::spawn(async move {
             let mut tx = Some(tx);
             let mut lines = BufReader::new(stdout).lines();
-            let mut file = tokio::fs::File::create(out_path).await.ok();
+            // Appended to: a process started again (a respawn, an upgrade) keeps its predecessor's lines.
+            let mut file = tokio::fs::OpenOptions::new().create(true).append(true).open(out_path).await.ok();
             while let Ok(Some(line)) = lines.next_line().await {
                 if let Some(addr) = line.split("listening on ").nth(1) {
                     if let Some(tx) = tx.take() {
@@ -102,6 +116,12 @@ impl Procs {
 
     /// Start `name` again as it was started (after a kill, a drain or its own exit).
     pub async fn respawn(&mut self, name: &str, address: bool) -> Result<Option<String>, String> {
+        let exe = self.exe.clone();
+        self.respawn_with(name, &exe, address).await
+    }
+
+    /// Start `name` again with its arguments and environment, from the binary `exe`.
+    pub async fn respawn_with(&mut self, name: &str, exe: &Path, address: bool) -> Result<Option<String>, String> {
         let (args, env) = self.specs.get(name).cloned().ok_or_else(|| format!("{name} was never started"))?;
         if let Some(mut old) = self.children.remove(name) {
             let _ = old.kill().await;
@@ -109,15 +129,29 @@ impl Procs {
         self.killed.retain(|k| k != name);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-        self.spawn(name, &args, &env, address).await
+        self.spawn_from(exe, name, &args, &env, address).await
     }
 
-    /// Send a signal (`"-STOP"`, `"-CONT"`, `"-TERM"`) to `name`.
+    /// Wait up to `within` for `name` to exit; whether it did.
+    pub async fn wait_exit(&mut self, name: &str, within: Duration) -> bool {
+        match self.children.get_mut(name) {
+            Some(c) => tokio::time::timeout(within, c.wait()).await.is_ok_and(|r| r.is_ok()),
+            None => true,
+        }
+    }
+
+    /// The binary `name` runs now (Linux: `/proc/<pid>/exe`).
+    pub fn binary_of(&self, name: &str) -> Option<PathBuf> {
+        let pid = self.children.get(name)?.id()?;
+        std::fs::read_link(format!("/proc/{pid}/exe")).ok()
+    }
+
     /// The process ids of the running children.
     pub fn pids(&self) -> Vec<u32> {
         self.children.values().filter_map(|c| c.id()).collect()
     }
 
+    /// Send a signal (`"-STOP"`, `"-CONT"`, `"-TERM"`) to `name`.
     pub fn signal(&self, name: &str, sig: &str) -> bool {
         let Some(pid) = self.children.get(name).and_then(|c| c.id()) else { return false };
         std::process::Command::new("kill").arg(sig).arg(pid.to_string()).status().is_ok_and(|s| s.success())

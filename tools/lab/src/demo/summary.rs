@@ -2,8 +2,8 @@
 
 use super::limits::{DemoLimit, LIMITS};
 use super::load::Bins;
-use super::lowering;
 use super::observe::{correlation, UpstreamStats};
+use super::{lowering, upgrade};
 use super::{DemoArgs, DCS, DC_TTL_MS, HARD_WINDOW_MS, PODS_PER_DC};
 use leasehold_sim::metrics::Series;
 use serde::Serialize;
@@ -22,6 +22,8 @@ pub struct Outcome {
     pub new_leader: Option<String>,
     /// Agents whose SIGTERM drain was acknowledged by their DC manager.
     pub drains_acknowledged: usize,
+    /// The rolling upgrade (`--upgrade-at-s`), if asked for.
+    pub upgrade: Option<upgrade::Report>,
 }
 
 /// The demo's one JSON line.
@@ -34,6 +36,8 @@ struct Summary {
     /// The live `leasehold limits put` that lowered the partner API's R (absent with
     /// `--lower-at-s 0`).
     lowering: Option<lowering::Report>,
+    /// The rolling upgrade: every process replaced under load (absent without `--upgrade-at-s`).
+    upgrade: Option<upgrade::Report>,
     /// Over every upstream: calls refused (must be 0) and the largest window ratio.
     upstream_rejections: u64,
     max_window_ratio: f64,
@@ -90,7 +94,7 @@ pub fn summarize(
     o: Outcome,
     started: Instant,
 ) -> Result<ExitCode, String> {
-    let Outcome { crashed, failover_s, new_leader, drains_acknowledged } = o;
+    let Outcome { crashed, failover_s, new_leader, drains_acknowledged, upgrade } = o;
     let secs = a.duration_s as usize;
     let mut limits = Vec::new();
     for (l, limit) in LIMITS.iter().enumerate() {
@@ -102,12 +106,19 @@ pub fn summarize(
     let upstream_rejections = ups.iter().map(|u| u.rejected).sum();
     let max_window_ratio = ups.iter().map(|u| u.max_window_ratio).fold(0.0, f64::max);
     let lowering_ok = lowering.as_ref().is_none_or(lowering::Report::ok);
-    let ok = upstream_rejections == 0 && max_window_ratio <= 1.0 && failover_ok && crashed.is_empty() && lowering_ok;
+    let upgrade_ok = upgrade.as_ref().is_none_or(|u| u.completed);
+    let ok = upstream_rejections == 0
+        && max_window_ratio <= 1.0
+        && failover_ok
+        && crashed.is_empty()
+        && lowering_ok
+        && upgrade_ok;
     let summary = Summary {
         duration_s: a.duration_s,
         pods: DCS.len() * PODS_PER_DC,
         limits,
         lowering,
+        upgrade,
         upstream_rejections,
         max_window_ratio,
         leader_killed_at_s: a.kill_leader_at_s,

@@ -40,7 +40,7 @@ pub async fn watch(a: &DemoArgs, running: &mut Running, loads: &[Arc<Load>]) -> 
         if let (Some(at), None) = (a.kill_leader_at_s, &killed) {
             if sec as u64 >= at {
                 if let Some(l) = leader.clone() {
-                    running.procs.kill(&l).await;
+                    running.procs.lock().await.kill(&l).await;
                     eprintln!("demo: SIGKILL coordinator leader {l} at t={sec}s");
                     killed = Some((l, Instant::now()));
                 }
