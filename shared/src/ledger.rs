@@ -22,7 +22,8 @@
 //! a holder could renew at the level of an inherited lease and carry the excess past its end.
 //! Entries that never expire (a DC's floor on the coordinator's books) are never inherited; one
 //! below a newer never-expiring entry (a floor lowered, not yet confirmed) counts in the total
-//! but not among what lasts.
+//! but not among what lasts, and so do those of a holder adopted as outgoing (a lost record's
+//! floor: [`Ledger::adopt_outgoing`]).
 
 use crate::quota::Quota;
 use crate::wire::LeaseVersion;
@@ -62,6 +63,9 @@ struct HolderLeases {
     closed_until_ns: Option<u64>,
     /// Entries below this version that expire by themselves are inherited.
     inherited_below: Option<LeaseVersion>,
+    /// Its entries count in the total but never among what lasts, never-expiring ones included:
+    /// a holder on its way out ([`Ledger::adopt_outgoing`]).
+    outgoing: bool,
 }
 
 impl HolderLeases {
@@ -78,6 +82,9 @@ impl HolderLeases {
     /// keeps counting in the total until the holder confirms, but it is on its way out, as an
     /// inherited lease is.
     fn lasting_claim(&self, now_ns: u64) -> Quota {
+        if self.outgoing {
+            return Quota::ZERO;
+        }
         let newest_never = self.entries.iter().filter(|e| e.live_until_ns == NEVER).map(|e| e.version).max();
         let superseded = |e: &LeaseEntry| e.live_until_ns == NEVER && newest_never.is_some_and(|n| e.version < n);
         self.entries
@@ -264,6 +271,18 @@ impl<H: Ord + Clone> Ledger<H> {
             .values()
             .fold(Quota::ZERO, |s, h| s.saturating_add(h.entries.iter().fold(Quota::ZERO, |m, e| m.max(e.quota))));
         self.ceiling = self.ceiling.max(adopted);
+    }
+
+    /// As [`adopt`](Self::adopt), for a holder on its way out: its entries count in the total
+    /// until they are released, but never among what lasts, even one that never expires. This is
+    /// what a lowered floor not yet confirmed is to its own holder (see the module docs), for a
+    /// floor held apart from the DC's own: a lost record's floor, which the DC gives up once it
+    /// confirms a floor named since. Counted among what lasts, it and the DC's own floor would
+    /// both be, and a capacity lowered later could leave the two above it for good, where the
+    /// DC spends under one floor at a time.
+    pub fn adopt_outgoing(&mut self, holder: &H, entry: LeaseEntry) {
+        self.adopt(holder, entry);
+        self.holders.get_mut(holder).expect("just adopted").outgoing = true;
     }
 
     /// Count `holder`'s lease `version` at least until `until_ns` (never shorter than it is

@@ -25,4 +25,5 @@ mod seventh_review;
 mod support;
 mod tenth_review;
 mod third_review;
+mod whole_tokens;
 mod wire;

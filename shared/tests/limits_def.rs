@@ -170,7 +170,11 @@ fn a_definition_round_trips_through_the_exact_configuration_and_json() {
     let def = one(HUMAN, DefFormat::Toml).unwrap();
     let config = def.to_config().unwrap();
     let back = LimitDef::from_config(&config);
-    assert_eq!(back, def, "rates compare by value: \"3000/min\" is 50/s");
+    // BKK's floor gave no burst: the configuration holds its default (one token: 50/s is 5% of
+    // the rate, and 5% of 20 tokens), and says so.
+    let mut explicit = def.clone();
+    explicit.dcs[0].floor_burst = Some(Tokens { milli: 1_000 });
+    assert_eq!(back, explicit, "rates compare by value: \"3000/min\" is 50/s");
     assert_eq!(back.to_config().unwrap(), config);
     assert_eq!(back.dcs[1].floor, Floor::Rate(Rate::parse("50/s").unwrap()));
     // JSON keeps the author's text and reads back to the same definition.
@@ -214,7 +218,9 @@ fn definitions_that_cannot_run_are_refused_naming_the_limit() {
         (base("rate = \"976/s\"", bkk), "burst is missing"),
         (base("burst = 20", bkk), "rate is missing"),
         (base("rate = \"1/s\"\nburst = 1\nquota = { rate_milli_per_s = 1, burst_milli = 1 }", bkk), "not both"),
-        (base("rate = \"40/s\"\nburst = 20", bkk), "the DCs' floors (50/s burst 0) exceed the limit (40/s burst 20)"),
+        (base("rate = \"40/s\"\nburst = 20", bkk), "the DCs' floors (50/s burst 5) exceed the limit (40/s burst 20)"),
+        (base("rate = \"976/s\"\nburst = 20", &format!("{bkk}floor_burst = 0.5\n")), "can never admit a call"),
+        (base("rate = \"976/s\"\nburst = 20", &format!("{bkk}floor_burst = 0\n")), "floor_burst = 1 or more"),
         (base("rate = \"0.001/min\"\nburst = 20", bkk), "rate must be positive"),
         (base("rate = \"976/s\"\nburst = 20\ndcs = []", ""), "no data centers"),
         (base("rate = \"976/s\"\nburst = 20\ndc_ttl_ms = 500", bkk), "dc_ttl_ms"),
@@ -257,6 +263,24 @@ fn definitions_that_cannot_run_are_refused_naming_the_limit() {
 }
 
 #[test]
+fn a_floor_without_a_burst_gets_one_that_can_admit_calls() {
+    let floor_of = |limit: &str, floor: &str| {
+        let text = format!("limit = \"api\"\n{limit}\n[[dcs]]\nname = \"bkk\"\n{floor}\n");
+        one(&text, DefFormat::Toml).unwrap().to_config().unwrap().dcs[0].floor
+    };
+    // 100 ms of the floor's rate, within the limit's burst in the floor's share of its rate.
+    assert_eq!(floor_of("rate = \"1000/s\"\nburst = 6000", "floor = \"50/s\""), Quota::per_s(50, 5));
+    assert_eq!(floor_of("rate = \"976/s\"\nburst = 20", "floor = \"50/s\""), Quota::per_s(50, 1));
+    assert_eq!(floor_of("rate = \"1000/s\"\nburst = 6000", "floor = \"1/s\""), Quota::per_s(1, 1), "at least one");
+    // The legacy exact form's burst 0 (which could never admit a call) gets the same default.
+    let legacy = "floor = { rate_milli_per_s = 50000, burst_milli = 0 }";
+    assert_eq!(floor_of("rate = \"1000/s\"\nburst = 6000", legacy), Quota::per_s(50, 5));
+    // No floor, no burst; a burst given is kept.
+    assert_eq!(floor_of("rate = \"1000/s\"\nburst = 6000", ""), Quota::ZERO);
+    assert_eq!(floor_of("rate = \"1000/s\"\nburst = 6000", "floor = \"50/s\"\nfloor_burst = 12"), Quota::per_s(50, 12));
+}
+
+#[test]
 fn the_shipped_coordinator_configuration_s_limits_parse() {
     let text = include_str!("../../deploy/coordinator.toml");
     let defs = LimitDef::parse_file_text(text, DefFormat::Toml).unwrap();
@@ -264,7 +288,7 @@ fn the_shipped_coordinator_configuration_s_limits_parse() {
     let config = defs[0].to_config().unwrap();
     assert_eq!(config.limit, "partner-api");
     assert_eq!(config.quota, Quota::new(976_000, 20_000));
-    assert_eq!(config.floors(), Quota::new(100_000, 0));
+    assert_eq!(config.floors(), Quota::new(100_000, 8_000), "a token for each of a DC's 4 pods");
     assert_eq!(config.expiry.egress_spread_ms, 144);
     let example = include_str!("../../deploy/limits/partner-api.toml");
     let human = LimitDef::parse_file_text(example, DefFormat::Toml).unwrap();

@@ -184,7 +184,7 @@ fn a_delayed_record_never_brings_an_older_floor_back() {
 #[test]
 fn a_manager_reports_the_old_floor_until_its_pods_fit_the_new_one() {
     let mut m = manager(KnownBugs::default());
-    m.on_floor(Quota::per_s(50, 0), LeaseVersion::new(2, 1), 0);
+    m.on_floor(Quota::per_s(50, 2), LeaseVersion::new(2, 1), 0);
     assert_eq!(floor_reported(&m.tick(0)), Some(None), "quiet period: earlier terms' pods may use any floor");
     // After the quiet period two pods share the floor (no DC lease: BKK is cut off).
     let mut leases: BTreeMap<String, PodLease> = BTreeMap::new();
@@ -205,19 +205,19 @@ fn a_manager_reports_the_old_floor_until_its_pods_fit_the_new_one() {
         step(&mut m, &mut leases, t + i * 250 * MS);
     }
     let spent = leases.values().fold(Quota::ZERO, |s, l| s.saturating_add(l.quota));
-    assert_eq!(spent, Quota::per_s(50, 0));
-    assert_eq!(floor_reported(&m.tick(t + S)), Some(Some(Quota::per_s(50, 0))));
+    assert_eq!(spent, Quota::per_s(50, 2));
+    assert_eq!(floor_reported(&m.tick(t + S)), Some(Some(Quota::per_s(50, 2))));
     // The floor goes down to 20: the pods still hold 50 until they confirm their smaller leases.
-    let mut out = m.on_floor(Quota::per_s(20, 0), LeaseVersion::new(3, 1), t + S);
+    let mut out = m.on_floor(Quota::per_s(20, 2), LeaseVersion::new(3, 1), t + S);
     out.extend(m.tick(t + S + MS));
-    assert_eq!(floor_reported(&out), Some(Some(Quota::per_s(50, 0))));
+    assert_eq!(floor_reported(&out), Some(Some(Quota::per_s(50, 2))));
     for o in out {
         if let DcOutput::PodLease(l) = o {
             leases.insert(l.pod.clone(), l);
         }
     }
     step(&mut m, &mut leases, t + 2 * S);
-    assert_eq!(floor_reported(&m.tick(t + 3 * S)), Some(Some(Quota::per_s(20, 0))));
+    assert_eq!(floor_reported(&m.tick(t + 3 * S)), Some(Some(Quota::per_s(20, 2))));
 }
 
 /// Storm seed 72 (after `LimitChange` joined the schedule), reduced: R drops (term 2 inherits
@@ -264,7 +264,7 @@ fn a_plain_takeover_keeps_the_leases_granted_since_a_shrink_lasting() {
 #[test]
 fn a_floor_used_between_two_reports_is_reported_after_it_is_lowered() {
     let mut m = manager(KnownBugs::default());
-    m.on_floor(Quota::per_s(50, 0), LeaseVersion::new(2, 1), 0);
+    m.on_floor(Quota::per_s(50, 2), LeaseVersion::new(2, 1), 0);
     assert_eq!(floor_reported(&m.tick(0)), Some(None), "quiet period");
     let t = 5 * S;
     let mut held = Quota::ZERO;
@@ -273,17 +273,19 @@ fn a_floor_used_between_two_reports_is_reported_after_it_is_lowered() {
             held = l.quota;
         }
     }
-    assert_eq!(held, Quota::per_s(50, 0), "the pod's lease is cut from the whole floor");
+    assert_eq!(held, Quota::per_s(50, 2), "the pod's lease is cut from the whole floor");
     // No report went out since: the floor goes down to 20, then the next report.
-    let mut out = m.on_floor(Quota::per_s(20, 0), LeaseVersion::new(3, 1), t + 10 * MS);
+    let mut out = m.on_floor(Quota::per_s(20, 2), LeaseVersion::new(3, 1), t + 10 * MS);
     out.extend(m.tick(t + 20 * MS));
     let reported = floor_reported(&out).flatten();
     eprintln!("pod holds {held}; manager reports floor_in_use {reported:?}");
-    assert_eq!(reported, Some(Quota::per_s(50, 0)), "the pod may still spend the old floor");
+    assert_eq!(reported, Some(Quota::per_s(50, 2)), "the pod may still spend the old floor");
     // What the coordinator would do with that report: the old floor must keep counting.
     let q = Quota::per_s(1_000, 20);
-    let rec = first_term(config(q, 50, 50, KnownBugs::default()));
-    let mut c = CoordinatorCore::resume(config(q, 20, 80, KnownBugs::default()), "coord-b", 2, Stored::Record(&rec), t);
+    let bkk_tokens = |c| support::floor_burst(c, "bkk", 2);
+    let rec = first_term(bkk_tokens(config(q, 50, 50, KnownBugs::default())));
+    let after = bkk_tokens(config(q, 20, 80, KnownBugs::default()));
+    let mut c = CoordinatorCore::resume(after, "coord-b", 2, Stored::Record(&rec), t);
     c.on_dc_report(&report("bkk", 9, None, reported.map(|f| (f, LeaseVersion::new(3, 1)))), t + 30 * MS);
     let reserved = c.floor_reserved("bkk", t + S);
     eprintln!("coordinator reserves {reserved} for bkk's floor while the pod holds {held}");

@@ -20,7 +20,7 @@ use leasehold_shared::wire::LedgerFence;
 
 use crate::support;
 use support::world::{print_run, sample, step_two_dcs, Dc};
-use support::{config_with_bugs, config_with_dc_ttl, counted_dc_leases, pods_applied, secs, MS, S};
+use support::{config_with_bugs, config_with_dc_ttl, counted_dc_leases, floor_burst, pods_applied, secs, MS, S};
 
 // -------------------------------------------------------------------------------------------
 // 1. A record rolled back behind the fence is trusted as the newest: the leases of the term
@@ -190,7 +190,8 @@ fn pod_leases_granted_within_the_momentary_budget_only_break_the_limit_here() {
 /// and the limit.
 fn floor_lease_outlives(bugs: KnownBugs) -> (Quota, Quota) {
     let q = Quota::per_s(1_000, 20);
-    let cfg = || config_with_dc_ttl(q, 0, 600, 3_000);
+    // Europe's floor holds a token for each of its pods: a pod lease needs one to admit.
+    let cfg = || floor_burst(config_with_dc_ttl(q, 0, 600, 3_000), "eu", 4);
     let mut log = Vec::new();
     let mut coord = CoordinatorCore::new(cfg(), "coord1", 1);
     let mut bkk = Dc::with_bugs("bkk", "bkk-mgr-a", 1, 0, bugs);

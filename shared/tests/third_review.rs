@@ -12,7 +12,7 @@ use leasehold_shared::wire::{DcLease, DcReport, LeaseVersion};
 
 use crate::support;
 use support::world::{log_dc_leases, print_run, sample_bkk_and, Dc};
-use support::{config_with_dc_ttl, manager_with_bugs, secs, Newest, MS, S};
+use support::{config_with_dc_ttl, floor_burst, manager_with_bugs, secs, Newest, MS, S};
 
 // -------------------------------------------------------------------------------------------
 // Shared pieces
@@ -207,7 +207,8 @@ fn negative_control_confirming_a_floor_by_amount_alone_lets_floor_leases_outlive
 /// The most BKK's pods and Europe held together, and the limit.
 fn floor_confirmed_while_floor_leases_outlive_the_dc_lease(bugs: KnownBugs) -> (Quota, Quota) {
     let q = Quota::per_s(1_000, 20);
-    let a = CoordinatorCore::new(config_with_dc_ttl(q, 400, 0, 10_000), "coord-a", 1);
+    // BKK's floors hold a token for each of its two pods (a lease without one admits nothing).
+    let a = CoordinatorCore::new(floor_burst(config_with_dc_ttl(q, 400, 0, 10_000), "bkk", 2), "coord-a", 1);
     let (floor, version) = a.record().floor_of("bkk").expect("named");
     let mut bkk = bkk(floor, version, [500, 500], bugs);
     let mut coord = a;
@@ -217,7 +218,7 @@ fn floor_confirmed_while_floor_leases_outlive_the_dc_lease(bugs: KnownBugs) -> (
     let (takeover, end) = (6 * S, 14 * S);
     while t < end {
         if t == takeover {
-            let after = config_with_dc_ttl(q, 200, 0, 2_000);
+            let after = floor_burst(config_with_dc_ttl(q, 200, 0, 2_000), "bkk", 2);
             coord = CoordinatorCore::resume(after, "coord-b", 2, Stored::Record(&coord.record()), t);
             log.push(format!("{:6.3}s term B (BKK floor 200, dc_ttl_ms 2,000) takes over; BKK reconnects", secs(t)));
         }

@@ -54,7 +54,7 @@ fn storm_breaches_with(bugs: KnownBugs, emergency: Quota, seeds: std::ops::Range
 #[test]
 fn the_simulator_catches_the_emergency_allowance_before_the_quiet_period() {
     let bugs = KnownBugs { emergency_before_quiet_period: true, ..KnownBugs::default() };
-    assert!(storm_breaches_with(bugs, Quota::per_s(50, 0), 1..=6) > 0);
+    assert!(storm_breaches_with(bugs, Quota::per_s(50, 4), 1..=6) > 0);
 }
 
 /// Hole 3: a crash-looping pod applies a lease meant for its previous process (flushed late by a
@@ -122,12 +122,12 @@ fn the_rolling_restart_path_breaks_the_old_lease_rule_and_holds_with_the_new_one
 /// the lower limit, or (applied live) starting the books afresh at the lower limit.
 #[test]
 fn the_limit_change_path_breaks_each_old_reconfiguration_rule_and_holds_with_the_new_ones() {
-    let run = |bugs: KnownBugs| {
+    let run = |bugs: KnownBugs, seed: u64| {
         let mut sc = Scenario::limit_change();
         sc.bugs = bugs;
-        run_scenario(sc, 1, Policy::Leasehold)
+        run_scenario(sc, seed, Policy::Leasehold)
     };
-    let fixed = run(KnownBugs::default());
+    let fixed = run(KnownBugs::default(), 1);
     assert_eq!(fixed.violations, 0, "{:?}", fixed.first_breach);
     assert_eq!(fixed.overshoot_rate_per_s, 0.0);
     for bugs in [
@@ -135,9 +135,11 @@ fn the_limit_change_path_breaks_each_old_reconfiguration_rule_and_holds_with_the
         KnownBugs { renewal_reuses_inherited_claim: true, ..KnownBugs::default() },
         KnownBugs { reconfigure_forgets_leases: true, ..KnownBugs::default() },
     ] {
-        let old = run(bugs);
-        assert!(old.violations > 0, "{bugs:?} went unnoticed");
-        assert!(old.overshoot_rate_per_s > 0.0, "{bugs:?}: pods never could spend above the limit in force");
+        // Some seed lets pods spend above the limit in force, not only hold more in the books.
+        // (Since pods hold burst in whole tokens, the old renewal rule's pods overspend on seed
+        // 3; on seeds 1, 2 and 4 only the coordinator's books overflow.)
+        let spent = (1..=4).map(|seed| run(bugs, seed)).find(|r| r.violations > 0 && r.overshoot_rate_per_s > 0.0);
+        assert!(spent.is_some(), "{bugs:?}: pods never could spend above the limit in force on seeds 1-4");
     }
 }
 
@@ -167,7 +169,7 @@ fn removal_then_replays_and_cuts(bugs: KnownBugs, seed: u64) -> u64 {
     use leasehold_sim::world::{limit_change_target, CHANGE_REMOVE};
     let mut sc = Scenario::limit_change();
     sc.bugs = bugs;
-    sc.emergency_per_dc = Quota::per_s(50, 0);
+    sc.emergency_per_dc = Quota::per_s(50, 4);
     sc.duration_s = 100;
     let fault = |at_s, kind, duration_s, target| Fault { at_s, kind, duration_s, target, amount: 1.0 };
     // The judge holds a DC to nothing from 31 s after it read the removal (two DC-lease and

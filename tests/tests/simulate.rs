@@ -92,6 +92,16 @@ fn storm_holds_the_limit_while_faults_overlap() {
     assert!(s.liveness_utilization_min.unwrap() >= 0.9, "{:?}", s.liveness_utilization_min);
 }
 
+/// Storm seed 26 broke the coordinator's books once floors carried burst (a token per pod): a
+/// lost record's floor for Europe counted as lasting beside Europe's newer floor, then B went
+/// down below the two (`ledger::tests::a_lost_floor_counts_in_the_total_but_not_among_what_lasts`).
+#[test]
+fn storm_seed_26_a_lost_floor_beside_a_newer_one_under_a_lowered_burst() {
+    let r = run_seed("storm", 26, Policy::Leasehold).expect("storm");
+    assert!(r.records_lost > 0, "the path: a record is lost");
+    assert_eq!(r.violations, 0, "{:?}", r.first_breach);
+}
+
 #[test]
 fn best_effort_overshoot_stays_within_the_emergency_allowance() {
     let opts = RunOptions {

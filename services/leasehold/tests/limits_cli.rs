@@ -55,7 +55,8 @@ async fn put_get_ls_rm_against_every_server() {
         let dry = limits(&url, &["put", EXAMPLE, "--dry-run"]);
         assert_eq!(dry.code, Some(0), "{who}: {}", dry.stderr);
         assert!(
-            dry.stdout.contains("added: rate 976/s, burst 20, DCs bkk (floor 50/s), europe (floor 50/s)"),
+            dry.stdout
+                .contains("added: rate 976/s, burst 20, DCs bkk (floor 50/s burst 4), europe (floor 50/s burst 4)"),
             "{}",
             dry.stdout
         );
@@ -95,7 +96,7 @@ async fn put_get_ls_rm_against_every_server() {
         assert_eq!(doc["dcs"][1]["floor"], "50/s");
         assert_eq!(doc["expiry"]["egress_spread_ms"], 144);
         let ls = limits(&url, &["ls"]);
-        assert!(ls.stdout.contains("partner-api  600/s  20     bkk=20/s europe=50/s"), "{}", ls.stdout);
+        assert!(ls.stdout.contains("partner-api  600/s  20     bkk=20/s burst 4 europe=50/s burst 4"), "{}", ls.stdout);
         // The pod rules from flags: named in the dry run.
         let rules = ["put", "partner-api", "--split", "demand", "--fail-mode", "best-effort", "--emergency", "bkk=5/s"];
         let dry = limits(&url, &[&rules[..], &["--dry-run"]].concat());
@@ -111,7 +112,7 @@ async fn put_get_ls_rm_against_every_server() {
         // Bad input: one line naming the limit and the cause, exit 2, nothing written.
         let bad_file = temp_file("bad.toml", &std::fs::read_to_string(EXAMPLE).unwrap().replace("976/s", "90/s"));
         for (args, cause) in [
-            (vec!["put", "partner-api", "--rate", "50/s"], "limit partner-api: the DCs' floors (70/s burst 0) exceed"),
+            (vec!["put", "partner-api", "--rate", "50/s"], "limit partner-api: the DCs' floors (70/s burst 8) exceed"),
             (vec!["put", "partner-api", "--rate", "5/fortnight"], "unknown period"),
             (vec!["put", "partner-api", "--floor", "bkk"], "not DC=RATE"),
             (vec!["put", "partner-api", "--split", "fair"], "--split: \"fair\" is not one of equal, weighted, demand"),
@@ -120,7 +121,7 @@ async fn put_get_ls_rm_against_every_server() {
             (vec!["put", "new-one", "--rate", "5/s"], "limit new-one: is new, so --burst is needed"),
             (
                 vec!["put", &bad_file],
-                "limit partner-api: the DCs' floors (100/s burst 0) exceed the limit (90/s burst 20)",
+                "limit partner-api: the DCs' floors (100/s burst 8) exceed the limit (90/s burst 20)",
             ),
         ] {
             let run = limits(&url, &args);

@@ -117,6 +117,26 @@ pub async fn read(store: &kv::Store, key: &str) -> Result<Option<(u64, Bytes)>, 
     }
 }
 
+/// Every key of `store` that holds a message, sorted (a deleted key too: [`read`] then finds no
+/// value). One request, answered by the stream's leader (stream info with a subject filter),
+/// not a consumer: the listing of `async-nats` (`Store::keys`) creates an ordered push consumer
+/// before it subscribes to its deliveries, and through a gateway its first message came in
+/// three times and the listing never ended (`leasehold inspect` against the other cluster).
+pub async fn list_keys(store: &kv::Store) -> Result<Vec<String>, KvError> {
+    use futures::TryStreamExt;
+    let failed = |e: String| KvError::Read { key: format!("{} (listing keys)", store.name), reason: e };
+    let subjects =
+        store.stream.info_with_subjects(format!("{}>", store.prefix)).await.map_err(|e| failed(e.to_string()))?;
+    let mut keys: Vec<String> = subjects
+        .map_ok(|(subject, _)| subject.strip_prefix(store.prefix.as_str()).map(str::to_string))
+        .try_filter_map(|key| async move { Ok(key) })
+        .try_collect()
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    keys.sort();
+    Ok(keys)
+}
+
 /// Write `value` to `key` only if the key is at `expected` (`None`: only if it does not exist).
 pub async fn compare_and_set(
     store: &kv::Store,

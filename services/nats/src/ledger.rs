@@ -6,7 +6,6 @@
 
 use crate::kv::{read, KvError};
 use async_nats::jetstream::kv::Store;
-use futures::StreamExt;
 use leasehold_shared::subjects::{self, ledger_group_key, ledger_group_of, ledger_group_of_key};
 use leasehold_shared::wire::{check_id, decode, LedgerGroup, LedgerRecord};
 use std::collections::BTreeMap;
@@ -70,10 +69,9 @@ pub async fn read_record(store: &Store, limit: &str) -> Result<(Option<u64>, Opt
 /// Every group in the bucket, and every per-limit record of an older version (an unreadable
 /// one is an error: never act on a ledger read in part).
 pub async fn read_all(store: &Store) -> Result<LedgerContents, LedgerError> {
-    let mut keys = store.keys().await.map_err(|e| LedgerError::List { reason: e.to_string() })?;
+    let keys = crate::kv::list_keys(store).await.map_err(|e| LedgerError::List { reason: e.to_string() })?;
     let mut contents = LedgerContents::default();
-    while let Some(key) = keys.next().await {
-        let key = key.map_err(|e| LedgerError::List { reason: e.to_string() })?;
+    for key in keys {
         let Some(group) = ledger_group_of_key(&key) else {
             if check_id("limit", &key).is_err() {
                 contents.other_keys.push(key);

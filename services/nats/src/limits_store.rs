@@ -6,7 +6,6 @@
 
 use crate::kv::{compare_and_set, ensure_bucket, read, BucketSpec, CasOutcome, KvError};
 use async_nats::jetstream::{self, kv};
-use futures::StreamExt;
 use leasehold_shared::limits::LimitDef;
 use leasehold_shared::subjects::{limits_key, LIMITS_BUCKET};
 
@@ -56,13 +55,7 @@ fn decode(key: &str, revision: u64, bytes: &[u8]) -> StoredLimit {
 
 /// Every limit in the bucket, sorted by name.
 pub async fn list(store: &kv::Store) -> Result<Vec<StoredLimit>, KvError> {
-    let listing_failed = |e: String| KvError::Read { key: format!("{LIMITS_BUCKET} (listing keys)"), reason: e };
-    let mut keys = store.keys().await.map_err(|e| listing_failed(e.to_string()))?;
-    let mut names = Vec::new();
-    while let Some(key) = keys.next().await {
-        names.push(key.map_err(|e| listing_failed(e.to_string()))?);
-    }
-    names.sort();
+    let names = crate::kv::list_keys(store).await?;
     let mut limits = Vec::with_capacity(names.len());
     for key in names {
         // Removed between listing and reading: not there any more.

@@ -2,6 +2,7 @@
 //! instead of one per file (each repeats the dependencies' generic code). Each module is one
 //! former test file; `cargo nextest` still runs every test in its own process.
 
+mod gateway_listing;
 mod kv_fencing;
 mod limits_store;
 mod permissions;

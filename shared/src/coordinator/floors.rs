@@ -91,7 +91,9 @@ impl CoordinatorCore {
     pub(super) fn adopt_lost_floors(&mut self, floors: &std::collections::BTreeMap<String, Quota>) {
         for (dc, floor) in floors {
             let lost = LeaseEntry { version: LeaseVersion::new(0, 0), quota: *floor, live_until_ns: NEVER };
-            self.ledger.adopt(&lost_floor_holder(dc), lost);
+            // On its way out, as a lowered floor not yet confirmed is: it counts in the total
+            // (no grant takes its room) but not among what lasts beside the DC's own floor.
+            self.ledger.adopt_outgoing(&lost_floor_holder(dc), lost);
         }
     }
 

@@ -11,7 +11,7 @@
 
 use super::DcManagerCore;
 use crate::expiry::NS_PER_MS;
-use crate::quota::Quota;
+use crate::quota::{Quota, MILLI};
 
 impl DcManagerCore {
     /// The most `pod` may be granted now, in a lease the ledger counts until `live_until_ns`, so
@@ -53,8 +53,16 @@ impl DcManagerCore {
         room
     }
 
-    /// The ledger's grantable amount for `pod`, within [`room_at_dc_lease_ends`](Self::room_at_dc_lease_ends).
+    /// The ledger's grantable amount for `pod`, within [`room_at_dc_lease_ends`](Self::room_at_dc_lease_ends),
+    /// in whole tokens of burst: a fraction of a token can never admit a call, and a rate with no
+    /// token admits nothing, so a grant with less than one token is no grant at all.
     pub(super) fn grantable(&self, pod: &String, target: Quota, live_until_ns: u64, now_ns: u64) -> Quota {
-        self.ledger.grantable(pod, target, now_ns).min(self.room_at_dc_lease_ends(pod, live_until_ns, now_ns))
+        let room =
+            self.ledger.grantable(pod, target, now_ns).min(self.room_at_dc_lease_ends(pod, live_until_ns, now_ns));
+        let tokens = room.burst_milli / MILLI * MILLI;
+        if tokens == 0 {
+            return Quota::ZERO;
+        }
+        Quota::new(room.rate_milli_per_s, tokens)
     }
 }

@@ -140,3 +140,30 @@ fn entries_that_never_expire_always_count_against_the_capacity() {
     assert_eq!(l.grantable(&"b", Quota::per_s(100, 0), 0), Quota::per_s(60, 0));
     assert_eq!(l.outstanding(u64::MAX - 1), Quota::per_s(40, 0), "a floor outlives any instant");
 }
+
+/// Storm seed 26, once floors carried burst: a lost record's floor for Europe counted beside
+/// Europe's own, newer floor, then the limit's B went down below the two together. Both never
+/// expire, so as lasting entries they stood above the capacity for good, though Europe spends
+/// under one floor at a time. A lost floor is on its way out: it counts in the total (no grant
+/// takes its room) but not among what lasts.
+#[test]
+fn a_lost_floor_counts_in_the_total_but_not_among_what_lasts() {
+    let run = |outgoing: bool| {
+        let mut l: Ledger<&str> = Ledger::new(Quota::per_s(1_000, 20), 3);
+        let never = |quota| LeaseEntry { version: LeaseVersion::new(2, 1), quota, live_until_ns: NEVER };
+        l.adopt(&"floor.bkk", never(Quota::per_s(33, 3)));
+        let lost = never(Quota::per_s(70, 6));
+        if outgoing {
+            l.adopt_outgoing(&"lost-floor.eu", lost);
+        } else {
+            l.adopt(&"lost-floor.eu", lost);
+        }
+        l.grant(&"floor.eu", Quota::per_s(67, 5), LeaseVersion::new(3, 1), NEVER, 0).unwrap();
+        l.set_capacity(Quota::per_s(600, 12));
+        assert_eq!(l.outstanding(0), Quota::per_s(170, 14), "every floor counts in the total");
+        assert_eq!(l.grantable(&"bkk", Quota::per_s(100, 1), 0), Quota::per_s(100, 0), "no burst left in the total");
+        l.check(0)
+    };
+    assert_eq!(run(true), Ok(()));
+    assert!(run(false).unwrap_err().contains("lasting leases 170.000/s burst 14.000 exceed capacity"));
+}

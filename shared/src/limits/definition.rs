@@ -8,7 +8,7 @@ use crate::allocator::AllocMode;
 use crate::coordinator::{DcSpec, LimitConfig};
 use crate::dc_manager::SplitMode;
 use crate::expiry::ExpiryPolicy;
-use crate::quota::Quota;
+use crate::quota::{Quota, MILLI};
 use crate::wire::check_id;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -156,8 +156,9 @@ impl LimitDef {
         for dc in &self.dcs {
             check_id("dc", &dc.name).map_err(|e| invalid(format!("bad DC name {:?}: {e}", dc.name)))?;
             let floor = match (&dc.floor, dc.floor_burst) {
-                (Floor::Rate(rate), burst) => Quota::new(rate.milli_per_s(), burst.unwrap_or_default().milli),
-                (Floor::Exact(quota), None) => *quota,
+                (Floor::Rate(rate), Some(burst)) => Quota::new(rate.milli_per_s(), burst.milli),
+                (Floor::Rate(rate), None) => with_default_burst(Quota::new(rate.milli_per_s(), 0), quota),
+                (Floor::Exact(floor), None) => with_default_burst(*floor, quota),
                 (Floor::Exact(_), Some(_)) => {
                     return Err(invalid(format!("DC {}: floor_burst goes with a rate floor such as \"50/s\"", dc.name)))
                 }
@@ -186,6 +187,15 @@ impl LimitDef {
         config.expiry = self.expiry;
         config.adaptive = self.adaptive.clone();
         config.pods = pod_rules::from_def(self).map_err(invalid)?;
+        if let Some(dc) = config.dcs.iter().find(|d| d.floor.rate_milli_per_s > 0 && d.floor.burst_milli < MILLI) {
+            return Err(invalid(format!(
+                "DC {}: a floor of {} with burst {} can never admit a call: each pod serving on it needs \
+                 a whole token (give floor_burst = 1 or more, one per pod that should serve on the floor)",
+                dc.name,
+                format_rate(dc.floor.rate_milli_per_s),
+                format_amount(dc.floor.burst_milli)
+            )));
+        }
         // Said in human units (validate says it in exact ones); a zero rate is validate's to report.
         let floors = config.floors();
         if quota.rate_milli_per_s > 0 && !floors.fits_in(&quota) {
@@ -319,6 +329,24 @@ fn toml_error(text: &str, e: toml::de::Error) -> LimitDefError {
 fn json_error(e: serde_json::Error) -> LimitDefError {
     LimitDefError::Parse(e.to_string())
 }
+
+/// A floor's burst when none is given: a rate floor without one (or a legacy exact floor with
+/// `burst_milli = 0`, which could never admit a call) reserves the floor's rate over
+/// [`DEFAULT_FLOOR_BURST_MS`], at most the limit's burst in the floor's share of the rate, and
+/// at least one whole token. Whole tokens: the DC manager hands out a floor's burst one token per
+/// pod, so it serves as many pods as it has tokens.
+fn with_default_burst(floor: Quota, limit: Quota) -> Quota {
+    if floor.rate_milli_per_s == 0 || floor.burst_milli > 0 {
+        return floor;
+    }
+    let over_span = floor.rate_milli_per_s.saturating_mul(DEFAULT_FLOOR_BURST_MS).div_ceil(1_000 * MILLI);
+    let share = (limit.burst_milli as u128 * floor.rate_milli_per_s as u128
+        / (limit.rate_milli_per_s.max(1) as u128 * MILLI as u128)) as u64;
+    Quota::new(floor.rate_milli_per_s, over_span.min(share).max(1) * MILLI)
+}
+
+/// The span of a floor's rate its default burst holds ([`with_default_burst`]).
+pub const DEFAULT_FLOOR_BURST_MS: u64 = 100;
 
 mod defaults {
     use crate::coordinator::LimitConfig;

@@ -139,6 +139,19 @@ pub fn config_with_dc_ttl(
     c
 }
 
+/// `config` with DC `dc`'s floor holding `tokens` of burst (one per pod that serves on it: a
+/// pod lease cut from a floor without a whole token admits nothing, so the DC manager cuts none).
+pub fn floor_burst(
+    mut config: leasehold_shared::coordinator::LimitConfig,
+    dc: &str,
+    tokens: u64,
+) -> leasehold_shared::coordinator::LimitConfig {
+    let spec = config.dcs.iter_mut().find(|d| d.name == dc).expect("the DC is listed");
+    spec.floor.burst_milli = tokens * leasehold_shared::quota::MILLI;
+    config.validate().expect("a valid configuration");
+    config
+}
+
 /// As [`config`], with holes an audit found brought back.
 pub fn config_with_bugs(
     quota: Quota,

@@ -197,10 +197,10 @@ impl Scenario {
     }
 
     /// The partner API's topology: a 1,000 QPS sliding-window limit, BKK and Europe with 4 pods
-    /// each, 50 QPS floors, and the given demand per DC.
+    /// each, 50 QPS floors with a token per pod, and the given demand per DC.
     fn bkk_and_europe(name: &str, bkk: Demand, europe: Demand, duration_s: u64) -> Self {
         let hard = HardLimit::SlidingWindow { calls: 1_000, window_ms: 1_000 };
-        let floor = Quota::per_s(50, 0);
+        let floor = Quota::per_s(50, 4);
         let dc = |name: &str, upstream_latency_ms, demand| DcSim {
             name: name.into(),
             pods: 4,
@@ -251,10 +251,10 @@ impl Scenario {
     }
 
     /// The rate-and-burst tenant's topology: R = 500/s and B = 6,000 (a token bucket), regions
-    /// us, eu and ap with 3 pods each, 20/s floors, and the given demand per region.
+    /// us, eu and ap with 3 pods each, 20/s floors with a token per pod, and the given demand per region.
     fn three_regions(name: &str, demands: Vec<Demand>, duration_s: u64) -> Self {
         let hard = HardLimit::TokenBucket { rate_per_s: 500, burst: 6_000 };
-        let floor = Quota::per_s(20, 0);
+        let floor = Quota::per_s(20, 3);
         let regions = [("us", 20u64), ("eu", 90), ("ap", 160)];
         let dcs = regions
             .iter()

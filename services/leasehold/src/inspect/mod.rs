@@ -5,9 +5,8 @@
 mod pods;
 
 use clap::Args;
-use futures::StreamExt;
 use leasehold_nats::connect::{connect, jetstream};
-use leasehold_nats::kv::{ensure_bucket, read, BucketSpec};
+use leasehold_nats::kv::{ensure_bucket, list_keys, read, BucketSpec};
 use leasehold_shared::subjects;
 use leasehold_shared::wire::LedgerRecord;
 use serde::Serialize;
@@ -70,17 +69,16 @@ async fn collect(url: &str, listen: std::time::Duration) -> Result<State, String
         if let Ok(Some((_, id))) = read(&leaders, subjects::COORDINATOR_LEADER_KEY).await {
             state.coordinator_leader = Some(String::from_utf8_lossy(&id).into_owned());
         }
-        if let Ok(mut keys) = leaders.keys().await {
-            while let Some(Ok(key)) = keys.next().await {
+        if let Ok(keys) = list_keys(&leaders).await {
+            for key in keys {
                 if let (Some(dc), Ok(Some((_, id)))) = (key.strip_prefix("dc."), read(&leaders, &key).await) {
                     state.dc_leaders.insert(dc.to_string(), String::from_utf8_lossy(&id).into_owned());
                 }
             }
         }
     }
-    let mut keys = ledger.keys().await.map_err(|e| format!("cannot list {}: {e}", subjects::LEDGER_BUCKET))?;
-    while let Some(key) = keys.next().await {
-        let key = key.map_err(|e| e.to_string())?;
+    let keys = list_keys(&ledger).await.map_err(|e| format!("cannot list {}: {e}", subjects::LEDGER_BUCKET))?;
+    for key in keys {
         if subjects::ledger_group_of_key(&key).is_none() {
             state.unreadable.push(format!("{key}: not a ledger group (a per-limit record of an older version)"));
             continue;

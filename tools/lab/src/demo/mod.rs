@@ -103,6 +103,8 @@ pub fn rate_per_s() -> u64 {
 }
 
 /// The coordinators' settings: the demo's limit, DC leases of `dc_ttl_ms`, buckets of `replicas`.
+/// Each DC's floor holds a token for each of its pods, so all of them serve when it is all that
+/// is left.
 pub fn coordinator_toml(dc_ttl_ms: u64, replicas: usize) -> String {
     let mut s = format!(
         "leader_ttl_ms = {LEADER_TTL_MS}\nreplicas = {replicas}\n\n[[limits]]\nlimit = \"{LIMIT}\"\n\
@@ -113,7 +115,8 @@ pub fn coordinator_toml(dc_ttl_ms: u64, replicas: usize) -> String {
     );
     for dc in DCS {
         s.push_str(&format!(
-            "\n[[limits.dcs]]\nname = \"{dc}\"\nfloor = {{ rate_milli_per_s = 50000, burst_milli = 0 }}\n"
+            "\n[[limits.dcs]]\nname = \"{dc}\"\nfloor = {{ rate_milli_per_s = 50000, burst_milli = {} }}\n",
+            PODS_PER_DC * 1_000
         ));
     }
     s
