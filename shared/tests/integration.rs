@@ -8,6 +8,7 @@ mod batches;
 mod carried_claim;
 mod conservation_props;
 mod dc_manager_adversary;
+mod dropped_dc_lost_floor;
 mod eighth_review;
 mod fourth_review;
 mod keys_props;

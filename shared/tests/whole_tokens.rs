@@ -48,6 +48,7 @@ fn a_floor_of_five_tokens_among_eight_pods_serves_five_of_them() {
         let serving = check_whole(&held, floor);
         eprintln!("{split:?}: {serving} of 8 pods can admit; they hold {held:?}");
         assert_eq!(serving, 5, "{split:?}: one token each for five pods");
+        assert_eq!(dc.core.pods_without_token(12 * S), 3, "{split:?}: the three others are counted");
         let rate: u64 = held.iter().map(|q| q.rate_milli_per_s).sum();
         assert_eq!(rate, floor.rate_milli_per_s, "{split:?}: the whole floor's rate goes to pods that can use it");
     }

@@ -63,6 +63,11 @@ fn registry(status: watch::Receiver<Status>, limit: String, dc: String) -> Regis
             "Pods sharing the budget (fresh heartbeat, healthy, not draining).",
             per_limit(|l| l.pods_eligible as f64),
         )?;
+        m.gauges(
+            "leasehold_dc_pods_without_token",
+            "Eligible pods holding no whole token of burst: they deny every call.",
+            per_limit(|l| l.pods_without_token as f64),
+        )?;
         m.counters(
             "leasehold_dc_pod_leases_issued_total",
             "Pod leases issued.",
@@ -108,6 +113,7 @@ struct StatusBody {
 struct LimitBody {
     pods_known: u32,
     pods_eligible: u32,
+    pods_without_token: u32,
     budget_rate_per_s: f64,
     dc_lease_rate_per_s: f64,
     used_rate_per_s: f64,
@@ -140,6 +146,7 @@ async fn status_json(State(v): State<View>) -> Json<StatusBody> {
                 let body = LimitBody {
                     pods_known: l.pods_known,
                     pods_eligible: l.pods_eligible,
+                    pods_without_token: l.pods_without_token,
                     budget_rate_per_s: l.budget_rate_per_s,
                     dc_lease_rate_per_s: l.dc_lease_rate_per_s,
                     used_rate_per_s: l.used_rate_per_s,

@@ -29,6 +29,8 @@ pub struct Status {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LimitStatus {
     pub pods_eligible: u32,
+    /// Eligible pods holding no whole token of burst (they deny every call).
+    pub pods_without_token: u32,
     pub pods_known: u32,
     pub pod_leases_issued: u64,
     pub passes_full: u64,
@@ -60,6 +62,7 @@ impl Manager {
             let used: u64 = self.admitted_window.get(limit).map_or(0, |w| w.iter().map(|(_, a)| a).sum());
             let l = LimitStatus {
                 pods_eligible: lt.core.pods_eligible(now),
+                pods_without_token: lt.core.pods_without_token(now),
                 pods_known: lt.core.pods().count() as u32,
                 pod_leases_issued: c.pod_leases_issued,
                 passes_full: c.passes_full,
@@ -80,6 +83,7 @@ impl Manager {
         s.instance = term.instance.clone();
         s.totals = limits.values().fold(LimitStatus::default(), |t, l| LimitStatus {
             pods_eligible: t.pods_eligible + l.pods_eligible,
+            pods_without_token: t.pods_without_token + l.pods_without_token,
             pods_known: t.pods_known + l.pods_known,
             pod_leases_issued: t.pod_leases_issued + l.pod_leases_issued,
             passes_full: t.passes_full + l.passes_full,

@@ -177,6 +177,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
                 "leasehold_dc_lease_rate_per_s",
                 "leasehold_dc_seconds_since_lease",
                 "leasehold_dc_pods_eligible",
+                "leasehold_dc_pods_without_token",
             ],
             "gauge",
             "limit,dc",
@@ -255,7 +256,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
     );
     assert_eq!(
         fields(&d["limits"]["api"]),
-        "budget_rate_per_s dc_lease_rate_per_s fail_mode pods_eligible pods_known seconds_since_dc_lease split \
+        "budget_rate_per_s dc_lease_rate_per_s fail_mode pods_eligible pods_known pods_without_token seconds_since_dc_lease split \
          used_rate_per_s",
         "{d}"
     );

@@ -54,9 +54,20 @@ impl CoordinatorCore {
         own.saturating_add(self.ledger.holder_claim(&lost_floor_holder(dc), now_ns))
     }
 
-    /// Every DC with a floor on the books (a DC dropped from the configuration included).
+    /// Every DC with a floor on the books (a DC dropped from the configuration included), or a
+    /// lost record's floor: the split keeps each one's floor aside (see [`floor_set_aside`]).
+    /// A lost floor counts in the total but not among what lasts (`Ledger::adopt_outgoing`),
+    /// so without this a DC dropped from the definition, whose lost floor no report of its
+    /// ever releases, had its floor's room taken by the others' renewals after R went down
+    /// (found by review).
     pub(super) fn floor_dcs(&self) -> Vec<String> {
-        let mut dcs: Vec<String> = self.ledger.holders().filter_map(|h| floor_dc(h)).map(String::from).collect();
+        let mut dcs: Vec<String> = self
+            .ledger
+            .holders()
+            .filter_map(|h| floor_dc(h).or_else(|| h.strip_prefix("lost-floor.")))
+            .map(String::from)
+            .collect();
+        dcs.sort_unstable();
         dcs.dedup();
         dcs
     }

@@ -165,6 +165,14 @@ impl DcManagerCore {
         self.pods.eligible(&self.cfg, now_ns).len() as u32
     }
 
+    /// Eligible pods that hold no whole token of burst at `now_ns`, so they deny every call: the
+    /// budget has fewer whole tokens than pods (on the floor alone: `floor_burst` is too small
+    /// for the pods), or a pod's grant is still waiting for room.
+    pub fn pods_without_token(&self, now_ns: u64) -> u32 {
+        let eligible = self.pods.eligible(&self.cfg, now_ns);
+        eligible.iter().filter(|p| self.ledger.holder_claim(p, now_ns).burst_milli < crate::quota::MILLI).count() as u32
+    }
+
     /// The newest DC lease, if it is still valid at `now_ns`. Only the newest is ever spent
     /// under: once a newer lease arrived the older ones may already be reported superseded and
     /// re-granted elsewhere, so when the newest expires the DC falls to its floor, never back.
