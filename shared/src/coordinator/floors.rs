@@ -33,8 +33,15 @@ fn floor_dc(holder: &str) -> Option<&str> {
 /// The ledger holder that stands for the floor a lost record may have named for DC `dc`: apart
 /// from the DC's own floor, so that it never counts as room for raising that floor.
 fn lost_floor_holder(dc: &str) -> String {
-    format!("lost-floor.{dc}")
+    format!("{LOST_FLOOR_PREFIX}{dc}")
 }
+
+/// The DC a ledger holder stands for the lost floor of, if it is one.
+fn lost_floor_dc(holder: &str) -> Option<&str> {
+    holder.strip_prefix(LOST_FLOOR_PREFIX)
+}
+
+const LOST_FLOOR_PREFIX: &str = "lost-floor.";
 
 impl CoordinatorCore {
     /// The newest floor granted to `dc` and its version: what records name and DC leases carry.
@@ -61,12 +68,8 @@ impl CoordinatorCore {
     /// ever releases, had its floor's room taken by the others' renewals after R went down
     /// (found by review).
     pub(super) fn floor_dcs(&self) -> Vec<String> {
-        let mut dcs: Vec<String> = self
-            .ledger
-            .holders()
-            .filter_map(|h| floor_dc(h).or_else(|| h.strip_prefix("lost-floor.")))
-            .map(String::from)
-            .collect();
+        let mut dcs: Vec<String> =
+            self.ledger.holders().filter_map(|h| floor_dc(h).or_else(|| lost_floor_dc(h))).map(String::from).collect();
         dcs.sort_unstable();
         dcs.dedup();
         dcs
@@ -113,7 +116,7 @@ impl CoordinatorCore {
         self.ledger
             .entries()
             .filter(|(_, e)| e.live_until_ns == NEVER)
-            .filter_map(|(h, e)| h.strip_prefix("lost-floor.").map(|dc| (dc.to_string(), e.quota)))
+            .filter_map(|(h, e)| lost_floor_dc(h).map(|dc| (dc.to_string(), e.quota)))
             .collect()
     }
 

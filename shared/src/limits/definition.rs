@@ -1,6 +1,8 @@
 //! [`LimitDef`]: one limit's definition as people write it (in a TOML file, on the command line,
 //! as the JSON stored in KV), and its conversion to the exact [`LimitConfig`] the coordinator runs.
 
+use super::floor;
+pub use super::floor::Floor;
 use super::pod_rules::{self, FailModeName};
 use super::rate::{format_amount, format_rate, Rate, Tokens};
 use crate::adaptive::AdaptiveConfig;
@@ -8,11 +10,9 @@ use crate::allocator::AllocMode;
 use crate::coordinator::{DcSpec, LimitConfig};
 use crate::dc_manager::SplitMode;
 use crate::expiry::ExpiryPolicy;
-use crate::quota::{Quota, MILLI};
+use crate::quota::Quota;
 use crate::wire::check_id;
-use serde::de::{self, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use std::fmt;
+use serde::{Deserialize, Deserializer, Serialize};
 use thiserror::Error;
 
 /// The schema version this build reads and writes.
@@ -103,19 +103,6 @@ pub struct DcDef {
     pub emergency_burst: Option<Tokens>,
 }
 
-/// A DC's floor: a rate, or the legacy exact quota (which carries its own burst).
-#[derive(Clone, Debug, PartialEq)]
-pub enum Floor {
-    Rate(Rate),
-    Exact(Quota),
-}
-
-impl Default for Floor {
-    fn default() -> Self {
-        Floor::Rate(Rate::default())
-    }
-}
-
 /// The file formats [`LimitDef::parse_file_text`] reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DefFormat {
@@ -155,14 +142,7 @@ impl LimitDef {
         let mut dcs = Vec::with_capacity(self.dcs.len());
         for dc in &self.dcs {
             check_id("dc", &dc.name).map_err(|e| invalid(format!("bad DC name {:?}: {e}", dc.name)))?;
-            let floor = match (&dc.floor, dc.floor_burst) {
-                (Floor::Rate(rate), Some(burst)) => Quota::new(rate.milli_per_s(), burst.milli),
-                (Floor::Rate(rate), None) => with_default_burst(Quota::new(rate.milli_per_s(), 0), quota),
-                (Floor::Exact(floor), None) => with_default_burst(*floor, quota),
-                (Floor::Exact(_), Some(_)) => {
-                    return Err(invalid(format!("DC {}: floor_burst goes with a rate floor such as \"50/s\"", dc.name)))
-                }
-            };
+            let floor = floor::exact(dc, quota).map_err(invalid)?;
             if !dc.weight.is_finite() || dc.weight <= 0.0 {
                 return Err(invalid(format!("DC {}: weight must be a positive number, got {}", dc.name, dc.weight)));
             }
@@ -187,14 +167,8 @@ impl LimitDef {
         config.expiry = self.expiry;
         config.adaptive = self.adaptive.clone();
         config.pods = pod_rules::from_def(self).map_err(invalid)?;
-        if let Some(dc) = config.dcs.iter().find(|d| d.floor.rate_milli_per_s > 0 && d.floor.burst_milli < MILLI) {
-            return Err(invalid(format!(
-                "DC {}: a floor of {} with burst {} can never admit a call: each pod serving on it needs \
-                 a whole token (give floor_burst = 1 or more, one per pod that should serve on the floor)",
-                dc.name,
-                format_rate(dc.floor.rate_milli_per_s),
-                format_amount(dc.floor.burst_milli)
-            )));
+        if let Some(reason) = floor::unusable(&config) {
+            return Err(invalid(reason));
         }
         // Said in human units (validate says it in exact ones); a zero rate is validate's to report.
         let floors = config.floors();
@@ -330,24 +304,6 @@ fn json_error(e: serde_json::Error) -> LimitDefError {
     LimitDefError::Parse(e.to_string())
 }
 
-/// A floor's burst when none is given: a rate floor without one (or a legacy exact floor with
-/// `burst_milli = 0`, which could never admit a call) reserves the floor's rate over
-/// [`DEFAULT_FLOOR_BURST_MS`], at most the limit's burst in the floor's share of the rate, and
-/// at least one whole token. Whole tokens: the DC manager hands out a floor's burst one token per
-/// pod, so it serves as many pods as it has tokens.
-fn with_default_burst(floor: Quota, limit: Quota) -> Quota {
-    if floor.rate_milli_per_s == 0 || floor.burst_milli > 0 {
-        return floor;
-    }
-    let over_span = floor.rate_milli_per_s.saturating_mul(DEFAULT_FLOOR_BURST_MS).div_ceil(1_000 * MILLI);
-    let share = (limit.burst_milli as u128 * floor.rate_milli_per_s as u128
-        / (limit.rate_milli_per_s.max(1) as u128 * MILLI as u128)) as u64;
-    Quota::new(floor.rate_milli_per_s, over_span.min(share).max(1) * MILLI)
-}
-
-/// The span of a floor's rate its default burst holds ([`with_default_burst`]).
-pub const DEFAULT_FLOOR_BURST_MS: u64 = 100;
-
 mod defaults {
     use crate::coordinator::LimitConfig;
     use crate::quota::Quota;
@@ -384,7 +340,7 @@ mod defaults {
 /// The legacy `{ rate_milli_per_s, burst_milli }`, misspelt fields refused.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ExactQuota {
+pub(super) struct ExactQuota {
     rate_milli_per_s: u64,
     burst_milli: u64,
 }
@@ -422,32 +378,4 @@ fn default_grace_ms() -> u64 {
 fn strict_expiry<'de, D: Deserializer<'de>>(d: D) -> Result<ExpiryPolicy, D::Error> {
     let e = StrictExpiry::deserialize(d)?;
     Ok(ExpiryPolicy { max_drift: e.max_drift, grace_ms: e.grace_ms, egress_spread_ms: e.egress_spread_ms })
-}
-
-impl Serialize for Floor {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Floor::Rate(rate) => rate.serialize(s),
-            Floor::Exact(quota) => quota.serialize(s),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Floor {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct FloorVisitor;
-        impl<'de> Visitor<'de> for FloorVisitor {
-            type Value = Floor;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                write!(f, "a floor rate such as \"50/s\", or {{ rate_milli_per_s = …, burst_milli = … }}")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Floor, E> {
-                Rate::parse(v).map(Floor::Rate).map_err(E::custom)
-            }
-            fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<Floor, M::Error> {
-                ExactQuota::deserialize(de::value::MapAccessDeserializer::new(map)).map(|q| Floor::Exact(q.into()))
-            }
-        }
-        d.deserialize_any(FloorVisitor)
-    }
 }

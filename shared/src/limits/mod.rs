@@ -5,12 +5,14 @@
 //! * [`rate`]: human rates and token amounts ↔ milli-units (rounding down, never up).
 //! * [`definition`]: [`LimitDef`], the stored document, and its conversion to
 //!   [`crate::coordinator::LimitConfig`].
+//! * [`floor`]: a DC's floor as written, its default burst, and the rule that it can admit a call.
 //! * [`pod_rules`]: the definition's `split`, `fail_mode` and `emergency`, which DC managers
 //!   read from the limit's ledger record.
 //! * [`diff`]: what changing a definition does, one line per field.
 
 pub mod definition;
 pub mod diff;
+pub mod floor;
 pub mod pod_rules;
 pub mod rate;
 

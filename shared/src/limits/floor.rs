@@ -1,0 +1,94 @@
+//! A DC's floor as a definition gives it: a rate (with `floor_burst` tokens, or a default), or
+//! the legacy exact quota; and the rule that a floor with a rate must be able to admit a call.
+
+use super::definition::{DcDef, ExactQuota};
+use super::rate::{format_amount, format_rate, Rate};
+use crate::coordinator::LimitConfig;
+use crate::quota::{Quota, MILLI};
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+
+/// A DC's floor: a rate, or the legacy exact quota (which carries its own burst).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Floor {
+    Rate(Rate),
+    Exact(Quota),
+}
+
+impl Default for Floor {
+    fn default() -> Self {
+        Floor::Rate(Rate::default())
+    }
+}
+
+/// `dc`'s floor in exact units under the limit `limit` (its burst defaulted when not given).
+pub(super) fn exact(dc: &DcDef, limit: Quota) -> Result<Quota, String> {
+    match (&dc.floor, dc.floor_burst) {
+        (Floor::Rate(rate), Some(burst)) => Ok(Quota::new(rate.milli_per_s(), burst.milli)),
+        (Floor::Rate(rate), None) => Ok(with_default_burst(Quota::new(rate.milli_per_s(), 0), limit)),
+        (Floor::Exact(floor), None) => Ok(with_default_burst(*floor, limit)),
+        (Floor::Exact(_), Some(_)) => {
+            Err(format!("DC {}: floor_burst goes with a rate floor such as \"50/s\"", dc.name))
+        }
+    }
+}
+
+/// Why a floor of `config` can never admit a call, if one cannot: a rate with less than one
+/// whole token of burst.
+pub(super) fn unusable(config: &LimitConfig) -> Option<String> {
+    let dc = config.dcs.iter().find(|d| d.floor.rate_milli_per_s > 0 && d.floor.burst_milli < MILLI)?;
+    Some(format!(
+        "DC {}: a floor of {} with burst {} can never admit a call: each pod serving on it needs \
+         a whole token (give floor_burst = 1 or more, one per pod that should serve on the floor)",
+        dc.name,
+        format_rate(dc.floor.rate_milli_per_s),
+        format_amount(dc.floor.burst_milli)
+    ))
+}
+
+/// A floor's burst when none is given: a rate floor without one (or a legacy exact floor with
+/// `burst_milli = 0`, which could never admit a call) reserves the floor's rate over
+/// [`DEFAULT_FLOOR_BURST_MS`], at most the limit's burst in the floor's share of the rate, and
+/// at least one whole token. Whole tokens: the DC manager hands out a floor's burst one token per
+/// pod, so it serves as many pods as it has tokens.
+fn with_default_burst(floor: Quota, limit: Quota) -> Quota {
+    if floor.rate_milli_per_s == 0 || floor.burst_milli > 0 {
+        return floor;
+    }
+    let over_span = floor.rate_milli_per_s.saturating_mul(DEFAULT_FLOOR_BURST_MS).div_ceil(1_000 * MILLI);
+    let share = (limit.burst_milli as u128 * floor.rate_milli_per_s as u128
+        / (limit.rate_milli_per_s.max(1) as u128 * MILLI as u128)) as u64;
+    Quota::new(floor.rate_milli_per_s, over_span.min(share).max(1) * MILLI)
+}
+
+/// The span of a floor's rate its default burst holds ([`with_default_burst`]).
+pub const DEFAULT_FLOOR_BURST_MS: u64 = 100;
+
+impl Serialize for Floor {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Floor::Rate(rate) => rate.serialize(s),
+            Floor::Exact(quota) => quota.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Floor {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct FloorVisitor;
+        impl<'de> Visitor<'de> for FloorVisitor {
+            type Value = Floor;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(f, "a floor rate such as \"50/s\", or {{ rate_milli_per_s = …, burst_milli = … }}")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Floor, E> {
+                Rate::parse(v).map(Floor::Rate).map_err(E::custom)
+            }
+            fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<Floor, M::Error> {
+                ExactQuota::deserialize(de::value::MapAccessDeserializer::new(map)).map(|q| Floor::Exact(q.into()))
+            }
+        }
+        d.deserialize_any(FloorVisitor)
+    }
+}
