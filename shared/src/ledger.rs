@@ -25,10 +25,15 @@
 //! but not among what lasts, and so do those of a holder adopted as outgoing (a lost record's
 //! floor: [`Ledger::adopt_outgoing`]).
 
+mod holder;
+mod totals;
+
 use crate::quota::Quota;
 use crate::wire::LeaseVersion;
+use holder::HolderLeases;
 use std::collections::BTreeMap;
 use thiserror::Error;
+use totals::{Sum, Totals, TotalsCache};
 
 /// `live_until_ns` of an entry that never expires (released only when its holder confirms a
 /// newer one).
@@ -56,52 +61,6 @@ pub enum LedgerError {
     UnknownVersion(LeaseVersion),
 }
 
-#[derive(Clone, Debug, Default)]
-struct HolderLeases {
-    entries: Vec<LeaseEntry>,
-    last_version: Option<LeaseVersion>,
-    closed_until_ns: Option<u64>,
-    /// Entries below this version that expire by themselves are inherited.
-    inherited_below: Option<LeaseVersion>,
-    /// Its entries count in the total but never among what lasts, never-expiring ones included:
-    /// a holder on its way out ([`Ledger::adopt_outgoing`]).
-    outgoing: bool,
-}
-
-impl HolderLeases {
-    fn claim(&self, now_ns: u64) -> Quota {
-        self.entries.iter().filter(|e| e.live_until_ns > now_ns).fold(Quota::ZERO, |m, e| m.max(e.quota))
-    }
-
-    fn inherited(&self, e: &LeaseEntry) -> bool {
-        e.live_until_ns != NEVER && self.inherited_below.is_some_and(|b| e.version < b)
-    }
-
-    /// The claim of the entries that last (see the module docs). A never-expiring entry below
-    /// a newer never-expiring one (a floor lowered, not yet confirmed) is not among them: it
-    /// keeps counting in the total until the holder confirms, but it is on its way out, as an
-    /// inherited lease is.
-    fn lasting_claim(&self, now_ns: u64) -> Quota {
-        if self.outgoing {
-            return Quota::ZERO;
-        }
-        let newest_never = self.entries.iter().filter(|e| e.live_until_ns == NEVER).map(|e| e.version).max();
-        let superseded = |e: &LeaseEntry| e.live_until_ns == NEVER && newest_never.is_some_and(|n| e.version < n);
-        self.entries
-            .iter()
-            .filter(|e| e.live_until_ns > now_ns && !self.inherited(e) && !superseded(e))
-            .fold(Quota::ZERO, |m, e| m.max(e.quota))
-    }
-
-    /// Every entry held now becomes inherited.
-    fn inherit_all(&mut self) {
-        if let Some(v) = self.entries.iter().map(|e| e.version).max() {
-            let next = LeaseVersion::new(v.epoch, v.seq.saturating_add(1));
-            self.inherited_below = Some(self.inherited_below.map_or(next, |b| b.max(next)));
-        }
-    }
-}
-
 #[derive(Clone, Debug)]
 pub struct Ledger<H: Ord + Clone> {
     capacity: Quota,
@@ -112,11 +71,20 @@ pub struct Ledger<H: Ord + Clone> {
     ceiling: Quota,
     /// Negative control: `KnownBugs::renewal_reuses_inherited_claim`.
     reuse_inherited: bool,
+    /// Sums over holders at the instants last asked about (`totals.rs`).
+    totals: TotalsCache,
 }
 
 impl<H: Ord + Clone> Ledger<H> {
     pub fn new(capacity: Quota, epoch: u64) -> Self {
-        Ledger { capacity, epoch, holders: BTreeMap::new(), ceiling: Quota::ZERO, reuse_inherited: false }
+        Ledger {
+            capacity,
+            epoch,
+            holders: BTreeMap::new(),
+            ceiling: Quota::ZERO,
+            reuse_inherited: false,
+            totals: TotalsCache::default(),
+        }
     }
 
     /// Bring back the behaviours `bugs` names (negative-control tests only).
@@ -135,6 +103,7 @@ impl<H: Ord + Clone> Ledger<H> {
     /// since.
     pub fn set_capacity(&mut self, capacity: Quota) {
         if !self.capacity.fits_in(&capacity) {
+            self.totals.forget();
             self.ceiling = self.ceiling.max(self.capacity);
             self.holders.values_mut().for_each(HolderLeases::inherit_all);
         }
@@ -156,7 +125,29 @@ impl<H: Ord + Clone> Ledger<H> {
 
     /// Σ over holders of each holder's largest live lease.
     pub fn outstanding(&self, now_ns: u64) -> Quota {
-        self.holders.values().fold(Quota::ZERO, |s, h| s.saturating_add(h.claim(now_ns)))
+        self.totals_at(now_ns).all.capped()
+    }
+
+    /// The sums over every holder at `now_ns`, remembered (`totals.rs`).
+    fn totals_at(&self, now_ns: u64) -> Totals {
+        if let Some(t) = self.totals.get(now_ns) {
+            return t;
+        }
+        let t = self.sum_claims(now_ns);
+        self.totals.remember(t);
+        t
+    }
+
+    fn sum_claims(&self, now_ns: u64) -> Totals {
+        let (all, lasting) = self.holders.values().fold((Sum::default(), Sum::default()), |(a, l), h| {
+            (a.plus(h.claim(now_ns)), l.plus(h.lasting_claim(now_ns)))
+        });
+        Totals { at_ns: now_ns, all, lasting }
+    }
+
+    /// `holder`'s claim and lasting claim at `now_ns`.
+    fn own_claims(&self, holder: &H, now_ns: u64) -> (Quota, Quota) {
+        self.holders.get(holder).map_or((Quota::ZERO, Quota::ZERO), |h| (h.claim(now_ns), h.lasting_claim(now_ns)))
     }
 
     pub fn holder_claim(&self, holder: &H, now_ns: u64) -> Quota {
@@ -165,19 +156,14 @@ impl<H: Ord + Clone> Ledger<H> {
 
     /// The most `holder` may be granted now: capacity minus everyone else's claims.
     pub fn headroom_for(&self, holder: &H, now_ns: u64) -> Quota {
-        self.room_beside(holder, |h| h.claim(now_ns))
+        let (own, _) = self.own_claims(holder, now_ns);
+        self.totals_at(now_ns).all.minus(own).room_in(self.capacity)
     }
 
     /// Capacity minus everyone else's lasting claims (≥ [`Ledger::headroom_for`]).
     fn lasting_headroom_for(&self, holder: &H, now_ns: u64) -> Quota {
-        self.room_beside(holder, |h| h.lasting_claim(now_ns))
-    }
-
-    /// Capacity minus what `claim` counts for every holder but `holder`.
-    fn room_beside(&self, holder: &H, claim: impl Fn(&HolderLeases) -> Quota) -> Quota {
-        let others =
-            self.holders.iter().filter(|(k, _)| *k != holder).fold(Quota::ZERO, |s, (_, h)| s.saturating_add(claim(h)));
-        self.capacity.saturating_sub(others)
+        let (_, own) = self.own_claims(holder, now_ns);
+        self.totals_at(now_ns).lasting.minus(own).room_in(self.capacity)
     }
 
     fn lasting_claim(&self, holder: &H, now_ns: u64) -> Quota {
@@ -243,9 +229,15 @@ impl<H: Ord + Clone> Ledger<H> {
         if !self.reuse_inherited && !fits(self.lasting_claim(holder, now_ns), lasting_room) {
             return Err(LedgerError::ExceedsHeadroom { wanted: quota, headroom: lasting_room });
         }
+        let instants = self.totals.instants();
+        let before: Vec<_> = instants.iter().map(|&at| self.own_claims(holder, at)).collect();
         let h = self.holders.entry(holder.clone()).or_default();
         h.entries.push(LeaseEntry { version, quota, live_until_ns });
         h.last_version = Some(version);
+        for (at, before) in instants.into_iter().zip(before) {
+            let after = self.own_claims(holder, at);
+            self.totals.shift(at, before, after);
+        }
         Ok(())
     }
 
@@ -258,6 +250,7 @@ impl<H: Ord + Clone> Ledger<H> {
     /// As [`adopt`](Self::adopt); `inherited: false` keeps the lease lasting (its writer granted
     /// it under a capacity no larger than this ledger's, and counted it as lasting).
     pub fn adopt_as(&mut self, holder: &H, entry: LeaseEntry, inherited: bool) {
+        self.totals.forget();
         let h = self.holders.entry(holder.clone()).or_default();
         h.last_version = Some(h.last_version.map_or(entry.version, |v| v.max(entry.version)));
         let version = entry.version;
@@ -282,12 +275,14 @@ impl<H: Ord + Clone> Ledger<H> {
     /// DC spends under one floor at a time.
     pub fn adopt_outgoing(&mut self, holder: &H, entry: LeaseEntry) {
         self.adopt(holder, entry);
+        self.totals.forget();
         self.holders.get_mut(holder).expect("just adopted").outgoing = true;
     }
 
     /// Count `holder`'s lease `version` at least until `until_ns` (never shorter than it is
     /// counted now; an entry that never expires stays so). False if no such lease is counted.
     pub fn count_until(&mut self, holder: &H, version: LeaseVersion, until_ns: u64) -> bool {
+        self.totals.forget();
         let entry = self.holders.get_mut(holder).and_then(|h| h.entries.iter_mut().find(|e| e.version == version));
         let Some(e) = entry else { return false };
         e.live_until_ns = e.live_until_ns.max(until_ns);
@@ -303,6 +298,7 @@ impl<H: Ord + Clone> Ledger<H> {
         version: LeaseVersion,
         release_at_ns: u64,
     ) -> Result<bool, LedgerError> {
+        self.totals.forget();
         let h = self.holders.get_mut(holder).ok_or(LedgerError::UnknownVersion(version))?;
         if !h.entries.iter().any(|e| e.version == version) {
             // Either already superseded (a late duplicate ack) or never issued.
@@ -324,6 +320,7 @@ impl<H: Ord + Clone> Ledger<H> {
     /// stop counting at `release_at_ns`. Idempotent. `forget_after_ns` bounds how long the closed
     /// marker is kept.
     pub fn close(&mut self, holder: &H, release_at_ns: u64, forget_after_ns: u64) -> bool {
+        self.totals.forget();
         let h = self.holders.entry(holder.clone()).or_default();
         let mut had = false;
         for e in h.entries.iter_mut().filter(|e| e.live_until_ns > release_at_ns) {
@@ -340,6 +337,7 @@ impl<H: Ord + Clone> Ledger<H> {
 
     /// Forget leases that have expired on the issuer's clock, and stale closed markers.
     pub fn expire(&mut self, now_ns: u64) {
+        self.totals.forget();
         self.holders.retain(|_, h| {
             h.entries.retain(|e| e.live_until_ns > now_ns);
             match h.closed_until_ns {
@@ -367,7 +365,13 @@ impl<H: Ord + Clone> Ledger<H> {
     /// never rises above the larger of the capacity and what was there when it shrank (or was
     /// adopted); once the inherited leases have expired, the total fits the capacity.
     pub fn check(&self, now_ns: u64) -> Result<(), String> {
-        let lasting = self.holders.values().fold(Quota::ZERO, |s, h| s.saturating_add(h.lasting_claim(now_ns)));
+        for kept in self.totals.all() {
+            let fresh = self.sum_claims(kept.at_ns);
+            if kept != fresh {
+                return Err(format!("remembered sums {kept:?} differ from the books {fresh:?}"));
+            }
+        }
+        let lasting = self.sum_claims(now_ns).lasting.capped();
         if !lasting.fits_in(&self.capacity) {
             return Err(format!("lasting leases {lasting} exceed capacity {}", self.capacity));
         }

@@ -11,6 +11,7 @@ mod dc_manager_adversary;
 mod dropped_dc_lost_floor;
 mod eighth_review;
 mod fourth_review;
+mod join_batching;
 mod keys_props;
 mod keys_shards;
 mod keys_table;

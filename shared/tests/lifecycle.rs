@@ -11,10 +11,14 @@ use crate::support;
 use support::scripted::{report_seq_of, ScriptedDc};
 use support::{MS, S};
 
-/// BKK's manager `bkk-mgr` that has read `floor`, with scripted pods (offered 50, admitted 50).
+/// BKK's manager `bkk-mgr` that has read `floor`, with scripted pods (offered 50, admitted 50),
+/// handling every event at once.
 fn dc(mode: FailMode, floor: Quota) -> ScriptedDc {
     let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
     cfg.fail_mode = mode;
+    // Every event split at once: these tests follow single events a millisecond apart; the
+    // batching of joins and growth is `join_batching.rs`'s.
+    cfg.event_pass_gap_ms = 0;
     ScriptedDc::new(cfg, floor, 0, 1, (50, 50))
 }
 

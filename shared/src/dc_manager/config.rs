@@ -99,9 +99,19 @@ pub struct DcManagerConfig {
     /// Shortest pod lease worth issuing; below it (parent about to expire) pods keep what they have.
     pub min_pod_ttl_ms: u64,
     pub max_pods: usize,
+    /// Joins and growth are batched: a pod's report triggers a split of its own only if no split
+    /// (or growth check) ran in the last `event_pass_gap_ms`; otherwise it waits for the next
+    /// report after the gap, or the next tick. A split costs O(pods), so a join storm costs
+    /// O(pods) per gap, not per joining pod.
+    #[serde(default = "default_event_pass_gap_ms")]
+    pub event_pass_gap_ms: u64,
     /// Negative controls only: brings back holes an audit found. Never read from a file.
     #[serde(skip)]
     pub bugs: crate::bugs::KnownBugs,
+}
+
+fn default_event_pass_gap_ms() -> u64 {
+    100
 }
 
 impl DcManagerConfig {
@@ -122,6 +132,7 @@ impl DcManagerConfig {
             fail_mode: FailMode::Strict,
             min_pod_ttl_ms: 250,
             max_pods: 10_000,
+            event_pass_gap_ms: default_event_pass_gap_ms(),
             bugs: Default::default(),
         }
     }

@@ -25,6 +25,7 @@ mod lease_ends;
 mod pacing;
 mod pods;
 mod record_rules;
+mod split_pass;
 
 pub use config::{DcManagerConfig, FailMode, FailRule, PodRules, SplitMode};
 pub use pacing::LeasePacing;
@@ -98,6 +99,12 @@ pub struct DcManagerCore {
     next_seq: u64,
     acked: Option<LeaseVersion>,
     last_pass_ns: Option<u64>,
+    /// The last split or growth check of any kind (joins and growth wait `event_pass_gap_ms`).
+    last_work_ns: Option<u64>,
+    /// A pod with no lease reported since the last full split.
+    join_waiting: bool,
+    /// A report since the last split or growth check may let some pod grow.
+    growth_waiting: bool,
     counters: DcCounters,
     /// The limit's record runs retired (the limit was removed): said in every pod lease.
     limit_removed: bool,
@@ -125,6 +132,9 @@ impl DcManagerCore {
             next_seq: 0,
             acked: None,
             last_pass_ns: None,
+            last_work_ns: None,
+            join_waiting: false,
+            growth_waiting: false,
             counters: DcCounters::default(),
             limit_removed: false,
         }
@@ -261,16 +271,24 @@ impl DcManagerCore {
             // Unknown versions (a forged or pre-restart ack) change nothing.
             let _ = self.ledger.confirm_in_use(&holder, v, release_at);
         }
-        // Re-split at once if a pod below its target can now grow (fast rebalance), or a
-        // brand-new pod has no lease yet.
-        let newcomer = self.ledger.holder_claim(&holder, now_ns).is_zero() && r.lease_in_use.is_none();
-        if newcomer {
-            return self.pass(now_ns, Pass::Full);
+        // A brand-new pod needs a split to get a lease; any other report may let a pod below
+        // its target grow (fast rebalance). Both wait for the gap (see `event_pass_gap_ms`).
+        if self.ledger.holder_claim(&holder, now_ns).is_zero() && r.lease_in_use.is_none() {
+            self.join_waiting = true;
+        } else {
+            self.growth_waiting = true;
         }
-        if self.someone_can_grow(now_ns) {
-            return self.pass(now_ns, Pass::GrowthOnly);
+        self.waiting_pass_unless_recent(now_ns)
+    }
+
+    /// [`waiting_pass`](Self::waiting_pass), unless a split or growth check ran within the last
+    /// `event_pass_gap_ms` (then the next report after the gap, or the next tick, runs it).
+    fn waiting_pass_unless_recent(&mut self, now_ns: u64) -> Vec<DcOutput> {
+        let gap_ns = self.cfg.event_pass_gap_ms * NS_PER_MS;
+        if self.last_work_ns.is_some_and(|t| now_ns.saturating_sub(t) < gap_ns) {
+            return Vec::new();
         }
-        Vec::new()
+        self.waiting_pass(now_ns)
     }
 
     /// A pod returns its lease for good (graceful drain). Idempotent; always acknowledged.
@@ -284,7 +302,10 @@ impl DcManagerCore {
         let holder = pods::holder_key(&r.holder, r.incarnation);
         self.ledger.close(&holder, self.cfg.expiry.released_until_ns(now_ns), forget);
         self.pods.views.remove(&holder);
-        let mut out = self.pass(now_ns, Pass::Full);
+        // Its share is free at once; the others grow into it with the next split, which waits
+        // for the gap as a join does (a drain of many pods costs O(pods) per gap).
+        self.growth_waiting = true;
+        let mut out = self.waiting_pass_unless_recent(now_ns);
         out.push(DcOutput::ReturnAck(ReturnAck {
             v: SCHEMA_VERSION,
             limit: self.cfg.limit.clone(),
@@ -298,7 +319,7 @@ impl DcManagerCore {
     /// Call every report interval: sends the DC report, and renews pod leases when due.
     pub fn tick(&mut self, now_ns: u64) -> Vec<DcOutput> {
         let due = self.last_pass_ns.is_none_or(|t| now_ns.saturating_sub(t) >= self.cfg.renew_interval_ms * NS_PER_MS);
-        let mut out = if due { self.pass(now_ns, Pass::Full) } else { Vec::new() };
+        let mut out = if due { self.pass(now_ns, Pass::Full) } else { self.waiting_pass(now_ns) };
         out.push(DcOutput::Report(self.report(now_ns)));
         self.pods.forget_silent(now_ns, 60);
         out
@@ -340,92 +361,5 @@ impl DcManagerCore {
             upstream_calls,
             upstream_429,
         }
-    }
-
-    /// Some eligible pod is below its target and the ledger has room for it to grow.
-    fn someone_can_grow(&self, now_ns: u64) -> bool {
-        let (budget, _) = self.budget(now_ns);
-        let eligible = self.pods.eligible(&self.cfg, now_ns);
-        let targets = self.pods.split(budget, &eligible, self.cfg.split);
-        eligible.iter().zip(targets).any(|(p, t)| self.worth_growing(p, t, now_ns))
-    }
-
-    /// The ledger lets `pod` grow towards `target` by a step worth a message: at least
-    /// [`MIN_GROWTH_STEP`] of the target (and one milli-unit). Smaller steps wait for the
-    /// periodic renewal, so many pods confirming one by one do not each trigger a re-split.
-    fn worth_growing(&self, pod: &String, target: Quota, now_ns: u64) -> bool {
-        if !self.ledger.can_grow(pod, target, now_ns) {
-            return false;
-        }
-        let Some((_, live_until)) = self.grant_terms(now_ns) else { return false };
-        let claim = self.ledger.holder_claim(pod, now_ns);
-        let grant = self.grantable(pod, target, live_until, now_ns);
-        let step = |t: u64| ((t as f64 * MIN_GROWTH_STEP) as u64).max(1);
-        grant.rate_milli_per_s >= claim.rate_milli_per_s + step(target.rate_milli_per_s)
-            || grant.burst_milli >= claim.burst_milli + step(target.burst_milli)
-    }
-
-    /// The TTL of a pod lease cut now (nested in the current DC lease, if any) and until when
-    /// this manager counts it; `None` when it would be too short to issue.
-    fn grant_terms(&self, now_ns: u64) -> Option<(u64, u64)> {
-        let ttl_ms = match self.budget(now_ns).1 {
-            Some(e) => self.cfg.expiry.nested_ttl_ms(now_ns, e, self.cfg.pod_ttl_ms),
-            None => self.cfg.pod_ttl_ms,
-        };
-        (ttl_ms >= self.cfg.min_pod_ttl_ms).then(|| (ttl_ms, self.cfg.expiry.issuer_live_until_ns(now_ns, ttl_ms)))
-    }
-
-    /// Split the budget among eligible pods and issue their leases: to every pod (`Full`), or
-    /// only to pods that can grow by a worthwhile step (`GrowthOnly`, between renewals).
-    fn pass(&mut self, now_ns: u64, kind: Pass) -> Vec<DcOutput> {
-        if kind == Pass::Full {
-            self.last_pass_ns = Some(now_ns);
-            self.counters.passes_full += 1;
-        } else {
-            self.counters.passes_growth += 1;
-        }
-        self.ledger.expire(now_ns);
-        let (budget, _) = self.budget(now_ns);
-        self.note_floor_spent(now_ns);
-        self.ledger.set_capacity(budget);
-        let Some((ttl_ms, live_until)) = self.grant_terms(now_ns) else { return Vec::new() };
-        let eligible = self.pods.eligible(&self.cfg, now_ns);
-        let targets = self.pods.split(budget, &eligible, self.cfg.split);
-        // Shrinking pods first, so their freed share is visible before others grow.
-        let mut order: Vec<(String, Quota)> = eligible.into_iter().zip(targets).collect();
-        order.sort_by_cached_key(|(p, t)| {
-            let claim = self.ledger.holder_claim(p, now_ns);
-            (t.rate_milli_per_s as i128 - claim.rate_milli_per_s as i128, t.burst_milli)
-        });
-        let mut out = Vec::with_capacity(order.len());
-        for (pod, target) in order {
-            if kind == Pass::GrowthOnly && !self.worth_growing(&pod, target, now_ns) {
-                continue;
-            }
-            let quota = self.grantable(&pod, target, live_until, now_ns);
-            self.next_seq += 1;
-            let version = LeaseVersion::new(self.cfg.epoch, self.next_seq);
-            if self.ledger.grant(&pod, quota, version, live_until, now_ns).is_err() {
-                continue;
-            }
-            let view = &self.pods.views[&pod];
-            let basis_seq = view.last_seq;
-            self.counters.pod_leases_issued += 1;
-            out.push(DcOutput::PodLease(PodLease {
-                v: SCHEMA_VERSION,
-                limit: self.cfg.limit.clone(),
-                dc: self.cfg.dc.clone(),
-                pod: view.pod.clone(),
-                incarnation: view.incarnation,
-                issuer: self.cfg.instance.clone(),
-                version,
-                lease_id: format!("{}-{}-{}", self.cfg.instance, self.cfg.epoch, self.next_seq),
-                quota,
-                ttl_ms,
-                basis_seq,
-                limit_removed: self.limit_removed,
-            }));
-        }
-        out
     }
 }

@@ -167,3 +167,69 @@ fn a_lost_floor_counts_in_the_total_but_not_among_what_lasts() {
     assert_eq!(run(true), Ok(()));
     assert!(run(false).unwrap_err().contains("lasting leases 170.000/s burst 14.000 exceed capacity"));
 }
+
+/// The remembered sums (`totals.rs`) against the books, summed afresh, after every step of
+/// random grants, confirmations, closes, adoptions, expiries and capacity changes: the room a
+/// grant sees, the total and the lasting total at each instant asked about.
+#[test]
+fn remembered_sums_always_equal_the_books() {
+    let naive_room = |l: &Ledger<u8>, holder: u8, now: u64, lasting: bool| {
+        let others =
+            l.holders.iter().filter(|(k, _)| **k != holder).fold(Quota::ZERO, |s, (_, h)| {
+                s.saturating_add(if lasting { h.lasting_claim(now) } else { h.claim(now) })
+            });
+        l.capacity.saturating_sub(others)
+    };
+    for seed in 0..200u64 {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut l: Ledger<u8> = Ledger::new(Quota::per_s(1_000, 100), E);
+        let (mut now, mut seq) = (0u64, 0u64);
+        for step in 0..300 {
+            let holder = next(12) as u8;
+            let quota = Quota::new(next(400_000), next(40_000));
+            seq += 1;
+            match next(9) {
+                0..=3 => {
+                    let until = if next(10) == 0 { NEVER } else { now + 1 + next(50) };
+                    let _ = l.grant(&holder, quota, v(seq), until, now);
+                }
+                4 => {
+                    let newest = l.holders.get(&holder).and_then(|h| h.entries.last().map(|e| e.version));
+                    if let Some(version) = newest {
+                        let _ = l.confirm_in_use(&holder, version, now + next(5));
+                    }
+                }
+                5 => {
+                    let _ = l.close(&holder, now, now + 100);
+                }
+                6 => l.adopt(&holder, LeaseEntry { version: v(seq), quota, live_until_ns: now + 1 + next(50) }),
+                7 => l.set_capacity(Quota::new(200_000 + next(1_000_000), 10_000 + next(100_000))),
+                _ => {
+                    now += next(20);
+                    if next(2) == 0 {
+                        l.expire(now);
+                    }
+                }
+            }
+            // Ask about now and a later instant (a DC lease's end), as a pass does.
+            for at in [now, now + 10] {
+                for h in 0..12u8 {
+                    assert_eq!(l.headroom_for(&h, at), naive_room(&l, h, at, false), "seed {seed} step {step}");
+                    assert_eq!(l.lasting_headroom_for(&h, at), naive_room(&l, h, at, true), "seed {seed} step {step}");
+                }
+            }
+            let total = l.holders.values().fold(Quota::ZERO, |s, h| s.saturating_add(h.claim(now)));
+            assert_eq!(l.outstanding(now), total, "seed {seed} step {step}");
+            assert!(
+                l.check(now).is_ok() || !l.check(now).unwrap_err().starts_with("remembered"),
+                "seed {seed} step {step}"
+            );
+        }
+    }
+}

@@ -6,7 +6,11 @@ use serde::Serialize;
 
 /// User + system CPU seconds `pid` has used so far.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    cpu_seconds_of_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// User + system CPU seconds in the text of a `/proc/…/stat` file (a process's or a thread's).
+pub fn cpu_seconds_of_stat(stat: &str) -> Option<f64> {
     // Fields after the command (which may hold spaces) closed by the last ')': utime is the 12th.
     let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split_whitespace().collect();
     let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;

@@ -4,6 +4,8 @@ mod control_plane;
 mod cpu;
 mod keys;
 mod keys_load;
+mod light_pods;
+mod runtimes;
 
 use clap::Subcommand;
 use std::process::ExitCode;

@@ -24,6 +24,7 @@ impl World {
         }
         self.check_one_term_acts();
         self.check_pods_nest_in_their_issuers();
+        self.check_managers_books();
         self.check_removed_limit_admits_nothing(&per_dc);
         // The limit in force: a lowered R or B holds one DC-lease lifetime after the change.
         let limit = self.live.limit_in_force(self.now);
@@ -107,6 +108,21 @@ impl World {
     /// Sub-lease nesting, on ground truth: a lease a pod may spend is counted, in full, by the
     /// manager term that issued it (while that term lives; a dead term's pod leases are covered by
     /// its successor's quiet period and the DC check above).
+    /// Every running DC manager's ledger: its lasting leases within its capacity, and the sums it
+    /// remembers equal to its books (`Ledger::check`).
+    fn check_managers_books(&mut self) {
+        let mut breaches = Vec::new();
+        for dc in &self.dcs {
+            for m in dc.mgrs.iter().filter(|m| m.alive) {
+                let Some(core) = m.core.as_ref() else { continue };
+                if let Err(e) = core.ledger().check(m.clock.local(self.now)) {
+                    breaches.push(format!("{} manager ledger: {e}", core.config().instance));
+                }
+            }
+        }
+        breaches.into_iter().for_each(|msg| self.metrics.invariant(self.now, msg));
+    }
+
     fn check_pods_nest_in_their_issuers(&mut self) {
         for p in 0..self.pods.len() {
             let slot = &self.pods[p];

@@ -1,0 +1,116 @@
+//! The DC manager's splits: the whole budget among its pods (renewals, joins, new DC leases), or
+//! growth only (between renewals), and the batching that keeps joins and growth O(pods) per
+//! `event_pass_gap_ms`.
+
+use super::{DcManagerCore, DcOutput, Pass, MIN_GROWTH_STEP};
+use crate::quota::Quota;
+use crate::wire::{LeaseVersion, PodLease, SCHEMA_VERSION};
+
+impl DcManagerCore {
+    /// The split that joins or growth wait for: a full one if a pod joined, else a growth-only
+    /// one if some pod can grow.
+    pub(super) fn waiting_pass(&mut self, now_ns: u64) -> Vec<DcOutput> {
+        if self.join_waiting {
+            return self.pass(now_ns, Pass::Full);
+        }
+        if !self.growth_waiting {
+            return Vec::new();
+        }
+        self.growth_waiting = false;
+        self.last_work_ns = Some(now_ns);
+        if self.someone_can_grow(now_ns) {
+            return self.pass(now_ns, Pass::GrowthOnly);
+        }
+        Vec::new()
+    }
+
+    /// Some eligible pod is below its target and the ledger has room for it to grow.
+    pub(super) fn someone_can_grow(&self, now_ns: u64) -> bool {
+        let (budget, _) = self.budget(now_ns);
+        let eligible = self.pods.eligible(&self.cfg, now_ns);
+        let targets = self.pods.split(budget, &eligible, self.cfg.split);
+        eligible.iter().zip(targets).any(|(p, t)| self.worth_growing(p, t, now_ns))
+    }
+
+    /// The ledger lets `pod` grow towards `target` by a step worth a message: at least
+    /// [`MIN_GROWTH_STEP`] of the target (and one milli-unit). Smaller steps wait for the
+    /// periodic renewal, so many pods confirming one by one do not each trigger a re-split.
+    pub(super) fn worth_growing(&self, pod: &String, target: Quota, now_ns: u64) -> bool {
+        if !self.ledger.can_grow(pod, target, now_ns) {
+            return false;
+        }
+        let Some((_, live_until)) = self.grant_terms(now_ns) else { return false };
+        let claim = self.ledger.holder_claim(pod, now_ns);
+        let grant = self.grantable(pod, target, live_until, now_ns);
+        let step = |t: u64| ((t as f64 * MIN_GROWTH_STEP) as u64).max(1);
+        grant.rate_milli_per_s >= claim.rate_milli_per_s + step(target.rate_milli_per_s)
+            || grant.burst_milli >= claim.burst_milli + step(target.burst_milli)
+    }
+
+    /// The TTL of a pod lease cut now (nested in the current DC lease, if any) and until when
+    /// this manager counts it; `None` when it would be too short to issue.
+    pub(super) fn grant_terms(&self, now_ns: u64) -> Option<(u64, u64)> {
+        let ttl_ms = match self.budget(now_ns).1 {
+            Some(e) => self.cfg.expiry.nested_ttl_ms(now_ns, e, self.cfg.pod_ttl_ms),
+            None => self.cfg.pod_ttl_ms,
+        };
+        (ttl_ms >= self.cfg.min_pod_ttl_ms).then(|| (ttl_ms, self.cfg.expiry.issuer_live_until_ns(now_ns, ttl_ms)))
+    }
+
+    /// Split the budget among eligible pods and issue their leases: to every pod (`Full`), or
+    /// only to pods that can grow by a worthwhile step (`GrowthOnly`, between renewals).
+    pub(super) fn pass(&mut self, now_ns: u64, kind: Pass) -> Vec<DcOutput> {
+        if kind == Pass::Full {
+            self.last_pass_ns = Some(now_ns);
+            self.join_waiting = false;
+            self.counters.passes_full += 1;
+        } else {
+            self.counters.passes_growth += 1;
+        }
+        self.growth_waiting = false;
+        self.last_work_ns = Some(now_ns);
+        self.ledger.expire(now_ns);
+        let (budget, _) = self.budget(now_ns);
+        self.note_floor_spent(now_ns);
+        self.ledger.set_capacity(budget);
+        let Some((ttl_ms, live_until)) = self.grant_terms(now_ns) else { return Vec::new() };
+        let eligible = self.pods.eligible(&self.cfg, now_ns);
+        let targets = self.pods.split(budget, &eligible, self.cfg.split);
+        // Shrinking pods first, so their freed share is visible before others grow.
+        let mut order: Vec<(String, Quota)> = eligible.into_iter().zip(targets).collect();
+        order.sort_by_cached_key(|(p, t)| {
+            let claim = self.ledger.holder_claim(p, now_ns);
+            (t.rate_milli_per_s as i128 - claim.rate_milli_per_s as i128, t.burst_milli)
+        });
+        let mut out = Vec::with_capacity(order.len());
+        for (pod, target) in order {
+            if kind == Pass::GrowthOnly && !self.worth_growing(&pod, target, now_ns) {
+                continue;
+            }
+            let quota = self.grantable(&pod, target, live_until, now_ns);
+            self.next_seq += 1;
+            let version = LeaseVersion::new(self.cfg.epoch, self.next_seq);
+            if self.ledger.grant(&pod, quota, version, live_until, now_ns).is_err() {
+                continue;
+            }
+            let view = &self.pods.views[&pod];
+            let basis_seq = view.last_seq;
+            self.counters.pod_leases_issued += 1;
+            out.push(DcOutput::PodLease(PodLease {
+                v: SCHEMA_VERSION,
+                limit: self.cfg.limit.clone(),
+                dc: self.cfg.dc.clone(),
+                pod: view.pod.clone(),
+                incarnation: view.incarnation,
+                issuer: self.cfg.instance.clone(),
+                version,
+                lease_id: format!("{}-{}-{}", self.cfg.instance, self.cfg.epoch, self.next_seq),
+                quota,
+                ttl_ms,
+                basis_seq,
+                limit_removed: self.limit_removed,
+            }));
+        }
+        out
+    }
+}

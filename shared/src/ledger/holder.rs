@@ -1,0 +1,52 @@
+//! One holder's leases on the books, and what it claims of the capacity (see the module docs of
+//! [`ledger`](super)).
+
+use super::{LeaseEntry, NEVER};
+use crate::quota::Quota;
+use crate::wire::LeaseVersion;
+
+#[derive(Clone, Debug, Default)]
+pub(super) struct HolderLeases {
+    pub(super) entries: Vec<LeaseEntry>,
+    pub(super) last_version: Option<LeaseVersion>,
+    pub(super) closed_until_ns: Option<u64>,
+    /// Entries below this version that expire by themselves are inherited.
+    pub(super) inherited_below: Option<LeaseVersion>,
+    /// Its entries count in the total but never among what lasts, never-expiring ones included:
+    /// a holder on its way out ([`Ledger::adopt_outgoing`]).
+    pub(super) outgoing: bool,
+}
+
+impl HolderLeases {
+    pub(super) fn claim(&self, now_ns: u64) -> Quota {
+        self.entries.iter().filter(|e| e.live_until_ns > now_ns).fold(Quota::ZERO, |m, e| m.max(e.quota))
+    }
+
+    fn inherited(&self, e: &LeaseEntry) -> bool {
+        e.live_until_ns != NEVER && self.inherited_below.is_some_and(|b| e.version < b)
+    }
+
+    /// The claim of the entries that last (see the module docs). A never-expiring entry below
+    /// a newer never-expiring one (a floor lowered, not yet confirmed) is not among them: it
+    /// keeps counting in the total until the holder confirms, but it is on its way out, as an
+    /// inherited lease is.
+    pub(super) fn lasting_claim(&self, now_ns: u64) -> Quota {
+        if self.outgoing {
+            return Quota::ZERO;
+        }
+        let newest_never = self.entries.iter().filter(|e| e.live_until_ns == NEVER).map(|e| e.version).max();
+        let superseded = |e: &LeaseEntry| e.live_until_ns == NEVER && newest_never.is_some_and(|n| e.version < n);
+        self.entries
+            .iter()
+            .filter(|e| e.live_until_ns > now_ns && !self.inherited(e) && !superseded(e))
+            .fold(Quota::ZERO, |m, e| m.max(e.quota))
+    }
+
+    /// Every entry held now becomes inherited.
+    pub(super) fn inherit_all(&mut self) {
+        if let Some(v) = self.entries.iter().map(|e| e.version).max() {
+            let next = LeaseVersion::new(v.epoch, v.seq.saturating_add(1));
+            self.inherited_below = Some(self.inherited_below.map_or(next, |b| b.max(next)));
+        }
+    }
+}

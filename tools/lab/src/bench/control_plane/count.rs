@@ -1,0 +1,269 @@
+//! The steady state: every message and KV write counted for the measuring time, the CPU each
+//! service used, the gaps between a pod's lease messages.
+
+use super::{Args, PeriodsMs, Running};
+use futures::StreamExt;
+use leasehold_sim::percentiles::Percentiles;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// The kind of message a subject carries.
+pub(super) fn kind(subject: &str) -> &'static str {
+    if subject.starts_with("$KV.lh_ledger.") {
+        "kv_ledger_write"
+    } else if subject.starts_with("$KV.lh_leaders.dc.") {
+        "kv_dc_leader_write"
+    } else if subject.starts_with("$KV.lh_leaders.") {
+        "kv_coordinator_leader_write"
+    } else if subject.starts_with("lh.dc.") {
+        "dc_report"
+    } else if subject.starts_with("lh.pod.") && subject.ends_with(".report") {
+        "pod_report"
+    } else if subject.starts_with("lh.pod.") && subject.ends_with(".lease") {
+        "pod_lease"
+    } else {
+        "other"
+    }
+}
+
+/// The items in a batch (its one array of items), 0 for anything else.
+pub(super) fn items(payload: &[u8]) -> u64 {
+    let Ok(serde_json::Value::Object(m)) = serde_json::from_slice::<serde_json::Value>(payload) else { return 0 };
+    ["reports", "leases", "returns", "acks"].iter().find_map(|k| m.get(*k)?.as_array()).map_or(0, |a| a.len() as u64)
+}
+
+/// What the monitor saw in the measuring time.
+pub(super) struct Counted {
+    secs: f64,
+    counts: BTreeMap<&'static str, u64>,
+    items: BTreeMap<&'static str, u64>,
+    bytes: u64,
+    lease_gap_us: Percentiles,
+    passes_full: u64,
+    passes_growth: u64,
+    cpu_s_per_s: CpuSPerS,
+    malformed: u64,
+    /// The same gaps, seen by the monitor's connection (not the pods').
+    monitor_gap_us: Percentiles,
+}
+
+/// CPU seconds per second used by each service's threads (its NATS client included).
+#[derive(Clone, Serialize)]
+pub(super) struct CpuSPerS {
+    coordinator: Option<f64>,
+    /// Each DC's manager.
+    dc_managers: Vec<Option<f64>>,
+    /// The bench's simulated pods (not a Leasehold service).
+    bench_pods: Option<f64>,
+}
+
+/// CPU seconds used so far by the coordinator, each DC manager and the pods.
+fn cpu_now(r: &Running) -> (Option<f64>, Vec<Option<f64>>, Option<f64>) {
+    (r.coordinator.0.cpu_seconds(), r.managers.iter().map(|m| m.1.cpu_seconds()).collect(), r.pods_rt.cpu_seconds())
+}
+
+fn passes(r: &Running) -> (u64, u64) {
+    r.managers.iter().fold((0, 0), |(f, g), m| {
+        let s = m.2.status.borrow();
+        (f + s.totals.passes_full, g + s.totals.passes_growth)
+    })
+}
+
+/// Count every message on `lh.>` and every KV write on `$KV.>` for `duration`.
+pub(super) async fn count(r: &Running, duration: Duration) -> Result<Counted, String> {
+    let monitor = &r.monitor;
+    let mut all = monitor.subscribe("lh.>").await.map_err(|e| e.to_string())?;
+    let mut kv = monitor.subscribe("$KV.>").await.map_err(|e| e.to_string())?;
+    monitor.flush().await.map_err(|e| e.to_string())?;
+    r.fleet.start_measuring();
+    let start = Instant::now();
+    let cpu_before = cpu_now(r);
+    let passes_before = passes(r);
+    let end = start + duration;
+    let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut items_seen: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut bytes: u64 = 0;
+    let mut last_lease: std::collections::HashMap<String, Instant> = Default::default();
+    let mut monitor_gap_us = Percentiles::new();
+    loop {
+        let msg = tokio::select! {
+            m = all.next() => m,
+            m = kv.next() => m,
+            _ = tokio::time::sleep_until(end.into()) => None,
+        };
+        let Some(msg) = msg else { break };
+        let k = kind(msg.subject.as_str());
+        *counts.entry(k).or_default() += 1;
+        if !k.starts_with("kv_") {
+            *items_seen.entry(k).or_default() += items(&msg.payload);
+        }
+        bytes += msg.payload.len() as u64;
+        if k == "pod_lease" {
+            let now = Instant::now();
+            if let Some(prev) = last_lease.insert(msg.subject.to_string(), now) {
+                monitor_gap_us.record(now.duration_since(prev).as_micros() as u64);
+            }
+        }
+    }
+
+    let secs = start.elapsed().as_secs_f64();
+    let cpu_after = cpu_now(r);
+    let passes_after = passes(r);
+    let per_s = |a: Option<f64>, b: Option<f64>| Some(round((b? - a?) / secs));
+    Ok(Counted {
+        secs,
+        counts,
+        items: items_seen,
+        bytes,
+        lease_gap_us: r.fleet.lease_gap_us(),
+        passes_full: passes_after.0 - passes_before.0,
+        passes_growth: passes_after.1 - passes_before.1,
+        malformed: r.fleet.malformed(),
+        monitor_gap_us,
+        cpu_s_per_s: CpuSPerS {
+            coordinator: per_s(cpu_before.0, cpu_after.0),
+            dc_managers: cpu_before.1.iter().zip(&cpu_after.1).map(|(a, b)| per_s(*a, *b)).collect(),
+            bench_pods: per_s(cpu_before.2, cpu_after.2),
+        },
+    })
+}
+
+pub(super) fn round(x: f64) -> f64 {
+    (x * 1_000.0).round() / 1_000.0
+}
+
+/// The bench's one JSON line.
+#[derive(Serialize)]
+pub(super) struct Summary {
+    pods_per_dc: usize,
+    dcs: usize,
+    limits: usize,
+    duration_s: f64,
+    periods_ms: PeriodsMs,
+    msgs_per_s: BTreeMap<&'static str, f64>,
+    /// Items (one per limit) inside those messages, per second.
+    items_per_s: BTreeMap<&'static str, f64>,
+    bytes_per_s: f64,
+    per_pod: PerPod,
+    per_dc: PerDc,
+    per_limit: PerLimit,
+    kv_writes_per_s: KvWritesPerS,
+    cpu_s_per_s: CpuSPerS,
+    /// Time between two lease messages to one pod.
+    lease_gap_ms: LeaseGapMs,
+    pub(super) lease_gap_p99_within_1_1_renew_periods: bool,
+    /// The gap's p99 as the monitor's connection sees it (the bench's pods share one reader).
+    monitor_lease_gap_p99_ms: f64,
+    /// Splits per second, over every DC manager and limit.
+    dc_passes_per_s: DcPassesPerS,
+    pub(super) join_storm: Option<super::storm::JoinStorm>,
+    /// Lease batches the pods could not read (0 unless the protocol broke).
+    lease_batches_malformed: u64,
+}
+
+#[derive(Serialize)]
+struct PerPod {
+    /// Report messages a pod sends per second (one per period, whatever the limits).
+    reports_per_s: f64,
+    /// Lease messages a pod receives per second.
+    leases_per_s: f64,
+    /// Per-limit reports and leases inside them, per second.
+    report_items_per_s: f64,
+    lease_items_per_s: f64,
+    bytes_per_s: f64,
+}
+
+#[derive(Serialize)]
+struct PerDc {
+    dc_reports_per_s: f64,
+    dc_report_items_per_s: f64,
+    kv_leader_writes_per_s: f64,
+    /// Every message on `lh.>` of the DC's pods and manager.
+    msgs_per_s: f64,
+}
+
+#[derive(Serialize)]
+struct PerLimit {
+    /// Report and lease items per second, over every pod, for one limit.
+    pod_items_per_s: f64,
+    ledger_writes_per_s: f64,
+}
+
+#[derive(Serialize)]
+struct KvWritesPerS {
+    ledger: f64,
+    coordinator_leader: f64,
+    dc_leader: f64,
+}
+
+#[derive(Serialize)]
+struct LeaseGapMs {
+    p50: f64,
+    p99: f64,
+    max: f64,
+}
+
+#[derive(Serialize)]
+struct DcPassesPerS {
+    full: f64,
+    growth: f64,
+}
+
+/// Rates per second (rounded to 0.001).
+pub(super) fn summarize(a: &Args, periods_ms: PeriodsMs, c: &Counted) -> Summary {
+    let rate = |k: &str| c.counts.get(k).copied().unwrap_or(0) as f64 / c.secs;
+    let item_rate = |k: &str| c.items.get(k).copied().unwrap_or(0) as f64 / c.secs;
+    let pods = (a.pods * a.dcs) as f64;
+    let dcs = a.dcs as f64;
+    let gap_ms = |us: Option<u64>| us.map_or(0.0, |us| us as f64 / 1_000.0);
+    let gap_p99 = gap_ms(c.lease_gap_us.at(0.99));
+    let pod_msgs = ["pod_report", "pod_lease", "dc_report"].iter().map(|k| rate(k)).sum::<f64>();
+    Summary {
+        pods_per_dc: a.pods,
+        dcs: a.dcs,
+        limits: a.limits,
+        duration_s: round(c.secs),
+        msgs_per_s: c.counts.keys().map(|&k| (k, round(rate(k)))).collect(),
+        items_per_s: c.items.iter().filter(|(_, &n)| n > 0).map(|(&k, _)| (k, round(item_rate(k)))).collect(),
+        bytes_per_s: round(c.bytes as f64 / c.secs),
+        per_pod: PerPod {
+            reports_per_s: round(rate("pod_report") / pods),
+            leases_per_s: round(rate("pod_lease") / pods),
+            report_items_per_s: round(item_rate("pod_report") / pods),
+            lease_items_per_s: round(item_rate("pod_lease") / pods),
+            bytes_per_s: round(c.bytes as f64 / c.secs / pods),
+        },
+        per_dc: PerDc {
+            dc_reports_per_s: round(rate("dc_report") / dcs),
+            dc_report_items_per_s: round(item_rate("dc_report") / dcs),
+            kv_leader_writes_per_s: round(rate("kv_dc_leader_write") / dcs),
+            msgs_per_s: round(pod_msgs / dcs),
+        },
+        per_limit: PerLimit {
+            pod_items_per_s: round((item_rate("pod_report") + item_rate("pod_lease")) / a.limits as f64),
+            ledger_writes_per_s: round(rate("kv_ledger_write") / a.limits as f64),
+        },
+        kv_writes_per_s: KvWritesPerS {
+            ledger: round(rate("kv_ledger_write")),
+            coordinator_leader: round(rate("kv_coordinator_leader_write")),
+            dc_leader: round(rate("kv_dc_leader_write")),
+        },
+        cpu_s_per_s: c.cpu_s_per_s.clone(),
+        lease_gap_ms: LeaseGapMs {
+            p50: round(gap_ms(c.lease_gap_us.at(0.5))),
+            p99: round(gap_p99),
+            max: round(gap_ms(c.lease_gap_us.max())),
+        },
+        monitor_lease_gap_p99_ms: round(gap_ms(c.monitor_gap_us.at(0.99))),
+        lease_gap_p99_within_1_1_renew_periods: c.lease_gap_us.count() > 0
+            && gap_p99 <= periods_ms.pod_renew as f64 * 1.1,
+        dc_passes_per_s: DcPassesPerS {
+            full: round(c.passes_full as f64 / c.secs),
+            growth: round(c.passes_growth as f64 / c.secs),
+        },
+        join_storm: None,
+        lease_batches_malformed: c.malformed,
+        periods_ms,
+    }
+}

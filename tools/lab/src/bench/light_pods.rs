@@ -1,0 +1,232 @@
+//! Pods as docs/PROTOCOL.md "Writing a pod in another language" describes them, many to a NATS
+//! connection, so that `bench control-plane` can put 10,000 pods on one DC manager from one
+//! process. Each pod reports every limit once per report period (`PodReports`, a steady demand)
+//! and puts the newest lease version it received per limit in `lease_in_use`; it enforces
+//! nothing (the bench measures the control plane, not admissions).
+
+use futures::StreamExt;
+use leasehold_shared::subjects::{self, PodChannel};
+use leasehold_shared::wire::{self, LeaseVersion, PodLeases, PodReport, PodReports};
+use leasehold_sim::percentiles::Percentiles;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Requests each pod offers per report period (its demand).
+const OFFERED_PER_REPORT: u64 = 5;
+/// How often a connection's task looks for pods whose report is due.
+const REPORT_TICK: Duration = Duration::from_millis(5);
+
+struct PodState {
+    dc: String,
+    id: String,
+    incarnation: u64,
+    seq: u64,
+    next_report_at: Instant,
+    last_report_at: Instant,
+    /// Per limit, the newest lease version received.
+    in_use: BTreeMap<String, LeaseVersion>,
+    joined_at: Instant,
+    /// When the pod first held a lease of every limit.
+    all_leased_at: Option<Instant>,
+    last_lease_msg_at: Option<Instant>,
+}
+
+#[derive(Default)]
+struct Books {
+    pods: HashMap<(String, String), PodState>,
+    /// Time between two lease messages to one pod, recorded while `measuring`.
+    lease_gap_us: Percentiles,
+    measuring: bool,
+    malformed: u64,
+}
+
+/// The pods, their report tasks and the one subscription that reads every pod's leases.
+pub struct Fleet {
+    books: Arc<Mutex<Books>>,
+    limits: Arc<Vec<String>>,
+    report_interval: Duration,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Join times of a set of pods: from its first report to holding a lease of every limit.
+pub struct Joined {
+    pub held: usize,
+    pub of: usize,
+    pub latency_ms: Percentiles,
+}
+
+impl Fleet {
+    /// A fleet reading every pod's leases (`lh.pod.*.*.lease`) on `leases`.
+    pub async fn new(
+        leases: async_nats::Client,
+        limits: Vec<String>,
+        report_interval: Duration,
+    ) -> Result<Self, String> {
+        let books = Arc::new(Mutex::new(Books::default()));
+        let subject = format!("{}.pod.*.*.lease", subjects::PREFIX);
+        let mut sub = leases.subscribe(subject).await.map_err(|e| e.to_string())?;
+        leases.flush().await.map_err(|e| e.to_string())?;
+        let (reader_books, n) = (books.clone(), limits.len());
+        let reader = tokio::spawn(async move {
+            while let Some(msg) = sub.next().await {
+                on_leases(&reader_books, n, &msg.payload, Instant::now());
+            }
+        });
+        Ok(Fleet { books, limits: Arc::new(limits), report_interval, tasks: vec![reader] })
+    }
+
+    /// Start `ids` (pod ids in `dc`) on `client`, their reports spread over one period.
+    pub fn add(&mut self, client: async_nats::Client, dc: &str, ids: Vec<String>) {
+        let now = Instant::now();
+        let n = ids.len().max(1) as u32;
+        let mut keys = Vec::with_capacity(ids.len());
+        {
+            let mut books = self.books.lock().expect("fleet books");
+            for (i, id) in ids.into_iter().enumerate() {
+                let key = (dc.to_string(), id.clone());
+                let phase = self.report_interval * i as u32 / n;
+                books.pods.insert(
+                    key.clone(),
+                    PodState {
+                        dc: dc.to_string(),
+                        id,
+                        incarnation: rand::random::<u64>() >> 12,
+                        seq: 0,
+                        next_report_at: now + phase,
+                        last_report_at: now,
+                        in_use: BTreeMap::new(),
+                        joined_at: now,
+                        all_leased_at: None,
+                        last_lease_msg_at: None,
+                    },
+                );
+                keys.push(key);
+            }
+        }
+        let (books, limits, period) = (self.books.clone(), self.limits.clone(), self.report_interval);
+        self.tasks.push(tokio::spawn(report_loop(client, books, limits, period, keys)));
+    }
+
+    /// Record lease gaps from now on (the joins before are not steady state).
+    pub fn start_measuring(&self) {
+        let mut books = self.books.lock().expect("fleet books");
+        books.measuring = true;
+        books.lease_gap_us = Percentiles::new();
+    }
+
+    pub fn lease_gap_us(&self) -> Percentiles {
+        self.books.lock().expect("fleet books").lease_gap_us.clone()
+    }
+
+    pub fn malformed(&self) -> u64 {
+        self.books.lock().expect("fleet books").malformed
+    }
+
+    /// How many of `ids` in `dc` hold a lease of every limit, and how long each took.
+    pub fn joined(&self, dc: &str, ids: &[String]) -> Joined {
+        let books = self.books.lock().expect("fleet books");
+        let mut latency_ms = Percentiles::new();
+        let mut held = 0;
+        for id in ids {
+            let Some(p) = books.pods.get(&(dc.to_string(), id.clone())) else { continue };
+            if let Some(at) = p.all_leased_at {
+                held += 1;
+                latency_ms.record(at.duration_since(p.joined_at).as_millis() as u64);
+            }
+        }
+        Joined { held, of: ids.len(), latency_ms }
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        self.tasks.iter().for_each(|t| t.abort());
+    }
+}
+
+fn on_leases(books: &Mutex<Books>, limits: usize, payload: &[u8], now: Instant) {
+    let mut guard = books.lock().expect("fleet books");
+    let books = &mut *guard;
+    let Ok(batch) = wire::decode::<PodLeases>(payload) else {
+        books.malformed += 1;
+        return;
+    };
+    let Some(pod) = books.pods.get_mut(&(batch.dc, batch.pod)) else { return };
+    if let Some(prev) = pod.last_lease_msg_at.replace(now) {
+        if books.measuring {
+            books.lease_gap_us.record(now.duration_since(prev).as_micros() as u64);
+        }
+    }
+    for lease in batch.leases.iter().filter(|l| l.incarnation == pod.incarnation) {
+        let newest = pod.in_use.entry(lease.limit.clone()).or_insert(lease.version);
+        *newest = (*newest).max(lease.version);
+    }
+    if pod.all_leased_at.is_none() && pod.in_use.len() == limits {
+        pod.all_leased_at = Some(now);
+    }
+}
+
+/// Every `REPORT_TICK`, send the due pods' reports (one batch per pod, an item per limit).
+async fn report_loop(
+    client: async_nats::Client,
+    books: Arc<Mutex<Books>>,
+    limits: Arc<Vec<String>>,
+    period: Duration,
+    keys: Vec<(String, String)>,
+) {
+    let mut tick = tokio::time::interval(REPORT_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = Instant::now();
+        let due: Vec<(String, Vec<u8>)> = {
+            let mut books = books.lock().expect("fleet books");
+            keys.iter()
+                .filter_map(|k| {
+                    let p = books.pods.get_mut(k)?;
+                    (p.next_report_at <= now).then(|| report(p, &limits, period, now))
+                })
+                .collect()
+        };
+        for (subject, body) in due {
+            if client.publish(subject, body.into()).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+fn report(p: &mut PodState, limits: &[String], period: Duration, now: Instant) -> (String, Vec<u8>) {
+    p.seq += 1;
+    let interval_ms = now.duration_since(p.last_report_at).as_millis().clamp(1, 600_000) as u64;
+    p.last_report_at = now;
+    p.next_report_at += period;
+    if p.next_report_at < now {
+        p.next_report_at = now + period;
+    }
+    let reports = limits
+        .iter()
+        .map(|limit| PodReport {
+            v: wire::SCHEMA_VERSION,
+            limit: limit.clone(),
+            dc: p.dc.clone(),
+            pod: p.id.clone(),
+            incarnation: p.incarnation,
+            seq: p.seq,
+            interval_ms,
+            offered: OFFERED_PER_REPORT,
+            admitted: OFFERED_PER_REPORT,
+            rejected: 0,
+            queued: 0,
+            errors: 0,
+            upstream_429: 0,
+            healthy: true,
+            draining: false,
+            weight: 1.0,
+            lease_in_use: p.in_use.get(limit).copied(),
+        })
+        .collect();
+    let subject = subjects::pod(&p.dc, &p.id, PodChannel::Report).expect("bench pod ids are valid");
+    (subject, wire::encode(&PodReports::new(&p.dc, &p.id, reports)))
+}
