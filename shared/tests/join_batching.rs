@@ -36,6 +36,9 @@ fn a_thousand_pods_joining_at_once_cost_a_few_splits_and_each_holds_a_token_with
         dc.report(&pod(i), joined_at + i as u64 * (TICK_MS * MS / PODS as u64), true, false);
     }
     let storm_end = joined_at + TICK_MS * MS;
+    // The sums the ledger remembers after the report-driven splits (a tick's report expires
+    // the books and forgets them).
+    dc.core.ledger().check(storm_end).expect("the manager's books hold after the storm's splits");
     let out = dc.core.tick(storm_end);
     dc.absorb(out);
     let c = dc.core.counters().clone();

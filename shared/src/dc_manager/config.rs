@@ -149,6 +149,12 @@ impl DcManagerConfig {
                 self.pod_ttl_ms, self.renew_interval_ms
             ));
         }
+        if self.event_pass_gap_ms > self.renew_interval_ms {
+            return Err(format!(
+                "event_pass_gap_ms ({}) must be at most renew_interval_ms ({})",
+                self.event_pass_gap_ms, self.renew_interval_ms
+            ));
+        }
         if !(0.0..=1.0).contains(&self.ewma_alpha) || self.ewma_alpha == 0.0 {
             return Err(format!("ewma_alpha must be in (0, 1], got {}", self.ewma_alpha));
         }

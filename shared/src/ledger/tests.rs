@@ -208,7 +208,21 @@ fn remembered_sums_always_equal_the_books() {
                 5 => {
                     let _ = l.close(&holder, now, now + 100);
                 }
-                6 => l.adopt(&holder, LeaseEntry { version: v(seq), quota, live_until_ns: now + 1 + next(50) }),
+                6 => {
+                    let live_until_ns = if next(4) == 0 { NEVER } else { now + 1 + next(50) };
+                    let entry = LeaseEntry { version: v(seq), quota, live_until_ns };
+                    match next(4) {
+                        0 => l.adopt(&holder, entry),
+                        1 => l.adopt_as(&holder, entry, false),
+                        2 => l.adopt_outgoing(&holder, entry),
+                        _ => {
+                            let oldest = l.holders.get(&holder).and_then(|h| h.entries.first().map(|e| e.version));
+                            if let Some(version) = oldest {
+                                l.count_until(&holder, version, now + next(80));
+                            }
+                        }
+                    }
+                }
                 7 => l.set_capacity(Quota::new(200_000 + next(1_000_000), 10_000 + next(100_000))),
                 _ => {
                     now += next(20);

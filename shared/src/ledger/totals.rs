@@ -57,8 +57,10 @@ pub(super) struct Totals {
     pub(super) lasting: Sum,
 }
 
-/// Instants remembered at once: a pass asks about now and each counted DC lease's end.
-const MAX_INSTANTS: usize = 8;
+/// Instants remembered at once: a pass asks about now, now + the egress spread and each counted
+/// DC lease's end (up to about `dc_ttl_ms / renew` of them while acks wait), in turn for every
+/// grant; fewer than it asks about and each would miss, and a pass would be O(pods²) again.
+const MAX_INSTANTS: usize = 64;
 
 /// Remembered [`Totals`]. A clone starts empty (it is recomputed on first use).
 #[derive(Debug, Default)]
@@ -87,6 +89,10 @@ impl TotalsCache {
 
     pub(super) fn remember(&self, totals: Totals) {
         let mut held = self.held();
+        // Never two entries for one instant (`shift` adjusts the first it finds).
+        if held.iter().any(|t| t.at_ns == totals.at_ns) {
+            return;
+        }
         if held.len() >= MAX_INSTANTS {
             held.remove(0);
         }

@@ -145,6 +145,10 @@ pub struct ModelConfig {
     pub faulty_pods: Vec<usize>,
     /// Kinds of message that may be lost, duplicated or reordered (empty: all).
     pub faulty_messages: Vec<MsgKind>,
+    /// The DC managers' `event_pass_gap_ms`. 0 (the default here): every report that calls for
+    /// a split splits at once, so the model explores a split after every report. Above 0: joins
+    /// and growth wait for the gap or the next tick, as in production.
+    pub event_pass_gap_ms: u64,
     pub bugs: BugSwitches,
 }
 
@@ -158,6 +162,7 @@ impl Default for ModelConfig {
             coordinators: 2,
             floor_rate_milli_per_s: 10_000,
             floor_burst_milli: 2_000,
+            event_pass_gap_ms: 0,
             emergency_milli: None,
             offered_per_report: vec![30, 10],
             demand_schedule: Vec::new(),

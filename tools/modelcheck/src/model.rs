@@ -66,11 +66,9 @@ pub fn manager_config(cfg: &ModelConfig, dc: usize, epoch: u64) -> DcManagerConf
     c.heartbeat_timeout_ms = cfg.tick_ms * 3;
     c.expiry = expiry(cfg);
     c.min_pod_ttl_ms = cfg.tick_ms / 2;
-    // Every event that calls for a split splits at once, as before joins were batched, so the
-    // model keeps exploring a split after every report. The batching changes only when splits
-    // run, never what a split may grant (the ledger's rules hold at every grant); with a gap,
-    // the model did not reach the quiet-period negative control within its bound.
-    c.event_pass_gap_ms = 0;
+    // 0 in the presets: a split after every report that calls for one; `bounded_run_with_
+    // batched_splits…` runs the production gap.
+    c.event_pass_gap_ms = cfg.event_pass_gap_ms;
     c.bugs = cfg.bugs.known_bugs();
     if let Some((rate, burst)) = cfg.emergency_milli {
         c.fail_mode = FailMode::BestEffort { emergency: Quota::new(rate, burst) };

@@ -31,6 +31,18 @@ fn bounded_ci_run_finds_no_violation() {
     assert!(out.max_depth >= 25, "the search went past the first steps: depth {}", out.max_depth);
 }
 
+/// The same bound with joins and growth batched as in production (`event_pass_gap_ms` above a
+/// tick: a report's split waits for the next tick), so the states the batching adds (a report
+/// handled without a split, a tick that splits before it is due) are explored too.
+#[test]
+fn bounded_run_with_batched_splits_finds_no_violation() {
+    let mut cfg = presets::ci();
+    cfg.event_pass_gap_ms = 2 * cfg.tick_ms;
+    let out = run(&cfg, 120_000);
+    assert!(out.counterexample.is_none(), "{:?}", out.counterexample.map(|c| c.trace));
+    assert_eq!(out.states, 120_000, "the bound, not an early end, stopped the search");
+}
+
 /// A limit lowered live by the leading term, with a second fault: never above the old limit,
 /// within the new one from one DC-lease lifetime after the change.
 #[test]

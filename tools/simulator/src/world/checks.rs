@@ -105,9 +105,6 @@ impl World {
         }
     }
 
-    /// Sub-lease nesting, on ground truth: a lease a pod may spend is counted, in full, by the
-    /// manager term that issued it (while that term lives; a dead term's pod leases are covered by
-    /// its successor's quiet period and the DC check above).
     /// Every running DC manager's ledger: its lasting leases within its capacity, and the sums it
     /// remembers equal to its books (`Ledger::check`).
     fn check_managers_books(&mut self) {
@@ -123,6 +120,9 @@ impl World {
         breaches.into_iter().for_each(|msg| self.metrics.invariant(self.now, msg));
     }
 
+    /// Sub-lease nesting, on ground truth: a lease a pod may spend is counted, in full, by the
+    /// manager term that issued it (while that term lives; a dead term's pod leases are covered by
+    /// its successor's quiet period and the DC check above).
     fn check_pods_nest_in_their_issuers(&mut self) {
         for p in 0..self.pods.len() {
             let slot = &self.pods[p];
