@@ -156,14 +156,12 @@ impl<H: Ord + Clone> Ledger<H> {
 
     /// The most `holder` may be granted now: capacity minus everyone else's claims.
     pub fn headroom_for(&self, holder: &H, now_ns: u64) -> Quota {
-        let (own, _) = self.own_claims(holder, now_ns);
-        self.totals_at(now_ns).all.minus(own).room_in(self.capacity)
+        self.totals_at(now_ns).all.minus(self.holder_claim(holder, now_ns)).room_in(self.capacity)
     }
 
     /// Capacity minus everyone else's lasting claims (≥ [`Ledger::headroom_for`]).
     fn lasting_headroom_for(&self, holder: &H, now_ns: u64) -> Quota {
-        let (_, own) = self.own_claims(holder, now_ns);
-        self.totals_at(now_ns).lasting.minus(own).room_in(self.capacity)
+        self.totals_at(now_ns).lasting.minus(self.lasting_claim(holder, now_ns)).room_in(self.capacity)
     }
 
     fn lasting_claim(&self, holder: &H, now_ns: u64) -> Quota {

@@ -281,16 +281,6 @@ impl DcManagerCore {
         self.waiting_pass_unless_recent(now_ns)
     }
 
-    /// [`waiting_pass`](Self::waiting_pass), unless a split or growth check ran within the last
-    /// `event_pass_gap_ms` (then the next report after the gap, or the next tick, runs it).
-    fn waiting_pass_unless_recent(&mut self, now_ns: u64) -> Vec<DcOutput> {
-        let gap_ns = self.cfg.event_pass_gap_ms.saturating_mul(NS_PER_MS);
-        if self.last_work_ns.is_some_and(|t| now_ns.saturating_sub(t) < gap_ns) {
-            return Vec::new();
-        }
-        self.waiting_pass(now_ns)
-    }
-
     /// A pod returns its lease for good (graceful drain). Idempotent; always acknowledged.
     pub fn on_lease_return(&mut self, r: &LeaseReturn, now_ns: u64) -> Vec<DcOutput> {
         if r.dc != self.cfg.dc || r.limit != self.cfg.limit {

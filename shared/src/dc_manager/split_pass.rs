@@ -3,10 +3,21 @@
 //! `event_pass_gap_ms`.
 
 use super::{DcManagerCore, DcOutput, Pass, MIN_GROWTH_STEP};
+use crate::expiry::NS_PER_MS;
 use crate::quota::Quota;
 use crate::wire::{LeaseVersion, PodLease, SCHEMA_VERSION};
 
 impl DcManagerCore {
+    /// [`waiting_pass`](Self::waiting_pass), unless a split or growth check ran within the last
+    /// `event_pass_gap_ms` (then the next report after the gap, or the next tick, runs it).
+    pub(super) fn waiting_pass_unless_recent(&mut self, now_ns: u64) -> Vec<DcOutput> {
+        let gap_ns = self.cfg.event_pass_gap_ms.saturating_mul(NS_PER_MS);
+        if self.last_work_ns.is_some_and(|t| now_ns.saturating_sub(t) < gap_ns) {
+            return Vec::new();
+        }
+        self.waiting_pass(now_ns)
+    }
+
     /// The split that joins or growth wait for: a full one if a pod joined, else a growth-only
     /// one if some pod can grow.
     pub(super) fn waiting_pass(&mut self, now_ns: u64) -> Vec<DcOutput> {
