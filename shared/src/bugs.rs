@@ -66,4 +66,8 @@ pub struct KnownBugs {
     /// reads, an older one (a watch replaying the key's history, a delayed delivery after a
     /// direct read) included: a removed limit's best-effort allowance comes back.
     pub record_rules_take_any_revision: bool,
+    /// A DC-manager term that could not read the ledger directly (its DC cut off from the hub)
+    /// uses the floor and fail mode its watch delivered, which may be older than what its
+    /// predecessor confirmed: the floor the coordinator moved elsewhere is spent twice.
+    pub term_uses_watched_floor: bool,
 }

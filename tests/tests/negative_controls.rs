@@ -203,3 +203,43 @@ fn the_simulator_catches_record_rules_taken_from_an_older_revision() {
     println!("violations per seed with the rules taken from any revision: {per_seed:?}");
     assert!(per_seed.iter().sum::<u64>() > 0);
 }
+
+/// Floor moves from DC 0 to DC 1 at 20 s (DC 0's leader confirms its smaller floor, so DC 1 gets
+/// the rest) while DC 0's standby's ledger watch lags (15–60 s); DC 0 is cut off from the
+/// coordinators' side at 30 s and its leader crashes at 31 s, so the lagging standby takes over
+/// during the cut, when it cannot read the ledger. Violations, and terms begun unread.
+fn lagging_standby_takes_over_in_a_cut(bugs: KnownBugs, seed: u64) -> (u64, u64) {
+    use leasehold_sim::faults::{Fault, FaultKind};
+    use leasehold_sim::world::{limit_change_target, CHANGE_FLOORS};
+    let mut sc = Scenario::limit_change();
+    sc.bugs = bugs;
+    sc.duration_s = 90;
+    let fault = |at_s, kind, duration_s, target, amount| Fault { at_s, kind, duration_s, target, amount };
+    sc.fixed_faults = vec![
+        fault(15.0, FaultKind::WatchLag, 45.0, 0, 0.0),
+        fault(20.0, FaultKind::LimitChange, 60.0, limit_change_target(CHANGE_FLOORS, 0), 0.2),
+        fault(30.0, FaultKind::PartitionDcCoordinator, 25.0, 0, 0.0),
+        fault(31.0, FaultKind::DcManagerCrash, 5.0, 0, 0.0),
+    ];
+    let r = run_scenario(sc, seed, Policy::Leasehold);
+    (r.violations, r.terms_without_ledger)
+}
+
+#[test]
+fn a_standby_that_takes_over_in_a_cut_uses_no_floor_until_it_reads_the_ledger() {
+    for seed in 1..=4 {
+        let (violations, unread) = lagging_standby_takes_over_in_a_cut(KnownBugs::default(), seed);
+        assert_eq!(violations, 0, "seed {seed}");
+        assert!(unread >= 1, "seed {seed}: no term began unread: the path was not reached");
+    }
+}
+
+/// A term that cannot read the ledger falls back on the floor its lagging watch delivered: the
+/// floor DC 0 gave up is spent by DC 0 and DC 1 at once.
+#[test]
+fn the_simulator_catches_a_term_that_uses_its_watched_floor() {
+    let bugs = KnownBugs { term_uses_watched_floor: true, ..KnownBugs::default() };
+    let per_seed: Vec<u64> = (1..=4).map(|seed| lagging_standby_takes_over_in_a_cut(bugs, seed).0).collect();
+    println!("violations per seed with the watched floor used: {per_seed:?}");
+    assert!(per_seed.iter().sum::<u64>() > 0);
+}

@@ -22,8 +22,13 @@ pub struct Settings {
     /// Makes this clock run fast (+) or slow (−) by so many parts per million (chaos runs only;
     /// safety assumes it stays within `max_drift`).
     pub clock_drift_ppm: i64,
-    /// Replicas of the KV buckets if this replica creates them.
+    /// Replicas of the leader bucket (`lh_leaders`, in the DC's own JetStream) if this replica
+    /// creates it.
     pub replicas: usize,
+    /// The JetStream domain of the coordinators' cluster, which holds the ledger (`lh_ledger`),
+    /// when this DC runs its own NATS cluster joined to theirs by a leaf-node link (the
+    /// production topology: `nats/prod`). None: the ledger is in the server's own JetStream.
+    pub ledger_domain: Option<String>,
     /// The sans-I/O core's settings, for every limit served (`instance` and `epoch` are set at
     /// each takeover, `limit` per limit). `limit` names the one limit to serve; without it (or
     /// with `"*"`) the process serves every limit whose ledger record names its DC.
@@ -42,6 +47,7 @@ impl Default for Settings {
             clock_offset_ms: 0,
             clock_drift_ppm: 0,
             replicas: 1,
+            ledger_domain: None,
             manager: DcManagerConfig::new("", "", ""),
         }
     }
@@ -65,6 +71,13 @@ impl Settings {
                 "report_interval_ms ({}) must be positive and at most renew_interval_ms ({})",
                 self.report_interval_ms, self.manager.renew_interval_ms
             ));
+        }
+        if let Some(domain) = self.ledger_domain.as_deref() {
+            if domain.is_empty() || !domain.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                return bad(format!(
+                    "ledger_domain {domain:?} must be a JetStream domain name (letters, digits, '-', '_')"
+                ));
+            }
         }
         if self.leader_ttl_ms < 4 * self.report_interval_ms {
             return bad(format!("leader_ttl_ms ({}) must be at least 4 report intervals", self.leader_ttl_ms));

@@ -38,6 +38,12 @@ fn registry(status: watch::Receiver<Status>, limit: String, dc: String) -> Regis
             s.limits.iter().map(|(l, v)| ([("limit", l.clone()), ("dc", dc.clone())], f(v))).collect::<Vec<_>>()
         };
         m.gauge("leasehold_dc_leading", "1 when this replica leads its DC.", process, s.leading as u8 as f64)?;
+        m.gauge(
+            "leasehold_dc_ledger_read",
+            "1 when this replica leads and has read the ledger in its term (until then it uses no floor).",
+            process,
+            (s.leading && s.ledger_read) as u8 as f64,
+        )?;
         m.gauges(
             "leasehold_dc_allocated_rate_per_s",
             "Floor + DC lease the pods share.",
@@ -105,6 +111,8 @@ struct StatusBody {
     pod_leases_issued: u64,
     messages_malformed: u64,
     takeovers: u64,
+    /// Whether this term has read the ledger (until then it uses no floor).
+    ledger_read: bool,
     /// Per limit served: budget, DC lease, use and pods.
     limits: std::collections::BTreeMap<String, LimitBody>,
 }
@@ -139,6 +147,7 @@ async fn status_json(State(v): State<View>) -> Json<StatusBody> {
         pod_leases_issued: s.totals.pod_leases_issued,
         messages_malformed: s.messages_malformed,
         takeovers: s.takeovers,
+        ledger_read: s.ledger_read,
         limits: s
             .limits
             .iter()

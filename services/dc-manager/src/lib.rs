@@ -4,7 +4,8 @@
 //! limit: one process (with standbys) serves every limit of its DC, or the one its settings name.
 //! * leadership of the DC through the `lh_leaders` key `dc.<dc>` (see [`manager`]);
 //! * DC leases from the coordinator, by watching the limits' records in the `lh_ledger` bucket
-//!   (kept in groups of limits: `group.<n>` keys, each holding several limits' records);
+//!   (kept in groups of limits: `group.<n>` keys, each holding several limits' records), in the
+//!   coordinators' JetStream domain (`ledger_domain`; see [`ledger_link`]);
 //! * pod reports and returns on `lh.pod.<dc>.*.{report,return}`;
 //! * pod leases and return acks on `lh.pod.<dc>.<pod>.{lease,ack}`, DC reports on
 //!   `lh.dc.<dc>.report`: every limit's in one batch per destination (protocol v2, see
@@ -13,18 +14,19 @@
 
 pub mod config;
 mod http;
+pub mod ledger_link;
 pub mod manager;
 pub(crate) mod outbox;
 mod status;
 
 use futures::StreamExt;
-use leasehold_nats::connect::jetstream;
+use leasehold_nats::connect::{jetstream, jetstream_in};
 use leasehold_nats::kv::{ensure_bucket, BucketSpec, KvError};
 use leasehold_shared::subjects::{self, PodChannel};
 use manager::{Manager, Status};
 use std::time::Duration;
 use thiserror::Error;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 #[derive(Debug, Error)]
 pub enum DcManagerError {
@@ -36,32 +38,6 @@ pub enum DcManagerError {
     Listen { addr: String, reason: String },
 }
 
-/// Keep a watch on the ledger's groups (`key`: one limit's group, or `>` for every group),
-/// re-opening it whenever it ends (server restart). Each value comes with its key and revision:
-/// the keys' kept history is delivered again, oldest first, each time the watch is opened.
-fn watch_records(ledger: async_nats::jetstream::kv::Store, key: String) -> mpsc::Receiver<(String, bytes::Bytes, u64)> {
-    let (tx, rx) = mpsc::channel(256);
-    tokio::spawn(async move {
-        loop {
-            if let Ok(mut w) = ledger.watch_with_history(&key).await {
-                while let Some(Ok(entry)) = w.next().await {
-                    if entry.operation != async_nats::jetstream::kv::Operation::Put {
-                        continue;
-                    }
-                    if tx.send((entry.key, entry.value, entry.revision)).await.is_err() {
-                        return;
-                    }
-                }
-            }
-            if tx.is_closed() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    });
-    rx
-}
-
 /// Run until `shutdown` turns true. `status` receives every change of [`Status`].
 pub async fn run(
     client: async_nats::Client,
@@ -69,12 +45,10 @@ pub async fn run(
     status: watch::Sender<Status>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), DcManagerError> {
+    // The DC's own JetStream holds its leader key (created here: only this DC's managers use
+    // it); the ledger lives in the coordinators' (`ledger_domain`), which creates it.
     let js = jetstream(client.clone());
-    let ledger = ensure_bucket(
-        &js,
-        &BucketSpec { history: 5, replicas: settings.replicas, ..BucketSpec::new(subjects::LEDGER_BUCKET) },
-    )
-    .await?;
+    let ledger = ledger_link::LedgerLink::new(jetstream_in(client.clone(), settings.ledger_domain.as_deref()));
     let leaders = ensure_bucket(
         &js,
         &BucketSpec { history: 1, replicas: settings.replicas, ..BucketSpec::new(subjects::LEADER_BUCKET) },
@@ -97,7 +71,7 @@ pub async fn run(
     let mut returns = subscribe(PodChannel::Return).await?;
     let key =
         if settings.serves_every_limit() { ">".to_string() } else { subjects::ledger_key(&limit).expect("validated") };
-    let mut records = watch_records(ledger.clone(), key);
+    let mut records = ledger_link::watch_records(ledger.clone(), key);
     let clock =
         leasehold_process::clock::LeaseClock::start_skewed(settings.clock_offset_ms as i64, settings.clock_drift_ppm);
     if let Some(addr) = settings.http_listen.clone() {

@@ -25,9 +25,13 @@ use std::collections::BTreeMap;
 use tracing::{debug, info, warn};
 
 use crate::config::Settings;
+use crate::ledger_link::LedgerLink;
 use crate::outbox::Outbox;
 pub use crate::status::{LimitStatus, Status};
+
+mod ledger_reads;
 use async_nats::jetstream::kv::Store;
+use std::sync::Arc;
 
 pub(crate) struct LimitTerm {
     pub(crate) core: DcManagerCore,
@@ -39,7 +43,16 @@ pub(crate) struct Term {
     pub(crate) epoch: u64,
     pub(crate) instance: String,
     pub(crate) limits: BTreeMap<String, LimitTerm>,
+    /// Whether this term has read every ledger group directly, and else the limits whose
+    /// record it has read directly: a core uses a floor only then (`DcManagerCore::await_ledger_read`).
+    read_every_group: bool,
+    read_limits: std::collections::BTreeSet<String>,
+    /// When this term last tried to read every group (this clock, ns).
+    last_read_attempt_ns: u64,
 }
+
+/// How often a term that could not read the ledger (the link to the hub is cut) tries again.
+const LEDGER_RETRY_NS: u64 = 2_000_000_000;
 
 pub struct Manager {
     id: String,
@@ -47,7 +60,7 @@ pub struct Manager {
     client: async_nats::Client,
     leaders: Store,
     /// The ledger bucket, read directly when a term begins (the watch may lag).
-    ledger: Store,
+    ledger: Arc<LedgerLink>,
     pub(crate) clock: LeaseClock,
     leadership: Leadership,
     pub(crate) term: Option<Term>,
@@ -72,7 +85,7 @@ impl Manager {
         settings: Settings,
         client: async_nats::Client,
         leaders: Store,
-        ledger: Store,
+        ledger: Arc<LedgerLink>,
         clock: LeaseClock,
     ) -> Self {
         let id = settings.id();
@@ -137,12 +150,14 @@ impl Manager {
                     self.status.step_downs += 1;
                 }
                 self.status.leading = false;
+                self.status.ledger_read = false;
                 self.status.limits.clear();
             }
             None => {}
         }
         // What `/readyz` judges.
         self.status.replica = ReplicaView::of(&self.leadership, self.term.is_some(), reached);
+        self.retry_ledger_read().await;
         if !self.fresh() {
             // Leases issued while acting are safe to deliver late, but a replica that may not act
             // sends nothing.
@@ -162,32 +177,30 @@ impl Manager {
     async fn take_over(&mut self, epoch: u64) {
         let instance = format!("{}-e{}", self.id, epoch);
         info!(%instance, epoch, "leading the DC");
-        self.term = Some(Term { epoch, instance, limits: BTreeMap::new() });
+        let now = self.now_ns();
+        self.term = Some(Term {
+            epoch,
+            instance,
+            limits: BTreeMap::new(),
+            read_every_group: false,
+            read_limits: Default::default(),
+            last_read_attempt_ns: now,
+        });
         self.status.leading = true;
+        self.status.ledger_read = false;
         self.status.epoch = epoch;
         self.status.takeovers += 1;
         // Every group once (not one read per limit): the term starts every core from the
-        // records as the bucket holds them now.
-        let fresh = match leasehold_nats::ledger::read_all(&self.ledger).await {
-            Ok(contents) => {
-                for (limit, (revision, rec)) in contents.records() {
-                    if self.serves(limit) {
-                        self.recorded.insert(limit.to_string());
-                    }
-                    if self.concerns(rec) {
-                        self.remember_record(rec, revision);
-                    }
-                }
-                true
-            }
-            Err(e) => {
-                warn!(cause = %e, "could not read the ledger; each core reads its own record");
-                false
-            }
-        };
+        // records as the bucket holds them now. Without that read (the link to the hub is cut),
+        // the cores use no floor and no emergency allowance until `tick` reads it
+        // (`DcManagerCore::await_ledger_read`).
+        let read = self.read_every_group().await;
         let known: Vec<String> = self.floors.keys().cloned().collect();
         for limit in known {
-            self.ensure_core(&limit, !fresh).await;
+            self.ensure_core(&limit, false).await;
+        }
+        if !read {
+            self.status.terms_without_ledger += 1;
         }
     }
 
@@ -204,51 +217,22 @@ impl Manager {
         cfg.limit = limit.to_string();
         cfg.epoch = term.epoch;
         cfg.instance = term.instance.clone();
-        if read_now {
+        if read_now && !term.read_every_group {
             self.read_record_now(limit).await;
         }
         let now = self.now_ns();
         let mut core = DcManagerCore::new(cfg, now);
+        if !self.term_has_read(limit) {
+            core.await_ledger_read();
+        }
         self.record_rules.apply(&mut core, &self.settings.manager);
-        let floor = self.floors.get(limit).copied().flatten();
+        let floor = self.cached_floor(limit);
         let out = floor.map(|(f, v)| core.on_floor(f, v, now)).unwrap_or_default();
         if let Some(t) = self.term.as_mut() {
             t.limits.insert(limit.to_string(), LimitTerm { core, last_dc_lease_at_ns: None });
         }
         info!(limit, "serving the limit");
         self.outbox.push(out);
-    }
-
-    /// Read `limit`'s ledger record directly and keep its floor if it is newer than the cached
-    /// one. On failure the cache stays (the watch keeps it current).
-    async fn read_record_now(&mut self, limit: &str) {
-        match leasehold_nats::ledger::read_record(&self.ledger, limit).await {
-            Ok((Some(revision), Some(rec))) => self.remember_record(&rec, revision),
-            Ok(_) => {}
-            Err(leasehold_nats::ledger::LedgerError::Unreadable { .. }) => self.status.messages_malformed += 1,
-            Err(e) => warn!(limit, cause = %e, "could not read the ledger record; using the watched one"),
-        }
-    }
-
-    /// Cache the record (at `revision` of its key) for this DC: its floor, never going back to
-    /// an older version, and whether the limit runs retired and its pod rules, never going back
-    /// to an older revision (the watch replays history when it is opened again; a direct read
-    /// may be newer than what the watch delivers next).
-    fn remember_record(&mut self, rec: &LedgerRecord, revision: u64) {
-        self.record_rules.take(revision, rec);
-        let cached = self.floors.entry(rec.limit.clone()).or_default();
-        if let Some((f, v)) = rec.floor_of(&self.settings.manager.dc) {
-            if cached.is_none_or(|(_, old)| v >= old) {
-                *cached = Some((f, v));
-            }
-        }
-    }
-
-    /// A record of a limit this process serves that names this DC (a floor or a DC lease), or
-    /// that it already knows.
-    fn concerns(&self, rec: &LedgerRecord) -> bool {
-        let names_dc = rec.floors.contains_key(self.dc()) || rec.leases.iter().any(|l| l.dc == self.dc());
-        self.serves(&rec.limit) && (names_dc || self.floors.contains_key(&rec.limit))
     }
 
     /// A new value of ledger key `key` (at `revision`): each record of the group it holds.
@@ -286,11 +270,11 @@ impl Manager {
         let limit = rec.limit.clone();
         self.ensure_core(&limit, true).await;
         let now = self.now_ns();
-        let floor = self.floors.get(&limit).copied().flatten();
+        let floor = self.cached_floor(&limit);
         let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&limit)) else { return };
         self.record_rules.apply(&mut lt.core, &self.settings.manager);
         // Only the floor the coordinator's durable record names (none if it names none), and
-        // never one older than the term already uses.
+        // never one older than the term already uses (nor one before the term read the ledger).
         let out = floor.map(|(f, v)| lt.core.on_floor(f, v, now)).unwrap_or_default();
         self.outbox.push(out);
         let Some(term) = self.term.as_mut() else { return };

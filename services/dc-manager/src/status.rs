@@ -13,6 +13,10 @@ pub struct Status {
     pub epoch: u64,
     pub instance: String,
     pub takeovers: u64,
+    /// Whether this term has read every ledger group directly (until then it uses no floor).
+    pub ledger_read: bool,
+    /// Terms that began without reading the ledger (the link to the hub cut).
+    pub terms_without_ledger: u64,
     pub step_downs: u64,
     pub dc_leases_applied: u64,
     pub dc_leases_refused: u64,

@@ -4,4 +4,5 @@
 
 mod config;
 mod many_limits;
+mod partition;
 mod pods;

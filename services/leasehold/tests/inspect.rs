@@ -104,3 +104,63 @@ fn inspect_without_a_server_is_a_one_line_error() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.starts_with("leasehold: "), "{err}");
 }
+
+/// On the production topology (a cluster per DC, joined to the hub as a leaf node), inspect
+/// pointed at a DC's server reads the ledger and the coordinator's key in the hub's domain
+/// (`--ledger-domain hub`) and the DC managers' keys in the DC's own; without the option it
+/// says where the ledger is, in one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_reads_the_hub_s_ledger_from_a_dc_s_own_cluster() {
+    use leasehold_nats_harness::leaf_topology::LeafTopology;
+    let bin = binaries().expect("a nats-server is needed: run scripts/nats-servers").remove(0);
+    let topology = LeafTopology::start(&bin, &["bkk"], 1).await.unwrap_or_else(|e| panic!("{e}"));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let hub_url = LeafTopology::url(&topology.hub, "coordinator");
+    let mut limit = LimitConfig::new("api", Quota::per_s(1_000, 100), &[("bkk", Quota::per_s(50, 4))]);
+    limit.renew_interval_ms = 250;
+    let settings = Settings {
+        nats_url: hub_url.clone(),
+        id: Some("coord-x".into()),
+        leader_ttl_ms: 1_500,
+        limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
+        ..Settings::default()
+    };
+    let _coord = leasehold_coordinator::spawn(connect_until(&hub_url, "c", deadline).await.unwrap(), settings);
+    let (bkk, _) = topology.dc("bkk");
+    let dc_url = LeafTopology::url(bkk, "dc-bkk");
+    let mut m = leasehold_shared::dc_manager::DcManagerConfig::new("api", "bkk", "");
+    m.renew_interval_ms = 250;
+    let dc = leasehold_dc_manager::config::Settings {
+        nats_url: dc_url.clone(),
+        id: Some("bkk-mgr-x".into()),
+        leader_ttl_ms: 1_500,
+        ledger_domain: Some("hub".into()),
+        manager: m,
+        ..Default::default()
+    };
+    let _m = leasehold_dc_manager::spawn(connect_until(&dc_url, "m", deadline).await.unwrap(), dc);
+    let inspect_url = LeafTopology::url(bkk, "inspect");
+    let inspect = |domain: bool| {
+        let mut args = vec!["inspect", "--nats-url", &inspect_url, "--json", "--listen-ms", "0"];
+        if domain {
+            args.extend(["--ledger-domain", "hub"]);
+        }
+        Command::new(env!("CARGO_BIN_EXE_leasehold")).args(&args).output().unwrap()
+    };
+    loop {
+        let out = inspect(true);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let leased = v["ledgers"]["api"]["leases"].as_array().is_some_and(|l| l.iter().any(|l| l["dc"] == "bkk"));
+        if leased && v["dc_leaders"]["bkk"] == "bkk-mgr-x" && v["coordinator_leader"] == "coord-x" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the hub's ledger or a leader never shown from BKK's cluster: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let out = inspect(false);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("--ledger-domain"), "{err}");
+}

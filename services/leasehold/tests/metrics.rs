@@ -172,6 +172,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
         (
             &[
                 "leasehold_dc_leading",
+                "leasehold_dc_ledger_read",
                 "leasehold_dc_allocated_rate_per_s",
                 "leasehold_dc_used_rate_per_s",
                 "leasehold_dc_lease_rate_per_s",
@@ -250,7 +251,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
     let d = status(dc_addr).await;
     assert_eq!(
         fields(&d),
-        "budget_rate_per_s dc dc_lease_rate_per_s epoch instance leading limit limits messages_malformed \
+        "budget_rate_per_s dc dc_lease_rate_per_s epoch instance leading ledger_read limit limits messages_malformed \
          pod_leases_issued pods_eligible pods_known takeovers used_rate_per_s",
         "{d}"
     );

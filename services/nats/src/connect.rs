@@ -90,6 +90,15 @@ pub fn jetstream(client: async_nats::Client) -> jetstream::Context {
     js
 }
 
+/// JetStream of `domain` (the hub's, seen from a DC's own cluster through its leaf-node link),
+/// or of the server's own domain when `None`.
+pub fn jetstream_in(client: async_nats::Client, domain: Option<&str>) -> jetstream::Context {
+    let Some(domain) = domain else { return jetstream(client) };
+    let mut js = jetstream::with_domain(client, domain);
+    js.set_timeout(CONTROL_TIMEOUT);
+    js
+}
+
 /// `nats://user:pw@host:port` → (user, pw, `nats://host:port`); `None` without credentials (or
 /// for an address that is not a URL, such as `host:port`).
 fn split_credentials(url: &str) -> Option<(String, String, String)> {

@@ -76,6 +76,12 @@ pub async fn ensure_bucket(js: &jetstream::Context, spec: &BucketSpec) -> Result
     .await
 }
 
+/// Open a bucket someone else creates (the coordinator creates the ledger in its own cluster):
+/// once, without creating it or retrying.
+pub async fn open_bucket(js: &jetstream::Context, bucket: &str) -> Result<kv::Store, KvError> {
+    js.get_key_value(bucket).await.map_err(|e| KvError::Open { bucket: bucket.into(), reason: e.to_string() })
+}
+
 /// Create the stream if it does not exist (retried like [`ensure_bucket`]).
 pub async fn ensure_stream(js: &jetstream::Context, config: stream::Config) -> Result<(), String> {
     with_retries(|| async { js.get_or_create_stream(config.clone()).await.map(|_| ()).map_err(|e| e.to_string()) })

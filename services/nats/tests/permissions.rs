@@ -300,14 +300,18 @@ fn every_shipped_server_config_is_valid_on_every_server() {
     let mut prod: Vec<_> = std::fs::read_dir(root.join("prod"))
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "conf") && !p.ends_with("accounts.conf"))
+        // Whole node files only: the accounts and the hub's leaf users are included by them.
+        .filter(|p| p.extension().is_some_and(|e| e == "conf"))
+        .filter(|p| !p.ends_with("accounts.conf") && !p.ends_with("hub-leaf-users.conf"))
         .collect();
     prod.sort();
-    assert!(prod.len() >= 6, "two 3-node DC clusters expected, found {prod:?}");
+    assert!(prod.len() >= 9, "the hub and two DCs, 3 nodes each, expected, found {prod:?}");
+    let env: Vec<(&str, &str)> = ENV.iter().chain(prod_accounts::TEST_LEAF_URLS.iter()).copied().collect();
     files.extend(prod);
     for bin in binaries().expect("a nats-server is needed") {
         for f in &files {
-            let out = std::process::Command::new(&bin).arg("-t").arg("-c").arg(f).envs(ENV).output().unwrap();
+            let out =
+                std::process::Command::new(&bin).arg("-t").arg("-c").arg(f).envs(env.iter().copied()).output().unwrap();
             assert!(
                 out.status.success(),
                 "{} rejects {}: {}",

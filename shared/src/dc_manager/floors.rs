@@ -15,8 +15,9 @@ impl DcManagerCore {
     /// ([`LedgerRecord::floor_of`](crate::wire::LedgerRecord::floor_of)). A floor not newer than
     /// the one in use is ignored: a delayed record never brings back a floor the coordinator may
     /// already have given to someone else.
+    /// A term awaiting its first direct read of the ledger ignores it (`unread.rs`).
     pub fn on_floor(&mut self, floor: Quota, version: LeaseVersion, now_ns: u64) -> Vec<DcOutput> {
-        if !self.take_floor(floor, version) {
+        if self.ledger_unread || !self.take_floor(floor, version) {
             return Vec::new();
         }
         self.pass(now_ns, Pass::Full)

@@ -26,6 +26,7 @@ mod pacing;
 mod pods;
 mod record_rules;
 mod split_pass;
+mod unread;
 
 pub use config::{DcManagerConfig, FailMode, FailRule, PodRules, SplitMode};
 pub use pacing::LeasePacing;
@@ -108,6 +109,8 @@ pub struct DcManagerCore {
     counters: DcCounters,
     /// The limit's record runs retired (the limit was removed): said in every pod lease.
     limit_removed: bool,
+    /// The term has not read the limit's ledger record directly yet (see `unread.rs`).
+    ledger_unread: bool,
 }
 
 impl DcManagerCore {
@@ -137,6 +140,7 @@ impl DcManagerCore {
             growth_waiting: false,
             counters: DcCounters::default(),
             limit_removed: false,
+            ledger_unread: false,
         }
     }
 
@@ -202,7 +206,9 @@ impl DcManagerCore {
         match self.current_lease(now_ns) {
             Some(l) => (floor.saturating_add(l.quota), Some(l.expires_at_ns)),
             None => match self.cfg.fail_mode {
-                FailMode::BestEffort { emergency } if !quiet || self.cfg.bugs.emergency_before_quiet_period => {
+                FailMode::BestEffort { emergency }
+                    if !self.ledger_unread && (!quiet || self.cfg.bugs.emergency_before_quiet_period) =>
+                {
                     (floor.saturating_add(emergency), None)
                 }
                 _ => (floor, None),

@@ -45,6 +45,9 @@ pub enum FaultKind {
     MessageLoss,
     MessageDuplication,
     MessageDelay,
+    /// A DC's standby's ledger watch lags: it delivers no record until the fault heals, then
+    /// the kept history (scripted paths only: not in random schedules, `ALL`).
+    WatchLag,
 }
 
 impl FaultKind {
@@ -128,6 +131,7 @@ pub fn schedule(rng: &mut SeededRng, from_s: u64, until_s: u64, pace: FaultPace)
             FaultKind::MessageLoss => (5.0, 30.0, 0.05 + rng.next_f64() * 0.25),
             FaultKind::MessageDuplication => (5.0, 30.0, 0.05 + rng.next_f64() * 0.25),
             FaultKind::MessageDelay => (5.0, 30.0, 50.0 + rng.next_f64() * 450.0),
+            FaultKind::WatchLag => (5.0, 30.0, 0.0),
         };
         let duration_s = ((lo + rng.next_f64() * (hi - lo)) * pace.duration_scale).min(until_s as f64 - t);
         // A random limit change never removes the limit: a DC cut off then keeps spending its

@@ -52,6 +52,9 @@ pub struct Metrics {
     /// Ledger watches opened again (a manager reconnecting or restarting): the kept history
     /// replayed, oldest first.
     pub record_replays: u64,
+    /// DC-manager terms begun while the ledger could not be read (their DC cut off from the
+    /// coordinators' side): no floor until they read it.
+    pub terms_without_ledger: u64,
     pub lease_rejections: u64,
     pub drains_acked: u64,
     /// Largest amount by which what pods may spend exceeded R and B (best-effort mode only).
@@ -98,6 +101,7 @@ impl Metrics {
             records_lost: 0,
             records_rolled_back: 0,
             record_replays: 0,
+            terms_without_ledger: 0,
             lease_rejections: 0,
             drains_acked: 0,
             overshoot_max: leasehold_shared::quota::Quota::ZERO,

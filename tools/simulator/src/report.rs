@@ -57,6 +57,7 @@ pub struct SeedResult {
     pub records_lost: u64,
     pub records_rolled_back: u64,
     pub record_replays: u64,
+    pub terms_without_ledger: u64,
     pub overshoot_rate_per_s: f64,
     /// This seed's offered load, from the scenario's demand function.
     pub offered: OfferedLoad,
@@ -119,6 +120,8 @@ pub struct Summary {
     /// Ledger watches opened again (a DC manager reconnecting or restarting), each replaying
     /// the kept history oldest first.
     pub record_replays: u64,
+    /// DC-manager terms begun while their DC could not read the ledger (no floor until read).
+    pub terms_without_ledger: u64,
     /// "strict", or "best-effort" with an emergency allowance per DC.
     pub mode: &'static str,
     /// Σ E (rate/s): the documented overshoot bound; 0 in strict mode.
@@ -203,6 +206,7 @@ pub fn run_scenario(sc: Scenario, seed: u64, policy: Policy) -> SeedResult {
         records_lost: m.records_lost,
         records_rolled_back: m.records_rolled_back,
         record_replays: m.record_replays,
+        terms_without_ledger: m.terms_without_ledger,
         overshoot_rate_per_s: m.overshoot_max.rate_per_s(),
         offered,
         hidden_drop: m.hidden_drop.clone(),
@@ -350,6 +354,7 @@ fn run_checked(opts: &RunOptions) -> (Summary, Vec<SeedResult>) {
         records_lost: results.iter().map(|r| r.records_lost).sum(),
         records_rolled_back: results.iter().map(|r| r.records_rolled_back).sum(),
         record_replays: results.iter().map(|r| r.record_replays).sum(),
+        terms_without_ledger: results.iter().map(|r| r.terms_without_ledger).sum(),
         mode: if opts.emergency_per_dc.is_zero() { "strict" } else { "best-effort" },
         overshoot_bound_rate_per_s: sc_with(opts, sc.clone()).overshoot_bound().rate_per_s(),
         overshoot_measured_rate_per_s: results.iter().map(|r| r.overshoot_rate_per_s).fold(0.0, f64::max),

@@ -5,8 +5,8 @@
 mod pods;
 
 use clap::Args;
-use leasehold_nats::connect::{connect, jetstream};
-use leasehold_nats::kv::{ensure_bucket, list_keys, read, BucketSpec};
+use leasehold_nats::connect::{connect, jetstream, jetstream_in};
+use leasehold_nats::kv::{list_keys, open_bucket, read};
 use leasehold_shared::subjects;
 use leasehold_shared::wire::LedgerRecord;
 use serde::Serialize;
@@ -24,6 +24,11 @@ pub struct InspectArgs {
     /// How long to listen for pod heartbeats and leases (0: skip pods).
     #[arg(long, default_value_t = 1_500)]
     listen_ms: u64,
+    /// The JetStream domain of the coordinators' cluster (the hub), when `--nats-url` is a
+    /// server of a DC's own cluster: the ledger and the coordinator's leader key are read
+    /// there, the DC managers' leader keys in the DC's own domain.
+    #[arg(long)]
+    ledger_domain: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -48,7 +53,8 @@ struct State {
 
 pub fn run(a: InspectArgs) -> Result<ExitCode, String> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-    let state = rt.block_on(collect(&a.nats_url, std::time::Duration::from_millis(a.listen_ms)))?;
+    let state =
+        rt.block_on(collect(&a.nats_url, a.ledger_domain.as_deref(), std::time::Duration::from_millis(a.listen_ms)))?;
     if a.json {
         println!("{}", serde_json::to_string(&state).map_err(|e| e.to_string())?);
     } else {
@@ -57,18 +63,21 @@ pub fn run(a: InspectArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn collect(url: &str, listen: std::time::Duration) -> Result<State, String> {
+async fn collect(url: &str, ledger_domain: Option<&str>, listen: std::time::Duration) -> Result<State, String> {
     let client = connect(url, "leasehold-inspect").await.map_err(|e| e.to_string())?;
-    let js = jetstream(client.clone());
-    // Opening creates nothing new on a running system; on an empty server it creates the
-    // (empty) standard buckets, which is harmless.
-    let ledger = ensure_bucket(&js, &BucketSpec::new(subjects::LEDGER_BUCKET)).await.map_err(|e| e.to_string())?;
-    let leaders = js.get_key_value(subjects::LEADER_BUCKET).await.ok();
+    let (own, hub) = (jetstream(client.clone()), jetstream_in(client.clone(), ledger_domain));
+    // Read-only: a bucket that does not exist is reported, never created.
+    let ledger = open_bucket(&hub, subjects::LEDGER_BUCKET).await.map_err(|e| {
+        format!("{e} (is a coordinator running? On a DC's own cluster, name the hub's domain with --ledger-domain)")
+    })?;
     let mut state = State::default();
-    if let Some(leaders) = leaders {
+    if let Ok(leaders) = hub.get_key_value(subjects::LEADER_BUCKET).await {
         if let Ok(Some((_, id))) = read(&leaders, subjects::COORDINATOR_LEADER_KEY).await {
             state.coordinator_leader = Some(String::from_utf8_lossy(&id).into_owned());
         }
+    }
+    // The DC managers' keys: in the DC's own domain (and in the hub's on a single cluster).
+    if let Ok(leaders) = own.get_key_value(subjects::LEADER_BUCKET).await {
         if let Ok(keys) = list_keys(&leaders).await {
             for key in keys {
                 if let (Some(dc), Ok(Some((_, id)))) = (key.strip_prefix("dc."), read(&leaders, &key).await) {

@@ -6,16 +6,13 @@
 //! connections drop and no new one gets through until it heals. The servers do not advertise
 //! their other addresses to clients (`no_advertise`), so nothing routes around the proxy.
 
-use leasehold_nats_harness::NatsServer;
+use leasehold_nats_harness::{LinkProxy, NatsServer};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
+use tokio::net::TcpStream;
 
 pub struct Topology {
     pub hub: Vec<NatsServer>,
-    proxies: Vec<Proxy>,
+    proxies: Vec<LinkProxy>,
 }
 
 fn free_port() -> Result<u16, String> {
@@ -58,7 +55,7 @@ impl Topology {
         let client_ports: Vec<u16> = hub.iter().map(NatsServer::port).collect();
         let mut proxies = Vec::new();
         for _ in 0..dcs {
-            proxies.push(Proxy::start(client_ports.clone()).await?);
+            proxies.push(LinkProxy::start(client_ports.clone()).await.map_err(|e| e.to_string())?);
         }
         Ok(Topology { hub, proxies })
     }
@@ -84,7 +81,7 @@ impl Topology {
 
     /// The DC's way into NATS: its link proxy.
     pub fn dc_url(&self, dc: usize) -> String {
-        format!("nats://127.0.0.1:{}", self.proxies[dc].port)
+        format!("nats://127.0.0.1:{}", self.proxies[dc].port())
     }
 
     pub fn partition(&self, dc: usize) {
@@ -121,58 +118,4 @@ async fn start_hub(binary: &Path) -> Result<Vec<NatsServer>, String> {
         }
     }
     Ok(hub)
-}
-
-/// A TCP proxy from a DC to the cluster's client ports (the first node that answers).
-struct Proxy {
-    port: u16,
-    cut: Arc<AtomicBool>,
-    links: Arc<Mutex<Vec<JoinHandle<()>>>>,
-    _accept: JoinHandle<()>,
-}
-
-impl Proxy {
-    async fn start(targets: Vec<u16>) -> Result<Self, String> {
-        let listener = TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
-        let port = listener.local_addr().map_err(|e| e.to_string())?.port();
-        let cut = Arc::new(AtomicBool::new(false));
-        let links: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let (c, l) = (cut.clone(), links.clone());
-        let accept = tokio::spawn(async move {
-            let mut next = 0usize;
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                if c.load(Ordering::SeqCst) {
-                    continue; // dropped: the link is cut
-                }
-                let targets = targets.clone();
-                next += 1;
-                let start = next;
-                let task = tokio::spawn(async move {
-                    for k in 0..targets.len() {
-                        let port = targets[(start + k) % targets.len()];
-                        if let Ok(mut outbound) = TcpStream::connect(("127.0.0.1", port)).await {
-                            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                            return;
-                        }
-                    }
-                });
-                let mut links = l.lock().unwrap_or_else(|p| p.into_inner());
-                links.retain(|t| !t.is_finished());
-                links.push(task);
-            }
-        });
-        Ok(Proxy { port, cut, links, _accept: accept })
-    }
-
-    /// Drop every connection and refuse new ones.
-    fn cut(&self) {
-        self.cut.store(true, Ordering::SeqCst);
-        for t in self.links.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
-            t.abort();
-        }
-    }
-
-    fn heal(&self) {
-        self.cut.store(false, Ordering::SeqCst);
-    }
 }

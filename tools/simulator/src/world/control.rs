@@ -168,6 +168,7 @@ impl World {
         if !self.dcs[d].acts(r, self.now) {
             return;
         }
+        self.retry_term_read(d, r);
         let m = &mut self.dcs[d].mgrs[r];
         let out = m.core.as_mut().expect("acting").tick(m.clock.local(self.now));
         self.route_dc(d, out);
@@ -310,12 +311,11 @@ impl World {
             slot.newest_record_rev = rev;
             slot.removed_since = if rec.limit_removed() { slot.removed_since.or(Some(self.now)) } else { None };
         }
-        let targets: Vec<usize> = (0..slot.mgrs.len()).filter(|r| only.is_none_or(|o| o == *r)).collect();
+        // Each replica's own watch: a lagging one delivers nothing (it catches up later).
+        let targets: Vec<usize> =
+            (0..slot.mgrs.len()).filter(|r| only.is_none_or(|o| o == *r) && self.watch_delivers(d, *r)).collect();
         for &r in &targets {
-            let m = &mut self.dcs[d].mgrs[r];
-            if m.alive {
-                m.record_rules.take(rev, rec);
-            }
+            self.take_record(d, r, rec, rev);
         }
         let mut rejected = 0;
         for r in self.dcs[d].acting(self.now).into_iter().filter(|r| targets.contains(r)) {

@@ -29,6 +29,8 @@ impl World {
         m.incarnation += 1;
         m.election = super::leaders::election(&id, self.sc.leader_ttl_ms, &bugs);
         m.record_rules = leasehold_shared::dc_manager::RecordRules::with_bugs(bugs);
+        m.watched_floor = None;
+        m.watch_lag_until = 0;
         let inc = m.incarnation;
         self.push(self.now, Ev::DcTick(d, r, inc));
         // The new process's ledger watch delivers the kept history, oldest first.
@@ -138,6 +140,7 @@ impl World {
             FaultKind::PartitionDcCoordinator => {
                 let d = (f.target % self.dcs.len() as u64) as usize;
                 self.net.cut_dcs[d] = true;
+                self.standby_watch_behind(d);
                 self.faults[i].target = d as u64;
                 Some(())
             }
@@ -191,6 +194,10 @@ impl World {
                 }
                 self.faults[i].target = (d * 16 + r) as u64;
             }),
+            FaultKind::WatchLag => {
+                let d = (f.target % self.dcs.len() as u64) as usize;
+                self.lag_standby_watch(d, heal_at).map(|t| self.faults[i].target = t)
+            }
             FaultKind::DcManagerReconnect => {
                 let d = (f.target % self.dcs.len() as u64) as usize;
                 self.net.dc_reconnect_at[d] = heal_at;
@@ -402,6 +409,7 @@ impl World {
             FaultKind::CoordinatorCrash => self.restart_coordinator(t),
             FaultKind::CoordinatorPause => {}
             FaultKind::DcManagerCrash => self.restart_mgr(t / 16, t % 16),
+            FaultKind::WatchLag => self.end_watch_lag(t / 16, t % 16),
             // Reconnected at heal time by construction (the buffer's delay ends then); the
             // ledger watches, opened again, replay the kept history.
             FaultKind::DcManagerReconnect => {

@@ -256,14 +256,8 @@ impl World {
                 let local = self.dcs[d].mgrs[r].clock.local(self.now);
                 let mut core = DcManagerCore::new(cfg.clone(), local);
                 // The term reads the record directly (newer than what its watch may deliver
-                // next) and runs on the rules it took.
-                let rules = &mut self.dcs[d].mgrs[r].record_rules;
-                if let Some(rec) = self.kv.record.as_ref() {
-                    rules.take(self.kv.record_rev, rec);
-                }
-                rules.apply(&mut core, &cfg);
-                let floor = self.kv.record.as_ref().and_then(|rec| rec.floor_of(&self.sc.dcs[d].name));
-                let out = floor.map(|(f, v)| core.on_floor(f, v, local)).unwrap_or_default();
+                // next) and runs on the rules it took; it cannot while its DC is cut off.
+                let out = self.start_term(d, r, &mut core, &cfg);
                 self.dcs[d].mgrs[r].core = Some(core);
                 self.metrics.dc_takeovers += 1;
                 self.route_dc(d, out);

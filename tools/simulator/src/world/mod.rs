@@ -10,6 +10,7 @@ mod faults;
 mod leaders;
 mod live;
 mod requests;
+mod term_reads;
 
 pub use live::{
     limit_change_parts, limit_change_target, CHANGE_BURST, CHANGE_BY_RESTART, CHANGE_FLOORS, CHANGE_RATE, CHANGE_REMOVE,
@@ -25,8 +26,11 @@ use leasehold_shared::bucket::TokenBucket;
 use leasehold_shared::coordinator::CoordinatorCore;
 use leasehold_shared::dc_manager::{DcManagerCore, DcOutput};
 use leasehold_shared::pod::{IntervalCounters, PodCore};
+use leasehold_shared::quota::Quota;
 use leasehold_shared::rng::SeededRng;
-use leasehold_shared::wire::{DcReport, LeaseReturn, LedgerFence, LedgerRecord, PodLease, PodReport, ReturnAck};
+use leasehold_shared::wire::{
+    DcReport, LeaseReturn, LeaseVersion, LedgerFence, LedgerRecord, PodLease, PodReport, ReturnAck,
+};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::rc::Rc;
@@ -118,6 +122,10 @@ struct MgrReplica {
     pause_after_write_ns: Option<u64>,
     /// What the process took from the ledger records it read (removal, pod rules), by revision.
     record_rules: leasehold_shared::dc_manager::RecordRules,
+    /// The newest floor (by version) its ledger watch or a direct read gave the process.
+    watched_floor: Option<(Quota, LeaseVersion)>,
+    /// Until then its ledger watch delivers nothing (a lagging watch; see `term_reads`).
+    watch_lag_until: u64,
 }
 
 struct DcSlot {
@@ -286,6 +294,8 @@ impl World {
                         send_on_wake: Vec::new(),
                         pause_after_write_ns: None,
                         record_rules: leasehold_shared::dc_manager::RecordRules::with_bugs(self.sc.bugs),
+                        watched_floor: None,
+                        watch_lag_until: 0,
                     });
                     let first = self.rng.range_u64(0, 250) * MS;
                     self.push(first, Ev::DcTick(d, r, 0));

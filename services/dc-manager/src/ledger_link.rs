@@ -1,0 +1,111 @@
+//! The DC manager's way to the ledger: the `lh_ledger` bucket in the coordinators' JetStream
+//! domain (the hub's, through the DC's leaf-node link) or in the server's own. A DC manager
+//! never creates it (the coordinator does, in its own cluster): it opens the bucket once it
+//! exists, and reads it with a short deadline so that a cut link to the hub never stalls the
+//! DC's own work (leadership, pod leases) for long.
+
+use async_nats::jetstream::{self, kv::Store};
+use futures::StreamExt;
+use leasehold_nats::kv::{open_bucket, KvError};
+use leasehold_nats::ledger::{LedgerContents, LedgerError};
+use leasehold_shared::subjects;
+use leasehold_shared::wire::LedgerRecord;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, OnceCell};
+use tracing::{info, warn};
+
+/// How long a direct read of the ledger may take before it counts as failed (the manager's
+/// loop waits for it; the leader key's renewal comes every report interval).
+pub const DIRECT_READ_TIMEOUT: Duration = Duration::from_millis(500);
+
+pub struct LedgerLink {
+    js: jetstream::Context,
+    store: OnceCell<Store>,
+}
+
+impl LedgerLink {
+    pub fn new(js: jetstream::Context) -> Arc<Self> {
+        Arc::new(LedgerLink { js, store: OnceCell::new() })
+    }
+
+    /// The bucket, opened now if it was not yet.
+    async fn store(&self) -> Result<&Store, KvError> {
+        self.store.get_or_try_init(|| open_bucket(&self.js, subjects::LEDGER_BUCKET)).await
+    }
+
+    /// Every group as the bucket holds it now, within [`DIRECT_READ_TIMEOUT`].
+    pub async fn read_all(&self) -> Result<LedgerContents, String> {
+        let read = async {
+            let store = self.store().await.map_err(|e| e.to_string())?;
+            leasehold_nats::ledger::read_all(store).await.map_err(|e| e.to_string())
+        };
+        match tokio::time::timeout(DIRECT_READ_TIMEOUT, read).await {
+            Ok(r) => r,
+            Err(_) => Err(format!("no answer within {DIRECT_READ_TIMEOUT:?}")),
+        }
+    }
+
+    /// One limit's record (and its group's revision) as the bucket holds it now.
+    pub async fn read_record(&self, limit: &str) -> Result<(Option<u64>, Option<LedgerRecord>), ReadError> {
+        let read = async {
+            let store = self.store().await.map_err(|e| ReadError::Failed(e.to_string()))?;
+            leasehold_nats::ledger::read_record(store, limit).await.map_err(|e| match e {
+                LedgerError::Unreadable { .. } => ReadError::Unreadable(e.to_string()),
+                e => ReadError::Failed(e.to_string()),
+            })
+        };
+        tokio::time::timeout(DIRECT_READ_TIMEOUT, read)
+            .await
+            .unwrap_or_else(|_| Err(ReadError::Failed(format!("no answer within {DIRECT_READ_TIMEOUT:?}"))))
+    }
+}
+
+#[derive(Debug)]
+pub enum ReadError {
+    /// The record is there but cannot be decoded.
+    Unreadable(String),
+    /// No answer (the bucket is missing or out of reach).
+    Failed(String),
+}
+
+/// Keep a watch on the ledger's groups (`key`: one limit's group, or `>` for every group),
+/// opening the bucket once it exists and re-opening the watch whenever it ends (a server
+/// restart, a cut link). Each value comes with its key and revision: the keys' kept history is
+/// delivered again, oldest first, each time the watch is opened.
+pub fn watch_records(ledger: Arc<LedgerLink>, key: String) -> mpsc::Receiver<(String, bytes::Bytes, u64)> {
+    let (tx, rx) = mpsc::channel(256);
+    tokio::spawn(async move {
+        let mut told = false;
+        loop {
+            match ledger.store().await {
+                Ok(store) => {
+                    if told {
+                        info!(bucket = subjects::LEDGER_BUCKET, "the ledger bucket is there now");
+                        told = false;
+                    }
+                    if let Ok(mut w) = store.watch_with_history(&key).await {
+                        while let Some(Ok(entry)) = w.next().await {
+                            if entry.operation != async_nats::jetstream::kv::Operation::Put {
+                                continue;
+                            }
+                            if tx.send((entry.key, entry.value, entry.revision)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+                Err(e) if !told => {
+                    warn!(cause = %e, "cannot open the ledger yet (the coordinator creates it; check ledger_domain); waiting");
+                    told = true;
+                }
+                Err(_) => {}
+            }
+            if tx.is_closed() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+    rx
+}
