@@ -70,4 +70,8 @@ pub struct KnownBugs {
     /// uses the floor and fail mode its watch delivered, which may be older than what its
     /// predecessor confirmed: the floor the coordinator moved elsewhere is spent twice.
     pub term_uses_watched_floor: bool,
+    /// A DC manager confirms a floor (`DcReport.floor_version`) before it has written it to its
+    /// DC's `FloorConfirmations`: a successor cut off from the ledger then trusts a watched floor
+    /// older than one its predecessor confirmed.
+    pub floor_confirmed_unpersisted: bool,
 }

@@ -71,6 +71,7 @@ pub const KV_KEYS: &[KvEntry] = &[
     KvEntry { bucket: LEADER_BUCKET, key: "coordinator", value: "the leader's id" },
     KvEntry { bucket: LEADER_BUCKET, key: "dc.<dc>", value: "the leader's id" },
     KvEntry { bucket: LEADER_BUCKET, key: LEDGER_FENCE_KEY, value: "LedgerFence" },
+    KvEntry { bucket: LEADER_BUCKET, key: "floors.<dc>", value: "FloorConfirmations" },
     KvEntry { bucket: KEYS_SHARDS_BUCKET, key: "shard.<n>", value: "ShardRecord" },
     KvEntry { bucket: KEYS_SHARDS_BUCKET, key: "member.<instance>", value: "MemberRecord" },
     KvEntry { bucket: KEYS_CONFIG_BUCKET, key: KEYS_TIERS_KEY, value: "the tiers document" },
@@ -201,6 +202,13 @@ pub fn limits_key(limit: &str) -> Result<String, WireError> {
 pub fn dc_leader_key(dc: &str) -> Result<String, WireError> {
     check_id("dc", dc)?;
     Ok(format!("dc.{dc}"))
+}
+
+/// The key of DC `dc`'s [`FloorConfirmations`](crate::wire::FloorConfirmations), in the DC's own
+/// leader bucket.
+pub fn dc_floors_key(dc: &str) -> Result<String, WireError> {
+    check_id("dc", dc)?;
+    Ok(format!("floors.{dc}"))
 }
 
 #[cfg(test)]

@@ -204,11 +204,12 @@ fn the_simulator_catches_record_rules_taken_from_an_older_revision() {
     assert!(per_seed.iter().sum::<u64>() > 0);
 }
 
-/// Floor moves from DC 0 to DC 1 at 20 s (DC 0's leader confirms its smaller floor, so DC 1 gets
-/// the rest) while DC 0's standby's ledger watch lags (15–60 s); DC 0 is cut off from the
-/// coordinators' side at 30 s and its leader crashes at 31 s, so the lagging standby takes over
-/// during the cut, when it cannot read the ledger. Violations, and terms begun unread.
-fn lagging_standby_takes_over_in_a_cut(bugs: KnownBugs, seed: u64) -> (u64, u64) {
+/// DC 0 is cut off from the coordinators' side at 30 s and its leader crashes at 31 s, so its
+/// standby takes over during the cut, when it cannot read the ledger. With `floor_move`, floor
+/// moves from DC 0 to DC 1 at 20 s (DC 0's leader confirms its smaller floor, so DC 1 gets the
+/// rest) while DC 0's standby's ledger watch lags (15–60 s). Violations, terms begun unread, and
+/// floors vouched for by DC 0's floor confirmations.
+fn standby_takes_over_in_a_cut(bugs: KnownBugs, seed: u64, floor_move: bool) -> (u64, u64, u64) {
     use leasehold_sim::faults::{Fault, FaultKind};
     use leasehold_sim::world::{limit_change_target, CHANGE_FLOORS};
     let mut sc = Scenario::limit_change();
@@ -216,30 +217,54 @@ fn lagging_standby_takes_over_in_a_cut(bugs: KnownBugs, seed: u64) -> (u64, u64)
     sc.duration_s = 90;
     let fault = |at_s, kind, duration_s, target, amount| Fault { at_s, kind, duration_s, target, amount };
     sc.fixed_faults = vec![
-        fault(15.0, FaultKind::WatchLag, 45.0, 0, 0.0),
-        fault(20.0, FaultKind::LimitChange, 60.0, limit_change_target(CHANGE_FLOORS, 0), 0.2),
         fault(30.0, FaultKind::PartitionDcCoordinator, 25.0, 0, 0.0),
         fault(31.0, FaultKind::DcManagerCrash, 5.0, 0, 0.0),
     ];
+    if floor_move {
+        sc.fixed_faults.push(fault(15.0, FaultKind::WatchLag, 45.0, 0, 0.0));
+        sc.fixed_faults.push(fault(20.0, FaultKind::LimitChange, 60.0, limit_change_target(CHANGE_FLOORS, 0), 0.2));
+    }
     let r = run_scenario(sc, seed, Policy::Leasehold);
-    (r.violations, r.terms_without_ledger)
+    (r.violations, r.terms_without_ledger, r.floors_vouched)
 }
 
+/// The standby runs on the floor its DC's confirmations name (the smaller one its predecessor
+/// confirmed), never on the older one its lagging watch delivered.
 #[test]
-fn a_standby_that_takes_over_in_a_cut_uses_no_floor_until_it_reads_the_ledger() {
+fn a_standby_whose_watch_lagged_runs_on_the_floor_its_dc_wrote_in_a_cut() {
     for seed in 1..=4 {
-        let (violations, unread) = lagging_standby_takes_over_in_a_cut(KnownBugs::default(), seed);
+        let (violations, unread, vouched) = standby_takes_over_in_a_cut(KnownBugs::default(), seed, true);
         assert_eq!(violations, 0, "seed {seed}");
-        assert!(unread >= 1, "seed {seed}: no term began unread: the path was not reached");
+        assert!(unread >= 1 && vouched >= 1, "seed {seed}: {unread} terms unread, {vouched} floors vouched for");
     }
 }
 
-/// A term that cannot read the ledger falls back on the floor its lagging watch delivered: the
-/// floor DC 0 gave up is spent by DC 0 and DC 1 at once.
+#[test]
+fn a_standby_that_takes_over_in_a_cut_keeps_the_floor_its_dc_vouches_for() {
+    for seed in 1..=4 {
+        let (violations, unread, vouched) = standby_takes_over_in_a_cut(KnownBugs::default(), seed, false);
+        assert_eq!(violations, 0, "seed {seed}");
+        assert!(unread >= 1 && vouched >= 1, "seed {seed}: {unread} terms unread, {vouched} floors vouched for");
+    }
+}
+
+/// A term that cannot read the ledger falls back on the floor its lagging watch delivered (the
+/// code before this rule, without the DC's confirmations): the floor DC 0 gave up is spent by
+/// DC 0 and DC 1 at once.
 #[test]
 fn the_simulator_catches_a_term_that_uses_its_watched_floor() {
     let bugs = KnownBugs { term_uses_watched_floor: true, ..KnownBugs::default() };
-    let per_seed: Vec<u64> = (1..=4).map(|seed| lagging_standby_takes_over_in_a_cut(bugs, seed).0).collect();
+    let per_seed: Vec<u64> = (1..=4).map(|seed| standby_takes_over_in_a_cut(bugs, seed, true).0).collect();
     println!("violations per seed with the watched floor used: {per_seed:?}");
+    assert!(per_seed.iter().sum::<u64>() > 0);
+}
+
+/// The leader confirms its smaller floor without writing it to the DC's confirmations: they
+/// still name the older, larger floor, and the standby runs on it.
+#[test]
+fn the_simulator_catches_a_floor_confirmed_before_it_is_written() {
+    let bugs = KnownBugs { floor_confirmed_unpersisted: true, ..KnownBugs::default() };
+    let per_seed: Vec<u64> = (1..=4).map(|seed| standby_takes_over_in_a_cut(bugs, seed, true).0).collect();
+    println!("violations per seed with floors confirmed before they are written: {per_seed:?}");
     assert!(per_seed.iter().sum::<u64>() > 0);
 }

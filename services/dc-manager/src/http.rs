@@ -40,7 +40,7 @@ fn registry(status: watch::Receiver<Status>, limit: String, dc: String) -> Regis
         m.gauge("leasehold_dc_leading", "1 when this replica leads its DC.", process, s.leading as u8 as f64)?;
         m.gauge(
             "leasehold_dc_ledger_read",
-            "1 when this replica leads and has read the ledger in its term (until then it uses no floor).",
+            "1 when this replica leads and has read the ledger in its term.",
             process,
             (s.leading && s.ledger_read) as u8 as f64,
         )?;

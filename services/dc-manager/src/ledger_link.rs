@@ -1,23 +1,22 @@
 //! The DC manager's way to the ledger: the `lh_ledger` bucket in the coordinators' JetStream
 //! domain (the hub's, through the DC's leaf-node link) or in the server's own. A DC manager
 //! never creates it (the coordinator does, in its own cluster): it opens the bucket once it
-//! exists, and reads it with a short deadline so that a cut link to the hub never stalls the
-//! DC's own work (leadership, pod leases) for long.
+//! exists, watches it, and reads it directly in a task of its own ([`direct_reads`]) so that a
+//! slow or cut link to the hub never stalls the DC's own work (leadership, pod leases).
 
 use async_nats::jetstream::{self, kv::Store};
 use futures::StreamExt;
 use leasehold_nats::kv::{open_bucket, KvError};
-use leasehold_nats::ledger::{LedgerContents, LedgerError};
+use leasehold_nats::ledger::LedgerContents;
 use leasehold_shared::subjects;
-use leasehold_shared::wire::LedgerRecord;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, OnceCell};
 use tracing::{info, warn};
 
-/// How long a direct read of the ledger may take before it counts as failed (the manager's
-/// loop waits for it; the leader key's renewal comes every report interval).
-pub const DIRECT_READ_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long a direct read of every group may take (its own task: the manager's loop never
+/// waits for it). Enough for 64 groups over a link of a few hundred ms round trip.
+pub const DIRECT_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct LedgerLink {
     js: jetstream::Context,
@@ -35,7 +34,7 @@ impl LedgerLink {
     }
 
     /// Every group as the bucket holds it now, within [`DIRECT_READ_TIMEOUT`].
-    pub async fn read_all(&self) -> Result<LedgerContents, String> {
+    async fn read_all(&self) -> Result<LedgerContents, String> {
         let read = async {
             let store = self.store().await.map_err(|e| e.to_string())?;
             leasehold_nats::ledger::read_all(store).await.map_err(|e| e.to_string())
@@ -45,28 +44,26 @@ impl LedgerLink {
             Err(_) => Err(format!("no answer within {DIRECT_READ_TIMEOUT:?}")),
         }
     }
-
-    /// One limit's record (and its group's revision) as the bucket holds it now.
-    pub async fn read_record(&self, limit: &str) -> Result<(Option<u64>, Option<LedgerRecord>), ReadError> {
-        let read = async {
-            let store = self.store().await.map_err(|e| ReadError::Failed(e.to_string()))?;
-            leasehold_nats::ledger::read_record(store, limit).await.map_err(|e| match e {
-                LedgerError::Unreadable { .. } => ReadError::Unreadable(e.to_string()),
-                e => ReadError::Failed(e.to_string()),
-            })
-        };
-        tokio::time::timeout(DIRECT_READ_TIMEOUT, read)
-            .await
-            .unwrap_or_else(|_| Err(ReadError::Failed(format!("no answer within {DIRECT_READ_TIMEOUT:?}"))))
-    }
 }
 
-#[derive(Debug)]
-pub enum ReadError {
-    /// The record is there but cannot be decoded.
-    Unreadable(String),
-    /// No answer (the bucket is missing or out of reach).
-    Failed(String),
+/// A direct read of every group, asked for by a term (its epoch) and answered with that epoch.
+pub type DirectRead = (u64, Result<LedgerContents, String>);
+
+/// A task that reads every group when asked (a term's epoch on the returned sender) and answers
+/// on the returned receiver, so that a slow or cut link to the hub never holds up the manager's
+/// loop (its leadership, its pods' leases).
+pub fn direct_reads(ledger: Arc<LedgerLink>) -> (mpsc::Sender<u64>, mpsc::Receiver<DirectRead>) {
+    let (ask_tx, mut ask_rx) = mpsc::channel::<u64>(4);
+    let (answer_tx, answer_rx) = mpsc::channel(4);
+    tokio::spawn(async move {
+        while let Some(epoch) = ask_rx.recv().await {
+            let answer = ledger.read_all().await;
+            if answer_tx.send((epoch, answer)).await.is_err() {
+                return;
+            }
+        }
+    });
+    (ask_tx, answer_rx)
 }
 
 /// Keep a watch on the ledger's groups (`key`: one limit's group, or `>` for every group),

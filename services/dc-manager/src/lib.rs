@@ -72,6 +72,7 @@ pub async fn run(
     let key =
         if settings.serves_every_limit() { ">".to_string() } else { subjects::ledger_key(&limit).expect("validated") };
     let mut records = ledger_link::watch_records(ledger.clone(), key);
+    let (ask_direct_read, mut direct_reads) = ledger_link::direct_reads(ledger);
     let clock =
         leasehold_process::clock::LeaseClock::start_skewed(settings.clock_offset_ms as i64, settings.clock_drift_ppm);
     if let Some(addr) = settings.http_listen.clone() {
@@ -88,7 +89,7 @@ pub async fn run(
     }
     let mut tick = tokio::time::interval(Duration::from_millis(settings.report_interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut m = Manager::new(settings, client, leaders, ledger, clock);
+    let mut m = Manager::new(settings, client, leaders, ask_direct_read, clock);
     loop {
         // Each limit's core renews on its own schedule; the outbox paces each pod's leases to one
         // message per renew interval, sent after a tick (a holder's first lease goes at once).
@@ -98,6 +99,7 @@ pub async fn run(
             Some(msg) = reports.next() => { m.on_pod_reports(&msg.subject, &msg.payload).await; false }
             Some(msg) = returns.next() => { m.on_returns(&msg.subject, &msg.payload).await; false }
             Some((key, value, revision)) = records.recv() => { m.on_ledger_value(&key, &value, revision).await; false }
+            Some(answer) = direct_reads.recv() => { m.on_direct_read(answer).await; false }
         };
         m.flush(on_tick).await;
         leasehold_process::publish_status(&status, &m.status);

@@ -25,13 +25,12 @@ use std::collections::BTreeMap;
 use tracing::{debug, info, warn};
 
 use crate::config::Settings;
-use crate::ledger_link::LedgerLink;
 use crate::outbox::Outbox;
 pub use crate::status::{LimitStatus, Status};
 
+mod floor_confirmations;
 mod ledger_reads;
 use async_nats::jetstream::kv::Store;
-use std::sync::Arc;
 
 pub(crate) struct LimitTerm {
     pub(crate) core: DcManagerCore,
@@ -43,15 +42,21 @@ pub(crate) struct Term {
     pub(crate) epoch: u64,
     pub(crate) instance: String,
     pub(crate) limits: BTreeMap<String, LimitTerm>,
-    /// Whether this term has read every ledger group directly, and else the limits whose
-    /// record it has read directly: a core uses a floor only then (`DcManagerCore::await_ledger_read`).
+    /// Whether this term has read every ledger group directly: until then a core uses a floor
+    /// only if the DC's floor confirmations vouch for it (`DcManagerCore::await_ledger_read`).
     read_every_group: bool,
-    read_limits: std::collections::BTreeSet<String>,
-    /// When this term last tried to read every group (this clock, ns).
-    last_read_attempt_ns: u64,
+    /// When this term last asked for a direct read (this clock, ns), and whether the answer is
+    /// still to come.
+    read_asked_ns: u64,
+    read_in_flight: bool,
+    /// Whether a direct read of this term has failed (counted once in `terms_without_ledger`).
+    read_failed: bool,
+    /// The DC's floor confirmations as last read or written (`None`: unknown; read again).
+    confirmed: Option<floor_confirmations::Confirmed>,
 }
 
-/// How often a term that could not read the ledger (the link to the hub is cut) tries again.
+/// How long after a failed direct read of the ledger (the link to the hub cut or slow) a term
+/// asks again.
 const LEDGER_RETRY_NS: u64 = 2_000_000_000;
 
 pub struct Manager {
@@ -59,8 +64,9 @@ pub struct Manager {
     pub(crate) settings: Settings,
     client: async_nats::Client,
     leaders: Store,
-    /// The ledger bucket, read directly when a term begins (the watch may lag).
-    ledger: Arc<LedgerLink>,
+    /// Asks for a direct read of every ledger group (a term's epoch; answered through
+    /// [`Manager::on_direct_read`]): each term reads the ledger when it begins (the watch may lag).
+    direct_reads: tokio::sync::mpsc::Sender<u64>,
     pub(crate) clock: LeaseClock,
     leadership: Leadership,
     pub(crate) term: Option<Term>,
@@ -85,7 +91,7 @@ impl Manager {
         settings: Settings,
         client: async_nats::Client,
         leaders: Store,
-        ledger: Arc<LedgerLink>,
+        direct_reads: tokio::sync::mpsc::Sender<u64>,
         clock: LeaseClock,
     ) -> Self {
         let id = settings.id();
@@ -96,7 +102,7 @@ impl Manager {
             settings,
             client,
             leaders,
-            ledger,
+            direct_reads,
             clock,
             leadership,
             term: None,
@@ -157,13 +163,15 @@ impl Manager {
         }
         // What `/readyz` judges.
         self.status.replica = ReplicaView::of(&self.leadership, self.term.is_some(), reached);
-        self.retry_ledger_read().await;
+        self.retry_direct_read();
         if !self.fresh() {
             // Leases issued while acting are safe to deliver late, but a replica that may not act
             // sends nothing.
             self.outbox.drop_leases();
             return;
         }
+        // Floors are written to the DC's confirmations before any report confirms them.
+        self.persist_floor_confirmations().await;
         let now = self.now_ns();
         let limits: Vec<String> = self.term.as_ref().map(|t| t.limits.keys().cloned().collect()).unwrap_or_default();
         for limit in limits {
@@ -177,38 +185,40 @@ impl Manager {
     async fn take_over(&mut self, epoch: u64) {
         let instance = format!("{}-e{}", self.id, epoch);
         info!(%instance, epoch, "leading the DC");
-        let now = self.now_ns();
         self.term = Some(Term {
             epoch,
             instance,
             limits: BTreeMap::new(),
             read_every_group: false,
-            read_limits: Default::default(),
-            last_read_attempt_ns: now,
+            read_asked_ns: 0,
+            read_in_flight: false,
+            read_failed: false,
+            confirmed: None,
         });
         self.status.leading = true;
         self.status.ledger_read = false;
         self.status.epoch = epoch;
         self.status.takeovers += 1;
-        // Every group once (not one read per limit): the term starts every core from the
-        // records as the bucket holds them now. Without that read (the link to the hub is cut),
-        // the cores use no floor and no emergency allowance until `tick` reads it
-        // (`DcManagerCore::await_ledger_read`).
-        let read = self.read_every_group().await;
+        // Every group once, read directly (by a task of its own: the hub may be slow or cut
+        // off): until the answer, each core uses no floor and no emergency allowance unless the
+        // DC's floor confirmations (its own JetStream, readable when the hub is not) vouch for
+        // the floor its watch delivered (`DcManagerCore::await_ledger_read`).
+        self.ask_direct_read();
+        let confirmed = self.read_confirmations().await;
+        if let Some(t) = self.term.as_mut() {
+            t.confirmed = confirmed;
+        }
         let known: Vec<String> = self.floors.keys().cloned().collect();
         for limit in known {
-            self.ensure_core(&limit, false).await;
-        }
-        if !read {
-            self.status.terms_without_ledger += 1;
+            self.ensure_core(&limit).await;
         }
     }
 
-    /// This term's core for `limit`, made now if it has none: from the record as the bucket
-    /// holds it now, not only as the watch last delivered it (a term must start from a floor at
-    /// least as new as any its predecessor used), read now unless `read_now` is false (the
-    /// caller just read every group).
-    async fn ensure_core(&mut self, limit: &str, read_now: bool) {
+    /// This term's core for `limit`, made now if it has none. It uses the floor the watch
+    /// delivered only once the term has read every group directly (a term must start from a
+    /// floor at least as new as any its predecessor confirmed), or if the DC's floor
+    /// confirmations vouch for it.
+    async fn ensure_core(&mut self, limit: &str) {
         let Some(term) = self.term.as_ref() else { return };
         if term.limits.contains_key(limit) || !self.serves(limit) {
             return;
@@ -217,13 +227,11 @@ impl Manager {
         cfg.limit = limit.to_string();
         cfg.epoch = term.epoch;
         cfg.instance = term.instance.clone();
-        if read_now && !term.read_every_group {
-            self.read_record_now(limit).await;
-        }
         let now = self.now_ns();
         let mut core = DcManagerCore::new(cfg, now);
-        if !self.term_has_read(limit) {
-            core.await_ledger_read();
+        if let Some(out) = self.prepare_core(limit, &mut core, now) {
+            self.status.floors_vouched += 1;
+            self.outbox.push(out);
         }
         self.record_rules.apply(&mut core, &self.settings.manager);
         let floor = self.cached_floor(limit);
@@ -268,7 +276,7 @@ impl Manager {
             return;
         }
         let limit = rec.limit.clone();
-        self.ensure_core(&limit, true).await;
+        self.ensure_core(&limit).await;
         let now = self.now_ns();
         let floor = self.cached_floor(&limit);
         let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&limit)) else { return };
@@ -334,7 +342,7 @@ impl Manager {
         if !self.fresh() {
             return;
         }
-        self.ensure_core(&r.limit, true).await;
+        self.ensure_core(&r.limit).await;
         self.admitted_window.entry(r.limit.clone()).or_default().push((self.clock.now_ns(), r.admitted));
         let now = self.now_ns();
         let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&r.limit)) else { return };

@@ -17,6 +17,9 @@ pub struct Status {
     pub ledger_read: bool,
     /// Terms that began without reading the ledger (the link to the hub cut).
     pub terms_without_ledger: u64,
+    /// Limits whose watched floor a term that could not read the ledger used because the DC's
+    /// floor confirmations vouched for it.
+    pub floors_vouched: u64,
     pub step_downs: u64,
     pub dc_leases_applied: u64,
     pub dc_leases_refused: u64,

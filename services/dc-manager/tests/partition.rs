@@ -7,8 +7,9 @@
 //! in the DC's own. Cutting Europe's link (a TCP proxy on it) must leave Europe autonomous on its
 //! floor: its manager keeps leading, its pods keep a lease and admit at most the floor's rate and
 //! burst, and BKK's pods get at most what the floor leaves. A standby that takes over during the
-//! cut has read no ledger: it uses no floor (waste, never excess) until the link heals, and then
-//! everything follows demand again.
+//! cut cannot read the ledger: it uses the floor its watch delivered because Europe's floor
+//! confirmations (in Europe's own JetStream) vouch for it, and after the heal everything follows
+//! demand again.
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
 use leasehold_coordinator::config::Settings as CoordSettings;
@@ -170,6 +171,23 @@ async fn cut_and_heal(bin: &std::path::Path) {
     // Cut Europe off from the hub. Europe keeps its leader (its key is in its own JetStream),
     // its pods keep leases, and once Europe's DC lease has run out they hold and admit no
     // more than the floor; BKK gets no more than the rest.
+    // Europe's leader key and floor confirmations live in Europe's JetStream only: a bucket of
+    // the same name in the hub's never sees them (KV subjects do not cross between domains).
+    let leaders = |client| async move {
+        let js = leasehold_nats::connect::jetstream(client);
+        leasehold_nats::kv::open_bucket(&js, "lh_leaders").await.expect("lh_leaders")
+    };
+    let (in_europe, in_hub) = (
+        leaders(wait::client(&url, "eu-keys").await).await,
+        leaders(wait::client(&LeafTopology::url(&topology.hub, "coordinator"), "hub-keys").await).await,
+    );
+    for key in ["dc.europe", "floors.europe"] {
+        let local = leasehold_nats::kv::read(&in_europe, key).await.expect("read in Europe");
+        assert!(local.is_some(), "{v}: {key} is not in Europe's own lh_leaders");
+        let hub = leasehold_nats::kv::read(&in_hub, key).await.expect("read in the hub");
+        assert!(hub.is_none(), "{v}: {key} reached the hub's lh_leaders");
+    }
+
     eu_link.cut();
     let cut_at = Instant::now();
     let step_downs = eu1.status.borrow().step_downs;
@@ -209,22 +227,39 @@ async fn cut_and_heal(bin: &std::path::Path) {
     assert!(!summary.is_empty(), "{v}: the cut was never measured");
     eprintln!("{summary}");
 
-    // Europe's leader dies during the cut: the standby takes over in Europe's own JetStream,
-    // but it cannot read the ledger, so it uses no floor (it cannot know whether its watched
-    // floor is older than one its predecessor confirmed).
+    // Europe's leader dies during the cut: the standby takes over in Europe's own JetStream. It
+    // cannot read the ledger, but Europe's floor confirmations (its own JetStream), which eu-m1
+    // wrote before it confirmed its floor, vouch for the floor eu-m2's watch delivered: after its
+    // quiet period eu-m2 runs Europe on that floor.
     eu1.crash();
-    let s = wait::until(&mut eu2.status, WITHIN, "eu-m2 leads Europe during the cut", |s: &Status| s.leading).await;
-    assert!(!s.ledger_read && s.terms_without_ledger == 1, "{v}: {s:?}");
-    until_rates("Europe's pods run out of eu-m1's leases", &bkk_pods, &eu_pods, |_, e| e == 0.0).await;
-    // Watched for three pod-lease lifetimes: longer than a new term's wait before it would use
-    // a floor.
-    let spent = admitted(&eu_pods);
-    let watch_until = Instant::now() + 3 * Duration::from_millis(POD_TTL_MS);
-    while Instant::now() < watch_until {
-        assert_eq!(held_rate(&eu_pods), 0.0, "{v}: Europe's pods hold a lease from a term that read no ledger");
+    let s = wait::until(&mut eu2.status, WITHIN, "eu-m2 leads Europe and fails to read the ledger", |s: &Status| {
+        s.leading && s.terms_without_ledger == 1
+    })
+    .await;
+    assert!(!s.ledger_read && s.floors_vouched == 1, "{v}: {s:?}");
+    let from_eu2 = |pods: &[LoadedPod]| {
+        pods.iter().all(|p| p.limiter.status().borrow().lease.as_ref().is_some_and(|l| l.issuer.starts_with("eu-m2")))
+    };
+    let deadline = Instant::now() + WITHIN;
+    while !(from_eu2(&eu_pods) && held_rate(&eu_pods) > 0.0) {
+        let e = held_rate(&eu_pods);
+        assert!(e <= FLOOR_PER_S + 1e-6, "{v}: Europe holds {e:.3}/s, above its floor, during the takeover");
+        assert!(Instant::now() < deadline, "{v}: eu-m2 never ran Europe's pods on the floor during the cut");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(admitted(&eu_pods), spent, "{v}: Europe admitted calls under a term that read no ledger");
+    let (since, start) = (Instant::now(), admitted(&eu_pods));
+    while since.elapsed() < Duration::from_secs(3) {
+        let e = held_rate(&eu_pods);
+        assert!(e <= FLOOR_PER_S + 1e-6, "{v}: Europe holds {e:.3}/s under eu-m2, above its floor");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (secs, spent) = (since.elapsed().as_secs_f64(), admitted(&eu_pods) - start);
+    let most = FLOOR_PER_S * (secs + 0.2) + FLOOR_TOKENS;
+    assert!(
+        spent as f64 <= most && spent as f64 >= FLOOR_PER_S * secs * 0.5,
+        "{v}: {spent} in {secs:.2} s under eu-m2"
+    );
+    eprintln!("{v}: after the takeover in the cut, Europe admitted {spent} in {secs:.2} s on its floor");
 
     // Healed: the term reads the ledger and Europe's share follows demand again.
     eu_link.heal();

@@ -66,26 +66,41 @@ pub async fn read_record(store: &Store, limit: &str) -> Result<(Option<u64>, Opt
     })
 }
 
+/// A key's revision and value.
+type Entry = (u64, bytes::Bytes);
+
+/// Reads [`read_all`] keeps in flight at once: a reader far from the ledger's stream leader
+/// (a DC's manager reading the hub's ledger) spends a few round trips on 64 groups, not 64.
+const READ_ALL_CONCURRENCY: usize = 16;
+
 /// Every group in the bucket, and every per-limit record of an older version (an unreadable
 /// one is an error: never act on a ledger read in part).
 pub async fn read_all(store: &Store) -> Result<LedgerContents, LedgerError> {
+    use futures::StreamExt;
     let keys = crate::kv::list_keys(store).await.map_err(|e| LedgerError::List { reason: e.to_string() })?;
     let mut contents = LedgerContents::default();
-    for key in keys {
-        let Some(group) = ledger_group_of_key(&key) else {
-            if check_id("limit", &key).is_err() {
-                contents.other_keys.push(key);
-                continue;
+    let (wanted, other): (Vec<String>, Vec<String>) =
+        keys.into_iter().partition(|k| ledger_group_of_key(k).is_some() || check_id("limit", k).is_ok());
+    contents.other_keys = other;
+    let reads: Vec<(String, Result<Option<Entry>, KvError>)> = futures::stream::iter(wanted)
+        .map(|key| async move {
+            let got = read(store, &key).await;
+            (key, got)
+        })
+        .buffered(READ_ALL_CONCURRENCY)
+        .collect()
+        .await;
+    for (key, got) in reads {
+        let Some((rev, bytes)) = got? else { continue };
+        match ledger_group_of_key(&key) {
+            Some(group) => {
+                contents.groups.insert(group, (rev, decode_group(&key, &bytes)?));
             }
-            if let Some((rev, bytes)) = read(store, &key).await? {
+            None => {
                 let rec = decode::<LedgerRecord>(&bytes)
                     .map_err(|e| LedgerError::Unreadable { key: key.clone(), reason: e.to_string() })?;
                 contents.legacy.insert(key, (rev, rec));
             }
-            continue;
-        };
-        if let Some(found) = read_group(store, group).await? {
-            contents.groups.insert(group, found);
         }
     }
     Ok(contents)

@@ -111,6 +111,9 @@ pub struct DcManagerCore {
     limit_removed: bool,
     /// The term has not read the limit's ledger record directly yet (see `unread.rs`).
     ledger_unread: bool,
+    /// The newest floor version the driver has persisted in the DC's `FloorConfirmations`: a
+    /// report confirms no newer one (`None`: the driver persists nothing, no cap).
+    confirm_cap: Option<Option<LeaseVersion>>,
 }
 
 impl DcManagerCore {
@@ -141,6 +144,7 @@ impl DcManagerCore {
             counters: DcCounters::default(),
             limit_removed: false,
             ledger_unread: false,
+            confirm_cap: None,
         }
     }
 
@@ -353,7 +357,7 @@ impl DcManagerCore {
             pods_healthy: eligible.len() as u32,
             lease_in_use: self.acked,
             floor_in_use,
-            floor_version: self.floor_version,
+            floor_version: self.confirmable_floor_version(),
             upstream_calls,
             upstream_429,
         }

@@ -10,6 +10,15 @@
 //! floors offered meanwhile ([`DcManagerCore::on_floor`]) are ignored; a DC lease addressed to
 //! this term still counts (and so does the floor it carries: the coordinator issued it after
 //! hearing this term, so that floor is at least as new as any its predecessor confirmed).
+//!
+//! Unless the DC itself vouches for a floor. Every term writes the floor it is about to confirm
+//! (with its version) into the DC's `FloorConfirmations` (its own JetStream, reachable during the
+//! cut) **before** its report confirms it: a report never confirms a version beyond what is
+//! written ([`DcManagerCore::cap_floor_confirmation`]). The coordinator releases a DC's floor
+//! only once a newer one is confirmed, which would have been written first; so it still reserves
+//! at least the floor written last, and a successor cut off from the ledger may run on that one
+//! ([`DcManagerCore::on_vouched_floor`]), still strict (no emergency allowance: its removal and
+//! pod rules came from its watch).
 
 use super::{DcManagerCore, DcOutput, Pass};
 use crate::quota::Quota;
@@ -25,6 +34,37 @@ impl DcManagerCore {
     /// Whether the term still waits for its first direct read of the ledger.
     pub fn awaits_ledger_read(&self) -> bool {
         self.ledger_unread
+    }
+
+    /// The newest floor version the driver has written to the DC's `FloorConfirmations` (`None`:
+    /// none): reports confirm no newer one. Drivers that keep no confirmations never call it.
+    pub fn cap_floor_confirmation(&mut self, persisted: Option<LeaseVersion>) {
+        self.confirm_cap = Some(persisted);
+    }
+
+    /// The floor (and version) this term would confirm but may not yet: the driver writes it to
+    /// the DC's `FloorConfirmations`, then raises the cap.
+    pub fn floor_to_persist(&self) -> Option<(Quota, LeaseVersion)> {
+        let cap = self.confirm_cap?;
+        self.floor_version.filter(|v| cap.is_none_or(|c| *v > c)).map(|v| (self.floor, v))
+    }
+
+    /// A term awaiting its first direct read runs on the floor its DC's `FloorConfirmations`
+    /// name for the limit (the last any term of the DC wrote before confirming it): the
+    /// coordinator still reserves at least that much. It stays strict until it reads the ledger.
+    pub fn on_vouched_floor(&mut self, floor: Quota, version: LeaseVersion, now_ns: u64) -> Vec<DcOutput> {
+        if !self.take_floor(floor, version) {
+            return Vec::new();
+        }
+        self.pass(now_ns, Pass::Full)
+    }
+
+    /// What the next report confirms: the floor version in use, capped by what is persisted.
+    pub(super) fn confirmable_floor_version(&self) -> Option<LeaseVersion> {
+        match self.confirm_cap {
+            Some(cap) if !self.cfg.bugs.floor_confirmed_unpersisted => self.floor_version.min(cap),
+            _ => self.floor_version,
+        }
     }
 
     /// The term has read its limit's record directly: `floor` is the DC's floor it names (with
@@ -83,6 +123,38 @@ mod tests {
         c.on_floor(Quota::per_s(20, 2), version(1), 0);
         assert_eq!(c.budget(60 * S).0, Quota::per_s(25, 3));
         assert!(!c.awaits_ledger_read());
+    }
+
+    #[test]
+    fn a_report_confirms_no_floor_beyond_what_is_persisted() {
+        let mut c = core(KnownBugs::default());
+        c.cap_floor_confirmation(Some(version(1)));
+        c.on_floor(Quota::per_s(20, 2), version(2), 0);
+        assert_eq!(c.floor_to_persist(), Some((Quota::per_s(20, 2), version(2))));
+        assert_eq!(c.confirmable_floor_version(), Some(version(1)), "capped until persisted");
+        c.cap_floor_confirmation(Some(version(2)));
+        assert_eq!((c.floor_to_persist(), c.confirmable_floor_version()), (None, Some(version(2))));
+        // A driver that keeps no confirmations: no cap.
+        let mut free = core(KnownBugs::default());
+        free.on_floor(Quota::per_s(20, 2), version(2), 0);
+        assert_eq!((free.floor_to_persist(), free.confirmable_floor_version()), (None, Some(version(2))));
+        // The known bug: confirmed though not persisted.
+        let mut bug = core(KnownBugs { floor_confirmed_unpersisted: true, ..KnownBugs::default() });
+        bug.cap_floor_confirmation(Some(version(1)));
+        bug.on_floor(Quota::per_s(20, 2), version(2), 0);
+        assert_eq!(bug.confirmable_floor_version(), Some(version(2)));
+    }
+
+    #[test]
+    fn a_term_cut_off_from_the_ledger_runs_strict_on_the_floor_its_dc_vouches_for() {
+        let mut c = core(KnownBugs::default());
+        c.await_ledger_read();
+        // Its watch delivered an older, larger floor: ignored.
+        c.on_floor(Quota::per_s(50, 5), version(1), 0);
+        // The DC's confirmations name the floor its predecessor confirmed last.
+        c.on_vouched_floor(Quota::per_s(20, 2), version(4), 0);
+        assert_eq!(c.budget(60 * S), (Quota::per_s(20, 2), None), "that floor, and no emergency allowance");
+        assert!(c.awaits_ledger_read());
     }
 
     #[test]

@@ -6,12 +6,14 @@
 
 mod batch;
 mod fence;
+mod floor_confirmations;
 mod keys;
 mod ledger_group;
 mod messages;
 
 pub use batch::*;
 pub use fence::LedgerFence;
+pub use floor_confirmations::{ConfirmedFloor, FloorConfirmations};
 pub use keys::*;
 pub use ledger_group::{FittedGroup, LedgerGroup, FRESH_GROWTH, MAX_LEDGER_GROUP_BYTES};
 pub use messages::*;

@@ -55,6 +55,8 @@ pub struct Metrics {
     /// DC-manager terms begun while the ledger could not be read (their DC cut off from the
     /// coordinators' side): no floor until they read it.
     pub terms_without_ledger: u64,
+    /// Of those, the limit's watched floor vouched for by the DC's floor confirmations (used).
+    pub floors_vouched: u64,
     pub lease_rejections: u64,
     pub drains_acked: u64,
     /// Largest amount by which what pods may spend exceeded R and B (best-effort mode only).
@@ -102,6 +104,7 @@ impl Metrics {
             records_rolled_back: 0,
             record_replays: 0,
             terms_without_ledger: 0,
+            floors_vouched: 0,
             lease_rejections: 0,
             drains_acked: 0,
             overshoot_max: leasehold_shared::quota::Quota::ZERO,

@@ -58,6 +58,7 @@ pub struct SeedResult {
     pub records_rolled_back: u64,
     pub record_replays: u64,
     pub terms_without_ledger: u64,
+    pub floors_vouched: u64,
     pub overshoot_rate_per_s: f64,
     /// This seed's offered load, from the scenario's demand function.
     pub offered: OfferedLoad,
@@ -122,6 +123,8 @@ pub struct Summary {
     pub record_replays: u64,
     /// DC-manager terms begun while their DC could not read the ledger (no floor until read).
     pub terms_without_ledger: u64,
+    /// Of those, terms that used their watched floor on the DC's floor confirmations' word.
+    pub floors_vouched: u64,
     /// "strict", or "best-effort" with an emergency allowance per DC.
     pub mode: &'static str,
     /// Σ E (rate/s): the documented overshoot bound; 0 in strict mode.
@@ -207,6 +210,7 @@ pub fn run_scenario(sc: Scenario, seed: u64, policy: Policy) -> SeedResult {
         records_rolled_back: m.records_rolled_back,
         record_replays: m.record_replays,
         terms_without_ledger: m.terms_without_ledger,
+        floors_vouched: m.floors_vouched,
         overshoot_rate_per_s: m.overshoot_max.rate_per_s(),
         offered,
         hidden_drop: m.hidden_drop.clone(),
@@ -355,6 +359,7 @@ fn run_checked(opts: &RunOptions) -> (Summary, Vec<SeedResult>) {
         records_rolled_back: results.iter().map(|r| r.records_rolled_back).sum(),
         record_replays: results.iter().map(|r| r.record_replays).sum(),
         terms_without_ledger: results.iter().map(|r| r.terms_without_ledger).sum(),
+        floors_vouched: results.iter().map(|r| r.floors_vouched).sum(),
         mode: if opts.emergency_per_dc.is_zero() { "strict" } else { "best-effort" },
         overshoot_bound_rate_per_s: sc_with(opts, sc.clone()).overshoot_bound().rate_per_s(),
         overshoot_measured_rate_per_s: results.iter().map(|r| r.overshoot_rate_per_s).fold(0.0, f64::max),

@@ -1,55 +1,69 @@
-//! How a term reads the ledger: every group directly when it begins (else it waits, trying
-//! again every [`LEDGER_RETRY_NS`], and its cores use no floor meanwhile), one record when a
-//! core is made, and the floor cache the watch and the reads keep.
+//! How a term reads the ledger: every group directly when it begins, by a task of its own
+//! (`ledger_link::direct_reads`; asked again [`LEDGER_RETRY_NS`] after a failure), its cores
+//! using no floor until the answer unless the DC vouches for one; and the floor cache the watch
+//! and the reads keep.
 
 use super::{Manager, LEDGER_RETRY_NS};
-use crate::ledger_link::ReadError;
+use crate::ledger_link::DirectRead;
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{LeaseVersion, LedgerRecord};
 use tracing::{info, warn};
 
 impl Manager {
-    /// Read every group directly and remember what concerns this DC; true if the read
-    /// succeeded (the term may then use every floor it knows).
-    pub(super) async fn read_every_group(&mut self) -> bool {
-        match self.ledger.read_all().await {
-            Ok(contents) => {
-                for (limit, (revision, rec)) in contents.records() {
-                    if self.serves(limit) {
-                        self.recorded.insert(limit.to_string());
-                    }
-                    if self.concerns(rec) {
-                        self.remember_record(rec, revision);
-                    }
-                }
-                if let Some(t) = self.term.as_mut() {
-                    t.read_every_group = true;
-                    self.status.ledger_read = true;
-                }
-                true
-            }
-            Err(e) => {
-                warn!(cause = %e, "could not read the ledger: no floor or emergency allowance until a read succeeds");
-                false
-            }
+    /// Ask for a direct read of every group for the current term.
+    pub(super) fn ask_direct_read(&mut self) {
+        let now = self.now_ns();
+        let Some(t) = self.term.as_mut() else { return };
+        if self.direct_reads.try_send(t.epoch).is_ok() {
+            t.read_in_flight = true;
+            t.read_asked_ns = now;
         }
     }
 
-    /// A term that has not read the ledger yet tries again every [`LEDGER_RETRY_NS`]; once it
-    /// has, every core takes its floor.
-    pub(super) async fn retry_ledger_read(&mut self) {
+    /// A term that has not read the ledger asks again [`LEDGER_RETRY_NS`] after its last ask,
+    /// once the answer to it has come.
+    pub(super) fn retry_direct_read(&mut self) {
         let now = self.now_ns();
-        let Some(t) = self.term.as_mut() else { return };
-        if t.read_every_group || now.saturating_sub(t.last_read_attempt_ns) < LEDGER_RETRY_NS || !self.fresh() {
-            return;
+        let due = self.term.as_ref().is_some_and(|t| {
+            !t.read_every_group && !t.read_in_flight && now.saturating_sub(t.read_asked_ns) >= LEDGER_RETRY_NS
+        });
+        if due {
+            self.ask_direct_read();
+        }
+    }
+
+    /// The answer to a direct read: if it is this term's and it succeeded, remember every
+    /// record that concerns this DC, make the cores of the limits it shows, and let every core
+    /// use its floor.
+    pub async fn on_direct_read(&mut self, (epoch, answer): DirectRead) {
+        let Some(t) = self.term.as_mut().filter(|t| t.epoch == epoch) else { return };
+        t.read_in_flight = false;
+        let contents = match answer {
+            Ok(contents) => contents,
+            Err(e) => {
+                if !std::mem::replace(&mut t.read_failed, true) {
+                    self.status.terms_without_ledger += 1;
+                }
+                return warn!(cause = %e, "could not read the ledger: no floor or emergency allowance unless the DC vouches for one, until a read succeeds");
+            }
+        };
+        for (limit, (revision, rec)) in contents.records() {
+            if self.serves(limit) {
+                self.recorded.insert(limit.to_string());
+            }
+            if self.concerns(rec) {
+                self.remember_record(rec, revision);
+            }
         }
         if let Some(t) = self.term.as_mut() {
-            t.last_read_attempt_ns = now;
+            t.read_every_group = true;
         }
-        if !self.read_every_group().await {
-            return;
-        }
+        self.status.ledger_read = true;
         info!("read the ledger: every limit's floor is in use");
+        let known: Vec<String> = self.floors.keys().cloned().collect();
+        for limit in known {
+            self.ensure_core(&limit).await;
+        }
         let limits: Vec<String> = self.term.as_ref().map(|t| t.limits.keys().cloned().collect()).unwrap_or_default();
         for limit in limits {
             let floor = self.cached_floor(&limit);
@@ -58,41 +72,19 @@ impl Manager {
             let out = lt.core.on_ledger_read(floor, now);
             self.outbox.push(out);
         }
+        self.refresh_status();
     }
 
-    /// Whether this term has read `limit`'s record directly (every group, or that record).
-    pub(super) fn term_has_read(&self, limit: &str) -> bool {
-        self.term.as_ref().is_some_and(|t| t.read_every_group || t.read_limits.contains(limit))
+    /// Whether this term has read every group directly (a limit with no record then had none
+    /// its predecessor could have confirmed a floor of: any record of it arrives later).
+    pub(super) fn term_has_read(&self) -> bool {
+        self.term.as_ref().is_some_and(|t| t.read_every_group)
     }
 
     /// `limit`'s newest floor this process knows (a core that has not read the ledger in its
     /// term ignores it: `DcManagerCore::await_ledger_read`).
     pub(super) fn cached_floor(&self, limit: &str) -> Option<(Quota, LeaseVersion)> {
         self.floors.get(limit).copied().flatten()
-    }
-
-    /// Read `limit`'s ledger record directly and keep its floor if it is newer than the cached
-    /// one; once read, the term may use the limit's floor. On failure the term uses no floor of
-    /// the limit until a read succeeds.
-    pub(super) async fn read_record_now(&mut self, limit: &str) {
-        let read = match self.ledger.read_record(limit).await {
-            Ok((Some(revision), Some(rec))) => {
-                self.remember_record(&rec, revision);
-                true
-            }
-            Ok(_) => true,
-            Err(ReadError::Unreadable(_)) => {
-                self.status.messages_malformed += 1;
-                false
-            }
-            Err(ReadError::Failed(e)) => {
-                warn!(limit, cause = %e, "could not read the ledger record: no floor until a read succeeds");
-                false
-            }
-        };
-        if let Some(t) = self.term.as_mut().filter(|_| read) {
-            t.read_limits.insert(limit.to_string());
-        }
     }
 
     /// Cache the record (at `revision` of its key) for this DC: its floor, never going back to

@@ -169,6 +169,7 @@ impl World {
             return;
         }
         self.retry_term_read(d, r);
+        self.persist_floor_confirmation(d, r);
         let m = &mut self.dcs[d].mgrs[r];
         let out = m.core.as_mut().expect("acting").tick(m.clock.local(self.now));
         self.route_dc(d, out);

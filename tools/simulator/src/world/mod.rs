@@ -137,6 +137,9 @@ struct DcSlot {
     /// allowance once their leases have run out).
     newest_record_rev: u64,
     removed_since: Option<u64>,
+    /// The DC's floor confirmations (its own store): `None` until first written, then the
+    /// floor (and version) a term wrote last before confirming it.
+    confirmed: Option<(Quota, LeaseVersion)>,
 }
 
 impl DcSlot {
@@ -273,7 +276,14 @@ impl World {
                 b.apply_lease(share, clock.local(0) + 36_000 * S, clock.local(0)).expect("static lease fits");
                 b
             });
-            self.dcs.push(DcSlot { clock, mgrs: Vec::new(), static_bucket, newest_record_rev: 0, removed_since: None });
+            self.dcs.push(DcSlot {
+                clock,
+                mgrs: Vec::new(),
+                static_bucket,
+                newest_record_rev: 0,
+                removed_since: None,
+                confirmed: None,
+            });
             for _ in 0..self.sc.dcs[d].pods {
                 let p = self.add_pod_slot(d);
                 self.start_pod(p);

@@ -36,7 +36,9 @@ impl World {
     }
 
     /// A new term's core of replica `r` starts from a direct read of the record, or, if the DC
-    /// cannot read the ledger now, waits for one (on the watched floor only with the known bug).
+    /// cannot read the ledger now, strict on the floor the DC's floor confirmations name (if
+    /// any) until it reads (on the watched floor regardless with
+    /// `KnownBugs::term_uses_watched_floor`).
     pub(super) fn start_term(
         &mut self,
         d: usize,
@@ -45,17 +47,26 @@ impl World {
         cfg: &DcManagerConfig,
     ) -> Vec<DcOutput> {
         let local = self.dcs[d].mgrs[r].clock.local(self.now);
+        let confirmed = self.dcs[d].confirmed;
+        core.cap_floor_confirmation(confirmed.map(|(_, v)| v));
+        let mut out = Vec::new();
         if self.ledger_readable(d) {
             if let Some(rec) = self.kv.record.clone() {
                 self.take_record(d, r, &rec, self.kv.record_rev);
             }
         } else {
-            core.await_ledger_read();
             self.metrics.terms_without_ledger += 1;
+            core.await_ledger_read();
+            // The known bug is the code before the DC's confirmations existed: the watched floor.
+            if let Some((floor, version)) = confirmed.filter(|_| !self.sc.bugs.term_uses_watched_floor) {
+                self.metrics.floors_vouched += 1;
+                out = core.on_vouched_floor(floor, version, local);
+            }
         }
         let m = &mut self.dcs[d].mgrs[r];
         m.record_rules.apply(core, cfg);
-        m.watched_floor.map(|(f, v)| core.on_floor(f, v, local)).unwrap_or_default()
+        out.extend(m.watched_floor.map(|(f, v)| core.on_floor(f, v, local)).unwrap_or_default());
+        out
     }
 
     /// At replica `r`'s tick: a term still waiting for its first read reads the record if it can.
@@ -95,8 +106,10 @@ impl World {
 
     /// A cut often finds a standby's watch behind its leader's: at the start of DC `d`'s
     /// partition, each of its standbys holds the floor of the kept record before the newest
-    /// floor the DC was named (drawing nothing from the seeded streams, so every seed's course
-    /// stays as it was; a term uses that floor only with `KnownBugs::term_uses_watched_floor`).
+    /// floor the DC was named (drawing nothing from the seeded streams). A term cut off never
+    /// uses it (only with `KnownBugs::term_uses_watched_floor`); one that can read the record
+    /// takes the newer floor it names (after a lost record, none: the stale one stays, which the
+    /// coordinator's lost-floor accounting covers).
     pub(super) fn standby_watch_behind(&mut self, d: usize) {
         let dc = self.sc.dcs[d].name.clone();
         let mut named: Vec<_> = self.kv.history.iter().filter_map(|(_, rec)| rec.floor_of(&dc)).collect();
@@ -108,5 +121,22 @@ impl World {
                 m.watched_floor = Some((floor, version));
             }
         }
+    }
+
+    /// Before an acting term's periodic step: the floor version its core is about to confirm
+    /// is written to the DC's confirmations (its own store, reachable during a cut), then the core
+    /// may confirm it. With `KnownBugs::floor_confirmed_unpersisted` only the first is written
+    /// (and the core confirms regardless).
+    pub(super) fn persist_floor_confirmation(&mut self, d: usize, r: usize) {
+        let slot = &mut self.dcs[d];
+        let Some(core) = slot.mgrs[r].core.as_mut() else { return };
+        let Some((floor, version)) = core.floor_to_persist() else { return };
+        if self.sc.bugs.floor_confirmed_unpersisted && slot.confirmed.is_some() {
+            return;
+        }
+        if slot.confirmed.is_none_or(|(_, v)| version > v) {
+            slot.confirmed = Some((floor, version));
+        }
+        core.cap_floor_confirmation(slot.confirmed.map(|(_, v)| v));
     }
 }
