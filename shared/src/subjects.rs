@@ -281,6 +281,7 @@ mod tests {
             (LEADER_BUCKET, COORDINATOR_LEADER_KEY.to_string()),
             (LEADER_BUCKET, dc_leader_key("bkk").unwrap()),
             (LEADER_BUCKET, LEDGER_FENCE_KEY.to_string()),
+            (LEADER_BUCKET, dc_floors_key("bkk").unwrap()),
             (KEYS_SHARDS_BUCKET, keys_shard_key(3)),
             (KEYS_SHARDS_BUCKET, keys_member_key("keys-1")),
             (KEYS_CONFIG_BUCKET, KEYS_TIERS_KEY.to_string()),

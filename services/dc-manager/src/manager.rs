@@ -170,8 +170,13 @@ impl Manager {
             self.outbox.drop_leases();
             return;
         }
-        // Floors are written to the DC's confirmations before any report confirms them.
+        // Floors are written to the DC's confirmations before any report confirms them. The
+        // writes take time: a term that lapsed meanwhile sends nothing.
         self.persist_floor_confirmations().await;
+        if !self.fresh() {
+            self.outbox.drop_leases();
+            return;
+        }
         let now = self.now_ns();
         let limits: Vec<String> = self.term.as_ref().map(|t| t.limits.keys().cloned().collect()).unwrap_or_default();
         for limit in limits {
@@ -204,7 +209,7 @@ impl Manager {
         // DC's floor confirmations (its own JetStream, readable when the hub is not) vouch for
         // the floor its watch delivered (`DcManagerCore::await_ledger_read`).
         self.ask_direct_read();
-        let confirmed = self.read_confirmations().await;
+        let confirmed = self.take_confirmations().await;
         if let Some(t) = self.term.as_mut() {
             t.confirmed = confirmed;
         }

@@ -25,7 +25,7 @@ impl Manager {
     }
 
     /// Read the DC's confirmations now (`None`: could not, or they are unreadable).
-    pub(super) async fn read_confirmations(&mut self) -> Option<Confirmed> {
+    async fn read_confirmations(&mut self) -> Option<Confirmed> {
         let key = self.floors_key();
         let read = tokio::time::timeout(CONFIRMATIONS_TIMEOUT, read(&self.leaders, &key)).await;
         match read {
@@ -39,6 +39,30 @@ impl Manager {
             },
             _ => None,
         }
+    }
+
+    /// A new term takes the DC's confirmations over: it reads them and writes them back unchanged
+    /// by compare-and-set on the revision it read, so that a write its predecessor sent before
+    /// its term lapsed (on that same revision) can no longer land after this read: the floor this
+    /// term may run on is then the newest any term confirmed. `None` if that did not succeed
+    /// (twice): the term then vouches for no floor and confirms nothing until a later tick reads
+    /// them again.
+    pub(super) async fn take_confirmations(&mut self) -> Option<Confirmed> {
+        let key = self.floors_key();
+        for _ in 0..2 {
+            let (revision, current) = self.read_confirmations().await?;
+            let write = compare_and_set(&self.leaders, &key, encode(&current).into(), revision);
+            match tokio::time::timeout(CONFIRMATIONS_TIMEOUT, write).await {
+                Ok(Ok(CasOutcome::Written { revision })) => return Some((Some(revision), current)),
+                // Someone wrote since the read (a predecessor's late write): read it again.
+                Ok(Ok(CasOutcome::Conflict)) => continue,
+                outcome => {
+                    warn!(key, ?outcome, "could not take the DC's floor confirmations over");
+                    return None;
+                }
+            }
+        }
+        None
     }
 
     /// `limit`'s floor as the DC's confirmations name it (none while unknown).
@@ -58,7 +82,7 @@ impl Manager {
     pub(super) async fn persist_floor_confirmations(&mut self) {
         let Some(term) = self.term.as_ref() else { return };
         if term.confirmed.is_none() {
-            let read = self.read_confirmations().await;
+            let read = self.take_confirmations().await;
             if let Some(t) = self.term.as_mut() {
                 t.confirmed = read;
             }

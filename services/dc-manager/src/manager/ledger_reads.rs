@@ -38,6 +38,10 @@ impl Manager {
     pub async fn on_direct_read(&mut self, (epoch, answer): DirectRead) {
         let Some(t) = self.term.as_mut().filter(|t| t.epoch == epoch) else { return };
         t.read_in_flight = false;
+        if !self.fresh() {
+            return; // a term that may not act issues nothing; it asks again once it may
+        }
+        let Some(t) = self.term.as_mut() else { return };
         let contents = match answer {
             Ok(contents) => contents,
             Err(e) => {
