@@ -30,14 +30,19 @@ pub struct ConfirmedFloor {
 }
 
 impl FloorConfirmations {
-    /// These with `limit`'s floor replaced by `taken` if `taken` is newer.
-    pub fn with(&self, limit: &str, taken: ConfirmedFloor) -> Self {
-        let mut out = self.clone();
-        out.v = SCHEMA_VERSION;
-        let slot = out.floors.entry(limit.to_string()).or_insert(taken);
+    /// Replace `limit`'s floor by `taken` if `taken` is newer.
+    pub fn raise(&mut self, limit: &str, taken: ConfirmedFloor) {
+        self.v = SCHEMA_VERSION;
+        let slot = self.floors.entry(limit.to_string()).or_insert(taken);
         if taken.version > slot.version {
             *slot = taken;
         }
+    }
+
+    /// These with `limit`'s floor replaced by `taken` if `taken` is newer.
+    pub fn with(&self, limit: &str, taken: ConfirmedFloor) -> Self {
+        let mut out = self.clone();
+        out.raise(limit, taken);
         out
     }
 }

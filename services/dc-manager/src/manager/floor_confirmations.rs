@@ -89,7 +89,6 @@ impl Manager {
             self.cap_cores();
         }
         let Some(term) = self.term.as_ref() else { return };
-        let Some((revision, current)) = term.confirmed.clone() else { return };
         let wanted: Vec<(String, ConfirmedFloor)> = term
             .limits
             .iter()
@@ -97,10 +96,12 @@ impl Manager {
                 lt.core.floor_to_persist().map(|(floor, version)| (limit.clone(), ConfirmedFloor { floor, version }))
             })
             .collect();
-        if wanted.is_empty() {
-            return;
+        // Most ticks have nothing new to write: copy the confirmations only when one does.
+        let Some((revision, current)) = term.confirmed.as_ref().filter(|_| !wanted.is_empty()) else { return };
+        let (revision, mut next) = (*revision, current.clone());
+        for (limit, taken) in &wanted {
+            next.raise(limit, *taken);
         }
-        let next = wanted.iter().fold(current, |c, (limit, taken)| c.with(limit, *taken));
         let key = self.floors_key();
         let write = compare_and_set(&self.leaders, &key, encode(&next).into(), revision);
         let written = match tokio::time::timeout(CONFIRMATIONS_TIMEOUT, write).await {
