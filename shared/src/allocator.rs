@@ -4,8 +4,9 @@
 //! * [`AllocMode::Proportional`]: the partner API design's formula, `share_i = C · d_i·w_i / Σ
 //!   d·w`.
 //! * [`AllocMode::WaterFill`] (default): demand-capped weighted max-min. No child receives more than
-//!   it asks for while another is starved; capacity left once every demand is met is handed out in
-//!   proportion to demand (headroom for growth), or by weight when nobody asks for anything.
+//!   it asks for while another is starved; capacity left once every demand is met is handed out
+//!   half in proportion to demand (headroom for growth) and half by weight (headroom for a child
+//!   whose demand is sparse or only starting), all by weight when nobody asks for anything.
 //!
 //! Floors are served first; `reserve` is a fraction of the capacity held back from everyone.
 //! [`Rebalancer`] adds anti-oscillation: hysteresis and a minimum interval between changes.
@@ -70,9 +71,16 @@ pub fn allocate(capacity_milli: u64, reserve: f64, claims: &[Claim], mode: Alloc
             }
             left -= fill.iter().sum::<u64>();
             if left > 0 {
-                // Headroom in proportion to total demand: every child gets the same relative slack.
-                let spare = split_by(left, &claims.iter().map(|c| c.demand_milli as f64).collect::<Vec<_>>(), &weights);
-                for (o, e) in out.iter_mut().zip(spare) {
+                // Headroom: half in proportion to total demand (every child gets the same relative
+                // slack), half by weight, so that a child whose demand is sparse or just starting
+                // (a pod between two rare requests, a region the demand is moving to) has some.
+                let by_demand =
+                    split_by(left / 2, &claims.iter().map(|c| c.demand_milli as f64).collect::<Vec<_>>(), &weights);
+                for (o, e) in out.iter_mut().zip(by_demand) {
+                    *o += e;
+                }
+                left = usable - out.iter().sum::<u64>();
+                for (o, e) in out.iter_mut().zip(split_by(left, &weights, &weights)) {
                     *o += e;
                 }
             }
@@ -189,9 +197,13 @@ mod tests {
     }
 
     #[test]
-    fn spare_goes_in_proportion_to_demand() {
+    fn spare_goes_half_in_proportion_to_demand_and_half_by_weight() {
+        // 600,000 spare: 300,000 as 3:1, 300,000 evenly.
         let a = allocate(1_000_000, 0.0, &claims(&[300_000, 100_000]), AllocMode::WaterFill);
-        assert_eq!(a, vec![750_000, 250_000]);
+        assert_eq!(a, vec![675_000, 325_000]);
+        // A child between two rare requests (no smoothed demand now) still has headroom.
+        let a = allocate(1_000_000, 0.0, &claims(&[200_000, 0]), AllocMode::WaterFill);
+        assert_eq!(a, vec![800_000, 200_000]);
     }
 
     #[test]

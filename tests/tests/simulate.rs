@@ -58,6 +58,10 @@ fn chaos_holds_the_limit_through_every_fault_and_recovers() {
         assert!(s.faults_by_kind.get(&k).copied().unwrap_or(0) > 0, "{k:?} never injected");
     }
     assert!(s.fenced_writes > 0, "a paused leader's late write must be fenced at least once");
+    // Every seed has a DC-manager failover, a TTL change and a limit change.
+    assert!(s.dc_manager_failovers_min >= 1, "{}", s.dc_manager_failovers_min);
+    assert!(s.config_changes_min >= 1, "{}", s.config_changes_min);
+    assert!(s.limit_changes_min >= 1, "{}", s.limit_changes_min);
     // Under overload utilization is bounded by the leased rate: the hard limit less the drift
     // and jitter margins (96.6% for the 1,000/s window, 99% for the tenant). Recovery must reach
     // 97% of that ceiling.
@@ -131,14 +135,6 @@ fn a_seed_replays_exactly() {
 }
 
 #[test]
-fn every_chaos_seed_has_a_dc_manager_failover_a_ttl_change_and_a_limit_change() {
-    let s = summary("chaos", 6);
-    assert!(s.dc_manager_failovers_min >= 1, "{}", s.dc_manager_failovers_min);
-    assert!(s.config_changes_min >= 1, "{}", s.config_changes_min);
-    assert!(s.limit_changes_min >= 1, "{}", s.limit_changes_min);
-}
-
-#[test]
 fn hidden_drop_follows_a_partner_that_lowers_its_limit_unannounced() {
     let s = summary("hidden-drop", 3);
     assert_eq!(s.violations, 0, "{s:?}");
@@ -165,5 +161,22 @@ fn the_other_scenarios_still_hold_with_adaptive_limits_built_in() {
         let s = summary(name, 1);
         assert_eq!(s.violations, 0, "{name}: {s:?}");
         assert!(s.hidden_drop.is_empty(), "{name} has no hidden limit");
+    }
+}
+
+#[test]
+fn tenants_of_every_tier_hold_their_own_limits_while_demand_moves_between_regions() {
+    // The four largest tenants offer 6 to 1.5 times what they bought: no limit at all breaks theirs.
+    let s = summary("tenants", 4);
+    assert_eq!(s.violations, 0, "{s:?}");
+    assert!(s.baselines["uncoordinated"].violations > 0, "the largest tenants overload their limits");
+    assert!(s.utilization >= 0.9, "{}", s.utilization);
+    // A business and two starter tenants, demand far below their limits: all of it is served.
+    assert_eq!(s.utilization_by_variant.keys().collect::<Vec<_>>(), ["tenants/enterprise"]);
+    for (seed, tier) in [(150, "business"), (5_000, "starter"), (9_999, "starter")] {
+        let r = run_seed("tenants", seed, Policy::Leasehold).unwrap();
+        assert_eq!(r.violations, 0, "seed {seed}: {:?}", r.first_breach);
+        assert_eq!(r.variant, format!("tenants/{tier}"));
+        assert!(r.utilization >= 0.95, "seed {seed} ({}): {}", r.variant, r.utilization);
     }
 }

@@ -4,10 +4,7 @@
 //! of this same binary.
 #![allow(clippy::disallowed_methods)] // a development tool: it measures real time on purpose (clippy.toml)
 
-mod bench;
-mod chaos;
-mod demo;
-mod simulate;
+use leasehold_lab::{bench, chaos, demo, simulate};
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -6,3 +6,4 @@ mod chaos;
 mod cli;
 mod demo;
 mod keys_bench;
+mod units;

@@ -11,6 +11,7 @@
 //!   `storm`). `chaos` and `storm` overload the limit (offered ≥ 1.5× R for most of the run), so
 //!   the uncoordinated baseline breaks it in the same run: proof that the judge can see a leak.
 //!   `storm` is `chaos` with overlapping faults (a fault every 3 s, each twice as long).
+//!   `tenants`: one of 10,000 tenant limits per seed (Zipf demand moving between regions).
 //! * [`world`]: the event loop and the wiring of the shared cores.
 //! * [`net`], [`clock`]: the network and per-node clocks.
 //! * [`upstream`]: the strict judge; [`sliding_window`]: its sliding-window rule, which the mock

@@ -79,6 +79,28 @@ pub struct BaselineResult {
     pub seeds_with_violations: u64,
 }
 
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct VariantUtilization {
+    pub seeds: u64,
+    pub mean: f64,
+    pub min: f64,
+}
+
+/// Each variant's seeds, mean and lowest utilization.
+fn utilization_by_variant(results: &[SeedResult]) -> BTreeMap<String, VariantUtilization> {
+    let mut by: BTreeMap<String, VariantUtilization> = BTreeMap::new();
+    for r in results {
+        let v = by.entry(r.variant.clone()).or_insert(VariantUtilization { min: 1.0, ..Default::default() });
+        v.seeds += 1;
+        v.mean += r.utilization;
+        v.min = v.min.min(r.utilization);
+    }
+    for v in by.values_mut() {
+        v.mean /= v.seeds as f64;
+    }
+    by
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
     pub scenario: String,
@@ -90,6 +112,9 @@ pub struct Summary {
     pub failing_seeds: Vec<u64>,
     pub utilization: f64,
     pub utilization_min: f64,
+    /// Per variant of the scenario (`chaos/bkk-europe`, `tenants/starter`, ...): its seeds and
+    /// their mean and lowest utilization.
+    pub utilization_by_variant: BTreeMap<String, VariantUtilization>,
     pub liveness_utilization_min: Option<f64>,
     pub max_window_ratio: f64,
     pub rebalance_s_p50: Option<f64>,
@@ -339,6 +364,7 @@ fn run_checked(opts: &RunOptions) -> (Summary, Vec<SeedResult>) {
         failing_seeds: results.iter().filter(|r| r.violations > 0).map(|r| r.seed).collect(),
         utilization: results.iter().map(|r| r.utilization).sum::<f64>() / n,
         utilization_min: results.iter().map(|r| r.utilization).fold(1.0, f64::min),
+        utilization_by_variant: utilization_by_variant(&results),
         liveness_utilization_min: results.iter().filter_map(|r| r.liveness_utilization).reduce(f64::min),
         max_window_ratio: results.iter().map(|r| r.max_window_ratio).fold(0.0, f64::max),
         rebalance_s_p50: rebalance_s_at(0.5),

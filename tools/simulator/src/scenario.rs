@@ -6,9 +6,11 @@ use leasehold_shared::quota::Quota;
 mod hidden_drop;
 mod limit_change;
 mod overloaded;
+mod tenants;
 
 pub use hidden_drop::{HIDDEN_DROP_S, HIDDEN_HIGH, HIDDEN_LOW, HIDDEN_RETURN_S};
 pub use overloaded::OfferedLoad;
+pub use tenants::TENANTS;
 
 #[derive(Clone, Debug)]
 pub enum Demand {
@@ -175,10 +177,11 @@ impl Scenario {
                 Quota::new((rate * 1_000.0) as u64, (burst * 1_000.0) as u64)
             }
             HardLimit::TokenBucket { rate_per_s, burst } => {
-                // A sustained R·(1 + δ) would drain any upstream bucket: lease R / (1 + δ).
-                let rate = (rate_per_s as f64 / (1.0 + drift)).floor();
-                let slack = (rate * j).ceil() + 1.0;
-                Quota::new((rate * 1_000.0) as u64, ((burst as f64 - slack).max(0.0) * 1_000.0) as u64)
+                // A sustained R·(1 + δ) would drain any upstream bucket: lease R / (1 + δ), to the
+                // milli-request (whole requests would cost a 5/s tenant a fifth of its limit).
+                let rate_milli = (rate_per_s as f64 * 1_000.0 / (1.0 + drift)).floor();
+                let slack = (rate_milli / 1_000.0 * j).ceil() + 1.0;
+                Quota::new(rate_milli as u64, ((burst as f64 - slack).max(0.0) * 1_000.0) as u64)
             }
         }
     }
@@ -280,6 +283,7 @@ impl Scenario {
             "rolling-restart" => Some(Scenario::rolling_restart()),
             "limit-change" => Some(Scenario::limit_change()),
             "hidden-drop" => Some(Scenario::hidden_drop()),
+            "tenants" => Some(Scenario::tenants(seed)),
             _ => None,
         }
     }
@@ -315,8 +319,17 @@ impl Scenario {
         s
     }
 
-    pub const NAMES: [&'static str; 8] =
-        ["diurnal", "overload", "tenant-shift", "chaos", "storm", "rolling-restart", "limit-change", "hidden-drop"];
+    pub const NAMES: [&'static str; 9] = [
+        "diurnal",
+        "overload",
+        "tenant-shift",
+        "chaos",
+        "storm",
+        "rolling-restart",
+        "limit-change",
+        "hidden-drop",
+        "tenants",
+    ];
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! `leasehold-lab bench …`: measurements that print one JSON line.
 
 mod control_plane;
-mod cpu;
+pub mod cpu;
 mod keys;
-mod keys_load;
+pub mod keys_load;
 mod light_pods;
 mod runtimes;
 

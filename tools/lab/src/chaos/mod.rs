@@ -6,9 +6,9 @@
 
 mod adversary;
 mod faults;
-mod judge;
-mod report;
-mod schedule;
+pub mod judge;
+pub mod report;
+pub mod schedule;
 mod topology;
 
 use crate::demo::load::{start_diurnal, Load};

@@ -170,41 +170,41 @@ async fn applied_at(ledger: &Store, limit: &str, rate_per_s: f64, until: Instant
 /// The lowering in the summary: what ran, and what the load and the upstream saw around it.
 #[derive(Debug, Serialize)]
 pub struct Report {
-    limit: &'static str,
-    rate_before_per_s: u64,
-    rate_after_per_s: u64,
+    pub limit: &'static str,
+    pub rate_before_per_s: u64,
+    pub rate_after_per_s: u64,
     /// Seconds since the load started.
-    put_at_s: Option<f64>,
-    put_took_ms: Option<u64>,
-    put_exit_code: Option<i32>,
+    pub put_at_s: Option<f64>,
+    pub put_took_ms: Option<u64>,
+    pub put_exit_code: Option<i32>,
     /// What `leasehold limits put` printed.
-    put_printed: Vec<String>,
+    pub put_printed: Vec<String>,
     /// When the ledger record first showed the new capacity (polled every 50 ms).
-    applied_seen_at_s: Option<f64>,
+    pub applied_seen_at_s: Option<f64>,
     /// Σ of the rates of the pods' leases just before the put, and when it first fitted the new
     /// R (every agent's status, polled every 100 ms).
-    pods_leased_before_per_s: Option<f64>,
-    pods_leased_at_new_rate_at_s: Option<f64>,
+    pub pods_leased_before_per_s: Option<f64>,
+    pub pods_leased_at_new_rate_at_s: Option<f64>,
     /// The first whole second after the put from which [`MEAN_S`] seconds of admissions fit the
     /// new R by the window formula (R·(3 s·1.01 + J) + B).
-    admitted_at_new_rate_at_s: Option<usize>,
+    pub admitted_at_new_rate_at_s: Option<usize>,
     /// That second minus the put's start: per-second counters, so the least it can say is the
     /// time to the next whole second.
-    admissions_dropped_after_s: Option<f64>,
+    pub admissions_dropped_after_s: Option<f64>,
     /// Mean admitted per second in the 5 s before the put and the 10 s from that second.
-    admitted_before_per_s: Option<f64>,
-    admitted_after_per_s: Option<f64>,
-    upstream_limit_before: u64,
-    upstream_limit_after: u64,
+    pub admitted_before_per_s: Option<f64>,
+    pub admitted_after_per_s: Option<f64>,
+    pub upstream_limit_before: u64,
+    pub upstream_limit_after: u64,
     /// After the change was seen applied, the upstream waited one DC-lease lifetime of the old
     /// definition plus W·(1+δ) + J before enforcing its lower limit.
-    upstream_delay_ms: u64,
-    upstream_lowered_at_s: Option<f64>,
+    pub upstream_delay_ms: u64,
+    pub upstream_lowered_at_s: Option<f64>,
     /// The partner upstream's 429s from just before the put to the end (must be 0).
-    upstream_rejections_since_put: Option<u64>,
+    pub upstream_rejections_since_put: Option<u64>,
     /// The largest 1 s window at a call the upstream admitted after it lowered its limit.
-    max_window_since_upstream_lowered: Option<u64>,
-    error: Option<String>,
+    pub max_window_since_upstream_lowered: Option<u64>,
+    pub error: Option<String>,
 }
 
 impl Report {
@@ -266,14 +266,14 @@ impl Report {
 
 /// Most calls [`MEAN_S`] seconds may admit under `rate_per_s` and `burst`, per second: the
 /// demo's window formula with W = 3 s, R·(W·1.01 + 100 ms) + B, divided by W.
-fn window_bound(rate_per_s: f64, burst: f64) -> f64 {
+pub fn window_bound(rate_per_s: f64, burst: f64) -> f64 {
     let w = MEAN_S as f64;
     (rate_per_s * (w * 1.01 + super::JITTER_BUDGET_MS as f64 / 1_000.0) + burst) / w
 }
 
 /// The first second `s ≥ from` whose [`MEAN_S`] seconds `s..s+MEAN_S` admitted at most `bound`
 /// per second on average.
-fn first_span_within(admitted_per_s: &[u64], from: usize, bound: f64) -> Option<usize> {
+pub fn first_span_within(admitted_per_s: &[u64], from: usize, bound: f64) -> Option<usize> {
     (from..admitted_per_s.len().saturating_sub(MEAN_S - 1)).find(|&s| {
         let sum: u64 = admitted_per_s[s..s + MEAN_S].iter().sum();
         sum as f64 / MEAN_S as f64 <= bound
@@ -282,52 +282,4 @@ fn first_span_within(admitted_per_s: &[u64], from: usize, bound: f64) -> Option<
 
 fn tenths(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn admissions_fit_the_new_rate_from_the_first_span_under_its_bound() {
-        // 612/s with B = 20: 3 s may admit (612·3.13 + 20)/3 ≈ 645 per second.
-        let bound = window_bound(612.0, 20.0);
-        assert!((645.0..646.0).contains(&bound), "{bound}");
-        let admitted = [850, 850, 850, 840, 700, 640, 610, 612, 600, 611];
-        // From 2: 850/840/700 (797), 840/700/640 (727), 700/640/610 (650): not yet; 640/610/612 fits.
-        assert_eq!(first_span_within(&admitted, 2, bound), Some(5));
-        assert_eq!(first_span_within(&admitted, 0, 500.0), None, "never that low");
-        assert_eq!(first_span_within(&admitted, 9, bound), None, "too few seconds left for a span");
-    }
-
-    #[test]
-    fn the_report_measures_the_drop_and_counts_429s_from_the_put() {
-        let plan = Lowering::partner();
-        let mut bins = Bins::new(2, 30);
-        for s in 0..30 {
-            let total = if s < 12 { 860 } else { 600 };
-            bins.admitted[s] = vec![total / 2, total / 2];
-        }
-        let put = PutRun { exit_code: Some(0), took_ms: 40, printed: vec!["written".into()] };
-        let ran = Ran {
-            put_at_s: Some(9.3),
-            put: Some(put),
-            applied_seen_at_s: Some(9.5),
-            pods_leased_before_per_s: Some(880.0),
-            pods_leased_at_new_rate_at_s: Some(10.4),
-            rejected_at_put: Some(2),
-            upstream_lowered_at_s: Some(21.0),
-            error: None,
-        };
-        let up = UpstreamStats { rejected: 2, max_window_since_change: 640, ..UpstreamStats::default() };
-        let r = Report::new(&plan, ran, &bins, &up, 30);
-        assert_eq!(r.admitted_at_new_rate_at_s, Some(12));
-        assert_eq!(r.admissions_dropped_after_s, Some(2.7));
-        assert_eq!((r.admitted_before_per_s, r.admitted_after_per_s), (Some(860.0), Some(600.0)));
-        assert_eq!(r.upstream_rejections_since_put, Some(0), "the 2 before the put are not the change's");
-        assert_eq!(r.max_window_since_upstream_lowered, Some(640));
-        assert!(r.ok());
-        let failed = Ran { put: Some(PutRun { exit_code: Some(1), took_ms: 5, printed: vec![] }), ..Ran::default() };
-        assert!(!Report::new(&plan, failed, &bins, &up, 30).ok());
-    }
 }

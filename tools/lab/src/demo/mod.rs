@@ -12,7 +12,7 @@
 
 pub mod limits;
 pub mod load;
-mod lowering;
+pub mod lowering;
 pub mod observe;
 pub mod procs;
 mod summary;
@@ -40,7 +40,7 @@ const HARD_WINDOW_MS: u64 = 1_000;
 /// Permit-to-upstream delay spread allowed for on a busy 2-core machine (R·(W+J) + B ≤ L).
 const JITTER_BUDGET_MS: u64 = 100;
 pub const BURST: u64 = 20;
-const DC_TTL_MS: u64 = 10_000;
+pub const DC_TTL_MS: u64 = 10_000;
 /// `--lower-at-s` when not given: this share of the duration. The put then comes while demand
 /// (about 850/s) is well above the new R, and the partner's lower hard limit, one lease lifetime
 /// and a window later (about 10% of a 120 s day), judges the busy hours until demand falls below

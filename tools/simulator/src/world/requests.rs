@@ -19,6 +19,9 @@ impl World {
     /// One request arrives at DC `d`; the load balancer picks a routable pod at random.
     pub(super) fn on_arrival(&mut self, d: usize) {
         self.schedule_arrival(d);
+        if self.sc.demand(d, self.now as f64 / S as f64) <= 0.0 {
+            return; // no demand now: this was only a look at whether it has started
+        }
         let sec = (self.now / S) as usize;
         self.metrics.offered(sec, d);
         let routable: usize = self.pods.iter().filter(|p| p.dc == d && p.routable).count();

@@ -1,0 +1,32 @@
+//! Tests of `tools/lab/src/chaos/judge.rs`.
+
+use leasehold_lab::chaos::judge::*;
+use leasehold_lab::chaos::schedule::{Fault, FaultKind};
+
+#[test]
+fn utilization_excludes_faults_and_recovery_is_measured_from_healing() {
+    // 60 s at 100/s offered, rate 80: full use is 80/s. A fault at 20..25 s drops admissions
+    // to 10/s until 28 s; the level elsewhere is 78/80.
+    let offered = vec![100.0; 60];
+    let mut admitted = vec![78.0; 60];
+    for a in admitted.iter_mut().take(28).skip(20) {
+        *a = 10.0;
+    }
+    let faults = [Fault { kind: FaultKind::PartitionDc, at_s: 20.0, heal_at_s: 25.0, dc: 0, pod: 0 }];
+    let j = judge(&offered, &admitted, 80.0, &faults, 5.0, 5.0);
+    assert!((j.utilization_outside_faults - 78.0 / 80.0).abs() < 1e-9);
+    assert_eq!(j.recovery_s, vec![Some(3.0)]);
+    // 5..19 before the fault and 40..59 after three TTLs.
+    assert_eq!(j.seconds_outside_faults, 15 + 20);
+}
+
+#[test]
+fn a_fault_that_never_recovers_has_no_recovery_time() {
+    let offered = vec![100.0; 40];
+    let mut admitted = vec![80.0; 40];
+    for a in admitted.iter_mut().skip(10) {
+        *a = 0.0;
+    }
+    let faults = [Fault { kind: FaultKind::CrashPod, at_s: 10.0, heal_at_s: 12.0, dc: 0, pod: 0 }];
+    assert_eq!(judge(&offered, &admitted, 80.0, &faults, 5.0, 0.0).recovery_s, vec![None]);
+}
