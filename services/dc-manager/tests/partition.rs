@@ -111,8 +111,25 @@ fn admitted(pods: &[LoadedPod]) -> u64 {
     pods.iter().map(|p| p.admitted.load(Ordering::Relaxed)).sum()
 }
 
-/// Wait until `ok` holds for the pods' held rates, checking every 50 ms that the two DCs
-/// together never hold more than the limit.
+/// Wait until a lease of one of `pods` changes or ends, or until `until`. What the pods hold
+/// changes only then, so a check after every return sees every value it takes.
+async fn next_lease_change(pods: &[&[LoadedPod]], until: Instant) {
+    let pods: Vec<&LoadedPod> = pods.iter().flat_map(|ps| ps.iter()).collect();
+    let soonest_end = pods
+        .iter()
+        .filter_map(|p| {
+            let (end, now) = (p.limiter.status().borrow().lease.as_ref()?.expires_at_ns, p.limiter.now_ns());
+            (end > now).then(|| Instant::now() + Duration::from_nanos(end - now))
+        })
+        .min();
+    let until = soonest_end.map_or(until, |end| end.min(until));
+    let mut statuses: Vec<_> = pods.iter().map(|p| p.limiter.status()).collect();
+    let changed = futures::future::select_all(statuses.iter_mut().map(|rx| Box::pin(rx.changed())));
+    let _ = tokio::time::timeout_at(until.into(), changed).await;
+}
+
+/// Wait until `ok` holds for the pods' held rates, checking at every change of a lease that the
+/// two DCs together never hold more than the limit.
 async fn until_rates(what: &str, bkk: &[LoadedPod], eu: &[LoadedPod], ok: impl Fn(f64, f64) -> bool) {
     let deadline = Instant::now() + WITHIN;
     loop {
@@ -122,7 +139,7 @@ async fn until_rates(what: &str, bkk: &[LoadedPod], eu: &[LoadedPod], ok: impl F
             return;
         }
         assert!(Instant::now() < deadline, "not within {WITHIN:?}: {what} (bkk {b:.3}/s, europe {e:.3}/s)");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        next_lease_change(&[bkk, eu], deadline).await;
     }
 }
 
@@ -195,7 +212,8 @@ async fn cut_and_heal(bin: &std::path::Path) {
     let mut window: Option<(Instant, u64)> = None;
     let mut renewals_in_cut = None;
     let mut summary = String::new();
-    while cut_at.elapsed() < settled + Duration::from_secs(4) {
+    let cut_ends = cut_at + settled + Duration::from_secs(4);
+    loop {
         let s = eu1.status.borrow().clone();
         assert!(s.leading && s.step_downs == step_downs, "{v}: Europe's manager lost its leadership in the cut: {s:?}");
         let (b, e) = (held_rate(&bkk_pods), held_rate(&eu_pods));
@@ -222,7 +240,12 @@ async fn cut_and_heal(bin: &std::path::Path) {
                 summary = format!("{v}: cut off, Europe admitted {spent} in {secs:.2} s on its {FLOOR_PER_S}/s floor ({e:.1}/s held; BKK {b:.1}/s)");
             }
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        if Instant::now() >= cut_ends {
+            break;
+        }
+        // Wake at the settling instant too: the measured window starts there.
+        let settles = cut_at + settled;
+        next_lease_change(&[&bkk_pods, &eu_pods], if Instant::now() < settles { settles } else { cut_ends }).await;
     }
     assert!(!summary.is_empty(), "{v}: the cut was never measured");
     eprintln!("{summary}");
@@ -245,13 +268,17 @@ async fn cut_and_heal(bin: &std::path::Path) {
         let e = held_rate(&eu_pods);
         assert!(e <= FLOOR_PER_S + 1e-6, "{v}: Europe holds {e:.3}/s, above its floor, during the takeover");
         assert!(Instant::now() < deadline, "{v}: eu-m2 never ran Europe's pods on the floor during the cut");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        next_lease_change(&[&eu_pods], deadline).await;
     }
     let (since, start) = (Instant::now(), admitted(&eu_pods));
-    while since.elapsed() < Duration::from_secs(3) {
+    let measured_until = since + Duration::from_secs(3);
+    loop {
         let e = held_rate(&eu_pods);
         assert!(e <= FLOOR_PER_S + 1e-6, "{v}: Europe holds {e:.3}/s under eu-m2, above its floor");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        if Instant::now() >= measured_until {
+            break;
+        }
+        next_lease_change(&[&eu_pods], measured_until).await;
     }
     let (secs, spent) = (since.elapsed().as_secs_f64(), admitted(&eu_pods) - start);
     let most = FLOOR_PER_S * (secs + 0.2) + FLOOR_TOKENS;

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use leasehold_coordinator::config::Settings;
 use leasehold_nats::connect::connect_until;
-use leasehold_nats_harness::{binaries, NatsServer};
+use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{encode, DcReport};
@@ -138,7 +138,7 @@ async fn inspect_reads_the_hub_s_ledger_from_a_dc_s_own_cluster() {
         manager: m,
         ..Default::default()
     };
-    let _m = leasehold_dc_manager::spawn(connect_until(&dc_url, "m", deadline).await.unwrap(), dc);
+    let mut m = leasehold_dc_manager::spawn(connect_until(&dc_url, "m", deadline).await.unwrap(), dc);
     let inspect_url = LeafTopology::url(bkk, "inspect");
     let inspect = |domain: bool| {
         let mut args = vec!["inspect", "--nats-url", &inspect_url, "--json", "--listen-ms", "0"];
@@ -147,17 +147,24 @@ async fn inspect_reads_the_hub_s_ledger_from_a_dc_s_own_cluster() {
         }
         Command::new(env!("CARGO_BIN_EXE_leasehold")).args(&args).output().unwrap()
     };
-    loop {
-        let out = inspect(true);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let leased = v["ledgers"]["api"]["leases"].as_array().is_some_and(|l| l.iter().any(|l| l["dc"] == "bkk"));
-        if leased && v["dc_leaders"]["bkk"] == "bkk-mgr-x" && v["coordinator_leader"] == "coord-x" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the hub's ledger or a leader never shown from BKK's cluster: {v}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // Once BKK's manager leads and has applied a DC lease, everything inspect shows is written:
+    // its leader key (BKK's JetStream), the coordinator's (the hub's) and the ledger record with
+    // BKK's lease (written before the coordinator sends a DC lease).
+    let within = deadline.saturating_duration_since(Instant::now());
+    wait::until(
+        &mut m.status,
+        within,
+        "BKK's manager leads on a DC lease",
+        |s: &leasehold_dc_manager::manager::Status| s.leading && s.dc_leases_applied > 0,
+    )
+    .await;
+    let out = inspect(true);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let leased = v["ledgers"]["api"]["leases"].as_array().is_some_and(|l| l.iter().any(|l| l["dc"] == "bkk"));
+    assert!(leased, "the hub's ledger, read from BKK's cluster, has no lease for BKK: {v}");
+    assert_eq!(v["dc_leaders"]["bkk"], "bkk-mgr-x", "{v}");
+    assert_eq!(v["coordinator_leader"], "coord-x", "{v}");
     let out = inspect(false);
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();

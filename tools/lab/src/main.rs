@@ -1,8 +1,5 @@
-//! `leasehold-lab`: everything `leasehold` runs, plus the development tools that do not ship in
-//! the production binary: the deterministic simulator, the demo, the chaos harness, the
-//! benchmarks and the strict mock upstream. The demo and chaos start their services as processes
-//! of this same binary.
-#![allow(clippy::disallowed_methods)] // a development tool: it measures real time on purpose (clippy.toml)
+//! `leasehold-lab`: the command line of the lab library (`src/lib.rs`), plus the production
+//! commands of `leasehold`.
 
 use leasehold_lab::{bench, chaos, demo, simulate};
 

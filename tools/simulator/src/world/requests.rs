@@ -10,16 +10,18 @@ enum Try {
 }
 
 impl World {
-    pub(super) fn schedule_arrival(&mut self, d: usize) {
+    /// Schedule DC `d`'s next arrival at its demand now; returns that demand (requests/s). At zero
+    /// demand the next event is only a look, 100 ms on, at whether demand has started.
+    pub(super) fn schedule_arrival(&mut self, d: usize) -> f64 {
         let rate = self.sc.demand(d, self.now as f64 / S as f64);
         let gap = if rate > 0.0 { (self.rng.exp(1.0 / rate) * S as f64) as u64 } else { 100 * MS };
         self.push(self.now + gap.max(1), Ev::Arrival(d));
+        rate
     }
 
     /// One request arrives at DC `d`; the load balancer picks a routable pod at random.
     pub(super) fn on_arrival(&mut self, d: usize) {
-        self.schedule_arrival(d);
-        if self.sc.demand(d, self.now as f64 / S as f64) <= 0.0 {
+        if self.schedule_arrival(d) <= 0.0 {
             return; // no demand now: this was only a look at whether it has started
         }
         let sec = (self.now / S) as usize;
