@@ -9,6 +9,10 @@ use std::path::Path;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
     pub nats_url: String,
+    /// A `.creds` file (NATS user JWT and seed, `leasehold auth`) to connect with; none: the URL's
+    /// user and password, if any.
+    #[serde(default)]
+    pub nats_creds_file: Option<std::path::PathBuf>,
     /// This replica's id (written into the ledger record it writes). Default: a random UUID.
     pub id: Option<String>,
     /// How long leadership lasts without renewal: a standby claims after seeing the leader key
@@ -30,6 +34,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             nats_url: "nats://127.0.0.1:4222".into(),
+            nats_creds_file: None,
             id: None,
             leader_ttl_ms: 3_000,
             replicas: 1,
@@ -48,6 +53,7 @@ pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
 
 impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {
+        leasehold_process::check_creds_file(self.nats_creds_file.as_deref())?;
         if self.replicas == 0 {
             return Err(ConfigError::Invalid("replicas must be at least 1".into()));
         }

@@ -165,7 +165,7 @@ pub fn main(args: leasehold_process::ConfigArgs) -> std::process::ExitCode {
         "leasehold coordinator",
         "leasehold-coordinator",
         || config::load(args.file()).map_err(|e| e.to_string()),
-        |s| s.nats_url.clone(),
+        |s| (s.nats_url.clone(), s.nats_creds_file.clone()),
         run,
     )
 }

@@ -25,6 +25,7 @@ fn settings(url: &str, id: &str) -> Settings {
     limit.renew_interval_ms = 250;
     Settings {
         nats_url: url.into(),
+        nats_creds_file: None,
         id: Some(id.into()),
         leader_ttl_ms: LEADER_TTL_MS,
         replicas: 1,

@@ -25,6 +25,7 @@ async fn a_limit_added_to_a_term_that_started_without_definitions_raises_the_fen
         let js = jetstream(wait::client(&url, "test").await);
         let settings = Settings {
             nats_url: url.clone(),
+            nats_creds_file: None,
             id: Some("coord-a".into()),
             leader_ttl_ms: 1_500,
             replicas: 1,

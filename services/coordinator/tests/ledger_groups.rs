@@ -32,7 +32,7 @@ fn settings(url: &str, id: &str) -> Settings {
             LimitDef::from_config(&l)
         })
         .collect();
-    Settings { nats_url: url.into(), id: Some(id.into()), leader_ttl_ms: 1_500, replicas: 1, http_listen: None, limits }
+    Settings { nats_url: url.into(), id: Some(id.into()), leader_ttl_ms: 1_500, limits, ..Settings::default() }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

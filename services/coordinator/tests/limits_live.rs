@@ -34,6 +34,7 @@ fn limit(name: &str, rate_per_s: u64, dc_ttl_ms: u64) -> LimitConfig {
 fn settings(url: &str, seeds: &[LimitConfig]) -> Settings {
     Settings {
         nats_url: url.into(),
+        nats_creds_file: None,
         id: Some("coord-a".into()),
         leader_ttl_ms: LEADER_TTL_MS,
         replicas: 1,
@@ -181,20 +182,18 @@ async fn the_coordinator_follows_limits_added_changed_and_removed_in_kv_without_
     }
 }
 
-/// Under the shipped accounts: the coordinator (as `coordinator`) seeds and follows `lh_limits`,
+/// Under the shipped roles: the coordinator (as `coordinator`) seeds and follows `lh_limits`,
 /// `limits-admin` changes a limit and the coordinator applies it, and a pod cannot write one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_the_shipped_permissions_only_limits_admin_and_the_coordinators_seed_write_limits() {
-    use leasehold_nats_harness::prod_accounts;
+    use leasehold_nats_harness::prod_auth;
     for bin in binaries().expect("a nats-server is needed: run scripts/nats-servers") {
-        let server = prod_accounts::start(&bin).unwrap();
-        let v = server.version.clone();
-        let at = |user: &str, pw: &str| format!("nats://{user}:{pw}@127.0.0.1:{}", server.port());
-        let coord_url = at("coordinator", "coord-pw");
-        let mut a = spawn(wait::client(&coord_url, "coord").await, settings(&coord_url, &[limit("api", 1_000, 3_000)]));
+        let (server, auth) = prod_auth::start(&bin).unwrap();
+        let (v, url) = (server.version.clone(), server.url());
+        let mut a = spawn(auth.client(&url, "coordinator").await, settings(&url, &[limit("api", 1_000, 3_000)]));
         wait::until(&mut a.status, Duration::from_secs(10), "a leads", |s| s.leading && s.definitions == 1).await;
 
-        let admin = jetstream(wait::client(&at("limits-admin", "limits-admin-pw"), "admin").await);
+        let admin = jetstream(auth.client(&url, "limits-admin").await);
         let store = limits_store::open(&admin, 1).await.unwrap();
         let seeded = limits_store::get(&store, "api").await.unwrap().expect("seeded by the coordinator");
         let lowered = LimitDef::from_config(&limit("api", 600, 3_000));
@@ -205,7 +204,7 @@ async fn under_the_shipped_permissions_only_limits_admin_and_the_coordinators_se
         })
         .await;
 
-        let pod = wait::client(&at("bkk-pod1", "pod-pw"), "pod").await;
+        let pod = auth.client(&url, "bkk-pod1").await;
         let pod_store = limits_store::open(&jetstream(pod), 1).await;
         let written = match pod_store {
             Err(_) => false,

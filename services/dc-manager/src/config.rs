@@ -7,6 +7,10 @@ use std::path::Path;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
     pub nats_url: String,
+    /// A `.creds` file (NATS user JWT and seed, `leasehold auth`) to connect with; none: the URL's
+    /// user and password, if any.
+    #[serde(default)]
+    pub nats_creds_file: Option<std::path::PathBuf>,
     /// This replica's id. Default: `<dc>-mgr-<random>`. Each leadership term is a new holder
     /// (`<id>-e<epoch>`), so a replica that leads again never reuses an old lease's identity.
     pub id: Option<String>,
@@ -40,6 +44,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             nats_url: "nats://127.0.0.1:4222".into(),
+            nats_creds_file: None,
             id: None,
             leader_ttl_ms: 3_000,
             report_interval_ms: 250,
@@ -62,6 +67,7 @@ pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
 impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
+        leasehold_process::check_creds_file(self.nats_creds_file.as_deref())?;
         let m = &self.manager;
         let limit = (!self.serves_every_limit()).then_some(m.limit.as_str());
         leasehold_process::check_dc_service(limit, &m.dc, ("id", self.id.as_deref()), self.clock_drift_ppm)?;

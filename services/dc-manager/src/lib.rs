@@ -121,7 +121,7 @@ pub fn main(args: leasehold_process::ConfigArgs) -> std::process::ExitCode {
         "leasehold dc-manager",
         "leasehold-dc-manager",
         || config::load(args.file()).map_err(|e| e.to_string()),
-        |s| s.nats_url.clone(),
+        |s| (s.nats_url.clone(), s.nats_creds_file.clone()),
         run,
     )
 }

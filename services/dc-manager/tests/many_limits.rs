@@ -28,6 +28,7 @@ fn limit(name: &str, rate_per_s: u64) -> LimitDef {
 async fn coordinator(url: &str, limits: Vec<LimitDef>) -> leasehold_coordinator::Handle {
     let settings = CoordSettings {
         nats_url: url.into(),
+        nats_creds_file: None,
         id: Some("coord".into()),
         leader_ttl_ms: 1_000,
         replicas: 1,

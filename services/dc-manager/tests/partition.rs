@@ -1,7 +1,8 @@
 //! Each DC on its own NATS cluster and JetStream domain, joined to the coordinators' cluster
 //! (the hub) by a leaf-node link: the production topology of `nats/prod`
-//! (`leasehold_nats_harness::leaf_topology`), with the shipped accounts, permissions and
-//! leaf-node users (every service and pod connects as its own user). One server per cluster in
+//! (`leasehold_nats_harness::leaf_topology`), with the shipped roles as JWT credentials (every
+//! service connects with its role's credential, every pod with its own, each DC's leaf link as
+//! the DC's leaf user). One server per cluster in
 //! `scripts/test`; `LEASEHOLD_PARTITION_NODES=3` runs 3 per cluster with buckets of 3 replicas.
 //! The ledger lives in the hub's domain (the coordinator creates it); each DC's leader key lives
 //! in the DC's own. Cutting Europe's link (a TCP proxy on it) must leave Europe autonomous on its
@@ -16,7 +17,7 @@ use leasehold_coordinator::config::Settings as CoordSettings;
 use leasehold_dc_manager::config::Settings;
 use leasehold_dc_manager::manager::Status;
 use leasehold_nats_harness::leaf_topology::LeafTopology;
-use leasehold_nats_harness::{binaries, wait};
+use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::{Limiter, Pod, PodSettings};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::dc_manager::DcManagerConfig;
@@ -71,16 +72,16 @@ struct LoadedPod {
     admitted: Arc<AtomicU64>,
 }
 
-async fn loaded_pod(url: &str, dc: &str, id: &str) -> LoadedPod {
+async fn loaded_pod(topology: &LeafTopology, servers: &[NatsServer], dc: &str, id: &str) -> LoadedPod {
     let settings = PodSettings {
-        nats_url: url.into(),
+        nats_url: LeafTopology::url(servers),
         limit: Some("api".into()),
         dc: dc.into(),
         pod_id: Some(id.into()),
         report_interval_ms: 100,
         ..PodSettings::default()
     };
-    let pod = Pod::start(wait::client(url, id).await, &settings);
+    let pod = Pod::start(topology.client(servers, id).await, &settings);
     let limiter = pod.limiter("api").expect("the pod serves api");
     let admitted = Arc::new(AtomicU64::new(0));
     let (l, a) = (limiter.clone(), admitted.clone());
@@ -154,7 +155,7 @@ async fn cut_and_heal(bin: &std::path::Path) {
     let topology = LeafTopology::start(bin, &["bkk", "europe"], nodes()).await.unwrap_or_else(|e| panic!("{e}"));
     let ((bkk, _), (eu, eu_link)) = (topology.dc("bkk"), topology.dc("europe"));
     let v = format!("{} ({} node(s) per cluster)", topology.hub[0].version, nodes());
-    let url = LeafTopology::url(&topology.hub, "coordinator");
+    let url = LeafTopology::url(&topology.hub);
     let coordinator = CoordSettings {
         nats_url: url.clone(),
         id: Some("coord".into()),
@@ -163,20 +164,20 @@ async fn cut_and_heal(bin: &std::path::Path) {
         limits: vec![limit()],
         ..CoordSettings::default()
     };
-    let _coord = leasehold_coordinator::spawn(wait::client(&url, "coord").await, coordinator);
-    let url = LeafTopology::url(bkk, "dc-bkk");
-    let _m_bkk = leasehold_dc_manager::spawn(wait::client(&url, "m-bkk").await, manager(&url, "bkk", "bkk-m1"));
-    let url = LeafTopology::url(eu, "dc-europe");
-    let mut eu1 = leasehold_dc_manager::spawn(wait::client(&url, "eu1").await, manager(&url, "europe", "eu-m1"));
+    let _coord = leasehold_coordinator::spawn(topology.client(&topology.hub, "coordinator").await, coordinator);
+    let url = LeafTopology::url(bkk);
+    let _m_bkk = leasehold_dc_manager::spawn(topology.client(bkk, "dc-bkk").await, manager(&url, "bkk", "bkk-m1"));
+    let url = LeafTopology::url(eu);
+    let mut eu1 = leasehold_dc_manager::spawn(topology.client(eu, "dc-europe").await, manager(&url, "europe", "eu-m1"));
     wait::until(&mut eu1.status, WITHIN, "eu-m1 leads Europe", |s: &Status| s.leading && s.ledger_read).await;
-    let mut eu2 = leasehold_dc_manager::spawn(wait::client(&url, "eu2").await, manager(&url, "europe", "eu-m2"));
+    let mut eu2 = leasehold_dc_manager::spawn(topology.client(eu, "dc-europe").await, manager(&url, "europe", "eu-m2"));
     let mut bkk_pods = Vec::new();
     let mut eu_pods = Vec::new();
     for n in ["bkk-pod1", "bkk-pod2"] {
-        bkk_pods.push(loaded_pod(&LeafTopology::url(bkk, n), "bkk", n).await);
+        bkk_pods.push(loaded_pod(&topology, bkk, "bkk", n).await);
     }
     for n in ["europe-pod1", "europe-pod2"] {
-        eu_pods.push(loaded_pod(&LeafTopology::url(eu, n), "europe", n).await);
+        eu_pods.push(loaded_pod(&topology, eu, "europe", n).await);
     }
 
     // Linked: both DCs hold more than their floors (the rest follows demand).
@@ -195,8 +196,8 @@ async fn cut_and_heal(bin: &std::path::Path) {
         leasehold_nats::kv::open_bucket(&js, "lh_leaders").await.expect("lh_leaders")
     };
     let (in_europe, in_hub) = (
-        leaders(wait::client(&url, "eu-keys").await).await,
-        leaders(wait::client(&LeafTopology::url(&topology.hub, "coordinator"), "hub-keys").await).await,
+        leaders(topology.client(eu, "dc-europe").await).await,
+        leaders(topology.client(&topology.hub, "coordinator").await).await,
     );
     for key in ["dc.europe", "floors.europe"] {
         let local = leasehold_nats::kv::read(&in_europe, key).await.expect("read in Europe");

@@ -25,6 +25,7 @@ fn coordinator(url: &str) -> CoordSettings {
     limit.dc_ttl_ms = 2_000;
     CoordSettings {
         nats_url: url.into(),
+        nats_creds_file: None,
         id: Some("coord".into()),
         leader_ttl_ms: 1_000,
         replicas: 1,

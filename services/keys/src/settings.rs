@@ -20,6 +20,10 @@ pub struct KeysSettings {
     /// Join the cluster on this NATS server: own shards through KV leases, store admissions in
     /// JetStream, answer `lh.keys.check.<shard>`. Without it, one standalone instance.
     pub nats_url: Option<String>,
+    /// A `.creds` file (NATS user JWT and seed, `leasehold auth`) to connect with; none: the URL's
+    /// user and password, if any.
+    #[serde(default)]
+    pub nats_creds_file: Option<std::path::PathBuf>,
     /// Tiers, overrides and assignments as JSON; default: one tier "free", 20 per minute. In a
     /// cluster, the tiers stored in KV win.
     pub tiers_file: Option<PathBuf>,
@@ -63,6 +67,7 @@ impl Default for KeysSettings {
         KeysSettings {
             listen: "127.0.0.1:8090".into(),
             nats_url: None,
+            nats_creds_file: None,
             tiers_file: None,
             max_keys: 1_000_000,
             max_in_flight: 4_096,
@@ -90,6 +95,7 @@ impl KeysSettings {
 
     pub fn validate(&self) -> Result<(), SettingsError> {
         let bad = |m: String| Err(SettingsError::Invalid(m));
+        leasehold_process::check_creds_file(self.nats_creds_file.as_deref())?;
         if !(1..=4_096).contains(&self.shards) {
             return bad(format!("shards must be within 1..=4096, got {}", self.shards));
         }

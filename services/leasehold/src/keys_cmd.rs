@@ -26,6 +26,10 @@ pub struct KeysArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     nats_url: Option<String>,
+    /// Connect as the user of this `.creds` file (`leasehold auth`).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nats_creds_file: Option<std::path::PathBuf>,
     /// Decide every request in this central Redis instead (the baseline of `bench keys`; only
     /// in `leasehold-lab`).
     #[cfg(feature = "redis-baseline")]
@@ -136,7 +140,9 @@ async fn serve(l: Loaded) -> Result<(), String> {
     let s = &l.settings;
     let mode = match &s.nats_url {
         Some(url) => Mode::Cluster {
-            nats: leasehold_nats::connect::connect(url, "leasehold-keys").await.map_err(|e| e.to_string())?,
+            nats: leasehold_nats::connect::connect_with_creds(url, s.nats_creds_file.as_deref(), "leasehold-keys")
+                .await
+                .map_err(|e| e.to_string())?,
             shards: s.shards,
             shard_ttl_ms: s.shard_ttl_ms,
             durability: s.durability()?,

@@ -2,6 +2,7 @@
 //! `inspect` and `limits`. The lab binary (`leasehold-lab`, tools/lab) runs the same commands and adds the
 //! development tools (simulator, demo, chaos, benches, the mock upstream), which do not ship.
 
+pub mod auth_cmd;
 pub mod dashboard;
 pub mod inspect;
 pub mod keys_cmd;
@@ -29,6 +30,9 @@ pub enum ServiceCommand {
     /// Read and write the limits' definitions in KV (`lh_limits`), in human units: `put`, `get`,
     /// `ls`, `rm` (NATS: --nats-url or LEASEHOLD_NATS_URL).
     Limits(limits_cmd::LimitsArgs),
+    /// The production topology's credentials (NATS JWTs): `setup` (the operator step: keys,
+    /// resolver.conf, the roles' credentials) and `issue` (one pod's credential).
+    Auth(auth_cmd::AuthArgs),
 }
 
 /// Runs `command`; a failure is one line on stderr prefixed with `program`, and exit code 2 for
@@ -42,6 +46,7 @@ pub fn run(program: &str, command: ServiceCommand) -> ExitCode {
         ServiceCommand::Agent(c) => leasehold_pod::agent_main(c),
         ServiceCommand::Keys(a) => keys_cmd::run(*a),
         ServiceCommand::Limits(a) => limits_cmd::run(program, a),
+        ServiceCommand::Auth(a) => exit(program, auth_cmd::run(a)),
     }
 }
 
@@ -66,6 +71,45 @@ pub fn block_on<T>(body: impl std::future::Future<Output = Result<T, String>>) -
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     rt.block_on(body)
+}
+
+/// Where an operator's command connects: `--nats-url` (default: `$LEASEHOLD_NATS_URL`, else
+/// the local default) as the user of `--nats-creds-file` (default: `$LEASEHOLD_NATS_CREDS_FILE`;
+/// none: the URL's user and password, if any).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct NatsArgs {
+    /// NATS server (default: $LEASEHOLD_NATS_URL, else nats://127.0.0.1:4222). Credentials may
+    /// be given in the URL; they are never printed.
+    #[arg(long, global = true)]
+    nats_url: Option<String>,
+    /// Connect as the user of this .creds file (`leasehold auth`; default:
+    /// $LEASEHOLD_NATS_CREDS_FILE).
+    #[arg(long, global = true)]
+    nats_creds_file: Option<std::path::PathBuf>,
+}
+
+impl NatsArgs {
+    pub fn url(&self) -> String {
+        nats_url_or_default(self.nats_url.clone())
+    }
+
+    pub fn creds_file(&self) -> Option<std::path::PathBuf> {
+        self.nats_creds_file.clone().or_else(|| std::env::var_os("LEASEHOLD_NATS_CREDS_FILE").map(Into::into))
+    }
+
+    /// The credentials file, if any, is readable and one (a bad setting: exit 2).
+    pub fn check(&self) -> Result<(), String> {
+        let creds = self.creds_file();
+        leasehold_process::check_creds_file(creds.as_deref()).map_err(|e| e.to_string())
+    }
+
+    /// A client named `name`.
+    pub async fn connect(&self, name: &str) -> Result<async_nats::Client, String> {
+        let creds = self.creds_file();
+        leasehold_nats::connect::connect_with_creds(&self.url(), creds.as_deref(), name)
+            .await
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// The NATS server a command talks to: `arg` (its `--nats-url`), else `$LEASEHOLD_NATS_URL`,

@@ -7,7 +7,7 @@
 mod put;
 
 use clap::{Args, Subcommand};
-use leasehold_nats::connect::{connect, jetstream};
+use leasehold_nats::connect::jetstream;
 use leasehold_nats::limits_store::{self, RemoveOutcome, StoredLimit};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::limits::{diff, format_amount, format_rate};
@@ -15,10 +15,8 @@ use std::process::ExitCode;
 
 #[derive(Args)]
 pub struct LimitsArgs {
-    /// NATS server (default: $LEASEHOLD_NATS_URL, else nats://127.0.0.1:4222). Credentials may
-    /// be given in the URL; they are never printed.
-    #[arg(long, global = true)]
-    nats_url: Option<String>,
+    #[command(flatten)]
+    nats: crate::NatsArgs,
     /// Copies of the bucket when this creates it (3 on a production JetStream cluster).
     #[arg(long, global = true, default_value_t = 1)]
     replicas: usize,
@@ -60,13 +58,17 @@ pub(crate) fn failed(e: impl std::fmt::Display) -> Failure {
 }
 
 pub fn run(program: &str, a: LimitsArgs) -> ExitCode {
-    let url = crate::nats_url_or_default(a.nats_url.clone());
+    let url = &a.nats;
+    if let Err(e) = url.check() {
+        eprintln!("{program}: {e}");
+        return ExitCode::from(2);
+    }
     let result = crate::block_on(async {
         Ok(match a.command {
-            LimitsCommand::Put(p) => put::run(&url, a.replicas, p).await,
-            LimitsCommand::Get { name, json } => get(&url, a.replicas, &name, json).await,
-            LimitsCommand::Ls => ls(&url, a.replicas).await,
-            LimitsCommand::Rm { name, dry_run } => rm(&url, a.replicas, &name, dry_run).await,
+            LimitsCommand::Put(p) => put::run(url, a.replicas, p).await,
+            LimitsCommand::Get { name, json } => get(url, a.replicas, &name, json).await,
+            LimitsCommand::Ls => ls(url, a.replicas).await,
+            LimitsCommand::Rm { name, dry_run } => rm(url, a.replicas, &name, dry_run).await,
         })
     });
     match result {
@@ -83,8 +85,8 @@ pub fn run(program: &str, a: LimitsArgs) -> ExitCode {
 }
 
 /// The bucket, opened (created if needed) on the server at `url`.
-pub(crate) async fn open(url: &str, replicas: usize) -> Result<async_nats::jetstream::kv::Store, Failure> {
-    let client = connect(url, "leasehold-limits").await.map_err(failed)?;
+pub(crate) async fn open(nats: &crate::NatsArgs, replicas: usize) -> Result<async_nats::jetstream::kv::Store, Failure> {
+    let client = nats.connect("leasehold-limits").await.map_err(failed)?;
     limits_store::open(&jetstream(client), replicas).await.map_err(failed)
 }
 
@@ -93,7 +95,7 @@ pub(crate) fn stored_config(stored: &StoredLimit) -> Result<LimitConfig, String>
     stored.def.as_ref().map_err(Clone::clone).and_then(|d| d.to_config().map_err(|e| e.to_string()))
 }
 
-async fn get(url: &str, replicas: usize, name: &str, json: bool) -> Result<(), Failure> {
+async fn get(url: &crate::NatsArgs, replicas: usize, name: &str, json: bool) -> Result<(), Failure> {
     let store = open(url, replicas).await?;
     let stored = limits_store::get(&store, name).await.map_err(failed)?;
     let stored = stored.ok_or_else(|| Failure::Failed(format!("no limit named {name}")))?;
@@ -131,7 +133,7 @@ fn floors(c: &LimitConfig) -> String {
     c.dcs.iter().map(one).collect::<Vec<_>>().join(" ")
 }
 
-async fn ls(url: &str, replicas: usize) -> Result<(), Failure> {
+async fn ls(url: &crate::NatsArgs, replicas: usize) -> Result<(), Failure> {
     let store = open(url, replicas).await?;
     let limits = limits_store::list(&store).await.map_err(failed)?;
     let rows: Vec<[String; 5]> = limits
@@ -161,7 +163,7 @@ async fn ls(url: &str, replicas: usize) -> Result<(), Failure> {
     Ok(())
 }
 
-async fn rm(url: &str, replicas: usize, name: &str, dry_run: bool) -> Result<(), Failure> {
+async fn rm(url: &crate::NatsArgs, replicas: usize, name: &str, dry_run: bool) -> Result<(), Failure> {
     leasehold_shared::subjects::limits_key(name).map_err(|e| Failure::Bad(format!("limit {name}: {e}")))?;
     let store = open(url, replicas).await?;
     let stored = limits_store::get(&store, name).await.map_err(failed)?;

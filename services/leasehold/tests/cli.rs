@@ -210,3 +210,80 @@ async fn logs_to_a_pipe_carry_no_colour_codes() {
     assert!(!line.contains('\u{1b}'), "an ANSI escape in {line:?}");
     assert!(line.contains("WARN") && line.contains("key=\"hot\""), "{line}");
 }
+
+/// `leasehold auth`: the operator's setup, one pod's credential, and the agent refusing a pod id
+/// its credential is not for; bad input is one line and exit 2.
+#[test]
+fn auth_issues_one_credential_per_pod_and_the_agent_checks_it_names_its_pod() {
+    let dir = std::env::temp_dir().join(format!("leasehold-cli-auth-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let roles = concat!(env!("CARGO_MANIFEST_DIR"), "/../../nats/prod/roles.toml");
+    let d = dir.to_str().unwrap();
+    let out = leasehold(&["auth", "setup", "--roles", roles, "--dc", "bkk", "--dc", "europe", "--dir", d]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("--role pod-bkk") && said.contains("coordinator.creds"), "{said}");
+
+    let creds = dir.join("bkk-pod7.creds");
+    let c = creds.to_str().unwrap();
+    let out = leasehold(&["auth", "issue", "--dir", d, "--role", "pod-bkk", "--name", "bkk-pod7", "--out", c]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&creds).unwrap().permissions().mode() & 0o777, 0o600);
+
+    // What a DC's provisioning holds: the DC's pod key and the account's public key.
+    let (key, account) = (dir.join("keys/role-pod-bkk.nk"), dir.join("account.pub"));
+    let again =
+        ["auth", "issue", "--key", key.to_str().unwrap(), "--account", account.to_str().unwrap(), "--role", "pod-bkk"];
+    let out = leasehold(&[&again[..], &["--name", "bkk-pod7", "--out", c]].concat());
+    assert!(out.status.success(), "issued again over the old file: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::read_to_string(&creds).unwrap().contains("BEGIN NATS USER JWT"));
+
+    let account_key = dir.join("keys/account-LEASEHOLD.nk");
+    for (key, account, says) in [(&key, &key, "not an account"), (&account_key, &account, "not a role's signing key")] {
+        let args = ["auth", "issue", "--key", key.to_str().unwrap(), "--account", account.to_str().unwrap()];
+        let out = leasehold(&[&args[..], &["--role", "pod-bkk", "--name", "x"]].concat());
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let europe = dir.join("europe-pod1.creds");
+    let out = leasehold(&["auth", "issue", "--dir", d, "--role", "pod-europe", "--name", "europe-pod1"]);
+    std::fs::write(&europe, &out.stdout).unwrap();
+    for (args, says) in [
+        (vec!["--role", "pod-tokyo", "--name", "t1"], "pod-bkk"),
+        (vec!["--role", "pod-bkk", "--name", "a.b"], "not a usable name"),
+        (vec!["--role", "coordinator", "--name", "c2"], "standing"),
+    ] {
+        let out = leasehold(&[&["auth", "issue", "--dir", d][..], &args].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.trim().lines().count() == 1 && err.contains(says), "{args:?}: {err}");
+    }
+
+    for (env, says) in [
+        (vec![("LEASEHOLD_AGENT_NATS_CREDS_FILE", c), ("LEASEHOLD_AGENT_POD_ID", "bkk-pod8")], "\"bkk-pod7\"'s"),
+        (vec![("LEASEHOLD_AGENT_NATS_CREDS_FILE", europe.to_str().unwrap())], "not pod-bkk's"),
+        (vec![("LEASEHOLD_AGENT_NATS_CREDS_FILE", "/nonexistent.creds")], "nats_creds_file"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .arg("agent")
+            .envs([("LEASEHOLD_AGENT_DC", "bkk"), ("LEASEHOLD_AGENT_NATS_URL", "nats://127.0.0.1:1")])
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{env:?}: {err}");
+        assert!(err.trim().lines().count() == 1 && err.contains(says), "{env:?}: {err}");
+    }
+    // Every service checks its credential before it starts.
+    for (service, var) in [("coordinator", "LEASEHOLD_COORDINATOR_"), ("dc-manager", "LEASEHOLD_DC_MANAGER_")] {
+        let env = [(format!("{var}NATS_CREDS_FILE"), "/nonexistent.creds"), (format!("{var}DC"), "bkk")];
+        let out = Command::new(env!("CARGO_BIN_EXE_leasehold")).arg(service).envs(env).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{service}: {err}");
+        assert!(err.contains("nats_creds_file"), "{service}: {err}");
+    }
+    let out = leasehold(&["limits", "ls", "--nats-creds-file", "/nonexistent.creds"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -24,8 +24,8 @@ async fn inspect_shows_the_leader_and_the_dc_leases() {
         id: Some("coord-x".into()),
         leader_ttl_ms: 1_500,
         replicas: 1,
-        http_listen: None,
         limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
+        ..Settings::default()
     };
     let mut coord = leasehold_coordinator::spawn(connect_until(&url, "c", deadline).await.unwrap(), settings);
     tokio::time::timeout(Duration::from_secs(10), coord.status.wait_for(|s| s.leading)).await.unwrap().unwrap();
@@ -115,7 +115,7 @@ async fn inspect_reads_the_hub_s_ledger_from_a_dc_s_own_cluster() {
     let bin = binaries().expect("a nats-server is needed: run scripts/nats-servers").remove(0);
     let topology = LeafTopology::start(&bin, &["bkk"], 1).await.unwrap_or_else(|e| panic!("{e}"));
     let deadline = Instant::now() + Duration::from_secs(15);
-    let hub_url = LeafTopology::url(&topology.hub, "coordinator");
+    let hub_url = LeafTopology::url(&topology.hub);
     let mut limit = LimitConfig::new("api", Quota::per_s(1_000, 100), &[("bkk", Quota::per_s(50, 4))]);
     limit.renew_interval_ms = 250;
     let settings = Settings {
@@ -125,9 +125,9 @@ async fn inspect_reads_the_hub_s_ledger_from_a_dc_s_own_cluster() {
         limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
         ..Settings::default()
     };
-    let _coord = leasehold_coordinator::spawn(connect_until(&hub_url, "c", deadline).await.unwrap(), settings);
+    let _coord = leasehold_coordinator::spawn(topology.client(&topology.hub, "coordinator").await, settings);
     let (bkk, _) = topology.dc("bkk");
-    let dc_url = LeafTopology::url(bkk, "dc-bkk");
+    let dc_url = LeafTopology::url(bkk);
     let mut m = leasehold_shared::dc_manager::DcManagerConfig::new("api", "bkk", "");
     m.renew_interval_ms = 250;
     let dc = leasehold_dc_manager::config::Settings {
@@ -138,10 +138,11 @@ async fn inspect_reads_the_hub_s_ledger_from_a_dc_s_own_cluster() {
         manager: m,
         ..Default::default()
     };
-    let mut m = leasehold_dc_manager::spawn(connect_until(&dc_url, "m", deadline).await.unwrap(), dc);
-    let inspect_url = LeafTopology::url(bkk, "inspect");
+    let mut m = leasehold_dc_manager::spawn(topology.client(bkk, "dc-bkk").await, dc);
+    let inspect_creds = topology.creds("inspect");
     let inspect = |domain: bool| {
-        let mut args = vec!["inspect", "--nats-url", &inspect_url, "--json", "--listen-ms", "0"];
+        let creds = inspect_creds.to_str().unwrap();
+        let mut args = vec!["inspect", "--nats-url", &dc_url, "--nats-creds-file", creds, "--json", "--listen-ms", "0"];
         if domain {
             args.extend(["--ledger-domain", "hub"]);
         }

@@ -1,4 +1,4 @@
-//! `leasehold keys` under the production permissions (`nats/prod/accounts.conf`), on every
+//! `leasehold keys` under the production permissions (`nats/prod/roles.toml`), on every
 //! server the harness provides: instances running as `keys-instance` share shards, forward,
 //! hand over with their state, and apply the tiers the `keys-admin` writes; an instance's own
 //! `PUT /v1/tiers` cannot write them (only the admin role may).
@@ -7,14 +7,14 @@
 use crate::support;
 
 use leasehold_nats::kv::{compare_and_set, CasOutcome};
-use leasehold_nats_harness::{binaries, wait};
+use leasehold_nats_harness::binaries;
 use leasehold_shared::subjects::{KEYS_CONFIG_BUCKET, KEYS_TIERS_KEY};
 use std::time::{Duration, Instant};
 use support::keys_instances::{
-    client, count, post, put_tiers, start, start_with, stop_gracefully, tiers_file, tiers_of, wait_balanced, Instance,
+    client, count, post, put_tiers, start_with, stop_gracefully, tiers_file, tiers_of, wait_balanced, Instance,
 };
 
-use leasehold_nats_harness::prod_accounts;
+use leasehold_nats_harness::prod_auth;
 
 async fn tier_limit(http: &reqwest::Client, i: &Instance) -> u64 {
     let t = tiers_of(http, i).await;
@@ -26,11 +26,12 @@ async fn instances_run_as_keys_instance_and_apply_the_tiers_only_the_admin_may_w
     let tiers = tiers_file(2);
     let http = client();
     for bin in binaries().expect("a nats-server is needed: run scripts/nats-servers") {
-        let server = prod_accounts::start(&bin).unwrap();
-        let v = server.version.clone();
-        let url = format!("nats://keys-instance:keys-pw@127.0.0.1:{}", server.port());
-        let a = start(&url, "a", &tiers, "interval:50");
-        let mut b = start_with(&url, "b", &tiers, "interval:50", &["--drain-ms", "100"]);
+        let (server, auth) = prod_auth::start(&bin).unwrap();
+        let (v, url) = (server.version.clone(), server.url());
+        let creds = auth.creds("keys-instance");
+        let as_instance = ["--nats-creds-file", creds.to_str().unwrap()];
+        let a = start_with(&url, "a", &tiers, "interval:50", &as_instance);
+        let mut b = start_with(&url, "b", &tiers, "interval:50", &[&as_instance[..], &["--drain-ms", "100"]].concat());
         wait_balanced(&http, &[&a, &b], Duration::from_secs(20)).await;
 
         // Decided by each key's owner, whichever instance is asked.
@@ -50,8 +51,7 @@ async fn instances_run_as_keys_instance_and_apply_the_tiers_only_the_admin_may_w
         }
 
         // The admin raises the limit; a applies it.
-        let admin_url = format!("nats://keys-admin:keys-admin-pw@127.0.0.1:{}", server.port());
-        let admin = leasehold_nats::connect::jetstream(wait::client(&admin_url, "admin").await);
+        let admin = leasehold_nats::connect::jetstream(auth.client(&url, "keys-admin").await);
         let config = admin.get_key_value(KEYS_CONFIG_BUCKET).await.unwrap_or_else(|e| panic!("{v}: {e}"));
         let raised = serde_json::json!({ "default_tier": "t", "tiers": { "t": { "limit": 3, "window_ms": 60_000 } } });
         let written = compare_and_set(&config, KEYS_TIERS_KEY, raised.to_string().into(), None).await;

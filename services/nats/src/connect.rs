@@ -2,6 +2,7 @@
 
 use async_nats::jetstream;
 use backon::{ConstantBuilder, Retryable};
+use std::path::Path;
 use std::time::Duration;
 use thiserror::Error;
 
@@ -21,16 +22,30 @@ pub struct ConnectError {
 /// Connect with control-plane defaults: short request and connect timeouts, frequent pings,
 /// unlimited reconnects.
 ///
-/// Credentials may be given in the URL (`nats://user:password@host:port`, as the production
-/// accounts in `nats/prod/` expect); errors never show the password. Several servers of one
-/// cluster may be given, comma-separated (the credentials of the first apply).
+/// Credentials may be given in the URL (`nats://user:password@host:port`); errors never show the
+/// password. Several servers of one cluster may be given, comma-separated (the credentials of the
+/// first apply). For a `.creds` file (the production topology, `leasehold auth`), see
+/// [`connect_with_creds`].
 pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, ConnectError> {
+    connect_with_creds(url, None, name).await
+}
+
+/// [`connect`] as the user of a `.creds` file (a NATS user JWT and its nkey seed), if given.
+pub async fn connect_with_creds(
+    url: &str,
+    creds_file: Option<&Path>,
+    name: &str,
+) -> Result<async_nats::Client, ConnectError> {
     let first = url.split(',').next().unwrap_or(url);
-    let options = match split_credentials(first) {
-        Some((user, password, _)) => async_nats::ConnectOptions::with_user_and_password(user, password),
-        None => async_nats::ConnectOptions::new(),
-    };
     let shown = redact(url);
+    let options = match (creds_file, split_credentials(first)) {
+        (Some(path), _) => {
+            let creds = std::fs::read_to_string(path).map_err(|e| credentials_error(&shown, path, e))?;
+            async_nats::ConnectOptions::with_credentials(&creds).map_err(|e| credentials_error(&shown, path, e))?
+        }
+        (None, Some((user, password, _))) => async_nats::ConnectOptions::with_user_and_password(user, password),
+        (None, None) => async_nats::ConnectOptions::new(),
+    };
     let mut servers = Vec::new();
     for one in url.split(',').map(str::trim).filter(|u| !u.is_empty()) {
         let bare = split_credentials(one).map_or_else(|| one.to_string(), |(_, _, bare)| bare);
@@ -51,6 +66,14 @@ pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, Connec
         .map_err(|source| ConnectError { url: shown, source })
 }
 
+fn credentials_error(url: &str, path: &Path, e: std::io::Error) -> ConnectError {
+    let reason = format!("the credentials file {}: {e}", path.display());
+    ConnectError {
+        url: url.to_string(),
+        source: async_nats::ConnectError::with_source(async_nats::ConnectErrorKind::Authentication, reason),
+    }
+}
+
 /// Back-off between reconnect attempts: 0, 100, 200 … ms, at most [`MAX_RECONNECT_DELAY`], so a
 /// healed partition or a restarted server is back within about a second (the client library's
 /// default grows to several seconds, which a lease TTL of a few seconds cannot afford).
@@ -67,8 +90,18 @@ pub async fn connect_until(
     name: &str,
     deadline: std::time::Instant,
 ) -> Result<async_nats::Client, ConnectError> {
+    connect_until_with_creds(url, None, name, deadline).await
+}
+
+/// [`connect_until`] as the user of a `.creds` file, if given.
+pub async fn connect_until_with_creds(
+    url: &str,
+    creds_file: Option<&Path>,
+    name: &str,
+    deadline: std::time::Instant,
+) -> Result<async_nats::Client, ConnectError> {
     let mut last = None;
-    let attempts = (|| connect(url, name))
+    let attempts = (|| connect_with_creds(url, creds_file, name))
         .retry(ConstantBuilder::new().with_delay(CONNECT_RETRY_DELAY).without_max_times())
         .notify(|e: &ConnectError, _| last = Some(e.source.kind()));
     match tokio::time::timeout_at(deadline.into(), attempts).await {

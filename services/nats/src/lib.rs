@@ -1,6 +1,8 @@
 //! # Leasehold's NATS plumbing
 //!
 //! ## Layout
+//! * [`auth`]: the production topology's credentials (NATS JWTs from `nats/prod/roles.toml`:
+//!   one scoped signing key per role, one credential per pod).
 //! * [`connect`]: connection defaults for control-plane traffic (short timeouts, fast dead-peer
 //!   detection) and a JetStream context with a short ack timeout.
 //! * [`kv`]: KV buckets created by hand (works on nats-server 2.9.10, where async-nats'
@@ -14,6 +16,7 @@
 //! clock) is `leasehold-process`; real nats-server processes for tests and the lab are
 //! `leasehold-nats-harness` (tools/).
 
+pub mod auth;
 pub mod connect;
 pub mod kv;
 pub mod leader_key;

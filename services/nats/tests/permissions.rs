@@ -1,5 +1,7 @@
-//! `nats/prod/accounts.conf` enforced by real servers: a pod publishes only its own demand and
-//! reads only its own lease; only the coordinator writes the ledger; a DC manager holds only its
+//! `nats/prod/roles.toml` (as `leasehold auth setup` makes it: NATS JWTs, one credential per
+//! pod) enforced by real servers: a pod publishes only its own demand and reads only its own
+//! lease, with a credential issued while the server runs; a credential signed by another
+//! operator's keys is refused; only the coordinator writes the ledger; a DC manager holds only its
 //! own DC's leader key; a per-key instance holds shards, stores admissions and answers
 //! `lh.keys.check` but never writes the tiers; only the keys admin writes them.
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
@@ -7,21 +9,17 @@
 use async_nats::jetstream::{consumer, stream, Context};
 use bytes::Bytes;
 use futures::StreamExt;
-use leasehold_nats::connect::jetstream;
+use leasehold_nats::auth;
+use leasehold_nats::connect::{connect_with_creds, jetstream};
 use leasehold_nats::kv::{compare_and_set, ensure_bucket, ensure_stream, read, BucketSpec, CasOutcome};
-use leasehold_nats_harness::{binaries, wait, NatsServer};
+use leasehold_nats_harness::binaries;
 use leasehold_shared::subjects::{
     keys_admissions, keys_admissions_wildcard, keys_check, KEYS_ADMISSIONS_STREAM, KEYS_CONFIG_BUCKET,
     KEYS_SHARDS_BUCKET, KEYS_TIERS_KEY,
 };
 use std::time::{Duration, Instant};
 
-use leasehold_nats_harness::prod_accounts::{self, TEST_PASSWORDS as ENV};
-
-async fn as_user(server: &NatsServer, user: &str, password: &str) -> async_nats::Client {
-    let url = format!("nats://{user}:{password}@127.0.0.1:{}", server.port());
-    wait::client(&url, user).await
-}
+use leasehold_nats_harness::prod_auth::{self, ProdAuth};
 
 /// Run `send` until `sub` receives something (bounded); returns everything received meanwhile.
 async fn delivered<F: std::future::Future<Output = ()>>(
@@ -43,20 +41,25 @@ async fn delivered<F: std::future::Future<Output = ()>>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn roles_are_confined_to_their_own_subjects_and_keys() {
     for bin in binaries().expect("a nats-server is needed: run scripts/nats-servers") {
-        let server = prod_accounts::start(&bin).unwrap();
-        let v = server.version.clone();
-        let coord = as_user(&server, "coordinator", "coord-pw").await;
-        let dc = as_user(&server, "dc-bkk", "bkk-pw").await;
-        let pod1 = as_user(&server, "bkk-pod1", "pod-pw").await;
+        let (server, auth) = prod_auth::start(&bin).unwrap();
+        let (v, url) = (server.version.clone(), server.url());
+        let coord = auth.client(&url, "coordinator").await;
+        let dc = auth.client(&url, "dc-bkk").await;
+        // Issued after the server started: no server change, no reload.
+        let pod1 = auth.client(&url, "bkk-pod1").await;
 
         // A forged report for another pod is dropped by the server; the pod's own arrives. Both
         // are re-sent until the own one is seen (core NATS does not retry); the forged one must
         // never be. The forbidden actions use their own connection.
-        let evil = as_user(&server, "bkk-pod1", "pod-pw").await;
+        let evil = auth.client(&url, "bkk-pod1").await;
         let mut reports = dc.subscribe("lh.pod.bkk.*.report").await.unwrap();
         dc.flush().await.unwrap();
+        let dc_europe = auth.client(&url, "dc-europe").await;
+        let mut europe_reports = dc_europe.subscribe("lh.pod.europe.*.report").await.unwrap();
+        dc_europe.flush().await.unwrap();
         let own = delivered(&mut reports, || async {
             let _ = evil.publish("lh.pod.bkk.bkk-pod2.report", "forged".into()).await;
+            let _ = evil.publish("lh.pod.europe.bkk-pod1.report", "forged".into()).await;
             let _ = evil.flush().await;
             pod1.publish("lh.pod.bkk.bkk-pod1.report", "own".into()).await.unwrap();
             pod1.flush().await.unwrap();
@@ -65,6 +68,26 @@ async fn roles_are_confined_to_their_own_subjects_and_keys() {
         assert!(own.iter().all(|m| &m.payload[..] == b"own"), "{v}: a forged report was delivered");
         let subjects: Vec<&str> = own.iter().map(|m| m.subject.as_str()).collect();
         assert!(subjects.contains(&"lh.pod.bkk.bkk-pod1.report"), "{v}: {subjects:?}");
+        let crossed = tokio::time::timeout(Duration::from_millis(300), europe_reports.next()).await;
+        assert!(crossed.ok().flatten().is_none(), "{v}: a bkk pod reported in europe");
+
+        // A pod cannot subscribe to every pod's leases either.
+        let mut all = evil.subscribe("lh.pod.bkk.*.lease").await.unwrap();
+        let _ = evil.flush().await;
+        dc.publish("lh.pod.bkk.bkk-pod2.lease", "theirs".into()).await.unwrap();
+        dc.flush().await.unwrap();
+        let stolen = tokio::time::timeout(Duration::from_millis(300), all.next()).await;
+        assert!(stolen.ok().flatten().is_none(), "{v}: a pod read every pod's leases");
+
+        // A DC's leaf-link credential cannot log in as a client (it may do everything, but only as
+        // a leaf-node link).
+        let leaf = connect_with_creds(&url, Some(&auth.creds("leaf-bkk")), "leaf-as-client").await;
+        assert!(leaf.is_err(), "{v}: the leaf credential logged in as a client");
+
+        // A credential made with another operator's keys (same roles, same names) is refused.
+        let foreign = ProdAuth::new(&["bkk"]).unwrap();
+        let refused = connect_with_creds(&url, Some(&foreign.creds("bkk-pod1")), "foreign").await;
+        assert!(refused.is_err(), "{v}: a credential of another operator was accepted");
 
         // A pod cannot read another pod's lease.
         let mut theirs = evil.subscribe("lh.pod.bkk.bkk-pod2.lease").await.unwrap();
@@ -144,14 +167,13 @@ async fn not_stored(js: &Context, subject: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_roles_hold_only_the_per_key_subjects_buckets_and_stream() {
     for bin in binaries().expect("a nats-server is needed: run scripts/nats-servers") {
-        let server = prod_accounts::start(&bin).unwrap();
-        let v = server.version.clone();
-        let instance = as_user(&server, "keys-instance", "keys-pw").await;
-        let peer = as_user(&server, "keys-instance", "keys-pw").await;
-        let admin = as_user(&server, "keys-admin", "keys-admin-pw").await;
-        let pod = as_user(&server, "bkk-pod1", "pod-pw").await;
-        let (dc, coord) =
-            (as_user(&server, "dc-bkk", "bkk-pw").await, as_user(&server, "coordinator", "coord-pw").await);
+        let (server, auth) = prod_auth::start(&bin).unwrap();
+        let (v, url) = (server.version.clone(), server.url());
+        let instance = auth.client(&url, "keys-instance").await;
+        let peer = auth.client(&url, "keys-instance").await;
+        let admin = auth.client(&url, "keys-admin").await;
+        let pod = auth.client(&url, "bkk-pod1").await;
+        let (dc, coord) = (auth.client(&url, "dc-bkk").await, auth.client(&url, "coordinator").await);
         let (ijs, ajs, pjs) = (jetstream(instance.clone()), jetstream(admin.clone()), jetstream(pod.clone()));
 
         // What an instance does at start: create both buckets and the admissions stream, and
@@ -293,25 +315,52 @@ async fn keys_roles_hold_only_the_per_key_subjects_buckets_and_stream() {
     }
 }
 
+/// The leaf-node URL variables a DC node's file reads (`nats/prod/<dc>-<n>.conf`), pointing at
+/// the shipped hub nodes' leaf ports: enough to check the files.
+const TEST_LEAF_URLS: [(&str, &str); 6] = [
+    ("LH_LEAF_BKK_URL_1", "nats-leaf://127.0.0.1:17211"),
+    ("LH_LEAF_BKK_URL_2", "nats-leaf://127.0.0.1:17212"),
+    ("LH_LEAF_BKK_URL_3", "nats-leaf://127.0.0.1:17213"),
+    ("LH_LEAF_EUROPE_URL_1", "nats-leaf://127.0.0.1:17211"),
+    ("LH_LEAF_EUROPE_URL_2", "nats-leaf://127.0.0.1:17212"),
+    ("LH_LEAF_EUROPE_URL_3", "nats-leaf://127.0.0.1:17213"),
+];
+
+/// Every shipped node file, with the credentials `leasehold auth setup` makes next to it (in a
+/// copy of the tree: nats/prod/auth/ is the operator's, never in the repository), is accepted by
+/// every server.
 #[test]
 fn every_shipped_server_config_is_valid_on_every_server() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../nats");
+    let auth = ProdAuth::new(&["bkk", "europe"]).unwrap();
+    let copy = auth.dir().join("tree");
+    std::fs::create_dir_all(copy.join("nats/prod/auth")).unwrap();
+    let made = auth::setup(&copy.join("nats/prod/auth"), prod_auth::ROLES_TOML, &["bkk".into(), "europe".into()], 0);
+    made.unwrap();
     let mut files = vec![root.join("dev.conf")];
     let mut prod: Vec<_> = std::fs::read_dir(root.join("prod"))
         .unwrap()
         .map(|e| e.unwrap().path())
-        // Whole node files only: the accounts and the hub's leaf users are included by them.
         .filter(|p| p.extension().is_some_and(|e| e == "conf"))
-        .filter(|p| !p.ends_with("accounts.conf") && !p.ends_with("hub-leaf-users.conf"))
+        .map(|p| {
+            let to = copy.join("nats/prod").join(p.file_name().unwrap());
+            std::fs::copy(&p, &to).unwrap();
+            to
+        })
         .collect();
     prod.sort();
     assert!(prod.len() >= 9, "the hub and two DCs, 3 nodes each, expected, found {prod:?}");
-    let env: Vec<(&str, &str)> = ENV.iter().chain(prod_accounts::TEST_LEAF_URLS.iter()).copied().collect();
     files.extend(prod);
     for bin in binaries().expect("a nats-server is needed") {
         for f in &files {
-            let out =
-                std::process::Command::new(&bin).arg("-t").arg("-c").arg(f).envs(env.iter().copied()).output().unwrap();
+            let out = std::process::Command::new(&bin)
+                .arg("-t")
+                .arg("-c")
+                .arg(f)
+                .current_dir(&copy)
+                .envs(TEST_LEAF_URLS.iter().copied())
+                .output()
+                .unwrap();
             assert!(
                 out.status.success(),
                 "{} rejects {}: {}",

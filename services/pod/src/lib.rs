@@ -40,8 +40,13 @@ async fn run_agent(settings: PodSettings) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(&settings.http_listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", settings.http_listen))?;
-    let client =
-        leasehold_nats::connect::connect(&settings.nats_url, "leasehold-agent").await.map_err(|e| e.to_string())?;
+    let client = leasehold_nats::connect::connect_with_creds(
+        &settings.nats_url,
+        settings.nats_creds_file.as_deref(),
+        "leasehold-agent",
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     let pod = Pod::start(client, &settings);
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     println!("pod {} listening on {local}", pod.id);

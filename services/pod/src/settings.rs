@@ -6,11 +6,16 @@ use std::path::Path;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PodSettings {
     pub nats_url: String,
+    /// A `.creds` file (NATS user JWT and seed, `leasehold auth`) to connect with; none: the URL's
+    /// user and password, if any.
+    #[serde(default)]
+    pub nats_creds_file: Option<std::path::PathBuf>,
     /// The default limit: served from the start and never given back when idle; requests that
     /// name no limit use it. None: every limit is named by the request and served on first use.
     pub limit: Option<String>,
     pub dc: String,
-    /// This process's holder id. Default: `<dc>-<random>`; a restarted pod is a new holder.
+    /// This process's holder id. Default: the name of its credential (`nats_creds_file`, which
+    /// allows only that pod's subjects), else `<dc>-<random>`; a restarted pod is a new holder.
     pub pod_id: Option<String>,
     /// Share of the DC lease relative to other pods (weighted split).
     pub weight: f64,
@@ -36,6 +41,7 @@ impl Default for PodSettings {
     fn default() -> Self {
         PodSettings {
             nats_url: "nats://127.0.0.1:4222".into(),
+            nats_creds_file: None,
             limit: None,
             dc: String::new(),
             pod_id: None,
@@ -55,17 +61,36 @@ pub use leasehold_process::SettingsError;
 
 impl PodSettings {
     pub fn load(file: Option<&Path>) -> Result<Self, SettingsError> {
-        leasehold_process::load_settings(file, "LEASEHOLD_AGENT_", PodSettings::validate)
+        let mut settings = leasehold_process::load_settings(file, "LEASEHOLD_AGENT_", PodSettings::validate)?;
+        if settings.pod_id.is_none() {
+            settings.pod_id = settings.credential()?.map(|c| c.name);
+        }
+        Ok(settings)
+    }
+
+    /// Whose the credential is: a pod's credential allows only its own pod id's subjects, in
+    /// its own DC.
+    fn credential(&self) -> Result<Option<leasehold_nats::auth::CredsUser>, SettingsError> {
+        let Some(path) = &self.nats_creds_file else { return Ok(None) };
+        let whose = leasehold_nats::auth::read_creds_file(path);
+        whose.map(Some).map_err(|e| SettingsError::Invalid(format!("nats_creds_file: {e}")))
     }
 
     pub fn validate(&self) -> Result<(), SettingsError> {
         let bad = |m: String| Err(SettingsError::Invalid(m));
-        leasehold_process::check_dc_service(
-            self.limit.as_deref(),
-            &self.dc,
-            ("pod_id", self.pod_id.as_deref()),
-            self.clock_drift_ppm,
-        )?;
+        let credential = self.credential()?;
+        // The pod id: the setting, else the credential's name (checked like the setting).
+        let pod_id = self.pod_id.as_deref().or(credential.as_ref().map(|c| c.name.as_str()));
+        leasehold_process::check_dc_service(self.limit.as_deref(), &self.dc, ("pod_id", pod_id), self.clock_drift_ppm)?;
+        if let Some(c) = &credential {
+            if let Some(id) = self.pod_id.as_deref().filter(|id| *id != c.name) {
+                // The server would drop every report and never deliver a lease.
+                return bad(format!("pod_id is {id:?} but the credential (nats_creds_file) is pod {:?}'s", c.name));
+            }
+            if let Some(role) = c.role.as_deref().filter(|r| *r != format!("pod-{}", self.dc)) {
+                return bad(format!("the credential (nats_creds_file) is role {role:?}'s, not pod-{}'s", self.dc));
+            }
+        }
         let max_weight = leasehold_shared::wire::MAX_POD_WEIGHT;
         if !(self.weight.is_finite() && self.weight > 0.0 && self.weight <= max_weight) {
             // Above the wire's bound every report would be dropped as invalid: no lease, ever.

@@ -26,8 +26,8 @@ async fn permits_denials_and_bad_input_over_http() {
         id: Some("coord".into()),
         leader_ttl_ms: 1_000,
         replicas: 1,
-        http_listen: None,
         limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
+        ..Default::default()
     };
     let _c = leasehold_coordinator::spawn(client(&url).await, coord);
     let mut m = DcManagerConfig::new("api", "bkk", "");

@@ -33,8 +33,8 @@ async fn control_plane(
         id: Some("coord".into()),
         leader_ttl_ms: 1_000,
         replicas: 1,
-        http_listen: None,
         limits,
+        ..Default::default()
     };
     let c = leasehold_coordinator::spawn(wait::client(url, "c").await, coord);
     let mut m = DcManagerConfig::new("", "bkk", "");

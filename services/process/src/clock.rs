@@ -76,8 +76,8 @@ impl LeaseClock {
 }
 
 /// Milliseconds since the Unix epoch, from the machine's wall clock as it is now: the origin of
-/// [`LeaseClock::wall_ms`], and the Redis baseline's scores; never for a lease or a term. 0 if
-/// the wall clock is before 1970.
+/// [`LeaseClock::wall_ms`], the Redis baseline's scores and a credential's issue time; never for
+/// a lease or a term. 0 if the wall clock is before 1970.
 #[allow(clippy::disallowed_methods)] // the one wall-clock reading
 pub fn wall_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)

@@ -108,6 +108,16 @@ fn defaults_and_file<T: Default + Serialize>(file: Option<&Path>) -> Result<Figm
     }
 }
 
+/// A `nats_creds_file` setting, if any, names a readable NATS credentials file (checked before
+/// anything starts, so a wrong path is a bad setting, not a failure to connect).
+pub fn check_creds_file(path: Option<&Path>) -> Result<(), SettingsError> {
+    let Some(path) = path else { return Ok(()) };
+    match leasehold_nats::auth::read_creds_file(path) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(SettingsError::Invalid(format!("nats_creds_file: {e}"))),
+    }
+}
+
 /// What every per-DC service checks: its limit and DC names and its own id (`id_name`) are
 /// valid ids, and its clock drift stays within ±100000 ppm.
 pub fn check_dc_service(
@@ -201,13 +211,14 @@ where
     }
 }
 
-/// A NATS service process ([`main`]): connect to its NATS URL as `client_name`, then
+/// A NATS service process ([`main`]): connect to its NATS URL (with its `.creds` file, if any) as
+/// `client_name`, then
 /// `run(client, settings, status, shutdown)` until SIGTERM/SIGINT.
 pub fn nats_main<S, St, E, Fut>(
     name: &str,
     client_name: &'static str,
     load: impl FnOnce() -> Result<S, String>,
-    nats_url: impl FnOnce(&S) -> String,
+    nats: impl FnOnce(&S) -> (String, Option<PathBuf>),
     run: impl FnOnce(async_nats::Client, S, watch::Sender<St>, watch::Receiver<bool>) -> Fut,
 ) -> ExitCode
 where
@@ -216,8 +227,10 @@ where
     Fut: Future<Output = Result<(), E>>,
 {
     main(name, load, |settings| async move {
-        let client =
-            leasehold_nats::connect::connect(&nats_url(&settings), client_name).await.map_err(|e| e.to_string())?;
+        let (url, creds_file) = nats(&settings);
+        let client = leasehold_nats::connect::connect_with_creds(&url, creds_file.as_deref(), client_name)
+            .await
+            .map_err(|e| e.to_string())?;
         let (status, _) = watch::channel(St::default());
         run(client, settings, status, stop_on_signal()).await.map_err(|e| e.to_string())
     })

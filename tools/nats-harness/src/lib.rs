@@ -4,16 +4,17 @@
 //!   temporary directory; paused, killed, restarted on demand, stopped and removed on drop.
 //!   [`binaries`] lists the servers to test against.
 //! * [`leaf_topology`]: the production topology (the hub and a cluster per DC, leaf-node links
-//!   through proxies, the shipped accounts).
+//!   through proxies, the shipped roles as JWT credentials).
 //! * [`LinkProxy`]: a TCP link (a DC's way into the cluster, a leaf-node link) to cut and heal.
-//! * [`prod_accounts`]: a server with the shipped accounts and permissions, and test passwords.
+//! * [`prod_auth`]: the shipped roles as NATS JWT credentials (made in a temporary directory), and
+//!   a server that runs them.
 //! * [`wait`]: bounded waits tests share (a connection within a deadline, a watched status
 //!   reaching a condition) that fail with what was last seen instead of hanging.
 #![allow(clippy::disallowed_methods)] // a development tool: it measures real time on purpose (clippy.toml)
 
 pub mod leaf_topology;
 mod link_proxy;
-pub mod prod_accounts;
+pub mod prod_auth;
 mod server;
 pub mod wait;
 

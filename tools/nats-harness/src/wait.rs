@@ -10,7 +10,12 @@ pub const CONNECT_WITHIN: Duration = Duration::from_secs(10);
 /// A client of the server at `url` named `name`, retrying until [`CONNECT_WITHIN`]; panics with
 /// the cause after that.
 pub async fn client(url: &str, name: &str) -> async_nats::Client {
-    leasehold_nats::connect::connect_until(url, name, Instant::now() + CONNECT_WITHIN)
+    client_with_creds(url, None, name).await
+}
+
+/// [`client`] as the user of a `.creds` file, if given.
+pub async fn client_with_creds(url: &str, creds_file: Option<&std::path::Path>, name: &str) -> async_nats::Client {
+    leasehold_nats::connect::connect_until_with_creds(url, creds_file, name, Instant::now() + CONNECT_WITHIN)
         .await
         .unwrap_or_else(|e| panic!("{name}: {e}"))
 }

@@ -19,7 +19,7 @@ use axum::routing::get;
 use axum::Router;
 use clap::Args;
 use futures::StreamExt;
-use leasehold_nats::connect::{connect, jetstream};
+use leasehold_nats::connect::jetstream;
 use leasehold_nats::kv::{follow, KeyChange};
 use leasehold_process::clock::LeaseClock;
 use leasehold_shared::subjects;
@@ -36,9 +36,8 @@ const PERIOD_MS: u64 = 1_000;
 
 #[derive(Args)]
 pub struct DashboardArgs {
-    /// NATS server (default: $LEASEHOLD_NATS_URL, else nats://127.0.0.1:4222).
-    #[arg(long)]
-    nats_url: Option<String>,
+    #[command(flatten)]
+    nats: crate::NatsArgs,
     /// Address to serve the page on (port 0: any free port; the address is printed).
     #[arg(long, default_value = "127.0.0.1:8089")]
     listen: String,
@@ -75,8 +74,7 @@ pub fn run(a: DashboardArgs) -> Result<ExitCode, String> {
 }
 
 async fn serve(a: DashboardArgs) -> Result<ExitCode, String> {
-    let url = crate::nats_url_or_default(a.nats_url.clone());
-    let client = connect(&url, "leasehold-dashboard").await.map_err(|e| e.to_string())?;
+    let client = a.nats.connect("leasehold-dashboard").await?;
     let listener =
         tokio::net::TcpListener::bind(&a.listen).await.map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;

@@ -5,7 +5,7 @@
 mod pods;
 
 use clap::Args;
-use leasehold_nats::connect::{connect, jetstream, jetstream_in};
+use leasehold_nats::connect::{jetstream, jetstream_in};
 use leasehold_nats::kv::{list_keys, open_bucket, read};
 use leasehold_shared::subjects;
 use leasehold_shared::wire::LedgerRecord;
@@ -15,9 +15,8 @@ use std::process::ExitCode;
 
 #[derive(Args)]
 pub struct InspectArgs {
-    /// NATS server to read from.
-    #[arg(long, default_value = "nats://127.0.0.1:4222")]
-    nats_url: String,
+    #[command(flatten)]
+    nats: crate::NatsArgs,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -54,7 +53,7 @@ struct State {
 pub fn run(a: InspectArgs) -> Result<ExitCode, String> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     let state =
-        rt.block_on(collect(&a.nats_url, a.ledger_domain.as_deref(), std::time::Duration::from_millis(a.listen_ms)))?;
+        rt.block_on(collect(&a.nats, a.ledger_domain.as_deref(), std::time::Duration::from_millis(a.listen_ms)))?;
     if a.json {
         println!("{}", serde_json::to_string(&state).map_err(|e| e.to_string())?);
     } else {
@@ -63,8 +62,12 @@ pub fn run(a: InspectArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn collect(url: &str, ledger_domain: Option<&str>, listen: std::time::Duration) -> Result<State, String> {
-    let client = connect(url, "leasehold-inspect").await.map_err(|e| e.to_string())?;
+async fn collect(
+    nats: &crate::NatsArgs,
+    ledger_domain: Option<&str>,
+    listen: std::time::Duration,
+) -> Result<State, String> {
+    let client = nats.connect("leasehold-inspect").await?;
     let (own, hub) = (jetstream(client.clone()), jetstream_in(client.clone(), ledger_domain));
     // Read-only: a bucket that does not exist is reported, never created.
     let ledger = open_bucket(&hub, subjects::LEDGER_BUCKET).await.map_err(|e| {

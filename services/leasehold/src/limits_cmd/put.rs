@@ -47,7 +47,7 @@ impl PutArgs {
     }
 }
 
-pub async fn run(url: &str, replicas: usize, a: PutArgs) -> Result<(), Failure> {
+pub async fn run(url: &crate::NatsArgs, replicas: usize, a: PutArgs) -> Result<(), Failure> {
     let path = Path::new(&a.target);
     let from_file = DefFormat::from_path(path).map(|format| (path, format));
     // Check what can be checked before connecting: files and flags.

@@ -1,0 +1,240 @@
+//! Credentials for the production topology: NATS's decentralized (JWT) auth, generated from a
+//! roles file (`nats/prod/roles.toml`).
+//!
+//! One operator, a system account and the `LEASEHOLD` account. Each role (per DC for the roles
+//! marked `per_dc`) is a scoped signing key of the account whose template holds the role's
+//! permissions, so a user carries only its name: a pod's user is named after its pod id, and the
+//! pod role's template (`lh.pod.<dc>.{{name()}}.report`, …) confines it to its own subjects.
+//! Issuing a pod's credential ([`issue`]) needs no server change and no reload.
+//!
+//! [`setup`] creates the keys once (kept in `DIR/keys/`, never rewritten) and writes, every time
+//! it runs, the account JWT from the roles file, `DIR/resolver.conf` (every server includes it),
+//! `DIR/leaf-account.conf` (a DC's servers include it too) and a `.creds` file for every role
+//! that has one standing user (`DIR/creds/<role>.creds`).
+
+mod creds;
+mod files;
+pub mod jwt;
+
+pub use creds::{issue, issue_with_key, read_creds, read_creds_file, CredsUser};
+pub use files::write_file;
+
+use files::{file_error, key, private_dir};
+use jwt::{Responses, UserTemplate};
+use nkeys::KeyPair;
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The account every Leasehold role belongs to.
+pub const ACCOUNT_NAME: &str = "LEASEHOLD";
+/// The variable `leaf-account.conf` defines to the `LEASEHOLD` account's public key: a DC
+/// server includes it and binds its leaf-node remote to it (`account: $LEASEHOLD_ACCOUNT`).
+/// nats-server refuses a variable nothing uses, so it is not in `resolver.conf`.
+pub const ACCOUNT_VARIABLE: &str = "LEASEHOLD_ACCOUNT";
+/// The connection types a role may be limited to (nats-server's names).
+const CONNECTION_TYPES: [&str; 6] = ["STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("roles file: {0}")]
+    Roles(String),
+    #[error("{0:?} is not a usable name: letters, digits, '-' and '_' only, 1 to 64 of them")]
+    BadName(String),
+    #[error("no role {role:?} in {dir} (roles there: {known})")]
+    UnknownRole { role: String, dir: PathBuf, known: String },
+    #[error("role {0:?} has one standing user (its .creds is written by setup); issue only per-user roles")]
+    StandingRole(String),
+    #[error("{path}: {reason}")]
+    File { path: PathBuf, reason: String },
+    #[error("not a NATS credentials file: {0}")]
+    Creds(String),
+    #[error(transparent)]
+    Jwt(#[from] jwt::JwtError),
+}
+
+/// One role of the roles file. `{dc}` in a subject is the DC's name (a `per_dc` role becomes
+/// `<role>-<dc>` for every DC); `{{name()}}` is the user's name, filled in by nats-server.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RoleSpec {
+    #[serde(default)]
+    per_dc: bool,
+    /// `true`: one user, whose `.creds` setup writes; `false`: users issued one by one.
+    #[serde(default = "yes")]
+    one_user: bool,
+    /// Both lists are required and never empty: nats-server reads a missing list as "allow
+    /// everything".
+    publish: Vec<String>,
+    subscribe: Vec<String>,
+    /// May answer requests (publish to the reply subject of one request it received).
+    #[serde(default)]
+    allow_responses: bool,
+    /// Only these kinds of connection (e.g. `["LEAFNODE"]`). Such a role's user is signed by the
+    /// account's own key with its permissions in its JWT (nats-server applies no connection
+    /// types from a scoped key's template), so it has one standing user.
+    #[serde(default)]
+    connection_types: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RolesFile {
+    roles: BTreeMap<String, RoleSpec>,
+}
+
+/// A role with its DC filled in.
+#[derive(Debug)]
+pub struct Role {
+    pub name: String,
+    pub one_user: bool,
+    pub template: UserTemplate,
+    /// Not empty: no scoped key; one user signed by the account with these connection types.
+    pub connection_types: Vec<String>,
+}
+
+/// `name` may be a subject token and a file name.
+pub fn check_name(name: &str) -> Result<(), AuthError> {
+    let ok = (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(AuthError::BadName(name.to_string()))
+    }
+}
+
+fn check_spec(name: &str, spec: &RoleSpec) -> Result<(), AuthError> {
+    let bad = |why: String| Err(AuthError::Roles(format!("role {name:?}: {why}")));
+    if spec.publish.is_empty() || spec.subscribe.is_empty() {
+        return bad("publish and subscribe must each list at least one subject (NATS reads none as all)".into());
+    }
+    if !spec.per_dc && spec.publish.iter().chain(&spec.subscribe).any(|s| s.contains("{dc}")) {
+        return bad("names {dc} but is not per_dc".into());
+    }
+    if let Some(t) = spec.connection_types.iter().find(|t| !CONNECTION_TYPES.contains(&t.as_str())) {
+        return bad(format!("unknown connection type {t:?} (known: {})", CONNECTION_TYPES.join(", ")));
+    }
+    if !spec.connection_types.is_empty() && !spec.one_user {
+        return bad("a role with connection_types has one standing user (one_user = true)".into());
+    }
+    Ok(())
+}
+
+/// The roles of `roles_toml` for `dcs`.
+pub fn roles(roles_toml: &str, dcs: &[String]) -> Result<Vec<Role>, AuthError> {
+    let file: RolesFile = toml::from_str(roles_toml).map_err(|e| AuthError::Roles(e.to_string()))?;
+    for dc in dcs {
+        check_name(dc)?;
+    }
+    let mut out = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (name, spec) in &file.roles {
+        check_name(name)?;
+        check_spec(name, spec)?;
+        let instances: Vec<(String, &str)> = if spec.per_dc {
+            dcs.iter().map(|dc| (format!("{name}-{dc}"), dc.as_str())).collect()
+        } else {
+            vec![(name.clone(), "")]
+        };
+        for (role, dc) in instances {
+            if !seen.insert(role.clone()) {
+                // Two templates under one key: nats-server would keep only one.
+                return Err(AuthError::Roles(format!("role {role:?} twice (a DC given twice, or a name clash)")));
+            }
+            let fill = |subjects: &[String]| subjects.iter().map(|s| s.replace("{dc}", dc)).collect();
+            let resp = spec.allow_responses.then_some(Responses { max: 1, ttl: 0 });
+            let template = UserTemplate::new(fill(&spec.publish), fill(&spec.subscribe), resp);
+            let connection_types = spec.connection_types.clone();
+            out.push(Role { name: role, one_user: spec.one_user, template, connection_types });
+        }
+    }
+    Ok(out)
+}
+
+/// What [`setup`] wrote.
+#[derive(Debug)]
+pub struct SetupReport {
+    pub resolver_conf: PathBuf,
+    pub account_public_key: String,
+    /// `.creds` files of the standing users.
+    pub creds: Vec<PathBuf>,
+    /// Roles whose users are issued one by one ([`issue`]).
+    pub issued_roles: Vec<String>,
+}
+
+/// Create (or keep) the keys in `dir` and write the resolver config and the standing users'
+/// credentials for `roles_toml` and `dcs`.
+pub fn setup(dir: &Path, roles_toml: &str, dcs: &[String], now_s: u64) -> Result<SetupReport, AuthError> {
+    let roles = roles(roles_toml, dcs)?;
+    std::fs::create_dir_all(dir).map_err(|e| file_error(dir, e))?;
+    private_dir(&dir.join("keys"))?;
+    private_dir(&dir.join("creds"))?;
+    let operator = key(dir, "operator", KeyPair::new_operator)?;
+    let system = key(dir, "account-SYS", KeyPair::new_account)?;
+    let account = key(dir, &format!("account-{ACCOUNT_NAME}"), KeyPair::new_account)?;
+    let scoped_roles: Vec<&Role> = roles.iter().filter(|r| r.connection_types.is_empty()).collect();
+    let role_keys: Vec<KeyPair> = scoped_roles
+        .iter()
+        .map(|r| key(dir, &format!("role-{}", r.name), KeyPair::new_account))
+        .collect::<Result<_, _>>()?;
+    let scoped: Vec<(&str, &KeyPair, &UserTemplate)> =
+        scoped_roles.iter().zip(&role_keys).map(|(r, k)| (r.name.as_str(), k, &r.template)).collect();
+
+    let operator_jwt = jwt::operator(&operator, "leasehold", now_s)?;
+    let system_jwt = jwt::account(&operator, &system, "SYS", false, &[], now_s)?;
+    let account_jwt = jwt::account(&operator, &account, ACCOUNT_NAME, true, &scoped, now_s)?;
+    let resolver = format!(
+        "# Generated by `leasehold auth setup` from the roles file: include it in every server.\n\
+         # Regenerate (and reload the servers) after changing the roles; pods' credentials are\n\
+         # issued without touching it (`leasehold auth issue`).\n\
+         operator: \"{operator_jwt}\"\n\
+         system_account: \"{sys}\"\n\
+         resolver: MEMORY\n\
+         resolver_preload: {{\n  {sys}: \"{system_jwt}\"\n  {acc}: \"{account_jwt}\"\n}}\n",
+        sys = system.public_key(),
+        acc = account.public_key(),
+    );
+    let resolver_conf = dir.join("resolver.conf");
+    write_file(&resolver_conf, &resolver, false)?;
+    write_file(&dir.join("account.pub"), &account.public_key(), false)?;
+    let leaf_account = format!(
+        "# Generated by `leasehold auth setup`: a DC server includes it after resolver.conf and binds\n\
+         # its leaf-node remote to the account: `account: ${ACCOUNT_VARIABLE}`.\n{ACCOUNT_VARIABLE}: \"{}\"\n",
+        account.public_key()
+    );
+    write_file(&dir.join("leaf-account.conf"), &leaf_account, false)?;
+
+    let mut creds = Vec::new();
+    let mut issued_roles = Vec::new();
+    let mut scoped_keys = scoped_roles.iter().map(|r| r.name.as_str()).zip(&role_keys);
+    for role in &roles {
+        let role_key = match role.connection_types.is_empty() {
+            true => scoped_keys.next().map(|(_, k)| k),
+            false => None,
+        };
+        if !role.one_user {
+            issued_roles.push(role.name.clone());
+            continue;
+        }
+        let text = match role_key {
+            Some(k) => creds::scoped_creds(k, &account.public_key(), &role.name, &role.name, now_s)?,
+            None => {
+                let user = KeyPair::new_user();
+                let token =
+                    jwt::account_user(&account, &user, &role.name, &role.template, &role.connection_types, now_s)?;
+                jwt::creds_file(&token, &user)?
+            }
+        };
+        let path = dir.join("creds").join(format!("{}.creds", role.name));
+        write_file(&path, &text, true)?;
+        creds.push(path);
+    }
+    Ok(SetupReport { resolver_conf, account_public_key: account.public_key(), creds, issued_roles })
+}
+
+#[cfg(test)]
+mod tests;
