@@ -88,7 +88,10 @@ pub async fn run(
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
     let mut tick = tokio::time::interval(Duration::from_millis(settings.report_interval_ms));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Ticks stay on their grid: a tick served late (a burst of reports before it) does not push
+    // the later ones back. A pod's leases go every few ticks (`LeasePacing`), so with `Delay`
+    // every late tick of a renew interval added to that pod's lease gap.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut m = Manager::new(settings, client, leaders, ask_direct_read, clock);
     loop {
         // Each limit's core renews on its own schedule; the outbox paces each pod's leases to one
