@@ -6,6 +6,8 @@
 //!   the servers.
 //! * `issue --dir DIR --role pod-bkk --name <pod id> [--out FILE]`: one pod's credential (its
 //!   permissions follow from its name; no server change).
+//! * `revoke --dir DIR --creds FILE` (or `--user U…`): the account signed again with the
+//!   revocation; the servers apply it on reload.
 
 use clap::{Args, Subcommand};
 use leasehold_nats::auth;
@@ -53,6 +55,19 @@ enum AuthCommand {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Revoke one user's credential (e.g. a pod's): the account is signed again with the
+    /// revocation into DIR/resolver.conf; reload the servers (`nats-server --signal reload`) and
+    /// they refuse it and close its connections.
+    Revoke {
+        #[arg(long, default_value = "nats/prod/auth")]
+        dir: PathBuf,
+        /// The credential to revoke (its user key is read from it).
+        #[arg(long, required_unless_present = "user", conflicts_with = "user")]
+        creds: Option<PathBuf>,
+        /// Or the user's public key (U…), e.g. from the server's connection list.
+        #[arg(long)]
+        user: Option<String>,
+    },
 }
 
 /// A credential's issue time (`iat`): informational, nothing decides by it.
@@ -73,6 +88,21 @@ pub fn run(args: AuthArgs) -> Result<ExitCode, String> {
             for role in &report.issued_roles {
                 println!("issue one per user: leasehold auth issue --dir {} --role {role} --name <id>", dir.display());
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        AuthCommand::Revoke { dir, creds, user } => {
+            let now = now_s();
+            let (key, at, who) = match (creds, user) {
+                (Some(path), _) => {
+                    let c = auth::read_creds_file(&path).map_err(|e| e.to_string())?;
+                    // Issued at or before: the issuer's clock may be ahead of this one.
+                    (c.public_key, now.max(c.issued_at_s), c.name)
+                }
+                (None, Some(user)) => (user.clone(), now, user),
+                (None, None) => return Err("give --creds or --user".into()),
+            };
+            let resolver = auth::revoke(&dir, &key, at, now).map_err(|e| e.to_string())?;
+            println!("revoked {who} ({key}); reload every server to apply {}", resolver.display());
             Ok(ExitCode::SUCCESS)
         }
         AuthCommand::Issue { dir, role, key, account, name, out } => {

@@ -31,7 +31,7 @@ pub enum ServiceCommand {
     /// `ls`, `rm` (NATS: --nats-url or LEASEHOLD_NATS_URL).
     Limits(limits_cmd::LimitsArgs),
     /// The production topology's credentials (NATS JWTs): `setup` (the operator step: keys,
-    /// resolver.conf, the roles' credentials) and `issue` (one pod's credential).
+    /// resolver.conf, the roles' credentials), `issue` (one pod's credential) and `revoke`.
     Auth(auth_cmd::AuthArgs),
 }
 

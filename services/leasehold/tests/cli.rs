@@ -275,6 +275,20 @@ fn auth_issues_one_credential_per_pod_and_the_agent_checks_it_names_its_pod() {
         assert_eq!(out.status.code(), Some(2), "{env:?}: {err}");
         assert!(err.trim().lines().count() == 1 && err.contains(says), "{env:?}: {err}");
     }
+    // A revocation signs the account again (the servers apply it on reload: permissions.rs).
+    let resolver_before = std::fs::read_to_string(dir.join("resolver.conf")).unwrap();
+    let out = leasehold(&["auth", "revoke", "--dir", d, "--creds", c]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("revoked bkk-pod7"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_ne!(std::fs::read_to_string(dir.join("resolver.conf")).unwrap(), resolver_before);
+    let out = leasehold(&["auth", "revoke", "--dir", d, "--user", "bkk-pod7"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a user's public key"));
+
     // Every service checks its credential before it starts.
     for (service, var) in [("coordinator", "LEASEHOLD_COORDINATOR_"), ("dc-manager", "LEASEHOLD_DC_MANAGER_")] {
         let env = [(format!("{var}NATS_CREDS_FILE"), "/nonexistent.creds"), (format!("{var}DC"), "bkk")];

@@ -124,6 +124,35 @@ async fn roles_are_confined_to_their_own_subjects_and_keys() {
         assert!(matches!(own, Ok(CasOutcome::Written { .. })), "{v}: {own:?}");
         let other = compare_and_set(&dc_leaders, "dc.europe", Bytes::from("bkk-mgr"), None).await;
         assert!(!matches!(other, Ok(CasOutcome::Written { .. })), "{v}: took another DC's leader key");
+
+        // A revoked pod: once the servers reload the account signed with the revocation, its
+        // connection is closed and its credential refused; every other pod keeps working.
+        let doomed_creds = auth.issue("pod-bkk", "bkk-pod9").unwrap();
+        let doomed = connect_with_creds(&url, Some(&doomed_creds), "doomed").await.unwrap();
+        doomed.flush().await.unwrap();
+        server.reload_with("resolver.conf", &auth.revoke(&doomed_creds).unwrap()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while doomed.connection_state() == async_nats::connection::State::Connected {
+            assert!(Instant::now() < deadline, "{v}: the revoked pod is still connected after 10 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let again = connect_with_creds(&url, Some(&doomed_creds), "doomed-again").await;
+        assert!(again.is_err(), "{v}: a revoked credential logged in");
+        pod1.publish("lh.pod.bkk.bkk-pod1.report", "still here".into()).await.unwrap();
+        pod1.flush().await.unwrap();
+        assert_eq!(pod1.connection_state(), async_nats::connection::State::Connected, "{v}");
+
+        drop(doomed);
+        // JetStream serves the account again after the reload (the ledger reads back).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !matches!(read(&ledger, "partner-api").await, Ok(Some(_))) {
+            assert!(
+                Instant::now() < deadline,
+                "{v}: the ledger unreadable 10 s after the reload; server: {:?}",
+                server.log_tail(20)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
 

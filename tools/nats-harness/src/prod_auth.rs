@@ -73,6 +73,15 @@ impl ProdAuth {
         Ok(path)
     }
 
+    /// `leasehold auth revoke` of the credential at `creds`: the new `resolver.conf`.
+    pub fn revoke(&self, creds: &Path) -> Result<String, String> {
+        let user = auth::read_creds_file(creds).map_err(|e| e.to_string())?;
+        let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let resolver =
+            auth::revoke(&self.dir, &user.public_key, now_s.max(user.issued_at_s), now_s).map_err(|e| e.to_string())?;
+        std::fs::read_to_string(resolver).map_err(|e| e.to_string())
+    }
+
     /// A client of `url` as `user` ([`creds`](Self::creds)), within the usual deadline.
     pub async fn client(&self, url: &str, user: &str) -> async_nats::Client {
         crate::wait::client_with_creds(url, Some(&self.creds(user)), user).await

@@ -161,6 +161,26 @@ impl NatsServer {
         Err(ServerError::NotListening { binary, timeout: START_TIMEOUT, output: seen.join(" | ") })
     }
 
+    /// Replace the configuration file `name` (one of those it started with) and have the server
+    /// reload its configuration (SIGHUP). The main file gets JetStream and its store if it names
+    /// no JetStream: a reload reads only the files (2.9.10 shuts JetStream down on a reload of a
+    /// file without it, the command line's `-js -sd` notwithstanding).
+    pub fn reload_with(&self, name: &str, contents: &str) -> Result<(), ServerError> {
+        let dir = self.store.parent().map(Path::to_path_buf).unwrap_or_default();
+        let err =
+            |e: std::io::Error| ServerError::Spawn { binary: self.binary.display().to_string(), reason: e.to_string() };
+        std::fs::write(dir.join(name), contents).map_err(err)?;
+        if let Some(main) = &self.config {
+            let text = std::fs::read_to_string(main).map_err(err)?;
+            if !text.contains("jetstream") {
+                let with_js = format!("{text}\njetstream {{ store_dir: \"{}\" }}\n", self.store.display());
+                std::fs::write(main, with_js).map_err(err)?;
+            }
+        }
+        self.signal("-HUP");
+        Ok(())
+    }
+
     /// The server process's id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())

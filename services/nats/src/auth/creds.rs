@@ -67,6 +67,10 @@ pub fn issue_with_key(
 pub struct CredsUser {
     /// The user's name (a pod's credential: its pod id).
     pub name: String,
+    /// The user's public key (`U…`): what a revocation names.
+    pub public_key: String,
+    /// When it was issued (Unix seconds, the issuer's clock).
+    pub issued_at_s: u64,
     /// The role that issued it, if its JWT names one (`pod-bkk`).
     pub role: Option<String>,
 }
@@ -82,12 +86,14 @@ pub fn read_creds(creds: &str) -> Result<CredsUser, AuthError> {
     let claims = data_encoding::BASE64URL_NOPAD.decode(payload.as_bytes()).map_err(|e| bad(&e.to_string()))?;
     let claims: serde_json::Value = serde_json::from_slice(&claims).map_err(|e| bad(&e.to_string()))?;
     let name = claims["name"].as_str().ok_or_else(|| bad("its JWT names no user"))?;
+    let public_key = claims["sub"].as_str().ok_or_else(|| bad("its JWT has no user key"))?;
     if !creds.contains("-----BEGIN USER NKEY SEED") {
         return Err(bad("no nkey seed in it"));
     }
     let tags = claims["nats"]["tags"].as_array().into_iter().flatten().filter_map(|t| t.as_str());
     let role = tags.filter_map(|t| t.strip_prefix(ROLE_TAG)).next().map(String::from);
-    Ok(CredsUser { name: name.to_string(), role })
+    let issued_at_s = claims["iat"].as_u64().unwrap_or(0);
+    Ok(CredsUser { name: name.to_string(), public_key: public_key.to_string(), issued_at_s, role })
 }
 
 /// [`read_creds`] of the file at `path`.

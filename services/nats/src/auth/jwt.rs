@@ -13,6 +13,7 @@ use data_encoding::{BASE32_NOPAD, BASE64URL_NOPAD};
 use nkeys::KeyPair;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 
 const HEADER: &str = r#"{"typ":"JWT","alg":"ed25519-nkey"}"#;
 /// A limit nats-server reads as "no limit".
@@ -101,6 +102,9 @@ enum Nats<'a> {
         version: u8,
         limits: AccountLimits,
         signing_keys: Vec<SigningKeyScope<'a>>,
+        /// User public key → Unix seconds: that user's JWTs issued at or before are refused.
+        #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+        revocations: &'a BTreeMap<String, u64>,
     },
     User {
         #[serde(rename = "type")]
@@ -158,14 +162,15 @@ pub fn operator(operator: &KeyPair, name: &str, issued_at_s: u64) -> Result<Stri
     sign(claims, operator)
 }
 
-/// An account's JWT, signed by the operator: no limits but JetStream's (on or off), and one
-/// scoped signing key per role (`(role, key, template)`).
+/// An account's JWT, signed by the operator: no limits but JetStream's (on or off), one scoped
+/// signing key per role (`(role, key, template)`), and the users it revokes.
 pub fn account(
     operator: &KeyPair,
     account: &KeyPair,
     name: &str,
     jetstream: bool,
     roles: &[(&str, &KeyPair, &UserTemplate)],
+    revocations: &BTreeMap<String, u64>,
     issued_at_s: u64,
 ) -> Result<String, JwtError> {
     let storage = if jetstream { NO_LIMIT } else { 0 };
@@ -187,7 +192,7 @@ pub fn account(
         .iter()
         .map(|(role, key, template)| SigningKeyScope { kind: "user_scope", key: key.public_key(), role, template })
         .collect();
-    let nats = Nats::Account { kind: "account", version: 2, limits, signing_keys };
+    let nats = Nats::Account { kind: "account", version: 2, limits, signing_keys, revocations };
     let claims = Claims {
         jti: String::new(),
         iat: issued_at_s,

@@ -129,7 +129,8 @@ fn a_pod_s_credential_carries_only_its_name_signed_by_its_dc_s_pod_key() {
     let report = setup(&dir, ROLES, &dcs(), 100).unwrap();
     let creds = issue(&dir, "pod-bkk", "bkk-pod7", 300).unwrap();
     let whose = read_creds(&creds).unwrap();
-    assert_eq!(whose, CredsUser { name: "bkk-pod7".into(), role: Some("pod-bkk".into()) });
+    assert_eq!((whose.name.as_str(), whose.role.as_deref(), whose.issued_at_s), ("bkk-pod7", Some("pod-bkk"), 300));
+    assert!(whose.public_key.starts_with('U'), "{whose:?}");
     let token = creds.lines().nth(1).unwrap();
     let role_key = KeyPair::from_seed(std::fs::read_to_string(dir.join("keys/role-pod-bkk.nk")).unwrap().trim());
     let user = verified_claims(token, &role_key.unwrap().public_key());
@@ -146,5 +147,29 @@ fn a_pod_s_credential_carries_only_its_name_signed_by_its_dc_s_pod_key() {
     let account_key = dir.join("keys/account-LEASEHOLD.nk");
     let refused = issue_with_key(&account_key, &dir.join("account.pub"), "pod-bkk", "x", 0).unwrap_err();
     assert!(refused.to_string().contains("not a role's signing key"), "{refused}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_revocation_is_signed_into_the_account_with_the_roles_setup_kept() {
+    let dir = scratch("revoke");
+    let report = setup(&dir, ROLES, &dcs(), 100).unwrap();
+    let pod = read_creds(&issue(&dir, "pod-bkk", "bkk-pod7", 300).unwrap()).unwrap();
+    assert!(matches!(revoke(&dir, "not-a-key", 300, 400), Err(AuthError::Creds(_))));
+    assert!(matches!(revoke(&dir, &report.account_public_key, 300, 400), Err(AuthError::Creds(_))), "an account key");
+    revoke(&dir, &pod.public_key, 300, 400).unwrap();
+    revoke(&dir, &pod.public_key, 200, 500).unwrap();
+
+    let operator = KeyPair::from_seed(std::fs::read_to_string(dir.join("keys/operator.nk")).unwrap().trim()).unwrap();
+    let resolver = std::fs::read_to_string(dir.join("resolver.conf")).unwrap();
+    let account_jwt = resolver
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{}: \"", report.account_public_key)))
+        .and_then(|l| l.strip_suffix('"'))
+        .unwrap();
+    let account = verified_claims(account_jwt, &operator.public_key());
+    assert_eq!(account["nats"]["revocations"][&pod.public_key], 300, "the later of the two times is kept");
+    let keys = account["nats"]["signing_keys"].as_array().unwrap();
+    assert!(keys.iter().any(|k| k["role"] == "pod-europe"), "signed with every role setup kept: {keys:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
