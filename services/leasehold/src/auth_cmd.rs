@@ -70,7 +70,8 @@ enum AuthCommand {
     },
 }
 
-/// A credential's issue time (`iat`): informational, nothing decides by it.
+/// A credential's issue time (`iat`), and a revocation's: nats-server refuses a revoked user's
+/// credentials issued at or before the revocation's time.
 fn now_s() -> u64 {
     leasehold_process::clock::wall_ms() / 1_000
 }
