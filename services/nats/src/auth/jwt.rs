@@ -214,17 +214,7 @@ pub fn scoped_user(
     tags: &[String],
     issued_at_s: u64,
 ) -> Result<String, JwtError> {
-    let nats = Nats::User {
-        kind: "user",
-        version: 2,
-        issuer_account: account_public_key.to_string(),
-        tags,
-        permissions: None,
-        allowed_connection_types: &[],
-    };
-    let claims =
-        Claims { jti: String::new(), iat: issued_at_s, iss: role_key.public_key(), name, sub: user.public_key(), nats };
-    sign(claims, role_key)
+    user_jwt(role_key, account_public_key, user, name, tags, None, &[], issued_at_s)
 }
 
 /// A user's JWT signed by the account's own key, with its permissions and the connection types
@@ -237,17 +227,31 @@ pub fn account_user(
     connection_types: &[String],
     issued_at_s: u64,
 ) -> Result<String, JwtError> {
+    user_jwt(account, &account.public_key(), user, name, &[], Some(permissions), connection_types, issued_at_s)
+}
+
+#[allow(clippy::too_many_arguments)] // the claims of a user, one argument each
+fn user_jwt(
+    signer: &KeyPair,
+    account_public_key: &str,
+    user: &KeyPair,
+    name: &str,
+    tags: &[String],
+    permissions: Option<&UserTemplate>,
+    allowed_connection_types: &[String],
+    issued_at_s: u64,
+) -> Result<String, JwtError> {
     let nats = Nats::User {
         kind: "user",
         version: 2,
-        issuer_account: account.public_key(),
-        tags: &[],
-        permissions: Some(permissions),
-        allowed_connection_types: connection_types,
+        issuer_account: account_public_key.to_string(),
+        tags,
+        permissions,
+        allowed_connection_types,
     };
     let claims =
-        Claims { jti: String::new(), iat: issued_at_s, iss: account.public_key(), name, sub: user.public_key(), nats };
-    sign(claims, account)
+        Claims { jti: String::new(), iat: issued_at_s, iss: signer.public_key(), name, sub: user.public_key(), nats };
+    sign(claims, signer)
 }
 
 /// A `.creds` file: the user's JWT and its nkey seed, in the format every NATS client reads.

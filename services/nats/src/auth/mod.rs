@@ -180,21 +180,15 @@ pub fn setup(dir: &Path, roles_toml: &str, dcs: &[String], now_s: u64) -> Result
     let signed = sign_account(dir, &roles, now_s)?;
     let (account, role_keys) = (signed.account, signed.role_keys);
     let resolver_conf = dir.join("resolver.conf");
-    let scoped_roles: Vec<&Role> = roles.iter().filter(|r| r.connection_types.is_empty()).collect();
 
     let mut creds = Vec::new();
     let mut issued_roles = Vec::new();
-    let mut scoped_keys = scoped_roles.iter().map(|r| r.name.as_str()).zip(&role_keys);
     for role in &roles {
-        let role_key = match role.connection_types.is_empty() {
-            true => scoped_keys.next().map(|(_, k)| k),
-            false => None,
-        };
         if !role.one_user {
             issued_roles.push(role.name.clone());
             continue;
         }
-        let text = match role_key {
+        let text = match role_keys.get(&role.name) {
             Some(k) => creds::scoped_creds(k, &account.public_key(), &role.name, &role.name, now_s)?,
             None => {
                 let user = KeyPair::new_user();
@@ -222,8 +216,8 @@ struct SetupDcs {
 
 struct Signed {
     account: KeyPair,
-    /// The scoped roles' keys, in the order of the roles without connection types.
-    role_keys: Vec<KeyPair>,
+    /// The scoped roles' keys, by role (roles with connection types have none).
+    role_keys: BTreeMap<String, KeyPair>,
 }
 
 /// Sign the operator's, system's and account's JWTs (the roles' scoped keys, the revocations in
@@ -233,12 +227,12 @@ fn sign_account(dir: &Path, roles: &[Role], now_s: u64) -> Result<Signed, AuthEr
     let system = key(dir, "account-SYS", KeyPair::new_account)?;
     let account = key(dir, &format!("account-{ACCOUNT_NAME}"), KeyPair::new_account)?;
     let scoped_roles: Vec<&Role> = roles.iter().filter(|r| r.connection_types.is_empty()).collect();
-    let role_keys: Vec<KeyPair> = scoped_roles
+    let role_keys: BTreeMap<String, KeyPair> = scoped_roles
         .iter()
-        .map(|r| key(dir, &format!("role-{}", r.name), KeyPair::new_account))
-        .collect::<Result<_, _>>()?;
+        .map(|r| Ok((r.name.clone(), key(dir, &format!("role-{}", r.name), KeyPair::new_account)?)))
+        .collect::<Result<_, AuthError>>()?;
     let scoped: Vec<(&str, &KeyPair, &UserTemplate)> =
-        scoped_roles.iter().zip(&role_keys).map(|(r, k)| (r.name.as_str(), k, &r.template)).collect();
+        scoped_roles.iter().map(|r| (r.name.as_str(), &role_keys[&r.name], &r.template)).collect();
     let revocations = read_revocations(dir)?;
     let none = BTreeMap::new();
     // The operator's and the system account's JWTs are signed once and kept: nats-server refuses
