@@ -15,6 +15,7 @@
 //! * [`holder`]: what a lease holder keeps (send log, version fence).
 //! * [`pod`], [`dc_manager`], [`coordinator`]: the three layers as sans-I/O state machines.
 //! * [`limits`]: limits as data: definitions in human units (`"976/s"`) for the `lh_limits` bucket.
+//! * [`envoy`]: envoyproxy/ratelimit's YAML configuration and its descriptor lookup.
 //! * [`keys`]: per-key limits (per user, per tenant tier): exact sliding log and GCRA.
 //! * [`readiness`]: what each service's `/readyz` answers, and why.
 //! * [`subjects`]: NATS subjects and KV buckets/keys.
@@ -26,6 +27,7 @@ pub mod bucket;
 pub mod bugs;
 pub mod coordinator;
 pub mod dc_manager;
+pub mod envoy;
 pub mod ewma;
 pub mod expiry;
 pub mod holder;

@@ -329,11 +329,20 @@ fn registry(pod: Pod) -> Registry {
 }
 
 pub fn router(pod: Pod) -> Router {
+    router_with(pod, None)
+}
+
+/// [`router`], with more series on `/metrics` (the agent's Envoy rate limit service's).
+pub fn router_with(pod: Pod, more_metrics: Option<Box<dyn prometheus_client::collector::Collector>>) -> Router {
+    let mut registry = registry(pod.clone());
+    if let Some(more) = more_metrics {
+        registry.register_collector(more);
+    }
     Router::new()
         .route("/v1/acquire", post(acquire))
         .route("/v1/upstream-error", post(upstream_error))
         .route("/v1/status", get(status_json))
-        .route("/metrics", metrics::endpoint(registry(pod.clone())))
+        .route("/metrics", metrics::endpoint(registry))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .with_state(pod)

@@ -14,6 +14,8 @@
 //! Starting one more pod is scaling out by one: the DC manager learns of it from its first report.
 
 pub mod driver;
+#[cfg(feature = "envoy")]
+pub mod envoy;
 pub mod http;
 pub mod limiter;
 mod link;
@@ -47,12 +49,42 @@ async fn run_agent(settings: PodSettings) -> Result<(), String> {
     )
     .await
     .map_err(|e| e.to_string())?;
+    let envoy_rls = settings.envoy_rls().map_err(|e| e.to_string())?;
+    let rls_listener = match &envoy_rls {
+        Some((listen, _)) => {
+            Some(tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?)
+        }
+        None => None,
+    };
     let pod = Pod::start(client, &settings);
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     println!("pod {} listening on {local}", pod.id);
-    let app = http::router(pod.clone());
+    let (app, rls) = match (envoy_rls, rls_listener) {
+        #[cfg(feature = "envoy")]
+        (Some((_, config)), Some(rls_listener)) => {
+            let rls_local = rls_listener.local_addr().map_err(|e| e.to_string())?;
+            let limits: Vec<&str> = config.limits().keys().map(String::as_str).collect();
+            println!("Envoy rate limit service (RLS v3) on {rls_local}, limits: {}", limits.join(", "));
+            let server = envoy::RateLimitServer::new(pod.clone(), std::sync::Arc::new(config));
+            let app = http::router_with(pod.clone(), Some(envoy::rls::metrics(server.counters.clone())));
+            (app, Some(tokio::spawn(envoy::serve_rls(rls_listener, server))))
+        }
+        _ => (http::router(pod.clone()), None),
+    };
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
-    leasehold_process::shutdown_signal().await;
+    let rls_stopped = async {
+        match rls {
+            Some(task) => task.await.map_err(|e| e.to_string()).and_then(|r| r),
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = leasehold_process::shutdown_signal() => {}
+        stopped = rls_stopped => {
+            stopped?;
+            return Err("the Envoy rate limit service stopped".into());
+        }
+    }
     tracing::info!("draining");
     let acked = pod.drain().await.map_err(|e| e.to_string())?;
     server.abort();

@@ -35,6 +35,13 @@ pub struct PodSettings {
     pub clock_drift_ppm: i64,
     /// Agent HTTP endpoint (`leasehold-agent` only).
     pub http_listen: String,
+    /// Where the agent serves Envoy's rate limit service (RLS v3, gRPC), such as
+    /// `127.0.0.1:8081`; none: not served. Needs `envoy_rls_config`.
+    #[serde(default)]
+    pub envoy_rls_listen: Option<String>,
+    /// envoyproxy/ratelimit's YAML configuration: one file, or a directory of `.yaml` files.
+    #[serde(default)]
+    pub envoy_rls_config: Option<std::path::PathBuf>,
 }
 
 impl Default for PodSettings {
@@ -53,6 +60,8 @@ impl Default for PodSettings {
             clock_offset_ms: 0,
             clock_drift_ppm: 0,
             http_listen: "127.0.0.1:9090".into(),
+            envoy_rls_listen: None,
+            envoy_rls_config: None,
         }
     }
 }
@@ -110,7 +119,41 @@ impl PodSettings {
         if self.queue_capacity == 0 {
             return bad("queue_capacity must be at least 1".into());
         }
-        Ok(())
+        self.envoy_rls().map(|_| ())
+    }
+
+    /// The Envoy rate limit service's address and configuration, when it is to be served.
+    #[cfg(feature = "envoy")]
+    pub fn envoy_rls(&self) -> Result<Option<(String, leasehold_shared::envoy::RlsConfig)>, SettingsError> {
+        let bad = |m: String| Err(SettingsError::Invalid(m));
+        let (listen, path) = match (&self.envoy_rls_listen, &self.envoy_rls_config) {
+            (None, None) => return Ok(None),
+            (Some(listen), Some(path)) => (listen, path),
+            (Some(_), None) => return bad("envoy_rls_listen needs envoy_rls_config (the ratelimit YAML)".into()),
+            (None, Some(_)) => return bad("envoy_rls_config is set but envoy_rls_listen is not".into()),
+        };
+        if listen.parse::<std::net::SocketAddr>().is_err() {
+            return bad(format!("envoy_rls_listen must be an address and port such as 127.0.0.1:8081, got {listen:?}"));
+        }
+        let config = crate::envoy::read_rls_config(path)
+            .map_err(|e| SettingsError::Invalid(format!("envoy_rls_config: {e}")))?;
+        let limits = config.limits().len();
+        if limits > crate::MAX_LIMITS {
+            return bad(format!("envoy_rls_config: {limits} limits, more than a pod serves ({})", crate::MAX_LIMITS));
+        }
+        Ok(Some((listen.clone(), config)))
+    }
+
+    /// Without the `envoy` feature, asking for the Envoy rate limit service is a bad setting.
+    #[cfg(not(feature = "envoy"))]
+    pub fn envoy_rls(&self) -> Result<Option<(String, ())>, SettingsError> {
+        match (&self.envoy_rls_listen, &self.envoy_rls_config) {
+            (None, None) => Ok(None),
+            _ => Err(SettingsError::Invalid(
+                "this agent was built without the envoy feature: envoy_rls_listen and envoy_rls_config are not served"
+                    .into(),
+            )),
+        }
     }
 
     pub fn pod_id(&self) -> String {

@@ -3,4 +3,6 @@
 //! former test file; `cargo nextest` still runs every test in its own process.
 
 mod agent;
+#[cfg(feature = "envoy")]
+mod envoy_rls;
 mod many_limits;

@@ -24,7 +24,7 @@ fn limit(name: &str, rate_per_s: u64, floor_per_s: u64) -> LimitDef {
 }
 
 /// A coordinator defining `limits` and a DC manager serving every limit of `bkk`, leading.
-async fn control_plane(
+pub(crate) async fn control_plane(
     url: &str,
     limits: Vec<LimitDef>,
 ) -> (leasehold_coordinator::Handle, leasehold_dc_manager::Handle) {

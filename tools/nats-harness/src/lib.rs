@@ -3,6 +3,7 @@
 //! * [`NatsServer`]: a `nats-server` on a free loopback port with JetStream on a fresh
 //!   temporary directory; paused, killed, restarted on demand, stopped and removed on drop.
 //!   [`binaries`] lists the servers to test against.
+//! * [`envoy`]: a real Envoy process (installed by `scripts/envoy`) on a test's bootstrap.
 //! * [`leaf_topology`]: the production topology (the hub and a cluster per DC, leaf-node links
 //!   through proxies, the shipped roles as JWT credentials).
 //! * [`LinkProxy`]: a TCP link (a DC's way into the cluster, a leaf-node link) to cut and heal.
@@ -12,6 +13,7 @@
 //!   reaching a condition) that fail with what was last seen instead of hanging.
 #![allow(clippy::disallowed_methods)] // a development tool: it measures real time on purpose (clippy.toml)
 
+pub mod envoy;
 pub mod leaf_topology;
 mod link_proxy;
 pub mod prod_auth;

@@ -1,0 +1,96 @@
+//! The agent as Envoy's rate limit service (feature `envoy`).
+//!
+//! * [`rls`]: `ShouldRateLimit` (RLS v3) answered from this pod's leases, configured with
+//!   envoyproxy/ratelimit's YAML ([`leasehold_shared::envoy::RlsConfig`]).
+//! * [`serve_rls`]: the gRPC server on `envoy_rls_listen`.
+
+pub mod rls;
+
+pub use rls::{RateLimitServer, RlsCounters};
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use leasehold_shared::envoy::RlsConfig;
+use std::path::Path;
+
+/// Reads the ratelimit configuration at `path`: one YAML file, or every `.yaml`/`.yml` file of a
+/// directory (not its subdirectories), in name order. The error is one line naming the file.
+pub fn read_rls_config(path: &Path) -> Result<RlsConfig, String> {
+    let files: Vec<std::path::PathBuf> = if path.is_dir() {
+        let entries = std::fs::read_dir(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let mut files: Vec<_> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(format!("{}: no .yaml or .yml file in it", path.display()));
+        }
+        files
+    } else {
+        vec![path.to_path_buf()]
+    };
+    let mut texts = Vec::with_capacity(files.len());
+    for f in &files {
+        let text = std::fs::read_to_string(f).map_err(|e| format!("cannot read {}: {e}", f.display()))?;
+        texts.push((f.display().to_string(), text));
+    }
+    RlsConfig::parse(texts.iter().map(|(n, t)| (n.as_str(), t.as_str()))).map_err(|e| e.to_string())
+}
+
+/// Serves `ShouldRateLimit` on `listener` until the future is dropped.
+pub async fn serve_rls(listener: tokio::net::TcpListener, server: RateLimitServer) -> Result<(), String> {
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    tonic::transport::Server::builder()
+        .add_service(RateLimitServiceServer::new(server))
+        .serve_with_incoming(incoming)
+        .await
+        .map_err(|e| format!("the Envoy rate limit service stopped: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::PodSettings;
+
+    fn settings(listen: Option<&str>, config: Option<&std::path::Path>) -> PodSettings {
+        PodSettings {
+            dc: "bkk".into(),
+            pod_id: Some("p".into()),
+            envoy_rls_listen: listen.map(String::from),
+            envoy_rls_config: config.map(std::path::Path::to_path_buf),
+            ..PodSettings::default()
+        }
+    }
+
+    #[test]
+    fn envoy_rls_settings_are_checked_before_anything_starts() {
+        let dir = std::env::temp_dir().join(format!("leasehold-rls-settings-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.yaml");
+        std::fs::write(
+            &good,
+            "domain: d\ndescriptors:\n  - key: k\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 5}\n",
+        )
+        .unwrap();
+        let per_value = dir.join("per-value.yaml");
+        std::fs::write(
+            &per_value,
+            "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5}\n",
+        )
+        .unwrap();
+        assert!(settings(None, None).validate().is_ok());
+        let served = settings(Some("127.0.0.1:8081"), Some(&good)).envoy_rls().unwrap().expect("served");
+        assert_eq!(served.1.limits().keys().collect::<Vec<_>>(), ["d/k_v"]);
+        let cases = [
+            (settings(Some("127.0.0.1:8081"), None), "envoy_rls_listen needs envoy_rls_config"),
+            (settings(None, Some(&good)), "envoy_rls_listen is not"),
+            (settings(Some("localhost"), Some(&good)), "must be an address and port"),
+            (settings(Some("127.0.0.1:8081"), Some(&dir.join("missing.yaml"))), "cannot read"),
+            (settings(Some("127.0.0.1:8081"), Some(&per_value)), "a limit per value"),
+        ];
+        for (s, want) in cases {
+            let e = s.validate().expect_err(want).to_string();
+            assert!(e.contains(want), "{e:?} does not say {want:?}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,264 @@
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`, answered from this pod's own
+//! buckets: Envoy's `ratelimit` filter asks the agent beside it (a loopback hop), and the agent
+//! decides every descriptor from the lease it holds, with no network round trip.
+//!
+//! Per request, as envoyproxy/ratelimit answers it:
+//! * each descriptor is looked up in the configuration ([`RlsConfig::lookup`]); no match, or an
+//!   `unlimited` one, is `OK` and counts nothing;
+//! * a limit replaced (`replaces`) by another limit matched in the same request is skipped;
+//! * each limited descriptor takes its hits (its own `hits_addend`, else the request's, else 1)
+//!   from its limit's bucket; `hits_addend` 0 only looks (`OK` while a token is there). Hits
+//!   Envoy marks negative (`is_negative_hits`, a refund) take nothing and give nothing back: a
+//!   refund could spend quota twice;
+//! * a descriptor is `OVER_LIMIT` when its bucket denies: empty, no valid lease (starting, or
+//!   cut off: failing safe), the limit removed, or more hits than the lease's burst; in
+//!   `shadow_mode` it is answered `OK` and counted;
+//! * the overall code is `OVER_LIMIT` when any descriptor is. Every descriptor is charged even
+//!   when another denies the request (ratelimit does the same): waste, never excess;
+//! * `response_headers_to_add` carries `RateLimit-Policy` and `RateLimit` (IETF draft) for the
+//!   descriptor closest to its limit, and `Retry-After` (whole seconds, at least 1) when over.
+//!
+//! `limit_remaining` and `RateLimit`'s `r` are this pod's whole tokens (its share of the global
+//! limit), `current_limit` is the configuration's `requests_per_unit` per `unit`, and
+//! `duration_until_reset` is when the bucket would be full again (over the limit: when the hits
+//! would fit). A request with no domain or no descriptor is `INVALID_ARGUMENT`, as in ratelimit.
+
+use crate::limiter::{AcquireError, Limiter};
+use crate::pod::Pod;
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus, RateLimit};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use leasehold_shared::envoy::{ConfiguredLimit, DescriptorEntry, RlsConfig, Unit};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Counters of the RLS answers, for `/metrics`.
+#[derive(Default, Debug)]
+pub struct RlsCounters {
+    pub ok: AtomicU64,
+    pub over_limit: AtomicU64,
+    pub invalid: AtomicU64,
+    /// Descriptors a `shadow_mode` limit would have denied.
+    pub shadow_denials: AtomicU64,
+}
+
+/// The RLS server: the pod's limiters and the configuration that maps descriptors to them.
+#[derive(Clone)]
+pub struct RateLimitServer {
+    pod: Pod,
+    config: Arc<RlsConfig>,
+    pub counters: Arc<RlsCounters>,
+}
+
+/// One descriptor's answer, before it is written as the proto's.
+struct Answer {
+    over: bool,
+    /// The limit and its pod-local numbers, for a limited descriptor.
+    limited: Option<Limited>,
+}
+
+struct Limited {
+    configured: Arc<ConfiguredLimit>,
+    per_unit: (u32, Unit),
+    remaining: u64,
+    until_reset: Duration,
+    retry_after: Option<Duration>,
+}
+
+impl RateLimitServer {
+    /// Starts serving every limit the configuration names at once, so the first request through
+    /// Envoy finds a lease rather than an empty bucket (each is still given back when idle).
+    pub fn new(pod: Pod, config: Arc<RlsConfig>) -> RateLimitServer {
+        for limit in config.limits().keys() {
+            if let Err(e) = pod.limiter(limit) {
+                tracing::warn!(limit, error = %e, "cannot serve a limit of the Envoy configuration");
+            }
+        }
+        RateLimitServer { pod, config, counters: Arc::default() }
+    }
+
+    /// The answer to one `ShouldRateLimit` call.
+    pub fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
+        if req.domain.is_empty() {
+            self.counters.invalid.fetch_add(1, Relaxed);
+            return Err(tonic::Status::invalid_argument("rate limit domain must not be empty"));
+        }
+        if req.descriptors.is_empty() {
+            self.counters.invalid.fetch_add(1, Relaxed);
+            return Err(tonic::Status::invalid_argument("rate limit descriptor list must not be empty"));
+        }
+        let matched: Vec<Option<&Arc<ConfiguredLimit>>> = req
+            .descriptors
+            .iter()
+            .map(|d| {
+                let entries: Vec<DescriptorEntry<'_>> =
+                    d.entries.iter().map(|e| DescriptorEntry { key: &e.key, value: &e.value }).collect();
+                self.config.lookup(&req.domain, &entries)
+            })
+            .collect();
+        let replaced: HashSet<&str> =
+            matched.iter().flatten().flat_map(|l| l.replaces.iter().map(String::as_str)).collect();
+        let request_hits = u64::from(req.hits_addend.max(1));
+        let answers: Vec<Answer> = req
+            .descriptors
+            .iter()
+            .zip(matched)
+            .map(|(d, m)| match m {
+                Some(l) if l.name.as_deref().is_none_or(|n| !replaced.contains(n)) => self.answer(d, l, request_hits),
+                _ => Answer { over: false, limited: None },
+            })
+            .collect();
+        let over = answers.iter().any(|a| a.over);
+        let counter = if over { &self.counters.over_limit } else { &self.counters.ok };
+        counter.fetch_add(1, Relaxed);
+        Ok(response(answers, over))
+    }
+
+    fn answer(&self, d: &RateLimitDescriptor, configured: &Arc<ConfiguredLimit>, request_hits: u64) -> Answer {
+        let (Some(limit), Some(per_unit)) = (configured.limit.as_deref(), configured.per_unit) else {
+            return Answer { over: false, limited: None }; // unlimited
+        };
+        let hits = if d.is_negative_hits { 0 } else { d.hits_addend.as_ref().map_or(request_hits, |h| h.value) };
+        let Ok(limiter) = self.pod.limiter(limit) else {
+            // Draining, or more limits than a pod serves: nothing can be admitted here.
+            let limited = Limited {
+                configured: configured.clone(),
+                per_unit,
+                remaining: 0,
+                until_reset: Duration::ZERO,
+                retry_after: None,
+            };
+            return self.verdict(configured, true, limited);
+        };
+        let admitted = match u32::try_from(hits) {
+            Ok(0) => looks_admissible(&limiter),
+            Ok(cost) => match limiter.try_acquire(cost) {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(denial)) => Err(denial.retry_after()),
+                Err(AcquireError::ZeroCost | AcquireError::LimitRemoved(_) | AcquireError::Bucket(_)) => Err(None),
+            },
+            Err(_) => Err(None), // more hits than any bucket holds
+        };
+        let (remaining, until_reset) = pod_local(&limiter);
+        let over = admitted.is_err();
+        let retry_after = admitted.err().map(|r| r.unwrap_or(Duration::from_secs(1)));
+        let limited = Limited { configured: configured.clone(), per_unit, remaining, until_reset, retry_after };
+        self.verdict(configured, over, limited)
+    }
+
+    fn verdict(&self, configured: &ConfiguredLimit, denied: bool, limited: Limited) -> Answer {
+        if denied && configured.shadow_mode {
+            self.counters.shadow_denials.fetch_add(1, Relaxed);
+            return Answer { over: false, limited: Some(Limited { retry_after: None, ..limited }) };
+        }
+        Answer { over: denied, limited: Some(limited) }
+    }
+}
+
+/// Hits 0: admissible while one whole token is there (in the bucket or a thread's slice);
+/// takes nothing.
+fn looks_admissible(limiter: &Limiter) -> Result<(), Option<Duration>> {
+    let now = limiter.now_ns();
+    let bucket = limiter.bucket();
+    match bucket.retry_after(1, now) {
+        Ok(Some(0)) => Ok(()),
+        _ if bucket.slices_spendable(now) > 0 => Ok(()),
+        Ok(Some(wait_ns)) => Err(Some(Duration::from_nanos(wait_ns))),
+        Ok(None) | Err(_) => Err(None),
+    }
+}
+
+/// This pod's whole tokens left (the bucket's and its threads' slices'), and when its bucket
+/// would be full again.
+fn pod_local(limiter: &Limiter) -> (u64, Duration) {
+    let now = limiter.now_ns();
+    let bucket = limiter.bucket();
+    let view = bucket.view(now);
+    if view.expires_at_ns <= now {
+        return (0, Duration::ZERO);
+    }
+    let held_milli = view.balance_milli + bucket.slices_spendable(now) * 1_000;
+    let missing_milli = view.quota.burst_milli.saturating_sub(held_milli);
+    let rate = view.quota.rate_milli_per_s;
+    let until_full =
+        if rate == 0 { Duration::ZERO } else { Duration::from_secs_f64(missing_milli as f64 / rate as f64) };
+    (held_milli / 1_000, until_full)
+}
+
+fn proto_duration(d: Duration) -> ProtoDuration {
+    ProtoDuration { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 }
+}
+
+fn header(key: &str, value: String) -> HeaderValue {
+    HeaderValue { key: key.into(), value, ..Default::default() }
+}
+
+fn response(answers: Vec<Answer>, over: bool) -> RateLimitResponse {
+    // The headers describe the limited descriptor closest to its limit (ratelimit's choice).
+    let closest = answers.iter().filter_map(|a| a.limited.as_ref()).min_by_key(|l| l.remaining);
+    let mut headers = Vec::new();
+    if let Some(l) = closest {
+        let (per_unit, unit) = l.per_unit;
+        let name = l.configured.limit.as_deref().unwrap_or(&l.configured.full_key);
+        headers.push(header("RateLimit-Policy", format!("\"{name}\";q={per_unit};w={}", unit.seconds())));
+        let reset_s = l.retry_after.unwrap_or(l.until_reset).as_secs_f64().ceil() as u64;
+        headers.push(header("RateLimit", format!("\"{name}\";r={};t={reset_s}", l.remaining)));
+    }
+    if over {
+        let retry = answers.iter().filter(|a| a.over).filter_map(|a| a.limited.as_ref()?.retry_after).max();
+        let secs = retry.map_or(1, |d| d.as_secs_f64().ceil() as u64).max(1);
+        headers.push(header("Retry-After", secs.to_string()));
+    }
+    let statuses = answers
+        .into_iter()
+        .map(|a| {
+            let code = if a.over { Code::OverLimit } else { Code::Ok } as i32;
+            match a.limited {
+                None => DescriptorStatus { code, limit_remaining: u32::MAX, ..Default::default() },
+                Some(l) => DescriptorStatus {
+                    code,
+                    current_limit: Some(RateLimit {
+                        name: l.configured.name.clone().unwrap_or_default(),
+                        requests_per_unit: l.per_unit.0,
+                        unit: l.per_unit.1.proto(),
+                    }),
+                    limit_remaining: u32::try_from(l.remaining).unwrap_or(u32::MAX),
+                    duration_until_reset: Some(proto_duration(l.retry_after.unwrap_or(l.until_reset))),
+                    ..Default::default()
+                },
+            }
+        })
+        .collect();
+    let overall_code = if over { Code::OverLimit } else { Code::Ok } as i32;
+    RateLimitResponse { overall_code, statuses, response_headers_to_add: headers, ..Default::default() }
+}
+
+/// The RLS series for the agent's `/metrics`.
+pub fn metrics(c: Arc<RlsCounters>) -> Box<dyn prometheus_client::collector::Collector> {
+    leasehold_process::metrics::collector(move |m| {
+        let codes = [("ok", &c.ok), ("over_limit", &c.over_limit), ("invalid", &c.invalid)];
+        let rows = codes.map(|(code, n)| ([("code", code)], n.load(Relaxed)));
+        m.counters("leasehold_agent_rls_requests_total", "ShouldRateLimit calls, by overall code.", rows)?;
+        m.counter(
+            "leasehold_agent_rls_shadow_denials_total",
+            "Descriptors a shadow_mode limit would have answered OVER_LIMIT.",
+            leasehold_process::metrics::NO_LABELS,
+            c.shadow_denials.load(Relaxed),
+        )
+    })
+}
+
+#[tonic::async_trait]
+impl RateLimitService for RateLimitServer {
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        self.decide(request.get_ref()).map(tonic::Response::new)
+    }
+}

@@ -1,0 +1,338 @@
+//! The agent as Envoy's rate limit service (RLS v3), against a real Envoy (`scripts/envoy`), a
+//! real nats-server, coordinator and DC manager, and the strict upstream as judge: the shipped
+//! `deploy/envoy` files, run on free ports.
+#![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use leasehold_nats_harness::envoy::{envoy_binary, free_port, Envoy};
+use leasehold_nats_harness::{binaries, wait, NatsServer};
+use leasehold_pod::envoy::{read_rls_config, RateLimitServer};
+use leasehold_pod::{Pod, PodSettings, PodStatus};
+use leasehold_shared::coordinator::LimitConfig;
+use leasehold_shared::envoy::RlsConfig;
+use leasehold_shared::limits::LimitDef;
+use leasehold_shared::quota::Quota;
+use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const WITHIN: Duration = Duration::from_secs(15);
+const LIMIT: &str = "edge/generic_key_partner-api";
+
+fn deploy(file: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/envoy").join(file);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A coordinator defining `limits` (name, R/s, B; BKK's floor a quarter of R) and BKK's DC
+/// manager, leading.
+async fn control_plane(
+    url: &str,
+    limits: &[(&str, u64, u64)],
+) -> (leasehold_coordinator::Handle, leasehold_dc_manager::Handle) {
+    let defs = limits
+        .iter()
+        .map(|(name, rate, burst)| {
+            let mut l = LimitConfig::new(name, Quota::per_s(*rate, *burst), &[("bkk", Quota::per_s(rate / 4, 0))]);
+            l.renew_interval_ms = 200;
+            l.dc_ttl_ms = 2_000;
+            LimitDef::from_config(&l)
+        })
+        .collect();
+    crate::many_limits::control_plane(url, defs).await
+}
+
+/// A pod answering RLS for `config`, once every limit it names holds a lease with a rate.
+async fn agent(url: &str, config: RlsConfig) -> (Pod, RateLimitServer) {
+    let settings =
+        PodSettings { nats_url: url.into(), dc: "bkk".into(), report_interval_ms: 100, ..PodSettings::default() };
+    let pod = Pod::start(wait::client(url, "pod").await, &settings);
+    let limits: Vec<String> = config.limits().keys().cloned().collect();
+    let server = RateLimitServer::new(pod.clone(), Arc::new(config));
+    for limit in limits {
+        let mut status = pod.served(&limit).expect("started by the server").status();
+        let what = format!("{limit} holds a lease with a rate");
+        wait::until(&mut status, WITHIN, &what, |s: &PodStatus| {
+            s.lease.as_ref().is_some_and(|l| l.quota.rate_milli_per_s > 0)
+        })
+        .await;
+    }
+    (pod, server)
+}
+
+/// The agent process (`leasehold-agent`), serving RLS on `rls_port` for the shipped config.
+struct AgentProcess {
+    child: std::process::Child,
+    http: String,
+    _dir: TempDir,
+}
+
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl AgentProcess {
+    fn start(nats_url: &str, rls_port: u16) -> AgentProcess {
+        let dir = TempDir(std::env::temp_dir().join(format!("leasehold-agent-envoy-{}", std::process::id())));
+        std::fs::create_dir_all(&dir.0).unwrap();
+        let http_port = free_port().unwrap();
+        let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/envoy/ratelimit.yaml");
+        let settings = format!(
+            "nats_url = \"{nats_url}\"\ndc = \"bkk\"\nreport_interval_ms = 100\n\
+             http_listen = \"127.0.0.1:{http_port}\"\nenvoy_rls_listen = \"127.0.0.1:{rls_port}\"\n\
+             envoy_rls_config = \"{}\"\n",
+            config.display()
+        );
+        let file = dir.0.join("agent.toml");
+        std::fs::write(&file, settings).unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold-agent"))
+            .arg("--config")
+            .arg(&file)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("leasehold-agent starts");
+        AgentProcess { child, http: format!("http://127.0.0.1:{http_port}"), _dir: dir }
+    }
+
+    /// Waits until the agent's `limit` holds a lease with a rate (its `/v1/status`).
+    async fn wait_for_lease(&mut self, http: &reqwest::Client, limit: &str) {
+        let deadline = Instant::now() + WITHIN;
+        let url = format!("{}/v1/status?limit={limit}", self.http);
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            assert!(self.child.try_wait().unwrap().is_none(), "the agent exited");
+            if let Ok(r) = http.get(&url).send().await {
+                let body: serde_json::Value = r.json().await.unwrap_or_default();
+                if body["lease"]["quota"]["rate_milli_per_s"].as_u64().is_some_and(|r| r > 0) {
+                    return;
+                }
+                last = body.to_string();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{limit}: no lease with a rate within {WITHIN:?}; last status {last}");
+    }
+
+    /// A counter of the agent's `/metrics` (the line that starts with `series`).
+    async fn metric(&self, http: &reqwest::Client, series: &str) -> u64 {
+        let text = http.get(format!("{}/metrics", self.http)).send().await.unwrap().text().await.unwrap();
+        let line = text.lines().find(|l| l.starts_with(series)).unwrap_or_else(|| panic!("no {series} in {text}"));
+        line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{line}"))
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_enforces_the_leased_limit_with_429s_and_headers_and_denies_when_the_agent_is_gone() {
+    let envoy_bin = envoy_binary().expect("an Envoy is needed");
+    let nats = NatsServer::start(&binaries().expect("a nats-server is needed").remove(0)).unwrap();
+    let url = nats.url();
+    let (_c, _m) = control_plane(&url, &[(LIMIT, 20, 10)]).await;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    let rls_port = free_port().unwrap();
+    let mut agent = AgentProcess::start(&url, rls_port);
+    agent.wait_for_lease(&http, LIMIT).await;
+    // The judge: at most R·1 s + B = 30 calls in any second; a call above is a 429 it counts.
+    let upstream_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream_port = upstream_listener.local_addr().unwrap().port();
+    let judge = leasehold_mock_upstream::router(30, 1_000);
+    tokio::spawn(async move { axum::serve(upstream_listener, judge).await });
+
+    let ingress = free_port().unwrap();
+    let bootstrap = deploy("rls-bootstrap.yaml")
+        .replace("port_value: 10000", &format!("port_value: {ingress}"))
+        .replace("port_value: 8080", &format!("port_value: {upstream_port}"))
+        .replace("port_value: 8081", &format!("port_value: {rls_port}"))
+        .replace("port_value: 9901", "port_value: 0");
+    let envoy = Envoy::start(&envoy_bin, &bootstrap, WITHIN).await.expect("envoy starts");
+
+    // About 100 calls/s for 3 s, five times the limit, through Envoy.
+    let call = format!("http://127.0.0.1:{ingress}/call");
+    let started = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    let (mut ok, mut limited, mut other) = (0u64, 0u64, Vec::new());
+    let (mut denied, mut admitted) = (None, None);
+    while started.elapsed() < Duration::from_secs(3) {
+        tick.tick().await;
+        let r = http.post(&call).send().await.expect("envoy answers");
+        match r.status().as_u16() {
+            200 => {
+                ok += 1;
+                admitted.get_or_insert(r.headers().clone());
+            }
+            429 => {
+                limited += 1;
+                denied.get_or_insert(r.headers().clone());
+            }
+            s => other.push(s),
+        }
+    }
+    let health = http.get(format!("http://127.0.0.1:{ingress}/health")).send().await.unwrap().status();
+    let stats: serde_json::Value =
+        http.get(format!("http://127.0.0.1:{upstream_port}/stats")).send().await.unwrap().json().await.unwrap();
+    println!("through Envoy in 3 s: {ok} admitted, {limited} answered 429; the upstream: {stats}");
+    assert!(other.is_empty(), "statuses other than 200 and 429: {other:?}; envoy: {:?}", envoy.log_tail());
+    assert_eq!(stats["rejected"], 0, "the upstream refused a call: the limit was exceeded");
+    assert_eq!(stats["admitted"], ok, "every call Envoy let through reached the upstream");
+    // R·T + B = 70 at most; at least the floor's 5/s for 3 s.
+    assert!((15..=70).contains(&ok), "{ok} admitted in 3 s at 20/s with a burst of 10");
+    assert!(limited > 100, "only {limited} of the calls were limited");
+    let denied = denied.expect("a 429");
+    assert!(denied["retry-after"].to_str().unwrap().parse::<u64>().unwrap() >= 1, "{denied:?}");
+    assert_eq!(denied["ratelimit-policy"], format!("\"{LIMIT}\";q=20;w=1"));
+    assert!(denied["ratelimit"].to_str().unwrap().starts_with(&format!("\"{LIMIT}\";r=")), "{denied:?}");
+    let admitted = admitted.expect("a 200");
+    assert!(admitted.contains_key("ratelimit"), "an admitted answer carries RateLimit: {admitted:?}");
+    assert!(!admitted.contains_key("retry-after"), "{admitted:?}");
+    // Unlimited: the service answers (it has no /health: 404), the limit is not asked.
+    assert_eq!(health, 404, "GET /health was not passed to the service");
+    let over_limit = agent.metric(&http, "leasehold_agent_rls_requests_total{code=\"over_limit\"}").await;
+    assert_eq!(over_limit, limited, "every 429 was the agent's OVER_LIMIT");
+    let answered_ok = agent.metric(&http, "leasehold_agent_rls_requests_total{code=\"ok\"}").await;
+    assert_eq!(answered_ok, ok + 1, "every 200 (and /health) was the agent's OK");
+
+    // The agent gone: failure_mode_deny answers 500, and nothing more reaches the upstream.
+    drop(agent);
+    for _ in 0..3 {
+        let status = http.post(&call).send().await.unwrap().status();
+        assert_eq!(status, 500, "with the agent gone Envoy must deny");
+    }
+    let after: serde_json::Value =
+        http.get(format!("http://127.0.0.1:{upstream_port}/stats")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(after["total"], stats["total"], "a call reached the upstream without the agent's answer");
+}
+
+/// A descriptor's entries (key, value) and its own `hits_addend`.
+type Descriptor<'a> = (&'a [(&'a str, &'a str)], Option<u64>);
+
+fn request(domain: &str, descriptors: &[Descriptor<'_>], hits_addend: u32) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors: descriptors
+            .iter()
+            .map(|(entries, hits)| RateLimitDescriptor {
+                entries: entries.iter().map(|(k, v)| Entry { key: (*k).into(), value: (*v).into() }).collect(),
+                hits_addend: hits.map(|value| UInt64Value { value }),
+                ..Default::default()
+            })
+            .collect(),
+        hits_addend,
+    }
+}
+
+fn codes(r: &RateLimitResponse) -> (i32, Vec<i32>) {
+    (r.overall_code, r.statuses.iter().map(|s| s.code).collect())
+}
+
+const RULES: &str = r#"
+domain: d
+descriptors:
+  - key: k
+    value: small
+    rate_limit: { unit: second, requests_per_unit: 4, name: small }
+  - key: k
+    value: shadow
+    shadow_mode: true
+    rate_limit: { unit: second, requests_per_unit: 4 }
+  - key: k
+    value: wide
+    rate_limit: { unit: minute, requests_per_unit: 600, replaces: [{ name: small }] }
+  - key: k
+    value: free
+    rate_limit: { unlimited: true }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn descriptors_are_answered_as_ratelimit_answers_them() {
+    let nats = NatsServer::start(&binaries().expect("a nats-server is needed").remove(0)).unwrap();
+    let url = nats.url();
+    let limits = [("d/k_small", 4, 4), ("d/k_shadow", 4, 4), ("d/k_wide", 10, 600)];
+    let (_c, _m) = control_plane(&url, &limits).await;
+    let (pod, server) = agent(&url, RlsConfig::parse([("rules.yaml", RULES)]).unwrap()).await;
+    let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
+    let small: &[(&str, &str)] = &[("k", "small")];
+
+    // Bad requests, as ratelimit: INVALID_ARGUMENT.
+    for bad in [request("", &[(small, None)], 0), request("d", &[], 0)] {
+        assert_eq!(server.decide(&bad).expect_err("invalid").code(), tonic::Code::InvalidArgument);
+    }
+    // Unknown domain or descriptor, unlimited: OK, nothing counted.
+    let free: &[(&str, &str)] = &[("k", "free")];
+    for r in [request("other", &[(small, None)], 0), request("d", &[(&[("k", "nope")], None), (free, None)], 0)] {
+        let a = server.decide(&r).unwrap();
+        assert_eq!(codes(&a), (ok, vec![ok; r.descriptors.len()]));
+        assert!(a.statuses.iter().all(|s| s.current_limit.is_none() && s.limit_remaining == u32::MAX), "{a:?}");
+    }
+    // Hits 0 only looks; more hits than the lease's burst is over at once, and takes nothing.
+    // (A new lease's bucket starts empty: first wait for its first token.)
+    let bucket = pod.served("d/k_small").unwrap().bucket();
+    let deadline = Instant::now() + WITHIN;
+    while bucket.retry_after(1, pod.now_ns()) != Ok(Some(0)) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let lease = bucket.view(pod.now_ns()).quota;
+    let over_burst = lease.burst_milli / 1_000 + 1;
+    let looked = server.decide(&request("d", &[(small, Some(0))], 0)).unwrap();
+    assert_eq!(codes(&looked), (ok, vec![ok]), "{looked:?}");
+    let before = looked.statuses[0].limit_remaining;
+    let too_many = server.decide(&request("d", &[(small, Some(over_burst))], 0)).unwrap();
+    assert_eq!(codes(&too_many), (over, vec![over]), "{too_many:?}");
+    // The request's hits_addend spends the bucket; the answer names the configured limit.
+    let mut spent = None;
+    for _ in 0..=before {
+        let a = server.decide(&request("d", &[(small, None)], 2)).unwrap();
+        let limit = a.statuses[0].current_limit.clone().expect("current_limit");
+        assert_eq!((limit.name.as_str(), limit.requests_per_unit, limit.unit), ("small", 4, 1));
+        if a.overall_code == over {
+            spent = Some(a);
+            break;
+        }
+    }
+    let spent = spent.expect("the small limit denied within its burst");
+    let headers: Vec<(&str, &str)> =
+        spent.response_headers_to_add.iter().map(|h| (h.key.as_str(), h.value.as_str())).collect();
+    assert!(headers.contains(&("RateLimit-Policy", "\"d/k_small\";q=4;w=1")), "{headers:?}");
+    assert!(headers.iter().any(|(k, v)| *k == "Retry-After" && v.parse::<u64>().is_ok_and(|s| s >= 1)), "{headers:?}");
+    assert!(spent.statuses[0].duration_until_reset.is_some());
+
+    // Shadow mode: decided, counted, never OVER_LIMIT.
+    let shadow: &[(&str, &str)] = &[("k", "shadow")];
+    for _ in 0..20 {
+        assert_eq!(server.decide(&request("d", &[(shadow, None)], 0)).unwrap().overall_code, ok);
+    }
+    assert!(server.counters.shadow_denials.load(Relaxed) > 0, "the shadow limit never denied in 20 calls at 4/s");
+
+    // `replaces`: with `wide` matched, `small` is not asked (hits it could never take: OK).
+    let wide: &[(&str, &str)] = &[("k", "wide")];
+    let both = server.decide(&request("d", &[(small, Some(over_burst)), (wide, None)], 0)).unwrap();
+    assert_eq!(codes(&both), (ok, vec![ok, ok]), "{both:?}");
+    assert!(both.statuses[0].current_limit.is_none(), "the replaced limit was asked: {both:?}");
+    // Without `wide`, `small` is asked; two descriptors, one over: the request is over.
+    let still = server.decide(&request("d", &[(small, Some(over_burst)), (free, None)], 0)).unwrap();
+    assert_eq!(codes(&still), (over, vec![over, ok]), "{still:?}");
+}
+
+#[test]
+fn the_shipped_ratelimit_config_and_a_directory_of_them_load() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/envoy");
+    let config = read_rls_config(&dir.join("ratelimit.yaml")).expect("the shipped config");
+    assert_eq!(config.limits().keys().collect::<Vec<_>>(), [LIMIT]);
+    // The directory holds the bootstrap too, which is no ratelimit config: named in the error.
+    let e = read_rls_config(&dir).expect_err("the bootstrap is not a ratelimit config");
+    assert!(e.contains("rls-bootstrap.yaml") && e.contains("not a ratelimit config"), "{e}");
+}
