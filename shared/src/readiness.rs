@@ -114,16 +114,22 @@ pub fn dc_manager(
     }
 }
 
-/// The agent's readiness: `default_limit` is its default limit and whether that holds a valid
-/// lease now.
-pub fn agent(draining: bool, default_limit: Option<(&str, bool)>, limits_served: usize) -> Readiness {
-    match default_limit {
-        _ if draining => Readiness::no("agent", "draining: its leases are being given back".into()),
-        Some((limit, true)) => Readiness::yes("agent", format!("holds a valid lease for {limit}")),
-        Some((limit, false)) => {
-            Readiness::no("agent", format!("holds no valid lease for its default limit {limit} yet"))
-        }
-        None => Readiness::yes("agent", format!("serves {limits_served} limits, each leased on first use")),
+/// The agent's readiness: `kept_limits` are the limits it keeps (its default limit, and those of
+/// Envoy's configuration), each with whether it holds a valid lease now.
+pub fn agent(draining: bool, kept_limits: &[(&str, bool)], limits_served: usize) -> Readiness {
+    if draining {
+        return Readiness::no("agent", "draining: its leases are being given back".into());
+    }
+    let unleased: Vec<&str> = kept_limits.iter().filter(|(_, leased)| !leased).map(|(l, _)| *l).collect();
+    match (kept_limits, unleased.as_slice()) {
+        ([], _) => Readiness::yes("agent", format!("serves {limits_served} limits, each leased on first use")),
+        ([(limit, _)], []) => Readiness::yes("agent", format!("holds a valid lease for {limit}")),
+        (_, []) => Readiness::yes("agent", format!("holds a valid lease for each of its {} limits", kept_limits.len())),
+        (_, [limit]) => Readiness::no("agent", format!("holds no valid lease for {limit} yet")),
+        (_, [limit, ..]) => Readiness::no(
+            "agent",
+            format!("holds no valid lease for {limit} and {} other limits yet", unleased.len() - 1),
+        ),
     }
 }
 
@@ -158,9 +164,15 @@ mod tests {
 
     #[test]
     fn an_agent_is_ready_with_a_lease_for_its_default_limit_and_not_while_draining() {
-        assert!(agent(false, Some(("partner-api", true)), 1).ready);
-        assert!(!agent(false, Some(("partner-api", false)), 1).ready);
-        assert!(!agent(true, Some(("partner-api", true)), 1).ready);
-        assert!(agent(false, None, 3).ready);
+        assert!(agent(false, &[("partner-api", true)], 1).ready);
+        assert!(!agent(false, &[("partner-api", false)], 1).ready);
+        assert!(!agent(true, &[("partner-api", true)], 1).ready);
+        assert!(agent(false, &[], 3).ready);
+        // Every kept limit (the default and those Envoy's configuration names) must be leased.
+        assert!(agent(false, &[("a", true), ("b", true)], 2).ready);
+        let one_missing = agent(false, &[("a", true), ("b", false)], 2);
+        assert_eq!((one_missing.ready, one_missing.reason.as_str()), (false, "holds no valid lease for b yet"));
+        let two_missing = agent(false, &[("a", false), ("b", false), ("c", true)], 3);
+        assert!(!two_missing.ready && two_missing.reason.contains("a and 1 other"), "{two_missing:?}");
     }
 }

@@ -13,7 +13,8 @@
 //!   limits follow it). Any other status is a `400`.
 //! * `GET /v1/status` (JSON: every limit served; `?limit=` one of them), `GET /metrics`
 //!   (Prometheus, label `limit`), `GET /healthz` (the process answers), `GET /readyz` (200 when not
-//!   draining and the default limit, if any, holds a valid lease; else 503; JSON says why).
+//!   draining and every kept limit (the default one, those of Envoy's configuration) holds a valid
+//!   lease; else 503; JSON says why).
 //!
 //! Bad input is a `400` problem and changes nothing.
 
@@ -348,14 +349,19 @@ pub fn router_with(pod: Pod, more_metrics: Option<Box<dyn prometheus_client::col
         .with_state(pod)
 }
 
-/// Ready while not draining and the default limit (if any) holds a valid lease
-/// ([`leasehold_shared::readiness::agent`]).
+/// Ready while not draining and every kept limit (the default one, and those kept for Envoy's
+/// configuration) holds a valid lease ([`leasehold_shared::readiness::agent`]).
 async fn ready(State(pod): State<Pod>) -> Response {
     let now = pod.now_ns();
-    let default = pod.default_limit().map(|name| {
-        let leased = pod.served(name).is_some_and(|l| l.bucket().view(now).expires_at_ns > now);
-        (name, leased)
-    });
+    let kept: Vec<(String, bool)> = pod
+        .kept_limits()
+        .into_iter()
+        .map(|l| {
+            let leased = l.bucket().view(now).expires_at_ns > now;
+            (l.limit().to_string(), leased)
+        })
+        .collect();
+    let kept: Vec<(&str, bool)> = kept.iter().map(|(l, leased)| (l.as_str(), *leased)).collect();
     let served = pod.limiters().len();
-    leasehold_process::health::answer(leasehold_shared::readiness::agent(pod.draining(), default, served))
+    leasehold_process::health::answer(leasehold_shared::readiness::agent(pod.draining(), &kept, served))
 }

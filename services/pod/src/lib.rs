@@ -63,6 +63,10 @@ async fn run_agent(settings: PodSettings) -> Result<(), String> {
         #[cfg(feature = "envoy")]
         (Some((_, config)), Some(rls_listener)) => {
             let rls_local = rls_listener.local_addr().map_err(|e| e.to_string())?;
+            if !rls_local.ip().is_loopback() {
+                // Plaintext and unauthenticated: whoever reaches it can spend the quota.
+                tracing::warn!(%rls_local, "the Envoy rate limit service listens beyond loopback");
+            }
             let limits: Vec<&str> = config.limits().keys().map(String::as_str).collect();
             println!("Envoy rate limit service (RLS v3) on {rls_local}, limits: {}", limits.join(", "));
             let server = envoy::RateLimitServer::new(pod.clone(), std::sync::Arc::new(config));

@@ -31,6 +31,8 @@ pub enum LimitError {
 
 struct Served {
     limiter: Limiter,
+    /// Never given back while idle (the default limit, and those [`Pod::keep`] serves).
+    kept: bool,
     task: JoinHandle<Result<bool, DriverError>>,
 }
 
@@ -101,6 +103,22 @@ impl Pod {
 
     /// The limiter of `limit`, its loop started (and a report sent at once) on first use.
     pub fn limiter(&self, limit: &str) -> Result<Limiter, LimitError> {
+        self.serve(limit, false)
+    }
+
+    /// Like [`limiter`](Self::limiter), but the limit is kept: never given back while idle, and
+    /// `/readyz` waits for its lease. A limit already served as it was stays as it is.
+    pub fn keep(&self, limit: &str) -> Result<Limiter, LimitError> {
+        self.serve(limit, true)
+    }
+
+    /// The limiters of the kept limits (the default one, and those [`keep`](Self::keep) serves).
+    pub fn kept_limits(&self) -> Vec<Limiter> {
+        let limits = self.inner.limits.lock().unwrap_or_else(|p| p.into_inner());
+        limits.values().filter(|s| s.kept).map(|s| s.limiter.clone()).collect()
+    }
+
+    fn serve(&self, limit: &str, keep: bool) -> Result<Limiter, LimitError> {
         let mut limits = self.inner.limits.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(s) = limits.get(limit) {
             return Ok(s.limiter.clone());
@@ -123,7 +141,8 @@ impl Pod {
             status,
         );
         tokio::spawn(limiter.clone().dispatch());
-        let pinned = self.default_limit() == Some(limit) || s.idle_release_ms == 0;
+        let kept = keep || self.default_limit() == Some(limit);
+        let pinned = kept || s.idle_release_ms == 0;
         let (from_tx, from_link) = mpsc::unbounded_channel();
         let registered = self.inner.to_link.send(ToLink::Register { limit: limit.to_string(), from_link: from_tx });
         if registered.is_err() {
@@ -147,7 +166,7 @@ impl Pod {
             status: status_tx,
         };
         let task = tokio::spawn(d.run(self.inner.shutdown.subscribe()));
-        limits.insert(limit.to_string(), Served { limiter: limiter.clone(), task });
+        limits.insert(limit.to_string(), Served { limiter: limiter.clone(), kept, task });
         Ok(limiter)
     }
 

@@ -27,7 +27,7 @@
 //! user, per address): that is the per-key limiter's (`leasehold keys`) and is refused here, by
 //! name, rather than answered as one shared limit.
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -149,8 +149,9 @@ impl Node {
 #[derive(Default, Debug)]
 pub struct RlsConfig {
     domains: BTreeMap<String, Node>,
-    /// Every global limit named, with what Envoy is told of it.
+    /// Every global limit named (its id), with what Envoy is told of it and its full key.
     limits: BTreeMap<String, (u32, Unit)>,
+    full_keys: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -165,9 +166,9 @@ struct YamlRoot {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct YamlDescriptor {
-    #[serde(default, deserialize_with = "scalar")]
+    #[serde(default)]
     key: String,
-    #[serde(default, deserialize_with = "scalar")]
+    #[serde(default)]
     value: String,
     rate_limit: Option<YamlRateLimit>,
     #[serde(default)]
@@ -188,7 +189,7 @@ struct YamlRateLimit {
     unit: String,
     #[serde(default)]
     unlimited: bool,
-    #[serde(default, deserialize_with = "scalar")]
+    #[serde(default)]
     name: String,
     #[serde(default)]
     replaces: Vec<YamlReplaces>,
@@ -197,28 +198,8 @@ struct YamlRateLimit {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct YamlReplaces {
-    #[serde(default, deserialize_with = "scalar")]
+    #[serde(default)]
     name: String,
-}
-
-/// A YAML scalar as text (`value: 200` is the string "200", as in ratelimit).
-fn scalar<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Scalar {
-        Text(String),
-        Unsigned(u64),
-        Signed(i64),
-        Float(f64),
-        Bool(bool),
-    }
-    Ok(match Scalar::deserialize(d)? {
-        Scalar::Text(s) => s,
-        Scalar::Unsigned(n) => n.to_string(),
-        Scalar::Signed(n) => n.to_string(),
-        Scalar::Float(f) => f.to_string(),
-        Scalar::Bool(b) => b.to_string(),
-    })
 }
 
 /// One segment of a limit id: `A–Z a–z 0–9 _ -` as they are, any other byte as `=HH`.
@@ -350,6 +331,12 @@ impl RlsConfig {
                         "{key}: its limit id {id:?} is {} bytes, more than {}; shorten the domain, keys or values",
                         id.len(),
                         crate::wire::MAX_ID_LEN
+                    ));
+                }
+                if let Some(other) = self.full_keys.insert(id.clone(), key.clone()) {
+                    // `a_b` + `c` and `a` + `b_c` make one composite key, as in ratelimit.
+                    return Err(format!(
+                        "duplicate descriptor composite key '{key}' (also '{other}'): one limit id {id:?}"
                     ));
                 }
                 self.limits.insert(id.clone(), per_unit);

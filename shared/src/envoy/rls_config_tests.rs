@@ -87,6 +87,18 @@ fn lookups_follow_ratelimits_get_limit() {
 }
 
 #[test]
+fn a_value_is_its_text_as_written() {
+    // YAML would read these as numbers or booleans; ratelimit (and Envoy's descriptors) keep the
+    // text, so a lossy reading would make a limit that never matches.
+    for value in ["1.10", "0x1F", "007", "1e3", "yes", "True", "200"] {
+        let text = format!("domain: d\ndescriptors:\n  - key: k\n    value: {value}\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n");
+        let c = RlsConfig::parse([("f", text.as_str())]).unwrap_or_else(|e| panic!("{value}: {e}"));
+        let l = c.lookup("d", &[e("k", value)]).unwrap_or_else(|| panic!("{value} does not match itself"));
+        assert_eq!(l.full_key, format!("d.k_{value}"));
+    }
+}
+
+#[test]
 fn characters_a_limit_id_may_not_hold_are_written_as_hex() {
     let text = "domain: api.example\ndescriptors:\n  - key: path\n    value: \"/v1/a b\"\n    rate_limit: {unit: second, requests_per_unit: 3}\n";
     let c = RlsConfig::parse([("f", text)]).expect("parses");
@@ -111,6 +123,7 @@ fn bad_configurations_are_refused_with_ratelimits_reasons() {
         ("domain: d\ndescriptors:\n  - key: user\n    descriptors:\n      - key: m\n        value: GET\n        rate_limit: {unit: second, requests_per_unit: 1}\n", "d.user.m_GET: a limit per value"),
         ("domain: d\ndescriptors:\n  - key: p\n    value: a*\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "value 'a*' of key 'p' is a prefix"),
         ("domain: d\ndescriptors: {}\n", "not a ratelimit config"),
+        ("domain: d\ndescriptors:\n  - key: a_b\n    value: c\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: a\n    value: b_c\n    rate_limit: {unit: second, requests_per_unit: 2}\n", "duplicate descriptor composite key 'd.a_b_c'"),
     ];
     for (text, reason) in cases {
         let e = err(text);

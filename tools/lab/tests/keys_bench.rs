@@ -3,23 +3,11 @@
 //! key's owner and to any instance, the bench's own judge finds no over-admission, and the Redis
 //! baseline runs when the machine's Redis is there.
 
-use std::process::Command;
-
 #[test]
 fn bench_keys_prints_throughput_latency_and_over_admissions_for_both_designs() {
-    let redis_up = std::net::TcpStream::connect("127.0.0.1:6379").is_ok();
     let out_dir = std::env::temp_dir().join(format!("lh-bench-keys-{}", std::process::id()));
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold-lab"));
-    cmd.args(["bench", "keys", "--instances", "2", "--duration-s", "3", "--keys", "500", "--clients", "8"])
-        .args(["--out-dir", out_dir.to_str().unwrap()]);
-    if !redis_up {
-        eprintln!("no Redis on 127.0.0.1:6379: measuring without the baseline");
-        cmd.arg("--skip-redis");
-    }
-    let out = cmd.output().expect("binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let args = ["keys", "--instances", "2", "--duration-s", "3", "--keys", "500", "--clients", "8", "--out-dir"];
+    let (v, redis_up) = crate::bench_json(&[&args[..], &[out_dir.to_str().unwrap()]].concat());
     for field in ["decisions_per_s", "p50_ms", "p99_ms", "over_admissions", "allowed", "denied"] {
         assert!(v[field].is_number(), "{field} missing in {v}");
     }

@@ -8,8 +8,10 @@
 //! * a limit replaced (`replaces`) by another limit matched in the same request is skipped;
 //! * each limited descriptor takes its hits (its own `hits_addend`, else the request's, else 1)
 //!   from its limit's bucket; `hits_addend` 0 only looks (`OK` while a token is there). Hits
-//!   Envoy marks negative (`is_negative_hits`, a refund) take nothing and give nothing back: a
-//!   refund could spend quota twice;
+//!   Envoy marks negative (`is_negative_hits`, a refund) are `OK`, take nothing and give nothing
+//!   back: a refund could spend quota twice;
+//! * a descriptor with a `limit` override (a per-request limit) is decided by the configured
+//!   limit it matches; matching none, it is `OVER_LIMIT`: no lease stands behind such a limit;
 //! * a descriptor is `OVER_LIMIT` when its bucket denies: empty, no valid lease (starting, or
 //!   cut off: failing safe), the limit removed, or more hits than the lease's burst; in
 //!   `shadow_mode` it is answered `OK` and counted;
@@ -32,7 +34,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use leasehold_shared::envoy::{ConfiguredLimit, DescriptorEntry, RlsConfig, Unit};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +47,8 @@ pub struct RlsCounters {
     pub invalid: AtomicU64,
     /// Descriptors a `shadow_mode` limit would have denied.
     pub shadow_denials: AtomicU64,
+    /// Descriptors that carried a `limit` override and matched no configured limit: denied.
+    pub overrides_refused: AtomicU64,
 }
 
 /// The RLS server: the pod's limiters and the configuration that maps descriptors to them.
@@ -52,6 +56,8 @@ pub struct RlsCounters {
 pub struct RateLimitServer {
     pod: Pod,
     config: Arc<RlsConfig>,
+    /// The configured limits' limiters, kept from the start: a request takes no pod-wide lock.
+    limiters: Arc<HashMap<String, Limiter>>,
     pub counters: Arc<RlsCounters>,
 }
 
@@ -60,6 +66,8 @@ struct Answer {
     over: bool,
     /// The limit and its pod-local numbers, for a limited descriptor.
     limited: Option<Limited>,
+    /// It matched a configured limit (`unlimited` included).
+    matched: bool,
 }
 
 struct Limited {
@@ -71,15 +79,20 @@ struct Limited {
 }
 
 impl RateLimitServer {
-    /// Starts serving every limit the configuration names at once, so the first request through
-    /// Envoy finds a lease rather than an empty bucket (each is still given back when idle).
+    /// Starts serving every limit the configuration names at once and keeps them (never given
+    /// back while idle; `/readyz` waits for their leases), so Envoy's traffic does not wait for a
+    /// lease after a quiet spell. A new lease's bucket starts empty and fills at its rate.
     pub fn new(pod: Pod, config: Arc<RlsConfig>) -> RateLimitServer {
+        let mut limiters = HashMap::new();
         for limit in config.limits().keys() {
-            if let Err(e) = pod.limiter(limit) {
-                tracing::warn!(limit, error = %e, "cannot serve a limit of the Envoy configuration");
+            match pod.keep(limit) {
+                Ok(l) => {
+                    limiters.insert(limit.clone(), l);
+                }
+                Err(e) => tracing::warn!(limit, error = %e, "cannot serve a limit of the Envoy configuration"),
             }
         }
-        RateLimitServer { pod, config, counters: Arc::default() }
+        RateLimitServer { pod, config, limiters: Arc::new(limiters), counters: Arc::default() }
     }
 
     /// The answer to one `ShouldRateLimit` call.
@@ -110,7 +123,14 @@ impl RateLimitServer {
             .zip(matched)
             .map(|(d, m)| match m {
                 Some(l) if l.name.as_deref().is_none_or(|n| !replaced.contains(n)) => self.answer(d, l, request_hits),
-                _ => Answer { over: false, limited: None },
+                Some(_) => Answer { over: false, limited: None, matched: false },
+                None if d.limit.is_some() => {
+                    // A per-request limit (Envoy's `limit` override) no lease stands behind:
+                    // failing safe rather than letting it through unmetered.
+                    self.counters.overrides_refused.fetch_add(1, Relaxed);
+                    Answer { over: true, limited: None, matched: false }
+                }
+                None => Answer { over: false, limited: None, matched: false },
             })
             .collect();
         let over = answers.iter().any(|a| a.over);
@@ -121,10 +141,14 @@ impl RateLimitServer {
 
     fn answer(&self, d: &RateLimitDescriptor, configured: &Arc<ConfiguredLimit>, request_hits: u64) -> Answer {
         let (Some(limit), Some(per_unit)) = (configured.limit.as_deref(), configured.per_unit) else {
-            return Answer { over: false, limited: None }; // unlimited
+            return Answer { over: false, limited: None, matched: true }; // unlimited
         };
-        let hits = if d.is_negative_hits { 0 } else { d.hits_addend.as_ref().map_or(request_hits, |h| h.value) };
-        let Ok(limiter) = self.pod.limiter(limit) else {
+        let hits = d.hits_addend.as_ref().map_or(request_hits, |h| h.value);
+        let limiter = match self.limiters.get(limit) {
+            Some(l) => Ok(l.clone()),
+            None => self.pod.limiter(limit),
+        };
+        let Ok(limiter) = limiter else {
             // Draining, or more limits than a pod serves: nothing can be admitted here.
             let limited = Limited {
                 configured: configured.clone(),
@@ -136,6 +160,8 @@ impl RateLimitServer {
             return self.verdict(configured, true, limited);
         };
         let admitted = match u32::try_from(hits) {
+            // A refund takes nothing and gives nothing back: returned tokens could be spent twice.
+            _ if d.is_negative_hits => Ok(()),
             Ok(0) => looks_admissible(&limiter),
             Ok(cost) => match limiter.try_acquire(cost) {
                 Ok(Ok(())) => Ok(()),
@@ -154,9 +180,9 @@ impl RateLimitServer {
     fn verdict(&self, configured: &ConfiguredLimit, denied: bool, limited: Limited) -> Answer {
         if denied && configured.shadow_mode {
             self.counters.shadow_denials.fetch_add(1, Relaxed);
-            return Answer { over: false, limited: Some(Limited { retry_after: None, ..limited }) };
+            return Answer { over: false, limited: Some(Limited { retry_after: None, ..limited }), matched: true };
         }
-        Answer { over: denied, limited: Some(limited) }
+        Answer { over: denied, limited: Some(limited), matched: true }
     }
 }
 
@@ -219,7 +245,9 @@ fn response(answers: Vec<Answer>, over: bool) -> RateLimitResponse {
         .map(|a| {
             let code = if a.over { Code::OverLimit } else { Code::Ok } as i32;
             match a.limited {
-                None => DescriptorStatus { code, limit_remaining: u32::MAX, ..Default::default() },
+                // As ratelimit: `unlimited` has all the room there is, no match none.
+                None if a.matched => DescriptorStatus { code, limit_remaining: u32::MAX, ..Default::default() },
+                None => DescriptorStatus { code, ..Default::default() },
                 Some(l) => DescriptorStatus {
                     code,
                     current_limit: Some(RateLimit {
@@ -244,6 +272,12 @@ pub fn metrics(c: Arc<RlsCounters>) -> Box<dyn prometheus_client::collector::Col
         let codes = [("ok", &c.ok), ("over_limit", &c.over_limit), ("invalid", &c.invalid)];
         let rows = codes.map(|(code, n)| ([("code", code)], n.load(Relaxed)));
         m.counters("leasehold_agent_rls_requests_total", "ShouldRateLimit calls, by overall code.", rows)?;
+        m.counter(
+            "leasehold_agent_rls_overrides_refused_total",
+            "Descriptors with a limit override that matched no configured limit (answered OVER_LIMIT).",
+            leasehold_process::metrics::NO_LABELS,
+            c.overrides_refused.load(Relaxed),
+        )?;
         m.counter(
             "leasehold_agent_rls_shadow_denials_total",
             "Descriptors a shadow_mode limit would have answered OVER_LIMIT.",

@@ -134,7 +134,7 @@ pub async fn drive(spec: &LoadSpec, start: Instant) -> Vec<Observation> {
 }
 
 /// Why a request got no answer.
-enum Failure {
+pub(crate) enum Failure {
     /// The instance refused the connection (it is gone: a balancer would drop it).
     Refused,
     /// Sent, but no answer came (reset, timeout).
@@ -144,19 +144,19 @@ enum Failure {
 /// One client's keep-alive HTTP/1.1 connection to each instance, opened when first needed and
 /// again after a failure: the lightest client hyper offers (no pool, no URL parsing), so the
 /// client's own CPU per request, which both designs pay alike, dilutes their difference least.
-struct Connections {
+pub(crate) struct Connections {
     hosts: Vec<String>,
     senders: Vec<Option<hyper::client::conn::http1::SendRequest<http_body_util::Empty<bytes::Bytes>>>>,
 }
 
 impl Connections {
-    fn new(bases: &[String]) -> Self {
+    pub(crate) fn new(bases: &[String]) -> Self {
         let hosts = bases.iter().map(|b| b.trim_start_matches("http://").to_string()).collect();
         Connections { hosts, senders: bases.iter().map(|_| None).collect() }
     }
 
     /// POST `path` (no body) to instance `i`: the answer's status, its body read and dropped.
-    async fn post(&mut self, i: usize, path: &str) -> Result<u16, Failure> {
+    pub(crate) async fn post(&mut self, i: usize, path: &str) -> Result<u16, Failure> {
         let outcome = tokio::time::timeout(Duration::from_secs(2), self.try_post(i, path)).await;
         let status = outcome.unwrap_or(Err(Failure::Lost));
         if status.is_err() {

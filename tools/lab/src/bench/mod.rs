@@ -2,6 +2,8 @@
 
 mod control_plane;
 pub mod cpu;
+mod envoy;
+mod envoy_redis;
 mod keys;
 pub mod keys_load;
 mod light_pods;
@@ -18,11 +20,15 @@ pub enum Bench {
     /// Per-key limits: Zipf load over HTTP against NATS-sharded owners and, in the same run,
     /// against one central Redis (sorted set + Lua); over-admissions counted by the bench.
     Keys(keys::Args),
+    /// Envoy: the latency the rate limit adds per request through a real Envoy, with no limit,
+    /// with RLS answered by the Leasehold agent, and with RLS answered from a central Redis.
+    Envoy(envoy::Args),
 }
 
 pub fn run(b: Bench) -> Result<ExitCode, String> {
     match b {
         Bench::ControlPlane(a) => control_plane::run(a),
         Bench::Keys(a) => keys::run(a),
+        Bench::Envoy(a) => envoy::run(a),
     }
 }

@@ -1,0 +1,282 @@
+//! `leasehold-lab bench envoy --duration-s 10 --clients 8 --rounds 2`: the latency Envoy's rate
+//! limit adds to each request, through a real Envoy (`scripts/envoy`) to a local upstream, in one
+//! run and on the same machine:
+//! * `no_limit`: Envoy without the `ratelimit` filter;
+//! * `agent`: RLS answered by the Leasehold agent from its lease (in memory, loopback gRPC);
+//! * `redis`: RLS answered from one central Redis, as envoyproxy/ratelimit does
+//!   ([`super::envoy_redis`]).
+//!
+//! Each round runs every mode once, in that order, on a fresh Envoy (1 s of warm-up, then
+//! `--duration-s` measured), with clients over keep-alive HTTP/1.1 paced to `--rate` requests/s in
+//! all (`--rate 0`: closed loop, the throughput). The limit is far above the load: this measures
+//! the cost of asking, not of being denied. RLQS is not built. The last line is JSON.
+
+use super::envoy_redis::RedisRateLimit;
+use super::keys_load::Connections;
+use leasehold_nats_harness::envoy::{envoy_binary, free_port, Envoy};
+use leasehold_nats_harness::{binaries, wait, NatsServer};
+use leasehold_pod::envoy::RateLimitServer;
+use leasehold_pod::{Pod, PodSettings, PodStatus};
+use leasehold_shared::coordinator::LimitConfig;
+use leasehold_shared::dc_manager::DcManagerConfig;
+use leasehold_shared::envoy::RlsConfig;
+use leasehold_shared::limits::LimitDef;
+use leasehold_shared::quota::Quota;
+use leasehold_sim::percentiles::Percentiles;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Measured load time of each mode in each round.
+    #[arg(long, default_value_t = 10)]
+    duration_s: u64,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// Requests per second over all clients, paced (open loop: the latency of a request, not
+    /// of a saturated machine's queues). 0: closed loop, each client sending its next request
+    /// when the last is answered (the throughput).
+    #[arg(long, default_value_t = 2_000)]
+    rate: u64,
+    /// Rounds of the three modes (interleaved, so drift on the machine falls on all of them).
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis_url: String,
+    /// Measure without the Redis baseline (no Redis to hand).
+    #[arg(long)]
+    skip_redis: bool,
+    /// The Envoy binary (default: `LEASEHOLD_ENVOY`, else what `scripts/envoy` installed).
+    #[arg(long)]
+    envoy: Option<PathBuf>,
+}
+
+const MODES: [&str; 3] = ["no_limit", "agent", "redis"];
+const LIMIT: &str = "bench/generic_key_api";
+const RLS_CONFIG: &str = "domain: bench\ndescriptors:\n  - key: generic_key\n    value: api\n    rate_limit: { unit: second, requests_per_unit: 1000000 }\n";
+const WARM_UP: Duration = Duration::from_secs(1);
+
+#[derive(Serialize)]
+struct ModeSummary {
+    requests_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    p999_ms: f64,
+    /// Answers other than 200 (a 429 here would mean the bench's limit was too low).
+    not_200: u64,
+}
+
+#[derive(Serialize)]
+struct Summary {
+    modes: BTreeMap<&'static str, ModeSummary>,
+    /// p99 of the mode minus p99 without a limit.
+    added_p99_ms: BTreeMap<&'static str, f64>,
+    /// The agent's added p99 over Redis's: the target is at most 1/3 (null with --skip-redis).
+    agent_over_redis_added_p99: Option<f64>,
+    target_met: Option<bool>,
+    rlqs: &'static str,
+    clients: usize,
+    /// Paced requests per second (0: closed loop).
+    rate: u64,
+    rounds: usize,
+    duration_s: u64,
+}
+
+pub fn run(a: Args) -> Result<ExitCode, String> {
+    if a.duration_s == 0 || a.clients == 0 || a.rounds == 0 {
+        return Err("--duration-s, --clients and --rounds must be positive".into());
+    }
+    let envoy = match &a.envoy {
+        Some(p) => p.clone(),
+        None => envoy_binary()?,
+    };
+    leasehold::block_on(bench(a, envoy))
+}
+
+/// The bootstrap of one mode: ingress on `ingress`, the upstream on `upstream`, and (unless
+/// `rls` is none) the `ratelimit` filter asking the RLS server on `rls`.
+fn bootstrap(ingress: u16, upstream: u16, rls: Option<u16>) -> String {
+    let (actions, filter, cluster) = match rls {
+        None => (String::new(), String::new(), String::new()),
+        Some(port) => (
+            "                  rate_limits: [{ actions: [{ generic_key: { descriptor_value: api } }] }]\n".to_string(),
+            "              - name: envoy.filters.http.ratelimit\n                typed_config:\n                  \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit\n                  domain: bench\n                  failure_mode_deny: true\n                  timeout: 1s\n                  rate_limit_service: { transport_api_version: V3, grpc_service: { envoy_grpc: { cluster_name: rls } } }\n".to_string(),
+            format!("  - name: rls\n    type: STATIC\n    typed_extension_protocol_options:\n      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n        \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n        explicit_http_config: {{ http2_protocol_options: {{}} }}\n    load_assignment: {{ cluster_name: rls, endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }} }}] }}] }}\n"),
+        ),
+    };
+    format!(
+        "static_resources:\n  listeners:\n  - name: ingress\n    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {ingress} }} }}\n    filter_chains:\n    - filters:\n      - name: envoy.filters.network.http_connection_manager\n        typed_config:\n          \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager\n          stat_prefix: ingress\n          route_config:\n            virtual_hosts:\n            - name: all\n              domains: [\"*\"]\n              routes:\n              - match: {{ prefix: / }}\n                route:\n                  cluster: upstream\n{actions}          http_filters:\n{filter}              - name: envoy.filters.http.router\n                typed_config: {{ \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }}\n  clusters:\n  - name: upstream\n    type: STATIC\n    load_assignment: {{ cluster_name: upstream, endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {upstream} }} }} }} }}] }}] }}\n{cluster}admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }} }}\n"
+    )
+}
+
+/// NATS, a coordinator and a DC manager for one very large limit, and a pod answering RLS for it
+/// once its lease has a rate.
+/// The services' handles: they run while these are held.
+type ControlPlane = (leasehold_coordinator::Handle, leasehold_dc_manager::Handle);
+
+async fn leasehold_agent(nats: &NatsServer) -> Result<(RateLimitServer, Pod, ControlPlane), String> {
+    let url = nats.url();
+    let mut limit = LimitConfig::new(LIMIT, Quota::per_s(1_000_000, 1_000_000), &[("bkk", Quota::per_s(250_000, 0))]);
+    limit.renew_interval_ms = 250;
+    let coord = leasehold_coordinator::config::Settings {
+        nats_url: url.clone(),
+        id: Some("coord".into()),
+        replicas: 1,
+        limits: vec![LimitDef::from_config(&limit)],
+        ..Default::default()
+    };
+    let coordinator = leasehold_coordinator::spawn(wait::client(&url, "coordinator").await, coord);
+    let dc = leasehold_dc_manager::config::Settings {
+        nats_url: url.clone(),
+        manager: DcManagerConfig::new("", "bkk", ""),
+        ..Default::default()
+    };
+    let dc_manager = leasehold_dc_manager::spawn(wait::client(&url, "dc-manager").await, dc);
+    let settings = PodSettings { nats_url: url.clone(), dc: "bkk".into(), ..PodSettings::default() };
+    let pod = Pod::start(wait::client(&url, "pod").await, &settings);
+    let config = RlsConfig::parse([("bench.yaml", RLS_CONFIG)]).map_err(|e| e.to_string())?;
+    let server = RateLimitServer::new(pod.clone(), Arc::new(config));
+    let mut status = pod.served(LIMIT).ok_or("the limit is not served")?.status();
+    let leased = |s: &PodStatus| s.lease.as_ref().is_some_and(|l| l.quota.rate_milli_per_s > 0);
+    wait::until(&mut status, Duration::from_secs(30), "the agent holds a lease", leased).await;
+    Ok((server, pod, (coordinator, dc_manager)))
+}
+
+/// A listener on a free loopback port, and its port.
+async fn listen() -> Result<(tokio::net::TcpListener, u16), String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    Ok((listener, port))
+}
+
+/// Closed-loop load on `ingress` for `warm_up + duration`: latencies (µs) of the measured part,
+/// and how many answers were not 200.
+async fn load(ingress: u16, clients: usize, rate: u64, duration: Duration) -> (Vec<u64>, u64) {
+    let base = format!("http://127.0.0.1:{ingress}");
+    let start = Instant::now();
+    let measure_from = start + WARM_UP;
+    let until = measure_from + duration;
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let base = base.clone();
+            tokio::spawn(async move {
+                let mut conns = Connections::new(std::slice::from_ref(&base));
+                let (mut latencies_us, mut not_200) = (Vec::new(), 0u64);
+                let mut pace = (rate > 0).then(|| {
+                    let mut t = tokio::time::interval(Duration::from_secs_f64(clients as f64 / rate as f64));
+                    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    t
+                });
+                loop {
+                    if let Some(t) = pace.as_mut() {
+                        t.tick().await;
+                    }
+                    let sent = Instant::now();
+                    if sent >= until {
+                        break;
+                    }
+                    let status = conns.post(0, "/call").await.unwrap_or(0);
+                    if sent >= measure_from {
+                        latencies_us.push(sent.elapsed().as_micros() as u64);
+                        not_200 += u64::from(status != 200);
+                    }
+                }
+                (latencies_us, not_200)
+            })
+        })
+        .collect();
+    let (mut all, mut not_200) = (Vec::new(), 0);
+    for t in tasks {
+        let (latencies, n) = t.await.unwrap_or_default();
+        all.extend(latencies);
+        not_200 += n;
+    }
+    (all, not_200)
+}
+
+async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
+    let nats_bin = binaries().map_err(|e| e.to_string())?.remove(0);
+    let nats = NatsServer::start(&nats_bin).map_err(|e| e.to_string())?;
+    let (agent, _pod, _control_plane) = leasehold_agent(&nats).await?;
+    let (agent_listener, agent_port) = listen().await?;
+    tokio::spawn(leasehold_pod::envoy::serve_rls(agent_listener, agent));
+    let (redis_listener, redis_port) = listen().await?;
+    if !a.skip_redis {
+        let config = Arc::new(RlsConfig::parse([("bench.yaml", RLS_CONFIG)]).map_err(|e| e.to_string())?);
+        let redis = RedisRateLimit::connect(&a.redis_url, config).await?;
+        let incoming = tonic::transport::server::TcpIncoming::from(redis_listener).with_nodelay(Some(true));
+        tokio::spawn(tonic::transport::Server::builder().add_service(redis.service()).serve_with_incoming(incoming));
+    }
+    let upstream_port = free_port().map_err(|e| e.to_string())?;
+    let upstream = format!("127.0.0.1:{upstream_port}");
+    tokio::spawn(async move { leasehold_mock_upstream::serve(&upstream, u64::MAX / 2, 1_000).await });
+
+    let duration = Duration::from_secs(a.duration_s);
+    let mut per_mode: BTreeMap<&'static str, (Vec<u64>, u64)> = BTreeMap::new();
+    for round in 1..=a.rounds {
+        for mode in MODES.into_iter().filter(|m| !(a.skip_redis && *m == "redis")) {
+            let rls = match mode {
+                "agent" => Some(agent_port),
+                "redis" => Some(redis_port),
+                _ => None,
+            };
+            let ingress = free_port().map_err(|e| e.to_string())?;
+            let envoy =
+                Envoy::start(&envoy_bin, &bootstrap(ingress, upstream_port, rls), Duration::from_secs(20)).await?;
+            let (latencies, not_200) = load(ingress, a.clients, a.rate, duration).await;
+            drop(envoy);
+            let p99 = latencies.iter().copied().collect::<Percentiles>().at(0.99).unwrap_or(0) as f64 / 1_000.0;
+            let answered = latencies.len();
+            eprintln!("round {round}/{}: {mode}: {answered} requests, p99 {p99:.3} ms, {not_200} not 200", a.rounds);
+            let entry = per_mode.entry(mode).or_default();
+            entry.0.extend(latencies);
+            entry.1 += not_200;
+        }
+    }
+    // Microseconds to milliseconds, kept to the microsecond.
+    let ms = |p: &Percentiles, q: f64| p.at(q).unwrap_or(0) as f64 / 1_000.0;
+    let measured_s = (a.duration_s * a.rounds as u64) as f64;
+    let modes: BTreeMap<&'static str, ModeSummary> = per_mode
+        .iter()
+        .map(|(mode, (latencies, not_200))| {
+            let p: Percentiles = latencies.iter().copied().collect();
+            let p = &p;
+            let summary = ModeSummary {
+                requests_per_s: (latencies.len() as f64 / measured_s).round(),
+                p50_ms: ms(p, 0.50),
+                p99_ms: ms(p, 0.99),
+                p999_ms: ms(p, 0.999),
+                not_200: *not_200,
+            };
+            (*mode, summary)
+        })
+        .collect();
+    let base_p99 = modes["no_limit"].p99_ms;
+    let added: BTreeMap<&'static str, f64> = modes
+        .iter()
+        .filter(|(m, _)| **m != "no_limit")
+        .map(|(m, s)| (*m, ((s.p99_ms - base_p99) * 1_000.0).round() / 1_000.0))
+        .collect();
+    let ratio = added.get("redis").map(|&redis| {
+        let r = if redis > 0.0 { added["agent"].max(0.0) / redis } else { f64::INFINITY };
+        (r * 1_000.0).round() / 1_000.0
+    });
+    let summary = Summary {
+        target_met: ratio.map(|r| r <= 1.0 / 3.0),
+        agent_over_redis_added_p99: ratio,
+        added_p99_ms: added,
+        modes,
+        rlqs: "not built",
+        clients: a.clients,
+        rate: a.rate,
+        rounds: a.rounds,
+        duration_s: a.duration_s,
+    };
+    println!("{}", serde_json::to_string(&summary).map_err(|e| e.to_string())?);
+    Ok(ExitCode::SUCCESS)
+}

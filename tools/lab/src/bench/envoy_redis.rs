@@ -1,0 +1,80 @@
+//! The baseline `bench envoy` measures against: a `ShouldRateLimit` server deciding in one
+//! central Redis, as envoyproxy/ratelimit does: per limited descriptor, a fixed-window counter
+//! `<domain>_<full key>_<window start>` increased by the hits with `INCRBY` and given a TTL of one
+//! unit with `EXPIRE`, in one pipeline (one round trip per descriptor), then compared with
+//! `requests_per_unit`. The descriptors are looked up in the same configuration the agent reads.
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use leasehold_shared::envoy::{DescriptorEntry, RlsConfig};
+use std::sync::Arc;
+
+#[derive(Clone)]
+pub struct RedisRateLimit {
+    config: Arc<RlsConfig>,
+    redis: redis::aio::MultiplexedConnection,
+}
+
+impl RedisRateLimit {
+    pub async fn connect(url: &str, config: Arc<RlsConfig>) -> Result<RedisRateLimit, String> {
+        let client = redis::Client::open(url).map_err(|e| format!("bad Redis URL {url}: {e}"))?;
+        let redis =
+            client.get_multiplexed_async_connection().await.map_err(|e| format!("cannot reach Redis at {url}: {e}"))?;
+        Ok(RedisRateLimit { config, redis })
+    }
+
+    async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
+        let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let mut statuses = Vec::with_capacity(req.descriptors.len());
+        let mut over = false;
+        for d in &req.descriptors {
+            let entries: Vec<DescriptorEntry<'_>> =
+                d.entries.iter().map(|e| DescriptorEntry { key: &e.key, value: &e.value }).collect();
+            let Some((limit, unit)) = self.config.lookup(&req.domain, &entries).and_then(|l| l.per_unit) else {
+                statuses.push(DescriptorStatus { code: Code::Ok as i32, ..Default::default() });
+                continue;
+            };
+            let hits = d.hits_addend.as_ref().map_or(u64::from(req.hits_addend.max(1)), |h| h.value);
+            let window_s = unit.seconds();
+            let key = format!("{}_{}_{}", req.domain, descriptor_key(&entries), now_s / window_s * window_s);
+            let (count,): (u64,) = redis::pipe()
+                .incr(&key, hits)
+                .expire(&key, window_s as i64)
+                .ignore()
+                .query_async(&mut self.redis.clone())
+                .await
+                .map_err(|e| tonic::Status::unavailable(format!("redis: {e}")))?;
+            let code = if count > u64::from(limit) { Code::OverLimit } else { Code::Ok };
+            over |= code == Code::OverLimit;
+            statuses.push(DescriptorStatus {
+                code: code as i32,
+                limit_remaining: u64::from(limit).saturating_sub(count) as u32,
+                ..Default::default()
+            });
+        }
+        let overall_code = if over { Code::OverLimit } else { Code::Ok } as i32;
+        Ok(RateLimitResponse { overall_code, statuses, ..Default::default() })
+    }
+
+    pub fn service(self) -> RateLimitServiceServer<RedisRateLimit> {
+        RateLimitServiceServer::new(self)
+    }
+}
+
+fn descriptor_key(entries: &[DescriptorEntry<'_>]) -> String {
+    let parts: Vec<String> = entries.iter().map(|e| format!("{}_{}", e.key, e.value)).collect();
+    parts.join(".")
+}
+
+#[tonic::async_trait]
+impl RateLimitService for RedisRateLimit {
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        self.decide(request.get_ref()).await.map(tonic::Response::new)
+    }
+}

@@ -1,0 +1,18 @@
+//! `leasehold-lab bench envoy`, short: through a real Envoy, every mode answers every request
+//! 200 (the bench's limit is far above its load), and the last line is the JSON summary
+//! (requests/s and latency per mode, the p99 each rate limit design adds, their ratio).
+
+#[test]
+fn bench_envoy_prints_the_latency_each_design_adds() {
+    let args = ["envoy", "--duration-s", "1", "--rounds", "1", "--rate", "500", "--clients", "4"];
+    let (v, redis_up) = crate::bench_json(&args);
+    let modes: &[&str] = if redis_up { &["no_limit", "agent", "redis"] } else { &["no_limit", "agent"] };
+    for mode in modes {
+        let m = &v["modes"][mode];
+        assert_eq!(m["not_200"], 0, "{mode}: {v}");
+        assert!(m["requests_per_s"].as_f64().is_some_and(|r| r > 100.0), "{mode}: {v}");
+        assert!(m["p99_ms"].as_f64().is_some_and(|p| p > 0.0), "{mode}: {v}");
+    }
+    assert!(v["added_p99_ms"]["agent"].is_number(), "{v}");
+    assert_eq!(v["agent_over_redis_added_p99"].is_number(), redis_up, "{v}");
+}
