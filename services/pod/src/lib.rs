@@ -51,7 +51,7 @@ async fn run_agent(settings: PodSettings) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     let envoy_rls = settings.envoy_rls().map_err(|e| e.to_string())?;
     let rls_listener = match &envoy_rls {
-        Some((listen, _)) => {
+        Some((listen, _, _)) => {
             Some(tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?)
         }
         None => None,
@@ -61,15 +61,20 @@ async fn run_agent(settings: PodSettings) -> Result<(), String> {
     println!("pod {} listening on {local}", pod.id);
     let (app, rls) = match (envoy_rls, rls_listener) {
         #[cfg(feature = "envoy")]
-        (Some((_, config)), Some(rls_listener)) => {
+        (Some((_, config, keys)), Some(rls_listener)) => {
             let rls_local = rls_listener.local_addr().map_err(|e| e.to_string())?;
             if !rls_local.ip().is_loopback() {
                 // Plaintext and unauthenticated: whoever reaches it can spend the quota.
                 tracing::warn!(%rls_local, "the Envoy rate limit service listens beyond loopback");
             }
             let limits: Vec<&str> = config.limits().keys().map(String::as_str).collect();
-            println!("Envoy rate limit service (RLS v3) on {rls_local}, limits: {}", limits.join(", "));
-            let server = envoy::RateLimitServer::new(pod.clone(), std::sync::Arc::new(config));
+            let tiers: Vec<&str> = config.tiers().keys().map(String::as_str).collect();
+            println!(
+                "Envoy rate limit service (RLS v3) on {rls_local}, limits: {}; per-key tiers: {}",
+                limits.join(", "),
+                tiers.join(", ")
+            );
+            let server = envoy::RateLimitServer::new(pod.clone(), std::sync::Arc::new(config), keys);
             let app = http::router_with(pod.clone(), Some(envoy::rls::metrics(server.counters.clone())));
             (app, Some(tokio::spawn(envoy::serve_rls(rls_listener, server))))
         }

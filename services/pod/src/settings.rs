@@ -42,6 +42,14 @@ pub struct PodSettings {
     /// envoyproxy/ratelimit's YAML configuration: one file, or a directory of `.yaml` files.
     #[serde(default)]
     pub envoy_rls_config: Option<std::path::PathBuf>,
+    /// The per-key limiter (`leasehold keys`, an instance or a balancer: `http://keys:8090`)
+    /// that answers the configuration's per-value limits; needed when it has any.
+    #[serde(default)]
+    pub envoy_keys_url: Option<String>,
+    /// The header the keys instances take a trusted gateway's tier from (their `tier_header`).
+    pub envoy_keys_tier_header: String,
+    /// How long a per-value descriptor waits for the per-key limiter before it is denied.
+    pub envoy_keys_timeout_ms: u64,
 }
 
 impl Default for PodSettings {
@@ -62,11 +70,19 @@ impl Default for PodSettings {
             http_listen: "127.0.0.1:9090".into(),
             envoy_rls_listen: None,
             envoy_rls_config: None,
+            envoy_keys_url: None,
+            envoy_keys_tier_header: "x-leasehold-tier".into(),
+            envoy_keys_timeout_ms: 200,
         }
     }
 }
 
 pub use leasehold_process::SettingsError;
+
+/// The Envoy rate limit service as the settings ask for it: where it listens, the ratelimit
+/// configuration, and the per-key limiter's client (for per-value limits).
+#[cfg(feature = "envoy")]
+pub type EnvoyRls = (String, leasehold_shared::envoy::RlsConfig, Option<crate::envoy::KeysClient>);
 
 impl PodSettings {
     pub fn load(file: Option<&Path>) -> Result<Self, SettingsError> {
@@ -122,9 +138,10 @@ impl PodSettings {
         self.envoy_rls().map(|_| ())
     }
 
-    /// The Envoy rate limit service's address and configuration, when it is to be served.
+    /// The Envoy rate limit service's address and configuration, and the per-key limiter's
+    /// client (when set), when it is to be served.
     #[cfg(feature = "envoy")]
-    pub fn envoy_rls(&self) -> Result<Option<(String, leasehold_shared::envoy::RlsConfig)>, SettingsError> {
+    pub fn envoy_rls(&self) -> Result<Option<EnvoyRls>, SettingsError> {
         let bad = |m: String| Err(SettingsError::Invalid(m));
         let (listen, path) = match (&self.envoy_rls_listen, &self.envoy_rls_config) {
             (None, None) => return Ok(None),
@@ -141,12 +158,28 @@ impl PodSettings {
         if limits > crate::MAX_LIMITS {
             return bad(format!("envoy_rls_config: {limits} limits, more than a pod serves ({})", crate::MAX_LIMITS));
         }
-        Ok(Some((listen.clone(), config)))
+        if !(1..=10_000).contains(&self.envoy_keys_timeout_ms) {
+            return bad(format!("envoy_keys_timeout_ms must be within 1..=10000, got {}", self.envoy_keys_timeout_ms));
+        }
+        let timeout = std::time::Duration::from_millis(self.envoy_keys_timeout_ms);
+        let keys = match (&self.envoy_keys_url, config.tiers().keys().next()) {
+            (Some(url), _) => Some(
+                crate::envoy::KeysClient::new(url, &self.envoy_keys_tier_header, timeout).map_err(SettingsError::Invalid)?,
+            ),
+            (None, Some(first)) => {
+                return bad(format!(
+                    "envoy_rls_config: {} limits per value ({first}, …) are asked of the per-key limiter: set envoy_keys_url",
+                    config.tiers().len()
+                ))
+            }
+            (None, None) => None,
+        };
+        Ok(Some((listen.clone(), config, keys)))
     }
 
     /// Without the `envoy` feature, asking for the Envoy rate limit service is a bad setting.
     #[cfg(not(feature = "envoy"))]
-    pub fn envoy_rls(&self) -> Result<Option<(String, ())>, SettingsError> {
+    pub fn envoy_rls(&self) -> Result<Option<(String, (), ())>, SettingsError> {
         match (&self.envoy_rls_listen, &self.envoy_rls_config) {
             (None, None) => Ok(None),
             _ => Err(SettingsError::Invalid(

@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::UInt64Value;
 use leasehold_nats_harness::envoy::{envoy_binary, free_port, Envoy};
 use leasehold_nats_harness::{binaries, wait, NatsServer};
-use leasehold_pod::envoy::{read_rls_config, RateLimitServer};
+use leasehold_pod::envoy::{read_rls_config, KeysClient, RateLimitServer};
 use leasehold_pod::{Pod, PodSettings, PodStatus};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::envoy::RlsConfig;
@@ -48,12 +48,12 @@ async fn control_plane(
 }
 
 /// A pod answering RLS for `config`, once every limit it names holds a lease with a rate.
-async fn agent(url: &str, config: RlsConfig) -> (Pod, RateLimitServer) {
+pub(crate) async fn agent(url: &str, config: RlsConfig, keys: Option<KeysClient>) -> (Pod, RateLimitServer) {
     let settings =
         PodSettings { nats_url: url.into(), dc: "bkk".into(), report_interval_ms: 100, ..PodSettings::default() };
     let pod = Pod::start(wait::client(url, "pod").await, &settings);
     let limits: Vec<String> = config.limits().keys().cloned().collect();
-    let server = RateLimitServer::new(pod.clone(), Arc::new(config));
+    let server = RateLimitServer::new(pod.clone(), Arc::new(config), keys);
     for limit in limits {
         let mut status = pod.served(&limit).expect("started by the server").status();
         let what = format!("{limit} holds a lease with a rate");
@@ -226,9 +226,9 @@ async fn envoy_enforces_the_leased_limit_with_429s_and_headers_and_denies_when_t
 }
 
 /// A descriptor's entries (key, value) and its own `hits_addend`.
-type Descriptor<'a> = (&'a [(&'a str, &'a str)], Option<u64>);
+pub(crate) type Descriptor<'a> = (&'a [(&'a str, &'a str)], Option<u64>);
 
-fn request(domain: &str, descriptors: &[Descriptor<'_>], hits_addend: u32) -> RateLimitRequest {
+pub(crate) fn request(domain: &str, descriptors: &[Descriptor<'_>], hits_addend: u32) -> RateLimitRequest {
     RateLimitRequest {
         domain: domain.into(),
         descriptors: descriptors
@@ -243,7 +243,7 @@ fn request(domain: &str, descriptors: &[Descriptor<'_>], hits_addend: u32) -> Ra
     }
 }
 
-fn codes(r: &RateLimitResponse) -> (i32, Vec<i32>) {
+pub(crate) fn codes(r: &RateLimitResponse) -> (i32, Vec<i32>) {
     (r.overall_code, r.statuses.iter().map(|s| s.code).collect())
 }
 
@@ -271,18 +271,18 @@ async fn descriptors_are_answered_as_ratelimit_answers_them() {
     let url = nats.url();
     let limits = [("d/k_small", 4, 4), ("d/k_shadow", 4, 4), ("d/k_wide", 10, 600)];
     let (_c, _m) = control_plane(&url, &limits).await;
-    let (pod, server) = agent(&url, RlsConfig::parse([("rules.yaml", RULES)]).unwrap()).await;
+    let (pod, server) = agent(&url, RlsConfig::parse([("rules.yaml", RULES)]).unwrap(), None).await;
     let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
     let small: &[(&str, &str)] = &[("k", "small")];
 
     // Bad requests, as ratelimit: INVALID_ARGUMENT.
     for bad in [request("", &[(small, None)], 0), request("d", &[], 0)] {
-        assert_eq!(server.decide(&bad).expect_err("invalid").code(), tonic::Code::InvalidArgument);
+        assert_eq!(server.decide(&bad).await.expect_err("invalid").code(), tonic::Code::InvalidArgument);
     }
     // Unknown domain or descriptor, unlimited: OK, nothing counted.
     let free: &[(&str, &str)] = &[("k", "free")];
     for r in [request("other", &[(small, None)], 0), request("d", &[(&[("k", "nope")], None), (free, None)], 0)] {
-        let a = server.decide(&r).unwrap();
+        let a = server.decide(&r).await.unwrap();
         assert_eq!(codes(&a), (ok, vec![ok; r.descriptors.len()]));
         assert!(a.statuses.iter().all(|s| s.current_limit.is_none()), "{a:?}");
         // As ratelimit: no match has no room left to report, `unlimited` all of it.
@@ -302,15 +302,15 @@ async fn descriptors_are_answered_as_ratelimit_answers_them() {
     let bucket = pod.served("d/k_small").unwrap().bucket();
     let lease = bucket.view(pod.now_ns()).quota;
     let over_burst = lease.burst_milli / 1_000 + 1;
-    let looked = server.decide(&request("d", &[(small, Some(0))], 0)).unwrap();
+    let looked = server.decide(&request("d", &[(small, Some(0))], 0)).await.unwrap();
     assert_eq!(codes(&looked), (ok, vec![ok]), "{looked:?}");
     let before = looked.statuses[0].limit_remaining;
-    let too_many = server.decide(&request("d", &[(small, Some(over_burst))], 0)).unwrap();
+    let too_many = server.decide(&request("d", &[(small, Some(over_burst))], 0)).await.unwrap();
     assert_eq!(codes(&too_many), (over, vec![over]), "{too_many:?}");
     // The request's hits_addend spends the bucket; the answer names the configured limit.
     let mut spent = None;
     for _ in 0..=before {
-        let a = server.decide(&request("d", &[(small, None)], 2)).unwrap();
+        let a = server.decide(&request("d", &[(small, None)], 2)).await.unwrap();
         let limit = a.statuses[0].current_limit.clone().expect("current_limit");
         assert_eq!((limit.name.as_str(), limit.requests_per_unit, limit.unit), ("small", 4, 1));
         if a.overall_code == over {
@@ -329,7 +329,7 @@ async fn descriptors_are_answered_as_ratelimit_answers_them() {
     let mut refund = request("d", &[(small, Some(3))], 0);
     refund.descriptors[0].is_negative_hits = true;
     let before_milli = bucket.view(pod.now_ns()).balance_milli;
-    assert_eq!(codes(&server.decide(&refund).unwrap()), (ok, vec![ok]));
+    assert_eq!(codes(&server.decide(&refund).await.unwrap()), (ok, vec![ok]));
     let after_milli = bucket.view(pod.now_ns()).balance_milli;
     assert!(after_milli < before_milli + 1_000, "a refund gave tokens back: {before_milli} → {after_milli}");
 
@@ -340,25 +340,25 @@ async fn descriptors_are_answered_as_ratelimit_answers_them() {
         r.descriptors[0].limit = Some(Default::default());
         r
     };
-    assert_eq!(codes(&server.decide(&with_override(&[("k", "small")])).unwrap()), (over, vec![over]));
-    let refused = server.decide(&with_override(&[("k", "nope")])).unwrap();
+    assert_eq!(codes(&server.decide(&with_override(&[("k", "small")])).await.unwrap()), (over, vec![over]));
+    let refused = server.decide(&with_override(&[("k", "nope")])).await.unwrap();
     assert_eq!(codes(&refused), (over, vec![over]), "{refused:?}");
     assert_eq!(server.counters.overrides_refused.load(Relaxed), 1);
 
     // Shadow mode: decided, counted, never OVER_LIMIT.
     let shadow: &[(&str, &str)] = &[("k", "shadow")];
     for _ in 0..20 {
-        assert_eq!(server.decide(&request("d", &[(shadow, None)], 0)).unwrap().overall_code, ok);
+        assert_eq!(server.decide(&request("d", &[(shadow, None)], 0)).await.unwrap().overall_code, ok);
     }
     assert!(server.counters.shadow_denials.load(Relaxed) > 0, "the shadow limit never denied in 20 calls at 4/s");
 
     // `replaces`: with `wide` matched, `small` is not asked (hits it could never take: OK).
     let wide: &[(&str, &str)] = &[("k", "wide")];
-    let both = server.decide(&request("d", &[(small, Some(over_burst)), (wide, None)], 0)).unwrap();
+    let both = server.decide(&request("d", &[(small, Some(over_burst)), (wide, None)], 0)).await.unwrap();
     assert_eq!(codes(&both), (ok, vec![ok, ok]), "{both:?}");
     assert!(both.statuses[0].current_limit.is_none(), "the replaced limit was asked: {both:?}");
     // Without `wide`, `small` is asked; two descriptors, one over: the request is over.
-    let still = server.decide(&request("d", &[(small, Some(over_burst)), (free, None)], 0)).unwrap();
+    let still = server.decide(&request("d", &[(small, Some(over_burst)), (free, None)], 0)).await.unwrap();
     assert_eq!(codes(&still), (over, vec![over, ok]), "{still:?}");
 }
 

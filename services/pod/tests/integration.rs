@@ -4,5 +4,7 @@
 
 mod agent;
 #[cfg(feature = "envoy")]
+mod envoy_per_key;
+#[cfg(feature = "envoy")]
 mod envoy_rls;
 mod many_limits;

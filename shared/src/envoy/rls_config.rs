@@ -24,8 +24,9 @@
 //! character other than `A–Z a–z 0–9 _ -` written `=HH` (its UTF-8 bytes in hex). Its R and B are
 //! the limit's definition in `lh_limits`; `requests_per_unit`/`unit` are what Envoy is told
 //! (`current_limit`). A limit under a bare `key` or a `*` value counts each value apart (per
-//! user, per address): that is the per-key limiter's (`leasehold keys`) and is refused here, by
-//! name, rather than answered as one shared limit.
+//! user, per address): that is the per-key limiter's (`leasehold keys`). Its **tier** is named
+//! like a global limit's id (`edge/remote_address`), and each value's key is the tier, then the
+//! request's values, each written as in an id, joined by `/` (`edge/remote_address/10=2E0=2E0=2E1`).
 
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
@@ -96,8 +97,10 @@ impl Unit {
 /// What a matched descriptor is limited by.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfiguredLimit {
-    /// The Leasehold limit it draws from (`None` when `unlimited`).
+    /// The global Leasehold limit it draws from (`None` when `unlimited` or per value).
     pub limit: Option<String>,
+    /// Per value: the per-key limiter's tier (`None` when `unlimited` or global).
+    pub tier: Option<String>,
     /// ratelimit's full key: `domain.key_value.key_value`.
     pub full_key: String,
     /// `rate_limit.name` (what `replaces` refers to).
@@ -152,6 +155,8 @@ pub struct RlsConfig {
     /// Every global limit named (its id), with what Envoy is told of it and its full key.
     limits: BTreeMap<String, (u32, Unit)>,
     full_keys: BTreeMap<String, String>,
+    /// Every per-value limit's tier, with what Envoy is told of it.
+    tiers: BTreeMap<String, (u32, Unit)>,
 }
 
 #[derive(Deserialize)]
@@ -218,7 +223,21 @@ fn id_segment(out: &mut String, text: &str) {
 struct Path {
     full_key: String,
     limit_id: String,
-    per_value: Option<String>,
+    /// Some level above (or this one) has no value or a prefix: each value is counted apart.
+    per_value: bool,
+}
+
+impl ConfiguredLimit {
+    /// A per-value limit's key in the per-key limiter for one request's descriptor: the tier,
+    /// then each entry's value (written as in an id), joined by `/`. `None` for other limits.
+    pub fn key_for(&self, entries: &[DescriptorEntry<'_>]) -> Option<String> {
+        let mut key = self.tier.clone()?;
+        for e in entries {
+            key.push('/');
+            id_segment(&mut key, e.value);
+        }
+        Some(key)
+    }
 }
 
 impl RlsConfig {
@@ -239,7 +258,7 @@ impl RlsConfig {
             let mut node = Node::default();
             let mut limit_id = String::new();
             id_segment(&mut limit_id, &root.domain);
-            let path = Path { full_key: root.domain.clone(), limit_id, per_value: None };
+            let path = Path { full_key: root.domain.clone(), limit_id, per_value: false };
             config.load(&mut node, &path, root.descriptors).map_err(bad)?;
             config.domains.insert(root.domain, node);
         }
@@ -255,11 +274,7 @@ impl RlsConfig {
             let full_key = format!("{}.{composite}", path.full_key);
             let mut limit_id = format!("{}/", path.limit_id);
             id_segment(&mut limit_id, &composite);
-            let per_value = path.per_value.clone().or_else(|| match d.value.as_str() {
-                "" => Some(format!("key '{}' has no value (each value is limited apart)", d.key)),
-                v if v.ends_with('*') => Some(format!("value '{v}' of key '{}' is a prefix", d.key)),
-                _ => None,
-            });
+            let per_value = path.per_value || d.value.is_empty() || d.value.ends_with('*');
             let here = Path { full_key, limit_id, per_value };
             let mut node = Node { limit: self.limit_of(&here, d.rate_limit, d.shadow_mode)?, ..Node::default() };
             self.load(&mut node, &here, d.descriptors)?;
@@ -316,34 +331,34 @@ impl RlsConfig {
             replaces.push(rep.name);
         }
         let per_unit = unit.map(|u| (r.requests_per_unit, u));
-        let limit = match (per_unit, &at.per_value) {
-            (None, _) => None,
-            (Some(_), Some(why)) => {
+        let id = at.limit_id.clone();
+        if per_unit.is_some() {
+            if id.len() > crate::wire::MAX_ID_LEN {
                 return Err(format!(
-                    "{key}: a limit per value ({why}) is the per-key limiter's (`leasehold keys`), \
-                     not yet answered by the agent's RLS server; give every level a fixed value"
-                ))
+                    "{key}: its limit id {id:?} is {} bytes, more than {}; shorten the domain, keys or values",
+                    id.len(),
+                    crate::wire::MAX_ID_LEN
+                ));
             }
-            (Some(per_unit), None) => {
-                let id = at.limit_id.clone();
-                if id.len() > crate::wire::MAX_ID_LEN {
-                    return Err(format!(
-                        "{key}: its limit id {id:?} is {} bytes, more than {}; shorten the domain, keys or values",
-                        id.len(),
-                        crate::wire::MAX_ID_LEN
-                    ));
-                }
-                if let Some(other) = self.full_keys.insert(id.clone(), key.clone()) {
-                    // `a_b` + `c` and `a` + `b_c` make one composite key, as in ratelimit.
-                    return Err(format!(
-                        "duplicate descriptor composite key '{key}' (also '{other}'): one limit id {id:?}"
-                    ));
-                }
+            if let Some(other) = self.full_keys.insert(id.clone(), key.clone()) {
+                // `a_b` + `c` and `a` + `b_c` make one composite key, as in ratelimit.
+                return Err(format!(
+                    "duplicate descriptor composite key '{key}' (also '{other}'): one limit id {id:?}"
+                ));
+            }
+        }
+        let (limit, tier) = match (per_unit, at.per_value) {
+            (None, _) => (None, None),
+            (Some(per_unit), true) => {
+                self.tiers.insert(id.clone(), per_unit);
+                (None, Some(id))
+            }
+            (Some(per_unit), false) => {
                 self.limits.insert(id.clone(), per_unit);
-                Some(id)
+                (Some(id), None)
             }
         };
-        let configured = ConfiguredLimit { limit, full_key: key.clone(), name, per_unit, shadow_mode, replaces };
+        let configured = ConfiguredLimit { limit, tier, full_key: key.clone(), name, per_unit, shadow_mode, replaces };
         Ok(Some(Arc::new(configured)))
     }
 
@@ -370,6 +385,12 @@ impl RlsConfig {
     /// `requests_per_unit` and `unit` Envoy is told.
     pub fn limits(&self) -> &BTreeMap<String, (u32, Unit)> {
         &self.limits
+    }
+
+    /// Every per-value limit's tier in the per-key limiter (`leasehold keys`), with the
+    /// `requests_per_unit` and `unit` Envoy is told (the tier's limit and window must say the same).
+    pub fn tiers(&self) -> &BTreeMap<String, (u32, Unit)> {
+        &self.tiers
     }
 
     /// The domains configured.

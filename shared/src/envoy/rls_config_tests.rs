@@ -119,9 +119,6 @@ fn bad_configurations_are_refused_with_ratelimits_reasons() {
         ("domain: d\ndescriptors:\n  - key: k\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 1, name: a, replaces: [{name: a}]}\n", "replaces should not contain name of same descriptor"),
         ("domain: d\ndescriptors:\n  - key: k\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: ''}]}\n", "empty replaces entry"),
         ("domain: d\ndescriptors:\n  - key: k\n    value: v\n    ratelimit: {}\n", "unknown field `ratelimit`"),
-        ("domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "d.user: a limit per value (key 'user' has no value"),
-        ("domain: d\ndescriptors:\n  - key: user\n    descriptors:\n      - key: m\n        value: GET\n        rate_limit: {unit: second, requests_per_unit: 1}\n", "d.user.m_GET: a limit per value"),
-        ("domain: d\ndescriptors:\n  - key: p\n    value: a*\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "value 'a*' of key 'p' is a prefix"),
         ("domain: d\ndescriptors: {}\n", "not a ratelimit config"),
         ("domain: d\ndescriptors:\n  - key: a_b\n    value: c\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: a\n    value: b_c\n    rate_limit: {unit: second, requests_per_unit: 2}\n", "duplicate descriptor composite key 'd.a_b_c'"),
     ];
@@ -134,6 +131,25 @@ fn bad_configurations_are_refused_with_ratelimits_reasons() {
         "v".repeat(130)
     );
     assert!(err(&long).contains("more than 128"), "{}", err(&long));
+}
+
+#[test]
+fn a_limit_under_a_bare_key_or_a_prefix_is_per_value_a_tier_of_the_per_key_limiter() {
+    let text = "domain: d\ndescriptors:\n  - key: user\n    descriptors:\n      - key: m\n        value: GET\n        rate_limit: {unit: minute, requests_per_unit: 10}\n  - key: p\n    value: a*\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: g\n    value: x\n    rate_limit: {unit: second, requests_per_unit: 5}\n";
+    let c = RlsConfig::parse([("f", text)]).expect("parses");
+    assert_eq!(c.limits().keys().collect::<Vec<_>>(), ["d/g_x"]);
+    assert_eq!(c.tiers().keys().collect::<Vec<_>>(), ["d/p_a=2A", "d/user/m_GET"]);
+    let per_user = c.lookup("d", &[e("user", "alice.b"), e("m", "GET")]).expect("matched");
+    assert_eq!((per_user.limit.as_deref(), per_user.tier.as_deref()), (None, Some("d/user/m_GET")));
+    assert_eq!(per_user.per_unit, Some((10, Unit::Minute)));
+    // Each user's key: the tier and the request's values, written as in an id.
+    let key = per_user.key_for(&[e("user", "alice.b"), e("m", "GET")]);
+    assert_eq!(key.as_deref(), Some("d/user/m_GET/alice=2Eb/GET"));
+    assert_ne!(key, per_user.key_for(&[e("user", "alice/b"), e("m", "GET")]), "values stay apart");
+    let prefixed = c.lookup("d", &[e("p", "abc")]).expect("matched by prefix");
+    assert_eq!(prefixed.key_for(&[e("p", "abc")]).as_deref(), Some("d/p_a=2A/abc"));
+    // A global limit has no per-value key.
+    assert_eq!(c.lookup("d", &[e("g", "x")]).unwrap().key_for(&[e("g", "x")]), None);
 }
 
 #[test]

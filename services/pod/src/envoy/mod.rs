@@ -2,10 +2,13 @@
 //!
 //! * [`rls`]: `ShouldRateLimit` (RLS v3) answered from this pod's leases, configured with
 //!   envoyproxy/ratelimit's YAML ([`leasehold_shared::envoy::RlsConfig`]).
+//! * [`per_key`]: per-value descriptors asked of the per-key limiter (`leasehold keys`).
 //! * [`serve_rls`]: the gRPC server on `envoy_rls_listen`.
 
+pub mod per_key;
 pub mod rls;
 
+pub use per_key::{KeyVerdict, KeysClient};
 pub use rls::{RateLimitServer, RlsCounters};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
@@ -82,12 +85,22 @@ mod tests {
         assert!(settings(None, None).validate().is_ok());
         let served = settings(Some("127.0.0.1:8081"), Some(&good)).envoy_rls().unwrap().expect("served");
         assert_eq!(served.1.limits().keys().collect::<Vec<_>>(), ["d/k_v"]);
+        // Per-value limits with the per-key limiter's address: served; a bad address is refused.
+        let with_keys = |url: &str| PodSettings {
+            envoy_keys_url: Some(url.into()),
+            ..settings(Some("127.0.0.1:8081"), Some(&per_value))
+        };
+        let served = with_keys("http://127.0.0.1:8090").envoy_rls().unwrap().expect("served");
+        assert_eq!(served.1.tiers().keys().collect::<Vec<_>>(), ["d/user"]);
+        assert!(served.2.is_some());
+        let e = with_keys("keys:8090").validate().expect_err("not a URL").to_string();
+        assert!(e.contains("envoy_keys_url"), "{e}");
         let cases = [
             (settings(Some("127.0.0.1:8081"), None), "envoy_rls_listen needs envoy_rls_config"),
             (settings(None, Some(&good)), "envoy_rls_listen is not"),
             (settings(Some("localhost"), Some(&good)), "must be an address and port"),
             (settings(Some("127.0.0.1:8081"), Some(&dir.join("missing.yaml"))), "cannot read"),
-            (settings(Some("127.0.0.1:8081"), Some(&per_value)), "a limit per value"),
+            (settings(Some("127.0.0.1:8081"), Some(&per_value)), "set envoy_keys_url"),
         ];
         for (s, want) in cases {
             let e = s.validate().expect_err(want).to_string();

@@ -1,6 +1,8 @@
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`, answered from this pod's own
 //! buckets: Envoy's `ratelimit` filter asks the agent beside it (a loopback hop), and the agent
-//! decides every descriptor from the lease it holds, with no network round trip.
+//! decides every descriptor of a global limit from the lease it holds, with no network round
+//! trip; a per-value descriptor (per user, per address) is asked of the per-key limiter
+//! ([`super::per_key`]).
 //!
 //! Per request, as envoyproxy/ratelimit answers it:
 //! * each descriptor is looked up in the configuration ([`RlsConfig::lookup`]); no match, or an
@@ -25,6 +27,7 @@
 //! `duration_until_reset` is when the bucket would be full again (over the limit: when the hits
 //! would fit). A request with no domain or no descriptor is `INVALID_ARGUMENT`, as in ratelimit.
 
+use super::per_key::{KeyVerdict, KeysClient};
 use crate::limiter::{AcquireError, Limiter};
 use crate::pod::Pod;
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
@@ -39,6 +42,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Longest key the per-key limiter takes (`leasehold keys`).
+const MAX_KEY_BYTES: usize = 256;
+
 /// Counters of the RLS answers, for `/metrics`.
 #[derive(Default, Debug)]
 pub struct RlsCounters {
@@ -49,6 +55,9 @@ pub struct RlsCounters {
     pub shadow_denials: AtomicU64,
     /// Descriptors that carried a `limit` override and matched no configured limit: denied.
     pub overrides_refused: AtomicU64,
+    /// Per-value descriptors the per-key limiter did not answer (unreachable, too slow, an
+    /// unknown tier, a key too long): denied.
+    pub keys_unanswered: AtomicU64,
 }
 
 /// The RLS server: the pod's limiters and the configuration that maps descriptors to them.
@@ -58,6 +67,8 @@ pub struct RateLimitServer {
     config: Arc<RlsConfig>,
     /// The configured limits' limiters, kept from the start: a request takes no pod-wide lock.
     limiters: Arc<HashMap<String, Limiter>>,
+    /// Where per-value descriptors are asked (`None`: the configuration has none).
+    keys: Option<KeysClient>,
     pub counters: Arc<RlsCounters>,
 }
 
@@ -82,7 +93,7 @@ impl RateLimitServer {
     /// Starts serving every limit the configuration names at once and keeps them (never given
     /// back while idle; `/readyz` waits for their leases), so Envoy's traffic does not wait for a
     /// lease after a quiet spell. A new lease's bucket starts empty and fills at its rate.
-    pub fn new(pod: Pod, config: Arc<RlsConfig>) -> RateLimitServer {
+    pub fn new(pod: Pod, config: Arc<RlsConfig>, keys: Option<KeysClient>) -> RateLimitServer {
         let mut limiters = HashMap::new();
         for limit in config.limits().keys() {
             match pod.keep(limit) {
@@ -92,11 +103,11 @@ impl RateLimitServer {
                 Err(e) => tracing::warn!(limit, error = %e, "cannot serve a limit of the Envoy configuration"),
             }
         }
-        RateLimitServer { pod, config, limiters: Arc::new(limiters), counters: Arc::default() }
+        RateLimitServer { pod, config, limiters: Arc::new(limiters), keys, counters: Arc::default() }
     }
 
     /// The answer to one `ShouldRateLimit` call.
-    pub fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
+    pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
         if req.domain.is_empty() {
             self.counters.invalid.fetch_add(1, Relaxed);
             return Err(tonic::Status::invalid_argument("rate limit domain must not be empty"));
@@ -117,12 +128,12 @@ impl RateLimitServer {
         let replaced: HashSet<&str> =
             matched.iter().flatten().flat_map(|l| l.replaces.iter().map(String::as_str)).collect();
         let request_hits = u64::from(req.hits_addend.max(1));
-        let answers: Vec<Answer> = req
-            .descriptors
-            .iter()
-            .zip(matched)
-            .map(|(d, m)| match m {
-                Some(l) if l.name.as_deref().is_none_or(|n| !replaced.contains(n)) => self.answer(d, l, request_hits),
+        let mut answers = Vec::with_capacity(req.descriptors.len());
+        for (d, m) in req.descriptors.iter().zip(matched) {
+            answers.push(match m {
+                Some(l) if l.name.as_deref().is_none_or(|n| !replaced.contains(n)) => {
+                    self.answer(d, l, request_hits).await
+                }
                 Some(_) => Answer { over: false, limited: None, matched: false },
                 None if d.limit.is_some() => {
                     // A per-request limit (Envoy's `limit` override) no lease stands behind:
@@ -131,19 +142,24 @@ impl RateLimitServer {
                     Answer { over: true, limited: None, matched: false }
                 }
                 None => Answer { over: false, limited: None, matched: false },
-            })
-            .collect();
+            });
+        }
         let over = answers.iter().any(|a| a.over);
         let counter = if over { &self.counters.over_limit } else { &self.counters.ok };
         counter.fetch_add(1, Relaxed);
         Ok(response(answers, over))
     }
 
-    fn answer(&self, d: &RateLimitDescriptor, configured: &Arc<ConfiguredLimit>, request_hits: u64) -> Answer {
-        let (Some(limit), Some(per_unit)) = (configured.limit.as_deref(), configured.per_unit) else {
+    async fn answer(&self, d: &RateLimitDescriptor, configured: &Arc<ConfiguredLimit>, request_hits: u64) -> Answer {
+        let Some(per_unit) = configured.per_unit else {
             return Answer { over: false, limited: None, matched: true }; // unlimited
         };
         let hits = d.hits_addend.as_ref().map_or(request_hits, |h| h.value);
+        let limit = match (configured.limit.as_deref(), configured.tier.as_deref()) {
+            (Some(limit), _) => limit,
+            (None, Some(tier)) => return self.answer_per_value(d, configured, tier, per_unit, hits).await,
+            (None, None) => return Answer { over: false, limited: None, matched: true },
+        };
         let limiter = match self.limiters.get(limit) {
             Some(l) => Ok(l.clone()),
             None => self.pod.limiter(limit),
@@ -174,6 +190,49 @@ impl RateLimitServer {
         let over = admitted.is_err();
         let retry_after = admitted.err().map(|r| r.unwrap_or(Duration::from_secs(1)));
         let limited = Limited { configured: configured.clone(), per_unit, remaining, until_reset, retry_after };
+        self.verdict(configured, over, limited)
+    }
+
+    /// A per-value descriptor: asked of the per-key limiter, its key made of the request's values.
+    async fn answer_per_value(
+        &self,
+        d: &RateLimitDescriptor,
+        configured: &Arc<ConfiguredLimit>,
+        tier: &str,
+        per_unit: (u32, Unit),
+        hits: u64,
+    ) -> Answer {
+        let entries: Vec<DescriptorEntry<'_>> =
+            d.entries.iter().map(|e| DescriptorEntry { key: &e.key, value: &e.value }).collect();
+        let key = configured.key_for(&entries).filter(|k| k.len() <= MAX_KEY_BYTES);
+        let verdict = match (&self.keys, key) {
+            // A refund takes nothing and gives nothing back, here too.
+            _ if d.is_negative_hits => None,
+            (Some(keys), Some(key)) => Some(keys.check(&key, tier, hits).await),
+            _ => Some(KeyVerdict::default()),
+        };
+        let Some(verdict) = verdict else {
+            let limited = Limited {
+                configured: configured.clone(),
+                per_unit,
+                remaining: 0,
+                until_reset: Duration::ZERO,
+                retry_after: None,
+            };
+            return Answer { over: false, limited: Some(limited), matched: true };
+        };
+        if !verdict.answered {
+            self.counters.keys_unanswered.fetch_add(1, Relaxed);
+        }
+        let over = !verdict.allowed;
+        let retry_after = over.then(|| verdict.retry_after.unwrap_or(Duration::from_secs(1)));
+        let limited = Limited {
+            configured: configured.clone(),
+            per_unit,
+            remaining: verdict.remaining,
+            until_reset: verdict.until_reset,
+            retry_after,
+        };
         self.verdict(configured, over, limited)
     }
 
@@ -279,6 +338,12 @@ pub fn metrics(c: Arc<RlsCounters>) -> Box<dyn prometheus_client::collector::Col
             c.overrides_refused.load(Relaxed),
         )?;
         m.counter(
+            "leasehold_agent_rls_keys_unanswered_total",
+            "Per-value descriptors the per-key limiter did not answer (answered OVER_LIMIT).",
+            leasehold_process::metrics::NO_LABELS,
+            c.keys_unanswered.load(Relaxed),
+        )?;
+        m.counter(
             "leasehold_agent_rls_shadow_denials_total",
             "Descriptors a shadow_mode limit would have answered OVER_LIMIT.",
             leasehold_process::metrics::NO_LABELS,
@@ -293,6 +358,6 @@ impl RateLimitService for RateLimitServer {
         &self,
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-        self.decide(request.get_ref()).map(tonic::Response::new)
+        self.decide(request.get_ref()).await.map(tonic::Response::new)
     }
 }

@@ -140,7 +140,7 @@ async fn leasehold_agent(nats: &NatsServer) -> Result<(RateLimitServer, Pod, Con
     let settings = PodSettings { nats_url: url.clone(), dc: "bkk".into(), ..PodSettings::default() };
     let pod = Pod::start(wait::client(&url, "pod").await, &settings);
     let config = RlsConfig::parse([("bench.yaml", RLS_CONFIG)]).map_err(|e| e.to_string())?;
-    let server = RateLimitServer::new(pod.clone(), Arc::new(config));
+    let server = RateLimitServer::new(pod.clone(), Arc::new(config), None);
     let mut status = pod.served(LIMIT).ok_or("the limit is not served")?.status();
     let leased = |s: &PodStatus| s.lease.as_ref().is_some_and(|l| l.quota.rate_milli_per_s > 0);
     wait::until(&mut status, Duration::from_secs(30), "the agent holds a lease", leased).await;
