@@ -79,6 +79,10 @@ impl Default for PodSettings {
 
 pub use leasehold_process::SettingsError;
 
+/// The per-key limiter's longest window (`leasehold keys`: 31 days).
+#[cfg(feature = "envoy")]
+const MAX_KEYS_WINDOW_S: u64 = 31 * 86_400;
+
 /// The Envoy rate limit service as the settings ask for it: where it listens, the ratelimit
 /// configuration, and the per-key limiter's client (for per-value limits).
 #[cfg(feature = "envoy")]
@@ -154,7 +158,8 @@ impl PodSettings {
         }
         let config = crate::envoy::read_rls_config(path)
             .map_err(|e| SettingsError::Invalid(format!("envoy_rls_config: {e}")))?;
-        let limits = config.limits().len();
+        // The default limit is served too.
+        let limits = config.limits().len() + usize::from(self.limit.is_some());
         if limits > crate::MAX_LIMITS {
             return bad(format!("envoy_rls_config: {limits} limits, more than a pod serves ({})", crate::MAX_LIMITS));
         }
@@ -174,6 +179,12 @@ impl PodSettings {
             }
             (None, None) => None,
         };
+        let too_long = config.tiers().iter().find(|(_, (_, unit))| unit.seconds() > MAX_KEYS_WINDOW_S);
+        if let Some((tier, (_, unit))) = too_long {
+            return bad(format!(
+                "envoy_rls_config: {tier} is per value, asked of the per-key limiter, whose windows are at most 31 days: not per {unit:?}"
+            ));
+        }
         Ok(Some((listen.clone(), config, keys)))
     }
 

@@ -21,15 +21,7 @@ async fn permits_denials_and_bad_input_over_http() {
     let mut limit = LimitConfig::new("api", Quota::per_s(10, 5), &[("bkk", Quota::per_s(2, 0))]);
     limit.renew_interval_ms = 200;
     limit.dc_ttl_ms = 2_000;
-    let coord = leasehold_coordinator::config::Settings {
-        nats_url: url.clone(),
-        id: Some("coord".into()),
-        leader_ttl_ms: 1_000,
-        replicas: 1,
-        limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
-        ..Default::default()
-    };
-    let _c = leasehold_coordinator::spawn(client(&url).await, coord);
+    let _c = crate::many_limits::coordinator(&url, vec![leasehold_shared::limits::LimitDef::from_config(&limit)]).await;
     let mut m = DcManagerConfig::new("api", "bkk", "");
     m.renew_interval_ms = 200;
     let dc = DcSettings {

@@ -23,8 +23,9 @@ descriptors:
 "#;
 
 /// A standalone `leasehold keys` instance that takes the tier from the gateway header
-/// `x-leasehold-tier`, with `tiers` (name, limit per minute) besides its default.
-async fn keys_instance(tiers: &[(&str, u64)]) -> String {
+/// `x-leasehold-tier` (unless `trusting_the_header` is false), with `tiers` (name, limit per
+/// minute) besides its default (20 a minute).
+async fn keys_instance(tiers: &[(&str, u64)], trusting_the_header: bool) -> String {
     use leasehold_shared::keys::{LimitSpec, Tiers};
     let mut t = Tiers::default();
     for (name, per_minute) in tiers {
@@ -32,7 +33,7 @@ async fn keys_instance(tiers: &[(&str, u64)]) -> String {
     }
     let limiter = leasehold_keys::KeyLimiter::standalone(t, 1_000).unwrap();
     let trust = leasehold_keys::access::Trust {
-        tier_header: Some(axum::http::HeaderName::from_static("x-leasehold-tier")),
+        tier_header: trusting_the_header.then(|| axum::http::HeaderName::from_static("x-leasehold-tier")),
         ..Default::default()
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -48,7 +49,7 @@ async fn per_value_descriptors_are_asked_of_the_per_key_limiter_and_denied_when_
     let url = nats.url();
     let config = RlsConfig::parse([("per-value.yaml", PER_VALUE)]).unwrap();
     assert_eq!(config.tiers().keys().collect::<Vec<_>>(), ["d/remote_address"]);
-    let keys_url = keys_instance(&[("d/remote_address", 3)]).await;
+    let keys_url = keys_instance(&[("d/remote_address", 3)], true).await;
     let keys = KeysClient::new(&keys_url, "x-leasehold-tier", Duration::from_secs(2)).unwrap();
     let (_pod, server) = agent(&url, config, Some(keys)).await;
     let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
@@ -67,16 +68,28 @@ async fn per_value_descriptors_are_asked_of_the_per_key_limiter_and_denied_when_
     let retry = fourth.response_headers_to_add.iter().find(|h| h.key == "Retry-After").expect("Retry-After");
     assert!(retry.value.parse::<u64>().is_ok_and(|s| (1..=60).contains(&s)), "{retry:?}");
     assert_eq!(codes(&server.decide(&from("10.0.0.2")).await.unwrap()), (ok, vec![ok]), "another address");
+    // Hits 0 only looks (GET /v1/keys/{key}, the key's '/' escaped in the path): over for the
+    // spent address, OK for another, and neither is charged.
+    let look = |address: &'static str| request("d", &[(&[("remote_address", address)][..], Some(0))], 0);
+    assert_eq!(codes(&server.decide(&look("10.0.0.1")).await.unwrap()), (over, vec![over]));
+    for _ in 0..3 {
+        assert_eq!(codes(&server.decide(&look("10.0.0.4")).await.unwrap()), (ok, vec![ok]));
+    }
+    let after_looks = server.decide(&from("10.0.0.4")).await.unwrap();
+    assert_eq!((after_looks.statuses[0].code, after_looks.statuses[0].limit_remaining), (ok, 2), "looks took hits");
     // A fixed value under the bare key is tried first: unlimited, not asked.
     for _ in 0..5 {
         assert_eq!(codes(&server.decide(&from("10.9.9.9")).await.unwrap()), (ok, vec![ok]));
     }
     assert_eq!(server.counters.keys_unanswered.load(Relaxed), 0);
 
-    // The per-key limiter without the tier, or unreachable: denied, and counted.
-    let no_tier = keys_instance(&[]).await;
+    // The per-key limiter without the tier, deciding under its default tier (it does not take
+    // the header), under other numbers than the configuration's, or unreachable: denied, counted.
+    let no_tier = keys_instance(&[], true).await;
+    let header_not_taken = keys_instance(&[("d/remote_address", 3)], false).await;
+    let other_numbers = keys_instance(&[("d/remote_address", 30)], true).await;
     let unreachable = format!("http://127.0.0.1:{}", free_port().unwrap());
-    for base in [no_tier, unreachable] {
+    for base in [no_tier, header_not_taken, other_numbers, unreachable] {
         let keys = KeysClient::new(&base, "x-leasehold-tier", Duration::from_secs(2)).unwrap();
         let config = RlsConfig::parse([("per-value.yaml", PER_VALUE)]).unwrap();
         let server = RateLimitServer::new(_pod.clone(), Arc::new(config), Some(keys));

@@ -21,8 +21,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const WITHIN: Duration = Duration::from_secs(15);
-const LIMIT: &str = "edge/generic_key_partner-api";
+pub(crate) const WITHIN: Duration = Duration::from_secs(15);
+pub(crate) const LIMIT: &str = "edge/generic_key_partner-api";
 
 fn deploy(file: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/envoy").join(file);
@@ -65,8 +65,20 @@ pub(crate) async fn agent(url: &str, config: RlsConfig, keys: Option<KeysClient>
     (pod, server)
 }
 
+/// The shipped bootstrap (`deploy/envoy/rls-bootstrap.yaml`) on the ports given: Envoy's ingress,
+/// the upstream, the agent's RLS; the admin interface on a free port.
+pub(crate) fn bootstrap(ingress: u16, upstream: u16, rls: u16) -> String {
+    deploy("rls-bootstrap.yaml")
+        .replace("port_value: 10000", &format!("port_value: {ingress}"))
+        .replace("port_value: 8080", &format!("port_value: {upstream}"))
+        .replace("port_value: 8081", &format!("port_value: {rls}"))
+        .replace("port_value: 9901", "port_value: 0")
+        // The shipped 250 ms is for a node that serves; this one also runs the whole test.
+        .replace("timeout: 0.25s", "timeout: 2s")
+}
+
 /// The agent process (`leasehold-agent`), serving RLS on `rls_port` for the shipped config.
-struct AgentProcess {
+pub(crate) struct AgentProcess {
     child: std::process::Child,
     http: String,
     _dir: TempDir,
@@ -81,13 +93,14 @@ impl Drop for TempDir {
 }
 
 impl AgentProcess {
-    fn start(nats_url: &str, rls_port: u16) -> AgentProcess {
-        let dir = TempDir(std::env::temp_dir().join(format!("leasehold-agent-envoy-{}", std::process::id())));
+    pub(crate) fn start(nats_url: &str, dc: &str, rls_port: u16) -> AgentProcess {
+        let unique = format!("leasehold-agent-envoy-{}-{dc}-{rls_port}", std::process::id());
+        let dir = TempDir(std::env::temp_dir().join(unique));
         std::fs::create_dir_all(&dir.0).unwrap();
         let http_port = free_port().unwrap();
         let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/envoy/ratelimit.yaml");
         let settings = format!(
-            "nats_url = \"{nats_url}\"\ndc = \"bkk\"\nreport_interval_ms = 100\n\
+            "nats_url = \"{nats_url}\"\ndc = \"{dc}\"\nreport_interval_ms = 100\n\
              http_listen = \"127.0.0.1:{http_port}\"\nenvoy_rls_listen = \"127.0.0.1:{rls_port}\"\n\
              envoy_rls_config = \"{}\"\n",
             config.display()
@@ -104,8 +117,9 @@ impl AgentProcess {
     }
 
     /// Waits until the agent is ready (`/readyz`: every limit of Envoy's configuration holds a
-    /// valid lease), and checks that `limit`'s lease has a rate.
-    async fn wait_until_ready(&mut self, http: &reqwest::Client, limit: &str) {
+    /// valid lease; checked to hold one for `limit`) and `limit`'s lease has a rate (a first
+    /// lease may have none: the floors are not usable at first).
+    pub(crate) async fn wait_until_ready(&mut self, http: &reqwest::Client, limit: &str) {
         let deadline = Instant::now() + WITHIN;
         let mut last = String::new();
         while Instant::now() < deadline {
@@ -116,16 +130,17 @@ impl AgentProcess {
                 if ready {
                     let status = http.get(format!("{}/v1/status?limit={limit}", self.http)).send().await.unwrap();
                     let body: serde_json::Value = status.json().await.unwrap();
-                    assert!(
-                        body["lease"]["quota"]["rate_milli_per_s"].as_u64().is_some(),
-                        "ready without a lease: {body}"
-                    );
-                    return;
+                    let rate = body["lease"]["quota"]["rate_milli_per_s"].as_u64();
+                    assert!(rate.is_some(), "ready without a lease for {limit}: {body}");
+                    if rate.is_some_and(|r| r > 0) {
+                        return;
+                    }
+                    last = body.to_string();
                 }
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("the agent was not ready within {WITHIN:?}; last /readyz {last}");
+        panic!("the agent was not ready with a leased rate within {WITHIN:?}; last seen {last}");
     }
 
     /// A counter of the agent's `/metrics` (the line that starts with `series`).
@@ -151,7 +166,7 @@ async fn envoy_enforces_the_leased_limit_with_429s_and_headers_and_denies_when_t
     let (_c, _m) = control_plane(&url, &[(LIMIT, 20, 10)]).await;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
     let rls_port = free_port().unwrap();
-    let mut agent = AgentProcess::start(&url, rls_port);
+    let mut agent = AgentProcess::start(&url, "bkk", rls_port);
     agent.wait_until_ready(&http, LIMIT).await;
     // The judge: at most R·1 s + B = 30 calls in any second; a call above is a 429 it counts.
     let upstream_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -160,14 +175,8 @@ async fn envoy_enforces_the_leased_limit_with_429s_and_headers_and_denies_when_t
     tokio::spawn(async move { axum::serve(upstream_listener, judge).await });
 
     let ingress = free_port().unwrap();
-    let bootstrap = deploy("rls-bootstrap.yaml")
-        .replace("port_value: 10000", &format!("port_value: {ingress}"))
-        .replace("port_value: 8080", &format!("port_value: {upstream_port}"))
-        .replace("port_value: 8081", &format!("port_value: {rls_port}"))
-        .replace("port_value: 9901", "port_value: 0")
-        // The shipped 250 ms is for a node that serves; this one also runs the whole test.
-        .replace("timeout: 0.25s", "timeout: 2s");
-    let envoy = Envoy::start(&envoy_bin, &bootstrap, WITHIN).await.expect("envoy starts");
+    let envoy =
+        Envoy::start(&envoy_bin, &bootstrap(ingress, upstream_port, rls_port), WITHIN).await.expect("envoy starts");
 
     // About 100 calls/s for 3 s, five times the limit, through Envoy.
     let call = format!("http://127.0.0.1:{ingress}/call");

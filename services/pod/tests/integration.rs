@@ -7,4 +7,6 @@ mod agent;
 mod envoy_per_key;
 #[cfg(feature = "envoy")]
 mod envoy_rls;
+#[cfg(feature = "envoy")]
+mod envoy_two_dcs;
 mod many_limits;

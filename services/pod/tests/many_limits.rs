@@ -23,11 +23,8 @@ fn limit(name: &str, rate_per_s: u64, floor_per_s: u64) -> LimitDef {
     LimitDef::from_config(&l)
 }
 
-/// A coordinator defining `limits` and a DC manager serving every limit of `bkk`, leading.
-pub(crate) async fn control_plane(
-    url: &str,
-    limits: Vec<LimitDef>,
-) -> (leasehold_coordinator::Handle, leasehold_dc_manager::Handle) {
+/// A coordinator (one replica) defining `limits`.
+pub(crate) async fn coordinator(url: &str, limits: Vec<LimitDef>) -> leasehold_coordinator::Handle {
     let coord = leasehold_coordinator::config::Settings {
         nats_url: url.into(),
         id: Some("coord".into()),
@@ -36,21 +33,33 @@ pub(crate) async fn control_plane(
         limits,
         ..Default::default()
     };
-    let c = leasehold_coordinator::spawn(wait::client(url, "c").await, coord);
-    let mut m = DcManagerConfig::new("", "bkk", "");
+    leasehold_coordinator::spawn(wait::client(url, "c").await, coord)
+}
+
+/// A DC manager serving every limit of `dc`, leading (pods heard from every 100 ms or so).
+pub(crate) async fn dc_manager(url: &str, dc: &str) -> leasehold_dc_manager::Handle {
+    let mut m = DcManagerConfig::new("", dc, "");
     m.pod_ttl_ms = 1_000;
     m.renew_interval_ms = 200;
     m.heartbeat_timeout_ms = 400;
-    let dc = DcSettings {
+    let settings = DcSettings {
         nats_url: url.into(),
         leader_ttl_ms: 1_000,
         report_interval_ms: 100,
         manager: m,
         ..DcSettings::default()
     };
-    let mut m = leasehold_dc_manager::spawn(wait::client(url, "m").await, dc);
+    let mut m = leasehold_dc_manager::spawn(wait::client(url, dc).await, settings);
     wait::until(&mut m.status, WITHIN, "the manager leads", |s: &Status| s.leading).await;
-    (c, m)
+    m
+}
+
+/// A coordinator defining `limits` and a DC manager serving every limit of `bkk`, leading.
+pub(crate) async fn control_plane(
+    url: &str,
+    limits: Vec<LimitDef>,
+) -> (leasehold_coordinator::Handle, leasehold_dc_manager::Handle) {
+    (coordinator(url, limits).await, dc_manager(url, "bkk").await)
 }
 
 fn pod_settings(url: &str, report_interval_ms: u64, idle_release_ms: u64) -> PodSettings {

@@ -14,5 +14,8 @@ fn bench_envoy_prints_the_latency_each_design_adds() {
         assert!(m["p99_ms"].as_f64().is_some_and(|p| p > 0.0), "{mode}: {v}");
     }
     assert!(v["added_p99_ms"]["agent"].is_number(), "{v}");
-    assert_eq!(v["agent_over_redis_added_p99"].is_number(), redis_up, "{v}");
+    assert_eq!(v["added_p99_ms"]["redis"].is_number(), redis_up, "{v}");
+    // The ratio: a number, or null when Redis added nothing measurable in so short a run.
+    let ratio = &v["agent_over_redis_added_p99"];
+    assert!(ratio.is_number() || ratio.is_null(), "{v}");
 }

@@ -43,7 +43,7 @@ pub fn read_rls_config(path: &Path) -> Result<RlsConfig, String> {
 /// Serves `ShouldRateLimit` on `listener` until the future is dropped.
 pub async fn serve_rls(listener: tokio::net::TcpListener, server: RateLimitServer) -> Result<(), String> {
     // TCP_NODELAY: tonic sets it only on listeners it binds itself; without it, Nagle's
-    // algorithm holds small answers back (measured: p50 2.2 ms added through Envoy at 2,000/s).
+    // algorithm holds small answers back (measured: 1.7 ms added at p50 through Envoy at 2,000/s).
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
         .add_service(RateLimitServiceServer::new(server))

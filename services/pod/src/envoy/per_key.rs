@@ -3,7 +3,10 @@
 //! the hits (`GET /v1/keys/{key}` for hits 0, which records nothing), the tier in the trusted
 //! gateway header the keys instances are configured with (`tier_header`). One network hop per
 //! such descriptor: that is the per-key limiter's design. Anything but a `200` or a `429` with
-//! its answer (unreachable, too slow, unknown tier, overloaded) is a denial: failing safe.
+//! its answer (unreachable, too slow, unknown tier, overloaded) is a denial: failing safe. So is
+//! an answer decided under another tier or limit than the one asked for: keys instances that do
+//! not take the tier header (`tier_header` unset) decide under their default tier, and a tier
+//! whose numbers differ from the configuration's would enforce another limit than Envoy's.
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -39,6 +42,9 @@ struct CheckBody<'a> {
 #[derive(Deserialize)]
 struct Answer {
     allowed: bool,
+    tier: String,
+    limit: u64,
+    window_ms: u64,
     #[serde(default)]
     remaining: u64,
     #[serde(default)]
@@ -72,8 +78,9 @@ impl KeysClient {
         url
     }
 
-    /// Records `hits` for `key` in `tier` (hits 0: only reads whether one more would be admitted).
-    pub async fn check(&self, key: &str, tier: &str, hits: u64) -> KeyVerdict {
+    /// Records `hits` for `key` in `tier`, whose limit is `limit` per `window_ms` (hits 0: only
+    /// reads whether one more would be admitted).
+    pub async fn check(&self, key: &str, tier: &str, (limit, window_ms): (u64, u64), hits: u64) -> KeyVerdict {
         let request = if hits == 0 {
             self.http.get(self.url(&["v1", "keys", key]))
         } else {
@@ -87,6 +94,17 @@ impl KeysClient {
             return denied;
         }
         let Ok(answer) = response.json::<Answer>().await else { return denied };
+        if (answer.tier.as_str(), answer.limit, answer.window_ms) != (tier, limit, window_ms) {
+            tracing::debug!(
+                key,
+                asked = tier,
+                decided = answer.tier,
+                limit = answer.limit,
+                window_ms = answer.window_ms,
+                "the per-key limiter decided under another tier or limit (is its tier_header set?): denying"
+            );
+            return denied;
+        }
         let retry_after = answer.retry_after_ms.map(Duration::from_millis);
         KeyVerdict {
             allowed: status == 200 && answer.allowed,

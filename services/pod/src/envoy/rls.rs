@@ -56,7 +56,7 @@ pub struct RlsCounters {
     /// Descriptors that carried a `limit` override and matched no configured limit: denied.
     pub overrides_refused: AtomicU64,
     /// Per-value descriptors the per-key limiter did not answer (unreachable, too slow, an
-    /// unknown tier, a key too long): denied.
+    /// unknown tier, a key too long) or answered under another tier or limit: denied.
     pub keys_unanswered: AtomicU64,
 }
 
@@ -87,6 +87,19 @@ struct Limited {
     remaining: u64,
     until_reset: Duration,
     retry_after: Option<Duration>,
+}
+
+impl Limited {
+    /// A limited descriptor decided without reading a bucket or an answer: nothing left to say.
+    fn nothing_known(configured: &Arc<ConfiguredLimit>, per_unit: (u32, Unit)) -> Limited {
+        Limited {
+            configured: configured.clone(),
+            per_unit,
+            remaining: 0,
+            until_reset: Duration::ZERO,
+            retry_after: None,
+        }
+    }
 }
 
 impl RateLimitServer {
@@ -166,14 +179,7 @@ impl RateLimitServer {
         };
         let Ok(limiter) = limiter else {
             // Draining, or more limits than a pod serves: nothing can be admitted here.
-            let limited = Limited {
-                configured: configured.clone(),
-                per_unit,
-                remaining: 0,
-                until_reset: Duration::ZERO,
-                retry_after: None,
-            };
-            return self.verdict(configured, true, limited);
+            return self.verdict(configured, true, Limited::nothing_known(configured, per_unit));
         };
         let admitted = match u32::try_from(hits) {
             // A refund takes nothing and gives nothing back: returned tokens could be spent twice.
@@ -208,17 +214,14 @@ impl RateLimitServer {
         let verdict = match (&self.keys, key) {
             // A refund takes nothing and gives nothing back, here too.
             _ if d.is_negative_hits => None,
-            (Some(keys), Some(key)) => Some(keys.check(&key, tier, hits).await),
+            (Some(keys), Some(key)) => {
+                let limit = (u64::from(per_unit.0), per_unit.1.seconds() * 1_000);
+                Some(keys.check(&key, tier, limit, hits).await)
+            }
             _ => Some(KeyVerdict::default()),
         };
         let Some(verdict) = verdict else {
-            let limited = Limited {
-                configured: configured.clone(),
-                per_unit,
-                remaining: 0,
-                until_reset: Duration::ZERO,
-                retry_after: None,
-            };
+            let limited = Limited::nothing_known(configured, per_unit);
             return Answer { over: false, limited: Some(limited), matched: true };
         };
         if !verdict.answered {
@@ -339,7 +342,7 @@ pub fn metrics(c: Arc<RlsCounters>) -> Box<dyn prometheus_client::collector::Col
         )?;
         m.counter(
             "leasehold_agent_rls_keys_unanswered_total",
-            "Per-value descriptors the per-key limiter did not answer (answered OVER_LIMIT).",
+            "Per-value descriptors the per-key limiter did not answer, or answered under another tier or limit (answered OVER_LIMIT).",
             leasehold_process::metrics::NO_LABELS,
             c.keys_unanswered.load(Relaxed),
         )?;

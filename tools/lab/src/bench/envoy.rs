@@ -8,7 +8,7 @@
 //!
 //! Each round runs every mode once, in that order, on a fresh Envoy (1 s of warm-up, then
 //! `--duration-s` measured), with clients over keep-alive HTTP/1.1 paced to `--rate` requests/s in
-//! all (`--rate 0`: closed loop, the throughput). The limit is far above the load: this measures
+//! all, each request timed from when it was due (`--rate 0`: closed loop, the throughput). The limit is far above the load: this measures
 //! the cost of asking, not of being denied. RLQS is not built. The last line is JSON.
 
 use super::envoy_redis::RedisRateLimit;
@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -38,8 +38,8 @@ pub struct Args {
     /// Concurrent clients.
     #[arg(long, default_value_t = 8)]
     clients: usize,
-    /// Requests per second over all clients, paced (open loop: the latency of a request, not
-    /// of a saturated machine's queues). 0: closed loop, each client sending its next request
+    /// Requests per second over all clients, paced (each timed from when it was due: the latency
+    /// of a request, not of a saturated machine's queues). 0: closed loop, each client sending its next request
     /// when the last is answered (the throughput).
     #[arg(long, default_value_t = 2_000)]
     rate: u64,
@@ -76,7 +76,8 @@ struct Summary {
     modes: BTreeMap<&'static str, ModeSummary>,
     /// p99 of the mode minus p99 without a limit.
     added_p99_ms: BTreeMap<&'static str, f64>,
-    /// The agent's added p99 over Redis's: the target is at most 1/3 (null with --skip-redis).
+    /// The agent's added p99 over Redis's: the target is at most 1/3 (null with --skip-redis, or
+    /// when Redis added nothing measurable).
     agent_over_redis_added_p99: Option<f64>,
     target_met: Option<bool>,
     rlqs: &'static str,
@@ -154,35 +155,40 @@ async fn listen() -> Result<(tokio::net::TcpListener, u16), String> {
     Ok((listener, port))
 }
 
-/// Closed-loop load on `ingress` for `warm_up + duration`: latencies (µs) of the measured part,
-/// and how many answers were not 200.
+/// The load on `ingress` for `warm_up + duration`: latencies (µs) of the measured part, and how
+/// many answers were not 200. Paced (`rate` > 0): each client's requests are due on its own
+/// schedule, the clients' schedules spread evenly over the period, and a request's latency runs
+/// from when it was due, so a late answer also counts against the requests it held back
+/// (no coordinated omission). Closed loop (`rate` 0): from when each request is sent.
 async fn load(ingress: u16, clients: usize, rate: u64, duration: Duration) -> (Vec<u64>, u64) {
     let base = format!("http://127.0.0.1:{ingress}");
-    let start = Instant::now();
+    let start = tokio::time::Instant::now();
     let measure_from = start + WARM_UP;
     let until = measure_from + duration;
     let tasks: Vec<_> = (0..clients)
-        .map(|_| {
+        .map(|client| {
             let base = base.clone();
             tokio::spawn(async move {
                 let mut conns = Connections::new(std::slice::from_ref(&base));
                 let (mut latencies_us, mut not_200) = (Vec::new(), 0u64);
                 let mut pace = (rate > 0).then(|| {
-                    let mut t = tokio::time::interval(Duration::from_secs_f64(clients as f64 / rate as f64));
-                    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    let period = Duration::from_secs_f64(clients as f64 / rate as f64);
+                    let offset = period.mul_f64(client as f64 / clients as f64);
+                    let mut t = tokio::time::interval_at(start + offset, period);
+                    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
                     t
                 });
                 loop {
-                    if let Some(t) = pace.as_mut() {
-                        t.tick().await;
-                    }
-                    let sent = Instant::now();
-                    if sent >= until {
+                    let due = match pace.as_mut() {
+                        Some(t) => t.tick().await,
+                        None => tokio::time::Instant::now(),
+                    };
+                    if due >= until {
                         break;
                     }
                     let status = conns.post(0, "/call").await.unwrap_or(0);
-                    if sent >= measure_from {
-                        latencies_us.push(sent.elapsed().as_micros() as u64);
+                    if due >= measure_from {
+                        latencies_us.push(due.elapsed().as_micros() as u64);
                         not_200 += u64::from(status != 200);
                     }
                 }
@@ -262,8 +268,9 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
         .filter(|(m, _)| **m != "no_limit")
         .map(|(m, s)| (*m, ((s.p99_ms - base_p99) * 1_000.0).round() / 1_000.0))
         .collect();
-    let ratio = added.get("redis").map(|&redis| {
-        let r = if redis > 0.0 { added["agent"].max(0.0) / redis } else { f64::INFINITY };
+    // No ratio when Redis added nothing measurable (a short or noisy run).
+    let ratio = added.get("redis").filter(|&&redis| redis > 0.0).map(|&redis| {
+        let r = added["agent"].max(0.0) / redis;
         (r * 1_000.0).round() / 1_000.0
     });
     let summary = Summary {
