@@ -4,7 +4,7 @@
 
 use crate::envoy_rls::{agent, codes, request};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use leasehold_nats_harness::envoy::free_port;
+use leasehold_nats_harness::free_port;
 use leasehold_nats_harness::{binaries, NatsServer};
 use leasehold_pod::envoy::{KeysClient, RateLimitServer};
 use leasehold_shared::envoy::RlsConfig;

@@ -8,7 +8,8 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
-use leasehold_nats_harness::envoy::{envoy_binary, free_port, Envoy};
+use leasehold_nats_harness::envoy::{envoy_binary, Envoy};
+use leasehold_nats_harness::free_port;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::envoy::{read_rls_config, KeysClient, RateLimitServer};
 use leasehold_pod::{Pod, PodSettings, PodStatus};
@@ -120,27 +121,26 @@ impl AgentProcess {
     /// valid lease; checked to hold one for `limit`) and `limit`'s lease has a rate (a first
     /// lease may have none: the floors are not usable at first).
     pub(crate) async fn wait_until_ready(&mut self, http: &reqwest::Client, limit: &str) {
-        let deadline = Instant::now() + WITHIN;
-        let mut last = String::new();
-        while Instant::now() < deadline {
+        let what = format!("the agent ready, with a leased rate for {limit}");
+        wait::poll(WITHIN, Duration::from_millis(50), &what, async || {
             assert!(self.child.try_wait().unwrap().is_none(), "the agent exited");
-            if let Ok(r) = http.get(format!("{}/readyz", self.http)).send().await {
-                let ready = r.status() == 200;
-                last = r.text().await.unwrap_or_default();
-                if ready {
-                    let status = http.get(format!("{}/v1/status?limit={limit}", self.http)).send().await.unwrap();
-                    let body: serde_json::Value = status.json().await.unwrap();
-                    let rate = body["lease"]["quota"]["rate_milli_per_s"].as_u64();
-                    assert!(rate.is_some(), "ready without a lease for {limit}: {body}");
-                    if rate.is_some_and(|r| r > 0) {
-                        return;
-                    }
-                    last = body.to_string();
-                }
+            let r = http.get(format!("{}/readyz", self.http)).send().await.map_err(|e| e.to_string())?;
+            let ready = r.status() == 200;
+            let text = r.text().await.unwrap_or_default();
+            if !ready {
+                return Err(text);
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("the agent was not ready with a leased rate within {WITHIN:?}; last seen {last}");
+            let status = http.get(format!("{}/v1/status?limit={limit}", self.http)).send().await.unwrap();
+            let body: serde_json::Value = status.json().await.unwrap();
+            let rate = body["lease"]["quota"]["rate_milli_per_s"].as_u64();
+            assert!(rate.is_some(), "ready without a lease for {limit}: {body}");
+            if rate.is_some_and(|r| r > 0) {
+                Ok(())
+            } else {
+                Err(body.to_string())
+            }
+        })
+        .await
     }
 
     /// A counter of the agent's `/metrics` (the line that starts with `series`).
@@ -302,11 +302,12 @@ async fn descriptors_are_answered_as_ratelimit_answers_them() {
     // (A new lease's bucket starts empty: first wait for a first token in each.)
     for limit in ["d/k_small", "d/k_wide"] {
         let bucket = pod.served(limit).unwrap().bucket();
-        let deadline = Instant::now() + WITHIN;
-        while bucket.retry_after(1, pod.now_ns()) != Ok(Some(0)) {
-            assert!(Instant::now() < deadline, "{limit}: no token within {WITHIN:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let what = format!("a first token in {limit}");
+        wait::poll(WITHIN, Duration::from_millis(20), &what, async || match bucket.retry_after(1, pod.now_ns()) {
+            Ok(Some(0)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        })
+        .await;
     }
     let bucket = pod.served("d/k_small").unwrap().bucket();
     let lease = bucket.view(pod.now_ns()).quota;

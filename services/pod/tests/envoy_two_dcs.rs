@@ -4,8 +4,9 @@
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
 use crate::envoy_rls::{bootstrap, AgentProcess, LIMIT, WITHIN};
-use leasehold_nats_harness::envoy::{envoy_binary, free_port, Envoy};
-use leasehold_nats_harness::{binaries, NatsServer};
+use leasehold_nats_harness::envoy::{envoy_binary, Envoy};
+use leasehold_nats_harness::free_port;
+use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::limits::LimitDef;
 use leasehold_shared::quota::Quota;
@@ -84,15 +85,13 @@ async fn two_envoys_in_two_dcs_share_one_limit_by_demand_and_a_restarted_agent_s
     assert_eq!(http.post(&call).send().await.unwrap().status(), 500, "BKK's agent is gone");
     let mut agent = AgentProcess::start(&url, "bkk", rls_port);
     agent.wait_until_ready(&http, LIMIT).await;
-    let deadline = Instant::now() + WITHIN;
-    loop {
-        let status = http.post(&call).send().await.unwrap().status().as_u16();
-        if status == 200 {
-            break;
+    wait::poll(WITHIN, Duration::from_millis(100), "BKK's Envoy served again", async || {
+        match http.post(&call).send().await.unwrap().status().as_u16() {
+            200 => Ok(()),
+            status => Err(format!("status {status}")),
         }
-        assert!(Instant::now() < deadline, "BKK's Envoy not served again within {WITHIN:?} (last {status})");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     let after: serde_json::Value =
         http.get(format!("http://127.0.0.1:{upstream_port}/stats")).send().await.unwrap().json().await.unwrap();
     assert_eq!(after["rejected"], 0, "{after}");

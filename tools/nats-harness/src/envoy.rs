@@ -33,11 +33,6 @@ pub fn envoy_binary() -> Result<PathBuf, String> {
         })
 }
 
-/// A free loopback port (bound and released: another process could take it in between).
-pub fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 pub struct Envoy {
     child: Option<Child>,
     dir: PathBuf,

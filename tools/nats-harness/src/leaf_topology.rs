@@ -5,6 +5,7 @@
 //! [`ProdAuth`]) and clients connect with their role's credential; `nodes` servers per cluster
 //! (1 for a short run, 3 for the production shape, where buckets get 3 replicas).
 
+use crate::free_port;
 use crate::prod_auth::ProdAuth;
 use crate::{LinkProxy, NatsServer};
 use std::path::{Path, PathBuf};
@@ -18,11 +19,6 @@ pub struct LeafTopology {
     pub hub: Vec<NatsServer>,
     /// Per DC: its name, its servers and its link to the hub.
     pub dcs: Vec<(String, Vec<NatsServer>, LinkProxy)>,
-}
-
-fn free_port() -> Result<u16, String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
 }
 
 /// The `cluster` block of node `i` of `name` (none for a single node).

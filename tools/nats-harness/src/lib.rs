@@ -21,4 +21,10 @@ mod server;
 pub mod wait;
 
 pub use link_proxy::LinkProxy;
+
+/// A free loopback port (bound and released: another process could take it in between).
+pub fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
 pub use server::{binaries, NatsServer, ServerError, START_TIMEOUT};

@@ -34,3 +34,24 @@ pub async fn until<T: Clone + Debug>(
     };
     got.unwrap_or_else(|| panic!("not within {within:?}: {what}; last value {:?}", *rx.borrow()))
 }
+
+/// Asks `check` every `every` until it answers `Ok`, within `within`; panics naming `what` and the
+/// last `Err` otherwise. For conditions nothing announces (another process's HTTP answers, a
+/// bucket filling at its rate).
+pub async fn poll<T>(
+    within: Duration,
+    every: Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Result<T, String>,
+) -> T {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        let last = match check().await {
+            Ok(v) => return v,
+            Err(last) => last,
+        };
+        assert!(tokio::time::Instant::now() < deadline, "not within {within:?}: {what}; last seen {last}");
+    }
+}

@@ -334,24 +334,27 @@ pub fn metrics(c: Arc<RlsCounters>) -> Box<dyn prometheus_client::collector::Col
         let codes = [("ok", &c.ok), ("over_limit", &c.over_limit), ("invalid", &c.invalid)];
         let rows = codes.map(|(code, n)| ([("code", code)], n.load(Relaxed)));
         m.counters("leasehold_agent_rls_requests_total", "ShouldRateLimit calls, by overall code.", rows)?;
-        m.counter(
-            "leasehold_agent_rls_overrides_refused_total",
-            "Descriptors with a limit override that matched no configured limit (answered OVER_LIMIT).",
-            leasehold_process::metrics::NO_LABELS,
-            c.overrides_refused.load(Relaxed),
-        )?;
-        m.counter(
-            "leasehold_agent_rls_keys_unanswered_total",
-            "Per-value descriptors the per-key limiter did not answer, or answered under another tier or limit (answered OVER_LIMIT).",
-            leasehold_process::metrics::NO_LABELS,
-            c.keys_unanswered.load(Relaxed),
-        )?;
-        m.counter(
-            "leasehold_agent_rls_shadow_denials_total",
-            "Descriptors a shadow_mode limit would have answered OVER_LIMIT.",
-            leasehold_process::metrics::NO_LABELS,
-            c.shadow_denials.load(Relaxed),
-        )
+        let descriptors = [
+            (
+                "leasehold_agent_rls_overrides_refused_total",
+                "Descriptors with a limit override that matched no configured limit (answered OVER_LIMIT).",
+                &c.overrides_refused,
+            ),
+            (
+                "leasehold_agent_rls_keys_unanswered_total",
+                "Per-value descriptors the per-key limiter did not answer, or answered under another tier or limit (answered OVER_LIMIT).",
+                &c.keys_unanswered,
+            ),
+            (
+                "leasehold_agent_rls_shadow_denials_total",
+                "Descriptors a shadow_mode limit would have answered OVER_LIMIT.",
+                &c.shadow_denials,
+            ),
+        ];
+        for (name, help, n) in descriptors {
+            m.counter(name, help, leasehold_process::metrics::NO_LABELS, n.load(Relaxed))?;
+        }
+        Ok(())
     })
 }
 

@@ -13,7 +13,8 @@
 
 use super::envoy_redis::RedisRateLimit;
 use super::keys_load::Connections;
-use leasehold_nats_harness::envoy::{envoy_binary, free_port, Envoy};
+use leasehold_nats_harness::envoy::{envoy_binary, Envoy};
+use leasehold_nats_harness::free_port;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::envoy::RateLimitServer;
 use leasehold_pod::{Pod, PodSettings, PodStatus};
@@ -218,7 +219,7 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
         let incoming = tonic::transport::server::TcpIncoming::from(redis_listener).with_nodelay(Some(true));
         tokio::spawn(tonic::transport::Server::builder().add_service(redis.service()).serve_with_incoming(incoming));
     }
-    let upstream_port = free_port().map_err(|e| e.to_string())?;
+    let upstream_port = free_port()?;
     let upstream = format!("127.0.0.1:{upstream_port}");
     tokio::spawn(async move { leasehold_mock_upstream::serve(&upstream, u64::MAX / 2, 1_000).await });
 
@@ -231,7 +232,7 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
                 "redis" => Some(redis_port),
                 _ => None,
             };
-            let ingress = free_port().map_err(|e| e.to_string())?;
+            let ingress = free_port()?;
             let envoy =
                 Envoy::start(&envoy_bin, &bootstrap(ingress, upstream_port, rls), Duration::from_secs(20)).await?;
             let (latencies, not_200) = load(ingress, a.clients, a.rate, duration).await;

@@ -6,6 +6,7 @@
 //! connections drop and no new one gets through until it heals. The servers do not advertise
 //! their other addresses to clients (`no_advertise`), so nothing routes around the proxy.
 
+use leasehold_nats_harness::free_port;
 use leasehold_nats_harness::{LinkProxy, NatsServer};
 use std::path::Path;
 use tokio::net::TcpStream;
@@ -13,11 +14,6 @@ use tokio::net::TcpStream;
 pub struct Topology {
     pub hub: Vec<NatsServer>,
     proxies: Vec<LinkProxy>,
-}
-
-fn free_port() -> Result<u16, String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
 }
 
 fn hub_config(i: usize, cluster_ports: &[u16]) -> String {
@@ -36,7 +32,7 @@ fn hub_config(i: usize, cluster_ports: &[u16]) -> String {
 }
 
 /// How many times the hub is started afresh when a node dies at start (e.g. a cluster port
-/// reserved by [`free_port`] was taken by another socket before the node bound it).
+/// reserved by [`free_port`](leasehold_nats_harness::free_port) was taken by another socket before the node bound it).
 const HUB_START_ATTEMPTS: usize = 3;
 
 impl Topology {
