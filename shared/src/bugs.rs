@@ -74,4 +74,11 @@ pub struct KnownBugs {
     /// DC's `FloorConfirmations`: a successor cut off from the ledger then trusts a watched floor
     /// older than one its predecessor confirmed.
     pub floor_confirmed_unpersisted: bool,
+    /// The RLQS issuer renews an Envoy token bucket for free even when the renewal may arrive
+    /// after the assignment expired, so Envoy starts a new, full bucket the issuer never paid for.
+    pub rlqs_late_renewal_free: bool,
+    /// The RLQS issuer sends a new Envoy token bucket (a first one, a change, one after a
+    /// lapse) without taking its `max_tokens` from its pool, although Envoy starts it full (or
+    /// at the old one's fill ratio while lagging workers still drain the old one).
+    pub rlqs_new_bucket_unpaid: bool,
 }

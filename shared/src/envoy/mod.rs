@@ -3,7 +3,11 @@
 //! * [`rls_config`]: envoyproxy/ratelimit's YAML configuration (domains, nested descriptors,
 //!   `rate_limit`), read as that service reads it, and the lookup of a request's descriptor to
 //!   the Leasehold limit that answers it.
+//! * [`rlqs_pool`]: a pod's lease lent to Envoy instances as RLQS `TokenBucket` assignments,
+//!   counted so that what Envoy admits stays within the lease.
 
+pub mod rlqs_pool;
 pub mod rls_config;
 
+pub use rlqs_pool::{Assignment, BucketRef, EnvoyTokenBucket, RlqsPool, RlqsTiming};
 pub use rls_config::{ConfiguredLimit, DescriptorEntry, RlsConfig, RlsConfigError, Unit};

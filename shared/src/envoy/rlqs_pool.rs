@@ -1,0 +1,474 @@
+//! RLQS, sans I/O: one pod lease lent to Envoy instances as `TokenBucket` quota assignments, so
+//! Envoy enforces a share of a Leasehold limit itself with no hop per request.
+//!
+//! Envoy is not our pod, so the rules follow what Envoy's `rate_limit_quota` filter does with an
+//! assignment (read from its source; docs/ENVOY.md cites it): the TTL starts when Envoy processes
+//! the message and counts whole seconds; the same bucket sent again keeps its level; a first
+//! bucket, or one after a lapse, starts full; a changed bucket starts at the old fill ratio
+//! while workers may still drain the old one; a closed stream revokes nothing. The issuer never
+//! learns whether a message arrived, so a replaced object counts until its own TTL runs out.
+//!
+//! The pool keeps every bucket object that may still exist in some Envoy (`live`), each until
+//! `sent + delivery margin + TTL/(1 − drift)`, and a reserve `G`:
+//! * Σ rate of live objects + G's refill = at most R (G drains while a replaced object and its
+//!   successor both flow, and was charged for that in advance); Σ burst of live objects + G =
+//!   at most B;
+//! * every new object (a first bucket, a change, a renewal that may arrive late) takes its
+//!   full `max_tokens` from G when it is sent;
+//! * a renewal of the same bucket that surely arrives before it expires is free (Envoy keeps the
+//!   object and its level);
+//! * no object outlives the lease it was cut from, unless the pool's objects all fit the newer one.
+//!
+//! Hence Envoy's admissions in any window T are at most R·T + B, the pod's own bucket's bound
+//! (with a changing lease: the largest R and B in force, as the DC manager counts a pod's claim).
+
+use crate::quota::Quota;
+use std::collections::BTreeMap;
+
+const NS_PER_S: u64 = 1_000_000_000;
+const MILLI: u64 = 1_000;
+
+/// How an issuer times and sizes its assignments. Defaults suit a loopback sidecar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RlqsTiming {
+    /// Longest `assignment_time_to_live` sent, whole seconds (Envoy reads only the seconds).
+    pub ttl_s: u32,
+    /// Bound on delivery (network, Envoy's main thread) plus the time until every worker
+    /// thread uses what the main thread applied, and Envoy's timer lateness.
+    pub delivery_margin_ms: u64,
+    /// How often an unchanged assignment is sent again (each send restarts Envoy's TTL).
+    pub renew_every_ms: u64,
+    /// Bound on how much faster or slower Envoy's clock may run than the agent's.
+    pub clock_drift_percent: u32,
+    /// Share of the lease's rate never lent (G refills from it, so new and changed buckets
+    /// can be paid for). Half the burst is kept back for the same reason.
+    pub reserve_percent: u32,
+    /// Least time between two changes of one Envoy bucket.
+    pub min_change_ms: u64,
+    /// A bucket changes only when its share moved by more than this.
+    pub change_threshold_percent: u32,
+}
+
+impl Default for RlqsTiming {
+    fn default() -> Self {
+        RlqsTiming {
+            ttl_s: 2,
+            delivery_margin_ms: 500,
+            renew_every_ms: 250,
+            clock_drift_percent: 1,
+            reserve_percent: 20,
+            min_change_ms: 1_000,
+            change_threshold_percent: 10,
+        }
+    }
+}
+
+impl RlqsTiming {
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=3_600).contains(&self.ttl_s) {
+            return Err(format!("ttl_s must be 1..=3600 whole seconds (got {})", self.ttl_s));
+        }
+        if self.delivery_margin_ms == 0 || self.renew_every_ms == 0 {
+            return Err("delivery_margin_ms and renew_every_ms must be at least 1".into());
+        }
+        // A renewal must surely arrive before the previous assignment can expire.
+        let earliest_expiry_ms = 1_000 * (100 - self.clock_drift_percent.min(99) as u64) / 100;
+        if self.renew_every_ms + self.delivery_margin_ms >= earliest_expiry_ms {
+            return Err(format!(
+                "renew_every_ms + delivery_margin_ms ({} ms) must stay below a 1 s assignment's earliest expiry ({earliest_expiry_ms} ms)",
+                self.renew_every_ms + self.delivery_margin_ms
+            ));
+        }
+        if self.clock_drift_percent > 10 {
+            return Err(format!("clock_drift_percent must be at most 10 (got {})", self.clock_drift_percent));
+        }
+        if !(1..=90).contains(&self.reserve_percent) {
+            return Err(format!("reserve_percent must be 1..=90 (got {})", self.reserve_percent));
+        }
+        Ok(())
+    }
+
+    fn margin_ns(&self) -> u64 {
+        self.delivery_margin_ms * 1_000_000
+    }
+
+    /// The latest an object lasts in real time after `ttl_s` on a clock up to `drift` slower.
+    fn longest_ttl_ns(&self, ttl_s: u32) -> u64 {
+        (ttl_s as u64 * NS_PER_S * 100).div_ceil(100 - self.clock_drift_percent as u64)
+    }
+
+    /// The earliest it can expire, on a clock up to `drift` faster.
+    fn shortest_ttl_ns(&self, ttl_s: u32) -> u64 {
+        ttl_s as u64 * NS_PER_S * 100 / (100 + self.clock_drift_percent as u64)
+    }
+
+    /// The longest TTL whose object surely ends by `limit_ns` when sent at `now_ns`.
+    fn ttl_within(&self, now_ns: u64, limit_ns: u64) -> u32 {
+        let room = limit_ns.saturating_sub(now_ns.saturating_add(self.margin_ns()));
+        let whole = (room as u128 * (100 - self.clock_drift_percent as u128) / 100 / NS_PER_S as u128) as u64;
+        whole.min(self.ttl_s as u64) as u32
+    }
+}
+
+/// The `TokenBucket` Envoy is told to enforce: `tokens_per_fill` per 1 s `fill_interval` (kept
+/// fixed: Envoy compares only its nanoseconds), holding at most `max_tokens`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EnvoyTokenBucket {
+    pub max_tokens: u32,
+    pub tokens_per_fill: u32,
+}
+
+impl EnvoyTokenBucket {
+    fn quota(&self) -> Quota {
+        Quota::per_s(self.tokens_per_fill as u64, self.max_tokens as u64)
+    }
+}
+
+/// One Envoy bucket: the stream it was reported on (each stream is a distinct Envoy: a
+/// reconnecting or hot-restarted one cannot be told apart) and its `bucket_id`, canonical.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BucketRef {
+    pub stream: u64,
+    pub bucket: String,
+}
+
+/// What to send for one bucket now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Assignment {
+    TokenBucket { bucket: EnvoyTokenBucket, ttl_s: u32 },
+    /// Nothing for this bucket: Envoy denies (a blanket `DENY_ALL`).
+    DenyAll { ttl_s: u32 },
+}
+
+/// An object that may exist in some Envoy, counted until `end_ns`.
+#[derive(Clone, Debug)]
+struct Live {
+    id: u64,
+    quota: Quota,
+    end_ns: u64,
+    /// It may not be renewed past this: the expiry of the latest lease all live objects fit.
+    bound_ns: u64,
+    /// Replaced or revoked: it ends within the delivery margin, and its rate is not reserved
+    /// (G pays for the overlap).
+    retiring: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Tracked {
+    /// Requests per second Envoy reported for the bucket (allowed and denied).
+    demand_per_s: f64,
+    last_report_ns: Option<u64>,
+    current: Option<Current>,
+    last_sent_ns: Option<u64>,
+    last_change_ns: Option<u64>,
+    /// Requests reported since `last_report_ns`, not yet turned into a rate.
+    pending_requests: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Current {
+    bucket: EnvoyTokenBucket,
+    live_id: u64,
+    /// A renewal must arrive by then to find the object still there.
+    safe_until_ns: u64,
+}
+
+/// The issuer's books for one limit: the pod's lease, G, and every object lent out.
+#[derive(Clone, Debug)]
+pub struct RlqsPool {
+    timing: RlqsTiming,
+    bugs: crate::bugs::KnownBugs,
+    lease: Option<(Quota, u64)>,
+    reserve_milli: u64,
+    reserve_at_ns: u64,
+    live: Vec<Live>,
+    next_id: u64,
+    buckets: BTreeMap<BucketRef, Tracked>,
+}
+
+impl RlqsPool {
+    pub fn new(timing: RlqsTiming, bugs: crate::bugs::KnownBugs, now_ns: u64) -> Self {
+        RlqsPool {
+            timing,
+            bugs,
+            lease: None,
+            reserve_milli: 0,
+            reserve_at_ns: now_ns,
+            live: Vec::new(),
+            next_id: 0,
+            buckets: BTreeMap::new(),
+        }
+    }
+
+    /// The pod's lease for the limit now (a renewal, a new size, or none).
+    pub fn set_lease(&mut self, lease: Option<(Quota, u64)>, now_ns: u64) {
+        self.advance(now_ns);
+        if self.lease.is_none_or(|(_, expires)| now_ns >= expires) {
+            // A lease after none (or after a lapse) starts empty, as the pod's bucket does.
+            self.reserve_milli = 0;
+        }
+        self.lease = lease.filter(|&(_, expires)| expires > now_ns);
+        self.reserve_milli = self.reserve_milli.min(self.reserve_cap());
+    }
+
+    /// Envoy reported usage of `bucket` (also how a new bucket first shows up).
+    pub fn report(&mut self, bucket: BucketRef, allowed: u64, denied: u64, now_ns: u64) {
+        let t = self.buckets.entry(bucket).or_default();
+        t.pending_requests = t.pending_requests.saturating_add(allowed.saturating_add(denied));
+        let since = *t.last_report_ns.get_or_insert(now_ns);
+        let elapsed_ns = now_ns.saturating_sub(since);
+        // Envoy's first report of a bucket comes at once, the others every few seconds.
+        if elapsed_ns >= NS_PER_S / 2 {
+            t.demand_per_s = t.pending_requests as f64 * NS_PER_S as f64 / elapsed_ns as f64;
+            t.pending_requests = 0;
+            t.last_report_ns = Some(now_ns);
+        }
+    }
+
+    /// The stream closed: its buckets get nothing more, and what it holds counts until it ends.
+    pub fn close_stream(&mut self, stream: u64) {
+        self.buckets.retain(|b, _| b.stream != stream);
+    }
+
+    /// Requests per second the Envoys want of the limit (their demand, for the pod's reports).
+    pub fn demand_per_s(&self) -> f64 {
+        self.buckets.values().map(|t| t.demand_per_s).sum()
+    }
+
+    /// Buckets tracked (on open streams).
+    pub fn buckets(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// What is lent out now: Σ of the live objects, and the reserve G (milli-tokens).
+    pub fn outstanding(&mut self, now_ns: u64) -> (Quota, u64) {
+        self.advance(now_ns);
+        (self.live_sum(), self.reserve_milli)
+    }
+
+    /// Decide what to send now. Call it every few tens of milliseconds.
+    pub fn tick(&mut self, now_ns: u64) -> Vec<(BucketRef, Assignment)> {
+        self.advance(now_ns);
+        let Some((quota, expires_ns)) = self.lease else { return Vec::new() };
+        let sum = self.live_sum();
+        if sum.rate_milli_per_s <= quota.rate_milli_per_s && sum.burst_milli <= quota.burst_milli {
+            for l in &mut self.live {
+                l.bound_ns = l.bound_ns.max(expires_ns);
+            }
+        }
+        let targets = self.targets(quota);
+        let keys: Vec<BucketRef> = self.buckets.keys().cloned().collect();
+        let mut out = Vec::new();
+        for (key, target) in keys.into_iter().zip(targets) {
+            if let Some(a) = self.decide(&key, target, expires_ns, now_ns) {
+                out.push((key, a));
+            }
+        }
+        out
+    }
+
+    /// Each bucket's share by demand: (1 − reserve) of the rate, half the burst.
+    fn targets(&self, quota: Quota) -> Vec<Option<EnvoyTokenBucket>> {
+        let n = self.buckets.len();
+        let rate_tokens = quota.rate_milli_per_s * (100 - self.timing.reserve_percent as u64) / 100 / MILLI;
+        let burst_tokens = quota.burst_milli / 2 / MILLI;
+        let total: f64 = self.buckets.values().map(|t| t.demand_per_s).sum();
+        self.buckets
+            .values()
+            .map(|t| {
+                let w = if total > 0.0 { t.demand_per_s / total } else { 1.0 / n as f64 };
+                let floor_one = |tokens: u64| {
+                    let share = (tokens as f64 * w).floor() as u64;
+                    if tokens >= n as u64 { share.max(1) } else { share }
+                };
+                let (rate, burst) = (floor_one(rate_tokens), floor_one(burst_tokens).max(1));
+                (rate > 0).then(|| EnvoyTokenBucket {
+                    max_tokens: burst.min(u32::MAX as u64) as u32,
+                    tokens_per_fill: rate.min(u32::MAX as u64) as u32,
+                })
+            })
+            .collect()
+    }
+
+    fn decide(
+        &mut self,
+        key: &BucketRef,
+        target: Option<EnvoyTokenBucket>,
+        expires_ns: u64,
+        now_ns: u64,
+    ) -> Option<Assignment> {
+        let timing = self.timing;
+        let t = self.buckets.get(key)?.clone();
+        let cur = t.current.filter(|c| self.live.iter().any(|l| l.id == c.live_id && l.end_ns > now_ns));
+        let may_change = t.last_change_ns.is_none_or(|at| now_ns >= at + timing.min_change_ms * 1_000_000);
+        let renew_due = t.last_sent_ns.is_none_or(|at| now_ns >= at + timing.renew_every_ms * 1_000_000);
+        if let (Some(c), Some(want)) = (cur, target) {
+            if may_change && moved(c.bucket, want, timing.change_threshold_percent) {
+                if let Some(sent) = self.start(key, want, Some(c), expires_ns, now_ns) {
+                    return Some(sent);
+                }
+                // Not affordable yet: no renewal, so the old object runs down and the overlap
+                // a change must pay for shrinks (at worst it lapses and starts afresh).
+                return None;
+            }
+        }
+        match (cur, target) {
+            (Some(c), None) if may_change => {
+                self.retire(c.live_id);
+                self.note_sent(key, None, now_ns, true);
+                Some(Assignment::DenyAll { ttl_s: timing.ttl_s })
+            }
+            (Some(c), _) if renew_due => {
+                let arrives_ns = now_ns + timing.margin_ns();
+                if arrives_ns > c.safe_until_ns && !self.bugs.rlqs_late_renewal_free {
+                    // It may find the object expired: Envoy would start a new, full bucket.
+                    return self.start(key, c.bucket, None, expires_ns, now_ns);
+                }
+                let live = self.live.iter_mut().find(|l| l.id == c.live_id)?;
+                let ttl_s = timing.ttl_within(now_ns, live.bound_ns);
+                if ttl_s == 0 {
+                    return None;
+                }
+                live.end_ns = live.end_ns.max(now_ns + timing.margin_ns() + timing.longest_ttl_ns(ttl_s));
+                let cur = Current { safe_until_ns: now_ns + timing.shortest_ttl_ns(ttl_s), ..c };
+                self.note_sent(key, Some(cur), now_ns, false);
+                Some(Assignment::TokenBucket { bucket: c.bucket, ttl_s })
+            }
+            (None, Some(want)) => self.start(key, want, None, expires_ns, now_ns),
+            _ => None,
+        }
+    }
+
+    /// Send a new object (first, changed, or after a possible lapse) if the pool can pay for it.
+    fn start(
+        &mut self,
+        key: &BucketRef,
+        want: EnvoyTokenBucket,
+        replacing: Option<Current>,
+        expires_ns: u64,
+        now_ns: u64,
+    ) -> Option<Assignment> {
+        let (quota, _) = self.lease?;
+        let ttl_s = self.timing.ttl_within(now_ns, expires_ns);
+        let need = want.quota();
+        let burst_debit = if self.bugs.rlqs_new_bucket_unpaid { 0 } else { need.burst_milli };
+        let lasting = |l: &Live| !l.retiring && replacing.is_none_or(|old| old.live_id != l.id);
+        let reserved: u64 = self.live.iter().filter(|l| lasting(l)).map(|l| l.quota.rate_milli_per_s).sum();
+        if ttl_s == 0 || reserved.saturating_add(need.rate_milli_per_s) > quota.rate_milli_per_s {
+            return None;
+        }
+        // Until the old object surely ends (the change may be lost, lagging workers may drain
+        // it), its rate and the new one's both flow: G pays in advance for what goes over R.
+        let overlap = self.overlap_milli(quota.rate_milli_per_s, need.rate_milli_per_s, replacing, now_ns);
+        let debit = burst_debit.saturating_add(overlap);
+        if debit > self.reserve_milli {
+            return None;
+        }
+        if let Some(old) = replacing {
+            self.retire(old.live_id);
+        }
+        self.reserve_milli -= debit;
+        self.next_id += 1;
+        let id = self.next_id;
+        let end_ns = now_ns + self.timing.margin_ns() + self.timing.longest_ttl_ns(ttl_s);
+        self.live.push(Live { id, quota: need, end_ns, bound_ns: expires_ns, retiring: false });
+        self.reserve_milli = self.reserve_milli.min(self.reserve_cap());
+        let cur = Current { bucket: want, live_id: id, safe_until_ns: now_ns + self.timing.shortest_ttl_ns(ttl_s) };
+        self.note_sent(key, Some(cur), now_ns, true);
+        Some(Assignment::TokenBucket { bucket: want, ttl_s })
+    }
+
+    /// The object is on its way out. Its end stays: the message replacing it may never reach
+    /// Envoy (a stream that breaks), and then Envoy keeps it until its TTL runs out.
+    fn retire(&mut self, live_id: u64) {
+        if let Some(l) = self.live.iter_mut().find(|l| l.id == live_id) {
+            l.retiring = true;
+        }
+    }
+
+    /// Milli-tokens by which the live objects (with `replacing` retiring, and a new object of
+    /// `extra_rate`) may flow faster than `rate` until every retiring one has ended.
+    fn overlap_milli(&self, rate: u64, extra_rate: u64, replacing: Option<Current>, now_ns: u64) -> u64 {
+        let retiring = |l: &Live| l.retiring || replacing.is_some_and(|c| c.live_id == l.id);
+        let mut ends: Vec<(u64, u64)> =
+            self.live.iter().filter(|l| retiring(l)).map(|l| (l.end_ns, l.quota.rate_milli_per_s)).collect();
+        ends.sort_unstable();
+        let mut flowing = self.live_sum().rate_milli_per_s + extra_rate;
+        let (mut at, mut total) = (now_ns, 0u128);
+        for (end, r) in ends {
+            let over = flowing.saturating_sub(rate) as u128;
+            total += over * end.saturating_sub(at) as u128;
+            at = at.max(end);
+            flowing -= r;
+        }
+        total.div_ceil(NS_PER_S as u128) as u64
+    }
+
+    fn note_sent(&mut self, key: &BucketRef, cur: Option<Current>, now_ns: u64, changed: bool) {
+        if let Some(t) = self.buckets.get_mut(key) {
+            t.current = cur;
+            t.last_sent_ns = Some(now_ns);
+            if changed {
+                t.last_change_ns = Some(now_ns);
+            }
+        }
+    }
+
+    fn live_sum(&self) -> Quota {
+        self.live.iter().fold(Quota::ZERO, |s, l| s.saturating_add(l.quota))
+    }
+
+    fn reserve_cap(&self) -> u64 {
+        self.lease.map_or(0, |(q, _)| q.burst_milli.saturating_sub(self.live_sum().burst_milli))
+    }
+
+    /// Refill G up to `now_ns`, releasing objects as they end (a release never refills G at once).
+    fn advance(&mut self, now_ns: u64) {
+        loop {
+            let next_end = self.live.iter().map(|l| l.end_ns).filter(|&e| e <= now_ns).min();
+            let at = next_end.unwrap_or(now_ns).max(self.reserve_at_ns);
+            self.refill_to(at);
+            match next_end {
+                Some(_) => self.live.retain(|l| l.end_ns > at),
+                None => return,
+            }
+        }
+    }
+
+    fn refill_to(&mut self, at_ns: u64) {
+        let Some((quota, expires_ns)) = self.lease else {
+            self.reserve_milli = 0;
+            self.reserve_at_ns = at_ns;
+            return;
+        };
+        let until = at_ns.min(expires_ns);
+        if until > self.reserve_at_ns {
+            // Retiring objects may flow past R for a moment: G pays (it was charged in advance).
+            let flowing = self.live_sum().rate_milli_per_s;
+            let dt = (until - self.reserve_at_ns) as u128;
+            let per = |r: u64| (r as u128 * dt / NS_PER_S as u128) as u64;
+            if flowing <= quota.rate_milli_per_s {
+                self.reserve_milli = self.reserve_milli.saturating_add(per(quota.rate_milli_per_s - flowing));
+            } else {
+                let owed = (((flowing - quota.rate_milli_per_s) as u128 * dt).div_ceil(NS_PER_S as u128)) as u64;
+                self.reserve_milli = self.reserve_milli.saturating_sub(owed);
+            }
+        }
+        if at_ns >= expires_ns {
+            self.reserve_milli = 0;
+        }
+        self.reserve_at_ns = self.reserve_at_ns.max(at_ns);
+        self.reserve_milli = self.reserve_milli.min(self.reserve_cap());
+    }
+}
+
+/// The share moved by more than `threshold_percent` (in rate or burst).
+fn moved(have: EnvoyTokenBucket, want: EnvoyTokenBucket, threshold_percent: u32) -> bool {
+    let off = |a: u32, b: u32| (a.abs_diff(b) as u64) * 100 > threshold_percent as u64 * a.max(1) as u64;
+    off(have.tokens_per_fill, want.tokens_per_fill) || off(have.max_tokens, want.max_tokens)
+}
+
+#[cfg(test)]
+#[path = "rlqs_pool_tests.rs"]
+mod tests;

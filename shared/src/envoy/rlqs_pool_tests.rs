@@ -1,0 +1,420 @@
+//! The pool against a model of Envoy's `rate_limit_quota` filter, as its source behaves (see
+//! docs/ENVOY.md, "RLQS: what Envoy does with an assignment"): messages apply late and in order;
+//! the TTL starts when applied, on a clock that drifts; the same bucket keeps its object; a new
+//! or changed bucket is a new object (full, or at the old one's fill ratio) while lagging
+//! workers still drain the old one; expiry and `DENY_ALL` take effect late; a reconnect or a
+//! hot restart is a new stream. Envoys take every whole token at once (the worst case), and
+//! no window of their admissions may exceed R·T + B.
+
+use super::*;
+use crate::bugs::KnownBugs;
+use crate::rng::SeededRng;
+use std::collections::{HashMap, VecDeque};
+
+const STEP_NS: u64 = 5_000_000;
+const MS: u64 = 1_000_000;
+
+#[derive(Clone, Debug)]
+struct Object {
+    level: f64,
+    rate: f64,
+    burst: f64,
+    at_ns: u64,
+}
+
+impl Object {
+    fn refill(&mut self, now_ns: u64) {
+        let dt = now_ns.saturating_sub(self.at_ns) as f64 / 1e9;
+        self.level = (self.level + self.rate * dt).min(self.burst);
+        self.at_ns = now_ns;
+    }
+}
+
+#[derive(Default)]
+struct EnvoyBucket {
+    /// The token bucket in force and when its TTL runs out (real time).
+    current: Option<(usize, EnvoyTokenBucket, u64)>,
+    /// Replaced or expired objects lagging workers may still drain, until then.
+    lagging: Vec<(usize, u64)>,
+}
+
+/// One Envoy process: its buckets and the stream it talks on now.
+struct Envoy {
+    stream: u64,
+    /// Its clock runs this much faster (>1) or slower than the agent's.
+    clock_rate: f64,
+    buckets: HashMap<String, EnvoyBucket>,
+    inbox: VecDeque<(u64, String, Assignment)>,
+    last_apply_ns: u64,
+    /// Takes tokens while `now < busy_until_ns` (idle envoys' buckets fill up).
+    busy_until_ns: u64,
+    demand_per_s: f64,
+}
+
+struct Model {
+    rng: SeededRng,
+    objects: Vec<Object>,
+    envoys: Vec<Envoy>,
+    next_stream: u64,
+    delay_max_ns: u64,
+    lag_max_ns: u64,
+    consume: Consume,
+}
+
+/// When an Envoy takes every whole token it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Consume {
+    Always,
+    /// In busy spells that start with reports.
+    Spells,
+    /// Only while a replaced object may still be drained: the adversary of a change.
+    DuringChanges,
+}
+
+impl Model {
+    fn lag(&mut self, now_ns: u64) -> u64 {
+        now_ns + self.rng.range_u64(0, self.lag_max_ns)
+    }
+
+    fn apply(&mut self, e: usize, bucket: String, a: Assignment, now_ns: u64) {
+        let lag_until = self.lag(now_ns);
+        let envoy = &mut self.envoys[e];
+        let b = envoy.buckets.entry(bucket).or_default();
+        let old = b.current.take();
+        match a {
+            Assignment::DenyAll { .. } => {
+                if let Some((obj, _, _)) = old {
+                    b.lagging.push((obj, lag_until));
+                }
+            }
+            Assignment::TokenBucket { bucket: tb, ttl_s } => {
+                let expires = now_ns + (ttl_s as f64 * 1e9 / envoy.clock_rate) as u64;
+                let obj = match old {
+                    // The same bucket: the object (and its level) carries over.
+                    Some((obj, have, _)) if have == tb => obj,
+                    _ => {
+                        let level = match old {
+                            Some((obj, _, _)) => {
+                                self.objects[obj].refill(now_ns);
+                                let o = &self.objects[obj];
+                                tb.max_tokens as f64 * o.level / o.burst
+                            }
+                            None => tb.max_tokens as f64,
+                        };
+                        if let Some((obj, _, _)) = old {
+                            b.lagging.push((obj, lag_until));
+                        }
+                        self.objects.push(Object {
+                            level,
+                            rate: tb.tokens_per_fill as f64,
+                            burst: tb.max_tokens as f64,
+                            at_ns: now_ns,
+                        });
+                        self.objects.len() - 1
+                    }
+                };
+                b.current = Some((obj, tb, expires));
+            }
+        }
+    }
+
+    /// One step of every Envoy: expiries, deliveries, then every whole token taken.
+    fn step(&mut self, now_ns: u64) -> u64 {
+        let mut admitted = 0;
+        for e in 0..self.envoys.len() {
+            let lag_until = self.lag(now_ns);
+            for b in self.envoys[e].buckets.values_mut() {
+                if let Some((obj, _, expires)) = b.current {
+                    if now_ns >= expires {
+                        b.current = None;
+                        b.lagging.push((obj, lag_until));
+                    }
+                }
+                b.lagging.retain(|&(_, until)| now_ns < until);
+            }
+            while self.envoys[e].inbox.front().is_some_and(|m| m.0 <= now_ns) {
+                let (_, bucket, a) = self.envoys[e].inbox.pop_front().unwrap();
+                self.apply(e, bucket, a, now_ns);
+            }
+            let busy = match self.consume {
+                Consume::Always => true,
+                Consume::Spells => now_ns < self.envoys[e].busy_until_ns,
+                Consume::DuringChanges => self.envoys[e].buckets.values().any(|b| !b.lagging.is_empty()),
+            };
+            if !busy {
+                continue;
+            }
+            let held: Vec<usize> = self.envoys[e]
+                .buckets
+                .values()
+                .flat_map(|b| b.current.iter().map(|c| c.0).chain(b.lagging.iter().map(|l| l.0)))
+                .collect();
+            for obj in held {
+                let o = &mut self.objects[obj];
+                o.refill(now_ns);
+                let take = o.level.floor();
+                o.level -= take;
+                admitted += take as u64;
+            }
+        }
+        admitted
+    }
+
+    fn send(&mut self, stream: u64, bucket: String, a: Assignment, now_ns: u64) {
+        let delay = self.rng.range_u64(0, self.delay_max_ns);
+        if let Some(e) = self.envoys.iter_mut().find(|e| e.stream == stream) {
+            // One stream delivers in order.
+            let at = (now_ns + delay).max(e.last_apply_ns);
+            e.last_apply_ns = at;
+            e.inbox.push_back((at, bucket, a));
+        }
+    }
+}
+
+struct Run {
+    /// Admissions per step, and the largest R and B any lease had.
+    admitted: Vec<u64>,
+    max_quota: Quota,
+    sent: usize,
+}
+
+/// The largest excess of admissions over R·T + B across every window of the run (≤ 0: held).
+fn worst_excess(run: &Run) -> f64 {
+    let (r, b) = (run.max_quota.rate_milli_per_s as f64 / 1e3, run.max_quota.burst_milli as f64 / 1e3);
+    let (mut best_start, mut sum, mut worst) = (f64::MIN, 0.0, f64::MIN);
+    for (k, &a) in run.admitted.iter().enumerate() {
+        let t = k as f64 * STEP_NS as f64 / 1e9;
+        // A window starting at step k: −(sum before k) + r·t_k.
+        best_start = best_start.max(r * t - sum);
+        sum += a as f64;
+        worst = worst.max(sum - r * t + best_start - b);
+    }
+    worst
+}
+
+struct Scenario {
+    seed: u64,
+    secs: u64,
+    timing: RlqsTiming,
+    bugs: KnownBugs,
+    change_lease: bool,
+    stalls: bool,
+    /// When Envoys take tokens.
+    consume: Consume,
+    /// Reports at this fixed interval, each with a new demand and a busy spell of `busy_ms`
+    /// right after (idle Envoys' buckets fill up before a change); otherwise at random.
+    cycle: Option<(u64, u64)>,
+    /// Streams break (and Envoys restart) with this chance per 5 ms step.
+    break_chance: f64,
+    /// How long the issuer stalls, when it does (ms).
+    stall_ms: (u64, u64),
+    quota: Quota,
+    /// The pod's lease is renewed until then (seconds), and never again.
+    lease_stops_at_s: Option<u64>,
+}
+
+fn run(s: &Scenario) -> Run {
+    let mut rng = SeededRng::new(s.seed);
+    let margin_ns = s.timing.delivery_margin_ms * MS;
+    let mut model = Model {
+        rng: rng.fork(1),
+        objects: Vec::new(),
+        envoys: Vec::new(),
+        next_stream: 0,
+        delay_max_ns: margin_ns * 5 / 10,
+        lag_max_ns: margin_ns * 5 / 10,
+        consume: s.consume,
+    };
+    let drift = s.timing.clock_drift_percent as f64 / 100.0;
+    for _ in 0..rng.range_u64(1, 4) {
+        model.next_stream += 1;
+        let clock_rate = 1.0 + drift * (2.0 * rng.next_f64() - 1.0);
+        let stream = model.next_stream;
+        model.envoys.push(Envoy {
+            stream,
+            clock_rate,
+            buckets: HashMap::new(),
+            inbox: VecDeque::new(),
+            last_apply_ns: 0,
+            busy_until_ns: 0,
+            demand_per_s: 10.0,
+        });
+    }
+    let buckets = ["a", "b"];
+    let quotas = [Quota::per_s(100, 40), Quota::per_s(60, 10), Quota::per_s(150, 200), Quota::per_s(20, 4)];
+    let mut quota = s.quota;
+    let mut max_quota = quota;
+    let mut pool = RlqsPool::new(s.timing, s.bugs, 0);
+    let mut run = Run { admitted: Vec::new(), max_quota, sent: 0 };
+    let (mut next_lease_ns, mut next_report_ns, mut stalled_until_ns) = (0, 0, 0);
+    let end_ns = s.secs * 1_000_000_000;
+    let mut now_ns = 0;
+    while now_ns < end_ns {
+        if now_ns >= next_lease_ns {
+            if s.change_lease && rng.chance(0.15) {
+                quota = quotas[rng.range_u64(0, quotas.len() as u64 - 1) as usize];
+                max_quota = max_quota.max(quota);
+            }
+            // Now and then the pod's lease lapses (its DC manager is away).
+            let stopped = s.lease_stops_at_s.is_some_and(|at| now_ns >= at * 1_000_000_000);
+            let lapses = s.change_lease && rng.chance(0.05);
+            if !(stopped || lapses) {
+                pool.set_lease(Some((quota, now_ns + 5_000 * MS)), now_ns);
+            }
+            next_lease_ns = now_ns + 1_000 * MS;
+        }
+        if now_ns >= next_report_ns {
+            for e in 0..model.envoys.len() {
+                let envoy = &mut model.envoys[e];
+                if let Some((_, busy_ms)) = s.cycle {
+                    envoy.demand_per_s = rng.range_u64(1, 200) as f64;
+                    envoy.busy_until_ns = now_ns + busy_ms * MS;
+                } else if rng.chance(0.3) {
+                    envoy.demand_per_s = rng.range_u64(1, 200) as f64;
+                    envoy.busy_until_ns = now_ns + rng.range_u64(0, 4_000) * MS;
+                }
+                let requests = (envoy.demand_per_s * 5.0) as u64;
+                for b in buckets.iter().take(1 + (envoy.stream % 2) as usize) {
+                    pool.report(BucketRef { stream: envoy.stream, bucket: b.to_string() }, requests, 0, now_ns);
+                }
+            }
+            next_report_ns = now_ns + s.cycle.map_or_else(|| rng.range_u64(500, 5_000), |c| c.0) * MS;
+        }
+        // A stream breaks and the Envoy comes back on a new one, or restarts (buckets gone).
+        if rng.chance(s.break_chance) {
+            let e = rng.range_u64(0, model.envoys.len() as u64 - 1) as usize;
+            pool.close_stream(model.envoys[e].stream);
+            model.next_stream += 1;
+            model.envoys[e].stream = model.next_stream;
+            if rng.chance(0.5) {
+                // What was still on its way is lost with the stream (a change, a revoke).
+                model.envoys[e].inbox.clear();
+            }
+            if rng.chance(0.5) {
+                model.envoys[e].buckets.clear();
+            }
+        }
+        if s.stalls && now_ns >= stalled_until_ns && rng.chance(0.002) {
+            stalled_until_ns = now_ns + rng.range_u64(s.stall_ms.0, s.stall_ms.1) * MS;
+        }
+        if now_ns >= stalled_until_ns && now_ns % (20 * MS) == 0 {
+            for (key, a) in pool.tick(now_ns) {
+                run.sent += 1;
+                model.send(key.stream, key.bucket, a, now_ns);
+            }
+        }
+        run.admitted.push(model.step(now_ns));
+        now_ns += STEP_NS;
+    }
+    run.max_quota = max_quota;
+    run
+}
+
+fn scenario(seed: u64) -> Scenario {
+    let consume = [Consume::Always, Consume::Spells, Consume::DuringChanges][seed as usize % 3];
+    Scenario {
+        seed,
+        secs: 60,
+        timing: RlqsTiming { min_change_ms: 200, change_threshold_percent: 5, ..RlqsTiming::default() },
+        bugs: KnownBugs::default(),
+        change_lease: seed.is_multiple_of(2),
+        stalls: !seed.is_multiple_of(3),
+        consume,
+        cycle: (consume == Consume::DuringChanges).then_some((250, 0)),
+        break_chance: 0.001,
+        stall_ms: (200, 3_000),
+        quota: Quota::per_s(100, 40),
+        lease_stops_at_s: None,
+    }
+}
+
+#[test]
+fn envoys_never_admit_more_than_the_lease_in_any_window() {
+    let mut total_sent = 0;
+    for seed in 0..60 {
+        let run = run(&scenario(seed));
+        total_sent += run.sent;
+        let excess = worst_excess(&run);
+        assert!(excess <= 1e-6, "seed {seed}: {excess:.2} tokens over R·T + B ({})", run.max_quota);
+    }
+    assert!(total_sent > 1_000, "the pool sent assignments ({total_sent})");
+}
+
+#[test]
+fn envoys_are_given_most_of_a_steady_lease() {
+    let mut s = scenario(1);
+    s.change_lease = false;
+    s.stalls = false;
+    s.break_chance = 0.0;
+    s.consume = Consume::Always;
+    let run = run(&s);
+    let admitted: u64 = run.admitted.iter().sum();
+    // 80% of the rate is lent; streams that break start again from an empty reserve.
+    assert!(admitted as f64 > 0.7 * 60.0 * 100.0, "admitted {admitted} in 60 s of 100/s");
+}
+
+fn caught(bugs: KnownBugs, tune: impl Fn(&mut Scenario)) -> Option<(u64, f64)> {
+    (0..60).find_map(|seed| {
+        let mut s = scenario(seed);
+        s.bugs = bugs;
+        tune(&mut s);
+        let excess = worst_excess(&run(&s));
+        (excess > 1e-6).then_some((seed, excess))
+    })
+}
+
+#[test]
+fn a_late_renewal_taken_as_free_is_caught() {
+    let bugs = KnownBugs { rlqs_late_renewal_free: true, ..KnownBugs::default() };
+    let found = caught(bugs, |s| {
+        s.stalls = true;
+        s.stall_ms = (1_000, 1_400);
+        s.consume = Consume::Always;
+        s.break_chance = 0.0;
+        s.change_lease = false;
+        s.quota = Quota::per_s(20, 200);
+        s.timing.ttl_s = 1;
+        s.timing.reserve_percent = 1;
+    });
+    assert!(found.is_some(), "no seed went over with late renewals free");
+}
+
+#[test]
+fn a_new_bucket_not_paid_for_is_caught() {
+    let bugs = KnownBugs { rlqs_new_bucket_unpaid: true, ..KnownBugs::default() };
+    let found = caught(bugs, |s| {
+        s.consume = Consume::Always;
+        s.quota = Quota::per_s(100, 200);
+        s.change_lease = false;
+        s.break_chance = 0.01;
+    });
+    assert!(found.is_some(), "no seed went over with new buckets free");
+}
+
+#[test]
+fn a_renewal_arrives_before_its_predecessor_can_expire() {
+    let t = RlqsTiming::default();
+    t.validate().unwrap();
+    let too_slow = RlqsTiming { renew_every_ms: 600, ..t };
+    assert!(too_slow.validate().unwrap_err().contains("earliest expiry"));
+    assert_eq!(t.ttl_within(0, 500 * MS + 2_030 * MS), 2);
+    assert_eq!(t.ttl_within(0, 500 * MS + 2_000 * MS), 1, "drift leaves less than 2 s");
+    assert_eq!(t.ttl_within(0, 1_400 * MS), 0);
+}
+
+#[test]
+fn nothing_is_admitted_once_the_pods_lease_has_ended() {
+    for seed in 0..6 {
+        let mut s = scenario(seed);
+        s.consume = Consume::Always;
+        s.change_lease = false;
+        s.secs = 20;
+        s.lease_stops_at_s = Some(8);
+        let run = run(&s);
+        // The last lease was given at 7 s and ran 5 s.
+        let after_end: u64 = run.admitted[(12_000 * MS / STEP_NS) as usize..].iter().sum();
+        let before: u64 = run.admitted[..(7_000 * MS / STEP_NS) as usize].iter().sum();
+        assert!(before > 0, "seed {seed}: the Envoys were admitting before");
+        assert_eq!(after_end, 0, "seed {seed}: admitted after the lease ended");
+    }
+}
