@@ -71,6 +71,9 @@ pub(crate) struct Driver {
     pub config: PodConfig,
     pub limiter: Limiter,
     pub drain_timeout: Duration,
+    /// The lease is lent out (to Envoy, over RLQS): never returned, since pieces of it may be
+    /// in use until they expire; it expires instead, and the DC manager counts it until then.
+    pub lent: bool,
     /// None: never given back when idle (the default limit, or `idle_release_ms = 0`).
     pub idle_release: Option<Duration>,
     pub status: watch::Sender<PodStatus>,
@@ -104,6 +107,37 @@ impl Driver {
                     }
                 }
             }
+        }
+    }
+
+    /// Give the lease back: stop spending now, return it, wait for the acknowledgement (true)
+    /// or the drain timeout (false).
+    async fn give_back(&mut self, core: &mut PodCore) -> Result<bool, DriverError> {
+        let drain_timeout = self.drain_timeout;
+        let drain = async {
+            loop {
+                let ret = core.drain();
+                self.limiter.shared.wake.notify_one();
+                self.send(ToLink::Return(ret))?;
+                // Send it again after 250 ms without its ack.
+                let resend = tokio::time::sleep(Duration::from_millis(250));
+                tokio::pin!(resend);
+                loop {
+                    let msg = tokio::select! {
+                        _ = &mut resend => break,
+                        msg = self.from_link.recv() => msg.ok_or(DriverError::LinkGone)?,
+                    };
+                    match msg {
+                        FromLink::Ack(a) if core.on_return_ack(&a) => return Ok(()),
+                        FromLink::Ack(_) | FromLink::Lease(_) => {}
+                        other => self.count(other),
+                    }
+                }
+            }
+        };
+        match tokio::time::timeout(drain_timeout, drain).await {
+            Ok(r) => r.map(|()| true),
+            Err(_) => Ok(false),
         }
     }
 
@@ -179,32 +213,11 @@ impl Driver {
             }
         };
         self.send(ToLink::Holding { limit, holding: false })?;
-        // Give the lease back: stop spending now, return it, wait for the acknowledgement.
-        let drain_timeout = self.drain_timeout;
-        let drain = async {
-            loop {
-                let ret = core.drain();
-                self.limiter.shared.wake.notify_one();
-                self.send(ToLink::Return(ret))?;
-                // Send it again after 250 ms without its ack.
-                let resend = tokio::time::sleep(Duration::from_millis(250));
-                tokio::pin!(resend);
-                loop {
-                    let msg = tokio::select! {
-                        _ = &mut resend => break,
-                        msg = self.from_link.recv() => msg.ok_or(DriverError::LinkGone)?,
-                    };
-                    match msg {
-                        FromLink::Ack(a) if core.on_return_ack(&a) => return Ok(()),
-                        FromLink::Ack(_) | FromLink::Lease(_) => {}
-                        other => self.count(other),
-                    }
-                }
-            }
-        };
-        let acked = match tokio::time::timeout(drain_timeout, drain).await {
-            Ok(r) => r.map(|()| true)?,
-            Err(_) => false,
+        let acked = if self.lent {
+            core.drain();
+            false
+        } else {
+            self.give_back(&mut core).await?
         };
         let drained = matches!(ended, Ended::Drained(_));
         self.status.send_modify(|s| {
@@ -213,7 +226,9 @@ impl Driver {
             s.drained = drained && acked;
         });
         let (pod, limit) = (&self.config.pod, &self.config.limit);
-        if acked {
+        if self.lent {
+            info!(%pod, %limit, "lent to Envoy: the lease is not returned, it expires");
+        } else if acked {
             info!(%pod, %limit, idle = !drained, "lease returned and acknowledged");
         } else {
             warn!(%pod, %limit, "return not acknowledged in time; the lease will expire instead");

@@ -63,6 +63,9 @@ fn limiter_for(pod: &Pod, limit: Option<&str>) -> Result<Limiter, Box<Response>>
             LimitError::TooMany | LimitError::Draining => {
                 problem(StatusCode::SERVICE_UNAVAILABLE, "limit not served", e.to_string())
             }
+            LimitError::LentToEnvoy(_) | LimitError::AlreadyServed(_) => {
+                problem(StatusCode::CONFLICT, "limit lent to Envoy", e.to_string())
+            }
         })
     })
 }
@@ -330,13 +333,13 @@ fn registry(pod: Pod) -> Registry {
 }
 
 pub fn router(pod: Pod) -> Router {
-    router_with(pod, None)
+    router_with(pod, Vec::new())
 }
 
-/// [`router`], with more series on `/metrics` (the agent's Envoy rate limit service's).
-pub fn router_with(pod: Pod, more_metrics: Option<Box<dyn prometheus_client::collector::Collector>>) -> Router {
+/// [`router`], with more series on `/metrics` (the agent's Envoy services').
+pub fn router_with(pod: Pod, more_metrics: Vec<Box<dyn prometheus_client::collector::Collector>>) -> Router {
     let mut registry = registry(pod.clone());
-    if let Some(more) = more_metrics {
+    for more in more_metrics {
         registry.register_collector(more);
     }
     Router::new()

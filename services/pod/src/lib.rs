@@ -38,6 +38,21 @@ pub fn agent_main(args: leasehold_process::ConfigArgs) -> std::process::ExitCode
     leasehold_process::main("leasehold agent", || PodSettings::load(args.file()).map_err(|e| e.to_string()), run_agent)
 }
 
+async fn bind(listen: &str) -> Result<tokio::net::TcpListener, String> {
+    tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))
+}
+
+/// The address an Envoy service listens on; plaintext and unauthenticated, so whoever reaches it
+/// can spend the quota: a warning beyond loopback.
+#[cfg(feature = "envoy")]
+fn local_addr(listener: &tokio::net::TcpListener, what: &str) -> Result<std::net::SocketAddr, String> {
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    if !local.ip().is_loopback() {
+        tracing::warn!(%local, "the Envoy {what} listens beyond loopback");
+    }
+    Ok(local)
+}
+
 async fn run_agent(settings: PodSettings) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(&settings.http_listen)
         .await
@@ -51,47 +66,63 @@ async fn run_agent(settings: PodSettings) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     let envoy_rls = settings.envoy_rls().map_err(|e| e.to_string())?;
     let rls_listener = match &envoy_rls {
-        Some((listen, _, _)) => {
-            Some(tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?)
-        }
+        Some((listen, _, _)) => Some(bind(listen).await?),
+        None => None,
+    };
+    let rlqs_listener = match settings.envoy_rlqs().map_err(|e| e.to_string())? {
+        Some(listen) => Some(bind(&listen).await?),
         None => None,
     };
     let pod = Pod::start(client, &settings);
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     println!("pod {} listening on {local}", pod.id);
-    let (app, rls) = match (envoy_rls, rls_listener) {
-        #[cfg(feature = "envoy")]
-        (Some((_, config, keys)), Some(rls_listener)) => {
-            let rls_local = rls_listener.local_addr().map_err(|e| e.to_string())?;
-            if !rls_local.ip().is_loopback() {
-                // Plaintext and unauthenticated: whoever reaches it can spend the quota.
-                tracing::warn!(%rls_local, "the Envoy rate limit service listens beyond loopback");
-            }
-            let limits: Vec<&str> = config.limits().keys().map(String::as_str).collect();
-            let tiers: Vec<&str> = config.tiers().keys().map(String::as_str).collect();
-            println!(
-                "Envoy rate limit service (RLS v3) on {rls_local}, limits: {}; per-key tiers: {}",
-                limits.join(", "),
-                tiers.join(", ")
-            );
-            let server = envoy::RateLimitServer::new(pod.clone(), std::sync::Arc::new(config), keys);
-            let app = http::router_with(pod.clone(), Some(envoy::rls::metrics(server.counters.clone())));
-            (app, Some(tokio::spawn(envoy::serve_rls(rls_listener, server))))
-        }
-        _ => (http::router(pod.clone()), None),
-    };
+    let mut metrics = Vec::new();
+    let mut envoy_tasks = tokio::task::JoinSet::new();
+    #[cfg(feature = "envoy")]
+    if let (Some((_, config, keys)), Some(rls_listener)) = (envoy_rls, rls_listener) {
+        let rls_local = local_addr(&rls_listener, "rate limit service")?;
+        let limits: Vec<&str> = config.limits().keys().map(String::as_str).collect();
+        let tiers: Vec<&str> = config.tiers().keys().map(String::as_str).collect();
+        println!(
+            "Envoy rate limit service (RLS v3) on {rls_local}, limits: {}; per-key tiers: {}",
+            limits.join(", "),
+            tiers.join(", ")
+        );
+        let server = envoy::RateLimitServer::new(pod.clone(), std::sync::Arc::new(config), keys);
+        metrics.push(envoy::rls::metrics(server.counters.clone()));
+        envoy_tasks.spawn(envoy::serve_rls(rls_listener, server));
+    }
+    #[cfg(feature = "envoy")]
+    if let Some(rlqs_listener) = rlqs_listener {
+        let rlqs_local = local_addr(&rlqs_listener, "rate limit quota service")?;
+        let server = envoy::RlqsServer::new(
+            pod.clone(),
+            &settings.envoy_rlqs_limits,
+            &settings.envoy_rlqs_bucket_key,
+            settings.envoy_rlqs,
+        )?;
+        println!(
+            "Envoy rate limit quota service (RLQS) on {rlqs_local}, limits lent: {}",
+            settings.envoy_rlqs_limits.join(", ")
+        );
+        metrics.push(envoy::rlqs::metrics(server.counters.clone()));
+        envoy_tasks.spawn(envoy::serve_rlqs(rlqs_listener, server));
+    }
+    #[cfg(not(feature = "envoy"))]
+    let _ = (envoy_rls, rls_listener, rlqs_listener, &mut envoy_tasks);
+    let app = http::router_with(pod.clone(), metrics);
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
-    let rls_stopped = async {
-        match rls {
-            Some(task) => task.await.map_err(|e| e.to_string()).and_then(|r| r),
+    let envoy_stopped = async {
+        match envoy_tasks.join_next().await {
+            Some(r) => r.map_err(|e| e.to_string()).and_then(|r| r),
             None => std::future::pending().await,
         }
     };
     tokio::select! {
         _ = leasehold_process::shutdown_signal() => {}
-        stopped = rls_stopped => {
+        stopped = envoy_stopped => {
             stopped?;
-            return Err("the Envoy rate limit service stopped".into());
+            return Err("an Envoy service stopped".into());
         }
     }
     tracing::info!("draining");

@@ -320,6 +320,13 @@ impl Limiter {
         Ok(self.acquire(cost, priority, max_wait).await?.map_err(fallback))
     }
 
+    /// Requests decided elsewhere on this limit's lease (Envoy, lent the lease over RLQS): they
+    /// are the limit's demand in the pod's reports, as if offered here.
+    pub fn count_decided_elsewhere(&self, admitted: u64, rejected: u64) {
+        self.shared.counts.decided_elsewhere(admitted, rejected);
+        self.wake_if_released();
+    }
+
     /// Tell the pod a call to the upstream failed: a high error ratio marks the pod unhealthy
     /// at its DC manager, which then stops giving it quota.
     pub fn record_upstream_error(&self) {

@@ -27,12 +27,19 @@ pub enum LimitError {
     TooMany,
     #[error("the pod is draining")]
     Draining,
+    /// The agent lends the limit's lease to Envoy (RLQS): taking from it here would spend it twice.
+    #[error("the limit {0:?} is lent to Envoy by this agent (envoy_rlqs_limits): it is not taken here")]
+    LentToEnvoy(String),
+    #[error("the limit {0:?} is already taken from by this agent: it cannot also be lent to Envoy")]
+    AlreadyServed(String),
 }
 
 struct Served {
     limiter: Limiter,
     /// Never given back while idle (the default limit, and those [`Pod::keep`] serves).
     kept: bool,
+    /// Lent to Envoy ([`Pod::lend`]): nothing else in this process takes from it.
+    lent: bool,
     task: JoinHandle<Result<bool, DriverError>>,
 }
 
@@ -103,13 +110,20 @@ impl Pod {
 
     /// The limiter of `limit`, its loop started (and a report sent at once) on first use.
     pub fn limiter(&self, limit: &str) -> Result<Limiter, LimitError> {
-        self.serve(limit, false)
+        self.serve(limit, false, false)
     }
 
     /// Like [`limiter`](Self::limiter), but the limit is kept: never given back while idle, and
     /// `/readyz` waits for its lease. A limit already served as it was stays as it is.
     pub fn keep(&self, limit: &str) -> Result<Limiter, LimitError> {
-        self.serve(limit, true)
+        self.serve(limit, true, false)
+    }
+
+    /// The limit is kept and its lease lent out whole (to Envoy, over RLQS): its limiter only
+    /// holds the lease and carries the demand; [`limiter`](Self::limiter) and
+    /// [`keep`](Self::keep) refuse it from then on, and a limit already served is refused here.
+    pub fn lend(&self, limit: &str) -> Result<Limiter, LimitError> {
+        self.serve(limit, true, true)
     }
 
     /// The limiters of the kept limits (the default one, and those [`keep`](Self::keep) serves).
@@ -118,10 +132,14 @@ impl Pod {
         limits.values().filter(|s| s.kept).map(|s| s.limiter.clone()).collect()
     }
 
-    fn serve(&self, limit: &str, keep: bool) -> Result<Limiter, LimitError> {
+    fn serve(&self, limit: &str, keep: bool, lend: bool) -> Result<Limiter, LimitError> {
         let mut limits = self.inner.limits.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(s) = limits.get(limit) {
-            return Ok(s.limiter.clone());
+            return match (s.lent, lend) {
+                (false, true) => Err(LimitError::AlreadyServed(limit.into())),
+                (true, false) => Err(LimitError::LentToEnvoy(limit.into())),
+                _ => Ok(s.limiter.clone()),
+            };
         }
         leasehold_shared::wire::check_id("limit", limit).map_err(|e| LimitError::BadName(e.to_string()))?;
         if *self.inner.shutdown.borrow() || self.inner.crashed.load(std::sync::atomic::Ordering::SeqCst) {
@@ -162,11 +180,12 @@ impl Pod {
             },
             limiter: limiter.clone(),
             drain_timeout: Duration::from_millis(s.drain_timeout_ms),
+            lent: lend,
             idle_release: (!pinned).then(|| Duration::from_millis(s.idle_release_ms)),
             status: status_tx,
         };
         let task = tokio::spawn(d.run(self.inner.shutdown.subscribe()));
-        limits.insert(limit.to_string(), Served { limiter: limiter.clone(), kept, task });
+        limits.insert(limit.to_string(), Served { limiter: limiter.clone(), kept, lent: lend, task });
         Ok(limiter)
     }
 

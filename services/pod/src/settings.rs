@@ -50,6 +50,19 @@ pub struct PodSettings {
     pub envoy_keys_tier_header: String,
     /// How long a per-value descriptor waits for the per-key limiter before it is denied.
     pub envoy_keys_timeout_ms: u64,
+    /// Where the agent serves Envoy's RLQS (`StreamRateLimitQuotas`, gRPC), such as
+    /// `127.0.0.1:8082`; none: not served. Needs `envoy_rlqs_limits`.
+    #[serde(default)]
+    pub envoy_rlqs_listen: Option<String>,
+    /// The limits whose leases are lent to Envoy over RLQS: nothing else in this agent takes
+    /// from them (not `limit`, not the RLS configuration, not `/v1/acquire`).
+    #[serde(default)]
+    pub envoy_rlqs_limits: Vec<String>,
+    /// The `bucket_id` entry (in Envoy's `bucket_matchers`) whose value names the limit.
+    pub envoy_rlqs_bucket_key: String,
+    /// How assignments are timed and sized (docs/ENVOY.md, "RLQS").
+    #[serde(default)]
+    pub envoy_rlqs: leasehold_shared::envoy::RlqsTiming,
 }
 
 impl Default for PodSettings {
@@ -73,6 +86,10 @@ impl Default for PodSettings {
             envoy_keys_url: None,
             envoy_keys_tier_header: "x-leasehold-tier".into(),
             envoy_keys_timeout_ms: 200,
+            envoy_rlqs_listen: None,
+            envoy_rlqs_limits: Vec::new(),
+            envoy_rlqs_bucket_key: "limit".into(),
+            envoy_rlqs: Default::default(),
         }
     }
 }
@@ -139,7 +156,51 @@ impl PodSettings {
         if self.queue_capacity == 0 {
             return bad("queue_capacity must be at least 1".into());
         }
+        self.envoy_rlqs()?;
         self.envoy_rls().map(|_| ())
+    }
+
+    /// Where RLQS is served, when it is (its limits and timing are the settings').
+    pub fn envoy_rlqs(&self) -> Result<Option<String>, SettingsError> {
+        let bad = |m: String| Err(SettingsError::Invalid(m));
+        let Some(listen) = &self.envoy_rlqs_listen else {
+            if !self.envoy_rlqs_limits.is_empty() {
+                return bad("envoy_rlqs_limits is set but envoy_rlqs_listen is not".into());
+            }
+            return Ok(None);
+        };
+        if cfg!(not(feature = "envoy")) {
+            return bad("this agent was built without the envoy feature: envoy_rlqs_listen is not served".into());
+        }
+        if listen.parse::<std::net::SocketAddr>().is_err() {
+            return bad(format!(
+                "envoy_rlqs_listen must be an address and port such as 127.0.0.1:8082, got {listen:?}"
+            ));
+        }
+        if self.envoy_rlqs_limits.is_empty() {
+            return bad("envoy_rlqs_listen needs envoy_rlqs_limits (the limits lent to Envoy)".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for limit in &self.envoy_rlqs_limits {
+            leasehold_shared::wire::check_id("limit", limit)
+                .map_err(|e| SettingsError::Invalid(format!("envoy_rlqs_limits: {e}")))?;
+            if !seen.insert(limit) {
+                return bad(format!("envoy_rlqs_limits: {limit:?} is named twice"));
+            }
+            if self.limit.as_deref() == Some(limit.as_str()) {
+                return bad(format!(
+                    "envoy_rlqs_limits: {limit:?} is the default limit: a lent lease is not taken from here"
+                ));
+            }
+        }
+        if self.envoy_rlqs_limits.len() >= crate::MAX_LIMITS {
+            return bad(format!("envoy_rlqs_limits: more limits than a pod serves ({})", crate::MAX_LIMITS));
+        }
+        if self.envoy_rlqs_bucket_key.is_empty() {
+            return bad("envoy_rlqs_bucket_key must not be empty".into());
+        }
+        self.envoy_rlqs.validate().map_err(|e| SettingsError::Invalid(format!("envoy_rlqs: {e}")))?;
+        Ok(Some(listen.clone()))
     }
 
     /// The Envoy rate limit service's address and configuration, and the per-key limiter's
@@ -159,9 +220,14 @@ impl PodSettings {
         let config = crate::envoy::read_rls_config(path)
             .map_err(|e| SettingsError::Invalid(format!("envoy_rls_config: {e}")))?;
         // The default limit is served too.
-        let limits = config.limits().len() + usize::from(self.limit.is_some());
+        let limits = config.limits().len() + usize::from(self.limit.is_some()) + self.envoy_rlqs_limits.len();
         if limits > crate::MAX_LIMITS {
             return bad(format!("envoy_rls_config: {limits} limits, more than a pod serves ({})", crate::MAX_LIMITS));
+        }
+        if let Some(both) = config.limits().keys().find(|l| self.envoy_rlqs_limits.contains(l)) {
+            return bad(format!(
+                "envoy_rls_config: {both:?} is lent to Envoy over RLQS (envoy_rlqs_limits): not also answered by RLS"
+            ));
         }
         if !(1..=10_000).contains(&self.envoy_keys_timeout_ms) {
             return bad(format!("envoy_keys_timeout_ms must be within 1..=10000, got {}", self.envoy_keys_timeout_ms));

@@ -130,6 +130,14 @@ impl RequestCounts {
         Self::add(&self.stripes[slot].granted_now, true);
     }
 
+    /// Requests decided elsewhere (by Envoy, on a lent lease), counted at once on the shared stripe.
+    pub(crate) fn decided_elsewhere(&self, admitted: u64, rejected: u64) {
+        let s = &self.stripes[OWNED];
+        s.offered_other.fetch_add(admitted.wrapping_add(rejected), Relaxed);
+        s.admitted_other.fetch_add(admitted, Relaxed);
+        s.rejected.fetch_add(rejected, Relaxed);
+    }
+
     fn total(&self, counter: impl Fn(&Stripe) -> &AtomicU64) -> u64 {
         self.stripes.iter().map(|s| counter(s).load(Relaxed)).fold(0, u64::wrapping_add)
     }

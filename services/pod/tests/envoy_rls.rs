@@ -32,20 +32,33 @@ fn deploy(file: &str) -> String {
 
 /// A coordinator defining `limits` (name, R/s, B; BKK's floor a quarter of R) and BKK's DC
 /// manager, leading.
-async fn control_plane(
+pub(crate) async fn control_plane(
     url: &str,
     limits: &[(&str, u64, u64)],
+) -> (leasehold_coordinator::Handle, leasehold_dc_manager::Handle) {
+    control_plane_with(url, limits, 2_000).await
+}
+
+/// [`control_plane`] with DC leases of `dc_ttl_ms`, and pod leases of half that.
+pub(crate) async fn control_plane_with(
+    url: &str,
+    limits: &[(&str, u64, u64)],
+    dc_ttl_ms: u64,
 ) -> (leasehold_coordinator::Handle, leasehold_dc_manager::Handle) {
     let defs = limits
         .iter()
         .map(|(name, rate, burst)| {
             let mut l = LimitConfig::new(name, Quota::per_s(*rate, *burst), &[("bkk", Quota::per_s(rate / 4, 0))]);
             l.renew_interval_ms = 200;
-            l.dc_ttl_ms = 2_000;
+            l.dc_ttl_ms = dc_ttl_ms;
             LimitDef::from_config(&l)
         })
         .collect();
-    crate::many_limits::control_plane(url, defs).await
+    if dc_ttl_ms == 2_000 {
+        return crate::many_limits::control_plane(url, defs).await;
+    }
+    let coordinator = crate::many_limits::coordinator(url, defs).await;
+    (coordinator, crate::many_limits::dc_manager_with(url, "bkk", dc_ttl_ms / 2).await)
 }
 
 /// A pod answering RLS for `config`, once every limit it names holds a lease with a rate.
@@ -95,16 +108,20 @@ impl Drop for TempDir {
 
 impl AgentProcess {
     pub(crate) fn start(nats_url: &str, dc: &str, rls_port: u16) -> AgentProcess {
-        let unique = format!("leasehold-agent-envoy-{}-{dc}-{rls_port}", std::process::id());
+        let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/envoy/ratelimit.yaml");
+        let rls = format!("envoy_rls_listen = \"127.0.0.1:{rls_port}\"\nenvoy_rls_config = \"{}\"\n", config.display());
+        Self::start_with(nats_url, dc, &rls)
+    }
+
+    /// The agent with `envoy` settings (TOML lines) of its own.
+    pub(crate) fn start_with(nats_url: &str, dc: &str, envoy: &str) -> AgentProcess {
+        let http_port = free_port().unwrap();
+        let unique = format!("leasehold-agent-envoy-{}-{dc}-{http_port}", std::process::id());
         let dir = TempDir(std::env::temp_dir().join(unique));
         std::fs::create_dir_all(&dir.0).unwrap();
-        let http_port = free_port().unwrap();
-        let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/envoy/ratelimit.yaml");
         let settings = format!(
             "nats_url = \"{nats_url}\"\ndc = \"{dc}\"\nreport_interval_ms = 100\n\
-             http_listen = \"127.0.0.1:{http_port}\"\nenvoy_rls_listen = \"127.0.0.1:{rls_port}\"\n\
-             envoy_rls_config = \"{}\"\n",
-            config.display()
+             http_listen = \"127.0.0.1:{http_port}\"\n{envoy}"
         );
         let file = dir.0.join("agent.toml");
         std::fs::write(&file, settings).unwrap();
@@ -143,8 +160,13 @@ impl AgentProcess {
         .await
     }
 
+    /// The agent's HTTP API (`http://127.0.0.1:port`).
+    pub(crate) fn http(&self) -> &str {
+        &self.http
+    }
+
     /// A counter of the agent's `/metrics` (the line that starts with `series`).
-    async fn metric(&self, http: &reqwest::Client, series: &str) -> u64 {
+    pub(crate) async fn metric(&self, http: &reqwest::Client, series: &str) -> u64 {
         let text = http.get(format!("{}/metrics", self.http)).send().await.unwrap().text().await.unwrap();
         let line = text.lines().find(|l| l.starts_with(series)).unwrap_or_else(|| panic!("no {series} in {text}"));
         line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{line}"))

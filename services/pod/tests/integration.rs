@@ -6,6 +6,8 @@ mod agent;
 #[cfg(feature = "envoy")]
 mod envoy_per_key;
 #[cfg(feature = "envoy")]
+mod envoy_rlqs;
+#[cfg(feature = "envoy")]
 mod envoy_rls;
 #[cfg(feature = "envoy")]
 mod envoy_two_dcs;

@@ -38,8 +38,13 @@ pub(crate) async fn coordinator(url: &str, limits: Vec<LimitDef>) -> leasehold_c
 
 /// A DC manager serving every limit of `dc`, leading (pods heard from every 100 ms or so).
 pub(crate) async fn dc_manager(url: &str, dc: &str) -> leasehold_dc_manager::Handle {
+    dc_manager_with(url, dc, 1_000).await
+}
+
+/// [`dc_manager`] granting pod leases of `pod_ttl_ms`.
+pub(crate) async fn dc_manager_with(url: &str, dc: &str, pod_ttl_ms: u64) -> leasehold_dc_manager::Handle {
     let mut m = DcManagerConfig::new("", dc, "");
-    m.pod_ttl_ms = 1_000;
+    m.pod_ttl_ms = pod_ttl_ms;
     m.renew_interval_ms = 200;
     m.heartbeat_timeout_ms = 400;
     let settings = DcSettings {

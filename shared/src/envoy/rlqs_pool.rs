@@ -136,9 +136,14 @@ pub struct BucketRef {
 /// What to send for one bucket now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Assignment {
-    TokenBucket { bucket: EnvoyTokenBucket, ttl_s: u32 },
+    TokenBucket {
+        bucket: EnvoyTokenBucket,
+        ttl_s: u32,
+    },
     /// Nothing for this bucket: Envoy denies (a blanket `DENY_ALL`).
-    DenyAll { ttl_s: u32 },
+    DenyAll {
+        ttl_s: u32,
+    },
 }
 
 /// An object that may exist in some Envoy, counted until `end_ns`.
@@ -236,6 +241,13 @@ impl RlqsPool {
         self.buckets.values().map(|t| t.demand_per_s).sum()
     }
 
+    /// The lease in force lasts long enough to lend from: an assignment of at least 1 s, sent
+    /// now, ends before it does. A pod lease shorter than the TTL and the delivery margin
+    /// (the DC manager's `pod_ttl_ms`) lends nothing: Envoy denies.
+    pub fn lendable(&self, now_ns: u64) -> bool {
+        self.lease.is_some_and(|(_, expires_ns)| self.timing.ttl_within(now_ns, expires_ns) >= 1)
+    }
+
     /// Buckets tracked (on open streams).
     pub fn buckets(&self) -> usize {
         self.buckets.len()
@@ -280,7 +292,11 @@ impl RlqsPool {
                 let w = if total > 0.0 { t.demand_per_s / total } else { 1.0 / n as f64 };
                 let floor_one = |tokens: u64| {
                     let share = (tokens as f64 * w).floor() as u64;
-                    if tokens >= n as u64 { share.max(1) } else { share }
+                    if tokens >= n as u64 {
+                        share.max(1)
+                    } else {
+                        share
+                    }
                 };
                 let (rate, burst) = (floor_one(rate_tokens), floor_one(burst_tokens).max(1));
                 (rate > 0).then(|| EnvoyTokenBucket {
