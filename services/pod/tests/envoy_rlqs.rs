@@ -159,3 +159,60 @@ async fn envoy_enforces_token_buckets_lent_from_the_lease_and_denies_once_they_e
     .await;
     assert_eq!(upstream_stats(&http, upstream_port).await["rejected"], 0, "{:?}", envoy.log_tail());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_envoys_in_two_dcs_share_one_limit_lent_over_rlqs_and_a_restarted_envoy_is_served_again() {
+    let envoy_bin = envoy_binary().expect("an Envoy is needed");
+    let nats = NatsServer::start(&binaries().expect("a nats-server is needed").remove(0)).unwrap();
+    let url = nats.url();
+    // Pod leases of 5 s: they must outlast an assignment.
+    let (_control_plane, upstream_port) = crate::envoy_two_dcs::two_dcs(&url, LIMIT, 10_000, 5_000).await;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    let (mut agents, mut envoys, mut ingresses) = (Vec::new(), Vec::new(), Vec::new());
+    for dc in ["bkk", "europe"] {
+        let rlqs_port = free_port().unwrap();
+        let settings = format!("envoy_rlqs_listen = \"127.0.0.1:{rlqs_port}\"\nenvoy_rlqs_limits = [\"{LIMIT}\"]\n");
+        let mut agent = AgentProcess::start_with(&url, dc, &settings);
+        agent.wait_until_ready(&http, LIMIT).await;
+        let ingress = free_port().unwrap();
+        let bootstrap = bootstrap(ingress, upstream_port, rlqs_port);
+        envoys.push((Envoy::start(&envoy_bin, &bootstrap, WITHIN).await.unwrap(), bootstrap));
+        agents.push(agent);
+        ingresses.push(ingress);
+    }
+
+    // BKK asks for 100/s, Europe for 10/s, for 6 s at once.
+    let six_s = Duration::from_secs(6);
+    let paced = |ingress: u16, every_ms: u64| {
+        let load = crate::envoy_two_dcs::load(http.clone(), ingress, Duration::from_millis(every_ms), six_s);
+        tokio::spawn(async move {
+            let (ok, limited, other) = load.await;
+            Load { ok, limited, other, retry_after: None }
+        })
+    };
+    let (bkk, europe) = (paced(ingresses[0], 10), paced(ingresses[1], 100));
+    let (bkk, europe) = (bkk.await.unwrap(), europe.await.unwrap());
+    let stats = upstream_stats(&http, upstream_port).await;
+    println!("RLQS in 6 s: BKK {bkk:?}; Europe {europe:?}; upstream {stats}");
+    assert!(bkk.other.is_empty() && europe.other.is_empty(), "other statuses: {bkk:?} {europe:?}");
+    assert_eq!(stats["rejected"], 0, "the two DCs together exceeded the limit");
+    assert_eq!(stats["admitted"], bkk.ok + europe.ok);
+    // BKK gets more than its floor could give (80% of 5/s lent: at most 24 and a burst in 6 s),
+    // while Europe is served too.
+    assert!(bkk.ok > 40, "BKK admitted only {} in 6 s: the limit did not follow its demand", bkk.ok);
+    assert!(europe.ok > 0 && bkk.limited > 0, "Europe {europe:?}, BKK {bkk:?}");
+
+    // BKK's Envoy restarted (a new stream, its buckets gone): served again, still within the limit.
+    let (mut envoy, bootstrap) = envoys.remove(0);
+    envoy.kill();
+    let _envoy = Envoy::start(&envoy_bin, &bootstrap, WITHIN).await.unwrap();
+    let call = format!("http://127.0.0.1:{}/call", ingresses[0]);
+    wait::poll(WITHIN, Duration::from_millis(20), "BKK's restarted Envoy served again", async || {
+        match http.post(&call).send().await.map_err(|e| e.to_string())?.status().as_u16() {
+            200 => Ok(()),
+            s => Err(format!("status {s}")),
+        }
+    })
+    .await;
+    assert_eq!(upstream_stats(&http, upstream_port).await["rejected"], 0);
+}

@@ -14,7 +14,12 @@ use std::time::{Duration, Instant};
 
 /// Calls `POST /call` through Envoy on `ingress` every `every` for `for_how_long`: (200s, 429s,
 /// other statuses).
-async fn load(http: reqwest::Client, ingress: u16, every: Duration, for_how_long: Duration) -> (u64, u64, Vec<u16>) {
+pub(crate) async fn load(
+    http: reqwest::Client,
+    ingress: u16,
+    every: Duration,
+    for_how_long: Duration,
+) -> (u64, u64, Vec<u16>) {
     let url = format!("http://127.0.0.1:{ingress}/call");
     let until = Instant::now() + for_how_long;
     let mut tick = tokio::time::interval(every);
@@ -31,24 +36,35 @@ async fn load(http: reqwest::Client, ingress: u16, every: Duration, for_how_long
     (ok, limited, other)
 }
 
+/// The services of a two-DC test, running while held.
+pub(crate) type TwoDcs = (leasehold_coordinator::Handle, [leasehold_dc_manager::Handle; 2]);
+
+/// `limit` with R = 40/s, B = 20 and each DC's floor 5/s (DC leases of `dc_ttl_ms`), a
+/// coordinator, a DC manager for BKK and for Europe (pod leases of `pod_ttl_ms`), and the judge of
+/// both DCs together on its port: at most R·1 s + B = 60 calls in any second.
+pub(crate) async fn two_dcs(url: &str, limit: &str, dc_ttl_ms: u64, pod_ttl_ms: u64) -> (TwoDcs, u16) {
+    let floors = [("bkk", Quota::per_s(5, 0)), ("europe", Quota::per_s(5, 0))];
+    let mut limit = LimitConfig::new(limit, Quota::per_s(40, 20), &floors);
+    limit.renew_interval_ms = 200;
+    limit.dc_ttl_ms = dc_ttl_ms;
+    let coordinator = crate::many_limits::coordinator(url, vec![LimitDef::from_config(&limit)]).await;
+    let managers = [
+        crate::many_limits::dc_manager_with(url, "bkk", pod_ttl_ms).await,
+        crate::many_limits::dc_manager_with(url, "europe", pod_ttl_ms).await,
+    ];
+    let upstream_port = free_port().unwrap();
+    let upstream = format!("127.0.0.1:{upstream_port}");
+    tokio::spawn(async move { leasehold_mock_upstream::serve(&upstream, 60, 1_000).await });
+    ((coordinator, managers), upstream_port)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_envoys_in_two_dcs_share_one_limit_by_demand_and_a_restarted_agent_serves_again() {
     let envoy_bin = envoy_binary().expect("an Envoy is needed");
     let nats = NatsServer::start(&binaries().expect("a nats-server is needed").remove(0)).unwrap();
     let url = nats.url();
-    // R = 40/s, B = 20, each DC's floor 5/s.
-    let floors = [("bkk", Quota::per_s(5, 0)), ("europe", Quota::per_s(5, 0))];
-    let mut limit = LimitConfig::new(LIMIT, Quota::per_s(40, 20), &floors);
-    limit.renew_interval_ms = 200;
-    limit.dc_ttl_ms = 2_000;
-    let _c = crate::many_limits::coordinator(&url, vec![LimitDef::from_config(&limit)]).await;
-    let _managers =
-        [crate::many_limits::dc_manager(&url, "bkk").await, crate::many_limits::dc_manager(&url, "europe").await];
+    let (_control_plane, upstream_port) = two_dcs(&url, LIMIT, 2_000, 1_000).await;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
-    // The judge of both DCs together: at most R·1 s + B = 60 calls in any second.
-    let upstream_port = free_port().unwrap();
-    let upstream = format!("127.0.0.1:{upstream_port}");
-    tokio::spawn(async move { leasehold_mock_upstream::serve(&upstream, 60, 1_000).await });
     let (mut agents, mut envoys, mut ingresses) = (Vec::new(), Vec::new(), Vec::new());
     for dc in ["bkk", "europe"] {
         let rls_port = free_port().unwrap();

@@ -62,6 +62,18 @@ pub async fn serve_rlqs(listener: tokio::net::TcpListener, server: RlqsServer) -
         .map_err(|e| format!("the Envoy rate limit quota service stopped: {e}"))
 }
 
+/// Unlabelled counters of a service, read at a scrape: (name, help, count).
+fn counters(
+    m: &mut leasehold_process::metrics::Scrape<'_>,
+    rows: &[(&str, &str, &std::sync::atomic::AtomicU64)],
+) -> std::fmt::Result {
+    for (name, help, n) in rows {
+        let count = n.load(std::sync::atomic::Ordering::Relaxed);
+        m.counter(name, help, leasehold_process::metrics::NO_LABELS, count)?;
+    }
+    Ok(())
+}
+
 /// TCP_NODELAY: tonic sets it only on listeners it binds itself; without it, Nagle's algorithm
 /// holds small answers back (measured: 1.7 ms added at p50 through Envoy at 2,000/s).
 fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {

@@ -335,9 +335,7 @@ pub fn metrics(c: Arc<RlqsCounters>) -> Box<dyn prometheus_client::collector::Co
                 &c.lease_too_short,
             ),
         ];
-        for (name, help, n) in rows {
-            m.counter(name, help, leasehold_process::metrics::NO_LABELS, n.load(Relaxed))?;
-        }
+        super::counters(m, &rows)?;
         m.gauge(
             "leasehold_agent_rlqs_streams_open",
             "RLQS streams open now.",

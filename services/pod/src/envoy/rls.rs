@@ -351,10 +351,7 @@ pub fn metrics(c: Arc<RlsCounters>) -> Box<dyn prometheus_client::collector::Col
                 &c.shadow_denials,
             ),
         ];
-        for (name, help, n) in descriptors {
-            m.counter(name, help, leasehold_process::metrics::NO_LABELS, n.load(Relaxed))?;
-        }
-        Ok(())
+        super::counters(m, &descriptors)
     })
 }
 

@@ -4,19 +4,21 @@
 //! * `no_limit`: Envoy without the `ratelimit` filter;
 //! * `agent`: RLS answered by the Leasehold agent from its lease (in memory, loopback gRPC);
 //! * `redis`: RLS answered from one central Redis, as envoyproxy/ratelimit does
-//!   ([`super::envoy_redis`]).
+//!   ([`super::envoy_redis`]);
+//! * `rlqs`: Envoy's `rate_limit_quota` filter enforcing token buckets the agent lends it over
+//!   RLQS (no hop per request).
 //!
 //! Each round runs every mode once, in that order, on a fresh Envoy (1 s of warm-up, then
 //! `--duration-s` measured), with clients over keep-alive HTTP/1.1 paced to `--rate` requests/s in
 //! all, each request timed from when it was due (`--rate 0`: closed loop, the throughput). The limit is far above the load: this measures
-//! the cost of asking, not of being denied. RLQS is not built. The last line is JSON.
+//! the cost of asking, not of being denied. The last line is JSON.
 
 use super::envoy_redis::RedisRateLimit;
 use super::keys_load::Connections;
 use leasehold_nats_harness::envoy::{envoy_binary, Envoy};
 use leasehold_nats_harness::free_port;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
-use leasehold_pod::envoy::RateLimitServer;
+use leasehold_pod::envoy::{RateLimitServer, RlqsServer};
 use leasehold_pod::{Pod, PodSettings, PodStatus};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::dc_manager::DcManagerConfig;
@@ -57,8 +59,10 @@ pub struct Args {
     envoy: Option<PathBuf>,
 }
 
-const MODES: [&str; 3] = ["no_limit", "agent", "redis"];
+const MODES: [&str; 4] = ["no_limit", "agent", "redis", "rlqs"];
 const LIMIT: &str = "bench/generic_key_api";
+/// The limit lent to Envoy over RLQS.
+const LENT: &str = "bench-rlqs";
 const RLS_CONFIG: &str = "domain: bench\ndescriptors:\n  - key: generic_key\n    value: api\n    rate_limit: { unit: second, requests_per_unit: 1000000 }\n";
 const WARM_UP: Duration = Duration::from_secs(1);
 
@@ -81,7 +85,10 @@ struct Summary {
     /// when Redis added nothing measurable).
     agent_over_redis_added_p99: Option<f64>,
     target_met: Option<bool>,
-    rlqs: &'static str,
+    /// RLQS's p99 over no limit's (paced), or no limit's throughput over RLQS's (closed loop):
+    /// the target is at most 1.05.
+    rlqs_over_no_limit: Option<f64>,
+    rlqs_target_met: Option<bool>,
     clients: usize,
     /// Paced requests per second (0: closed loop).
     rate: u64,
@@ -100,15 +107,34 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     leasehold::block_on(bench(a, envoy))
 }
 
-/// The bootstrap of one mode: ingress on `ingress`, the upstream on `upstream`, and (unless
-/// `rls` is none) the `ratelimit` filter asking the RLS server on `rls`.
-fn bootstrap(ingress: u16, upstream: u16, rls: Option<u16>) -> String {
-    let (actions, filter, cluster) = match rls {
-        None => (String::new(), String::new(), String::new()),
-        Some(port) => (
+/// The limit filter of a mode: none, `ratelimit` asking an RLS server, or `rate_limit_quota`
+/// streaming with an RLQS server (on the port given).
+enum Filter {
+    None,
+    Rls(u16),
+    Rlqs(u16),
+}
+
+/// The `rate_limit_quota` filter: every request in one bucket naming [`LENT`], denied without an
+/// assignment (as deploy/envoy/rlqs-bootstrap.yaml).
+fn rlqs_filter() -> String {
+    format!(
+        "              - name: envoy.filters.http.rate_limit_quota\n                typed_config:\n                  \"@type\": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig\n                  rlqs_server: {{ envoy_grpc: {{ cluster_name: rls }} }}\n                  domain: bench\n                  bucket_matchers:\n                    matcher_list:\n                      matchers:\n                      - predicate:\n                          single_predicate:\n                            input: {{ name: path, typed_config: {{ \"@type\": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput, header_name: \":path\" }} }}\n                            value_match: {{ prefix: / }}\n                        on_match:\n                          action:\n                            name: lent\n                            typed_config:\n                              \"@type\": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings\n                              bucket_id_builder: {{ bucket_id_builder: {{ limit: {{ string_value: {LENT} }} }} }}\n                              reporting_interval: 5s\n                              no_assignment_behavior: {{ fallback_rate_limit: {{ blanket_rule: DENY_ALL }} }}\n"
+    )
+}
+
+/// The bootstrap of one mode: ingress on `ingress`, the upstream on `upstream`, and its filter.
+fn bootstrap(ingress: u16, upstream: u16, filter: Filter) -> String {
+    let rls_cluster = |port: u16| {
+        format!("  - name: rls\n    type: STATIC\n    typed_extension_protocol_options:\n      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n        \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n        explicit_http_config: {{ http2_protocol_options: {{}} }}\n    load_assignment: {{ cluster_name: rls, endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }} }}] }}] }}\n")
+    };
+    let (actions, filter, cluster) = match filter {
+        Filter::None => (String::new(), String::new(), String::new()),
+        Filter::Rlqs(port) => (String::new(), rlqs_filter(), rls_cluster(port)),
+        Filter::Rls(port) => (
             "                  rate_limits: [{ actions: [{ generic_key: { descriptor_value: api } }] }]\n".to_string(),
             "              - name: envoy.filters.http.ratelimit\n                typed_config:\n                  \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit\n                  domain: bench\n                  failure_mode_deny: true\n                  timeout: 1s\n                  rate_limit_service: { transport_api_version: V3, grpc_service: { envoy_grpc: { cluster_name: rls } } }\n".to_string(),
-            format!("  - name: rls\n    type: STATIC\n    typed_extension_protocol_options:\n      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n        \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n        explicit_http_config: {{ http2_protocol_options: {{}} }}\n    load_assignment: {{ cluster_name: rls, endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }} }}] }}] }}\n"),
+            rls_cluster(port),
         ),
     };
     format!(
@@ -121,15 +147,19 @@ fn bootstrap(ingress: u16, upstream: u16, rls: Option<u16>) -> String {
 /// The services' handles: they run while these are held.
 type ControlPlane = (leasehold_coordinator::Handle, leasehold_dc_manager::Handle);
 
-async fn leasehold_agent(nats: &NatsServer) -> Result<(RateLimitServer, Pod, ControlPlane), String> {
+async fn leasehold_agent(nats: &NatsServer) -> Result<(RateLimitServer, RlqsServer, Pod, ControlPlane), String> {
     let url = nats.url();
-    let mut limit = LimitConfig::new(LIMIT, Quota::per_s(1_000_000, 1_000_000), &[("bkk", Quota::per_s(250_000, 0))]);
-    limit.renew_interval_ms = 250;
+    let limits = [LIMIT, LENT].map(|name| {
+        let mut limit =
+            LimitConfig::new(name, Quota::per_s(1_000_000, 1_000_000), &[("bkk", Quota::per_s(250_000, 0))]);
+        limit.renew_interval_ms = 250;
+        LimitDef::from_config(&limit)
+    });
     let coord = leasehold_coordinator::config::Settings {
         nats_url: url.clone(),
         id: Some("coord".into()),
         replicas: 1,
-        limits: vec![LimitDef::from_config(&limit)],
+        limits: limits.to_vec(),
         ..Default::default()
     };
     let coordinator = leasehold_coordinator::spawn(wait::client(&url, "coordinator").await, coord);
@@ -143,10 +173,14 @@ async fn leasehold_agent(nats: &NatsServer) -> Result<(RateLimitServer, Pod, Con
     let pod = Pod::start(wait::client(&url, "pod").await, &settings);
     let config = RlsConfig::parse([("bench.yaml", RLS_CONFIG)]).map_err(|e| e.to_string())?;
     let server = RateLimitServer::new(pod.clone(), Arc::new(config), None);
-    let mut status = pod.served(LIMIT).ok_or("the limit is not served")?.status();
-    let leased = |s: &PodStatus| s.lease.as_ref().is_some_and(|l| l.quota.rate_milli_per_s > 0);
-    wait::until(&mut status, Duration::from_secs(30), "the agent holds a lease", leased).await;
-    Ok((server, pod, (coordinator, dc_manager)))
+    let lent = [LENT.to_string()];
+    let rlqs = RlqsServer::new(pod.clone(), &lent, "limit", Default::default())?;
+    for limit in [LIMIT, LENT] {
+        let mut status = pod.served(limit).ok_or("the limit is not served")?.status();
+        let leased = |s: &PodStatus| s.lease.as_ref().is_some_and(|l| l.quota.rate_milli_per_s > 0);
+        wait::until(&mut status, Duration::from_secs(30), "the agent holds a lease", leased).await;
+    }
+    Ok((server, rlqs, pod, (coordinator, dc_manager)))
 }
 
 /// A listener on a free loopback port, and its port.
@@ -209,9 +243,11 @@ async fn load(ingress: u16, clients: usize, rate: u64, duration: Duration) -> (V
 async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
     let nats_bin = binaries().map_err(|e| e.to_string())?.remove(0);
     let nats = NatsServer::start(&nats_bin).map_err(|e| e.to_string())?;
-    let (agent, _pod, _control_plane) = leasehold_agent(&nats).await?;
+    let (agent, rlqs, _pod, _control_plane) = leasehold_agent(&nats).await?;
     let (agent_listener, agent_port) = listen().await?;
     tokio::spawn(leasehold_pod::envoy::serve_rls(agent_listener, agent));
+    let (rlqs_listener, rlqs_port) = listen().await?;
+    tokio::spawn(leasehold_pod::envoy::serve_rlqs(rlqs_listener, rlqs));
     let (redis_listener, redis_port) = listen().await?;
     if !a.skip_redis {
         let config = Arc::new(RlsConfig::parse([("bench.yaml", RLS_CONFIG)]).map_err(|e| e.to_string())?);
@@ -227,14 +263,15 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
     let mut per_mode: BTreeMap<&'static str, (Vec<u64>, u64)> = BTreeMap::new();
     for round in 1..=a.rounds {
         for mode in MODES.into_iter().filter(|m| !(a.skip_redis && *m == "redis")) {
-            let rls = match mode {
-                "agent" => Some(agent_port),
-                "redis" => Some(redis_port),
-                _ => None,
+            let filter = match mode {
+                "agent" => Filter::Rls(agent_port),
+                "redis" => Filter::Rls(redis_port),
+                "rlqs" => Filter::Rlqs(rlqs_port),
+                _ => Filter::None,
             };
             let ingress = free_port()?;
             let envoy =
-                Envoy::start(&envoy_bin, &bootstrap(ingress, upstream_port, rls), Duration::from_secs(20)).await?;
+                Envoy::start(&envoy_bin, &bootstrap(ingress, upstream_port, filter), Duration::from_secs(20)).await?;
             let (latencies, not_200) = load(ingress, a.clients, a.rate, duration).await;
             drop(envoy);
             let p99 = latencies.iter().copied().collect::<Percentiles>().at(0.99).unwrap_or(0) as f64 / 1_000.0;
@@ -274,12 +311,19 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
         let r = added["agent"].max(0.0) / redis;
         (r * 1_000.0).round() / 1_000.0
     });
+    // Paced: latency is what RLQS may add; closed loop: throughput.
+    let rlqs_over = modes.get("rlqs").map(|r| {
+        let no_limit = &modes["no_limit"];
+        let x = if a.rate > 0 { r.p99_ms / no_limit.p99_ms } else { no_limit.requests_per_s / r.requests_per_s };
+        (x * 1_000.0).round() / 1_000.0
+    });
     let summary = Summary {
         target_met: ratio.map(|r| r <= 1.0 / 3.0),
         agent_over_redis_added_p99: ratio,
         added_p99_ms: added,
         modes,
-        rlqs: "not built",
+        rlqs_over_no_limit: rlqs_over,
+        rlqs_target_met: rlqs_over.map(|x| x <= 1.05),
         clients: a.clients,
         rate: a.rate,
         rounds: a.rounds,
