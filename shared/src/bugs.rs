@@ -81,4 +81,7 @@ pub struct KnownBugs {
     /// lapse) without taking its `max_tokens` from its pool, although Envoy starts it full (or
     /// at the old one's fill ratio while lagging workers still drain the old one).
     pub rlqs_new_bucket_unpaid: bool,
+    /// The RLQS issuer lends under the largest lease it has seen, not the one in force (a
+    /// shrink goes unheeded).
+    pub rlqs_keeps_largest_lease: bool,
 }

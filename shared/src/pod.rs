@@ -62,6 +62,8 @@ pub struct PodCore {
     drained: bool,
     /// Start of the interval the next report covers.
     counting_since_ns: u64,
+    /// Reports confirm the lease in force (`lease_in_use`); false once [`never_confirm`](Self::never_confirm).
+    confirms: bool,
 }
 
 impl PodCore {
@@ -86,7 +88,16 @@ impl PodCore {
             draining: false,
             drained: false,
             counting_since_ns: now_ns,
+            confirms: true,
         }
+    }
+
+    /// Reports never confirm the lease in force (`lease_in_use` stays empty), so the DC manager
+    /// counts every lease until it expires. For a lease lent out (to Envoy, over RLQS): pieces
+    /// cut from an older, larger lease may be spent until they expire, and a confirmation would
+    /// let the DC manager stop counting it a report later.
+    pub fn never_confirm(&mut self) {
+        self.confirms = false;
     }
 
     pub fn config(&self) -> &PodConfig {
@@ -165,7 +176,7 @@ impl PodCore {
             healthy,
             draining: self.draining,
             weight: self.cfg.weight,
-            lease_in_use: self.fence.current(),
+            lease_in_use: self.fence.current().filter(|_| self.confirms),
         }
     }
 
@@ -240,6 +251,19 @@ mod tests {
         let c = IntervalCounters { offered: 50, ..Default::default() };
         assert_eq!(p.report(250 * MS, c, true).interval_ms, 250);
         assert_eq!(p.report(500 * MS, c, true).interval_ms, 250);
+    }
+
+    #[test]
+    fn a_pod_that_never_confirms_reports_no_lease_in_use() {
+        let (mut confirming, mut lending) = (pod(), pod());
+        lending.never_confirm();
+        for p in [&mut confirming, &mut lending] {
+            let r = p.report(0, IntervalCounters::default(), true);
+            p.on_lease(&lease(LeaseVersion::new(1, 1), r.seq), MS).unwrap();
+        }
+        let c = IntervalCounters::default();
+        assert_eq!(confirming.report(250 * MS, c, true).lease_in_use, Some(LeaseVersion::new(1, 1)));
+        assert_eq!(lending.report(250 * MS, c, true).lease_in_use, None);
     }
 
     #[test]

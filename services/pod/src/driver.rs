@@ -71,8 +71,9 @@ pub(crate) struct Driver {
     pub config: PodConfig,
     pub limiter: Limiter,
     pub drain_timeout: Duration,
-    /// The lease is lent out (to Envoy, over RLQS): never returned, since pieces of it may be
-    /// in use until they expire; it expires instead, and the DC manager counts it until then.
+    /// The lease is lent out (to Envoy, over RLQS): never returned nor confirmed (reports carry
+    /// no `lease_in_use`), since pieces of it may be in use until they expire; the DC manager
+    /// counts every lease until it expires.
     pub lent: bool,
     /// None: never given back when idle (the default limit, or `idle_release_ms = 0`).
     pub idle_release: Option<Duration>,
@@ -90,7 +91,12 @@ impl Driver {
         loop {
             // Random per start, never from a clock: see the module's comment.
             self.config.incarnation = uuid::Uuid::new_v4().as_u64_pair().0;
-            let core = PodCore::with_bucket(self.config.clone(), self.limiter.now_ns(), self.limiter.bucket());
+            let mut core = PodCore::with_bucket(self.config.clone(), self.limiter.now_ns(), self.limiter.bucket());
+            if self.lent {
+                // Envoy may spend what was cut from an older lease until it expires: the DC
+                // manager must count every lease until then (docs/ENVOY.md, "RLQS").
+                core.never_confirm();
+            }
             self.limiter.new_holder();
             self.limiter.set_serving(true);
             let incarnation = self.config.incarnation;

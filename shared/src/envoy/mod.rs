@@ -6,6 +6,7 @@
 //! * [`rlqs_pool`]: a pod's lease lent to Envoy instances as RLQS `TokenBucket` assignments,
 //!   counted so that what Envoy admits stays within the lease.
 
+mod rlqs_live;
 pub mod rlqs_pool;
 pub mod rls_config;
 

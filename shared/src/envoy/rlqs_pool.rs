@@ -22,6 +22,7 @@
 //! Hence Envoy's admissions in any window T are at most R·T + B, the pod's own bucket's bound
 //! (with a changing lease: the largest R and B in force, as the DC manager counts a pod's claim).
 
+use super::rlqs_live::{Live, LiveSet};
 use crate::quota::Quota;
 use std::collections::BTreeMap;
 
@@ -146,19 +147,6 @@ pub enum Assignment {
     },
 }
 
-/// An object that may exist in some Envoy, counted until `end_ns`.
-#[derive(Clone, Debug)]
-struct Live {
-    id: u64,
-    quota: Quota,
-    end_ns: u64,
-    /// It may not be renewed past this: the expiry of the latest lease all live objects fit.
-    bound_ns: u64,
-    /// Replaced or revoked: it ends within the delivery margin, and its rate is not reserved
-    /// (G pays for the overlap).
-    retiring: bool,
-}
-
 #[derive(Clone, Debug, Default)]
 struct Tracked {
     /// Requests per second Envoy reported for the bucket (allowed and denied).
@@ -167,6 +155,8 @@ struct Tracked {
     current: Option<Current>,
     last_sent_ns: Option<u64>,
     last_change_ns: Option<u64>,
+    /// Its objects' group in the live set (the id of its first object).
+    group: Option<u64>,
     /// Requests reported since `last_report_ns`, not yet turned into a rate.
     pending_requests: u64,
 }
@@ -187,7 +177,7 @@ pub struct RlqsPool {
     lease: Option<(Quota, u64)>,
     reserve_milli: u64,
     reserve_at_ns: u64,
-    live: Vec<Live>,
+    live: LiveSet,
     next_id: u64,
     buckets: BTreeMap<BucketRef, Tracked>,
 }
@@ -200,7 +190,7 @@ impl RlqsPool {
             lease: None,
             reserve_milli: 0,
             reserve_at_ns: now_ns,
-            live: Vec::new(),
+            live: LiveSet::default(),
             next_id: 0,
             buckets: BTreeMap::new(),
         }
@@ -213,7 +203,8 @@ impl RlqsPool {
             // A lease after none (or after a lapse) starts empty, as the pod's bucket does.
             self.reserve_milli = 0;
         }
-        self.lease = lease.filter(|&(_, expires)| expires > now_ns);
+        let largest = self.lease.map(|(q, _)| q).filter(|_| self.bugs.rlqs_keeps_largest_lease);
+        self.lease = lease.filter(|&(_, expires)| expires > now_ns).map(|(q, e)| (largest.map_or(q, |m| m.max(q)), e));
         self.reserve_milli = self.reserve_milli.min(self.reserve_cap());
     }
 
@@ -248,6 +239,11 @@ impl RlqsPool {
         self.lease.is_some_and(|(_, expires_ns)| self.timing.ttl_within(now_ns, expires_ns) >= 1)
     }
 
+    /// `bucket` is tracked (reported on a stream still open).
+    pub fn tracks(&self, bucket: &BucketRef) -> bool {
+        self.buckets.contains_key(bucket)
+    }
+
     /// Buckets tracked (on open streams).
     pub fn buckets(&self) -> usize {
         self.buckets.len()
@@ -256,16 +252,16 @@ impl RlqsPool {
     /// What is lent out now: Σ of the live objects, and the reserve G (milli-tokens).
     pub fn outstanding(&mut self, now_ns: u64) -> (Quota, u64) {
         self.advance(now_ns);
-        (self.live_sum(), self.reserve_milli)
+        (self.live.at(now_ns), self.reserve_milli)
     }
 
     /// Decide what to send now. Call it every few tens of milliseconds.
     pub fn tick(&mut self, now_ns: u64) -> Vec<(BucketRef, Assignment)> {
         self.advance(now_ns);
         let Some((quota, expires_ns)) = self.lease else { return Vec::new() };
-        let sum = self.live_sum();
+        let sum = self.live.at(now_ns);
         if sum.rate_milli_per_s <= quota.rate_milli_per_s && sum.burst_milli <= quota.burst_milli {
-            for l in &mut self.live {
+            for l in &mut self.live.items {
                 l.bound_ns = l.bound_ns.max(expires_ns);
             }
         }
@@ -316,32 +312,35 @@ impl RlqsPool {
     ) -> Option<Assignment> {
         let timing = self.timing;
         let t = self.buckets.get(key)?.clone();
-        let cur = t.current.filter(|c| self.live.iter().any(|l| l.id == c.live_id && l.end_ns > now_ns));
+        let cur = t.current.filter(|c| self.live.contains_live(c.live_id, now_ns));
         let may_change = t.last_change_ns.is_none_or(|at| now_ns >= at + timing.min_change_ms * 1_000_000);
         let renew_due = t.last_sent_ns.is_none_or(|at| now_ns >= at + timing.renew_every_ms * 1_000_000);
         if let (Some(c), Some(want)) = (cur, target) {
             if may_change && moved(c.bucket, want, timing.change_threshold_percent) {
-                if let Some(sent) = self.start(key, want, Some(c), expires_ns, now_ns) {
+                let lag = now_ns + timing.margin_ns();
+                if let Some(sent) = self.start(key, want, Some((c.live_id, lag)), expires_ns, now_ns) {
                     return Some(sent);
                 }
-                // Not affordable yet: no renewal, so the old object runs down and the overlap
-                // a change must pay for shrinks (at worst it lapses and starts afresh).
-                return None;
+                // Not affordable yet: the old object is renewed meanwhile (within its bound).
             }
         }
         match (cur, target) {
             (Some(c), None) if may_change => {
-                self.retire(c.live_id);
+                if let Some(old) = self.live.get_mut(c.live_id) {
+                    old.lagging_until_ns = Some(now_ns + timing.margin_ns());
+                }
                 self.note_sent(key, None, now_ns, true);
                 Some(Assignment::DenyAll { ttl_s: timing.ttl_s })
             }
             (Some(c), _) if renew_due => {
                 let arrives_ns = now_ns + timing.margin_ns();
                 if arrives_ns > c.safe_until_ns && !self.bugs.rlqs_late_renewal_free {
-                    // It may find the object expired: Envoy would start a new, full bucket.
-                    return self.start(key, c.bucket, None, expires_ns, now_ns);
+                    // It may find the object expired: Envoy would start a new, full bucket, while
+                    // workers may still drain the old one until it surely ends.
+                    let old_end = self.live.get_mut(c.live_id)?.end_ns;
+                    return self.start(key, c.bucket, Some((c.live_id, old_end)), expires_ns, now_ns);
                 }
-                let live = self.live.iter_mut().find(|l| l.id == c.live_id)?;
+                let live = self.live.get_mut(c.live_id)?;
                 let ttl_s = timing.ttl_within(now_ns, live.bound_ns);
                 if ttl_s == 0 {
                     return None;
@@ -357,68 +356,57 @@ impl RlqsPool {
     }
 
     /// Send a new object (first, changed, or after a possible lapse) if the pool can pay for it.
+    /// `replacing`: the object it replaces, and until when that one may still flow beside it.
     fn start(
         &mut self,
         key: &BucketRef,
         want: EnvoyTokenBucket,
-        replacing: Option<Current>,
+        replacing: Option<(u64, u64)>,
         expires_ns: u64,
         now_ns: u64,
     ) -> Option<Assignment> {
         let (quota, _) = self.lease?;
-        let ttl_s = self.timing.ttl_within(now_ns, expires_ns);
         let need = want.quota();
-        let burst_debit = if self.bugs.rlqs_new_bucket_unpaid { 0 } else { need.burst_milli };
-        let lasting = |l: &Live| !l.retiring && replacing.is_none_or(|old| old.live_id != l.id);
-        let reserved: u64 = self.live.iter().filter(|l| lasting(l)).map(|l| l.quota.rate_milli_per_s).sum();
-        if ttl_s == 0 || reserved.saturating_add(need.rate_milli_per_s) > quota.rate_milli_per_s {
+        // No larger than what it replaces: it may take that one's place within that one's bound
+        // even while the pool is over a lease that shrank (the older lease still counts).
+        let old = replacing.and_then(|(old, _)| self.live.items.iter().find(|l| l.id == old));
+        let smaller = old.is_some_and(|o| need.fits_in(&o.quota));
+        let bound_ns = old.filter(|_| smaller).map_or(expires_ns, |o| o.bound_ns.min(expires_ns));
+        let ttl_s = self.timing.ttl_within(now_ns, bound_ns);
+        if ttl_s == 0 {
             return None;
         }
-        // Until the old object surely ends (the change may be lost, lagging workers may drain
-        // it), its rate and the new one's both flow: G pays in advance for what goes over R.
-        let overlap = self.overlap_milli(quota.rate_milli_per_s, need.rate_milli_per_s, replacing, now_ns);
+        let id = self.next_id + 1;
+        let group = self.buckets.get(key)?.group.unwrap_or(id);
+        let end_ns = now_ns + self.timing.margin_ns() + self.timing.longest_ttl_ns(ttl_s);
+        let mut trial = self.live.clone();
+        if let Some((old, until)) = replacing {
+            let old = trial.get_mut(old)?;
+            old.lagging_until_ns = Some(old.lagging_until_ns.map_or(until, |u| u.max(until)));
+        }
+        trial.items.push(Live { id, group, quota: need, end_ns, bound_ns, lagging_until_ns: None });
+        if trial.lasting(now_ns).rate_milli_per_s > quota.rate_milli_per_s && !smaller {
+            return None;
+        }
+        // While a replaced object may still flow beside its successor, G pays in advance for
+        // what that adds over R; and every new object starts full (or at the old fill ratio while
+        // lagging workers still drain the old one): its tokens come out of G too.
+        let burst_debit = if self.bugs.rlqs_new_bucket_unpaid { 0 } else { need.burst_milli };
+        let overlap = trial.over_rate_milli(&self.live, quota.rate_milli_per_s, now_ns);
         let debit = burst_debit.saturating_add(overlap);
         if debit > self.reserve_milli {
             return None;
         }
-        if let Some(old) = replacing {
-            self.retire(old.live_id);
-        }
+        self.live = trial;
+        self.next_id = id;
         self.reserve_milli -= debit;
-        self.next_id += 1;
-        let id = self.next_id;
-        let end_ns = now_ns + self.timing.margin_ns() + self.timing.longest_ttl_ns(ttl_s);
-        self.live.push(Live { id, quota: need, end_ns, bound_ns: expires_ns, retiring: false });
         self.reserve_milli = self.reserve_milli.min(self.reserve_cap());
+        if let Some(t) = self.buckets.get_mut(key) {
+            t.group = Some(group);
+        }
         let cur = Current { bucket: want, live_id: id, safe_until_ns: now_ns + self.timing.shortest_ttl_ns(ttl_s) };
         self.note_sent(key, Some(cur), now_ns, true);
         Some(Assignment::TokenBucket { bucket: want, ttl_s })
-    }
-
-    /// The object is on its way out. Its end stays: the message replacing it may never reach
-    /// Envoy (a stream that breaks), and then Envoy keeps it until its TTL runs out.
-    fn retire(&mut self, live_id: u64) {
-        if let Some(l) = self.live.iter_mut().find(|l| l.id == live_id) {
-            l.retiring = true;
-        }
-    }
-
-    /// Milli-tokens by which the live objects (with `replacing` retiring, and a new object of
-    /// `extra_rate`) may flow faster than `rate` until every retiring one has ended.
-    fn overlap_milli(&self, rate: u64, extra_rate: u64, replacing: Option<Current>, now_ns: u64) -> u64 {
-        let retiring = |l: &Live| l.retiring || replacing.is_some_and(|c| c.live_id == l.id);
-        let mut ends: Vec<(u64, u64)> =
-            self.live.iter().filter(|l| retiring(l)).map(|l| (l.end_ns, l.quota.rate_milli_per_s)).collect();
-        ends.sort_unstable();
-        let mut flowing = self.live_sum().rate_milli_per_s + extra_rate;
-        let (mut at, mut total) = (now_ns, 0u128);
-        for (end, r) in ends {
-            let over = flowing.saturating_sub(rate) as u128;
-            total += over * end.saturating_sub(at) as u128;
-            at = at.max(end);
-            flowing -= r;
-        }
-        total.div_ceil(NS_PER_S as u128) as u64
     }
 
     fn note_sent(&mut self, key: &BucketRef, cur: Option<Current>, now_ns: u64, changed: bool) {
@@ -431,25 +419,19 @@ impl RlqsPool {
         }
     }
 
-    fn live_sum(&self) -> Quota {
-        self.live.iter().fold(Quota::ZERO, |s, l| s.saturating_add(l.quota))
-    }
-
     fn reserve_cap(&self) -> u64 {
-        self.lease.map_or(0, |(q, _)| q.burst_milli.saturating_sub(self.live_sum().burst_milli))
+        let held = self.live.at(self.reserve_at_ns).burst_milli;
+        self.lease.map_or(0, |(q, _)| q.burst_milli.saturating_sub(held))
     }
 
-    /// Refill G up to `now_ns`, releasing objects as they end (a release never refills G at once).
+    /// Refill G up to `now_ns`, one stretch at a time between the instants the live objects'
+    /// flow changes (an end, a settled change); an end never refills G at once.
     fn advance(&mut self, now_ns: u64) {
-        loop {
-            let next_end = self.live.iter().map(|l| l.end_ns).filter(|&e| e <= now_ns).min();
-            let at = next_end.unwrap_or(now_ns).max(self.reserve_at_ns);
+        while let Some(at) = self.live.next_event(self.reserve_at_ns, now_ns) {
             self.refill_to(at);
-            match next_end {
-                Some(_) => self.live.retain(|l| l.end_ns > at),
-                None => return,
-            }
+            self.live.items.retain(|l| l.end_ns > at);
         }
+        self.refill_to(now_ns.max(self.reserve_at_ns));
     }
 
     fn refill_to(&mut self, at_ns: u64) {
@@ -460,12 +442,13 @@ impl RlqsPool {
         };
         let until = at_ns.min(expires_ns);
         if until > self.reserve_at_ns {
-            // Retiring objects may flow past R for a moment: G pays (it was charged in advance).
-            let flowing = self.live_sum().rate_milli_per_s;
+            // A replaced object and its successor may flow past R for a moment: G pays (it was
+            // charged in advance).
+            let flowing = self.live.at(self.reserve_at_ns).rate_milli_per_s;
             let dt = (until - self.reserve_at_ns) as u128;
-            let per = |r: u64| (r as u128 * dt / NS_PER_S as u128) as u64;
             if flowing <= quota.rate_milli_per_s {
-                self.reserve_milli = self.reserve_milli.saturating_add(per(quota.rate_milli_per_s - flowing));
+                let gained = ((quota.rate_milli_per_s - flowing) as u128 * dt / NS_PER_S as u128) as u64;
+                self.reserve_milli = self.reserve_milli.saturating_add(gained);
             } else {
                 let owed = (((flowing - quota.rate_milli_per_s) as u128 * dt).div_ceil(NS_PER_S as u128)) as u64;
                 self.reserve_milli = self.reserve_milli.saturating_sub(owed);

@@ -176,20 +176,60 @@ struct Run {
     admitted: Vec<u64>,
     max_quota: Quota,
     sent: usize,
+    /// Every lease the pod applied: when, its quota, and when it expires.
+    leases: Vec<(u64, Quota, u64)>,
+    /// Steps at which an Envoy bucket that had been assigned a token bucket held none.
+    unassigned_steps: u64,
 }
 
-/// The largest excess of admissions over R·T + B across every window of the run (≤ 0: held).
-fn worst_excess(run: &Run) -> f64 {
-    let (r, b) = (run.max_quota.rate_milli_per_s as f64 / 1e3, run.max_quota.burst_milli as f64 / 1e3);
-    let (mut best_start, mut sum, mut worst) = (f64::MIN, 0.0, f64::MIN);
+/// How the DC manager counts the pod's leases (its claim: the largest lease it counts).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    /// Each until it expires (a pod that lends its leases never confirms a newer one).
+    UntilExpiry,
+    /// An older lease until the pod confirms a newer one, a report after applying it.
+    UntilConfirmed { report_ns: u64 },
+}
+
+/// The rate the DC manager counts for the pod at each step (tokens per second).
+fn claim_rates(run: &Run, counted: Counted) -> Vec<f64> {
+    let ends: Vec<u64> = (0..run.leases.len())
+        .map(|i| {
+            let (_, _, expires) = run.leases[i];
+            match (counted, run.leases.get(i + 1)) {
+                (Counted::UntilConfirmed { report_ns }, Some(&(next, _, _))) => expires.min(next + report_ns),
+                _ => expires,
+            }
+        })
+        .collect();
+    (0..run.admitted.len() as u64)
+        .map(|k| {
+            let t = k * STEP_NS;
+            let live = run.leases.iter().zip(&ends).filter(|((at, _, _), end)| *at <= t && t < **end);
+            live.map(|((_, q, _), _)| q.rate_milli_per_s).max().unwrap_or(0) as f64 / 1e3
+        })
+        .collect()
+}
+
+/// The largest excess of admissions, across every window of the run, over the rate the DC
+/// manager counted in it plus the largest burst (≤ 0: held).
+fn worst_excess_counted(run: &Run, counted: Counted) -> f64 {
+    let rates = claim_rates(run, counted);
+    let b = run.max_quota.burst_milli as f64 / 1e3;
+    let step_s = STEP_NS as f64 / 1e9;
+    let (mut best_start, mut sum, mut counted_sum, mut worst) = (f64::MIN, 0.0, 0.0, f64::MIN);
     for (k, &a) in run.admitted.iter().enumerate() {
-        let t = k as f64 * STEP_NS as f64 / 1e9;
-        // A window starting at step k: −(sum before k) + r·t_k.
-        best_start = best_start.max(r * t - sum);
+        // A window starting at step k: its counted rate from t_k on, less what came before.
+        best_start = best_start.max(counted_sum - sum);
         sum += a as f64;
-        worst = worst.max(sum - r * t + best_start - b);
+        worst = worst.max(sum - counted_sum + best_start - b);
+        counted_sum += rates[k] * step_s;
     }
     worst
+}
+
+fn worst_excess(run: &Run) -> f64 {
+    worst_excess_counted(run, Counted::UntilExpiry)
 }
 
 struct Scenario {
@@ -211,6 +251,8 @@ struct Scenario {
     quota: Quota,
     /// The pod's lease is renewed until then (seconds), and never again.
     lease_stops_at_s: Option<u64>,
+    /// The lease alternates between 100/s and 130/s this often (seconds).
+    swing_every_s: Option<u64>,
 }
 
 fn run(s: &Scenario) -> Run {
@@ -241,17 +283,22 @@ fn run(s: &Scenario) -> Run {
         });
     }
     let buckets = ["a", "b"];
-    let quotas = [Quota::per_s(100, 40), Quota::per_s(60, 10), Quota::per_s(150, 200), Quota::per_s(20, 4)];
+    let quotas = [Quota::per_s(100, 40), Quota::per_s(60, 10), Quota::per_s(150, 60), Quota::per_s(20, 4)];
     let mut quota = s.quota;
     let mut max_quota = quota;
     let mut pool = RlqsPool::new(s.timing, s.bugs, 0);
-    let mut run = Run { admitted: Vec::new(), max_quota, sent: 0 };
+    let mut run = Run { admitted: Vec::new(), max_quota, sent: 0, leases: Vec::new(), unassigned_steps: 0 };
     let (mut next_lease_ns, mut next_report_ns, mut stalled_until_ns) = (0, 0, 0);
     let end_ns = s.secs * 1_000_000_000;
     let mut now_ns = 0;
     while now_ns < end_ns {
         if now_ns >= next_lease_ns {
-            if s.change_lease && rng.chance(0.15) {
+            if let Some(every_s) = s.swing_every_s {
+                // The lease moves between two sizes, as the DC's split follows demand.
+                let up = (now_ns / 1_000_000_000 / every_s) % 2 == 1;
+                quota = if up { Quota::per_s(130, 52) } else { Quota::per_s(100, 40) };
+                max_quota = max_quota.max(quota);
+            } else if s.change_lease && rng.chance(0.15) {
                 quota = quotas[rng.range_u64(0, quotas.len() as u64 - 1) as usize];
                 max_quota = max_quota.max(quota);
             }
@@ -260,6 +307,7 @@ fn run(s: &Scenario) -> Run {
             let lapses = s.change_lease && rng.chance(0.05);
             if !(stopped || lapses) {
                 pool.set_lease(Some((quota, now_ns + 5_000 * MS)), now_ns);
+                run.leases.push((now_ns, quota, now_ns + 5_000 * MS));
             }
             next_lease_ns = now_ns + 1_000 * MS;
         }
@@ -304,6 +352,8 @@ fn run(s: &Scenario) -> Run {
             }
         }
         run.admitted.push(model.step(now_ns));
+        let unassigned = model.envoys.iter().flat_map(|e| e.buckets.values()).filter(|b| b.current.is_none());
+        run.unassigned_steps += unassigned.count() as u64;
         now_ns += STEP_NS;
     }
     run.max_quota = max_quota;
@@ -325,6 +375,7 @@ fn scenario(seed: u64) -> Scenario {
         stall_ms: (200, 3_000),
         quota: Quota::per_s(100, 40),
         lease_stops_at_s: None,
+        swing_every_s: None,
     }
 }
 
@@ -417,4 +468,32 @@ fn nothing_is_admitted_once_the_pods_lease_has_ended() {
         assert!(before > 0, "seed {seed}: the Envoys were admitting before");
         assert_eq!(after_end, 0, "seed {seed}: admitted after the lease ended");
     }
+}
+
+/// Why a pod that lends its lease must never confirm a newer one (`PodCore::never_confirm`): the
+/// DC manager would stop counting the older, larger lease a report later, while Envoy may spend
+/// buckets cut from it until they expire (found by review: a shrink from 100/s to 20/s, Envoy at
+/// 80/s for two more seconds).
+#[test]
+fn counted_only_until_a_newer_lease_is_confirmed_the_lent_buckets_go_over() {
+    let over = (0..60).find_map(|seed| {
+        let mut s = scenario(seed);
+        s.change_lease = true;
+        s.consume = Consume::Always;
+        let run = run(&s);
+        assert!(worst_excess_counted(&run, Counted::UntilExpiry) <= 1e-6, "seed {seed} over even counted to expiry");
+        let excess = worst_excess_counted(&run, Counted::UntilConfirmed { report_ns: 250 * MS });
+        (excess > 1e-6).then_some((seed, excess))
+    });
+    assert!(over.is_some(), "no seed went over the claim of a pod that confirms newer leases");
+}
+
+#[test]
+fn lending_under_a_larger_lease_than_the_one_in_force_is_caught() {
+    let bugs = KnownBugs { rlqs_keeps_largest_lease: true, ..KnownBugs::default() };
+    let found = caught(bugs, |s| {
+        s.change_lease = true;
+        s.consume = Consume::Always;
+    });
+    assert!(found.is_some(), "no seed went over with the largest lease kept");
 }

@@ -39,6 +39,9 @@ use tokio::sync::mpsc;
 const TICK: Duration = Duration::from_millis(20);
 /// Responses a stream may have waiting; more end the stream.
 const QUEUE: usize = 256;
+/// Envoy buckets one lent limit tracks (bucket ids can carry request values, per user: unbounded);
+/// more are answered `DENY_ALL`. Each tick's work grows with their square.
+pub const MAX_BUCKETS_PER_LIMIT: usize = 1_000;
 
 /// Counters for `/metrics`.
 #[derive(Default, Debug)]
@@ -51,6 +54,8 @@ pub struct RlqsCounters {
     pub streams_ended_late: AtomicU64,
     /// Buckets reported with no limit the agent lends (answered `DENY_ALL`).
     pub unknown_buckets: AtomicU64,
+    /// Buckets refused because their limit already tracks [`MAX_BUCKETS_PER_LIMIT`] (`DENY_ALL`).
+    pub buckets_over_cap: AtomicU64,
     /// Ticks at which a limit's lease was too short to lend from (the DC manager's
     /// `pod_ttl_ms` below the assignment TTL plus the delivery margin): Envoy denies.
     pub lease_too_short: AtomicU64,
@@ -116,7 +121,12 @@ impl RlqsServer {
             loop {
                 every.tick().await;
                 let Some(shared) = weak.upgrade() else { return };
-                shared.tick();
+                let ticked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shared.tick()));
+                if ticked.is_err() {
+                    // Envoy's buckets run out within their TTL and Envoy denies: waste, not excess.
+                    tracing::error!("the RLQS pools stopped on a bug: nothing more is lent to Envoy");
+                    return;
+                }
             }
         });
         Ok(RlqsServer { shared, counters })
@@ -168,19 +178,23 @@ impl Shared {
             let Some(id) = usage.bucket_id else { continue };
             let key = canonical(&id);
             let limit = id.bucket.get(&self.bucket_key).and_then(|l| lent.get_mut(l));
-            out.ids.insert(key.clone(), id.clone());
+            let bucket = BucketRef { stream, bucket: key };
+            let full =
+                limit.as_ref().is_some_and(|l| l.pool.buckets() >= MAX_BUCKETS_PER_LIMIT && !l.pool.tracks(&bucket));
+            if full {
+                self.counters.buckets_over_cap.fetch_add(1, Relaxed);
+                denied.push(action(id, Assignment::DenyAll { ttl_s: self.timing.ttl_s }));
+                continue;
+            }
+            out.ids.insert(bucket.bucket.clone(), id.clone());
             match limit {
                 Some(l) => {
-                    l.pool.report(
-                        BucketRef { stream, bucket: key },
-                        usage.num_requests_allowed,
-                        usage.num_requests_denied,
-                        now,
-                    );
+                    l.pool.report(bucket, usage.num_requests_allowed, usage.num_requests_denied, now);
                     l.unreported.0 += usage.num_requests_allowed;
                     l.unreported.1 += usage.num_requests_denied;
                 }
                 None => {
+                    out.ids.remove(&bucket.bucket);
                     self.counters.unknown_buckets.fetch_add(1, Relaxed);
                     denied.push(action(id, Assignment::DenyAll { ttl_s: self.timing.ttl_s }));
                 }
@@ -233,15 +247,19 @@ impl Shared {
                 per_stream.entry(bucket.stream).or_default().push(action(id.clone(), a));
             }
         }
+        let mut ended = Vec::new();
         for (stream, actions) in per_stream {
             if let Some(out) = streams.get(&stream) {
                 // A full queue: the stream is not being read; it ends (the pool counted it all).
                 if out.tx.try_send((now, RateLimitQuotaResponse { bucket_action: actions })).is_err() {
-                    streams.remove(&stream);
                     self.counters.streams_ended_late.fetch_add(1, Relaxed);
-                    self.counters.streams_open.fetch_sub(1, Relaxed);
+                    ended.push(stream);
                 }
             }
+        }
+        drop(st);
+        for stream in ended {
+            self.on_close(stream);
         }
     }
 }
@@ -249,7 +267,8 @@ impl Shared {
 /// A stream's responses, each sent only if it has not waited too long.
 pub struct Responses {
     rx: mpsc::Receiver<(u64, RateLimitQuotaResponse)>,
-    pod: Pod,
+    shared: Arc<Shared>,
+    stream: u64,
     max_wait_ns: u64,
     counters: Arc<RlqsCounters>,
     ended: bool,
@@ -264,9 +283,11 @@ impl tonic::codegen::tokio_stream::Stream for Responses {
         }
         match self.rx.poll_recv(cx) {
             Poll::Ready(Some((queued_ns, response))) => {
-                if self.pod.now_ns().saturating_sub(queued_ns) > self.max_wait_ns {
+                if self.shared.pod.now_ns().saturating_sub(queued_ns) > self.max_wait_ns {
                     self.ended = true;
                     self.counters.streams_ended_late.fetch_add(1, Relaxed);
+                    // Its buckets get nothing more: they count until they end, as on any close.
+                    self.shared.on_close(self.stream);
                     return Poll::Ready(Some(Err(tonic::Status::unavailable(
                         "an assignment waited too long to be sent; open a new stream",
                     ))));
@@ -303,8 +324,8 @@ impl RateLimitQuotaService for RlqsServer {
             shared.on_close(stream);
         });
         let max_wait_ns = self.shared.timing.delivery_margin_ms * 1_000_000 / 2;
-        let pod = self.shared.pod.clone();
-        Ok(tonic::Response::new(Responses { rx, pod, max_wait_ns, counters: self.counters.clone(), ended: false }))
+        let (shared, counters) = (self.shared.clone(), self.counters.clone());
+        Ok(tonic::Response::new(Responses { rx, shared, stream, max_wait_ns, counters, ended: false }))
     }
 }
 
@@ -328,6 +349,11 @@ pub fn metrics(c: Arc<RlqsCounters>) -> Box<dyn prometheus_client::collector::Co
                 "leasehold_agent_rlqs_unknown_buckets_total",
                 "Reported buckets naming no limit the agent lends (answered DENY_ALL).",
                 &c.unknown_buckets,
+            ),
+            (
+                "leasehold_agent_rlqs_buckets_over_cap_total",
+                "Reported buckets refused (DENY_ALL) because their limit already tracks 1,000.",
+                &c.buckets_over_cap,
             ),
             (
                 "leasehold_agent_rlqs_lease_too_short_total",
