@@ -8,6 +8,7 @@
 
 mod rlqs_live;
 pub mod rlqs_pool;
+mod rlqs_timing;
 pub mod rls_config;
 
 pub use rlqs_pool::{Assignment, BucketRef, EnvoyTokenBucket, RlqsPool, RlqsTiming};

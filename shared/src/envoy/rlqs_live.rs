@@ -19,8 +19,6 @@ pub(super) struct Live {
     pub quota: Quota,
     /// Counted until then: sent + delivery margin + TTL/(1 − drift), for every renewal.
     pub end_ns: u64,
-    /// It may not be renewed past this: the expiry of the latest lease all live objects fit.
-    pub bound_ns: u64,
     /// Replaced or revoked: it may flow beside its successor until then.
     pub lagging_until_ns: Option<u64>,
 }

@@ -23,94 +23,12 @@
 //! (with a changing lease: the largest R and B in force, as the DC manager counts a pod's claim).
 
 use super::rlqs_live::{Live, LiveSet};
+pub use super::rlqs_timing::RlqsTiming;
 use crate::quota::Quota;
 use std::collections::BTreeMap;
 
 const NS_PER_S: u64 = 1_000_000_000;
 const MILLI: u64 = 1_000;
-
-/// How an issuer times and sizes its assignments. Defaults suit a loopback sidecar.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RlqsTiming {
-    /// Longest `assignment_time_to_live` sent, whole seconds (Envoy reads only the seconds).
-    pub ttl_s: u32,
-    /// Bound on delivery (network, Envoy's main thread) plus the time until every worker
-    /// thread uses what the main thread applied, and Envoy's timer lateness.
-    pub delivery_margin_ms: u64,
-    /// How often an unchanged assignment is sent again (each send restarts Envoy's TTL).
-    pub renew_every_ms: u64,
-    /// Bound on how much faster or slower Envoy's clock may run than the agent's.
-    pub clock_drift_percent: u32,
-    /// Share of the lease's rate never lent (G refills from it, so new and changed buckets
-    /// can be paid for). Half the burst is kept back for the same reason.
-    pub reserve_percent: u32,
-    /// Least time between two changes of one Envoy bucket.
-    pub min_change_ms: u64,
-    /// A bucket changes only when its share moved by more than this.
-    pub change_threshold_percent: u32,
-}
-
-impl Default for RlqsTiming {
-    fn default() -> Self {
-        RlqsTiming {
-            ttl_s: 2,
-            delivery_margin_ms: 500,
-            renew_every_ms: 250,
-            clock_drift_percent: 1,
-            reserve_percent: 20,
-            min_change_ms: 1_000,
-            change_threshold_percent: 10,
-        }
-    }
-}
-
-impl RlqsTiming {
-    pub fn validate(&self) -> Result<(), String> {
-        if !(1..=3_600).contains(&self.ttl_s) {
-            return Err(format!("ttl_s must be 1..=3600 whole seconds (got {})", self.ttl_s));
-        }
-        if self.delivery_margin_ms == 0 || self.renew_every_ms == 0 {
-            return Err("delivery_margin_ms and renew_every_ms must be at least 1".into());
-        }
-        // A renewal must surely arrive before the previous assignment can expire.
-        let earliest_expiry_ms = 1_000 * (100 - self.clock_drift_percent.min(99) as u64) / 100;
-        if self.renew_every_ms + self.delivery_margin_ms >= earliest_expiry_ms {
-            return Err(format!(
-                "renew_every_ms + delivery_margin_ms ({} ms) must stay below a 1 s assignment's earliest expiry ({earliest_expiry_ms} ms)",
-                self.renew_every_ms + self.delivery_margin_ms
-            ));
-        }
-        if self.clock_drift_percent > 10 {
-            return Err(format!("clock_drift_percent must be at most 10 (got {})", self.clock_drift_percent));
-        }
-        if !(1..=90).contains(&self.reserve_percent) {
-            return Err(format!("reserve_percent must be 1..=90 (got {})", self.reserve_percent));
-        }
-        Ok(())
-    }
-
-    fn margin_ns(&self) -> u64 {
-        self.delivery_margin_ms * 1_000_000
-    }
-
-    /// The latest an object lasts in real time after `ttl_s` on a clock up to `drift` slower.
-    fn longest_ttl_ns(&self, ttl_s: u32) -> u64 {
-        (ttl_s as u64 * NS_PER_S * 100).div_ceil(100 - self.clock_drift_percent as u64)
-    }
-
-    /// The earliest it can expire, on a clock up to `drift` faster.
-    fn shortest_ttl_ns(&self, ttl_s: u32) -> u64 {
-        ttl_s as u64 * NS_PER_S * 100 / (100 + self.clock_drift_percent as u64)
-    }
-
-    /// The longest TTL whose object surely ends by `limit_ns` when sent at `now_ns`.
-    fn ttl_within(&self, now_ns: u64, limit_ns: u64) -> u32 {
-        let room = limit_ns.saturating_sub(now_ns.saturating_add(self.margin_ns()));
-        let whole = (room as u128 * (100 - self.clock_drift_percent as u128) / 100 / NS_PER_S as u128) as u64;
-        whole.min(self.ttl_s as u64) as u32
-    }
-}
 
 /// The `TokenBucket` Envoy is told to enforce: `tokens_per_fill` per 1 s `fill_interval` (kept
 /// fixed: Envoy compares only its nanoseconds), holding at most `max_tokens`.
@@ -174,7 +92,11 @@ struct Current {
 pub struct RlqsPool {
     timing: RlqsTiming,
     bugs: crate::bugs::KnownBugs,
+    /// The newest lease (what shares are cut from).
     lease: Option<(Quota, u64)>,
+    /// Every lease applied that has not expired: the DC manager counts each until it expires
+    /// (a lending pod never confirms a newer one), so the pod's claim is their largest.
+    counted: Vec<(Quota, u64)>,
     reserve_milli: u64,
     reserve_at_ns: u64,
     live: LiveSet,
@@ -188,6 +110,7 @@ impl RlqsPool {
             timing,
             bugs,
             lease: None,
+            counted: Vec::new(),
             reserve_milli: 0,
             reserve_at_ns: now_ns,
             live: LiveSet::default(),
@@ -199,13 +122,42 @@ impl RlqsPool {
     /// The pod's lease for the limit now (a renewal, a new size, or none).
     pub fn set_lease(&mut self, lease: Option<(Quota, u64)>, now_ns: u64) {
         self.advance(now_ns);
-        if self.lease.is_none_or(|(_, expires)| now_ns >= expires) {
+        if self.claim(now_ns) == Quota::ZERO {
             // A lease after none (or after a lapse) starts empty, as the pod's bucket does.
             self.reserve_milli = 0;
         }
         let largest = self.lease.map(|(q, _)| q).filter(|_| self.bugs.rlqs_keeps_largest_lease);
         self.lease = lease.filter(|&(_, expires)| expires > now_ns).map(|(q, e)| (largest.map_or(q, |m| m.max(q)), e));
+        if let Some(l) = self.lease.filter(|l| !self.counted.contains(l)) {
+            self.counted.push(l);
+        }
         self.reserve_milli = self.reserve_milli.min(self.reserve_cap());
+    }
+
+    /// What the DC manager counts for this pod at `t`: the largest of its unexpired leases.
+    fn claim(&self, t: u64) -> Quota {
+        self.counted.iter().filter(|(_, e)| *e > t).fold(Quota::ZERO, |m, (q, _)| m.max(*q))
+    }
+
+    /// The first instant in (`from`, `until`] at which the flow or the claim may change.
+    fn next_event(&self, set: &LiveSet, from: u64, until: u64) -> Option<u64> {
+        let expiries = self.counted.iter().map(|(_, e)| *e).filter(|&e| e > from && e <= until);
+        set.next_event(from, until).into_iter().chain(expiries).min()
+    }
+
+    /// `set` never holds more than the claim, from `from` until `to`: each bucket's largest
+    /// object, rate and burst (what a replaced one adds while it settles is G's to pay).
+    fn fits(&self, set: &LiveSet, from: u64, to: u64) -> bool {
+        let mut t = from;
+        loop {
+            if !set.lasting(t).fits_in(&self.claim(t)) {
+                return false;
+            }
+            match self.next_event(set, t, to) {
+                Some(next) if next < to => t = next,
+                _ => return true,
+            }
+        }
     }
 
     /// Envoy reported usage of `bucket` (also how a new bucket first shows up).
@@ -259,12 +211,6 @@ impl RlqsPool {
     pub fn tick(&mut self, now_ns: u64) -> Vec<(BucketRef, Assignment)> {
         self.advance(now_ns);
         let Some((quota, expires_ns)) = self.lease else { return Vec::new() };
-        let sum = self.live.at(now_ns);
-        if sum.rate_milli_per_s <= quota.rate_milli_per_s && sum.burst_milli <= quota.burst_milli {
-            for l in &mut self.live.items {
-                l.bound_ns = l.bound_ns.max(expires_ns);
-            }
-        }
         let targets = self.targets(quota);
         let keys: Vec<BucketRef> = self.buckets.keys().cloned().collect();
         let mut out = Vec::new();
@@ -340,12 +286,7 @@ impl RlqsPool {
                     let old_end = self.live.get_mut(c.live_id)?.end_ns;
                     return self.start(key, c.bucket, Some((c.live_id, old_end)), expires_ns, now_ns);
                 }
-                let live = self.live.get_mut(c.live_id)?;
-                let ttl_s = timing.ttl_within(now_ns, live.bound_ns);
-                if ttl_s == 0 {
-                    return None;
-                }
-                live.end_ns = live.end_ns.max(now_ns + timing.margin_ns() + timing.longest_ttl_ns(ttl_s));
+                let ttl_s = self.renew(c.live_id, expires_ns, now_ns)?;
                 let cur = Current { safe_until_ns: now_ns + timing.shortest_ttl_ns(ttl_s), ..c };
                 self.note_sent(key, Some(cur), now_ns, false);
                 Some(Assignment::TokenBucket { bucket: c.bucket, ttl_s })
@@ -365,17 +306,11 @@ impl RlqsPool {
         expires_ns: u64,
         now_ns: u64,
     ) -> Option<Assignment> {
-        let (quota, _) = self.lease?;
-        let need = want.quota();
-        // No larger than what it replaces: it may take that one's place within that one's bound
-        // even while the pool is over a lease that shrank (the older lease still counts).
-        let old = replacing.and_then(|(old, _)| self.live.items.iter().find(|l| l.id == old));
-        let smaller = old.is_some_and(|o| need.fits_in(&o.quota));
-        let bound_ns = old.filter(|_| smaller).map_or(expires_ns, |o| o.bound_ns.min(expires_ns));
-        let ttl_s = self.timing.ttl_within(now_ns, bound_ns);
+        let ttl_s = self.timing.ttl_within(now_ns, expires_ns);
         if ttl_s == 0 {
             return None;
         }
+        let need = want.quota();
         let id = self.next_id + 1;
         let group = self.buckets.get(key)?.group.unwrap_or(id);
         let end_ns = now_ns + self.timing.margin_ns() + self.timing.longest_ttl_ns(ttl_s);
@@ -384,15 +319,17 @@ impl RlqsPool {
             let old = trial.get_mut(old)?;
             old.lagging_until_ns = Some(old.lagging_until_ns.map_or(until, |u| u.max(until)));
         }
-        trial.items.push(Live { id, group, quota: need, end_ns, bound_ns, lagging_until_ns: None });
-        if trial.lasting(now_ns).rate_milli_per_s > quota.rate_milli_per_s && !smaller {
+        trial.items.push(Live { id, group, quota: need, end_ns, lagging_until_ns: None });
+        if !self.fits(&trial, now_ns, end_ns) {
             return None;
         }
         // While a replaced object may still flow beside its successor, G pays in advance for
-        // what that adds over R; and every new object starts full (or at the old fill ratio while
-        // lagging workers still drain the old one): its tokens come out of G too.
+        // what that adds over the claim; and every new object starts full (or at the old fill
+        // ratio while lagging workers still drain the old one): its tokens come out of G too.
+        let settled_ns = trial.items.iter().filter_map(|l| l.lagging_until_ns).max().unwrap_or(now_ns);
+        let rate = self.claim(settled_ns.saturating_sub(1).max(now_ns)).rate_milli_per_s;
         let burst_debit = if self.bugs.rlqs_new_bucket_unpaid { 0 } else { need.burst_milli };
-        let overlap = trial.over_rate_milli(&self.live, quota.rate_milli_per_s, now_ns);
+        let overlap = trial.over_rate_milli(&self.live, rate, now_ns);
         let debit = burst_debit.saturating_add(overlap);
         if debit > self.reserve_milli {
             return None;
@@ -419,45 +356,58 @@ impl RlqsPool {
         }
     }
 
-    fn reserve_cap(&self) -> u64 {
-        let held = self.live.at(self.reserve_at_ns).burst_milli;
-        self.lease.map_or(0, |(q, _)| q.burst_milli.saturating_sub(held))
+    /// Extend `live_id`'s end by a renewal sent now, with the longest TTL (up to the newest
+    /// lease's expiry) the claim holds until the new end; none: no renewal.
+    fn renew(&mut self, live_id: u64, expires_ns: u64, now_ns: u64) -> Option<u32> {
+        let old_end = self.live.get_mut(live_id)?.end_ns;
+        let mut ttl_s = self.timing.ttl_within(now_ns, expires_ns);
+        while ttl_s >= 1 {
+            let end_ns = old_end.max(now_ns + self.timing.margin_ns() + self.timing.longest_ttl_ns(ttl_s));
+            self.live.get_mut(live_id)?.end_ns = end_ns;
+            if self.fits(&self.live, old_end, end_ns) {
+                return Some(ttl_s);
+            }
+            ttl_s -= 1;
+        }
+        self.live.get_mut(live_id)?.end_ns = old_end;
+        None
     }
 
-    /// Refill G up to `now_ns`, one stretch at a time between the instants the live objects'
-    /// flow changes (an end, a settled change); an end never refills G at once.
+    fn reserve_cap(&self) -> u64 {
+        let held = self.live.at(self.reserve_at_ns).burst_milli;
+        self.claim(self.reserve_at_ns).burst_milli.saturating_sub(held)
+    }
+
+    /// Refill G up to `now_ns`, one stretch at a time between the instants the flow or the
+    /// claim changes (an end, a settled change, a lease's expiry); an end never refills G at once.
     fn advance(&mut self, now_ns: u64) {
-        while let Some(at) = self.live.next_event(self.reserve_at_ns, now_ns) {
+        while let Some(at) = self.next_event(&self.live, self.reserve_at_ns, now_ns) {
             self.refill_to(at);
             self.live.items.retain(|l| l.end_ns > at);
+            self.counted.retain(|(_, e)| *e > at);
         }
         self.refill_to(now_ns.max(self.reserve_at_ns));
     }
 
     fn refill_to(&mut self, at_ns: u64) {
-        let Some((quota, expires_ns)) = self.lease else {
-            self.reserve_milli = 0;
-            self.reserve_at_ns = at_ns;
-            return;
-        };
-        let until = at_ns.min(expires_ns);
-        if until > self.reserve_at_ns {
-            // A replaced object and its successor may flow past R for a moment: G pays (it was
-            // charged in advance).
+        if at_ns > self.reserve_at_ns {
+            // G fills at what the claim leaves; a replaced object and its successor may flow past
+            // it for a moment, and G pays (it was charged in advance).
+            let claim = self.claim(self.reserve_at_ns).rate_milli_per_s;
             let flowing = self.live.at(self.reserve_at_ns).rate_milli_per_s;
-            let dt = (until - self.reserve_at_ns) as u128;
-            if flowing <= quota.rate_milli_per_s {
-                let gained = ((quota.rate_milli_per_s - flowing) as u128 * dt / NS_PER_S as u128) as u64;
+            let dt = (at_ns - self.reserve_at_ns) as u128;
+            if flowing <= claim {
+                let gained = ((claim - flowing) as u128 * dt / NS_PER_S as u128) as u64;
                 self.reserve_milli = self.reserve_milli.saturating_add(gained);
             } else {
-                let owed = (((flowing - quota.rate_milli_per_s) as u128 * dt).div_ceil(NS_PER_S as u128)) as u64;
+                let owed = (((flowing - claim) as u128 * dt).div_ceil(NS_PER_S as u128)) as u64;
                 self.reserve_milli = self.reserve_milli.saturating_sub(owed);
             }
         }
-        if at_ns >= expires_ns {
+        self.reserve_at_ns = self.reserve_at_ns.max(at_ns);
+        if self.claim(self.reserve_at_ns) == Quota::ZERO {
             self.reserve_milli = 0;
         }
-        self.reserve_at_ns = self.reserve_at_ns.max(at_ns);
         self.reserve_milli = self.reserve_milli.min(self.reserve_cap());
     }
 }
