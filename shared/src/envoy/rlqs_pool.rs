@@ -146,11 +146,14 @@ impl RlqsPool {
     }
 
     /// `set` never holds more than the claim, from `from` until `to`: each bucket's largest
-    /// object, rate and burst (what a replaced one adds while it settles is G's to pay).
+    /// object, rate and burst (the rate a replaced one adds while it settles is G's to pay), and
+    /// every object that may hold tokens, replaced ones included, within the claim's burst (a
+    /// larger lease may expire while a change settles).
     fn fits(&self, set: &LiveSet, from: u64, to: u64) -> bool {
         let mut t = from;
         loop {
-            if !set.lasting(t).fits_in(&self.claim(t)) {
+            let claim = self.claim(t);
+            if !set.lasting(t).fits_in(&claim) || set.at(t).burst_milli > claim.burst_milli {
                 return false;
             }
             match self.next_event(set, t, to) {

@@ -11,7 +11,9 @@
 //! * Reported usage (allowed + denied) is the limit's demand in the pod's reports.
 //! * A response that waited in the agent longer than half the delivery margin is not sent:
 //!   the stream ends instead (Envoy opens a new one at its next report), since an assignment
-//!   delivered late could outlive what the pool counts.
+//!   delivered late could outlive what the pool counts. This bounds only the agent's own queue:
+//!   once tonic has taken a response, HTTP/2 and TCP buffers and Envoy's main thread may still
+//!   hold it, and the other half of the margin (with Envoy's worker lag) is an assumption.
 
 use crate::limiter::Limiter;
 use crate::pod::Pod;
