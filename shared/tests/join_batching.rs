@@ -80,3 +80,132 @@ fn a_thousand_pods_joining_at_once_cost_a_few_splits_and_each_holds_a_token_with
     assert!(per_pod <= 12.0, "{per_pod} leases issued per pod until each held a token");
     assert!(t - joined_at <= 2 * S, "every pod held a token {} ms after the storm", (t - joined_at) / MS);
 }
+
+/// Found measuring 1,000 limits (`bench control-plane`): every pod report asked each limit
+/// whether some pod could grow, a pass over all its pods, up to ten times a second per limit,
+/// though every pod already held its target. A growth check now waits for a reason: a pod left
+/// below its target by the last split, a pod whose share changed (its health, weight or
+/// heartbeat), or demand moving a `demand` split. Growth itself still comes between renewals.
+#[test]
+fn pods_at_their_targets_run_no_growth_checks_and_a_pod_below_its_target_still_grows_between_renewals() {
+    let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
+    cfg.fail_mode = FailMode::Strict;
+    cfg.event_pass_gap_ms = 100;
+    let mut dc = ScriptedDc::new(cfg, Quota::ZERO, 0, 1, (5, 5));
+    let basis = report_seq_of(&dc.core.tick(0)).expect("a tick reports");
+    dc.dc_lease(Quota::per_s(400, 40), 30_000, LeaseVersion::new(1, 1), basis, 0).expect("the DC lease applies");
+    let pods = ["p1", "p2", "p3", "p4"];
+    let share = Quota::per_s(100, 10);
+    for p in pods {
+        dc.report(p, MS, true, false);
+    }
+    let mut t = MS;
+    while !pods.iter().all(|p| dc.held.get(*p).is_some_and(|l| l.quota == share)) {
+        assert!(t < 5 * S, "the four pods never settled on their shares");
+        t += 250 * MS;
+        for (i, p) in pods.iter().enumerate() {
+            dc.report(p, t + i as u64 * MS, true, true);
+        }
+        let out = dc.core.tick(t + 10 * MS);
+        dc.absorb(out);
+    }
+    t += 10 * MS;
+    // Three rounds of reports within the renew interval (no tick): nothing to grow.
+    let checks = dc.core.counters().growth_checks;
+    for _ in 0..3 {
+        t += 250 * MS;
+        for (i, p) in pods.iter().enumerate() {
+            dc.report(p, t + i as u64 * MS, true, true);
+        }
+    }
+    assert_eq!(dc.core.counters().growth_checks - checks, 0, "growth checks with every pod at its target");
+
+    // A fifth pod joins: the others' larger leases still count until they confirm the smaller
+    // ones, so it gets less than its share at first, and grows as they confirm, before the
+    // next renewal.
+    t += 10 * MS;
+    let joined_at = t;
+    dc.report("p5", t, true, false);
+    let target = Quota::per_s(80, 8);
+    let p5 = |dc: &ScriptedDc| dc.held.get("p5").map(|l| l.quota);
+    assert_ne!(p5(&dc), Some(target), "p5 starts below its share");
+    while p5(&dc) != Some(target) {
+        assert!(t < joined_at + 900 * MS, "p5 still below its share: {:?}", p5(&dc));
+        t += 150 * MS;
+        for (i, p) in pods.iter().chain(&["p5"]).enumerate() {
+            dc.report(p, t + i as u64 * MS, true, true);
+        }
+    }
+    assert!(dc.core.counters().growth_checks > checks, "p5 grew through growth checks");
+    assert!(dc.core.ledger().outstanding(t).fits_in(&Quota::per_s(400, 40)));
+}
+
+/// Found measuring 1,000 limits: each limit re-split its DC twice a second, once for the
+/// coordinator's renewal of its DC lease and once on the manager's own renewal tick, though a
+/// renewal of the same amount changes no pod's share. Such a DC lease now waits for the renewal
+/// tick; a changed amount still re-splits at once.
+#[test]
+fn a_dc_lease_renewed_at_the_same_amount_waits_for_the_renewal_tick_and_a_changed_one_splits_at_once() {
+    let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
+    cfg.fail_mode = FailMode::Strict;
+    let mut dc = ScriptedDc::new(cfg, Quota::ZERO, 0, 1, (5, 5));
+    let amount = Quota::per_s(400, 40);
+    let basis = report_seq_of(&dc.core.tick(0)).expect("a tick reports");
+    dc.dc_lease(amount, 10_000, LeaseVersion::new(1, 1), basis, 0).expect("the DC lease applies");
+    for p in ["p1", "p2"] {
+        dc.report(p, MS, true, false);
+    }
+    let out = dc.core.tick(250 * MS);
+    dc.absorb(out);
+    for p in ["p1", "p2"] {
+        dc.report(p, 300 * MS, true, true);
+    }
+    let full = dc.core.counters().passes_full;
+    let basis = report_seq_of(&dc.core.tick(500 * MS)).expect("a tick reports");
+    dc.dc_lease(amount, 10_000, LeaseVersion::new(1, 2), basis, 600 * MS).expect("the renewal applies");
+    assert_eq!(dc.core.counters().passes_full, full, "a renewal of the same amount re-split the DC");
+    let issued_before = dc.core.counters().pod_leases_issued;
+    let out = dc.core.tick(1_300 * MS);
+    dc.absorb(out);
+    assert!(dc.core.counters().pod_leases_issued > issued_before, "the renewal tick renews the pods");
+
+    let basis = report_seq_of(&dc.core.tick(1_500 * MS)).expect("a tick reports");
+    dc.dc_lease(Quota::per_s(200, 20), 10_000, LeaseVersion::new(1, 3), basis, 1_600 * MS).expect("applies");
+    assert_eq!(dc.core.counters().passes_full, full + 2, "a smaller DC lease re-splits at once");
+    assert_eq!(dc.held["p1"].quota, Quota::per_s(100, 10));
+    let basis = report_seq_of(&dc.core.tick(1_700 * MS)).expect("a tick reports");
+    dc.dc_lease(Quota::per_s(300, 20), 10_000, LeaseVersion::new(1, 4), basis, 1_800 * MS).expect("applies");
+    assert_eq!(dc.core.counters().passes_full, full + 3, "a larger DC lease re-splits at once");
+}
+
+/// With the DC lease's renewals no longer re-splitting, the renewal tick alone renews the pods:
+/// a tick landing a few milliseconds early must not push the renewal a whole tick later (a
+/// lease gap of 1.25 renew periods). Renewals come every renew interval, give or take half a
+/// tick.
+#[test]
+fn renewals_keep_to_the_renew_interval_when_ticks_jitter() {
+    let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
+    cfg.fail_mode = FailMode::Strict;
+    let renew_ms = cfg.renew_interval_ms;
+    let mut dc = ScriptedDc::new(cfg, Quota::ZERO, 0, 1, (5, 5));
+    let basis = report_seq_of(&dc.core.tick(0)).expect("a tick reports");
+    dc.dc_lease(Quota::per_s(400, 40), 30_000, LeaseVersion::new(1, 1), basis, 0).expect("the DC lease applies");
+    dc.report("p1", MS, true, false);
+    let mut passes_at = Vec::new();
+    for k in 1..=40u64 {
+        // Ticks on a 250 ms grid, each up to 3 ms late or early.
+        let t = k * TICK_MS * MS + [3, 0, 2, 1][k as usize % 4] * MS - [0, 3, 0, 0][(k / 4) as usize % 4] * MS;
+        dc.report("p1", t - MS, true, true);
+        let full = dc.core.counters().passes_full;
+        let out = dc.core.tick(t);
+        dc.absorb(out);
+        if dc.core.counters().passes_full > full {
+            passes_at.push(t);
+        }
+    }
+    let gaps_ms: Vec<u64> = passes_at.windows(2).map(|w| (w[1] - w[0]) / MS).collect();
+    assert!(
+        gaps_ms.iter().all(|&g| g + TICK_MS / 2 >= renew_ms && g <= renew_ms + TICK_MS / 2),
+        "renewals {gaps_ms:?} ms apart"
+    );
+}

@@ -79,6 +79,8 @@ pub struct DcCounters {
     pub passes_full: u64,
     /// Event-driven passes that only let pods grow.
     pub passes_growth: u64,
+    /// Checks whether some pod could grow between renewals (each a pass over the pods).
+    pub growth_checks: u64,
 }
 
 #[derive(Clone)]
@@ -100,12 +102,20 @@ pub struct DcManagerCore {
     next_seq: u64,
     acked: Option<LeaseVersion>,
     last_pass_ns: Option<u64>,
+    /// The budget the last full split divided and the TTL it gave (full, or cut short to nest in
+    /// a DC lease about to end): a DC lease that changes neither needs no split of its own.
+    last_full: Option<(Quota, u64)>,
+    /// When [`DcManagerCore::tick`] last ran.
+    last_tick_ns: Option<u64>,
     /// The last split or growth check of any kind (joins and growth wait `event_pass_gap_ms`).
     last_work_ns: Option<u64>,
     /// A pod with no lease reported since the last full split.
     join_waiting: bool,
     /// A report since the last split or growth check may let some pod grow.
     growth_waiting: bool,
+    /// The last split or growth pass left an eligible pod below its target by a step worth
+    /// growing (its grant held back by room others' older leases still take).
+    shortfall: bool,
     counters: DcCounters,
     /// The limit's record runs retired (the limit was removed): said in every pod lease.
     limit_removed: bool,
@@ -138,9 +148,12 @@ impl DcManagerCore {
             next_seq: 0,
             acked: None,
             last_pass_ns: None,
+            last_full: None,
+            last_tick_ns: None,
             last_work_ns: None,
             join_waiting: false,
             growth_waiting: false,
+            shortfall: false,
             counters: DcCounters::default(),
             limit_removed: false,
             ledger_unread: false,
@@ -227,6 +240,13 @@ impl DcManagerCore {
             self.counters.dc_leases_rejected += 1;
         }
         r?;
+        // A renewal of the same amount changes no pod's share, and the pods' leases, cut at
+        // full length, stay nested in the older lease: the renewal tick renews them. Any other
+        // DC lease (larger, smaller, another floor, or one the last split was cut short for)
+        // re-splits at once.
+        if self.last_full == Some((self.budget(now_ns).0, self.cfg.pod_ttl_ms)) {
+            return Ok(Vec::new());
+        }
         Ok(self.pass(now_ns, Pass::Full))
     }
 
@@ -265,8 +285,8 @@ impl DcManagerCore {
             self.counters.reports_stale += 1;
             return Vec::new();
         }
-        match self.pods.observe(r, &self.cfg, now_ns) {
-            ReportOutcome::Accepted => {}
+        let share_changed = match self.pods.observe(r, &self.cfg, now_ns) {
+            ReportOutcome::Accepted { share_changed } => share_changed,
             ReportOutcome::Stale => {
                 self.counters.reports_stale += 1;
                 return Vec::new();
@@ -275,17 +295,20 @@ impl DcManagerCore {
                 self.counters.reports_over_capacity += 1;
                 return Vec::new();
             }
-        }
+        };
         let release_at = self.cfg.expiry.released_until_ns(now_ns);
         if let Some(v) = r.lease_in_use {
             // Unknown versions (a forged or pre-restart ack) change nothing.
             let _ = self.ledger.confirm_in_use(&holder, v, release_at);
         }
-        // A brand-new pod needs a split to get a lease; any other report may let a pod below
-        // its target grow (fast rebalance). Both wait for the gap (see `event_pass_gap_ms`).
+        // A brand-new pod needs a split to get a lease. Any other report may let a pod grow
+        // (fast rebalance) only if the last pass left one below its target (its confirmation
+        // frees room), or it changes the targets: this pod's share (health, weight, back from
+        // silence) or, with a `demand` split, its demand. A pod falling silent frees its share
+        // at the next renewal. Both wait for the gap (see `event_pass_gap_ms`).
         if self.ledger.holder_claim(&holder, now_ns).is_zero() && r.lease_in_use.is_none() {
             self.join_waiting = true;
-        } else {
+        } else if self.shortfall || share_changed || self.cfg.split == SplitMode::Demand {
             self.growth_waiting = true;
         }
         self.waiting_pass_unless_recent(now_ns)
@@ -317,8 +340,14 @@ impl DcManagerCore {
     }
 
     /// Call every report interval: sends the DC report, and renews pod leases when due.
+    /// A renewal is due once the renew interval has passed since the last full split, less half
+    /// the time since the previous tick: a tick landing a little early still renews, instead of
+    /// the next one a whole tick late.
     pub fn tick(&mut self, now_ns: u64) -> Vec<DcOutput> {
-        let due = self.last_pass_ns.is_none_or(|t| now_ns.saturating_sub(t) >= self.cfg.renew_interval_ms * NS_PER_MS);
+        let half_tick_ns = self.last_tick_ns.map_or(0, |t| now_ns.saturating_sub(t) / 2);
+        self.last_tick_ns = Some(now_ns);
+        let renew_ns = (self.cfg.renew_interval_ms * NS_PER_MS).saturating_sub(half_tick_ns);
+        let due = self.last_pass_ns.is_none_or(|t| now_ns.saturating_sub(t) >= renew_ns);
         let mut out = if due { self.pass(now_ns, Pass::Full) } else { self.waiting_pass(now_ns) };
         out.push(DcOutput::Report(self.report(now_ns)));
         self.pods.forget_silent(now_ns, 60);

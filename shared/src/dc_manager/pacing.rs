@@ -66,7 +66,11 @@ impl LeasePacing {
         if !self.touched.contains(&lease.pod) {
             self.touched.insert(lease.pod.clone());
         }
-        let pending = &mut self.pods.entry(lease.pod.clone()).or_default().pending;
+        if !self.pods.contains_key(&lease.pod) {
+            self.pods.insert(lease.pod.clone(), PodMail::default());
+        }
+        let Some(mail) = self.pods.get_mut(&lease.pod) else { return };
+        let pending = &mut mail.pending;
         let key = (lease.limit.clone(), lease.incarnation);
         if pending.get(&key).is_none_or(|old| old.version <= lease.version) {
             pending.insert(key, lease);

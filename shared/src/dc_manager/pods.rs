@@ -47,9 +47,29 @@ pub struct PodView {
     pub error_ratio: f64,
 }
 
+impl PodView {
+    /// Whether it gets a share in a split at `now_ns`: fresh heartbeat, healthy, not draining,
+    /// errors within `max_error_ratio`.
+    pub fn eligible(&self, cfg: &DcManagerConfig, now_ns: u64) -> bool {
+        now_ns.saturating_sub(self.last_seen_ns) <= cfg.heartbeat_timeout_ms * 1_000_000
+            && self.healthy
+            && !self.draining
+            && self.error_ratio <= cfg.max_error_ratio
+    }
+
+    /// What its share of a split depends on besides demand: eligibility and weight.
+    fn share_inputs(&self, cfg: &DcManagerConfig, now_ns: u64) -> (bool, u64) {
+        (self.eligible(cfg, now_ns), self.weight.to_bits())
+    }
+}
+
 #[derive(Debug, PartialEq, Eq)]
 pub enum ReportOutcome {
-    Accepted,
+    /// `share_changed`: what the holder's share of a split depends on besides demand (whether
+    /// it is eligible, its weight) changed with this report, or the holder is new.
+    Accepted {
+        share_changed: bool,
+    },
     Stale,
     TooManyPods,
 }
@@ -69,6 +89,7 @@ impl Pods {
         if !self.views.contains_key(&key) && self.views.len() >= cfg.max_pods {
             return ReportOutcome::TooManyPods;
         }
+        let mut share_before = None;
         let v = self.views.entry(key).or_insert_with(|| PodView {
             pod: r.pod.clone(),
             incarnation: r.incarnation,
@@ -83,6 +104,9 @@ impl Pods {
         if r.seq <= v.last_seq {
             return ReportOutcome::Stale;
         }
+        if v.last_seq > 0 {
+            share_before = Some(v.share_inputs(cfg, now_ns));
+        }
         let per_s = r.offered as f64 * 1_000.0 / r.interval_ms as f64;
         v.demand.update(per_s * MILLI as f64);
         v.last_seen_ns = now_ns;
@@ -94,7 +118,7 @@ impl Pods {
         self.upstream_calls = self.upstream_calls.saturating_add(r.admitted);
         // A pod cannot see more 429s than it made calls (a bad report counts as many as calls).
         self.upstream_429 = self.upstream_429.saturating_add(r.upstream_429.min(r.admitted));
-        ReportOutcome::Accepted
+        ReportOutcome::Accepted { share_changed: share_before != Some(v.share_inputs(cfg, now_ns)) }
     }
 
     /// Upstream calls and 429s counted since the last call (for `DcReport.upstream_calls` and
@@ -105,17 +129,7 @@ impl Pods {
 
     /// Pods that get a share in the next split: fresh heartbeat, healthy, not draining.
     pub fn eligible(&self, cfg: &DcManagerConfig, now_ns: u64) -> Vec<String> {
-        let timeout_ns = cfg.heartbeat_timeout_ms * 1_000_000;
-        self.views
-            .iter()
-            .filter(|(_, v)| {
-                now_ns.saturating_sub(v.last_seen_ns) <= timeout_ns
-                    && v.healthy
-                    && !v.draining
-                    && v.error_ratio <= cfg.max_error_ratio
-            })
-            .map(|(k, _)| k.clone())
-            .collect()
+        self.views.iter().filter(|(_, v)| v.eligible(cfg, now_ns)).map(|(k, _)| k.clone()).collect()
     }
 
     /// Σ smoothed demand of eligible pods, milli-requests per second.

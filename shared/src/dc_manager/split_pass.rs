@@ -29,6 +29,7 @@ impl DcManagerCore {
         }
         self.growth_waiting = false;
         self.last_work_ns = Some(now_ns);
+        self.counters.growth_checks += 1;
         if self.someone_can_grow(now_ns) {
             return self.pass(now_ns, Pass::GrowthOnly);
         }
@@ -53,9 +54,8 @@ impl DcManagerCore {
         let Some((_, live_until)) = self.grant_terms(now_ns) else { return false };
         let claim = self.ledger.holder_claim(pod, now_ns);
         let grant = self.grantable(pod, target, live_until, now_ns);
-        let step = |t: u64| ((t as f64 * MIN_GROWTH_STEP) as u64).max(1);
-        grant.rate_milli_per_s >= claim.rate_milli_per_s + step(target.rate_milli_per_s)
-            || grant.burst_milli >= claim.burst_milli + step(target.burst_milli)
+        grant.rate_milli_per_s >= claim.rate_milli_per_s + growth_step(target.rate_milli_per_s)
+            || grant.burst_milli >= claim.burst_milli + growth_step(target.burst_milli)
     }
 
     /// The TTL of a pod lease cut now (nested in the current DC lease, if any) and until when
@@ -84,7 +84,15 @@ impl DcManagerCore {
         let (budget, _) = self.budget(now_ns);
         self.note_floor_spent(now_ns);
         self.ledger.set_capacity(budget);
-        let Some((ttl_ms, live_until)) = self.grant_terms(now_ns) else { return Vec::new() };
+        let Some((ttl_ms, live_until)) = self.grant_terms(now_ns) else {
+            // Nothing issued: any pod may be below its target.
+            self.shortfall = true;
+            self.last_full = None;
+            return Vec::new();
+        };
+        if kind == Pass::Full {
+            self.last_full = Some((budget, ttl_ms));
+        }
         let eligible = self.pods.eligible(&self.cfg, now_ns);
         let targets = self.pods.split(budget, &eligible, self.cfg.split);
         // Shrinking pods first, so their freed share is visible before others grow.
@@ -94,14 +102,18 @@ impl DcManagerCore {
             (t.rate_milli_per_s as i128 - claim.rate_milli_per_s as i128, t.burst_milli)
         });
         let mut out = Vec::with_capacity(order.len());
+        self.shortfall = false;
         for (pod, target) in order {
             if kind == Pass::GrowthOnly && !self.worth_growing(&pod, target, now_ns) {
+                self.shortfall |= below_by_a_step(self.ledger.holder_claim(&pod, now_ns), target);
                 continue;
             }
             let quota = self.grantable(&pod, target, live_until, now_ns);
             self.next_seq += 1;
             let version = LeaseVersion::new(self.cfg.epoch, self.next_seq);
+            self.shortfall |= below_by_a_step(quota, target);
             if self.ledger.grant(&pod, quota, version, live_until, now_ns).is_err() {
+                self.shortfall = true;
                 continue;
             }
             let view = &self.pods.views[&pod];
@@ -124,4 +136,16 @@ impl DcManagerCore {
         }
         out
     }
+}
+
+/// The smallest growth towards `target` worth a message: [`MIN_GROWTH_STEP`] of it, at least one
+/// milli-unit.
+fn growth_step(target: u64) -> u64 {
+    ((target as f64 * MIN_GROWTH_STEP) as u64).max(1)
+}
+
+/// `held` is below `target` by at least a growth step in rate or burst.
+fn below_by_a_step(held: Quota, target: Quota) -> bool {
+    held.rate_milli_per_s.saturating_add(growth_step(target.rate_milli_per_s)) <= target.rate_milli_per_s
+        || held.burst_milli.saturating_add(growth_step(target.burst_milli)) <= target.burst_milli
 }

@@ -37,6 +37,11 @@ pub struct LedgerFence {
     pub limits: Option<BTreeSet<String>>,
 }
 
+/// The longest TTL of a DC lease in `record` (0 if it holds none).
+fn longest_lease_ms(record: &LedgerRecord) -> u64 {
+    record.leases.iter().map(|l| l.ttl_ms).max().unwrap_or(0)
+}
+
 impl LedgerFence {
     /// The fence a new term of `epoch` writes over `previous`, with its own `dc_ttl_ms`.
     pub fn raised(previous: Option<&LedgerFence>, epoch: u64, dc_ttl_ms: u64) -> Self {
@@ -50,29 +55,38 @@ impl LedgerFence {
     /// The fence that must be written before `record` may be: `None` if this one already covers
     /// every floor the record names or reserves and every DC lease's TTL in it.
     pub fn covering(&self, record: &LedgerRecord) -> Option<LedgerFence> {
+        // Checked first without a copy: a coordinator asks this of every record it writes, and
+        // the fence holds every limit's floors.
+        if self.covers(record) {
+            return None;
+        }
         let mut raised = self.clone();
-        let mut changed = false;
         // A DC lease longer than any term raised the fence with (a TTL changed live, or a term
         // that had no limit defined when it raised the fence): a leader that finds this record
         // lost must wait that long. Raising an unknown 0 is safe too: a leader waits the longer
         // of its own TTL and the fence's.
-        let longest_ms = record.leases.iter().map(|l| l.ttl_ms).max().unwrap_or(0);
-        if longest_ms > raised.dc_ttl_ms_max {
-            raised.dc_ttl_ms_max = longest_ms;
-            changed = true;
-        }
+        raised.dc_ttl_ms_max = raised.dc_ttl_ms_max.max(longest_lease_ms(record));
         if let Some(limits) = raised.limits.as_mut() {
-            changed |= limits.insert(record.limit.clone());
+            limits.insert(record.limit.clone());
         }
         let held = raised.floors_max.entry(record.limit.clone()).or_default();
         for (dc, floor) in record.floors.iter().chain(&record.floors_reserved) {
             let max = held.entry(dc.clone()).or_insert(Quota::ZERO);
-            if !floor.fits_in(max) {
-                *max = (*max).max(*floor);
-                changed = true;
-            }
+            *max = (*max).max(*floor);
         }
-        changed.then_some(raised)
+        Some(raised)
+    }
+
+    /// Whether this fence already bounds `record`: its limit listed, every DC lease's TTL and
+    /// every floor it names or reserves within the fence's.
+    fn covers(&self, record: &LedgerRecord) -> bool {
+        let held = self.floors_max.get(&record.limit);
+        longest_lease_ms(record) <= self.dc_ttl_ms_max
+            && self.limits.as_ref().is_none_or(|l| l.contains(&record.limit))
+            && record.floors.iter().chain(&record.floors_reserved).all(|(dc, floor)| {
+                let max = held.and_then(|h| h.get(dc)).copied().unwrap_or(Quota::ZERO);
+                floor.fits_in(&max)
+            })
     }
 
     /// Whether a record of `limit` may ever have been written (always, for an older fence).
