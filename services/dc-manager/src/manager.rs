@@ -36,6 +36,8 @@ pub(crate) struct LimitTerm {
     pub(crate) core: DcManagerCore,
     /// When the last DC lease arrived (this clock, ns).
     pub(crate) last_dc_lease_at_ns: Option<u64>,
+    /// Pods' admissions as reported, with when (this clock, ns): the status's used rate.
+    pub(crate) admitted_window: Vec<(u64, u64)>,
 }
 
 pub(crate) struct Term {
@@ -79,8 +81,8 @@ pub struct Manager {
     /// Per limit, whether its newest record runs it retired (removed: pod leases say so) and
     /// its pod rules (split, fail mode), taken only from a newer revision than the last.
     record_rules: RecordRules,
-    /// Per limit, pods' admissions as reported, with when (this clock, ns).
-    pub(crate) admitted_window: BTreeMap<String, Vec<(u64, u64)>>,
+    /// When the status's limits were last refreshed (this clock, ns; see `refresh_status`).
+    pub(crate) status_refreshed_ns: Option<u64>,
     /// What the cores said, sent as batches by [`Manager::flush`] (leases paced per pod).
     outbox: Outbox,
     pub status: Status,
@@ -107,7 +109,7 @@ impl Manager {
             leadership,
             term: None,
             floors: BTreeMap::new(),
-            admitted_window: BTreeMap::new(),
+            status_refreshed_ns: None,
             record_rules: RecordRules::default(),
             recorded: Default::default(),
             outbox,
@@ -184,7 +186,7 @@ impl Manager {
             let out = lt.core.tick(now);
             self.outbox.push(out);
         }
-        self.refresh_status();
+        self.refresh_status_when_due();
     }
 
     async fn take_over(&mut self, epoch: u64) {
@@ -242,7 +244,8 @@ impl Manager {
         let floor = self.cached_floor(limit);
         let out = floor.map(|(f, v)| core.on_floor(f, v, now)).unwrap_or_default();
         if let Some(t) = self.term.as_mut() {
-            t.limits.insert(limit.to_string(), LimitTerm { core, last_dc_lease_at_ns: None });
+            t.limits
+                .insert(limit.to_string(), LimitTerm { core, last_dc_lease_at_ns: None, admitted_window: Vec::new() });
         }
         info!(limit, "serving the limit");
         self.outbox.push(out);
@@ -307,7 +310,6 @@ impl Manager {
                 warn!(limit, cause = %e, "DC lease refused");
             }
         }
-        self.refresh_status();
     }
 
     /// Whether `subject` is the one `pod` may publish `channel` messages on: NATS permissions
@@ -343,14 +345,16 @@ impl Manager {
             // no core (a pod naming made-up limits must not grow the manager's state).
             return debug!(limit = %r.limit, pod = %r.pod, "a report for a limit with no ledger record; ignored");
         }
-        self.floors.entry(r.limit.clone()).or_default();
+        if !self.floors.contains_key(&r.limit) {
+            self.floors.insert(r.limit.clone(), None);
+        }
         if !self.fresh() {
             return;
         }
         self.ensure_core(&r.limit).await;
-        self.admitted_window.entry(r.limit.clone()).or_default().push((self.clock.now_ns(), r.admitted));
         let now = self.now_ns();
         let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&r.limit)) else { return };
+        lt.admitted_window.push((now, r.admitted));
         let out = lt.core.on_pod_report(r, now);
         self.outbox.push(out);
     }

@@ -2,7 +2,7 @@
 //! process as a whole, and each limit it serves.
 
 use crate::manager::Manager;
-use leasehold_shared::dc_manager::{FailMode, SplitMode};
+use leasehold_shared::dc_manager::{DcCounters, FailMode, SplitMode};
 use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -55,27 +55,48 @@ pub struct LimitStatus {
     pub fail_mode: FailMode,
 }
 
+/// How often the tick refreshes every limit's status in full: the pod counts cost a pass over
+/// the limit's pods, so with a thousand limits a refresh at every event (or every tick) was most
+/// of the manager's work. Counters are refreshed on every tick, and a limit the term begins
+/// serving shows at the next tick.
+const STATUS_REFRESH_NS: u64 = 1_000_000_000;
+
 impl Manager {
-    pub(crate) fn refresh_status(&mut self) {
+    /// On the tick: [`Manager::refresh_status`] once a second, or at once when the term serves
+    /// a limit the status does not show yet; else only the counters (O(limits)).
+    pub(crate) fn refresh_status_when_due(&mut self) {
         let now = self.now_ns();
-        const HORIZON_NS: u64 = 1_000_000_000;
-        for w in self.admitted_window.values_mut() {
-            w.retain(|(t, _)| now.saturating_sub(*t) < HORIZON_NS);
+        let served = self.term.as_ref().map_or(0, |t| t.limits.len());
+        let due = self.status_refreshed_ns.is_none_or(|t| now.saturating_sub(t) >= STATUS_REFRESH_NS);
+        if due || served != self.status.limits.len() {
+            return self.refresh_status();
         }
         let Some(term) = self.term.as_ref() else { return };
+        for (limit, lt) in &term.limits {
+            if let Some(l) = self.status.limits.get_mut(limit) {
+                l.set_counters(lt.core.counters());
+            }
+        }
+        self.status.totals = sum(&self.status.limits);
+    }
+
+    /// Every limit's status, from its core now.
+    pub(crate) fn refresh_status(&mut self) {
+        let now = self.now_ns();
+        self.status_refreshed_ns = Some(now);
+        const HORIZON_NS: u64 = 1_000_000_000;
+        let Some(term) = self.term.as_mut() else { return };
+        for lt in term.limits.values_mut() {
+            lt.admitted_window.retain(|(t, _)| now.saturating_sub(*t) < HORIZON_NS);
+        }
         let mut limits = BTreeMap::new();
         for (limit, lt) in &term.limits {
             let c = lt.core.counters();
-            let used: u64 = self.admitted_window.get(limit).map_or(0, |w| w.iter().map(|(_, a)| a).sum());
-            let l = LimitStatus {
+            let used: u64 = lt.admitted_window.iter().map(|(_, a)| a).sum();
+            let mut l = LimitStatus {
                 pods_eligible: lt.core.pods_eligible(now),
                 pods_without_token: lt.core.pods_without_token(now),
                 pods_known: lt.core.pods().count() as u32,
-                pod_leases_issued: c.pod_leases_issued,
-                passes_full: c.passes_full,
-                passes_growth: c.passes_growth,
-                reports_stale: c.reports_stale + c.reports_foreign,
-                returns: c.returns,
                 budget_rate_per_s: lt.core.budget(now).0.rate_per_s(),
                 dc_lease_rate_per_s: lt.core.current_lease(now).map_or(0.0, |l| l.quota.rate_per_s()),
                 dc_lease_until_ns: lt.core.current_lease(now).map(|l| l.expires_at_ns),
@@ -83,30 +104,43 @@ impl Manager {
                 seconds_since_dc_lease: lt.last_dc_lease_at_ns.map(|t| self.clock.seconds_since(t)),
                 split: lt.core.config().split,
                 fail_mode: lt.core.config().fail_mode,
+                ..Default::default()
             };
+            l.set_counters(c);
             limits.insert(limit.clone(), l);
         }
         let s = &mut self.status;
         s.instance = term.instance.clone();
-        s.totals = limits.values().fold(LimitStatus::default(), |t, l| LimitStatus {
-            pods_eligible: t.pods_eligible + l.pods_eligible,
-            pods_without_token: t.pods_without_token + l.pods_without_token,
-            pods_known: t.pods_known + l.pods_known,
-            pod_leases_issued: t.pod_leases_issued + l.pod_leases_issued,
-            passes_full: t.passes_full + l.passes_full,
-            passes_growth: t.passes_growth + l.passes_growth,
-            reports_stale: t.reports_stale + l.reports_stale,
-            returns: t.returns + l.returns,
-            budget_rate_per_s: t.budget_rate_per_s + l.budget_rate_per_s,
-            dc_lease_rate_per_s: t.dc_lease_rate_per_s + l.dc_lease_rate_per_s,
-            used_rate_per_s: t.used_rate_per_s + l.used_rate_per_s,
-            seconds_since_dc_lease: t
-                .seconds_since_dc_lease
-                .into_iter()
-                .chain(l.seconds_since_dc_lease)
-                .reduce(f64::max),
-            ..Default::default()
-        });
+        s.totals = sum(&limits);
         s.limits = limits;
     }
+}
+
+impl LimitStatus {
+    fn set_counters(&mut self, c: &DcCounters) {
+        self.pod_leases_issued = c.pod_leases_issued;
+        self.passes_full = c.passes_full;
+        self.passes_growth = c.passes_growth;
+        self.reports_stale = c.reports_stale + c.reports_foreign;
+        self.returns = c.returns;
+    }
+}
+
+/// Sums over `limits` (`seconds_since_dc_lease`: the longest any has gone without a DC lease).
+fn sum(limits: &BTreeMap<String, LimitStatus>) -> LimitStatus {
+    limits.values().fold(LimitStatus::default(), |t, l| LimitStatus {
+        pods_eligible: t.pods_eligible + l.pods_eligible,
+        pods_without_token: t.pods_without_token + l.pods_without_token,
+        pods_known: t.pods_known + l.pods_known,
+        pod_leases_issued: t.pod_leases_issued + l.pod_leases_issued,
+        passes_full: t.passes_full + l.passes_full,
+        passes_growth: t.passes_growth + l.passes_growth,
+        reports_stale: t.reports_stale + l.reports_stale,
+        returns: t.returns + l.returns,
+        budget_rate_per_s: t.budget_rate_per_s + l.budget_rate_per_s,
+        dc_lease_rate_per_s: t.dc_lease_rate_per_s + l.dc_lease_rate_per_s,
+        used_rate_per_s: t.used_rate_per_s + l.used_rate_per_s,
+        seconds_since_dc_lease: t.seconds_since_dc_lease.into_iter().chain(l.seconds_since_dc_lease).reduce(f64::max),
+        ..Default::default()
+    })
 }
