@@ -154,6 +154,14 @@ impl<H: Ord + Clone> Ledger<H> {
         self.holders.get(holder).map(|h| h.claim(now_ns)).unwrap_or_default()
     }
 
+    /// The quota of `holder`'s newest lease still live at `now_ns` (zero if none): what it holds
+    /// once it confirms, where [`Ledger::holder_claim`] counts its older, larger leases too.
+    pub fn holder_newest(&self, holder: &H, now_ns: u64) -> Quota {
+        let h = self.holders.get(holder);
+        h.and_then(|h| h.entries.iter().filter(|e| e.live_until_ns > now_ns).max_by_key(|e| e.version))
+            .map_or(Quota::ZERO, |e| e.quota)
+    }
+
     /// The most `holder` may be granted now: capacity minus everyone else's claims.
     pub fn headroom_for(&self, holder: &H, now_ns: u64) -> Quota {
         self.totals_at(now_ns).all.minus(self.holder_claim(holder, now_ns)).room_in(self.capacity)

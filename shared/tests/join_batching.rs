@@ -209,3 +209,104 @@ fn renewals_keep_to_the_renew_interval_when_ticks_jitter() {
         "renewals {gaps_ms:?} ms apart"
     );
 }
+
+/// Found by review: a growth pass judged a pod it skipped by its largest live lease, so a pod
+/// cut down by a join (its older, larger lease still counted until it confirmed the smaller one)
+/// did not count as below its target once the joiner had left; when it confirmed, no growth
+/// check ran and it stayed cut down until the renewal. Judged by its newest lease, it grows back
+/// at its confirming report.
+#[test]
+fn a_pod_cut_down_by_a_join_grows_back_when_it_confirms_after_the_joiner_left() {
+    let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
+    cfg.fail_mode = FailMode::Strict;
+    cfg.event_pass_gap_ms = 50;
+    cfg.expiry.egress_spread_ms = 0;
+    let mut dc = ScriptedDc::new(cfg, Quota::ZERO, 0, 1, (5, 5));
+    let basis = report_seq_of(&dc.core.tick(0)).expect("a tick reports");
+    dc.dc_lease(Quota::per_s(300, 30), 30_000, LeaseVersion::new(1, 1), basis, 0).expect("the DC lease applies");
+    let pods = ["p1", "p2", "p3"];
+    // (Burst is split in whole tokens: 8, 8 and 7 of 30 among four.)
+    let (full, cut_rate) = (Quota::per_s(100, 10), 75 * MILLI);
+    for p in pods {
+        dc.report(p, MS, true, false);
+    }
+    // Settle on a renewal: every pod at its share, confirmed, and no tick until the end.
+    let mut t = MS;
+    loop {
+        assert!(t < 10 * S, "no renewal with the three pods at their shares");
+        t += TICK_MS * MS;
+        for (i, p) in pods.iter().enumerate() {
+            dc.report(p, t + i as u64 * MS, true, true);
+        }
+        let passes = dc.core.counters().passes_full;
+        let out = dc.core.tick(t + 10 * MS);
+        dc.absorb(out);
+        if dc.core.counters().passes_full > passes && pods.iter().all(|p| dc.held[*p].quota == full) {
+            break;
+        }
+    }
+    let t0 = t + 10 * MS;
+    for p in pods {
+        dc.report(p, t0 + 10 * MS, true, true);
+    }
+    dc.report("p4", t0 + 60 * MS, true, false);
+    let rate = |dc: &ScriptedDc, p: &str| dc.held[p].quota.rate_milli_per_s;
+    assert!(pods.iter().all(|p| rate(&dc, p) == cut_rate), "the join cut the three pods down");
+    dc.report("p3", t0 + 120 * MS, true, true);
+    let out = dc.core.on_lease_return(
+        &leasehold_shared::wire::LeaseReturn {
+            v: 1,
+            limit: "api".into(),
+            dc: "bkk".into(),
+            holder: "p4".into(),
+            incarnation: 1,
+            last_version: dc.held.get("p4").map(|l| l.version),
+        },
+        t0 + 200 * MS,
+    );
+    dc.absorb(out);
+    assert_eq!(dc.held["p3"].quota, full, "p3, confirmed, grew back when p4 left");
+    dc.report("p1", t0 + 250 * MS, true, true);
+    assert_eq!(dc.held["p1"].quota, full, "p1 still cut down after confirming, before the renewal");
+    dc.report("p2", t0 + 310 * MS, true, true);
+    assert_eq!(dc.held["p2"].quota, full, "p2 still cut down after confirming, before the renewal");
+    assert!(dc.core.ledger().outstanding(t0 + 310 * MS).fits_in(&Quota::per_s(300, 30)));
+}
+
+/// Found by review: a DC lease of the same amount skipped its split even when the renewal was
+/// already overdue (a tick that came late), so the pods' renewal waited for the next tick; and a
+/// new split rule waited for the renewal. Either now splits at once.
+#[test]
+fn a_same_amount_dc_lease_splits_at_once_when_the_renewal_is_overdue_or_the_split_rule_changed() {
+    let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
+    cfg.fail_mode = FailMode::Strict;
+    let renew_ms = cfg.renew_interval_ms;
+    let mut dc = ScriptedDc::new(cfg, Quota::ZERO, 0, 1, (5, 5));
+    let amount = Quota::per_s(400, 40);
+    let basis = report_seq_of(&dc.core.tick(0)).expect("a tick reports");
+    dc.dc_lease(amount, 30_000, LeaseVersion::new(1, 1), basis, 0).expect("the DC lease applies");
+    dc.report("p1", MS, true, false);
+    let out = dc.core.tick(TICK_MS * MS);
+    let basis = report_seq_of(&out).expect("a tick reports");
+    dc.absorb(out);
+    let renewed_at = TICK_MS * MS;
+    assert!(dc.held.contains_key("p1"), "p1 holds a lease");
+
+    // No tick for longer than the renew interval, the pod reporting all along; then the
+    // coordinator's renewal of the same amount.
+    let mut t = renewed_at;
+    while t < renewed_at + (renew_ms + 50) * MS {
+        t += TICK_MS * MS;
+        dc.report("p1", t, true, true);
+    }
+    let issued = dc.core.counters().pod_leases_issued;
+    dc.dc_lease(amount, 30_000, LeaseVersion::new(1, 2), basis, t + 10 * MS).expect("the renewal applies");
+    assert!(dc.core.counters().pod_leases_issued > issued, "an overdue renewal waited for the next tick");
+
+    let basis = report_seq_of(&dc.core.tick(t + 20 * MS)).expect("a tick reports");
+    dc.report("p1", t + 30 * MS, true, true);
+    dc.core.set_policy(leasehold_shared::dc_manager::SplitMode::Weighted, FailMode::Strict);
+    let full = dc.core.counters().passes_full;
+    dc.dc_lease(amount, 30_000, LeaseVersion::new(1, 3), basis, t + 100 * MS).expect("applies");
+    assert_eq!(dc.core.counters().passes_full, full + 1, "a new split rule waited for the renewal");
+}

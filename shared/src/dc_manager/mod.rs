@@ -164,12 +164,18 @@ impl DcManagerCore {
     /// Whether the limit was removed, as the coordinator's newest record says: the pod leases
     /// issued from now on tell the pods (they grant nothing either way).
     pub fn set_limit_removed(&mut self, removed: bool) {
+        if removed != self.limit_removed {
+            self.last_full = None; // the next DC lease tells the pods at once
+        }
         self.limit_removed = removed;
     }
 
     /// The split and fail mode from now on (the limit's definition, from its ledger record).
     /// A new split applies from the next pass; the fail mode from the next budget.
     pub fn set_policy(&mut self, split: SplitMode, fail_mode: FailMode) {
+        if (split, fail_mode) != (self.cfg.split, self.cfg.fail_mode) {
+            self.last_full = None; // the next DC lease splits by the new rule at once
+        }
         self.cfg.split = split;
         self.cfg.fail_mode = fail_mode;
     }
@@ -242,9 +248,11 @@ impl DcManagerCore {
         r?;
         // A renewal of the same amount changes no pod's share, and the pods' leases, cut at
         // full length, stay nested in the older lease: the renewal tick renews them. Any other
-        // DC lease (larger, smaller, another floor, or one the last split was cut short for)
-        // re-splits at once.
-        if self.last_full == Some((self.budget(now_ns).0, self.cfg.pod_ttl_ms)) {
+        // DC lease (larger, smaller, another floor, or one the last split was cut short for),
+        // or one that finds the renewal overdue (no tick for a while), re-splits at once.
+        let renewal_due =
+            self.last_pass_ns.is_none_or(|t| now_ns.saturating_sub(t) >= self.cfg.renew_interval_ms * NS_PER_MS);
+        if !renewal_due && self.last_full == Some((self.budget(now_ns).0, self.cfg.pod_ttl_ms)) {
             return Ok(Vec::new());
         }
         Ok(self.pass(now_ns, Pass::Full))

@@ -105,7 +105,9 @@ impl DcManagerCore {
         self.shortfall = false;
         for (pod, target) in order {
             if kind == Pass::GrowthOnly && !self.worth_growing(&pod, target, now_ns) {
-                self.shortfall |= below_by_a_step(self.ledger.holder_claim(&pod, now_ns), target);
+                // Judged by its newest lease: an older, larger one counts only until it
+                // confirms the newer, and its confirmation must then let it grow.
+                self.shortfall |= below_by_a_step(self.ledger.holder_newest(&pod, now_ns), target);
                 continue;
             }
             let quota = self.grantable(&pod, target, live_until, now_ns);
