@@ -19,15 +19,22 @@ fn pod(i: usize) -> String {
     format!("p{i}")
 }
 
+/// BKK's manager (settings `cfg`) holding a DC lease of `amount` for `ttl_ms`
+/// from time 0 (its first tick's report the basis).
+fn leased_dc(cfg: DcManagerConfig, amount: Quota, ttl_ms: u64) -> ScriptedDc {
+    let mut dc = ScriptedDc::new(cfg, Quota::ZERO, 0, 1, (5, 5));
+    let basis = report_seq_of(&dc.core.tick(0)).expect("a tick reports");
+    dc.dc_lease(amount, ttl_ms, LeaseVersion::new(1, 1), basis, 0).expect("the DC lease applies");
+    dc
+}
+
 #[test]
 fn a_thousand_pods_joining_at_once_cost_a_few_splits_and_each_holds_a_token_within_two_renew_periods() {
     let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
     cfg.fail_mode = FailMode::Strict;
     let renew_ms = cfg.renew_interval_ms;
-    let mut dc = ScriptedDc::new(cfg, Quota::ZERO, 0, 1, (5, 5));
     let budget = Quota::per_s(10_000, 2_000);
-    let basis = report_seq_of(&dc.core.tick(0)).expect("a tick reports");
-    dc.dc_lease(budget, 30_000, LeaseVersion::new(1, 1), basis, 0).expect("the DC lease applies");
+    let mut dc = leased_dc(cfg, budget, 30_000);
     let (full_before, issued_before) = (dc.core.counters().passes_full, dc.core.counters().pod_leases_issued);
 
     // Every pod's first report, spread over one report interval (250 µs apart).
@@ -91,9 +98,7 @@ fn pods_at_their_targets_run_no_growth_checks_and_a_pod_below_its_target_still_g
     let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
     cfg.fail_mode = FailMode::Strict;
     cfg.event_pass_gap_ms = 100;
-    let mut dc = ScriptedDc::new(cfg, Quota::ZERO, 0, 1, (5, 5));
-    let basis = report_seq_of(&dc.core.tick(0)).expect("a tick reports");
-    dc.dc_lease(Quota::per_s(400, 40), 30_000, LeaseVersion::new(1, 1), basis, 0).expect("the DC lease applies");
+    let mut dc = leased_dc(cfg, Quota::per_s(400, 40), 30_000);
     let pods = ["p1", "p2", "p3", "p4"];
     let share = Quota::per_s(100, 10);
     for p in pods {
@@ -148,10 +153,8 @@ fn pods_at_their_targets_run_no_growth_checks_and_a_pod_below_its_target_still_g
 fn a_dc_lease_renewed_at_the_same_amount_waits_for_the_renewal_tick_and_a_changed_one_splits_at_once() {
     let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
     cfg.fail_mode = FailMode::Strict;
-    let mut dc = ScriptedDc::new(cfg, Quota::ZERO, 0, 1, (5, 5));
     let amount = Quota::per_s(400, 40);
-    let basis = report_seq_of(&dc.core.tick(0)).expect("a tick reports");
-    dc.dc_lease(amount, 10_000, LeaseVersion::new(1, 1), basis, 0).expect("the DC lease applies");
+    let mut dc = leased_dc(cfg, amount, 10_000);
     for p in ["p1", "p2"] {
         dc.report(p, MS, true, false);
     }
@@ -187,9 +190,7 @@ fn renewals_keep_to_the_renew_interval_when_ticks_jitter() {
     let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
     cfg.fail_mode = FailMode::Strict;
     let renew_ms = cfg.renew_interval_ms;
-    let mut dc = ScriptedDc::new(cfg, Quota::ZERO, 0, 1, (5, 5));
-    let basis = report_seq_of(&dc.core.tick(0)).expect("a tick reports");
-    dc.dc_lease(Quota::per_s(400, 40), 30_000, LeaseVersion::new(1, 1), basis, 0).expect("the DC lease applies");
+    let mut dc = leased_dc(cfg, Quota::per_s(400, 40), 30_000);
     dc.report("p1", MS, true, false);
     let mut passes_at = Vec::new();
     for k in 1..=40u64 {
@@ -221,9 +222,7 @@ fn a_pod_cut_down_by_a_join_grows_back_when_it_confirms_after_the_joiner_left() 
     cfg.fail_mode = FailMode::Strict;
     cfg.event_pass_gap_ms = 50;
     cfg.expiry.egress_spread_ms = 0;
-    let mut dc = ScriptedDc::new(cfg, Quota::ZERO, 0, 1, (5, 5));
-    let basis = report_seq_of(&dc.core.tick(0)).expect("a tick reports");
-    dc.dc_lease(Quota::per_s(300, 30), 30_000, LeaseVersion::new(1, 1), basis, 0).expect("the DC lease applies");
+    let mut dc = leased_dc(cfg, Quota::per_s(300, 30), 30_000);
     let pods = ["p1", "p2", "p3"];
     // (Burst is split in whole tokens: 8, 8 and 7 of 30 among four.)
     let (full, cut_rate) = (Quota::per_s(100, 10), 75 * MILLI);
@@ -281,10 +280,8 @@ fn a_same_amount_dc_lease_splits_at_once_when_the_renewal_is_overdue_or_the_spli
     let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
     cfg.fail_mode = FailMode::Strict;
     let renew_ms = cfg.renew_interval_ms;
-    let mut dc = ScriptedDc::new(cfg, Quota::ZERO, 0, 1, (5, 5));
     let amount = Quota::per_s(400, 40);
-    let basis = report_seq_of(&dc.core.tick(0)).expect("a tick reports");
-    dc.dc_lease(amount, 30_000, LeaseVersion::new(1, 1), basis, 0).expect("the DC lease applies");
+    let mut dc = leased_dc(cfg, amount, 30_000);
     dc.report("p1", MS, true, false);
     let out = dc.core.tick(TICK_MS * MS);
     let basis = report_seq_of(&out).expect("a tick reports");
