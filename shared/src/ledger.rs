@@ -157,9 +157,7 @@ impl<H: Ord + Clone> Ledger<H> {
     /// The quota of `holder`'s newest lease still live at `now_ns` (zero if none): what it holds
     /// once it confirms, where [`Ledger::holder_claim`] counts its older, larger leases too.
     pub fn holder_newest(&self, holder: &H, now_ns: u64) -> Quota {
-        let h = self.holders.get(holder);
-        h.and_then(|h| h.entries.iter().filter(|e| e.live_until_ns > now_ns).max_by_key(|e| e.version))
-            .map_or(Quota::ZERO, |e| e.quota)
+        self.holders.get(holder).map(|h| h.newest(now_ns)).unwrap_or_default()
     }
 
     /// The most `holder` may be granted now: capacity minus everyone else's claims.

@@ -250,8 +250,7 @@ impl DcManagerCore {
         // full length, stay nested in the older lease: the renewal tick renews them. Any other
         // DC lease (larger, smaller, another floor, or one the last split was cut short for),
         // or one that finds the renewal overdue (no tick for a while), re-splits at once.
-        let renewal_due =
-            self.last_pass_ns.is_none_or(|t| now_ns.saturating_sub(t) >= self.cfg.renew_interval_ms * NS_PER_MS);
+        let renewal_due = self.renewal_due(now_ns, self.cfg.renew_interval_ms * NS_PER_MS);
         if !renewal_due && self.last_full == Some((self.budget(now_ns).0, self.cfg.pod_ttl_ms)) {
             return Ok(Vec::new());
         }
@@ -347,6 +346,11 @@ impl DcManagerCore {
         out
     }
 
+    /// No full split has run in the last `renew_ns` (or none ever).
+    fn renewal_due(&self, now_ns: u64, renew_ns: u64) -> bool {
+        self.last_pass_ns.is_none_or(|t| now_ns.saturating_sub(t) >= renew_ns)
+    }
+
     /// Call every report interval: sends the DC report, and renews pod leases when due.
     /// A renewal is due once the renew interval has passed since the last full split, less half
     /// the time since the previous tick: a tick landing a little early still renews, instead of
@@ -355,7 +359,7 @@ impl DcManagerCore {
         let half_tick_ns = self.last_tick_ns.map_or(0, |t| now_ns.saturating_sub(t) / 2);
         self.last_tick_ns = Some(now_ns);
         let renew_ns = (self.cfg.renew_interval_ms * NS_PER_MS).saturating_sub(half_tick_ns);
-        let due = self.last_pass_ns.is_none_or(|t| now_ns.saturating_sub(t) >= renew_ns);
+        let due = self.renewal_due(now_ns, renew_ns);
         let mut out = if due { self.pass(now_ns, Pass::Full) } else { self.waiting_pass(now_ns) };
         out.push(DcOutput::Report(self.report(now_ns)));
         self.pods.forget_silent(now_ns, 60);

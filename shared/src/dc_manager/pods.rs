@@ -89,7 +89,6 @@ impl Pods {
         if !self.views.contains_key(&key) && self.views.len() >= cfg.max_pods {
             return ReportOutcome::TooManyPods;
         }
-        let mut share_before = None;
         let v = self.views.entry(key).or_insert_with(|| PodView {
             pod: r.pod.clone(),
             incarnation: r.incarnation,
@@ -104,9 +103,7 @@ impl Pods {
         if r.seq <= v.last_seq {
             return ReportOutcome::Stale;
         }
-        if v.last_seq > 0 {
-            share_before = Some(v.share_inputs(cfg, now_ns));
-        }
+        let share_before = (v.last_seq > 0).then(|| v.share_inputs(cfg, now_ns));
         let per_s = r.offered as f64 * 1_000.0 / r.interval_ms as f64;
         v.demand.update(per_s * MILLI as f64);
         v.last_seen_ns = now_ns;

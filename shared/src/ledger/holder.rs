@@ -22,6 +22,15 @@ impl HolderLeases {
         self.entries.iter().filter(|e| e.live_until_ns > now_ns).fold(Quota::ZERO, |m, e| m.max(e.quota))
     }
 
+    /// The quota of its newest entry live at `now_ns` (zero if none).
+    pub(super) fn newest(&self, now_ns: u64) -> Quota {
+        self.entries
+            .iter()
+            .filter(|e| e.live_until_ns > now_ns)
+            .max_by_key(|e| e.version)
+            .map_or(Quota::ZERO, |e| e.quota)
+    }
+
     fn inherited(&self, e: &LeaseEntry) -> bool {
         e.live_until_ns != NEVER && self.inherited_below.is_some_and(|b| e.version < b)
     }
