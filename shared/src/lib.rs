@@ -36,6 +36,7 @@ pub mod leadership;
 pub mod ledger;
 pub mod limits;
 pub mod pod;
+pub mod quiet_reports;
 pub mod quota;
 pub mod readiness;
 pub mod rng;

@@ -154,6 +154,17 @@ impl PodCore {
         Ok(())
     }
 
+    /// What the next report would put in `lease_in_use`: the newest version applied, unless
+    /// this pod [never confirms](Self::never_confirm).
+    pub fn lease_in_use(&self) -> Option<LeaseVersion> {
+        self.fence.current().filter(|_| self.confirms)
+    }
+
+    /// Start of the interval the next report covers (the previous report's send time).
+    pub fn counting_since_ns(&self) -> u64 {
+        self.counting_since_ns
+    }
+
     /// Build the next demand report/heartbeat and remember when it was sent.
     pub fn report(&mut self, now_ns: u64, c: IntervalCounters, healthy: bool) -> PodReport {
         let interval_ms = (now_ns.saturating_sub(self.counting_since_ns) / NS_PER_MS).clamp(1, 600_000);
@@ -176,7 +187,7 @@ impl PodCore {
             healthy,
             draining: self.draining,
             weight: self.cfg.weight,
-            lease_in_use: self.fence.current().filter(|_| self.confirms),
+            lease_in_use: self.lease_in_use(),
         }
     }
 

@@ -3,7 +3,8 @@
 
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{
-    batches, decode, encode, LedgerFence, LedgerRecord, PodReport, PodReports, WireError, MAX_BATCH_ITEMS,
+    batches, decode, encode, encode_batches, DcReport, DcReports, Envelope, LedgerFence, LedgerRecord, PodReport,
+    PodReports, WireError, MAX_BATCH_ITEMS,
 };
 
 fn report(limit: &str, pod: &str, incarnation: u64) -> PodReport {
@@ -89,6 +90,51 @@ fn a_second_item_of_a_limit_goes_into_another_batch() {
         decode::<PodReports>(&encode(&PodReports::new("bkk", "p1", b.clone()))).expect("no limit twice");
     }
     assert!(batches::<PodReport>(&[], 1024).is_empty());
+}
+
+/// Encoding each item once cuts exactly as `batches` does, and each payload is byte for byte
+/// what `encode` writes for the batch (pod batches and the DC manager's, ids needing escapes).
+#[test]
+fn encoded_batches_are_the_batches_encode_writes() {
+    let mut items: Vec<PodReport> = names(1_000).iter().map(|l| report(l, "bkk-\"pod\"-1", u64::MAX)).collect();
+    items.push(report("l0007", "bkk-\"pod\"-1", 2)); // a second holder of a limit
+    for max_payload in [64 * 1024, 1024 * 1024] {
+        let cut = batches(&items, max_payload);
+        let envelope = Envelope { field: "reports", dc: "bkk", pod: Some("bkk-\"pod\"-1") };
+        let encoded = encode_batches(&items, max_payload, &envelope);
+        assert_eq!(encoded.len(), cut.len(), "under {max_payload}");
+        for ((payload, indices), batch) in encoded.iter().zip(&cut) {
+            let chosen: Vec<PodReport> = indices.iter().map(|&i| items[i].clone()).collect();
+            assert_eq!(&chosen, batch);
+            assert_eq!(payload, &encode(&PodReports::new("bkk", "bkk-\"pod\"-1", batch.clone())));
+        }
+    }
+    let dc_reports: Vec<DcReport> = names(3)
+        .iter()
+        .map(|l| DcReport {
+            v: 1,
+            limit: l.clone(),
+            dc: "bkk".into(),
+            holder: "bkk-mgr-1".into(),
+            term: 4,
+            seq: 9,
+            demand: Quota::per_s(10, 0),
+            pods_healthy: 2,
+            lease_in_use: None,
+            floor_in_use: None,
+            floor_version: None,
+            upstream_calls: 0,
+            upstream_429: 0,
+        })
+        .collect();
+    let encoded = encode_batches(&dc_reports, 1024 * 1024, &Envelope { field: "reports", dc: "bkk", pod: None });
+    assert_eq!(encoded.len(), 1);
+    assert_eq!(encoded[0].0, encode(&DcReports::new("bkk", dc_reports)));
+    assert!(encode_batches::<PodReport>(&[], 1024, &envelope_of("p")).is_empty());
+}
+
+fn envelope_of(pod: &str) -> Envelope<'_> {
+    Envelope { field: "reports", dc: "bkk", pod: Some(pod) }
 }
 
 /// The fence lists every limit: with 1,000 limits in 3 DCs it is far above 64 KiB and must

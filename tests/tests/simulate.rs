@@ -180,3 +180,32 @@ fn tenants_of_every_tier_hold_their_own_limits_while_demand_moves_between_region
         assert!(r.utilization >= 0.95, "seed {seed} ({}): {}", r.variant, r.utilization);
     }
 }
+
+/// Quiet reports (the Rust pod's default: a limit with nothing new reports every 4th period)
+/// drive no safety rule: under chaos and storm faults, and with the demand moving in diurnal,
+/// they hold the limit. Utilization stays within 3% of reporting every period, seed by seed,
+/// except under storm's overlapping faults, where a report a second later than before delays
+/// a new term or a recovering pod more often (within 10%, and storm's own liveness bound).
+#[test]
+fn quiet_reports_hold_the_limit_and_the_utilization_under_faults() {
+    use leasehold_shared::quiet_reports::DEFAULT_MAX_QUIET_PERIODS;
+    for (scenario, seeds, within) in [("chaos", 1..=3, 0.97), ("storm", 1..=2, 0.90), ("diurnal", 1..=1, 0.97)] {
+        for seed in seeds {
+            let every = run_seed(scenario, seed, Policy::Leasehold).unwrap();
+            let mut sc = Scenario::by_name(scenario, seed).unwrap();
+            sc.pod_quiet_periods = DEFAULT_MAX_QUIET_PERIODS;
+            let quiet = leasehold_sim::run_scenario(sc, seed, Policy::Leasehold);
+            let what = format!("{scenario} seed {seed}");
+            eprintln!(
+                "{what}: utilization {:.4} quiet, {:.4} every period; liveness {:?}, {:?}",
+                quiet.utilization, every.utilization, quiet.liveness_utilization, every.liveness_utilization
+            );
+            assert_eq!(quiet.violations, 0, "{what}: {:?}", quiet.first_breach);
+            assert_eq!(quiet.invariant_breaches, 0, "{what}: {:?}", quiet.first_breach);
+            assert!(quiet.utilization >= within * every.utilization, "{what}");
+            if scenario == "storm" {
+                assert!(quiet.liveness_utilization.unwrap() >= 0.9, "{what}");
+            }
+        }
+    }
+}

@@ -7,7 +7,7 @@
 
 use leasehold_shared::dc_manager::{DcOutput, LeasePacing};
 use leasehold_shared::subjects::{self, PodChannel};
-use leasehold_shared::wire::{batches, encode, DcReport, DcReports, PodLeases, ReturnAck, ReturnAcks};
+use leasehold_shared::wire::{encode_batches, DcReport, Envelope, ReturnAck};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -59,19 +59,20 @@ impl Outbox {
         let mut messages: Vec<(String, Vec<u8>)> = Vec::new();
         for (pod, leases) in self.leases.take_due(now_ns, on_tick) {
             let Ok(subject) = subjects::pod(dc, &pod, PodChannel::Lease) else { continue };
-            let all = batches(&leases, max_bytes);
-            messages.extend(all.into_iter().map(|b| (subject.clone(), encode(&PodLeases::new(dc, &pod, b)))));
+            let envelope = Envelope { field: "leases", dc, pod: Some(&pod) };
+            let all = encode_batches(&leases, max_bytes, &envelope);
+            messages.extend(all.into_iter().map(|(payload, _)| (subject.clone(), payload)));
         }
         for (pod, acks) in std::mem::take(&mut self.acks) {
             let Ok(subject) = subjects::pod(dc, &pod, PodChannel::Ack) else { continue };
             let all: Vec<ReturnAck> = acks.into_values().collect();
-            let all = batches(&all, max_bytes);
-            messages.extend(all.into_iter().map(|b| (subject.clone(), encode(&ReturnAcks::new(dc, &pod, b)))));
+            let all = encode_batches(&all, max_bytes, &Envelope { field: "acks", dc, pod: Some(&pod) });
+            messages.extend(all.into_iter().map(|(payload, _)| (subject.clone(), payload)));
         }
         let reports: Vec<DcReport> = std::mem::take(&mut self.reports).into_values().collect();
         if let Ok(subject) = subjects::dc_report(dc) {
-            let all = batches(&reports, max_bytes);
-            messages.extend(all.into_iter().map(|b| (subject.clone(), encode(&DcReports::new(dc, b)))));
+            let all = encode_batches(&reports, max_bytes, &Envelope { field: "reports", dc, pod: None });
+            messages.extend(all.into_iter().map(|(payload, _)| (subject.clone(), payload)));
         }
         let mut failures = 0;
         for (subject, payload) in messages {

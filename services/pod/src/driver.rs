@@ -11,6 +11,7 @@
 use crate::limiter::Limiter;
 use crate::link::{FromLink, ToLink};
 use leasehold_shared::pod::{AppliedLease, PodConfig, PodCore};
+use leasehold_shared::quiet_reports::QuietReports;
 use leasehold_shared::wire::PodLease;
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -71,6 +72,8 @@ pub(crate) struct Driver {
     pub config: PodConfig,
     pub limiter: Limiter,
     pub drain_timeout: Duration,
+    /// See [`crate::settings::PodSettings::max_quiet_report_periods`].
+    pub max_quiet_report_periods: u32,
     /// The lease is lent out (to Envoy, over RLQS): never returned nor confirmed (reports carry
     /// no `lease_in_use`), since pieces of it may be in use until they expire; the DC manager
     /// counts every lease until it expires.
@@ -181,6 +184,7 @@ impl Driver {
         }
         // A new holder asks for its lease at once, not at the next tick.
         let (mut due, mut first) = (true, true);
+        let mut quiet = QuietReports::new(self.max_quiet_report_periods);
         info!(pod = %self.config.pod, %limit, "limit served");
         let ended = loop {
             if std::mem::take(&mut due) {
@@ -198,12 +202,16 @@ impl Driver {
                     (seen_uses, used_at_ns) = (self.limiter.uses(), now);
                 }
                 let c = self.limiter.take_interval();
-                let report = core.report(now, c, true);
-                if sent.len() == 64 {
-                    sent.pop_front();
+                match quiet.tick(&mut core, now, c, true) {
+                    Some(report) => {
+                        if sent.len() == 64 {
+                            sent.pop_front();
+                        }
+                        sent.push_back((report.seq, now));
+                        self.send(ToLink::Report { report, at_once: std::mem::take(&mut first) })?;
+                    }
+                    None => self.send(ToLink::Quiet { limit: limit.clone() })?,
                 }
-                sent.push_back((report.seq, now));
-                self.send(ToLink::Report { report, at_once: std::mem::take(&mut first) })?;
             }
             tokio::select! {
                 _ = shutdown.changed() => break Ended::Drained(false),

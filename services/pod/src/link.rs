@@ -15,8 +15,7 @@
 use futures::StreamExt;
 use leasehold_shared::subjects::{self, PodChannel};
 use leasehold_shared::wire::{
-    batches, decode, encode, LeaseReturn, LeaseReturns, PodLease, PodLeases, PodReport, PodReports, ReturnAck,
-    ReturnAcks,
+    decode, encode_batches, Envelope, LeaseReturn, PodLease, PodLeases, PodReport, ReturnAck, ReturnAcks,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -39,6 +38,10 @@ pub(crate) enum ToLink {
     Report {
         report: PodReport,
         at_once: bool,
+    },
+    /// The limit's holder has nothing new this tick (`QuietReports`): it answered, with no report.
+    Quiet {
+        limit: String,
     },
     Return(LeaseReturn),
 }
@@ -117,6 +120,11 @@ impl Link {
                                 now_due |= at_once;
                                 reports.insert(r.limit.clone(), r);
                             }
+                            ToLink::Quiet { limit } => {
+                                if let Some(c) = collecting.as_mut() {
+                                    c.received.insert(limit);
+                                }
+                            }
                             ToLink::Return(r) => {
                                 if returns.contains_key(&r.limit) {
                                     self.send_returns(&return_subject, &mut returns).await;
@@ -189,11 +197,11 @@ impl Link {
         routes: &BTreeMap<String, mpsc::UnboundedSender<FromLink>>,
     ) {
         let all: Vec<PodReport> = std::mem::take(reports).into_values().collect();
-        for batch in batches(&all, self.client.server_info().max_payload) {
-            let limits: Vec<String> = batch.iter().map(|r| r.limit.clone()).collect();
-            let ok = self.publish(subject, encode(&PodReports::new(&self.dc, &self.pod, batch))).await;
-            for l in limits {
-                if let Some(route) = routes.get(&l) {
+        let envelope = Envelope { field: "reports", dc: &self.dc, pod: Some(&self.pod) };
+        for (payload, indices) in encode_batches(&all, self.client.server_info().max_payload, &envelope) {
+            let ok = self.publish(subject, payload).await;
+            for i in indices {
+                if let Some(route) = routes.get(&all[i].limit) {
                     let _ = route.send(FromLink::Published(ok));
                 }
             }
@@ -202,9 +210,10 @@ impl Link {
 
     async fn send_returns(&self, subject: &str, returns: &mut BTreeMap<String, LeaseReturn>) {
         let all: Vec<LeaseReturn> = std::mem::take(returns).into_values().collect();
-        for batch in batches(&all, self.client.server_info().max_payload) {
+        let envelope = Envelope { field: "returns", dc: &self.dc, pod: Some(&self.pod) };
+        for (payload, _) in encode_batches(&all, self.client.server_info().max_payload, &envelope) {
             // A lost return is sent again by its loop until acknowledged.
-            self.publish(subject, encode(&LeaseReturns::new(&self.dc, &self.pod, batch))).await;
+            self.publish(subject, payload).await;
         }
     }
 

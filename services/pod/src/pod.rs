@@ -180,6 +180,7 @@ impl Pod {
             },
             limiter: limiter.clone(),
             drain_timeout: Duration::from_millis(s.drain_timeout_ms),
+            max_quiet_report_periods: s.max_quiet_report_periods,
             lent: lend,
             idle_release: (!pinned).then(|| Duration::from_millis(s.idle_release_ms)),
             status: status_tx,

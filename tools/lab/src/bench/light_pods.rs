@@ -1,8 +1,11 @@
 //! Pods as docs/PROTOCOL.md "Writing a pod in another language" describes them, many to a NATS
 //! connection, so that `bench control-plane` can put 10,000 pods on one DC manager from one
-//! process. Each pod reports every limit once per report period (`PodReports`, a steady demand)
-//! and puts the newest lease version it received per limit in `lease_in_use`; it enforces
-//! nothing (the bench measures the control plane, not admissions).
+//! process. Each pod sends one `PodReports` batch per report period (a steady demand) and puts
+//! the newest lease version it received per limit in `lease_in_use`. Like the Rust pod
+//! (`shared/src/quiet_reports.rs`), a limit reports at once when it has a new lease to confirm
+//! and otherwise every `QUIET_PERIODS + 1` periods (its demand never moves); a batch with no
+//! report is not sent. It enforces nothing (the bench measures the control plane, not
+//! admissions).
 
 use futures::StreamExt;
 use leasehold_shared::subjects::{self, PodChannel};
@@ -14,6 +17,8 @@ use std::time::{Duration, Instant};
 
 /// Requests each pod offers per report period (its demand).
 const OFFERED_PER_REPORT: u64 = 5;
+/// Report periods in a row a limit with nothing new is left out (the Rust pod's default).
+const QUIET_PERIODS: u32 = leasehold_shared::quiet_reports::DEFAULT_MAX_QUIET_PERIODS;
 /// How often a connection's task looks for pods whose report is due.
 const REPORT_TICK: Duration = Duration::from_millis(5);
 
@@ -23,9 +28,11 @@ struct PodState {
     incarnation: u64,
     seq: u64,
     next_report_at: Instant,
-    last_report_at: Instant,
     /// Per limit, the newest lease version received.
     in_use: BTreeMap<String, LeaseVersion>,
+    /// Per limit: the `lease_in_use` its last report carried, the pod time it was sent and the
+    /// periods it has been left out since.
+    reported: HashMap<String, (Option<LeaseVersion>, Instant, u32)>,
     joined_at: Instant,
     /// When the pod first held a lease of every limit.
     all_leased_at: Option<Instant>,
@@ -94,8 +101,8 @@ impl Fleet {
                         incarnation: rand::random::<u64>() >> 12,
                         seq: 0,
                         next_report_at: now + phase,
-                        last_report_at: now,
                         in_use: BTreeMap::new(),
+                        reported: HashMap::new(),
                         joined_at: now,
                         all_leased_at: None,
                         last_lease_msg_at: None,
@@ -185,7 +192,7 @@ async fn report_loop(
             keys.iter()
                 .filter_map(|k| {
                     let p = books.pods.get_mut(k)?;
-                    (p.next_report_at <= now).then(|| report(p, &limits, period, now))
+                    (p.next_report_at <= now).then(|| report(p, &limits, period, now)).flatten()
                 })
                 .collect()
         };
@@ -197,17 +204,31 @@ async fn report_loop(
     }
 }
 
-fn report(p: &mut PodState, limits: &[String], period: Duration, now: Instant) -> (String, Vec<u8>) {
+/// The pod's batch for this period: the limits with a new lease to confirm, never reported, or
+/// left out `QUIET_PERIODS` times in a row. None when no limit reports.
+fn report(p: &mut PodState, limits: &[String], period: Duration, now: Instant) -> Option<(String, Vec<u8>)> {
     p.seq += 1;
-    let interval_ms = now.duration_since(p.last_report_at).as_millis().clamp(1, 600_000) as u64;
-    p.last_report_at = now;
     p.next_report_at += period;
     if p.next_report_at < now {
         p.next_report_at = now + period;
     }
-    let reports = limits
+    let reports: Vec<PodReport> = limits
         .iter()
-        .map(|limit| PodReport {
+        .filter_map(|limit| {
+            let in_use = p.in_use.get(limit).copied();
+            let last = p.reported.get_mut(limit);
+            let since = match last {
+                Some((reported, _, quiet)) if *reported == in_use && *quiet < QUIET_PERIODS => {
+                    *quiet += 1;
+                    return None;
+                }
+                Some((_, at, _)) => *at,
+                None => p.joined_at,
+            };
+            p.reported.insert(limit.clone(), (in_use, now, 0));
+            Some((limit, in_use, now.duration_since(since).as_millis().clamp(1, 600_000) as u64))
+        })
+        .map(|(limit, in_use, interval_ms)| PodReport {
             v: wire::SCHEMA_VERSION,
             limit: limit.clone(),
             dc: p.dc.clone(),
@@ -215,8 +236,8 @@ fn report(p: &mut PodState, limits: &[String], period: Duration, now: Instant) -
             incarnation: p.incarnation,
             seq: p.seq,
             interval_ms,
-            offered: OFFERED_PER_REPORT,
-            admitted: OFFERED_PER_REPORT,
+            offered: OFFERED_PER_REPORT * interval_ms / period.as_millis().max(1) as u64,
+            admitted: OFFERED_PER_REPORT * interval_ms / period.as_millis().max(1) as u64,
             rejected: 0,
             queued: 0,
             errors: 0,
@@ -224,9 +245,12 @@ fn report(p: &mut PodState, limits: &[String], period: Duration, now: Instant) -
             healthy: true,
             draining: false,
             weight: 1.0,
-            lease_in_use: p.in_use.get(limit).copied(),
+            lease_in_use: in_use,
         })
         .collect();
+    if reports.is_empty() {
+        return None;
+    }
     let subject = subjects::pod(&p.dc, &p.id, PodChannel::Report).expect("bench pod ids are valid");
-    (subject, wire::encode(&PodReports::new(&p.dc, &p.id, reports)))
+    Some((subject, wire::encode(&PodReports::new(&p.dc, &p.id, reports))))
 }

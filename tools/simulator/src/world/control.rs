@@ -9,6 +9,7 @@ use leasehold_shared::dc_manager::{DcManagerConfig, DcOutput};
 use leasehold_shared::expiry::ExpiryPolicy;
 use leasehold_shared::holder::LeaseRejection;
 use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
+use leasehold_shared::quiet_reports::QuietReports;
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcLease, LedgerRecord};
 use std::rc::Rc;
@@ -62,6 +63,7 @@ impl World {
             clock,
             state: PodState::Down,
             core: None,
+            quiet: QuietReports::new(0),
             incarnation: 0,
             routable: false,
             queue: Default::default(),
@@ -99,6 +101,7 @@ impl World {
                     },
                     slot.clock.local(self.now),
                 ));
+                slot.quiet = QuietReports::new(self.sc.pod_quiet_periods);
                 slot.routable = false; // joins the load balancer once it holds a lease
                 self.pod_by_instance.insert(instance, p);
                 let inc = slot.incarnation;
@@ -146,7 +149,7 @@ impl World {
             // Calls are judged as they arrive (`advance`); the answers reach the pod later.
             c.upstream_429 = partner.take_429s(p, self.now);
         }
-        let report = core.report(local, c, true);
+        let Some(report) = slot.quiet.tick(core, local, c, true) else { return };
         self.send(Link::PodDc(p), || Msg::PodReport(p, report.clone()));
     }
 

@@ -26,6 +26,7 @@ use leasehold_shared::bucket::TokenBucket;
 use leasehold_shared::coordinator::CoordinatorCore;
 use leasehold_shared::dc_manager::{DcManagerCore, DcOutput};
 use leasehold_shared::pod::{IntervalCounters, PodCore};
+use leasehold_shared::quiet_reports::QuietReports;
 use leasehold_shared::quota::Quota;
 use leasehold_shared::rng::SeededRng;
 use leasehold_shared::wire::{
@@ -95,6 +96,8 @@ struct PodSlot {
     clock: NodeClock,
     state: PodState,
     core: Option<PodCore>,
+    /// Which reports the core's limit leaves out (a new one with every core).
+    quiet: QuietReports,
     /// Incarnation: events of a previous incarnation are ignored.
     incarnation: u64,
     routable: bool,

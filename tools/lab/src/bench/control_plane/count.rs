@@ -27,12 +27,6 @@ pub(super) fn kind(subject: &str) -> &'static str {
     }
 }
 
-/// The items in a batch (its one array of items), 0 for anything else.
-pub(super) fn items(payload: &[u8]) -> u64 {
-    let Ok(serde_json::Value::Object(m)) = serde_json::from_slice::<serde_json::Value>(payload) else { return 0 };
-    ["reports", "leases", "returns", "acks"].iter().find_map(|k| m.get(*k)?.as_array()).map_or(0, |a| a.len() as u64)
-}
-
 /// What the monitor saw in the measuring time.
 pub(super) struct Counted {
     secs: f64,
@@ -96,7 +90,7 @@ pub(super) async fn count(r: &Running, duration: Duration) -> Result<Counted, St
         let k = kind(msg.subject.as_str());
         *counts.entry(k).or_default() += 1;
         if !k.starts_with("kv_") {
-            *items_seen.entry(k).or_default() += items(&msg.payload);
+            *items_seen.entry(k).or_default() += crate::bench::batch_items(&msg.payload);
         }
         bytes += msg.payload.len() as u64;
         if k == "pod_lease" {

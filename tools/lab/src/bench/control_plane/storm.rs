@@ -3,8 +3,9 @@
 //! so the storm costs O(pods) splits' work and lease messages, and every joiner holds a lease
 //! within 2 renew periods.
 
-use super::count::{items, round};
+use super::count::round;
 use super::{add_pods, dc_name, pod_ids, Running};
+use crate::bench::batch_items as items;
 use futures::StreamExt;
 use serde::Serialize;
 use std::time::{Duration, Instant};

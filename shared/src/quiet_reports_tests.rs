@@ -1,0 +1,111 @@
+use super::*;
+use crate::pod::PodConfig;
+use crate::quota::Quota;
+use crate::wire::{PodLease, SCHEMA_VERSION};
+
+const MS: u64 = NS_PER_MS;
+const PERIOD: u64 = 250 * MS;
+
+fn pod() -> PodCore {
+    let cfg = PodConfig {
+        limit: "l".into(),
+        dc: "bkk".into(),
+        pod: "p1".into(),
+        incarnation: 7,
+        weight: 1.0,
+        bugs: Default::default(),
+    };
+    PodCore::new(cfg, 0)
+}
+
+fn lease(seq: u64, basis_seq: u64) -> PodLease {
+    PodLease {
+        v: SCHEMA_VERSION,
+        limit: "l".into(),
+        dc: "bkk".into(),
+        pod: "p1".into(),
+        incarnation: 7,
+        issuer: "m".into(),
+        version: LeaseVersion::new(1, seq),
+        lease_id: format!("m-1-{seq}"),
+        quota: Quota { rate_milli_per_s: 10_000, burst_milli: 1_000 },
+        ttl_ms: 5_000,
+        basis_seq,
+        limit_removed: false,
+    }
+}
+
+fn offered(n: u64) -> IntervalCounters {
+    IntervalCounters { offered: n, admitted: n, ..Default::default() }
+}
+
+/// Which of `periods` ticks (offering `n` each) sent a report, as tick numbers from 1.
+fn sent_ticks(q: &mut QuietReports, p: &mut PodCore, from: u64, periods: u64, n: u64) -> Vec<u64> {
+    (from..from + periods).filter(|t| q.tick(p, t * PERIOD, offered(n), true).is_some()).collect()
+}
+
+#[test]
+fn a_steady_limit_reports_every_fourth_period_with_the_counters_of_the_periods_left_out() {
+    let (mut q, mut p) = (QuietReports::new(DEFAULT_MAX_QUIET_PERIODS), pod());
+    assert_eq!(sent_ticks(&mut q, &mut p, 1, 1, 5), vec![1], "the first report goes at once");
+    assert_eq!(sent_ticks(&mut q, &mut p, 2, 12, 5), vec![5, 9, 13]);
+    // The report at tick 17 carries the 4 periods since tick 13: 20 offered in 1,000 ms.
+    assert!(q.tick(&mut p, 14 * PERIOD, offered(5), true).is_none());
+    assert!(q.tick(&mut p, 15 * PERIOD, offered(5), true).is_none());
+    assert!(q.tick(&mut p, 16 * PERIOD, IntervalCounters { queued: 9, ..offered(5) }, true).is_none());
+    let r = q.tick(&mut p, 17 * PERIOD, IntervalCounters { queued: 2, ..offered(5) }, true).unwrap();
+    assert_eq!((r.offered, r.admitted, r.interval_ms, r.queued), (20, 20, 1_000, 2));
+}
+
+#[test]
+fn zero_quiet_periods_report_every_period() {
+    let (mut q, mut p) = (QuietReports::new(0), pod());
+    assert_eq!(sent_ticks(&mut q, &mut p, 1, 6, 5), vec![1, 2, 3, 4, 5, 6]);
+}
+
+#[test]
+fn a_new_lease_is_confirmed_at_the_next_period() {
+    let (mut q, mut p) = (QuietReports::new(DEFAULT_MAX_QUIET_PERIODS), pod());
+    let first = q.tick(&mut p, PERIOD, offered(5), true).unwrap();
+    p.on_lease(&lease(1, first.seq), PERIOD + MS).unwrap();
+    let r = q.tick(&mut p, 2 * PERIOD, offered(5), true).expect("the new lease is confirmed at once");
+    assert_eq!(r.lease_in_use, Some(LeaseVersion::new(1, 1)));
+    assert!(q.tick(&mut p, 3 * PERIOD, offered(5), true).is_none(), "nothing new after the confirmation");
+}
+
+#[test]
+fn errors_429s_health_and_a_drain_report_at_once() {
+    let (mut q, mut p) = (QuietReports::new(DEFAULT_MAX_QUIET_PERIODS), pod());
+    q.tick(&mut p, PERIOD, offered(5), true).unwrap();
+    let errors = IntervalCounters { errors: 1, ..offered(5) };
+    assert!(q.tick(&mut p, 2 * PERIOD, errors, true).is_some(), "upstream errors");
+    let throttled = IntervalCounters { upstream_429: 1, ..offered(5) };
+    assert!(q.tick(&mut p, 3 * PERIOD, throttled, true).is_some(), "upstream 429s");
+    assert!(q.tick(&mut p, 4 * PERIOD, offered(5), false).is_some(), "unhealthy");
+    assert!(q.tick(&mut p, 5 * PERIOD, offered(5), false).is_none(), "still unhealthy: nothing new");
+    assert!(q.tick(&mut p, 6 * PERIOD, offered(5), true).is_some(), "healthy again");
+    p.drain();
+    assert!(q.tick(&mut p, 7 * PERIOD, offered(0), true).is_some(), "draining");
+}
+
+#[test]
+fn demand_that_moves_reports_at_once_and_jitter_does_not() {
+    let (mut q, mut p) = (QuietReports::new(DEFAULT_MAX_QUIET_PERIODS), pod());
+    q.tick(&mut p, PERIOD, offered(50), true).unwrap(); // 200/s
+    assert!(q.tick(&mut p, 2 * PERIOD, offered(55), true).is_none(), "220/s is within 1.25 × 200 + 4");
+    // 55 + 100 in 500 ms: 310/s.
+    assert!(q.tick(&mut p, 3 * PERIOD, offered(100), true).is_some(), "400/s in a period moves the rate");
+    assert!(q.tick(&mut p, 4 * PERIOD, offered(0), true).is_some(), "and so does stopping");
+    // A limit at rest wakes up: 0 → 8/s, more than the slack of 4/s.
+    assert!(q.tick(&mut p, 5 * PERIOD, offered(0), true).is_none());
+    assert!(q.tick(&mut p, 6 * PERIOD, offered(4), true).is_some());
+}
+
+#[test]
+fn demand_moved_needs_both_the_ratio_and_the_slack() {
+    assert!(!demand_moved(0.0, 4.0));
+    assert!(demand_moved(0.0, 4.1));
+    assert!(!demand_moved(1_000.0, 1_254.0));
+    assert!(demand_moved(1_000.0, 1_254.1));
+    assert!(demand_moved(1_254.1, 1_000.0), "symmetric");
+}
