@@ -1,6 +1,8 @@
 //! Demand smoothing: an exponentially weighted moving average.
 //!
-//! `α` applies per *sample* (one demand report). With the default report period of 250 ms and
+//! `α` applies per *sample*. The DC manager counts a demand report as one sample per whole
+//! [`SAMPLE_MS`] it covers ([`Ewma::update_times`]), so a report covering a second (a quiet
+//! limit's, `shared/src/quiet_reports.rs`) weighs as much as four 250 ms ones would have. With
 //! α = 0.3, a step in demand is 90% absorbed after ⌈ln 0.1 / ln 0.7⌉ = 7 samples ≈ 1.75 s.
 
 #[derive(Clone, Debug, PartialEq)]
@@ -10,6 +12,8 @@ pub struct Ewma {
 }
 
 pub const DEFAULT_ALPHA: f64 = 0.3;
+/// The time one sample stands for: the default pod report period.
+pub const SAMPLE_MS: u64 = 250;
 
 impl Ewma {
     /// `alpha` is clamped into (0, 1].
@@ -25,6 +29,20 @@ impl Ewma {
             None => sample,
             Some(v) => v + self.alpha * (sample - v),
         };
+        self.value = Some(next);
+        next
+    }
+
+    /// Feed a sample that stands for `times` samples of the same value (at least one): as
+    /// `times` calls of [`Ewma::update`], in one step.
+    pub fn update_times(&mut self, sample: f64, times: u64) -> f64 {
+        if times <= 1 || self.value.is_none() {
+            return self.update(sample);
+        }
+        let sample = if sample.is_finite() { sample.max(0.0) } else { 0.0 };
+        let v = self.value.unwrap_or(sample);
+        let kept = (1.0 - self.alpha).powi(times.min(i32::MAX as u64) as i32);
+        let next = sample + kept * (v - sample);
         self.value = Some(next);
         next
     }
@@ -57,6 +75,23 @@ mod tests {
             n += 1;
         }
         assert_eq!(n + 1, 7);
+    }
+
+    #[test]
+    fn a_sample_standing_for_four_moves_the_average_as_four_samples_do() {
+        let (mut once, mut four) = (Ewma::new(0.3), Ewma::new(0.3));
+        once.update(0.0);
+        four.update(0.0);
+        for _ in 0..4 {
+            four.update(100.0);
+        }
+        assert!((once.update_times(100.0, 4) - four.value()).abs() < 1e-9);
+        assert_eq!(Ewma::new(0.3).update_times(40.0, 4), 40.0, "the first sample initialises");
+        let mut one = Ewma::new(0.3);
+        one.update(10.0);
+        let mut same = one.clone();
+        assert_eq!(one.update_times(50.0, 1), same.update(50.0), "one is exactly update");
+        assert_eq!(one.update_times(f64::NAN, 3).is_finite(), true);
     }
 
     #[test]

@@ -302,7 +302,6 @@ impl<H: Ord + Clone> Ledger<H> {
         version: LeaseVersion,
         release_at_ns: u64,
     ) -> Result<bool, LedgerError> {
-        self.totals.forget();
         let h = self.holders.get_mut(holder).ok_or(LedgerError::UnknownVersion(version))?;
         if !h.entries.iter().any(|e| e.version == version) {
             // Either already superseded (a late duplicate ack) or never issued.
@@ -316,6 +315,11 @@ impl<H: Ord + Clone> Ledger<H> {
         for e in h.entries.iter_mut().filter(|e| e.version < version && e.live_until_ns > release_at_ns) {
             e.live_until_ns = release_at_ns;
             changed = true;
+        }
+        // Sums held for later instants are stale only if a lease now ends sooner (a pod
+        // confirming the lease it already confirmed, every report, changes nothing).
+        if changed {
+            self.totals.forget();
         }
         Ok(changed)
     }

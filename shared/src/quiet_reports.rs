@@ -1,26 +1,32 @@
 //! Quiet reports: a limit with nothing new to say leaves its report out of a pod's batch for up
-//! to [`QuietReports::max_quiet_periods`] report periods in a row, so a pod serving many limits
-//! sends about one item per limit per renew period instead of one per report period.
+//! to [`QuietReports::max_quiet_ms`] (1 s by default), so a pod serving many limits sends about
+//! one item per limit per renew period instead of one per report period.
 //!
 //! Reports drive no safety rule: a lease expires at the send time of the report it answers plus
 //! its TTL on the pod's clock, and the DC manager counts every lease until it has expired or the
 //! pod confirmed a newer one. A report left out only ages the basis of the next lease (a shorter
 //! lease) and delays what the manager learns. So a limit reports at once whenever what it would
 //! say matters: its first report, a newly applied lease to confirm (`lease_in_use`: the manager
-//! stops counting the older ones), a change of health, upstream errors or 429s, a drain, and
+//! stops counting the older ones), no lease in force (it needs one), a change of health, a drain,
 //! demand that moved (the rate offered since the last report against the last report's, beyond
-//! [`DEMAND_MOVED_RATIO`] and [`DEMAND_MOVED_SLACK_PER_S`]). Otherwise it reports every
-//! `max_quiet_periods + 1` periods, its heartbeat: the default, 3, makes one report per second at
-//! the default 250 ms period, within the DC manager's `heartbeat_timeout_ms` (1,500 ms) with two
-//! periods to spare. Counters of the periods left out add up into the next report, whose
-//! `interval_ms` covers them all.
+//! [`DEMAND_MOVED_RATIO`] and [`DEMAND_MOVED_SLACK_PER_S`]), the report before failed to publish
+//! ([`QuietReports::resend_next`]), and every period while upstream errors or 429s were seen in
+//! the last [`ERRORS_KEEP_REPORTING_MS`] (adaptive limits read each DC report's calls and 429s as
+//! covering its own period: calls bunched into a late report would skew that rate). Otherwise it
+//! reports once its silence would pass `max_quiet_ms` by the next tick: bounded in time, not in
+//! ticks, so merged or late ticks never stretch it. The default, 1,000 ms, stays within the DC
+//! manager's `heartbeat_timeout_ms` (1,500 ms) with a report period to spare. Counters of the
+//! periods left out add up into the next report, whose `interval_ms` covers them all (the DC
+//! manager weighs its demand average by that interval).
 
 use crate::expiry::NS_PER_MS;
 use crate::pod::{IntervalCounters, PodCore};
 use crate::wire::{LeaseVersion, PodReport};
 
-/// Default for [`QuietReports::new`]: report periods a quiet limit may leave out in a row.
-pub const DEFAULT_MAX_QUIET_PERIODS: u32 = 3;
+/// Default for [`QuietReports::new`]: the longest a quiet limit goes without a report.
+pub const DEFAULT_MAX_QUIET_MS: u64 = 1_000;
+/// After upstream errors or 429s, a limit reports every period for this long.
+pub const ERRORS_KEEP_REPORTING_MS: u64 = 10_000;
 /// Demand moved when the larger of the two rates exceeds the smaller times this plus
 /// [`DEMAND_MOVED_SLACK_PER_S`].
 pub const DEMAND_MOVED_RATIO: f64 = 1.25;
@@ -39,22 +45,39 @@ struct LastSent {
 /// One limit's report decisions (a pod keeps one per limit, beside its [`PodCore`]).
 #[derive(Clone, Debug)]
 pub struct QuietReports {
-    max_quiet_periods: u32,
+    max_quiet_ms: u64,
+    report_interval_ms: u64,
     /// Counters of the periods left out since the last report.
     pending: IntervalCounters,
-    /// Periods left out in a row.
-    quiet: u32,
     last: Option<LastSent>,
+    /// The last report failed to publish: the next tick reports.
+    resend: bool,
+    /// Pod time until which the limit reports every period (upstream errors or 429s seen).
+    loud_until_ns: u64,
 }
 
 impl QuietReports {
-    /// `max_quiet_periods` 0: report every period.
-    pub fn new(max_quiet_periods: u32) -> Self {
-        QuietReports { max_quiet_periods, pending: IntervalCounters::default(), quiet: 0, last: None }
+    /// A limit reporting every `report_interval_ms` (its pod's period) that stays quiet at most
+    /// `max_quiet_ms` (0: it reports every period).
+    pub fn new(max_quiet_ms: u64, report_interval_ms: u64) -> Self {
+        QuietReports {
+            max_quiet_ms,
+            report_interval_ms: report_interval_ms.max(1),
+            pending: IntervalCounters::default(),
+            last: None,
+            resend: false,
+            loud_until_ns: 0,
+        }
     }
 
-    pub fn max_quiet_periods(&self) -> u32 {
-        self.max_quiet_periods
+    pub fn max_quiet_ms(&self) -> u64 {
+        self.max_quiet_ms
+    }
+
+    /// The last report could not be published (NATS may drop a message): report at the next
+    /// tick rather than after a quiet stretch.
+    pub fn resend_next(&mut self) {
+        self.resend = true;
     }
 
     /// Call every report period with the period's counters: the report to send now, or `None`
@@ -67,12 +90,14 @@ impl QuietReports {
         p.errors = p.errors.saturating_add(c.errors);
         p.upstream_429 = p.upstream_429.saturating_add(c.upstream_429);
         p.queued = c.queued; // a gauge: the latest
+        if c.errors > 0 || c.upstream_429 > 0 {
+            self.loud_until_ns = now_ns.saturating_add(ERRORS_KEEP_REPORTING_MS * NS_PER_MS);
+        }
         if !self.due(core, now_ns, healthy) {
-            self.quiet += 1;
             return None;
         }
         let report = core.report(now_ns, std::mem::take(&mut self.pending), healthy);
-        self.quiet = 0;
+        self.resend = false;
         self.last = Some(LastSent {
             lease_in_use: report.lease_in_use,
             healthy,
@@ -83,18 +108,20 @@ impl QuietReports {
 
     fn due(&self, core: &PodCore, now_ns: u64, healthy: bool) -> bool {
         let Some(last) = &self.last else { return true };
-        let p = &self.pending;
-        if self.quiet >= self.max_quiet_periods
+        let elapsed_ms = (now_ns.saturating_sub(core.counting_since_ns()) / NS_PER_MS).max(1);
+        // Silent until the next tick too would pass the bound (half a period of tick jitter).
+        let silence_ends = elapsed_ms + self.report_interval_ms / 2 >= self.max_quiet_ms;
+        if silence_ends
+            || self.resend
+            || now_ns < self.loud_until_ns
             || core.is_draining()
+            || core.applied(now_ns).is_none()
             || core.lease_in_use() != last.lease_in_use
             || healthy != last.healthy
-            || p.errors > 0
-            || p.upstream_429 > 0
         {
             return true;
         }
-        let elapsed_ms = (now_ns.saturating_sub(core.counting_since_ns()) / NS_PER_MS).max(1);
-        demand_moved(last.offered_per_s, p.offered as f64 * 1_000.0 / elapsed_ms as f64)
+        demand_moved(last.offered_per_s, self.pending.offered as f64 * 1_000.0 / elapsed_ms as f64)
     }
 }
 

@@ -44,10 +44,25 @@ fn sent_ticks(q: &mut QuietReports, p: &mut PodCore, from: u64, periods: u64, n:
     (from..from + periods).filter(|t| q.tick(p, t * PERIOD, offered(n), true).is_some()).collect()
 }
 
+fn quiet() -> QuietReports {
+    QuietReports::new(DEFAULT_MAX_QUIET_MS, 250)
+}
+
+/// A pod holding a lease that lasts (so only the quiet rules decide), after its first report.
+fn leased_pod(q: &mut QuietReports) -> PodCore {
+    let mut p = pod();
+    let first = q.tick(&mut p, 0, offered(5), true).unwrap();
+    let mut l = lease(1, first.seq);
+    l.ttl_ms = 600_000;
+    p.on_lease(&l, MS).unwrap();
+    p
+}
+
 #[test]
 fn a_steady_limit_reports_every_fourth_period_with_the_counters_of_the_periods_left_out() {
-    let (mut q, mut p) = (QuietReports::new(DEFAULT_MAX_QUIET_PERIODS), pod());
-    assert_eq!(sent_ticks(&mut q, &mut p, 1, 1, 5), vec![1], "the first report goes at once");
+    let mut q = quiet();
+    let mut p = leased_pod(&mut q);
+    assert_eq!(sent_ticks(&mut q, &mut p, 1, 1, 5), vec![1], "the new lease is confirmed at once");
     assert_eq!(sent_ticks(&mut q, &mut p, 2, 12, 5), vec![5, 9, 13]);
     // The report at tick 17 carries the 4 periods since tick 13: 20 offered in 1,000 ms.
     assert!(q.tick(&mut p, 14 * PERIOD, offered(5), true).is_none());
@@ -57,15 +72,55 @@ fn a_steady_limit_reports_every_fourth_period_with_the_counters_of_the_periods_l
     assert_eq!((r.offered, r.admitted, r.interval_ms, r.queued), (20, 20, 1_000, 2));
 }
 
+/// Found by review: ticks the driver merged (or a pause) must not stretch the silence. It is
+/// bounded in time: with ticks every 500 ms a steady limit still reports every second.
 #[test]
-fn zero_quiet_periods_report_every_period() {
-    let (mut q, mut p) = (QuietReports::new(0), pod());
+fn silence_is_bounded_in_time_not_in_ticks() {
+    let mut q = QuietReports::new(DEFAULT_MAX_QUIET_MS, 500);
+    let mut p = leased_pod(&mut q);
+    let at = |t: u64| t * 500 * MS;
+    assert!(q.tick(&mut p, at(1), offered(10), true).is_some(), "confirms the lease");
+    assert!(q.tick(&mut p, at(2), offered(10), true).is_none());
+    assert!(q.tick(&mut p, at(3), offered(10), true).is_some(), "1 s since the last report");
+    // One tick 2 s late (merged ticks): it reports, whatever the tick count.
+    assert!(q.tick(&mut p, at(7), offered(40), true).is_some());
+}
+
+/// Found by review: a pod whose lease ran out needs a new one: it reports every period.
+#[test]
+fn a_limit_without_a_lease_in_force_reports_every_period() {
+    let (mut q, mut p) = (quiet(), pod());
+    let first = q.tick(&mut p, PERIOD, offered(5), true).unwrap();
+    p.on_lease(&lease(1, first.seq), PERIOD + MS).unwrap(); // 5 s from its basis
+    assert!(q.tick(&mut p, 2 * PERIOD, offered(5), true).is_some(), "confirms");
+    assert!(q.tick(&mut p, 3 * PERIOD, offered(5), true).is_none());
+    let expired = PERIOD + 5_000 * MS;
+    assert!(q.tick(&mut p, expired, offered(5), true).is_some(), "the lease ran out");
+    assert!(q.tick(&mut p, expired + PERIOD, offered(5), true).is_some(), "and still none");
+}
+
+/// Found by review: NATS may drop a message; a report that failed to publish goes again at the
+/// next tick rather than a second later.
+#[test]
+fn a_report_that_failed_to_publish_goes_again_at_the_next_tick() {
+    let mut q = quiet();
+    let mut p = leased_pod(&mut q);
+    q.tick(&mut p, PERIOD, offered(5), true).unwrap();
+    q.resend_next();
+    assert!(q.tick(&mut p, 2 * PERIOD, offered(5), true).is_some());
+    assert!(q.tick(&mut p, 3 * PERIOD, offered(5), true).is_none(), "once sent, quiet again");
+}
+
+#[test]
+fn zero_quiet_ms_reports_every_period() {
+    let mut q = QuietReports::new(0, 250);
+    let mut p = leased_pod(&mut q);
     assert_eq!(sent_ticks(&mut q, &mut p, 1, 6, 5), vec![1, 2, 3, 4, 5, 6]);
 }
 
 #[test]
 fn a_new_lease_is_confirmed_at_the_next_period() {
-    let (mut q, mut p) = (QuietReports::new(DEFAULT_MAX_QUIET_PERIODS), pod());
+    let (mut q, mut p) = (quiet(), pod());
     let first = q.tick(&mut p, PERIOD, offered(5), true).unwrap();
     p.on_lease(&lease(1, first.seq), PERIOD + MS).unwrap();
     let r = q.tick(&mut p, 2 * PERIOD, offered(5), true).expect("the new lease is confirmed at once");
@@ -74,23 +129,33 @@ fn a_new_lease_is_confirmed_at_the_next_period() {
 }
 
 #[test]
-fn errors_429s_health_and_a_drain_report_at_once() {
-    let (mut q, mut p) = (QuietReports::new(DEFAULT_MAX_QUIET_PERIODS), pod());
+fn errors_and_429s_report_every_period_for_a_while_and_health_and_a_drain_at_once() {
+    let mut q = quiet();
+    let mut p = leased_pod(&mut q);
     q.tick(&mut p, PERIOD, offered(5), true).unwrap();
     let errors = IntervalCounters { errors: 1, ..offered(5) };
     assert!(q.tick(&mut p, 2 * PERIOD, errors, true).is_some(), "upstream errors");
+    assert!(q.tick(&mut p, 3 * PERIOD, offered(5), true).is_some(), "every period after errors");
+    let t = 3 * PERIOD + ERRORS_KEEP_REPORTING_MS * MS;
+    // 10 s of the same 20/s in one report (the ticks between were left out of this test).
+    assert!(q.tick(&mut p, t, offered(200), true).is_some(), "the last report before going quiet");
+    assert!(q.tick(&mut p, t + PERIOD, offered(5), true).is_none(), "quiet again");
     let throttled = IntervalCounters { upstream_429: 1, ..offered(5) };
-    assert!(q.tick(&mut p, 3 * PERIOD, throttled, true).is_some(), "upstream 429s");
-    assert!(q.tick(&mut p, 4 * PERIOD, offered(5), false).is_some(), "unhealthy");
-    assert!(q.tick(&mut p, 5 * PERIOD, offered(5), false).is_none(), "still unhealthy: nothing new");
-    assert!(q.tick(&mut p, 6 * PERIOD, offered(5), true).is_some(), "healthy again");
+    assert!(q.tick(&mut p, t + 2 * PERIOD, throttled, true).is_some(), "upstream 429s");
+    assert!(q.tick(&mut p, t + 3 * PERIOD, offered(5), true).is_some(), "every period after 429s");
+    let t = t + 3 * PERIOD + ERRORS_KEEP_REPORTING_MS * MS;
+    assert!(q.tick(&mut p, t, offered(5), true).is_some());
+    assert!(q.tick(&mut p, t + PERIOD, offered(5), false).is_some(), "unhealthy");
+    assert!(q.tick(&mut p, t + 2 * PERIOD, offered(5), false).is_none(), "still unhealthy: nothing new");
+    assert!(q.tick(&mut p, t + 3 * PERIOD, offered(5), true).is_some(), "healthy again");
     p.drain();
-    assert!(q.tick(&mut p, 7 * PERIOD, offered(0), true).is_some(), "draining");
+    assert!(q.tick(&mut p, t + 4 * PERIOD, offered(0), true).is_some(), "draining");
 }
 
 #[test]
 fn demand_that_moves_reports_at_once_and_jitter_does_not() {
-    let (mut q, mut p) = (QuietReports::new(DEFAULT_MAX_QUIET_PERIODS), pod());
+    let mut q = quiet();
+    let mut p = leased_pod(&mut q);
     q.tick(&mut p, PERIOD, offered(50), true).unwrap(); // 200/s
     assert!(q.tick(&mut p, 2 * PERIOD, offered(55), true).is_none(), "220/s is within 1.25 × 200 + 4");
     // 55 + 100 in 500 ms: 310/s.

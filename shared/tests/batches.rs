@@ -133,6 +133,21 @@ fn encoded_batches_are_the_batches_encode_writes() {
     assert!(encode_batches::<PodReport>(&[], 1024, &envelope_of("p")).is_empty());
 }
 
+/// Found by review: ids may hold `"` and `\`, each written as two bytes, so the envelope of two
+/// 128-byte ids is larger than 512 bytes: a full batch went over `max_payload` by 36 bytes.
+#[test]
+fn a_batch_fits_max_payload_even_when_its_ids_need_escapes() {
+    let (dc, pod) = ("\\".repeat(128), "\"".repeat(128));
+    let mut items: Vec<PodReport> = names(1_000).iter().map(|l| report(l, &pod, u64::MAX)).collect();
+    items.iter_mut().for_each(|r| r.dc = dc.clone());
+    let max_payload = 64 * 1024;
+    let encoded = encode_batches(&items, max_payload, &Envelope { field: "reports", dc: &dc, pod: Some(&pod) });
+    assert!(encoded.len() > 1);
+    for (payload, _) in &encoded {
+        assert!(payload.len() <= max_payload, "a batch of {} bytes under {max_payload}", payload.len());
+    }
+}
+
 fn envelope_of(pod: &str) -> Envelope<'_> {
     Envelope { field: "reports", dc: "bkk", pod: Some(pod) }
 }

@@ -72,8 +72,9 @@ pub(crate) struct Driver {
     pub config: PodConfig,
     pub limiter: Limiter,
     pub drain_timeout: Duration,
-    /// See [`crate::settings::PodSettings::max_quiet_report_periods`].
-    pub max_quiet_report_periods: u32,
+    /// See [`crate::settings::PodSettings::max_quiet_report_ms`].
+    pub max_quiet_report_ms: u64,
+    pub report_interval_ms: u64,
     /// The lease is lent out (to Envoy, over RLQS): never returned nor confirmed (reports carry
     /// no `lease_in_use`), since pieces of it may be in use until they expire; the DC manager
     /// counts every lease until it expires.
@@ -184,7 +185,7 @@ impl Driver {
         }
         // A new holder asks for its lease at once, not at the next tick.
         let (mut due, mut first) = (true, true);
-        let mut quiet = QuietReports::new(self.max_quiet_report_periods);
+        let mut quiet = QuietReports::new(self.max_quiet_report_ms, self.report_interval_ms);
         info!(pod = %self.config.pod, %limit, "limit served");
         let ended = loop {
             if std::mem::take(&mut due) {
@@ -222,7 +223,12 @@ impl Driver {
                 msg = self.from_link.recv() => match msg.ok_or(DriverError::LinkGone)? {
                     FromLink::Lease(l) => self.on_lease(&mut core, &l, &sent),
                     FromLink::Ack(_) => {} // an earlier holder's: this one returned nothing yet
-                    other => self.count(other),
+                    other => {
+                        if matches!(other, FromLink::Published(false)) {
+                            quiet.resend_next();
+                        }
+                        self.count(other)
+                    }
                 },
             }
         };

@@ -21,12 +21,11 @@ pub struct PodSettings {
     pub weight: f64,
     /// Demand report / heartbeat period.
     pub report_interval_ms: u64,
-    /// Report periods in a row a limit with nothing new leaves out of the pod's report batch
-    /// (`shared/src/quiet_reports.rs`): a steady limit reports every `max_quiet_report_periods
-    /// + 1` periods, a new lease, errors, health or moved demand at once. 0: every period. Keep
-    /// `(max_quiet_report_periods + 1) × report_interval_ms` below the DC manager's
-    /// `heartbeat_timeout_ms` (1,500 ms), or a quiet pod loses its share between reports.
-    pub max_quiet_report_periods: u32,
+    /// The longest a limit with nothing new goes without a report (`shared/src/quiet_reports.rs`):
+    /// a steady limit reports about this often, a new lease, no lease, errors, health or moved
+    /// demand at once. 0: every period. At most 1,000: keep it below the DC manager's
+    /// `heartbeat_timeout_ms` (1,500 ms) less a report period, or a quiet pod loses its share.
+    pub max_quiet_report_ms: u64,
     /// Requests that may wait for a permit at once; more are denied at once.
     pub queue_capacity: usize,
     /// How long a graceful drain waits for the DC manager's acknowledgement.
@@ -81,7 +80,7 @@ impl Default for PodSettings {
             pod_id: None,
             weight: 1.0,
             report_interval_ms: 250,
-            max_quiet_report_periods: leasehold_shared::quiet_reports::DEFAULT_MAX_QUIET_PERIODS,
+            max_quiet_report_ms: leasehold_shared::quiet_reports::DEFAULT_MAX_QUIET_MS,
             queue_capacity: 1_024,
             drain_timeout_ms: 5_000,
             idle_release_ms: 60_000,
@@ -103,8 +102,9 @@ impl Default for PodSettings {
 
 pub use leasehold_process::SettingsError;
 
-/// Most `max_quiet_report_periods`: a pod's leases answer one of its last 64 reports.
-pub const MAX_QUIET_REPORT_PERIODS: u32 = 15;
+/// Most `max_quiet_report_ms`: within the DC manager's default `heartbeat_timeout_ms` (1,500 ms)
+/// with a default report period to spare.
+pub const MAX_QUIET_REPORT_MS: u64 = 1_000;
 
 /// The per-key limiter's longest window (`leasehold keys`: 31 days).
 #[cfg(feature = "envoy")]
@@ -155,10 +155,10 @@ impl PodSettings {
         if !(10..=60_000).contains(&self.report_interval_ms) {
             return bad(format!("report_interval_ms must be within 10..=60000, got {}", self.report_interval_ms));
         }
-        if self.max_quiet_report_periods > MAX_QUIET_REPORT_PERIODS {
+        if self.max_quiet_report_ms > MAX_QUIET_REPORT_MS {
             return bad(format!(
-                "max_quiet_report_periods must be within 0..={MAX_QUIET_REPORT_PERIODS}, got {}",
-                self.max_quiet_report_periods
+                "max_quiet_report_ms must be within 0..={MAX_QUIET_REPORT_MS}, got {}",
+                self.max_quiet_report_ms
             ));
         }
         if self.idle_release_ms != 0 && self.idle_release_ms < 2 * self.report_interval_ms {

@@ -292,7 +292,7 @@ impl DcManagerCore {
             self.counters.reports_stale += 1;
             return Vec::new();
         }
-        let share_changed = match self.pods.observe(r, &self.cfg, now_ns) {
+        let share_changed = match self.pods.observe(&holder, r, &self.cfg, now_ns) {
             ReportOutcome::Accepted { share_changed } => share_changed,
             ReportOutcome::Stale => {
                 self.counters.reports_stale += 1;

@@ -36,7 +36,9 @@ struct PodMail {
     in_force_until_ns: BTreeMap<HolderKey, u64>,
     /// Since when a lease has been waiting (first seen at a flush).
     pending_since_ns: Option<u64>,
-    /// The pod's report period, as its reports say.
+    /// The shortest `interval_ms` in the pod's last report batch: its report period, or up to a
+    /// second when every limit in the batch was quiet (each limit's 64 reports then span at
+    /// least 16 of them either way).
     report_interval_ms: Option<u64>,
 }
 
@@ -122,7 +124,8 @@ impl LeasePacing {
         due
     }
 
-    /// The pod's report period (`PodReport.interval_ms`): no lease waits longer than 16 of them.
+    /// The pod's report period (the shortest `PodReport.interval_ms` of a batch): no lease waits
+    /// longer than 16 of them.
     /// Kept while the pod has a lease pending or in force (its reports say it again).
     pub fn note_report_interval(&mut self, pod: &str, interval_ms: u64) {
         if let Some(mail) = self.pods.get_mut(pod) {

@@ -57,6 +57,21 @@ impl PodView {
             && self.error_ratio <= cfg.max_error_ratio
     }
 
+    /// A holder first heard from in `r`.
+    fn new(r: &PodReport, cfg: &DcManagerConfig, now_ns: u64) -> Self {
+        PodView {
+            pod: r.pod.clone(),
+            incarnation: r.incarnation,
+            demand: Ewma::new(cfg.ewma_alpha),
+            last_seen_ns: now_ns,
+            last_seq: 0,
+            healthy: true,
+            draining: false,
+            weight: r.weight,
+            error_ratio: 0.0,
+        }
+    }
+
     /// What its share of a split depends on besides demand: eligibility and weight.
     fn share_inputs(&self, cfg: &DcManagerConfig, now_ns: u64) -> (bool, u64) {
         (self.eligible(cfg, now_ns), self.weight.to_bits())
@@ -84,37 +99,42 @@ pub struct Pods {
 }
 
 impl Pods {
-    pub fn observe(&mut self, r: &PodReport, cfg: &DcManagerConfig, now_ns: u64) -> ReportOutcome {
-        let key = holder_key(&r.pod, r.incarnation);
-        if !self.views.contains_key(&key) && self.views.len() >= cfg.max_pods {
-            return ReportOutcome::TooManyPods;
+    /// `r`, from the holder whose key ([`holder_key`]) is `holder`.
+    pub fn observe(&mut self, holder: &str, r: &PodReport, cfg: &DcManagerConfig, now_ns: u64) -> ReportOutcome {
+        if !self.views.contains_key(holder) {
+            if self.views.len() >= cfg.max_pods {
+                return ReportOutcome::TooManyPods;
+            }
+            self.views.insert(holder.to_string(), PodView::new(r, cfg, now_ns));
         }
-        let v = self.views.entry(key).or_insert_with(|| PodView {
-            pod: r.pod.clone(),
-            incarnation: r.incarnation,
-            demand: Ewma::new(cfg.ewma_alpha),
-            last_seen_ns: now_ns,
-            last_seq: 0,
-            healthy: true,
-            draining: false,
-            weight: r.weight,
-            error_ratio: 0.0,
-        });
+        let Some(v) = self.views.get_mut(holder) else { return ReportOutcome::Stale };
         if r.seq <= v.last_seq {
             return ReportOutcome::Stale;
         }
         let share_before = (v.last_seq > 0).then(|| v.share_inputs(cfg, now_ns));
         let per_s = r.offered as f64 * 1_000.0 / r.interval_ms as f64;
-        v.demand.update(per_s * MILLI as f64);
+        // One sample per whole 250 ms the report covers: a quiet limit's report of a second
+        // moves the average as the four reports it stands for would have.
+        v.demand.update_times(per_s * MILLI as f64, r.interval_ms / crate::ewma::SAMPLE_MS);
         v.last_seen_ns = now_ns;
         v.last_seq = r.seq;
         v.healthy = r.healthy;
         v.draining = r.draining;
         v.weight = r.weight;
         v.error_ratio = if r.admitted >= 10 { r.errors as f64 / r.admitted as f64 } else { 0.0 };
-        self.upstream_calls = self.upstream_calls.saturating_add(r.admitted);
+        // The coordinator reads a DC report's calls as made in that report's period. A report
+        // covering 500 ms or more (a quiet limit's, or a late one) counts the calls of its last
+        // 250 ms at its average rate: its 429s, which a quiet pod reports at once, are recent,
+        // and its calls bunched into one DC report would skew the accepted rate an adaptive
+        // limit follows.
+        let calls = if r.interval_ms >= 2 * crate::ewma::SAMPLE_MS {
+            r.admitted.saturating_mul(crate::ewma::SAMPLE_MS) / r.interval_ms
+        } else {
+            r.admitted
+        };
+        self.upstream_calls = self.upstream_calls.saturating_add(calls);
         // A pod cannot see more 429s than it made calls (a bad report counts as many as calls).
-        self.upstream_429 = self.upstream_429.saturating_add(r.upstream_429.min(r.admitted));
+        self.upstream_429 = self.upstream_429.saturating_add(r.upstream_429.min(calls));
         ReportOutcome::Accepted { share_changed: share_before != Some(v.share_inputs(cfg, now_ns)) }
     }
 

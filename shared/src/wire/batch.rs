@@ -21,8 +21,9 @@ use std::collections::BTreeSet;
 pub const MAX_BATCH_ITEMS: usize = 1_000;
 /// Largest batch accepted: NATS's default `max_payload` (1 MiB).
 pub const MAX_BATCH_BYTES: usize = 1024 * 1024;
-/// Room kept in a batch for its envelope (`v`, `dc`, `pod` of up to 128 bytes each, keys).
-const ENVELOPE_BYTES: usize = 512;
+/// Room kept in a batch for its envelope: `v`, keys, and `dc` and `pod` of up to 128 bytes
+/// each, which may double when written (`"` and `\\` are allowed in ids and escaped).
+const ENVELOPE_BYTES: usize = 640;
 
 fn v2() -> u32 {
     PROTOCOL_VERSION

@@ -56,10 +56,11 @@ pub struct Scenario {
     /// must show the judge has teeth (the uncoordinated baseline breaks the limit).
     pub overloaded: bool,
     pub pod_report_ms: u64,
-    /// Report periods in a row a pod's limit with nothing new leaves out (the Rust pod's
-    /// `max_quiet_report_periods`, `shared/src/quiet_reports.rs`). 0, the scenarios' default:
-    /// every period, as the seeds recorded in tests were found with.
-    pub pod_quiet_periods: u32,
+    /// The longest a pod's limit with nothing new goes without a report (the Rust pod's
+    /// `max_quiet_report_ms`, `shared/src/quiet_reports.rs`). 0, the scenarios' default: every
+    /// period, as the seeds recorded in tests (negative controls among them) were found with;
+    /// `simulate::quiet_reports_*` runs the scenarios with the Rust pod's default.
+    pub pod_quiet_ms: u64,
     pub dc_report_ms: u64,
     pub renew_ms: u64,
     pub pod_ttl_ms: u64,
@@ -108,7 +109,7 @@ impl Scenario {
             fault_duration_scale: 1.0,
             overloaded: false,
             pod_report_ms: 250,
-            pod_quiet_periods: 0,
+            pod_quiet_ms: 0,
             dc_report_ms: 250,
             renew_ms: 1_000,
             pod_ttl_ms: 5_000,

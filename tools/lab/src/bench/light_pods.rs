@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 
 /// Requests each pod offers per report period (its demand).
 const OFFERED_PER_REPORT: u64 = 5;
-/// Report periods in a row a limit with nothing new is left out (the Rust pod's default).
-const QUIET_PERIODS: u32 = leasehold_shared::quiet_reports::DEFAULT_MAX_QUIET_PERIODS;
+/// Report periods in a row a limit with nothing new is left out: the Rust pod's default
+/// (`max_quiet_report_ms`, 1 s) at the default 250 ms period.
+const QUIET_PERIODS: u32 = 3;
 /// How often a connection's task looks for pods whose report is due.
 const REPORT_TICK: Duration = Duration::from_millis(5);
 

@@ -63,7 +63,7 @@ impl World {
             clock,
             state: PodState::Down,
             core: None,
-            quiet: QuietReports::new(0),
+            quiet: QuietReports::new(0, 250),
             incarnation: 0,
             routable: false,
             queue: Default::default(),
@@ -101,7 +101,7 @@ impl World {
                     },
                     slot.clock.local(self.now),
                 ));
-                slot.quiet = QuietReports::new(self.sc.pod_quiet_periods);
+                slot.quiet = QuietReports::new(self.sc.pod_quiet_ms, self.sc.pod_report_ms);
                 slot.routable = false; // joins the load balancer once it holds a lease
                 self.pod_by_instance.insert(instance, p);
                 let inc = slot.incarnation;
