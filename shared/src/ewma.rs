@@ -91,7 +91,7 @@ mod tests {
         one.update(10.0);
         let mut same = one.clone();
         assert_eq!(one.update_times(50.0, 1), same.update(50.0), "one is exactly update");
-        assert_eq!(one.update_times(f64::NAN, 3).is_finite(), true);
+        assert!(one.update_times(f64::NAN, 3).is_finite());
     }
 
     #[test]
