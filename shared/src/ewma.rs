@@ -1,9 +1,9 @@
 //! Demand smoothing: an exponentially weighted moving average.
 //!
-//! `α` applies per *sample*. The DC manager counts a demand report as one sample per whole
-//! [`SAMPLE_MS`] it covers ([`Ewma::update_times`]), so a report covering a second (a quiet
-//! limit's, `shared/src/quiet_reports.rs`) weighs as much as four 250 ms ones would have. With
-//! α = 0.3, a step in demand is 90% absorbed after ⌈ln 0.1 / ln 0.7⌉ = 7 samples ≈ 1.75 s.
+//! `α` applies per *sample*: one demand report, or the `periods` reports a quiet limit's report
+//! stands for (`shared/src/quiet_reports.rs`, [`Ewma::update_times`]). With the default report
+//! period of 250 ms and α = 0.3, a step in demand is 90% absorbed after ⌈ln 0.1 / ln 0.7⌉ = 7
+//! samples ≈ 1.75 s.
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Ewma {
@@ -12,8 +12,6 @@ pub struct Ewma {
 }
 
 pub const DEFAULT_ALPHA: f64 = 0.3;
-/// The time one sample stands for: the default pod report period.
-pub const SAMPLE_MS: u64 = 250;
 
 impl Ewma {
     /// `alpha` is clamped into (0, 1].

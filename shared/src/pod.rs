@@ -188,6 +188,7 @@ impl PodCore {
             draining: self.draining,
             weight: self.cfg.weight,
             lease_in_use: self.lease_in_use(),
+            periods: 1,
         }
     }
 

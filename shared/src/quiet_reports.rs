@@ -16,8 +16,9 @@
 //! reports once its silence would pass `max_quiet_ms` by the next tick: bounded in time, not in
 //! ticks, so merged or late ticks never stretch it. The default, 1,000 ms, stays within the DC
 //! manager's `heartbeat_timeout_ms` (1,500 ms) with a report period to spare. Counters of the
-//! periods left out add up into the next report, whose `interval_ms` covers them all (the DC
-//! manager weighs its demand average by that interval).
+//! periods left out add up into the next report, whose `interval_ms` covers them all and whose
+//! `periods` says how many ticks it stands for: the DC manager counts it as that many demand
+//! samples and its calls as made over that many periods.
 
 use crate::expiry::NS_PER_MS;
 use crate::pod::{IntervalCounters, PodCore};
@@ -54,6 +55,8 @@ pub struct QuietReports {
     resend: bool,
     /// Pod time until which the limit reports every period (upstream errors or 429s seen).
     loud_until_ns: u64,
+    /// Ticks since the last report, this one included: the next report's `periods`.
+    periods: u32,
 }
 
 impl QuietReports {
@@ -67,6 +70,7 @@ impl QuietReports {
             last: None,
             resend: false,
             loud_until_ns: 0,
+            periods: 0,
         }
     }
 
@@ -90,13 +94,15 @@ impl QuietReports {
         p.errors = p.errors.saturating_add(c.errors);
         p.upstream_429 = p.upstream_429.saturating_add(c.upstream_429);
         p.queued = c.queued; // a gauge: the latest
+        self.periods = self.periods.saturating_add(1).min(crate::wire::MAX_REPORT_PERIODS);
         if c.errors > 0 || c.upstream_429 > 0 {
             self.loud_until_ns = now_ns.saturating_add(ERRORS_KEEP_REPORTING_MS * NS_PER_MS);
         }
         if !self.due(core, now_ns, healthy) {
             return None;
         }
-        let report = core.report(now_ns, std::mem::take(&mut self.pending), healthy);
+        let mut report = core.report(now_ns, std::mem::take(&mut self.pending), healthy);
+        report.periods = std::mem::take(&mut self.periods).max(1);
         self.resend = false;
         self.last = Some(LastSent {
             lease_in_use: report.lease_in_use,

@@ -69,7 +69,7 @@ fn a_steady_limit_reports_every_fourth_period_with_the_counters_of_the_periods_l
     assert!(q.tick(&mut p, 15 * PERIOD, offered(5), true).is_none());
     assert!(q.tick(&mut p, 16 * PERIOD, IntervalCounters { queued: 9, ..offered(5) }, true).is_none());
     let r = q.tick(&mut p, 17 * PERIOD, IntervalCounters { queued: 2, ..offered(5) }, true).unwrap();
-    assert_eq!((r.offered, r.admitted, r.interval_ms, r.queued), (20, 20, 1_000, 2));
+    assert_eq!((r.offered, r.admitted, r.interval_ms, r.queued, r.periods), (20, 20, 1_000, 2, 4));
 }
 
 /// Found by review: ticks the driver merged (or a pause) must not stretch the silence. It is

@@ -26,6 +26,7 @@ fn report(limit: &str, pod: &str, incarnation: u64) -> PodReport {
         draining: false,
         weight: 1.0,
         lease_in_use: None,
+        periods: 1,
     }
 }
 

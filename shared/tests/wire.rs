@@ -72,6 +72,7 @@ fn pod_report_roundtrip() {
         draining: false,
         weight: 1.5,
         lease_in_use: Some(v(1, 16)),
+        periods: 1,
     });
 }
 

@@ -249,6 +249,7 @@ async fn a_message_whose_body_names_another_pod_than_its_subject_is_refused() {
         draining: false,
         weight: 1.0,
         lease_in_use: None,
+        periods: 1,
     };
     let give_back = LeaseReturn {
         v: 1,

@@ -105,6 +105,33 @@ pub use leasehold_process::SettingsError;
 /// Most `max_quiet_report_ms`: within the DC manager's default `heartbeat_timeout_ms` (1,500 ms)
 /// with a default report period to spare.
 pub const MAX_QUIET_REPORT_MS: u64 = 1_000;
+/// The DC manager's default `heartbeat_timeout_ms`: a pod silent longer gets no share.
+const HEARTBEAT_TIMEOUT_MS: u64 = 1_500;
+
+#[cfg(test)]
+mod quiet_tests {
+    use super::*;
+
+    fn with(max_quiet_report_ms: u64, report_interval_ms: u64) -> PodSettings {
+        PodSettings {
+            dc: "bkk".into(),
+            pod_id: Some("p1".into()),
+            max_quiet_report_ms,
+            report_interval_ms,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn quiet_reports_must_stay_within_the_heartbeat_timeout() {
+        assert!(with(1_000, 250).validate().is_ok(), "the defaults");
+        assert!(with(0, 1_000).validate().is_ok(), "every period");
+        assert!(with(1_001, 250).validate().is_err(), "above 1,000 ms");
+        let err = with(1_000, 500).validate().unwrap_err().to_string();
+        assert!(err.contains("heartbeat_timeout_ms"), "{err}");
+        assert!(with(500, 500).validate().is_ok());
+    }
+}
 
 /// The per-key limiter's longest window (`leasehold keys`: 31 days).
 #[cfg(feature = "envoy")]
@@ -159,6 +186,17 @@ impl PodSettings {
             return bad(format!(
                 "max_quiet_report_ms must be within 0..={MAX_QUIET_REPORT_MS}, got {}",
                 self.max_quiet_report_ms
+            ));
+        }
+        // The longest silence is just under max_quiet + period/2; keep a period to spare within
+        // the DC manager's default heartbeat timeout.
+        let silence_ms = self.max_quiet_report_ms + self.report_interval_ms / 2 + self.report_interval_ms;
+        if self.max_quiet_report_ms > 0 && silence_ms > HEARTBEAT_TIMEOUT_MS {
+            return bad(format!(
+                "max_quiet_report_ms ({}) + 1.5 × report_interval_ms ({}) must stay within the DC \
+                 manager's default heartbeat_timeout_ms ({HEARTBEAT_TIMEOUT_MS}): lower one, or set \
+                 max_quiet_report_ms = 0",
+                self.max_quiet_report_ms, self.report_interval_ms
             ));
         }
         if self.idle_release_ms != 0 && self.idle_release_ms < 2 * self.report_interval_ms {

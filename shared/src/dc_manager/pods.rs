@@ -113,25 +113,19 @@ impl Pods {
         }
         let share_before = (v.last_seq > 0).then(|| v.share_inputs(cfg, now_ns));
         let per_s = r.offered as f64 * 1_000.0 / r.interval_ms as f64;
-        // One sample per whole 250 ms the report covers: a quiet limit's report of a second
-        // moves the average as the four reports it stands for would have.
-        v.demand.update_times(per_s * MILLI as f64, r.interval_ms / crate::ewma::SAMPLE_MS);
+        // A quiet limit's report stands for `periods` reports: as many samples of its average.
+        v.demand.update_times(per_s * MILLI as f64, u64::from(r.periods));
         v.last_seen_ns = now_ns;
         v.last_seq = r.seq;
         v.healthy = r.healthy;
         v.draining = r.draining;
         v.weight = r.weight;
         v.error_ratio = if r.admitted >= 10 { r.errors as f64 / r.admitted as f64 } else { 0.0 };
-        // The coordinator reads a DC report's calls as made in that report's period. A report
-        // covering 500 ms or more (a quiet limit's, or a late one) counts the calls of its last
-        // 250 ms at its average rate: its 429s, which a quiet pod reports at once, are recent,
-        // and its calls bunched into one DC report would skew the accepted rate an adaptive
-        // limit follows.
-        let calls = if r.interval_ms >= 2 * crate::ewma::SAMPLE_MS {
-            r.admitted.saturating_mul(crate::ewma::SAMPLE_MS) / r.interval_ms
-        } else {
-            r.admitted
-        };
+        // The coordinator reads a DC report's calls as made in that report's period: a quiet
+        // limit's report standing for several periods counts the calls of one, at its average
+        // rate (its 429s, which a quiet pod reports at once, are recent; a second of calls
+        // bunched into one DC report would skew the accepted rate an adaptive limit follows).
+        let calls = r.admitted / u64::from(r.periods.max(1));
         self.upstream_calls = self.upstream_calls.saturating_add(calls);
         // A pod cannot see more 429s than it made calls (a bad report counts as many as calls).
         self.upstream_429 = self.upstream_429.saturating_add(r.upstream_429.min(calls));
@@ -183,5 +177,66 @@ impl Pods {
     /// Drop pods not heard from for a long time (their leases are tracked by the ledger).
     pub fn forget_silent(&mut self, now_ns: u64, after_s: u64) {
         self.views.retain(|_, v| now_ns.saturating_sub(v.last_seen_ns) < after_s * NS_PER_S);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::SCHEMA_VERSION;
+
+    fn report(seq: u64, interval_ms: u64, admitted: u64, upstream_429: u64, periods: u32) -> PodReport {
+        PodReport {
+            v: SCHEMA_VERSION,
+            limit: "l".into(),
+            dc: "bkk".into(),
+            pod: "p1".into(),
+            incarnation: 7,
+            seq,
+            interval_ms,
+            offered: admitted,
+            admitted,
+            rejected: 0,
+            queued: 0,
+            errors: 0,
+            upstream_429,
+            healthy: true,
+            draining: false,
+            weight: 1.0,
+            lease_in_use: None,
+            periods,
+        }
+    }
+
+    /// Found by the second review: calls were prorated by `interval_ms`, so a pod whose own
+    /// period is 1 s had three quarters of its calls dropped. Only a report standing for several
+    /// periods (a quiet limit's) counts the calls of one.
+    #[test]
+    fn a_report_counts_its_calls_over_the_periods_it_stands_for() {
+        let cfg = DcManagerConfig::new("l", "bkk", "m");
+        let mut pods = Pods::default();
+        let key = holder_key("p1", 7);
+        pods.observe(&key, &report(1, 1_000, 400, 50, 1), &cfg, 0);
+        assert_eq!(pods.take_upstream(), (400, 50), "a 1 s pod reporting every period: all of it");
+        pods.observe(&key, &report(2, 1_000, 400, 50, 4), &cfg, 0);
+        assert_eq!(pods.take_upstream(), (100, 50), "a quiet report of 4 periods: one period's calls");
+        pods.observe(&key, &report(3, 1_000, 40, 30, 4), &cfg, 0);
+        assert_eq!(pods.take_upstream(), (10, 10), "429s at most the calls counted");
+    }
+
+    /// A quiet report standing for 4 periods moves the demand average as 4 reports do.
+    #[test]
+    fn a_quiet_report_moves_demand_as_the_reports_it_stands_for() {
+        let cfg = DcManagerConfig::new("l", "bkk", "m");
+        let (mut quiet, mut every) = (Pods::default(), Pods::default());
+        let key = holder_key("p1", 7);
+        quiet.observe(&key, &report(1, 250, 0, 0, 1), &cfg, 0);
+        every.observe(&key, &report(1, 250, 0, 0, 1), &cfg, 0);
+        quiet.observe(&key, &report(2, 1_000, 400, 0, 4), &cfg, 0);
+        for seq in 2..6 {
+            every.observe(&key, &report(seq, 250, 100, 0, 1), &cfg, 0);
+        }
+        let (q, e) = (quiet.views[&key].demand.value(), every.views[&key].demand.value());
+        assert!((q - e).abs() < 1e-6, "{q} against {e}");
     }
 }

@@ -107,7 +107,23 @@ pub struct PodReport {
     pub weight: f64,
     /// The newest lease the pod has applied; the issuer may forget all older ones.
     pub lease_in_use: Option<LeaseVersion>,
+    /// The pod's report periods this report stands for: 1, or for a quiet limit's report the
+    /// periods it left out plus this one (`shared/src/quiet_reports.rs`). The DC manager counts
+    /// it as that many demand samples and its calls as made over as many periods. Missing: 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub periods: u32,
 }
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+/// Most `PodReport::periods`: 600,000 ms of the shortest period, 10 ms.
+pub const MAX_REPORT_PERIODS: u32 = 60_000;
 
 /// A DC manager's report to the coordinator (demand + heartbeat + lease ack).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -353,6 +369,10 @@ impl WireMessage for PodReport {
                 field: "interval_ms",
                 reason: format!("{} not in 1..=600000", self.interval_ms),
             });
+        }
+        if self.periods == 0 || self.periods > MAX_REPORT_PERIODS {
+            let reason = format!("{} not in 1..={MAX_REPORT_PERIODS}", self.periods);
+            return Err(WireError::Invalid { field: "periods", reason });
         }
         if !(self.weight.is_finite() && self.weight > 0.0 && self.weight <= super::MAX_POD_WEIGHT) {
             let reason = format!("{} not in (0, {}]", self.weight, super::MAX_POD_WEIGHT);

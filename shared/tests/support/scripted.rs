@@ -35,6 +35,7 @@ pub fn pod_report(
         draining: false,
         weight: 1.0,
         lease_in_use: ack,
+        periods: 1,
     }
 }
 

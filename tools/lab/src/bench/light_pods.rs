@@ -247,6 +247,7 @@ fn report(p: &mut PodState, limits: &[String], period: Duration, now: Instant) -
             draining: false,
             weight: 1.0,
             lease_in_use: in_use,
+            periods: (interval_ms as f64 / period.as_millis().max(1) as f64).round().max(1.0) as u32,
         })
         .collect();
     if reports.is_empty() {

@@ -24,6 +24,7 @@ fn report(limit: &str) -> PodReport {
         draining: false,
         weight: 1.0,
         lease_in_use: Some(LeaseVersion::new(1, 2)),
+        periods: 1,
     }
 }
 
