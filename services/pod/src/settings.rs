@@ -108,31 +108,6 @@ pub const MAX_QUIET_REPORT_MS: u64 = 1_000;
 /// The DC manager's default `heartbeat_timeout_ms`: a pod silent longer gets no share.
 const HEARTBEAT_TIMEOUT_MS: u64 = 1_500;
 
-#[cfg(test)]
-mod quiet_tests {
-    use super::*;
-
-    fn with(max_quiet_report_ms: u64, report_interval_ms: u64) -> PodSettings {
-        PodSettings {
-            dc: "bkk".into(),
-            pod_id: Some("p1".into()),
-            max_quiet_report_ms,
-            report_interval_ms,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn quiet_reports_must_stay_within_the_heartbeat_timeout() {
-        assert!(with(1_000, 250).validate().is_ok(), "the defaults");
-        assert!(with(0, 1_000).validate().is_ok(), "every period");
-        assert!(with(1_001, 250).validate().is_err(), "above 1,000 ms");
-        let err = with(1_000, 500).validate().unwrap_err().to_string();
-        assert!(err.contains("heartbeat_timeout_ms"), "{err}");
-        assert!(with(500, 500).validate().is_ok());
-    }
-}
-
 /// The per-key limiter's longest window (`leasehold keys`: 31 days).
 #[cfg(feature = "envoy")]
 const MAX_KEYS_WINDOW_S: u64 = 31 * 86_400;
@@ -325,5 +300,30 @@ impl PodSettings {
             let u = uuid::Uuid::new_v4().simple().to_string();
             format!("{}-{}", self.dc, &u[..12])
         })
+    }
+}
+
+#[cfg(test)]
+mod quiet_tests {
+    use super::*;
+
+    fn with(max_quiet_report_ms: u64, report_interval_ms: u64) -> PodSettings {
+        PodSettings {
+            dc: "bkk".into(),
+            pod_id: Some("p1".into()),
+            max_quiet_report_ms,
+            report_interval_ms,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn quiet_reports_must_stay_within_the_heartbeat_timeout() {
+        assert!(with(1_000, 250).validate().is_ok(), "the defaults");
+        assert!(with(0, 1_000).validate().is_ok(), "every period");
+        assert!(with(1_001, 250).validate().is_err(), "above 1,000 ms");
+        let err = with(1_000, 500).validate().unwrap_err().to_string();
+        assert!(err.contains("heartbeat_timeout_ms"), "{err}");
+        assert!(with(500, 500).validate().is_ok());
     }
 }
