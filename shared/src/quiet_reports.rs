@@ -1,6 +1,6 @@
 //! Quiet reports: a limit with nothing new to say leaves its report out of a pod's batch for up
-//! to [`QuietReports::max_quiet_ms`] (1 s by default), so a pod serving many limits sends about
-//! one item per limit per renew period instead of one per report period.
+//! to `max_quiet_ms` ([`QuietReports::new`]; 1 s by default), so a pod serving many limits sends
+//! about one item per limit per renew period instead of one per report period.
 //!
 //! Reports drive no safety rule: a lease expires at the send time of the report it answers plus
 //! its TTL on the pod's clock, and the DC manager counts every lease until it has expired or the
@@ -72,10 +72,6 @@ impl QuietReports {
             loud_until_ns: 0,
             periods: 0,
         }
-    }
-
-    pub fn max_quiet_ms(&self) -> u64 {
-        self.max_quiet_ms
     }
 
     /// The last report could not be published (NATS may drop a message): report at the next

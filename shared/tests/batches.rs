@@ -3,8 +3,8 @@
 
 use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{
-    batches, decode, encode, encode_batches, DcReport, DcReports, Envelope, LedgerFence, LedgerRecord, PodReport,
-    PodReports, WireError, MAX_BATCH_ITEMS,
+    batches, decode, encode, encode_batches, DcReport, DcReports, LedgerFence, LedgerRecord, PodReport, PodReports,
+    WireError, MAX_BATCH_ITEMS,
 };
 
 fn report(limit: &str, pod: &str, incarnation: u64) -> PodReport {
@@ -101,8 +101,7 @@ fn encoded_batches_are_the_batches_encode_writes() {
     items.push(report("l0007", "bkk-\"pod\"-1", 2)); // a second holder of a limit
     for max_payload in [64 * 1024, 1024 * 1024] {
         let cut = batches(&items, max_payload);
-        let envelope = Envelope { field: "reports", dc: "bkk", pod: Some("bkk-\"pod\"-1") };
-        let encoded = encode_batches(&items, max_payload, &envelope);
+        let encoded = encode_batches(&items, max_payload);
         assert_eq!(encoded.len(), cut.len(), "under {max_payload}");
         for ((payload, indices), batch) in encoded.iter().zip(&cut) {
             let chosen: Vec<PodReport> = indices.iter().map(|&i| items[i].clone()).collect();
@@ -128,10 +127,10 @@ fn encoded_batches_are_the_batches_encode_writes() {
             upstream_429: 0,
         })
         .collect();
-    let encoded = encode_batches(&dc_reports, 1024 * 1024, &Envelope { field: "reports", dc: "bkk", pod: None });
+    let encoded = encode_batches(&dc_reports, 1024 * 1024);
     assert_eq!(encoded.len(), 1);
     assert_eq!(encoded[0].0, encode(&DcReports::new("bkk", dc_reports)));
-    assert!(encode_batches::<PodReport>(&[], 1024, &envelope_of("p")).is_empty());
+    assert!(encode_batches::<PodReport>(&[], 1024).is_empty());
 }
 
 /// Found by review: ids may hold `"` and `\`, each written as two bytes, so the envelope of two
@@ -145,14 +144,10 @@ fn a_batch_fits_max_payload_even_when_its_ids_need_escapes() {
     let item_bytes = serde_json::to_vec(&items[0]).unwrap().len();
     // Room for both items after 512 bytes of envelope, to the byte.
     let max_payload = 512 + 2 * (item_bytes + 1);
-    let encoded = encode_batches(&items, max_payload, &Envelope { field: "reports", dc: &dc, pod: Some(&pod) });
+    let encoded = encode_batches(&items, max_payload);
     for (payload, _) in &encoded {
         assert!(payload.len() <= max_payload, "a batch of {} bytes under {max_payload}", payload.len());
     }
-}
-
-fn envelope_of(pod: &str) -> Envelope<'_> {
-    Envelope { field: "reports", dc: "bkk", pod: Some(pod) }
 }
 
 /// The fence lists every limit: with 1,000 limits in 3 DCs it is far above 64 KiB and must

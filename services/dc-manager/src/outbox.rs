@@ -7,7 +7,7 @@
 
 use leasehold_shared::dc_manager::{DcOutput, LeasePacing};
 use leasehold_shared::subjects::{self, PodChannel};
-use leasehold_shared::wire::{encode_batches, DcReport, Envelope, ReturnAck};
+use leasehold_shared::wire::{encode_batches, DcReport, ReturnAck};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -59,19 +59,18 @@ impl Outbox {
         let mut messages: Vec<(String, Vec<u8>)> = Vec::new();
         for (pod, leases) in self.leases.take_due(now_ns, on_tick) {
             let Ok(subject) = subjects::pod(dc, &pod, PodChannel::Lease) else { continue };
-            let envelope = Envelope { field: "leases", dc, pod: Some(&pod) };
-            let all = encode_batches(&leases, max_bytes, &envelope);
+            let all = encode_batches(&leases, max_bytes);
             messages.extend(all.into_iter().map(|(payload, _)| (subject.clone(), payload)));
         }
         for (pod, acks) in std::mem::take(&mut self.acks) {
             let Ok(subject) = subjects::pod(dc, &pod, PodChannel::Ack) else { continue };
             let all: Vec<ReturnAck> = acks.into_values().collect();
-            let all = encode_batches(&all, max_bytes, &Envelope { field: "acks", dc, pod: Some(&pod) });
+            let all = encode_batches(&all, max_bytes);
             messages.extend(all.into_iter().map(|(payload, _)| (subject.clone(), payload)));
         }
         let reports: Vec<DcReport> = std::mem::take(&mut self.reports).into_values().collect();
         if let Ok(subject) = subjects::dc_report(dc) {
-            let all = encode_batches(&reports, max_bytes, &Envelope { field: "reports", dc, pod: None });
+            let all = encode_batches(&reports, max_bytes);
             messages.extend(all.into_iter().map(|(payload, _)| (subject.clone(), payload)));
         }
         let mut failures = 0;

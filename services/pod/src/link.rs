@@ -15,7 +15,7 @@
 use futures::StreamExt;
 use leasehold_shared::subjects::{self, PodChannel};
 use leasehold_shared::wire::{
-    decode, encode_batches, Envelope, LeaseReturn, PodLease, PodLeases, PodReport, ReturnAck, ReturnAcks,
+    decode, encode_batches, LeaseReturn, PodLease, PodLeases, PodReport, ReturnAck, ReturnAcks,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -197,8 +197,7 @@ impl Link {
         routes: &BTreeMap<String, mpsc::UnboundedSender<FromLink>>,
     ) {
         let all: Vec<PodReport> = std::mem::take(reports).into_values().collect();
-        let envelope = Envelope { field: "reports", dc: &self.dc, pod: Some(&self.pod) };
-        for (payload, indices) in encode_batches(&all, self.client.server_info().max_payload, &envelope) {
+        for (payload, indices) in encode_batches(&all, self.client.server_info().max_payload) {
             let ok = self.publish(subject, payload).await;
             for i in indices {
                 if let Some(route) = routes.get(&all[i].limit) {
@@ -210,8 +209,7 @@ impl Link {
 
     async fn send_returns(&self, subject: &str, returns: &mut BTreeMap<String, LeaseReturn>) {
         let all: Vec<LeaseReturn> = std::mem::take(returns).into_values().collect();
-        let envelope = Envelope { field: "returns", dc: &self.dc, pod: Some(&self.pod) };
-        for (payload, _) in encode_batches(&all, self.client.server_info().max_payload, &envelope) {
+        for (payload, _) in encode_batches(&all, self.client.server_info().max_payload) {
             // A lost return is sent again by its loop until acknowledged.
             self.publish(subject, payload).await;
         }

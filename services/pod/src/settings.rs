@@ -1,5 +1,6 @@
 //! Agent settings: defaults → TOML file → environment (`LEASEHOLD_AGENT_*`), validated.
 
+use leasehold_shared::dc_manager::DEFAULT_HEARTBEAT_TIMEOUT_MS;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -105,8 +106,6 @@ pub use leasehold_process::SettingsError;
 /// Most `max_quiet_report_ms`: within the DC manager's default `heartbeat_timeout_ms` (1,500 ms)
 /// with a default report period to spare.
 pub const MAX_QUIET_REPORT_MS: u64 = 1_000;
-/// The DC manager's default `heartbeat_timeout_ms`: a pod silent longer gets no share.
-const HEARTBEAT_TIMEOUT_MS: u64 = 1_500;
 
 /// The per-key limiter's longest window (`leasehold keys`: 31 days).
 #[cfg(feature = "envoy")]
@@ -166,10 +165,10 @@ impl PodSettings {
         // The longest silence is just under max_quiet + period/2; keep a period to spare within
         // the DC manager's default heartbeat timeout.
         let silence_ms = self.max_quiet_report_ms + self.report_interval_ms / 2 + self.report_interval_ms;
-        if self.max_quiet_report_ms > 0 && silence_ms > HEARTBEAT_TIMEOUT_MS {
+        if self.max_quiet_report_ms > 0 && silence_ms > DEFAULT_HEARTBEAT_TIMEOUT_MS {
             return bad(format!(
                 "max_quiet_report_ms ({}) + 1.5 × report_interval_ms ({}) must stay within the DC \
-                 manager's default heartbeat_timeout_ms ({HEARTBEAT_TIMEOUT_MS}): lower one, or set \
+                 manager's default heartbeat_timeout_ms ({DEFAULT_HEARTBEAT_TIMEOUT_MS}): lower one, or set \
                  max_quiet_report_ms = 0",
                 self.max_quiet_report_ms, self.report_interval_ms
             ));

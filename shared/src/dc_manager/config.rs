@@ -71,6 +71,9 @@ impl PodRules {
     }
 }
 
+/// Default `heartbeat_timeout_ms`: a pod not heard from for longer gets no share in a split.
+pub const DEFAULT_HEARTBEAT_TIMEOUT_MS: u64 = 1_500;
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DcManagerConfig {
     /// The limit this core serves (a DC manager's settings: the one limit it serves; none or
@@ -124,7 +127,7 @@ impl DcManagerConfig {
             pod_ttl_ms: 5_000,
             inherited_pod_ttl_ms: 0,
             renew_interval_ms: 1_000,
-            heartbeat_timeout_ms: 1_500,
+            heartbeat_timeout_ms: DEFAULT_HEARTBEAT_TIMEOUT_MS,
             max_error_ratio: 0.5,
             split: SplitMode::Equal,
             ewma_alpha: crate::ewma::DEFAULT_ALPHA,

@@ -28,7 +28,7 @@ mod record_rules;
 mod split_pass;
 mod unread;
 
-pub use config::{DcManagerConfig, FailMode, FailRule, PodRules, SplitMode};
+pub use config::{DcManagerConfig, FailMode, FailRule, PodRules, SplitMode, DEFAULT_HEARTBEAT_TIMEOUT_MS};
 pub use pacing::LeasePacing;
 pub use pods::{holder_key, PodView, ReportOutcome};
 pub use record_rules::RecordRules;

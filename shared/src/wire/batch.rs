@@ -59,11 +59,14 @@ fn check_items<T: BatchItem>(field: &'static str, items: &[T], dc: &str, pod: Op
 
 /// What a batch checks of its items: the limit, DC and (pod items) pod each names.
 pub trait BatchItem: WireMessage {
+    /// The batch's field that carries these items (`reports`, `leases`, `returns`, `acks`).
+    const FIELD: &'static str;
     fn names(&self) -> (&str, &str, Option<&str>);
     fn version(&self) -> u32;
 }
 
 impl BatchItem for DcReport {
+    const FIELD: &'static str = "reports";
     fn names(&self) -> (&str, &str, Option<&str>) {
         (&self.limit, &self.dc, None)
     }
@@ -91,6 +94,7 @@ macro_rules! pod_batch {
         }
 
         impl BatchItem for $item {
+            const FIELD: &'static str = stringify!($items);
             fn names(&self) -> (&str, &str, Option<&str>) {
                 (&self.limit, &self.dc, Some(&self.$pod_field))
             }
@@ -169,36 +173,30 @@ pub fn batches<T: BatchItem + Clone>(items: &[T], max_bytes: usize) -> Vec<Vec<T
         .collect()
 }
 
-/// What a batch's envelope names besides its items, for [`encode_batches`].
-pub struct Envelope<'a> {
-    /// The items' field: `reports`, `leases`, `returns` or `acks`.
-    pub field: &'static str,
-    pub dc: &'a str,
-    /// The pod (pod batches) or none (`DcReports`).
-    pub pod: Option<&'a str>,
-}
-
 /// `items` cut as [`batches`] cuts them, each batch encoded: per batch, its payload and the
 /// indices of the items it carries. Every item is serialized once, and its bytes are both what
 /// the cut measures and what the batch carries (a DC manager sends 1,000 limits' leases to each
 /// pod every second: serializing each twice, and growing the buffer as it goes, was a fifth of
-/// its time). The payload is byte for byte what [`super::encode`] writes for the batch type.
-pub fn encode_batches<T: BatchItem>(items: &[T], max_bytes: usize, envelope: &Envelope) -> Vec<(Vec<u8>, Vec<usize>)> {
+/// its time). The payload is byte for byte what [`super::encode`] writes for the batch type: its
+/// field is `T::FIELD`, its `dc` and `pod` those the items name (a batch's items name the same
+/// ones, or the receiver refuses it).
+pub fn encode_batches<T: BatchItem>(items: &[T], max_bytes: usize) -> Vec<(Vec<u8>, Vec<usize>)> {
     let encoded: Vec<Vec<u8>> = items.iter().map(|i| serde_json::to_vec(i).unwrap_or_default()).collect();
     let sizes: Vec<usize> = encoded.iter().map(Vec::len).collect();
     cut(items, &sizes, max_bytes)
         .into_iter()
         .map(|batch| {
             let bytes: usize = batch.iter().map(|&i| sizes[i] + 1).sum();
+            let (_, dc, pod) = items[batch[0]].names();
             let mut out = Vec::with_capacity(ENVELOPE_BYTES + bytes);
             out.extend_from_slice(format!("{{\"v\":{PROTOCOL_VERSION},\"dc\":").as_bytes());
-            write_json_str(&mut out, envelope.dc);
-            if let Some(pod) = envelope.pod {
+            write_json_str(&mut out, dc);
+            if let Some(pod) = pod {
                 out.extend_from_slice(b",\"pod\":");
                 write_json_str(&mut out, pod);
             }
             out.push(b',');
-            write_json_str(&mut out, envelope.field);
+            write_json_str(&mut out, T::FIELD);
             out.extend_from_slice(b":[");
             for (n, &i) in batch.iter().enumerate() {
                 if n > 0 {

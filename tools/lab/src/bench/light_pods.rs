@@ -218,18 +218,18 @@ fn report(p: &mut PodState, limits: &[String], period: Duration, now: Instant) -
         .filter_map(|limit| {
             let in_use = p.in_use.get(limit).copied();
             let last = p.reported.get_mut(limit);
-            let since = match last {
+            let (since, periods) = match last {
                 Some((reported, _, quiet)) if *reported == in_use && *quiet < QUIET_PERIODS => {
                     *quiet += 1;
                     return None;
                 }
-                Some((_, at, _)) => *at,
-                None => p.joined_at,
+                Some((_, at, quiet)) => (*at, *quiet + 1),
+                None => (p.joined_at, 1),
             };
             p.reported.insert(limit.clone(), (in_use, now, 0));
-            Some((limit, in_use, now.duration_since(since).as_millis().clamp(1, 600_000) as u64))
+            Some((limit, in_use, now.duration_since(since).as_millis().clamp(1, 600_000) as u64, periods))
         })
-        .map(|(limit, in_use, interval_ms)| PodReport {
+        .map(|(limit, in_use, interval_ms, periods)| PodReport {
             v: wire::SCHEMA_VERSION,
             limit: limit.clone(),
             dc: p.dc.clone(),
@@ -247,7 +247,7 @@ fn report(p: &mut PodState, limits: &[String], period: Duration, now: Instant) -
             draining: false,
             weight: 1.0,
             lease_in_use: in_use,
-            periods: (interval_ms as f64 / period.as_millis().max(1) as f64).round().max(1.0) as u32,
+            periods,
         })
         .collect();
     if reports.is_empty() {

@@ -5,7 +5,7 @@
 
 use super::count::round;
 use super::{add_pods, dc_name, pod_ids, Running};
-use crate::bench::batch_items as items;
+use crate::bench::batch_items;
 use futures::StreamExt;
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -58,7 +58,7 @@ pub(super) async fn join_storm(r: &mut Running, pods_there: usize, joining: usiz
             m = leases.next() => {
                 let Some(m) = m else { return Err("the monitor's subscription ended".into()) };
                 lease_msgs += 1;
-                lease_items += items(&m.payload);
+                lease_items += batch_items(&m.payload);
             }
             _ = check.tick() => {
                 let j = r.fleet.joined(&dc, &ids);
