@@ -160,6 +160,12 @@ impl<H: Ord + Clone> Ledger<H> {
         self.holders.get(holder).map(|h| h.newest(now_ns)).unwrap_or_default()
     }
 
+    /// The capacity nobody claims at `now_ns` (component by component; zero where the claims
+    /// reach it).
+    pub fn unclaimed(&self, now_ns: u64) -> Quota {
+        self.totals_at(now_ns).all.room_in(self.capacity)
+    }
+
     /// The most `holder` may be granted now: capacity minus everyone else's claims.
     pub fn headroom_for(&self, holder: &H, now_ns: u64) -> Quota {
         self.totals_at(now_ns).all.minus(self.holder_claim(holder, now_ns)).room_in(self.capacity)

@@ -93,6 +93,11 @@ pub async fn run(
     // every late tick of a renew interval added to that pod's lease gap.
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut m = Manager::new(settings, client, leaders, ask_direct_read, clock);
+    // The status (every limit's, compared whole before it is sent) goes out after each tick, after
+    // a message at least `STATUS_GAP_NS` after the last time it went, and on the way out: not after
+    // each of the thousands of messages a second a manager of many limits reads. A change waits
+    // at most until the next tick (a report interval).
+    let mut status_sent_ns = m.now_ns();
     loop {
         // Each limit's core renews on its own schedule; the outbox paces each pod's leases to one
         // message per renew interval, sent after a tick (a holder's first lease goes at once).
@@ -105,10 +110,18 @@ pub async fn run(
             Some(answer) = direct_reads.recv() => { m.on_direct_read(answer).await; false }
         };
         m.flush(on_tick).await;
-        leasehold_process::publish_status(&status, &m.status);
+        let now_ns = m.now_ns();
+        if on_tick || now_ns.saturating_sub(status_sent_ns) >= STATUS_GAP_NS {
+            leasehold_process::publish_status(&status, &m.status);
+            status_sent_ns = now_ns;
+        }
     }
+    leasehold_process::publish_status(&status, &m.status);
     Ok(())
 }
+
+/// The shortest gap between two publications of the status between ticks (see the loop in `run`).
+const STATUS_GAP_NS: u64 = 50_000_000;
 
 /// A running DC manager: watch its status, stop it, or crash it.
 pub type Handle = leasehold_process::Handle<Status, DcManagerError>;

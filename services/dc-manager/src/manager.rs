@@ -340,6 +340,16 @@ impl Manager {
     }
 
     async fn on_pod_report(&mut self, r: &PodReport) {
+        // The usual case first: a limit this term already serves (its core was made only for a
+        // limit with a ledger record, and its floor entry then exists), looked up once.
+        if self.fresh() {
+            let now = self.now_ns();
+            if let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&r.limit)) {
+                lt.admitted_window.push((now, r.admitted));
+                let out = lt.core.on_pod_report(r, now);
+                return self.outbox.push(out);
+            }
+        }
         if !self.recorded.contains(&r.limit) && !self.floors.contains_key(&r.limit) {
             // No record of it in the ledger (yet): a limit the coordinator does not run makes
             // no core (a pod naming made-up limits must not grow the manager's state).

@@ -199,15 +199,15 @@ impl DcManagerCore {
     /// Pods that get a share of the next split at `now_ns` (fresh heartbeat, healthy, not
     /// draining): the count the DC report carries.
     pub fn pods_eligible(&self, now_ns: u64) -> u32 {
-        self.pods.eligible(&self.cfg, now_ns).len() as u32
+        self.pods.eligible_views(&self.cfg, now_ns).count() as u32
     }
 
     /// Eligible pods that hold no whole token of burst at `now_ns`, so they deny every call: the
     /// budget has fewer whole tokens than pods (on the floor alone: `floor_burst` is too small
     /// for the pods), or a pod's grant is still waiting for room.
     pub fn pods_without_token(&self, now_ns: u64) -> u32 {
-        let eligible = self.pods.eligible(&self.cfg, now_ns);
-        eligible.iter().filter(|p| self.ledger.holder_claim(p, now_ns).burst_milli < crate::quota::MILLI).count() as u32
+        let eligible = self.pods.eligible_views(&self.cfg, now_ns);
+        eligible.filter(|(p, _)| self.ledger.holder_claim(p, now_ns).burst_milli < crate::quota::MILLI).count() as u32
     }
 
     /// The newest DC lease, if it is still valid at `now_ns`. Only the newest is ever spent
@@ -384,7 +384,7 @@ impl DcManagerCore {
             self.acked = Some(self.acked.map_or(l.version, |a| a.max(l.version)));
         }
         let floor_in_use = self.floor_in_use(outstanding, now_ns);
-        let eligible = self.pods.eligible(&self.cfg, now_ns);
+        let (eligible, demand_milli) = self.pods.eligible_count_and_demand_milli(&self.cfg, now_ns);
         let seq = self.sent.record(now_ns);
         let (upstream_calls, upstream_429) = self.pods.take_upstream();
         DcReport {
@@ -394,8 +394,8 @@ impl DcManagerCore {
             holder: self.cfg.instance.clone(),
             term: self.cfg.epoch,
             seq,
-            demand: Quota::new(self.pods.demand_milli(&eligible), 0),
-            pods_healthy: eligible.len() as u32,
+            demand: Quota::new(demand_milli, 0),
+            pods_healthy: eligible as u32,
             lease_in_use: self.acked,
             floor_in_use,
             floor_version: self.confirmable_floor_version(),

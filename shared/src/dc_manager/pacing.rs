@@ -34,6 +34,12 @@ struct PodMail {
     /// Per holder, the latest time a lease sent to it could still be in force: send time + TTL
     /// (its true end, from the pod's earlier report, is sooner).
     in_force_until_ns: BTreeMap<HolderKey, u64>,
+    /// No entry of `in_force_until_ns` ends before this (`u64::MAX` when there is none): until
+    /// then the map needs no sweep.
+    in_force_sweep_at_ns: u64,
+    /// Some pending lease is for a holder without an entry in `in_force_until_ns` (kept as leases
+    /// are pushed, so a flush does not look up every pending lease).
+    urgent: bool,
     /// Since when a lease has been waiting (first seen at a flush).
     pending_since_ns: Option<u64>,
     /// The shortest `interval_ms` in the pod's last report batch: its report period, or up to a
@@ -45,6 +51,38 @@ struct PodMail {
 /// A pod applies a lease only while the report it answers is among its last
 /// [`crate::holder::SentLog::LEN`] (64): no lease waits longer than a quarter of that.
 const MAX_HOLD_REPORTS: u64 = crate::holder::SentLog::LEN as u64 / 4;
+
+impl PodMail {
+    /// This pod's pending leases, if they are due now (see [`LeasePacing::take_due`]); what is
+    /// returned counts as sent at `now_ns`.
+    fn take_due(&mut self, now_ns: u64, on_tick: bool, min_gap_ns: u64) -> Option<Vec<PodLease>> {
+        if now_ns >= self.in_force_sweep_at_ns {
+            self.in_force_until_ns.retain(|_, until| *until > now_ns);
+            self.in_force_sweep_at_ns = self.in_force_until_ns.values().copied().min().unwrap_or(u64::MAX);
+            self.urgent = self.pending.keys().any(|k| !self.in_force_until_ns.contains_key(k));
+        }
+        if self.pending.is_empty() {
+            return None;
+        }
+        let since = *self.pending_since_ns.get_or_insert(now_ns);
+        let max_hold_ns = self.report_interval_ms.map_or(u64::MAX, |i| i * MAX_HOLD_REPORTS * NS_PER_MS);
+        let held_long = now_ns.saturating_sub(since) >= max_hold_ns;
+        let paced = on_tick && (held_long || self.last_sent_ns.is_none_or(|t| now_ns.saturating_sub(t) >= min_gap_ns));
+        if !(paced || self.urgent) {
+            return None;
+        }
+        let leases: Vec<PodLease> = std::mem::take(&mut self.pending).into_values().collect();
+        for l in &leases {
+            let until = now_ns.saturating_add(l.ttl_ms.saturating_mul(NS_PER_MS));
+            self.in_force_until_ns.insert((l.limit.clone(), l.incarnation), until);
+            self.in_force_sweep_at_ns = self.in_force_sweep_at_ns.min(until);
+        }
+        self.urgent = false;
+        self.last_sent_ns = Some(now_ns);
+        self.pending_since_ns = None;
+        Some(leases)
+    }
+}
 
 #[derive(Debug)]
 pub struct LeasePacing {
@@ -69,13 +107,13 @@ impl LeasePacing {
             self.touched.insert(lease.pod.clone());
         }
         if !self.pods.contains_key(&lease.pod) {
-            self.pods.insert(lease.pod.clone(), PodMail::default());
+            self.pods.insert(lease.pod.clone(), PodMail { in_force_sweep_at_ns: u64::MAX, ..PodMail::default() });
         }
         let Some(mail) = self.pods.get_mut(&lease.pod) else { return };
-        let pending = &mut mail.pending;
         let key = (lease.limit.clone(), lease.incarnation);
-        if pending.get(&key).is_none_or(|old| old.version <= lease.version) {
-            pending.insert(key, lease);
+        mail.urgent |= !mail.in_force_until_ns.contains_key(&key);
+        if mail.pending.get(&key).is_none_or(|old| old.version <= lease.version) {
+            mail.pending.insert(key, lease);
         }
     }
 
@@ -90,36 +128,23 @@ impl LeasePacing {
     /// is at least the gap old. What is returned counts as sent at `now_ns`.
     pub fn take_due(&mut self, now_ns: u64, on_tick: bool) -> Vec<(String, Vec<PodLease>)> {
         let touched = std::mem::take(&mut self.touched);
-        let candidates: Vec<String> =
-            if on_tick { self.pods.keys().cloned().collect() } else { touched.into_iter().collect() };
+        let min_gap_ns = self.min_gap_ns;
         let mut due = Vec::new();
-        for pod in candidates {
-            let Some(mail) = self.pods.get_mut(&pod) else { continue };
-            mail.in_force_until_ns.retain(|_, until| *until > now_ns);
-            if mail.pending.is_empty() {
-                continue;
-            }
-            let since = *mail.pending_since_ns.get_or_insert(now_ns);
-            let max_hold_ns = mail.report_interval_ms.map_or(u64::MAX, |i| i * MAX_HOLD_REPORTS * NS_PER_MS);
-            let held_long = now_ns.saturating_sub(since) >= max_hold_ns;
-            let paced =
-                on_tick && (held_long || mail.last_sent_ns.is_none_or(|t| now_ns.saturating_sub(t) >= self.min_gap_ns));
-            let urgent = mail.pending.keys().any(|k| !mail.in_force_until_ns.contains_key(k));
-            if !(paced || urgent) {
-                continue;
-            }
-            let leases: Vec<PodLease> = std::mem::take(&mut mail.pending).into_values().collect();
-            for l in &leases {
-                let until = now_ns.saturating_add(l.ttl_ms.saturating_mul(NS_PER_MS));
-                mail.in_force_until_ns.insert((l.limit.clone(), l.incarnation), until);
-            }
-            mail.last_sent_ns = Some(now_ns);
-            mail.pending_since_ns = None;
-            due.push((pod, leases));
-        }
         if on_tick {
+            for (pod, mail) in self.pods.iter_mut() {
+                if let Some(leases) = mail.take_due(now_ns, on_tick, min_gap_ns) {
+                    due.push((pod.clone(), leases));
+                }
+            }
             // Forget pods with nothing pending and nothing in force (departed, or idle).
             self.pods.retain(|_, m| !m.pending.is_empty() || !m.in_force_until_ns.is_empty());
+        } else {
+            for pod in touched {
+                let Some(mail) = self.pods.get_mut(&pod) else { continue };
+                if let Some(leases) = mail.take_due(now_ns, on_tick, min_gap_ns) {
+                    due.push((pod, leases));
+                }
+            }
         }
         due
     }

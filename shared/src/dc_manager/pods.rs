@@ -140,44 +140,52 @@ impl Pods {
 
     /// Pods that get a share in the next split: fresh heartbeat, healthy, not draining.
     pub fn eligible(&self, cfg: &DcManagerConfig, now_ns: u64) -> Vec<String> {
-        self.views.iter().filter(|(_, v)| v.eligible(cfg, now_ns)).map(|(k, _)| k.clone()).collect()
+        self.eligible_views(cfg, now_ns).map(|(k, _)| k.clone()).collect()
     }
 
-    /// Σ smoothed demand of eligible pods, milli-requests per second.
-    pub fn demand_milli(&self, eligible: &[String]) -> u64 {
-        eligible.iter().filter_map(|p| self.views.get(p)).map(|v| v.demand.value() as u64).sum()
+    /// The [`Pods::eligible`] pods' keys and views, in key order, without copying a key.
+    pub fn eligible_views<'a>(
+        &'a self,
+        cfg: &'a DcManagerConfig,
+        now_ns: u64,
+    ) -> impl Iterator<Item = (&'a String, &'a PodView)> + 'a {
+        self.views.iter().filter(move |(_, v)| v.eligible(cfg, now_ns))
     }
 
-    /// Target quota per eligible pod.
-    pub fn split(&self, budget: Quota, eligible: &[String], mode: SplitMode) -> Vec<Quota> {
-        let claims: Vec<Claim> = eligible
-            .iter()
-            .map(|p| {
-                let v = &self.views[p];
-                match mode {
-                    SplitMode::Equal => Claim { demand_milli: u64::MAX / 1024, weight: 1.0, floor_milli: 0 },
-                    SplitMode::Weighted => Claim { demand_milli: u64::MAX / 1024, weight: v.weight, floor_milli: 0 },
-                    SplitMode::Demand => Claim::new(v.demand.value() as u64),
-                }
-            })
-            .collect();
-        let bursts =
-            whole_tokens(&allocate(budget.burst_milli, 0.0, &claims, AllocMode::WaterFill), budget.burst_milli);
-        // The rate goes only to pods that hold a token: a rate without one admits nothing.
-        let holding: Vec<usize> = (0..claims.len()).filter(|&i| bursts[i] >= MILLI).collect();
-        let holding_claims: Vec<Claim> = holding.iter().map(|&i| claims[i]).collect();
-        let mut rates = vec![0; claims.len()];
-        for (&i, r) in holding.iter().zip(allocate(budget.rate_milli_per_s, 0.0, &holding_claims, AllocMode::WaterFill))
-        {
-            rates[i] = r;
-        }
-        rates.into_iter().zip(bursts).map(|(r, b)| Quota::new(r, b)).collect()
+    /// How many pods are eligible, and Σ their smoothed demand (milli-requests per second).
+    pub fn eligible_count_and_demand_milli(&self, cfg: &DcManagerConfig, now_ns: u64) -> (usize, u64) {
+        self.eligible_views(cfg, now_ns).fold((0, 0), |(n, d), (_, v)| (n + 1, d + v.demand.value() as u64))
     }
 
     /// Drop pods not heard from for a long time (their leases are tracked by the ledger).
     pub fn forget_silent(&mut self, now_ns: u64, after_s: u64) {
         self.views.retain(|_, v| now_ns.saturating_sub(v.last_seen_ns) < after_s * NS_PER_S);
     }
+
+    /// Target quota per eligible pod.
+    pub fn split(&self, budget: Quota, eligible: &[String], mode: SplitMode) -> Vec<Quota> {
+        split_views(budget, eligible.iter().map(|p| &self.views[p]), mode)
+    }
+}
+
+/// Target quota per pod of `views`, in their order.
+pub(super) fn split_views<'a>(budget: Quota, views: impl Iterator<Item = &'a PodView>, mode: SplitMode) -> Vec<Quota> {
+    let claims: Vec<Claim> = views
+        .map(|v| match mode {
+            SplitMode::Equal => Claim { demand_milli: u64::MAX / 1024, weight: 1.0, floor_milli: 0 },
+            SplitMode::Weighted => Claim { demand_milli: u64::MAX / 1024, weight: v.weight, floor_milli: 0 },
+            SplitMode::Demand => Claim::new(v.demand.value() as u64),
+        })
+        .collect();
+    let bursts = whole_tokens(&allocate(budget.burst_milli, 0.0, &claims, AllocMode::WaterFill), budget.burst_milli);
+    // The rate goes only to pods that hold a token: a rate without one admits nothing.
+    let holding: Vec<usize> = (0..claims.len()).filter(|&i| bursts[i] >= MILLI).collect();
+    let holding_claims: Vec<Claim> = holding.iter().map(|&i| claims[i]).collect();
+    let mut rates = vec![0; claims.len()];
+    for (&i, r) in holding.iter().zip(allocate(budget.rate_milli_per_s, 0.0, &holding_claims, AllocMode::WaterFill)) {
+        rates[i] = r;
+    }
+    rates.into_iter().zip(bursts).map(|(r, b)| Quota::new(r, b)).collect()
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! growth only (between renewals), and the batching that keeps joins and growth O(pods) per
 //! `event_pass_gap_ms`.
 
-use super::{DcManagerCore, DcOutput, Pass, MIN_GROWTH_STEP};
+use super::{pods, DcManagerCore, DcOutput, Pass, MIN_GROWTH_STEP};
 use crate::expiry::NS_PER_MS;
 use crate::quota::Quota;
 use crate::wire::{LeaseVersion, PodLease, SCHEMA_VERSION};
@@ -39,9 +39,21 @@ impl DcManagerCore {
     /// Some eligible pod is below its target and the ledger has room for it to grow.
     pub(super) fn someone_can_grow(&self, now_ns: u64) -> bool {
         let (budget, _) = self.budget(now_ns);
-        let eligible = self.pods.eligible(&self.cfg, now_ns);
-        let targets = self.pods.split(budget, &eligible, self.cfg.split);
-        eligible.iter().zip(targets).any(|(p, t)| self.worth_growing(p, t, now_ns))
+        // A pod grows only into room nobody claims: a rate above its claim, or a whole token
+        // more (its claims are whole tokens, and so is what it may be granted). Without that
+        // room no pod is worth a pass, and the O(pods) split below is not needed.
+        let free = self.ledger.unclaimed(now_ns);
+        if free.rate_milli_per_s == 0 && free.burst_milli < crate::quota::MILLI {
+            return false;
+        }
+        self.someone_can_grow_by_split(budget, now_ns)
+    }
+
+    /// [`someone_can_grow`](Self::someone_can_grow) the long way: split `budget` and ask each pod.
+    fn someone_can_grow_by_split(&self, budget: Quota, now_ns: u64) -> bool {
+        let eligible: Vec<&String> = self.pods.eligible_views(&self.cfg, now_ns).map(|(p, _)| p).collect();
+        let targets = pods::split_views(budget, eligible.iter().map(|p| &self.pods.views[*p]), self.cfg.split);
+        eligible.into_iter().zip(targets).any(|(p, t)| self.worth_growing(p, t, now_ns))
     }
 
     /// The ledger lets `pod` grow towards `target` by a step worth a message: at least
@@ -150,4 +162,140 @@ fn growth_step(target: u64) -> u64 {
 fn below_by_a_step(held: Quota, target: Quota) -> bool {
     held.rate_milli_per_s.saturating_add(growth_step(target.rate_milli_per_s)) <= target.rate_milli_per_s
         || held.burst_milli.saturating_add(growth_step(target.burst_milli)) <= target.burst_milli
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput, SplitMode};
+    use crate::quota::Quota;
+    use crate::rng::SeededRng;
+    use crate::wire::{DcLease, LeaseReturn, LeaseVersion, PodReport, SCHEMA_VERSION};
+    use std::collections::BTreeMap;
+
+    const MS: u64 = 1_000_000;
+
+    /// The growth check's shortcut (no room nobody claims: nobody can grow) answers as the split
+    /// does, at every instant of random runs of each split mode: the term's quiet period, pods
+    /// joining, demand and weights moving, leases confirmed late or never, pods unhealthy,
+    /// draining, silent or returning their leases and coming back as a new process, floors (with
+    /// fractions of a token) moving up and down, DC leases that expire between passes.
+    #[test]
+    fn the_growth_checks_shortcut_agrees_with_the_split() {
+        let (mut checks, mut room) = (0, 0);
+        for seed in 1..=30 {
+            let mut rng = SeededRng::new(seed);
+            let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-m");
+            cfg.split = [SplitMode::Equal, SplitMode::Weighted, SplitMode::Demand][seed as usize % 3];
+            let mut core = DcManagerCore::new(cfg, 0);
+            let mut version = 1;
+            let mut floor = Quota::new(1_000_000, 100_500);
+            core.on_floor(floor, LeaseVersion::new(1, version), 0);
+            let mut newest: BTreeMap<usize, LeaseVersion> = BTreeMap::new();
+            let mut pods = [(0u64, 1u64); 12]; // (seq, incarnation)
+            let mut now = 0;
+            for _ in 0..600 {
+                now += rng.range_u64(1, 120) * MS;
+                let out = match rng.range_u64(0, 12) {
+                    0 => {
+                        let out = core.tick(now);
+                        let basis = out.iter().find_map(|o| match o {
+                            DcOutput::Report(r) => Some(r.seq),
+                            _ => None,
+                        });
+                        if let Some(basis_seq) = basis.filter(|_| rng.chance(0.6)) {
+                            version += 1;
+                            let lease = DcLease {
+                                v: SCHEMA_VERSION,
+                                limit: "api".into(),
+                                dc: "bkk".into(),
+                                holder: "bkk-m".into(),
+                                version: LeaseVersion::new(1, version),
+                                lease_id: format!("l{version}"),
+                                quota: Quota::new(rng.range_u64(0, 3_000_000), rng.range_u64(0, 300_000)),
+                                floor,
+                                ttl_ms: rng.range_u64(200, 3_000),
+                                basis_seq,
+                            };
+                            let _ = core.on_dc_lease(&lease, now);
+                        }
+                        out
+                    }
+                    1 => {
+                        version += 1;
+                        // Rates from a few milli-requests per second (rounding matters) to
+                        // 2,000/s; bursts with fractions of a token.
+                        let rate_milli = rng.range_u64(1, 2_000) * 10u64.pow(rng.range_u64(0, 3) as u32);
+                        floor = Quota::new(rate_milli, rng.range_u64(1, 200_000));
+                        core.on_floor(floor, LeaseVersion::new(1, version), now)
+                    }
+                    2 if rng.chance(0.2) => {
+                        let i = rng.range_u64(0, pods.len() as u64 - 1) as usize;
+                        let back = LeaseReturn {
+                            v: SCHEMA_VERSION,
+                            limit: "api".into(),
+                            dc: "bkk".into(),
+                            holder: format!("p{i}"),
+                            incarnation: pods[i].1,
+                            last_version: newest.remove(&i),
+                        };
+                        pods[i] = (0, pods[i].1 + 1);
+                        core.on_lease_return(&back, now)
+                    }
+                    _ => {
+                        let i = rng.range_u64(0, pods.len() as u64 - 1) as usize;
+                        pods[i].0 += 1;
+                        let confirm = rng.chance(0.7);
+                        let mut r = report(
+                            i,
+                            pods[i].0,
+                            rng.range_u64(0, 400),
+                            confirm.then(|| newest.get(&i).copied()).flatten(),
+                        );
+                        r.incarnation = pods[i].1;
+                        r.weight = rng.range_u64(1, 4) as f64;
+                        r.healthy = !rng.chance(0.05);
+                        r.draining = rng.chance(0.02);
+                        core.on_pod_report(&r, now)
+                    }
+                };
+                for o in out {
+                    if let DcOutput::PodLease(l) = o {
+                        let i: usize = l.pod[1..].parse().expect("pod ids are p<i>");
+                        if l.incarnation == pods[i].1 {
+                            newest.insert(i, l.version);
+                        }
+                    }
+                }
+                let (budget, _) = core.budget(now);
+                let by_split = core.someone_can_grow_by_split(budget, now);
+                assert_eq!(core.someone_can_grow(now), by_split, "seed {seed} at {} ms", now / MS);
+                checks += 1;
+                room += usize::from(by_split);
+            }
+        }
+        assert!(room > 100, "the runs must also reach states where some pod can grow: {room} of {checks}");
+    }
+
+    fn report(i: usize, seq: u64, offered: u64, lease_in_use: Option<LeaseVersion>) -> PodReport {
+        PodReport {
+            v: SCHEMA_VERSION,
+            limit: "api".into(),
+            dc: "bkk".into(),
+            pod: format!("p{i}"),
+            incarnation: 1,
+            seq,
+            interval_ms: 250,
+            offered,
+            admitted: offered,
+            rejected: 0,
+            queued: 0,
+            errors: 0,
+            upstream_429: 0,
+            healthy: true,
+            draining: false,
+            weight: 1.0,
+            lease_in_use,
+            periods: 1,
+        }
+    }
 }
