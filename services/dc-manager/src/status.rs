@@ -41,6 +41,9 @@ pub struct LimitStatus {
     pub pods_known: u32,
     pub pod_leases_issued: u64,
     pub passes_full: u64,
+    /// Of `passes_full`, those a DC lease ran and those a joining pod ran.
+    pub passes_full_dc_lease: u64,
+    pub passes_full_join: u64,
     pub passes_growth: u64,
     pub reports_stale: u64,
     pub returns: u64,
@@ -120,6 +123,8 @@ impl LimitStatus {
     fn set_counters(&mut self, c: &DcCounters) {
         self.pod_leases_issued = c.pod_leases_issued;
         self.passes_full = c.passes_full;
+        self.passes_full_dc_lease = c.passes_full_dc_lease;
+        self.passes_full_join = c.passes_full_join;
         self.passes_growth = c.passes_growth;
         self.reports_stale = c.reports_stale + c.reports_foreign;
         self.returns = c.returns;
@@ -134,6 +139,8 @@ fn sum(limits: &BTreeMap<String, LimitStatus>) -> LimitStatus {
         pods_known: t.pods_known + l.pods_known,
         pod_leases_issued: t.pod_leases_issued + l.pod_leases_issued,
         passes_full: t.passes_full + l.passes_full,
+        passes_full_dc_lease: t.passes_full_dc_lease + l.passes_full_dc_lease,
+        passes_full_join: t.passes_full_join + l.passes_full_join,
         passes_growth: t.passes_growth + l.passes_growth,
         reports_stale: t.reports_stale + l.reports_stale,
         returns: t.returns + l.returns,

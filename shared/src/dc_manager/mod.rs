@@ -77,6 +77,10 @@ pub struct DcCounters {
     pub returns: u64,
     /// Re-splits of the whole budget (renewals, new DC leases, joins, returns).
     pub passes_full: u64,
+    /// Of `passes_full`, those a DC lease ran (its budget or TTL differed from the last split's,
+    /// or the renewal was overdue), and those a joining pod's report ran.
+    pub passes_full_dc_lease: u64,
+    pub passes_full_join: u64,
     /// Event-driven passes that only let pods grow.
     pub passes_growth: u64,
     /// Checks whether some pod could grow between renewals (each a pass over the pods).
@@ -254,6 +258,7 @@ impl DcManagerCore {
         if !renewal_due && self.last_full == Some((self.budget(now_ns).0, self.cfg.pod_ttl_ms)) {
             return Ok(Vec::new());
         }
+        self.counters.passes_full_dc_lease += 1;
         Ok(self.pass(now_ns, Pass::Full))
     }
 

@@ -22,6 +22,7 @@ impl DcManagerCore {
     /// one if some pod can grow.
     pub(super) fn waiting_pass(&mut self, now_ns: u64) -> Vec<DcOutput> {
         if self.join_waiting {
+            self.counters.passes_full_join += 1;
             return self.pass(now_ns, Pass::Full);
         }
         if !self.growth_waiting {

@@ -34,8 +34,7 @@ pub(super) struct Counted {
     items: BTreeMap<&'static str, u64>,
     bytes: u64,
     lease_gap_us: Percentiles,
-    passes_full: u64,
-    passes_growth: u64,
+    passes: Passes,
     cpu_s_per_s: CpuSPerS,
     malformed: u64,
     /// The same gaps, seen by the monitor's connection (not the pods').
@@ -57,10 +56,24 @@ fn cpu_now(r: &Running) -> (Option<f64>, Vec<Option<f64>>, Option<f64>) {
     (r.coordinator.0.cpu_seconds(), r.managers.iter().map(|m| m.1.cpu_seconds()).collect(), r.pods_rt.cpu_seconds())
 }
 
-fn passes(r: &Running) -> (u64, u64) {
-    r.managers.iter().fold((0, 0), |(f, g), m| {
-        let s = m.2.status.borrow();
-        (f + s.totals.passes_full, g + s.totals.passes_growth)
+/// The DC managers' splits so far, in all.
+#[derive(Clone, Copy, Default)]
+struct Passes {
+    full: u64,
+    full_dc_lease: u64,
+    full_join: u64,
+    growth: u64,
+}
+
+fn passes(r: &Running) -> Passes {
+    r.managers.iter().fold(Passes::default(), |p, m| {
+        let t = &m.2.status.borrow().totals;
+        Passes {
+            full: p.full + t.passes_full,
+            full_dc_lease: p.full_dc_lease + t.passes_full_dc_lease,
+            full_join: p.full_join + t.passes_full_join,
+            growth: p.growth + t.passes_growth,
+        }
     })
 }
 
@@ -111,8 +124,12 @@ pub(super) async fn count(r: &Running, duration: Duration) -> Result<Counted, St
         items: items_seen,
         bytes,
         lease_gap_us: r.fleet.lease_gap_us(),
-        passes_full: passes_after.0 - passes_before.0,
-        passes_growth: passes_after.1 - passes_before.1,
+        passes: Passes {
+            full: passes_after.full - passes_before.full,
+            full_dc_lease: passes_after.full_dc_lease - passes_before.full_dc_lease,
+            full_join: passes_after.full_join - passes_before.full_join,
+            growth: passes_after.growth - passes_before.growth,
+        },
         malformed: r.fleet.malformed(),
         monitor_gap_us,
         cpu_s_per_s: CpuSPerS {
@@ -201,6 +218,10 @@ struct LeaseGapMs {
 #[derive(Serialize)]
 struct DcPassesPerS {
     full: f64,
+    /// Of `full`, those a DC lease ran and those a joining pod ran (the rest: renewal ticks,
+    /// floors).
+    full_by_dc_lease: f64,
+    full_by_join: f64,
     growth: f64,
 }
 
@@ -253,8 +274,10 @@ pub(super) fn summarize(a: &Args, periods_ms: PeriodsMs, c: &Counted) -> Summary
         lease_gap_p99_within_1_1_renew_periods: c.lease_gap_us.count() > 0
             && gap_p99 <= periods_ms.pod_renew as f64 * 1.1,
         dc_passes_per_s: DcPassesPerS {
-            full: round(c.passes_full as f64 / c.secs),
-            growth: round(c.passes_growth as f64 / c.secs),
+            full: round(c.passes.full as f64 / c.secs),
+            full_by_dc_lease: round(c.passes.full_dc_lease as f64 / c.secs),
+            full_by_join: round(c.passes.full_join as f64 / c.secs),
+            growth: round(c.passes.growth as f64 / c.secs),
         },
         join_storm: None,
         lease_batches_malformed: c.malformed,
