@@ -189,11 +189,18 @@ pub(super) fn split_views<'a>(budget: Quota, views: impl Iterator<Item = &'a Pod
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::wire::SCHEMA_VERSION;
 
-    fn report(seq: u64, interval_ms: u64, admitted: u64, upstream_429: u64, periods: u32) -> PodReport {
+    /// Pod `p1` (incarnation 7)'s report on limit `l` in `bkk`, every call admitted.
+    pub(in crate::dc_manager) fn report(
+        seq: u64,
+        interval_ms: u64,
+        admitted: u64,
+        upstream_429: u64,
+        periods: u32,
+    ) -> PodReport {
         PodReport {
             v: SCHEMA_VERSION,
             limit: "l".into(),

@@ -278,25 +278,8 @@ mod tests {
     }
 
     fn report(i: usize, seq: u64, offered: u64, lease_in_use: Option<LeaseVersion>) -> PodReport {
-        PodReport {
-            v: SCHEMA_VERSION,
-            limit: "api".into(),
-            dc: "bkk".into(),
-            pod: format!("p{i}"),
-            incarnation: 1,
-            seq,
-            interval_ms: 250,
-            offered,
-            admitted: offered,
-            rejected: 0,
-            queued: 0,
-            errors: 0,
-            upstream_429: 0,
-            healthy: true,
-            draining: false,
-            weight: 1.0,
-            lease_in_use,
-            periods: 1,
-        }
+        let mut r = crate::dc_manager::pods::tests::report(seq, 250, offered, 0, 1);
+        (r.limit, r.pod, r.incarnation, r.lease_in_use) = ("api".into(), format!("p{i}"), 1, lease_in_use);
+        r
     }
 }
