@@ -307,3 +307,40 @@ fn a_same_amount_dc_lease_splits_at_once_when_the_renewal_is_overdue_or_the_spli
     dc.dc_lease(amount, 30_000, LeaseVersion::new(1, 3), basis, t + 100 * MS).expect("applies");
     assert_eq!(dc.core.counters().passes_full, full + 1, "a new split rule waited for the renewal");
 }
+
+/// Found measuring 1,000 limits × 100 pods (`bench control-plane`): a manager working seconds
+/// behind its inbound queue read reports its pods had sent before they held a lease, after those
+/// leases had lapsed on its books, and took each for a join: a full split per limit per gap,
+/// ~7,000 a second, which kept it behind. A report without a lease in use is a join only from a
+/// holder this core has never sent a lease; any other holder gets its lease at the next renewal
+/// (or from a growth pass, into the room its lapsed lease left).
+#[test]
+fn a_late_report_from_a_pod_already_sent_a_lease_is_not_a_join_and_a_new_pods_still_is() {
+    let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
+    cfg.fail_mode = FailMode::Strict;
+    let (renew_ms, ttl_ms, gap_ms) = (cfg.renew_interval_ms, cfg.pod_ttl_ms, cfg.event_pass_gap_ms);
+    let mut dc = leased_dc(cfg, Quota::per_s(400, 40), 60_000);
+    let joined = (gap_ms + 1) * MS;
+    dc.report("p1", joined, true, false);
+    assert!(dc.held.contains_key("p1"), "p1's first report is a join: it gets a lease at once");
+    let (joins, full) = (dc.core.counters().passes_full_join, dc.core.counters().passes_full);
+
+    // Its lease lapses on the books (no tick ran: the manager was busy), then a report p1 sent
+    // before it held the lease arrives.
+    let late = joined + (ttl_ms + 2 * gap_ms) * MS;
+    let p1 = leasehold_shared::dc_manager::holder_key("p1", dc.incarnation);
+    assert!(dc.core.ledger().holder_claim(&p1, late).is_zero(), "p1's lease still counts on the books");
+    dc.report("p1", late, true, false);
+    assert_eq!(dc.core.counters().passes_full_join, joins, "a late report from p1 ran a join's full split");
+    assert_eq!(dc.core.counters().passes_full, full, "a late report from p1 re-split the DC");
+
+    // A new pod's first report still runs a join at once, and the renewal tick renews p1.
+    dc.held.clear();
+    dc.report("p2", late + 2 * gap_ms * MS, true, false);
+    assert_eq!(dc.core.counters().passes_full_join, joins + 1, "p2's first report did not run a join");
+    assert!(dc.held.contains_key("p2") && dc.held.contains_key("p1"), "a join's split leases every pod");
+    dc.held.clear();
+    let out = dc.core.tick(late + (2 * gap_ms + renew_ms) * MS);
+    dc.absorb(out);
+    assert!(dc.held.contains_key("p1") && dc.held.contains_key("p2"), "the renewal leases every pod");
+}

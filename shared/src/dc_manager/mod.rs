@@ -313,12 +313,16 @@ impl DcManagerCore {
             // Unknown versions (a forged or pre-restart ack) change nothing.
             let _ = self.ledger.confirm_in_use(&holder, v, release_at);
         }
-        // A brand-new pod needs a split to get a lease. Any other report may let a pod grow
-        // (fast rebalance) only if the last pass left one below its target (its confirmation
-        // frees room), or it changes the targets: this pod's share (health, weight, back from
-        // silence) or, with a `demand` split, its demand. A pod falling silent frees its share
-        // at the next renewal. Both wait for the gap (see `event_pass_gap_ms`).
-        if self.ledger.holder_claim(&holder, now_ns).is_zero() && r.lease_in_use.is_none() {
+        // A brand-new pod (never sent a lease by this core) needs a split to get a lease. A
+        // holder already sent one gets it at the next renewal if it lapsed: a report it sent
+        // before the lease came, read late by a busy manager, must not run a split of its own.
+        // Any other report may let a pod grow (fast rebalance) only if the last pass left one
+        // below its target (its confirmation frees room), or it changes the targets: this pod's
+        // share (health, weight, back from silence) or, with a `demand` split, its demand. A pod
+        // falling silent frees its share at the next renewal. Both wait for the gap (see
+        // `event_pass_gap_ms`).
+        let never_leased = self.pods.views.get(&holder).is_some_and(|v| !v.sent_a_lease);
+        if never_leased && r.lease_in_use.is_none() {
             self.join_waiting = true;
         } else if self.shortfall || share_changed || self.cfg.split == SplitMode::Demand {
             self.growth_waiting = true;

@@ -45,6 +45,10 @@ pub struct PodView {
     pub draining: bool,
     pub weight: f64,
     pub error_ratio: f64,
+    /// This core has sent the holder a lease: a report without a lease in use is no longer a
+    /// join (the lease may still be on its way, or the report older than it), and the next
+    /// renewal leases the holder anyway.
+    pub sent_a_lease: bool,
 }
 
 impl PodView {
@@ -69,6 +73,7 @@ impl PodView {
             draining: false,
             weight: r.weight,
             error_ratio: 0.0,
+            sent_a_lease: false,
         }
     }
 

@@ -131,7 +131,8 @@ impl DcManagerCore {
                 self.shortfall = true;
                 continue;
             }
-            let view = &self.pods.views[&pod];
+            let Some(view) = self.pods.views.get_mut(&pod) else { continue };
+            view.sent_a_lease = true;
             let basis_seq = view.last_seq;
             self.counters.pod_leases_issued += 1;
             out.push(DcOutput::PodLease(PodLease {
