@@ -1,4 +1,7 @@
 //! `leasehold-dc-manager [--config FILE]`: one DC manager replica.
+#[global_allocator]
+static ALLOCATOR: leasehold_process::Allocator = leasehold_process::Allocator;
+
 fn main() -> std::process::ExitCode {
     leasehold_dc_manager::main(leasehold_process::ConfigArgs::from_command_line())
 }

@@ -4,6 +4,9 @@
 use clap::Parser;
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOCATOR: leasehold_process::Allocator = leasehold_process::Allocator;
+
 #[derive(Parser)]
 #[command(name = "leasehold", version, about = "Global rate limits, held by lease.")]
 struct Cli {

@@ -6,6 +6,9 @@ use leasehold_lab::{bench, chaos, demo, simulate};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOCATOR: leasehold_process::Allocator = leasehold_process::Allocator;
+
 #[derive(Parser)]
 #[command(name = "leasehold-lab", version, about = "Leasehold's services plus its development tools.")]
 struct Cli {
