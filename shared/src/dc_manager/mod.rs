@@ -113,7 +113,7 @@ pub struct DcManagerCore {
     last_tick_ns: Option<u64>,
     /// The last split or growth check of any kind (joins and growth wait `event_pass_gap_ms`).
     last_work_ns: Option<u64>,
-    /// A pod with no lease reported since the last full split.
+    /// A holder never issued a lease reported no lease in use since the last full split.
     join_waiting: bool,
     /// A report since the last split or growth check may let some pod grow.
     growth_waiting: bool,

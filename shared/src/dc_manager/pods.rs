@@ -45,9 +45,10 @@ pub struct PodView {
     pub draining: bool,
     pub weight: f64,
     pub error_ratio: f64,
-    /// This core has sent the holder a lease: a report without a lease in use is no longer a
-    /// join (the lease may still be on its way, or the report older than it), and the next
-    /// renewal leases the holder anyway.
+    /// This core has issued the holder a lease since it first (or, after forgetting it, last)
+    /// heard from it: a report without a lease in use is no longer a join (the lease may still
+    /// be on its way, or the report older than it); the next renewal leases the holder again
+    /// if it is eligible then.
     pub sent_a_lease: bool,
 }
 

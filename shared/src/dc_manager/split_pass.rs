@@ -124,6 +124,8 @@ impl DcManagerCore {
                 continue;
             }
             let quota = self.grantable(&pod, target, live_until, now_ns);
+            // (`eligible` came from the views, and nothing in the pass removes one.)
+            let Some(view) = self.pods.views.get_mut(&pod) else { continue };
             self.next_seq += 1;
             let version = LeaseVersion::new(self.cfg.epoch, self.next_seq);
             self.shortfall |= below_by_a_step(quota, target);
@@ -131,7 +133,6 @@ impl DcManagerCore {
                 self.shortfall = true;
                 continue;
             }
-            let Some(view) = self.pods.views.get_mut(&pod) else { continue };
             view.sent_a_lease = true;
             let basis_seq = view.last_seq;
             self.counters.pod_leases_issued += 1;
