@@ -86,6 +86,12 @@ fn registry(status: watch::Receiver<Status>, limit: String, dc: String) -> Regis
             s.dc_leases_refused,
         )?;
         m.counter("leasehold_dc_messages_malformed_total", "Undecodable messages.", process, s.messages_malformed)?;
+        m.counter(
+            "leasehold_dc_report_batches_shed_total",
+            "Pod report batches dropped: the inbound queue held inbound_reports_max_bytes.",
+            process,
+            s.report_batches_shed,
+        )?;
         m.counters(
             "leasehold_dc_reports_stale_total",
             "Stale or foreign pod reports.",
@@ -110,6 +116,7 @@ struct StatusBody {
     used_rate_per_s: f64,
     pod_leases_issued: u64,
     messages_malformed: u64,
+    report_batches_shed: u64,
     takeovers: u64,
     /// Whether this term has read the ledger (until then it uses no floor).
     ledger_read: bool,
@@ -146,6 +153,7 @@ async fn status_json(State(v): State<View>) -> Json<StatusBody> {
         used_rate_per_s: s.totals.used_rate_per_s,
         pod_leases_issued: s.totals.pod_leases_issued,
         messages_malformed: s.messages_malformed,
+        report_batches_shed: s.report_batches_shed,
         takeovers: s.takeovers,
         ledger_read: s.ledger_read,
         limits: s

@@ -14,6 +14,7 @@
 
 pub mod config;
 mod http;
+pub mod inbound;
 pub mod ledger_link;
 pub mod manager;
 pub(crate) mod outbox;
@@ -67,7 +68,8 @@ pub async fn run(
                 .map_err(|e| DcManagerError::Subscribe { subject, reason: e.to_string() })
         }
     };
-    let mut reports = subscribe(PodChannel::Report).await?;
+    let mut reports =
+        inbound::BoundedInbound::new(subscribe(PodChannel::Report).await?, settings.inbound_reports_max_bytes);
     let mut returns = subscribe(PodChannel::Return).await?;
     let key =
         if settings.serves_every_limit() { ">".to_string() } else { subjects::ledger_key(&limit).expect("validated") };
@@ -110,6 +112,7 @@ pub async fn run(
             Some(answer) = direct_reads.recv() => { m.on_direct_read(answer).await; false }
         };
         m.flush(on_tick).await;
+        m.status.report_batches_shed = reports.shed();
         let now_ns = m.now_ns();
         if on_tick || now_ns.saturating_sub(status_sent_ns) >= STATUS_GAP_NS {
             leasehold_process::publish_status(&status, &m.status);

@@ -33,5 +33,8 @@ fn bad_settings_are_refused_with_the_reason() {
     s2.manager.pod_ttl_ms = 5_000;
     s2.report_interval_ms = 5_000;
     assert!(s2.validate().unwrap_err().to_string().contains("report_interval_ms"));
+    let mut s3 = Settings { manager: s2.manager.clone(), inbound_reports_max_bytes: 64 << 10, ..Settings::default() };
+    s3.manager.pod_ttl_ms = 5_000;
+    assert!(s3.validate().unwrap_err().to_string().contains("inbound_reports_max_bytes"));
     assert!(load(Some(Path::new("/nonexistent/dc.toml"))).unwrap_err().to_string().contains("not found"));
 }

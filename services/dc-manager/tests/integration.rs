@@ -3,6 +3,7 @@
 //! former test file; `cargo nextest` still runs every test in its own process.
 
 mod config;
+mod inbound;
 mod many_limits;
 mod partition;
 mod pods;

@@ -63,16 +63,20 @@ struct Passes {
     full_dc_lease: u64,
     full_join: u64,
     growth: u64,
+    /// Pod report batches the managers dropped unread (their inbound queue full).
+    reports_shed: u64,
 }
 
 fn passes(r: &Running) -> Passes {
     r.managers.iter().fold(Passes::default(), |p, m| {
-        let t = &m.2.status.borrow().totals;
+        let s = m.2.status.borrow();
+        let t = &s.totals;
         Passes {
             full: p.full + t.passes_full,
             full_dc_lease: p.full_dc_lease + t.passes_full_dc_lease,
             full_join: p.full_join + t.passes_full_join,
             growth: p.growth + t.passes_growth,
+            reports_shed: p.reports_shed + s.report_batches_shed,
         }
     })
 }
@@ -129,6 +133,7 @@ pub(super) async fn count(r: &Running, duration: Duration) -> Result<Counted, St
             full_dc_lease: passes_after.full_dc_lease - passes_before.full_dc_lease,
             full_join: passes_after.full_join - passes_before.full_join,
             growth: passes_after.growth - passes_before.growth,
+            reports_shed: passes_after.reports_shed - passes_before.reports_shed,
         },
         malformed: r.fleet.malformed(),
         monitor_gap_us,
@@ -223,6 +228,9 @@ struct DcPassesPerS {
     full_by_dc_lease: f64,
     full_by_join: f64,
     growth: f64,
+    /// Pod report batches the managers dropped unread per second (`report_batches_shed`: a
+    /// manager reading slower than its pods send).
+    reports_shed: f64,
 }
 
 /// Rates per second (rounded to 0.001).
@@ -278,6 +286,7 @@ pub(super) fn summarize(a: &Args, periods_ms: PeriodsMs, c: &Counted) -> Summary
             full_by_dc_lease: round(c.passes.full_dc_lease as f64 / c.secs),
             full_by_join: round(c.passes.full_join as f64 / c.secs),
             growth: round(c.passes.growth as f64 / c.secs),
+            reports_shed: round(c.passes.reports_shed as f64 / c.secs),
         },
         join_storm: None,
         lease_batches_malformed: c.malformed,
