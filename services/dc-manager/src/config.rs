@@ -33,11 +33,14 @@ pub struct Settings {
     /// when this DC runs its own NATS cluster joined to theirs by a leaf-node link (the
     /// production topology: `nats/prod`). None: the ledger is in the server's own JetStream.
     pub ledger_domain: Option<String>,
-    /// Pod report batches queued for the manager's loop, in bytes of payload, at most; past it
-    /// a batch is dropped and counted (`report_batches_shed`): a manager reading reports slower
-    /// than its pods send them keeps its memory, and the age of what it reads, bounded. At
+    /// Pod report batches queued for the manager's loop, in bytes (payload plus 256 per
+    /// message), at most; past it a batch is dropped and counted (`report_batches_shed`): a
+    /// manager reading reports slower than its pods send them keeps its memory bounded. At
     /// least 1 MiB (one batch of NATS's largest default payload).
     pub inbound_reports_max_bytes: usize,
+    /// A queued report batch older than this when the manager's loop comes to it is dropped
+    /// (and counted) unread: what a slow manager reads stays this recent. Positive.
+    pub inbound_reports_max_age_ms: u64,
     /// The sans-I/O core's settings, for every limit served (`instance` and `epoch` are set at
     /// each takeover, `limit` per limit). `limit` names the one limit to serve; without it (or
     /// with `"*"`) the process serves every limit whose ledger record names its DC.
@@ -59,6 +62,7 @@ impl Default for Settings {
             replicas: 1,
             ledger_domain: None,
             inbound_reports_max_bytes: 64 << 20,
+            inbound_reports_max_age_ms: 1_000,
             manager: DcManagerConfig::new("", "", ""),
         }
     }
@@ -96,6 +100,9 @@ impl Settings {
                 "inbound_reports_max_bytes ({}) must be at least 1048576 (one report batch of NATS's default largest payload)",
                 self.inbound_reports_max_bytes
             ));
+        }
+        if self.inbound_reports_max_age_ms == 0 {
+            return bad("inbound_reports_max_age_ms must be positive".into());
         }
         if self.leader_ttl_ms < 4 * self.report_interval_ms {
             return bad(format!("leader_ttl_ms ({}) must be at least 4 report intervals", self.leader_ttl_ms));

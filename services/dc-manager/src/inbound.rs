@@ -1,60 +1,89 @@
-//! The pods' report batches, queued for the manager's loop up to a bound in bytes.
+//! The pods' report batches, queued for the manager's loop up to a bound in bytes and in age.
 //!
-//! async-nats queues up to 65,536 messages per subscription for a reader that falls behind. A
-//! DC manager saturated at 1,000 limits × 100 pods reads report batches of tens of kilobytes
-//! seconds after they were sent, and that queue grows to gigabytes. A report drives no safety
-//! rule and a pod reports every period, so a batch past the bound is dropped (counted as shed)
-//! instead: what the manager reads stays a bounded time old and its memory stays bounded. A
-//! task of its own drains the subscription as messages arrive, so the bound holds however far
-//! behind the manager's loop is.
+//! async-nats queues up to 65,536 messages per subscription for a reader that falls behind: a
+//! DC manager saturated at 1,000 limits × 100 pods held gigabytes of report batches and read
+//! them seconds after they were sent. Reports drive no counting rule that a lost one could
+//! break (a lost `lease_in_use` only keeps older leases counted longer), and a pod reports at
+//! least once a second (quiet reports) with its state again. So a batch is dropped, and counted
+//! as shed, when it would take the queue past `max_bytes` (payload plus a per-message
+//! overhead), and when it has waited longer than `max_age_ns` by the time the loop reads it. A
+//! task of its own drains the subscription as messages arrive, so both bounds hold however far
+//! behind the loop is; it ends with the queue.
 
 use async_nats::{Message, Subscriber};
 use futures::StreamExt;
+use leasehold_process::clock::LeaseClock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
-/// A subscription's messages, queued up to `max_bytes` of payload (one message is always
-/// queued, whatever its size, when none is).
+/// What a queued message costs besides its payload (its subject, the `Message`, the queue's slot).
+const MESSAGE_OVERHEAD_BYTES: usize = 256;
+
+/// A subscription's messages, queued up to `max_bytes` (one message is always queued, whatever
+/// its size, when none is) and read only while younger than `max_age_ns`.
 pub struct BoundedInbound {
-    queue: mpsc::UnboundedReceiver<Message>,
+    queue: mpsc::UnboundedReceiver<(u64, Message)>,
     queued_bytes: Arc<AtomicUsize>,
     shed: Arc<AtomicU64>,
+    clock: LeaseClock,
+    max_age_ns: u64,
+    forwarder: tokio::task::AbortHandle,
+}
+
+fn cost(msg: &Message) -> usize {
+    msg.payload.len() + msg.subject.len() + MESSAGE_OVERHEAD_BYTES
 }
 
 impl BoundedInbound {
-    /// Drains `subscription` on a task of the current runtime from now on.
-    pub fn new(mut subscription: Subscriber, max_bytes: usize) -> Self {
+    /// Drains `subscription` on a task of the current runtime from now on, stamping each message
+    /// with `clock`'s time of arrival.
+    pub fn new(mut subscription: Subscriber, max_bytes: usize, max_age_ns: u64, clock: LeaseClock) -> Self {
         let (tx, queue) = mpsc::unbounded_channel();
         let queued_bytes = Arc::new(AtomicUsize::new(0));
         let shed = Arc::new(AtomicU64::new(0));
         let (bytes, dropped) = (queued_bytes.clone(), shed.clone());
-        tokio::spawn(async move {
+        let forwarder = tokio::spawn(async move {
             while let Some(msg) = subscription.next().await {
-                let len = msg.payload.len();
+                let len = cost(&msg);
                 let queued = bytes.load(Ordering::Acquire);
                 if queued > 0 && queued.saturating_add(len) > max_bytes {
                     dropped.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
                 bytes.fetch_add(len, Ordering::AcqRel);
-                if tx.send(msg).is_err() {
-                    break; // the manager is gone
+                if tx.send((clock.now_ns(), msg)).is_err() {
+                    break; // the queue is gone
                 }
             }
-        });
-        BoundedInbound { queue, queued_bytes, shed }
+        })
+        .abort_handle();
+        BoundedInbound { queue, queued_bytes, shed, clock, max_age_ns, forwarder }
     }
 
-    /// The oldest message queued; `None` once the subscription has ended and the queue is empty.
+    /// The oldest message queued that is still young enough (older ones are shed on the way);
+    /// `None` once the subscription has ended and the queue is empty.
     pub async fn next(&mut self) -> Option<Message> {
-        let msg = self.queue.recv().await?;
-        self.queued_bytes.fetch_sub(msg.payload.len(), Ordering::AcqRel);
-        Some(msg)
+        loop {
+            let (arrived_ns, msg) = self.queue.recv().await?;
+            self.queued_bytes.fetch_sub(cost(&msg), Ordering::AcqRel);
+            if self.clock.now_ns().saturating_sub(arrived_ns) <= self.max_age_ns {
+                return Some(msg);
+            }
+            self.shed.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
-    /// Messages dropped so far because the queue held `max_bytes`.
+    /// Messages dropped so far: past `max_bytes` on arrival, or older than `max_age_ns` when read.
     pub fn shed(&self) -> u64 {
         self.shed.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for BoundedInbound {
+    /// The forwarder ends with the queue (it would otherwise keep the subscription, and the
+    /// connection, open while it sheds).
+    fn drop(&mut self) {
+        self.forwarder.abort();
     }
 }

@@ -68,8 +68,7 @@ pub async fn run(
                 .map_err(|e| DcManagerError::Subscribe { subject, reason: e.to_string() })
         }
     };
-    let mut reports =
-        inbound::BoundedInbound::new(subscribe(PodChannel::Report).await?, settings.inbound_reports_max_bytes);
+    let reports = subscribe(PodChannel::Report).await?;
     let mut returns = subscribe(PodChannel::Return).await?;
     let key =
         if settings.serves_every_limit() { ">".to_string() } else { subjects::ledger_key(&limit).expect("validated") };
@@ -77,6 +76,8 @@ pub async fn run(
     let (ask_direct_read, mut direct_reads) = ledger_link::direct_reads(ledger);
     let clock =
         leasehold_process::clock::LeaseClock::start_skewed(settings.clock_offset_ms as i64, settings.clock_drift_ppm);
+    let max_age_ns = settings.inbound_reports_max_age_ms.saturating_mul(1_000_000);
+    let mut reports = inbound::BoundedInbound::new(reports, settings.inbound_reports_max_bytes, max_age_ns, clock);
     if let Some(addr) = settings.http_listen.clone() {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await

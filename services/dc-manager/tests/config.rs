@@ -36,5 +36,8 @@ fn bad_settings_are_refused_with_the_reason() {
     let mut s3 = Settings { manager: s2.manager.clone(), inbound_reports_max_bytes: 64 << 10, ..Settings::default() };
     s3.manager.pod_ttl_ms = 5_000;
     assert!(s3.validate().unwrap_err().to_string().contains("inbound_reports_max_bytes"));
+    s3.inbound_reports_max_bytes = 1 << 20;
+    s3.inbound_reports_max_age_ms = 0;
+    assert!(s3.validate().unwrap_err().to_string().contains("inbound_reports_max_age_ms"));
     assert!(load(Some(Path::new("/nonexistent/dc.toml"))).unwrap_err().to_string().contains("not found"));
 }

@@ -188,6 +188,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
                 "leasehold_dc_pod_leases_issued_total",
                 "leasehold_dc_lease_refusals_total",
                 "leasehold_dc_messages_malformed_total",
+                "leasehold_dc_report_batches_shed_total",
                 "leasehold_dc_reports_stale_total",
                 "leasehold_dc_publish_failures_total",
             ],
@@ -252,7 +253,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
     assert_eq!(
         fields(&d),
         "budget_rate_per_s dc dc_lease_rate_per_s epoch instance leading ledger_read limit limits messages_malformed \
-         pod_leases_issued pods_eligible pods_known takeovers used_rate_per_s",
+         pod_leases_issued pods_eligible pods_known report_batches_shed takeovers used_rate_per_s",
         "{d}"
     );
     assert_eq!(
