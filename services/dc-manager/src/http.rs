@@ -88,7 +88,7 @@ fn registry(status: watch::Receiver<Status>, limit: String, dc: String) -> Regis
         m.counter("leasehold_dc_messages_malformed_total", "Undecodable messages.", process, s.messages_malformed)?;
         m.counter(
             "leasehold_dc_report_batches_shed_total",
-            "Pod report batches dropped: the inbound queue held inbound_reports_max_bytes.",
+            "Pod report batches dropped unread: past inbound_reports_max_bytes, or older than inbound_reports_max_age_ms.",
             process,
             s.report_batches_shed,
         )?;

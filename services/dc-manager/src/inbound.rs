@@ -13,9 +13,9 @@
 use async_nats::{Message, Subscriber};
 use futures::StreamExt;
 use leasehold_process::clock::LeaseClock;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 /// What a queued message costs besides its payload (its subject, the `Message`, the queue's slot).
 const MESSAGE_OVERHEAD_BYTES: usize = 256;
@@ -25,7 +25,8 @@ const MESSAGE_OVERHEAD_BYTES: usize = 256;
 pub struct BoundedInbound {
     queue: mpsc::UnboundedReceiver<(u64, Message)>,
     queued_bytes: Arc<AtomicUsize>,
-    shed: Arc<AtomicU64>,
+    /// Messages dropped so far (watched: a test waits for drops as events).
+    shed: Arc<watch::Sender<u64>>,
     clock: LeaseClock,
     max_age_ns: u64,
     forwarder: tokio::task::AbortHandle,
@@ -41,14 +42,14 @@ impl BoundedInbound {
     pub fn new(mut subscription: Subscriber, max_bytes: usize, max_age_ns: u64, clock: LeaseClock) -> Self {
         let (tx, queue) = mpsc::unbounded_channel();
         let queued_bytes = Arc::new(AtomicUsize::new(0));
-        let shed = Arc::new(AtomicU64::new(0));
+        let shed = Arc::new(watch::Sender::new(0));
         let (bytes, dropped) = (queued_bytes.clone(), shed.clone());
         let forwarder = tokio::spawn(async move {
             while let Some(msg) = subscription.next().await {
                 let len = cost(&msg);
                 let queued = bytes.load(Ordering::Acquire);
                 if queued > 0 && queued.saturating_add(len) > max_bytes {
-                    dropped.fetch_add(1, Ordering::Relaxed);
+                    dropped.send_modify(|n| *n += 1);
                     continue;
                 }
                 bytes.fetch_add(len, Ordering::AcqRel);
@@ -70,13 +71,18 @@ impl BoundedInbound {
             if self.clock.now_ns().saturating_sub(arrived_ns) <= self.max_age_ns {
                 return Some(msg);
             }
-            self.shed.fetch_add(1, Ordering::Relaxed);
+            self.shed.send_modify(|n| *n += 1);
         }
     }
 
     /// Messages dropped so far: past `max_bytes` on arrival, or older than `max_age_ns` when read.
     pub fn shed(&self) -> u64 {
-        self.shed.load(Ordering::Relaxed)
+        *self.shed.borrow()
+    }
+
+    /// [`shed`](Self::shed), watched.
+    pub fn shed_watch(&self) -> watch::Receiver<u64> {
+        self.shed.subscribe()
     }
 }
 

@@ -76,7 +76,7 @@ pub async fn run(
     let (ask_direct_read, mut direct_reads) = ledger_link::direct_reads(ledger);
     let clock =
         leasehold_process::clock::LeaseClock::start_skewed(settings.clock_offset_ms as i64, settings.clock_drift_ppm);
-    let max_age_ns = settings.inbound_reports_max_age_ms.saturating_mul(1_000_000);
+    let max_age_ns = settings.inbound_reports_max_age_ms.saturating_mul(leasehold_shared::expiry::NS_PER_MS);
     let mut reports = inbound::BoundedInbound::new(reports, settings.inbound_reports_max_bytes, max_age_ns, clock);
     if let Some(addr) = settings.http_listen.clone() {
         let listener = tokio::net::TcpListener::bind(&addr)

@@ -24,8 +24,9 @@ pub struct Status {
     pub dc_leases_applied: u64,
     pub dc_leases_refused: u64,
     pub messages_malformed: u64,
-    /// Pod report batches dropped because the inbound queue held `inbound_reports_max_bytes`
-    /// (the manager reads reports slower than its pods send them).
+    /// Pod report batches dropped unread: past `inbound_reports_max_bytes` on arrival, or older
+    /// than `inbound_reports_max_age_ms` when read (the manager reads reports slower than its
+    /// pods send them).
     pub report_batches_shed: u64,
     pub publish_failures: u64,
     /// Every limit this term serves.
