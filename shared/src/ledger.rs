@@ -30,7 +30,7 @@ mod totals;
 
 use crate::quota::Quota;
 use crate::wire::LeaseVersion;
-use holder::HolderLeases;
+use holder::{claims_of, HolderLeases, Rooms};
 use std::collections::BTreeMap;
 use thiserror::Error;
 use totals::{Sum, Totals, TotalsCache};
@@ -140,14 +140,10 @@ impl<H: Ord + Clone> Ledger<H> {
 
     fn sum_claims(&self, now_ns: u64) -> Totals {
         let (all, lasting) = self.holders.values().fold((Sum::default(), Sum::default()), |(a, l), h| {
-            (a.plus(h.claim(now_ns)), l.plus(h.lasting_claim(now_ns)))
+            let (claim, lasting_claim) = h.claims(now_ns);
+            (a.plus(claim), l.plus(lasting_claim))
         });
         Totals { at_ns: now_ns, all, lasting }
-    }
-
-    /// `holder`'s claim and lasting claim at `now_ns`.
-    fn own_claims(&self, holder: &H, now_ns: u64) -> (Quota, Quota) {
-        self.holders.get(holder).map_or((Quota::ZERO, Quota::ZERO), |h| (h.claim(now_ns), h.lasting_claim(now_ns)))
     }
 
     pub fn holder_claim(&self, holder: &H, now_ns: u64) -> Quota {
@@ -168,27 +164,39 @@ impl<H: Ord + Clone> Ledger<H> {
 
     /// The most `holder` may be granted now: capacity minus everyone else's claims.
     pub fn headroom_for(&self, holder: &H, now_ns: u64) -> Quota {
-        self.totals_at(now_ns).all.minus(self.holder_claim(holder, now_ns)).room_in(self.capacity)
+        self.rooms(self.holders.get(holder), now_ns).headroom
     }
 
     /// Capacity minus everyone else's lasting claims (≥ [`Ledger::headroom_for`]).
+    #[cfg(test)]
     fn lasting_headroom_for(&self, holder: &H, now_ns: u64) -> Quota {
-        self.totals_at(now_ns).lasting.minus(self.lasting_claim(holder, now_ns)).room_in(self.capacity)
+        self.rooms(self.holders.get(holder), now_ns).lasting_headroom
     }
 
-    fn lasting_claim(&self, holder: &H, now_ns: u64) -> Quota {
-        self.holders.get(holder).map(|h| h.lasting_claim(now_ns)).unwrap_or_default()
+    /// A holder's claims at `now_ns` (`state`: its leases, if any) and the room each leaves it:
+    /// [`Ledger::headroom_for`] and `lasting_headroom_for`, from one lookup of the holder (a DC
+    /// manager of 1,000 limits grants 100,000 leases a second at 100 pods).
+    fn rooms(&self, state: Option<&HolderLeases>, now_ns: u64) -> Rooms {
+        let (claim, lasting_claim) = claims_of(state, now_ns);
+        let totals = self.totals_at(now_ns);
+        Rooms {
+            claim,
+            lasting_claim,
+            headroom: totals.all.minus(claim).room_in(self.capacity),
+            lasting_headroom: totals.lasting.minus(lasting_claim).room_in(self.capacity),
+        }
     }
 
     /// The most an issuer may grant `holder` towards `target` now: anything up to its current
     /// claim (a shrink or a plain renewal) or up to the headroom, whichever is larger; and no
     /// more than the lasting leases leave room for, unless it is within its lasting claim.
     pub fn grantable(&self, holder: &H, target: Quota, now_ns: u64) -> Quota {
-        let grantable = target.min(self.headroom_for(holder, now_ns).max(self.holder_claim(holder, now_ns)));
+        let r = self.rooms(self.holders.get(holder), now_ns);
+        let grantable = target.min(r.headroom.max(r.claim));
         if self.reuse_inherited {
             return grantable;
         }
-        grantable.min(self.lasting_headroom_for(holder, now_ns).max(self.lasting_claim(holder, now_ns)))
+        grantable.min(r.lasting_headroom.max(r.lasting_claim))
     }
 
     /// `holder` is below `target` in some component and the headroom would let it rise there.
@@ -212,8 +220,10 @@ impl<H: Ord + Clone> Ledger<H> {
         if version.epoch != self.epoch {
             return Err(LedgerError::WrongEpoch { got: version.epoch, current: self.epoch });
         }
-        let headroom = self.headroom_for(holder, now_ns);
+        // One lookup of the holder before the grant and one after.
         let state = self.holders.get(holder);
+        let Rooms { claim: current, lasting_claim: lasting_current, headroom, lasting_headroom: lasting_room } =
+            self.rooms(state, now_ns);
         if let Some(h) = state {
             if h.closed_until_ns.is_some() {
                 return Err(LedgerError::HolderClosed);
@@ -231,21 +241,22 @@ impl<H: Ord + Clone> Ledger<H> {
             (after.rate_milli_per_s <= current.rate_milli_per_s || after.rate_milli_per_s <= room.rate_milli_per_s)
                 && (after.burst_milli <= current.burst_milli || after.burst_milli <= room.burst_milli)
         };
-        let current = state.map(|h| h.claim(now_ns)).unwrap_or_default();
         if !fits(current, headroom) {
             return Err(LedgerError::ExceedsHeadroom { wanted: quota, headroom });
         }
-        let lasting_room = self.lasting_headroom_for(holder, now_ns);
-        if !self.reuse_inherited && !fits(self.lasting_claim(holder, now_ns), lasting_room) {
+        if !self.reuse_inherited && !fits(lasting_current, lasting_room) {
             return Err(LedgerError::ExceedsHeadroom { wanted: quota, headroom: lasting_room });
         }
         let instants = self.totals.instants();
-        let before: Vec<_> = instants.iter().map(|&at| self.own_claims(holder, at)).collect();
-        let h = self.holders.entry(holder.clone()).or_default();
+        let before: Vec<_> = instants.iter().map(|&at| claims_of(state, at)).collect();
+        let h = match self.holders.get_mut(holder) {
+            Some(h) => h,
+            None => self.holders.entry(holder.clone()).or_default(),
+        };
         h.entries.push(LeaseEntry { version, quota, live_until_ns });
         h.last_version = Some(version);
-        for (at, before) in instants.into_iter().zip(before) {
-            let after = self.own_claims(holder, at);
+        let after: Vec<_> = instants.iter().map(|&at| claims_of(Some(h), at)).collect();
+        for ((at, before), after) in instants.into_iter().zip(before).zip(after) {
             self.totals.shift(at, before, after);
         }
         Ok(())

@@ -128,6 +128,8 @@ pub struct DcManagerCore {
     /// The newest floor version the driver has persisted in the DC's `FloorConfirmations`: a
     /// report confirms no newer one (`None`: the driver persists nothing, no cap).
     confirm_cap: Option<Option<LeaseVersion>>,
+    /// `<instance>-<epoch>-`: a pod lease's id is this and its sequence number.
+    lease_id_prefix: String,
 }
 
 impl DcManagerCore {
@@ -138,6 +140,7 @@ impl DcManagerCore {
     pub fn new(cfg: DcManagerConfig, now_ns: u64) -> Self {
         let quiet_ns = cfg.expiry.issuer_live_until_ns(now_ns, cfg.pod_ttl_ms.max(cfg.inherited_pod_ttl_ms));
         let ledger = Ledger::new(Quota::ZERO, cfg.epoch).with_bugs(&cfg.bugs);
+        let lease_id_prefix = format!("{}-{}-", cfg.instance, cfg.epoch);
         DcManagerCore {
             cfg,
             pods: Pods::default(),
@@ -162,6 +165,7 @@ impl DcManagerCore {
             limit_removed: false,
             ledger_unread: false,
             confirm_cap: None,
+            lease_id_prefix,
         }
     }
 
@@ -297,8 +301,8 @@ impl DcManagerCore {
             self.counters.reports_stale += 1;
             return Vec::new();
         }
-        let share_changed = match self.pods.observe(&holder, r, &self.cfg, now_ns) {
-            ReportOutcome::Accepted { share_changed } => share_changed,
+        let (share_changed, sent_a_lease) = match self.pods.observe(&holder, r, &self.cfg, now_ns) {
+            ReportOutcome::Accepted { share_changed, sent_a_lease } => (share_changed, sent_a_lease),
             ReportOutcome::Stale => {
                 self.counters.reports_stale += 1;
                 return Vec::new();
@@ -321,8 +325,7 @@ impl DcManagerCore {
         // share (health, weight, back from silence) or, with a `demand` split, its demand. A pod
         // falling silent frees its share at the next renewal. Both wait for the gap (see
         // `event_pass_gap_ms`).
-        let never_leased = self.pods.views.get(&holder).is_some_and(|v| !v.sent_a_lease);
-        if never_leased && r.lease_in_use.is_none() {
+        if !sent_a_lease && r.lease_in_use.is_none() {
             self.join_waiting = true;
         } else if self.shortfall || share_changed || self.cfg.split == SplitMode::Demand {
             self.growth_waiting = true;

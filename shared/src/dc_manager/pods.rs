@@ -31,7 +31,16 @@ pub fn whole_tokens(parts: &[u64], budget_milli: u64) -> Vec<u64> {
 
 /// The ledger's and the split's name for one pod process: its id and its incarnation.
 pub fn holder_key(pod: &str, incarnation: u64) -> String {
-    format!("{pod}#{incarnation:016x}")
+    // `format!("{pod}#{incarnation:016x}")`, written without the formatting machinery: a DC
+    // manager builds one per report item.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut key = String::with_capacity(pod.len() + 17);
+    key.push_str(pod);
+    key.push('#');
+    for shift in (0..16).rev() {
+        key.push(char::from(HEX[(incarnation >> (shift * 4)) as usize & 0xf]));
+    }
+    key
 }
 
 #[derive(Clone, Debug)]
@@ -90,6 +99,8 @@ pub enum ReportOutcome {
     /// it is eligible, its weight) changed with this report, or the holder is new.
     Accepted {
         share_changed: bool,
+        /// [`PodView::sent_a_lease`] of the holder.
+        sent_a_lease: bool,
     },
     Stale,
     TooManyPods,
@@ -107,13 +118,13 @@ pub struct Pods {
 impl Pods {
     /// `r`, from the holder whose key ([`holder_key`]) is `holder`.
     pub fn observe(&mut self, holder: &str, r: &PodReport, cfg: &DcManagerConfig, now_ns: u64) -> ReportOutcome {
-        if !self.views.contains_key(holder) {
-            if self.views.len() >= cfg.max_pods {
-                return ReportOutcome::TooManyPods;
-            }
-            self.views.insert(holder.to_string(), PodView::new(r, cfg, now_ns));
-        }
-        let Some(v) = self.views.get_mut(holder) else { return ReportOutcome::Stale };
+        // One lookup for a holder already known (every report but its first).
+        let full = self.views.len() >= cfg.max_pods;
+        let v = match self.views.get_mut(holder) {
+            Some(v) => v,
+            None if full => return ReportOutcome::TooManyPods,
+            None => self.views.entry(holder.to_string()).or_insert_with(|| PodView::new(r, cfg, now_ns)),
+        };
         if r.seq <= v.last_seq {
             return ReportOutcome::Stale;
         }
@@ -135,7 +146,10 @@ impl Pods {
         self.upstream_calls = self.upstream_calls.saturating_add(calls);
         // A pod cannot see more 429s than it made calls (a bad report counts as many as calls).
         self.upstream_429 = self.upstream_429.saturating_add(r.upstream_429.min(calls));
-        ReportOutcome::Accepted { share_changed: share_before != Some(v.share_inputs(cfg, now_ns)) }
+        ReportOutcome::Accepted {
+            share_changed: share_before != Some(v.share_inputs(cfg, now_ns)),
+            sent_a_lease: v.sent_a_lease,
+        }
     }
 
     /// Upstream calls and 429s counted since the last call (for `DcReport.upstream_calls` and
@@ -144,9 +158,12 @@ impl Pods {
         (std::mem::take(&mut self.upstream_calls), std::mem::take(&mut self.upstream_429))
     }
 
-    /// Pods that get a share in the next split: fresh heartbeat, healthy, not draining.
-    pub fn eligible(&self, cfg: &DcManagerConfig, now_ns: u64) -> Vec<String> {
-        self.eligible_views(cfg, now_ns).map(|(k, _)| k.clone()).collect()
+    /// Pods that get a share in the next split (fresh heartbeat, healthy, not draining), in key
+    /// order, and their targets in a split of `budget`: one pass over the views.
+    pub fn eligible_targets(&self, cfg: &DcManagerConfig, now_ns: u64, budget: Quota) -> Vec<(String, Quota)> {
+        let eligible: Vec<(&String, &PodView)> = self.eligible_views(cfg, now_ns).collect();
+        let targets = split_views(budget, eligible.iter().map(|(_, v)| *v), cfg.split);
+        eligible.into_iter().map(|(k, _)| k.clone()).zip(targets).collect()
     }
 
     /// The [`Pods::eligible`] pods' keys and views, in key order, without copying a key.
@@ -166,11 +183,6 @@ impl Pods {
     /// Drop pods not heard from for a long time (their leases are tracked by the ledger).
     pub fn forget_silent(&mut self, now_ns: u64, after_s: u64) {
         self.views.retain(|_, v| now_ns.saturating_sub(v.last_seen_ns) < after_s * NS_PER_S);
-    }
-
-    /// Target quota per eligible pod.
-    pub fn split(&self, budget: Quota, eligible: &[String], mode: SplitMode) -> Vec<Quota> {
-        split_views(budget, eligible.iter().map(|p| &self.views[p]), mode)
     }
 }
 
@@ -243,6 +255,13 @@ pub(super) mod tests {
         assert_eq!(pods.take_upstream(), (100, 50), "a quiet report of 4 periods: one period's calls");
         pods.observe(&key, &report(3, 1_000, 40, 30, 4), &cfg, 0);
         assert_eq!(pods.take_upstream(), (10, 10), "429s at most the calls counted");
+    }
+
+    #[test]
+    fn a_holder_key_is_the_pod_and_its_incarnation_in_sixteen_hex_digits() {
+        for (pod, incarnation) in [("p1", 0), ("dc0-pod17", 0xabc), ("x", u64::MAX), ("", 1 << 63)] {
+            assert_eq!(holder_key(pod, incarnation), format!("{pod}#{incarnation:016x}"));
+        }
     }
 
     /// A quiet report standing for 4 periods moves the demand average as 4 reports do.

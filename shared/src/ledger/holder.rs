@@ -38,7 +38,9 @@ impl HolderLeases {
     /// The claim of the entries that last (see the module docs). A never-expiring entry below
     /// a newer never-expiring one (a floor lowered, not yet confirmed) is not among them: it
     /// keeps counting in the total until the holder confirms, but it is on its way out, as an
-    /// inherited lease is.
+    /// inherited lease is. (The rule as written; [`HolderLeases::claims`] computes it with the
+    /// claim in one pass, and the ledger's tests check the two agree.)
+    #[cfg(test)]
     pub(super) fn lasting_claim(&self, now_ns: u64) -> Quota {
         if self.outgoing {
             return Quota::ZERO;
@@ -51,6 +53,21 @@ impl HolderLeases {
             .fold(Quota::ZERO, |m, e| m.max(e.quota))
     }
 
+    /// `(claim, lasting_claim)` at `now_ns` in one pass over the entries (the ledger's sums
+    /// read every holder's both at each new instant).
+    pub(super) fn claims(&self, now_ns: u64) -> (Quota, Quota) {
+        let newest_never = self.entries.iter().filter(|e| e.live_until_ns == NEVER).map(|e| e.version).max();
+        let mut claims = (Quota::ZERO, Quota::ZERO);
+        for e in self.entries.iter().filter(|e| e.live_until_ns > now_ns) {
+            claims.0 = claims.0.max(e.quota);
+            let superseded = e.live_until_ns == NEVER && newest_never.is_some_and(|n| e.version < n);
+            if !self.outgoing && !self.inherited(e) && !superseded {
+                claims.1 = claims.1.max(e.quota);
+            }
+        }
+        claims
+    }
+
     /// Every entry held now becomes inherited.
     pub(super) fn inherit_all(&mut self) {
         if let Some(v) = self.entries.iter().map(|e| e.version).max() {
@@ -58,4 +75,17 @@ impl HolderLeases {
             self.inherited_below = Some(self.inherited_below.map_or(next, |b| b.max(next)));
         }
     }
+}
+
+/// A holder's claim and lasting claim at an instant (zero for a holder with no leases).
+pub(super) fn claims_of(state: Option<&HolderLeases>, at_ns: u64) -> (Quota, Quota) {
+    state.map_or((Quota::ZERO, Quota::ZERO), |h| h.claims(at_ns))
+}
+
+/// A holder's claims at an instant and the room each leaves it (`Ledger::rooms`).
+pub(super) struct Rooms {
+    pub(super) claim: Quota,
+    pub(super) lasting_claim: Quota,
+    pub(super) headroom: Quota,
+    pub(super) lasting_headroom: Quota,
 }

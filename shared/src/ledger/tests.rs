@@ -233,6 +233,9 @@ fn remembered_sums_always_equal_the_books() {
             }
             // Ask about now and a later instant (a DC lease's end), as a pass does.
             for at in [now, now + 10] {
+                for (k, h) in &l.holders {
+                    assert_eq!(h.claims(at), (h.claim(at), h.lasting_claim(at)), "seed {seed} step {step} holder {k}");
+                }
                 for h in 0..12u8 {
                     assert_eq!(l.headroom_for(&h, at), naive_room(&l, h, at, false), "seed {seed} step {step}");
                     assert_eq!(l.lasting_headroom_for(&h, at), naive_room(&l, h, at, true), "seed {seed} step {step}");

@@ -63,6 +63,13 @@ pub trait BatchItem: WireMessage {
     const FIELD: &'static str;
     fn names(&self) -> (&str, &str, Option<&str>);
     fn version(&self) -> u32;
+    /// Appends the item's JSON to `out`: what `serde_json::to_vec` writes.
+    fn write_json(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        if serde_json::to_writer(&mut *out, self).is_err() {
+            out.truncate(start);
+        }
+    }
 }
 
 impl BatchItem for DcReport {
@@ -76,7 +83,7 @@ impl BatchItem for DcReport {
 }
 
 macro_rules! pod_batch {
-    ($(#[$doc:meta])* $name:ident, $items:ident: $item:ty, $pod_field:ident) => {
+    ($(#[$doc:meta])* $name:ident, $items:ident: $item:ty, $pod_field:ident $(, written by $writer:ident)?) => {
         $(#[$doc])*
         #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
         pub struct $name {
@@ -101,6 +108,11 @@ macro_rules! pod_batch {
             fn version(&self) -> u32 {
                 self.v
             }
+            $(
+                fn write_json(&self, out: &mut Vec<u8>) {
+                    self.$writer(out)
+                }
+            )?
         }
 
         impl WireMessage for $name {
@@ -123,7 +135,7 @@ pod_batch!(
 pod_batch!(
     /// DC manager → pod: the pod's new leases, one per limit, sent together. Subject
     /// `lh.pod.<dc>.<pod>.lease`.
-    PodLeases, leases: PodLease, pod
+    PodLeases, leases: PodLease, pod, written by encode_json_into
 );
 pod_batch!(
     /// Pod → DC manager: leases given back (idle limits, or all of them when draining). Subject
@@ -181,7 +193,14 @@ pub fn batches<T: BatchItem + Clone>(items: &[T], max_bytes: usize) -> Vec<Vec<T
 /// field is `T::FIELD`, its `dc` and `pod` those the items name (a batch's items name the same
 /// ones, or the receiver refuses it).
 pub fn encode_batches<T: BatchItem>(items: &[T], max_bytes: usize) -> Vec<(Vec<u8>, Vec<usize>)> {
-    let encoded: Vec<Vec<u8>> = items.iter().map(|i| serde_json::to_vec(i).unwrap_or_default()).collect();
+    let encoded: Vec<Vec<u8>> = items
+        .iter()
+        .map(|i| {
+            let mut json = Vec::with_capacity(256);
+            i.write_json(&mut json);
+            json
+        })
+        .collect();
     let sizes: Vec<usize> = encoded.iter().map(Vec::len).collect();
     cut(items, &sizes, max_bytes)
         .into_iter()

@@ -8,6 +8,7 @@ mod batch;
 mod fence;
 mod floor_confirmations;
 mod keys;
+mod lease_json;
 mod ledger_group;
 mod messages;
 
