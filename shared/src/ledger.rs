@@ -255,9 +255,8 @@ impl<H: Ord + Clone> Ledger<H> {
         };
         h.entries.push(LeaseEntry { version, quota, live_until_ns });
         h.last_version = Some(version);
-        let after: Vec<_> = instants.iter().map(|&at| claims_of(Some(h), at)).collect();
-        for ((at, before), after) in instants.into_iter().zip(before).zip(after) {
-            self.totals.shift(at, before, after);
+        for (at, before) in instants.into_iter().zip(before) {
+            self.totals.shift(at, before, claims_of(Some(h), at));
         }
         Ok(())
     }

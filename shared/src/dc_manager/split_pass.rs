@@ -51,17 +51,21 @@ impl DcManagerCore {
         // the headroom is the capacity less the others' claims), so a pod whose growth step is
         // larger than that room cannot be worth growing, and its ledger is not asked. Under a
         // saturated manager the leftover room is a few milli-units at most checks.
-        let eligible: Vec<(&String, &pods::PodView)> = self.pods.eligible_views(&self.cfg, now_ns).collect();
-        let targets = pods::split_views(budget, eligible.iter().map(|(_, v)| *v), self.cfg.split);
-        eligible.into_iter().zip(targets).any(|((p, _), t)| step_fits(free, t) && self.worth_growing(p, t, now_ns))
+        self.some_pod_worth_growing(budget, now_ns, |target| step_fits(free, target))
     }
 
     /// [`someone_can_grow`](Self::someone_can_grow) the long way: split `budget` and ask each pod.
     #[cfg(test)]
     fn someone_can_grow_by_split(&self, budget: Quota, now_ns: u64) -> bool {
+        self.some_pod_worth_growing(budget, now_ns, |_| true)
+    }
+
+    /// Split `budget` among the eligible pods and ask, of each whose target `may_grow` lets
+    /// through, whether it is worth growing.
+    fn some_pod_worth_growing(&self, budget: Quota, now_ns: u64, may_grow: impl Fn(Quota) -> bool) -> bool {
         let eligible: Vec<(&String, &pods::PodView)> = self.pods.eligible_views(&self.cfg, now_ns).collect();
         let targets = pods::split_views(budget, eligible.iter().map(|(_, v)| *v), self.cfg.split);
-        eligible.into_iter().zip(targets).any(|((p, _), t)| self.worth_growing(p, t, now_ns))
+        eligible.into_iter().zip(targets).any(|((p, _), t)| may_grow(t) && self.worth_growing(p, t, now_ns))
     }
 
     /// The ledger lets `pod` grow towards `target` by a step worth a message: at least
@@ -163,19 +167,11 @@ impl DcManagerCore {
 /// `<instance>-<epoch>-<seq>` from its `prefix` (`<instance>-<epoch>-`), without the formatting
 /// machinery: a DC manager of 1,000 limits names 100,000 leases a second at 100 pods.
 fn lease_id(prefix: &str, seq: u64) -> String {
-    let mut digits = [0u8; 20];
-    let (mut at, mut rest) = (digits.len(), seq);
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    let mut id = String::with_capacity(prefix.len() + digits.len() - at);
+    let mut digits = itoa::Buffer::new();
+    let seq = digits.format(seq);
+    let mut id = String::with_capacity(prefix.len() + seq.len());
     id.push_str(prefix);
-    id.extend(digits[at..].iter().map(|&d| char::from(d)));
+    id.push_str(seq);
     id
 }
 

@@ -229,8 +229,16 @@ pub fn encode_batches<T: BatchItem>(items: &[T], max_bytes: usize) -> Vec<(Vec<u
         .collect()
 }
 
-fn write_json_str(out: &mut Vec<u8>, s: &str) {
-    serde_json::to_writer(out, s).expect("a string always serializes");
+/// A JSON string, byte for byte as serde_json escapes it. Ids are plain ASCII almost always:
+/// those are copied between quotes without serde's per-byte escaping.
+pub(super) fn write_json_str(out: &mut Vec<u8>, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b < 0x80) {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        serde_json::to_writer(out, s).expect("a string always serializes");
+    }
 }
 
 /// The cut of [`batches`] over items of the given encoded sizes: each batch as item indices.

@@ -4,6 +4,7 @@
 //! 100,000 of them a second at 100 pods; serde's field keys, each escaped as it is written, and
 //! its per-field calls were most of that.
 
+use super::batch::write_json_str;
 use super::PodLease;
 
 impl PodLease {
@@ -12,21 +13,21 @@ impl PodLease {
         out.extend_from_slice(b"{\"v\":");
         write_u64(out, u64::from(self.v));
         out.extend_from_slice(b",\"limit\":");
-        write_str(out, &self.limit);
+        write_json_str(out, &self.limit);
         out.extend_from_slice(b",\"dc\":");
-        write_str(out, &self.dc);
+        write_json_str(out, &self.dc);
         out.extend_from_slice(b",\"pod\":");
-        write_str(out, &self.pod);
+        write_json_str(out, &self.pod);
         out.extend_from_slice(b",\"incarnation\":");
         write_u64(out, self.incarnation);
         out.extend_from_slice(b",\"issuer\":");
-        write_str(out, &self.issuer);
+        write_json_str(out, &self.issuer);
         out.extend_from_slice(b",\"version\":{\"epoch\":");
         write_u64(out, self.version.epoch);
         out.extend_from_slice(b",\"seq\":");
         write_u64(out, self.version.seq);
         out.extend_from_slice(b"},\"lease_id\":");
-        write_str(out, &self.lease_id);
+        write_json_str(out, &self.lease_id);
         out.extend_from_slice(b",\"quota\":{\"rate_milli_per_s\":");
         write_u64(out, self.quota.rate_milli_per_s);
         out.extend_from_slice(b",\"burst_milli\":");
@@ -44,18 +45,6 @@ impl PodLease {
 
 fn write_u64(out: &mut Vec<u8>, n: u64) {
     out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-}
-
-/// A JSON string as serde_json escapes it. Ids are plain ASCII almost always: those are copied
-/// between quotes without serde's per-byte escaping.
-fn write_str(out: &mut Vec<u8>, s: &str) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b < 0x80) {
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
-    } else {
-        serde_json::to_writer(out, s).expect("a string always serializes");
-    }
 }
 
 #[cfg(test)]
