@@ -20,7 +20,11 @@
 //!   write is not another leader.
 //! * A follower claims only after it has seen the key unchanged (the same revision, or absent)
 //!   for a full `ttl` on its own clock, measured from when the *answer* of the first such read
-//!   arrived, and only by compare-and-set on exactly that revision.
+//!   arrived, and only by compare-and-set on exactly that revision. A follower that got no answer
+//!   for more than a `ttl` starts its wait again at the next answer: after an outage that cut the leader
+//!   off too (every NATS server restarted), the leader gets a full `ttl` to renew once the key
+//!   answers, instead of racing a follower's claim at the first answer, while a read lost now and
+//!   then does not hold a failover up. This is liveness only; waiting longer is always safe.
 //!
 //! **Why two leaders never act at once.** Let the leader's last landed write be sent at `S` and
 //! produce revision `r`. A follower that later claims saw `r` in an answer that arrived after the
@@ -182,6 +186,8 @@ pub struct Leadership {
     last_write_sent_ns: Option<u64>,
     /// A write's outcome is unknown (or a renewal conflicted while one was): read before writing.
     read_due: bool,
+    /// When the last answer about the key arrived (a read, or a write's known outcome).
+    answered_ns: Option<u64>,
 }
 
 impl Leadership {
@@ -197,6 +203,7 @@ impl Leadership {
             in_flight: None,
             last_write_sent_ns: None,
             read_due: false,
+            answered_ns: None,
         }
     }
 
@@ -244,7 +251,7 @@ impl Leadership {
                 }
             }
             Role::Follower { seen, .. } => match seen {
-                Some((state, since)) if self.waited_out(*since, now_ns) => {
+                Some((state, since)) if self.waited_out(*since, now_ns) && self.in_sight(now_ns) => {
                     LeaderRequest::Write { expected_revision: state.revision() }
                 }
                 _ => LeaderRequest::Read,
@@ -259,6 +266,11 @@ impl Leadership {
 
     fn waited_out(&self, since_ns: u64, now_ns: u64) -> bool {
         now_ns.saturating_sub(since_ns) >= self.ttl_ms.saturating_mul(NS_PER_MS)
+    }
+
+    /// The last answer about the key came at most a `ttl` ago.
+    fn in_sight(&self, now_ns: u64) -> bool {
+        self.answered_ns.is_some_and(|t| now_ns.saturating_sub(t) <= self.ttl_ms.saturating_mul(NS_PER_MS))
     }
 
     /// The request in flight got no answer and will get none (the driver's own timeout). A write
@@ -277,6 +289,9 @@ impl Leadership {
     pub fn on_write(&mut self, outcome: WriteOutcome, now_ns: u64) -> Option<Transition> {
         let Some((LeaderRequest::Write { expected_revision }, sent_ns)) = self.in_flight.take() else { return None };
         let from_ns = if self.bug_fresh_from_reply { now_ns } else { sent_ns };
+        if outcome != WriteOutcome::Unknown {
+            self.answered_ns = Some(now_ns);
+        }
         match (&mut self.role, outcome) {
             (Role::Leader { revision, acts_until_ns, unresolved, .. }, WriteOutcome::Written { revision: r }) => {
                 *revision = r;
@@ -320,6 +335,8 @@ impl Leadership {
             self.in_flight = None;
             self.read_due = false;
         }
+        let out_of_sight = !self.in_sight(now_ns);
+        self.answered_ns = Some(now_ns);
         let mine = matches!(&state, KeyState::Held { holder, .. } if *holder == self.me);
         let stored = state.revision();
         let act_ns = self.act_ns;
@@ -357,7 +374,7 @@ impl Leadership {
                     *unresolved = None;
                 }
                 match seen {
-                    Some((old, _)) if *old == state => {}
+                    Some((old, _)) if *old == state && !out_of_sight => {}
                     _ => *seen = Some((state, now_ns)),
                 }
                 None

@@ -155,6 +155,11 @@ fn a_replica_whose_claim_is_pending_is_not_elected_by_a_read_of_its_own_earlier_
     b.on_read(held(1, "a"), 1_050 * MS);
     assert_eq!(a.poll(1_100 * MS), Some(LeaderRequest::Read));
     a.on_read(held(1, "a"), 1_100 * MS);
+    // They keep reading it (a follower claims only with the key in sight: an answer within a TTL).
+    for r in [&mut a, &mut b] {
+        assert_eq!(r.poll(1_600 * MS), Some(LeaderRequest::Read));
+        r.on_read(held(1, "a"), 1_600 * MS);
+    }
 
     // Both claim revision 1 after a full TTL.
     assert_eq!(b.poll(2_100 * MS), Some(LeaderRequest::Write { expected_revision: Some(1) }));

@@ -31,6 +31,12 @@ fn registry(status: watch::Receiver<Status>) -> Registry {
             s.ledger_writes,
         )?;
         m.counter(
+            "leasehold_coordinator_ledger_writes_unresolved_total",
+            "Ledger group writes without an answer that a read could not settle (they may land later; the term goes on), or that met an earlier write of the term landing late.",
+            NO_LABELS,
+            s.ledger_writes_unresolved,
+        )?;
+        m.counter(
             "leasehold_coordinator_ledger_records_written_total",
             "Limits' ledger records written, in groups (DC lease renewals included).",
             NO_LABELS,
@@ -109,6 +115,7 @@ struct StatusBody {
     takeovers: u64,
     records_written: u64,
     ledger_writes: u64,
+    ledger_writes_unresolved: u64,
     groups_oversized: u64,
     ledger_group_bytes_max: u64,
     step_downs: u64,
@@ -137,6 +144,7 @@ impl From<&Status> for StatusBody {
             takeovers: s.takeovers,
             records_written: s.records_written,
             ledger_writes: s.ledger_writes,
+            ledger_writes_unresolved: s.ledger_writes_unresolved,
             groups_oversized: s.groups_oversized,
             ledger_group_bytes_max: s.ledger_group_bytes_max,
             step_downs: s.step_downs,

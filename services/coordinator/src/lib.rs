@@ -94,7 +94,7 @@ pub async fn run(
     for s in stored {
         leader.on_limit(s.into()).await;
     }
-    let mut changes = limits_store::follow(limits);
+    let mut changes = limits_store::follow(client.clone(), limits);
     let mut tick_ms = leader.definitions.tick_ms();
     let mut tick = tokio::time::interval(Duration::from_millis(tick_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

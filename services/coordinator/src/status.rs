@@ -15,6 +15,9 @@ pub struct Status {
     pub records_written: u64,
     /// Ledger groups written (KV writes).
     pub ledger_writes: u64,
+    /// Group writes whose answer was lost and that the read after them could not settle (they
+    /// may land later), or that met an earlier write of the term landing late.
+    pub ledger_writes_unresolved: u64,
     /// Group writes skipped because the group was larger than a KV value may be.
     pub groups_oversized: u64,
     /// The largest ledger group this replica encoded (bytes): alert well below the server's

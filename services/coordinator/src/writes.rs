@@ -7,10 +7,12 @@
 //! now. The fence is raised once, covering every record of the batch, before any group is
 //! written; then the groups are written concurrently. Each is still a compare-and-set on the
 //! revision this term last wrote (or, for a group it has not written, read at its takeover: a
-//! group that did not exist is created), so a conflict on any of them means someone else leads:
-//! the leader steps down. Every tick writes every group that holds a limit, changed or not: a
-//! group rolled back or overwritten under the term (a single-replica bucket that lost its
-//! tail, a second writer) is found within a tick, as when each record was its own key.
+//! group that did not exist is created), so a group someone else wrote ends the term. A write
+//! whose answer was lost (the group unreadable, or unchanged) keeps the term: it may still land,
+//! so its records count as stored; a conflict with the term's own earlier write that landed late
+//! is adopted ([`judge_group_write`]). Every tick writes every group that holds a limit, changed
+//! or not: a group rolled back or overwritten under the term (a single-replica bucket that lost
+//! its tail, a second writer) is found within a tick, as when each record was its own key.
 //!
 //! A group has a size limit (the server's `max_payload`). A group keeps every record that may
 //! be stored already and takes the limits never written in name order while the whole group
@@ -26,6 +28,7 @@ use crate::leader::Leader;
 use bytes::Bytes;
 use futures::StreamExt;
 use leasehold_nats::kv::{compare_and_set, read, CasOutcome};
+use leasehold_shared::coordinator::{judge_group_write, GroupReadBack, GroupWrite, GroupWriteAnswer};
 use leasehold_shared::subjects::{self, ledger_group_of};
 use leasehold_shared::wire::{encode, LedgerFence, LedgerGroup, LedgerRecord};
 use std::collections::{BTreeMap, BTreeSet};
@@ -89,42 +92,61 @@ impl Leader {
             return false;
         }
         let ledger = self.ledger.clone();
+        let (epoch, writer) = (self.status.epoch, self.id.clone());
         let outcomes: Vec<_> = futures::stream::iter(pending)
             .map(|(group, bytes, expected)| {
-                let ledger = ledger.clone();
+                let (ledger, writer) = (ledger.clone(), writer.clone());
                 async move {
                     let key = subjects::ledger_group_key(group.group);
-                    let outcome = match compare_and_set(&ledger, &key, bytes.clone(), expected).await {
-                        Ok(CasOutcome::Unknown) | Err(_) => match read(&ledger, &key).await {
-                            // Outcome unknown: it counts as ours only if the stored value is
-                            // exactly ours.
-                            Ok(Some((rev, stored))) if stored == bytes => CasOutcome::Written { revision: rev },
-                            _ => CasOutcome::Conflict,
-                        },
-                        Ok(o) => o,
+                    let answer = match compare_and_set(&ledger, &key, bytes.clone(), expected).await {
+                        Ok(CasOutcome::Written { revision }) => GroupWriteAnswer::Written { revision },
+                        Ok(CasOutcome::Conflict) => GroupWriteAnswer::Conflict,
+                        Ok(CasOutcome::Unknown) | Err(_) => GroupWriteAnswer::Unknown,
                     };
-                    (group, outcome)
+                    let read = match answer {
+                        GroupWriteAnswer::Written { .. } => None,
+                        _ => Some(read(&ledger, &key).await),
+                    };
+                    let read_back = match &read {
+                        None | Some(Err(_)) => GroupReadBack::Unreadable,
+                        Some(Ok(None)) => GroupReadBack::Absent,
+                        Some(Ok(Some((revision, stored)))) => {
+                            GroupReadBack::Stored { revision: *revision, bytes: stored }
+                        }
+                    };
+                    (group, judge_group_write(answer, expected, &bytes, read_back, epoch, &writer))
                 }
             })
             .buffer_unordered(subjects::LEDGER_GROUPS as usize)
             .collect()
             .await;
         let mut ours = true;
-        for (group, outcome) in outcomes {
-            match outcome {
-                CasOutcome::Written { revision } => {
+        for (group, judged) in outcomes {
+            let Some(term) = self.leadership.as_mut() else { break };
+            match judged {
+                GroupWrite::Landed { revision } => {
                     self.status.records_written += group.records.len() as u64;
                     self.status.ledger_writes += 1;
-                    if let Some(term) = self.leadership.as_mut() {
-                        term.groups.insert(group.group, revision);
-                        for record in &group.records {
-                            if let Some(state) = term.limits.get_mut(&record.limit) {
-                                state.stored = true;
-                            }
-                        }
-                    }
+                    term.groups.insert(group.group, revision);
                 }
-                _ => ours = false,
+                // One of the term's earlier writes landed late; this one never can. The next
+                // write goes on that revision.
+                GroupWrite::Adopted { revision } => {
+                    self.status.ledger_writes_unresolved += 1;
+                    term.groups.insert(group.group, revision);
+                    continue;
+                }
+                // It may still land: its records may be stored (see the module docs).
+                GroupWrite::Unresolved => self.status.ledger_writes_unresolved += 1,
+                GroupWrite::Lost => {
+                    ours = false;
+                    continue;
+                }
+            }
+            for record in &group.records {
+                if let Some(state) = term.limits.get_mut(&record.limit) {
+                    state.stored = true;
+                }
             }
         }
         if !ours {

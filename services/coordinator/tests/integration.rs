@@ -6,3 +6,4 @@ mod election;
 mod fence_ttl;
 mod ledger_groups;
 mod limits_live;
+mod outage;

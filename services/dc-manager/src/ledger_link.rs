@@ -4,10 +4,11 @@
 //! exists, watches it, and reads it directly in a task of its own ([`direct_reads`]) so that a
 //! slow or cut link to the hub never stalls the DC's own work (leadership, pod leases).
 
-use async_nats::jetstream::{self, kv::Store};
-use futures::StreamExt;
+use async_nats::jetstream::kv::{Entry, Operation, Store};
+use async_nats::jetstream::{self};
 use leasehold_nats::kv::{open_bucket, KvError};
 use leasehold_nats::ledger::LedgerContents;
+use leasehold_nats::watch::{watch_once, Start, REOPEN_EVERY};
 use leasehold_shared::subjects;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,11 +68,12 @@ pub fn direct_reads(ledger: Arc<LedgerLink>) -> (mpsc::Sender<u64>, mpsc::Receiv
 }
 
 /// Keep a watch on the ledger's groups (`key`: one limit's group, or `>` for every group),
-/// opening the bucket once it exists and re-opening the watch whenever it ends (a server
-/// restart, a cut link). Each value comes with its key and revision: the keys' kept history is
+/// opening the bucket once it exists and re-opening the watch whenever it ends or the client
+/// connects again (a server restart, a cut link: see [`leasehold_nats::watch`]). Each value comes with its key and revision: the keys' kept history is
 /// delivered again, oldest first, each time the watch is opened.
 pub fn watch_records(ledger: Arc<LedgerLink>, key: String) -> mpsc::Receiver<(String, bytes::Bytes, u64)> {
     let (tx, rx) = mpsc::channel(256);
+    let client = ledger.js.client();
     tokio::spawn(async move {
         let mut told = false;
         loop {
@@ -81,15 +83,9 @@ pub fn watch_records(ledger: Arc<LedgerLink>, key: String) -> mpsc::Receiver<(St
                         info!(bucket = subjects::LEDGER_BUCKET, "the ledger bucket is there now");
                         told = false;
                     }
-                    if let Ok(mut w) = store.watch_with_history(&key).await {
-                        while let Some(Ok(entry)) = w.next().await {
-                            if entry.operation != async_nats::jetstream::kv::Operation::Put {
-                                continue;
-                            }
-                            if tx.send((entry.key, entry.value, entry.revision)).await.is_err() {
-                                return;
-                            }
-                        }
+                    let puts = |e: Entry| (e.operation == Operation::Put).then_some((e.key, e.value, e.revision));
+                    if !watch_once(&client, store, &key, Start::NewestValues, &tx, puts).await {
+                        return;
                     }
                 }
                 Err(e) if !told => {
@@ -101,7 +97,7 @@ pub fn watch_records(ledger: Arc<LedgerLink>, key: String) -> mpsc::Receiver<(St
             if tx.is_closed() {
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            tokio::time::sleep(REOPEN_EVERY).await;
         }
     });
     rx

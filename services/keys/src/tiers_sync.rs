@@ -3,11 +3,10 @@
 //! restart. An invalid document is logged and ignored: the limits in force stay.
 
 use crate::limiter::KeyLimiter;
-use async_nats::jetstream::kv::Operation;
-use futures::StreamExt;
+use async_nats::jetstream::kv::{Entry, Operation};
 use leasehold_nats::kv::{ensure_bucket, BucketSpec};
+use leasehold_nats::watch::{keep_watching, Start};
 use leasehold_shared::keys::Tiers;
-use std::time::Duration;
 
 use leasehold_shared::subjects::{KEYS_CONFIG_BUCKET as CONFIG_BUCKET, KEYS_TIERS_KEY as TIERS_KEY};
 
@@ -26,16 +25,12 @@ pub async fn start(js: &async_nats::jetstream::Context, limiter: &KeyLimiter, re
         }
     }
     let limiter = limiter.clone();
+    let (tx, mut changes) = tokio::sync::mpsc::channel(16);
+    let puts = |e: Entry| (e.operation == Operation::Put).then_some((e.value, e.revision));
+    tokio::spawn(keep_watching(js.client(), store, TIERS_KEY.into(), Start::Changes, tx, puts));
     tokio::spawn(async move {
-        loop {
-            if let Ok(mut w) = store.watch(TIERS_KEY).await {
-                while let Some(Ok(e)) = w.next().await {
-                    if e.operation == Operation::Put {
-                        apply(&limiter, &e.value, e.revision);
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+        while let Some((body, revision)) = changes.recv().await {
+            apply(&limiter, &body, revision);
         }
     });
     Ok(())

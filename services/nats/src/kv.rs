@@ -9,6 +9,7 @@
 //! **may still be applied later** (the client buffers it across a reconnect): it is reported as
 //! [`CasOutcome::Unknown`], and the caller must re-read and check its own writer id.
 
+use crate::watch::Start;
 use async_nats::jetstream::{self, kv, stream};
 use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
@@ -179,28 +180,17 @@ pub struct KeyChange {
 }
 
 /// Follow every key of `store`: first each key's newest value, then every change, for as long
-/// as the receiver lives. The watch is opened again whenever it ends (a server restart); each
-/// re-opening delivers every key's newest value again, so a consumer skips revisions it has seen.
-pub fn follow(store: kv::Store) -> tokio::sync::mpsc::Receiver<KeyChange> {
+/// as the receiver lives. The watch is opened again whenever it ends or `client` connects again
+/// ([`crate::watch`]); each re-opening delivers every key's newest value again, so a consumer
+/// skips revisions it has seen.
+pub fn follow(client: async_nats::Client, store: kv::Store) -> tokio::sync::mpsc::Receiver<KeyChange> {
     let (tx, rx) = tokio::sync::mpsc::channel(256);
-    tokio::spawn(async move {
-        loop {
-            if let Ok(mut w) = store.watch_with_history(">").await {
-                while let Some(Ok(e)) = futures::StreamExt::next(&mut w).await {
-                    let value = match e.operation {
-                        kv::Operation::Put => Some(e.value),
-                        kv::Operation::Delete | kv::Operation::Purge => None,
-                    };
-                    if tx.send(KeyChange { key: e.key, revision: e.revision, value }).await.is_err() {
-                        return;
-                    }
-                }
-            }
-            if tx.is_closed() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    });
+    tokio::spawn(crate::watch::keep_watching(client, store, ">".into(), Start::NewestValues, tx, |e| {
+        let value = match e.operation {
+            kv::Operation::Put => Some(e.value),
+            kv::Operation::Delete | kv::Operation::Purge => None,
+        };
+        Some(KeyChange { key: e.key, revision: e.revision, value })
+    }));
     rx
 }

@@ -11,6 +11,7 @@
 //! * [`ledger`]: reads the `lh_ledger` bucket's groups of limits' records.
 //! * [`limits_store`]: the `lh_limits` bucket of limit definitions (list, get, put and remove
 //!   by compare-and-set, seed).
+//! * [`watch`]: watches of a bucket that are opened again as soon as the client reconnects.
 //!
 //! What every service process does the same way (settings, signals, exit codes, the lease
 //! clock) is `leasehold-process`; real nats-server processes for tests and the lab are
@@ -22,3 +23,4 @@ pub mod kv;
 pub mod leader_key;
 pub mod ledger;
 pub mod limits_store;
+pub mod watch;

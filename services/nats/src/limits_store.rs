@@ -151,9 +151,9 @@ impl From<StoredLimit> for LimitEvent {
 
 /// Follow every limit's definition: first each key's newest value, then every change, for as
 /// long as the receiver lives (see [`crate::kv::follow`]; a consumer skips revisions it has seen).
-pub fn follow(store: kv::Store) -> tokio::sync::mpsc::Receiver<LimitEvent> {
+pub fn follow(client: async_nats::Client, store: kv::Store) -> tokio::sync::mpsc::Receiver<LimitEvent> {
     let (tx, rx) = tokio::sync::mpsc::channel(256);
-    let mut changes = crate::kv::follow(store);
+    let mut changes = crate::kv::follow(client, store);
     tokio::spawn(async move {
         while let Some(c) = changes.recv().await {
             let def = c.value.map(|v| decode(&c.key, c.revision, &v).def);

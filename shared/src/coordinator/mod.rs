@@ -16,11 +16,13 @@
 mod adaptive;
 mod config;
 mod floors;
+mod group_write;
 mod reconfigure;
 mod takeover;
 
 pub use config::{DcSpec, LimitConfig};
 pub use floors::floor_holder;
+pub use group_write::{judge_group_write, GroupReadBack, GroupWrite, GroupWriteAnswer};
 pub use reconfigure::ReconfigureError;
 pub use takeover::{next_epoch, Stored};
 

@@ -277,6 +277,39 @@ fn a_first_claim_waits_one_ttl_and_a_renewal_keeps_the_term() {
 }
 
 #[test]
+fn a_follower_that_lost_sight_of_the_key_waits_a_full_ttl_again() {
+    // After an outage that cut the incumbent off too, the incumbent gets a full TTL to renew
+    // once the key answers again, instead of racing a follower's claim at the first answer.
+    let held = KeyState::Held { revision: 3, holder: "a".into() };
+    let mut f = Leadership::new("b", LeadershipConfig::new(1_000));
+    assert_eq!(f.poll(0), Some(LeaderRequest::Read));
+    assert_eq!(f.on_read(held.clone(), 0), None);
+    assert_eq!(f.poll(500 * MS), Some(LeaderRequest::Read));
+    assert_eq!(f.abandon(700 * MS), None, "the read got no answer");
+    assert_eq!(f.poll(1_500 * MS), Some(LeaderRequest::Read));
+    assert_eq!(f.on_read(held.clone(), 1_600 * MS), None);
+    // Unchanged since 0 ms, but unseen from 500 to 1,600 ms: the wait starts again at 1,600.
+    assert_eq!(f.poll(1_700 * MS), Some(LeaderRequest::Read), "claimed across a gap in sight");
+    assert_eq!(f.on_read(held.clone(), 1_700 * MS), None);
+    assert_eq!(f.poll(2_599 * MS), Some(LeaderRequest::Read));
+    assert_eq!(f.on_read(held, 2_599 * MS), None);
+    assert_eq!(f.poll(2_600 * MS), Some(LeaderRequest::Write { expected_revision: Some(3) }));
+}
+
+#[test]
+fn a_read_lost_within_a_ttl_does_not_hold_a_failover_up() {
+    let held = KeyState::Held { revision: 3, holder: "a".into() };
+    let mut f = Leadership::new("b", LeadershipConfig::new(1_000));
+    assert_eq!(f.poll(0), Some(LeaderRequest::Read));
+    assert_eq!(f.on_read(held.clone(), 0), None);
+    assert_eq!(f.poll(300 * MS), Some(LeaderRequest::Read));
+    assert_eq!(f.abandon(700 * MS), None);
+    assert_eq!(f.poll(700 * MS), Some(LeaderRequest::Read));
+    assert_eq!(f.on_read(held, 999 * MS), None, "answered 999 ms after the last answer");
+    assert_eq!(f.poll(1_000 * MS), Some(LeaderRequest::Write { expected_revision: Some(3) }));
+}
+
+#[test]
 fn an_unknown_renewal_that_landed_keeps_the_term() {
     let mut l = Leadership::new("a", LeadershipConfig::new(1_000));
     l.poll(0);

@@ -81,15 +81,18 @@ pub struct Elector {
 }
 
 impl Elector {
-    /// A replica that has watched the key stay absent since `watching_since_ns` (its clock): the
-    /// model's history before tick 0, so the first term starts at the first timer.
-    pub fn new(id: &str, ttl_ms: u64, cfg: &ModelConfig, watching_since_ns: u64) -> Self {
+    /// A replica that has watched the key stay absent from `watching_since_ns` (its clock) until
+    /// `now_ns`, reading it at both: the model's history before tick 0, so the first term starts
+    /// at the first timer.
+    pub fn new(id: &str, ttl_ms: u64, cfg: &ModelConfig, watching_since_ns: u64, now_ns: u64) -> Self {
         let mut config = LeadershipConfig::new(ttl_ms);
         config.bug_fresh_from_reply = cfg.bugs.leader_fresh_from_reply;
         let mut election = Leadership::new(id, config);
         if election.poll(watching_since_ns) == Some(LeaderRequest::Read) {
             election.on_read(KeyState::Absent, watching_since_ns);
         }
+        // Seen again just now (as a watch would): the key stayed in sight (see `Leadership`).
+        election.on_read(KeyState::Absent, now_ns);
         Elector { election, held: None, armed: None }
     }
 }

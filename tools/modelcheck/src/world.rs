@@ -62,7 +62,7 @@ fn cold_state(cfg: &ModelConfig, init: &InitChoice) -> Result<State, String> {
     // Every replica has watched its leader key stay absent for one TTL before tick 0.
     let elector = |id: &str, ttl_ticks: u32, clock: Clock| {
         let ttl_ms = ttl_ticks as u64 * cfg.tick_ms;
-        Elector::new(id, ttl_ms, cfg, clock.local(0).saturating_sub(ttl_ms * NS_PER_MS))
+        Elector::new(id, ttl_ms, cfg, clock.local(0).saturating_sub(ttl_ms * NS_PER_MS), clock.local(0))
     };
     let coords = (0..cfg.coordinators)
         .map(|c| {

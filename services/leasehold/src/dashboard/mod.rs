@@ -153,7 +153,7 @@ fn follow_when_there(js: async_nats::jetstream::Context, bucket: &'static str) -
                 }
             }
         };
-        let mut changes = follow(store);
+        let mut changes = follow(js.client(), store);
         while let Some(c) = changes.recv().await {
             if tx.send(c).await.is_err() {
                 return;

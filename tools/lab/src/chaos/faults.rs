@@ -8,6 +8,7 @@ use crate::demo::{DCS, LIMIT};
 use async_nats::jetstream::kv::Store;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -26,7 +27,14 @@ pub struct World {
     pub slots: Vec<Vec<String>>,
     pub adversary: Option<(watch::Sender<bool>, JoinHandle<super::adversary::Sent>)>,
     pub adversary_sent: Vec<super::adversary::Sent>,
+    /// When JetStream led the leader and ledger buckets' streams again after every NATS node
+    /// restarted (taken by the driver for the fault's record).
+    pub store_back: Option<Instant>,
 }
+
+/// How long the harness waits for JetStream to lead the buckets' streams after every NATS node
+/// restarted.
+const STORE_BACK_WITHIN: Duration = Duration::from_secs(60);
 
 /// What applying a fault did, to undo it.
 pub enum Undo {
@@ -74,11 +82,36 @@ impl World {
 
     /// The hub node (index) leading the ledger's stream.
     async fn stream_leader(&self) -> Option<usize> {
-        let subject = format!("$JS.API.STREAM.INFO.KV_{}", leasehold_shared::subjects::LEDGER_BUCKET);
-        let reply = self.hub.request(subject, "".into()).await.ok()?;
-        let info: serde_json::Value = serde_json::from_slice(&reply.payload).ok()?;
-        let leader = info["cluster"]["leader"].as_str()?;
+        let leader = self.stream_leader_name(leasehold_shared::subjects::LEDGER_BUCKET).await?;
         leader.strip_prefix("hub-")?.parse::<usize>().ok().map(|n| n - 1)
+    }
+
+    /// The node leading a bucket's stream, as JetStream answers now.
+    async fn stream_leader_name(&self, bucket: &str) -> Option<String> {
+        let subject = format!("$JS.API.STREAM.INFO.KV_{bucket}");
+        let ask = self.hub.request(subject, "".into());
+        let reply = tokio::time::timeout(Duration::from_millis(500), ask).await.ok()?.ok()?;
+        let info: serde_json::Value = serde_json::from_slice(&reply.payload).ok()?;
+        info["cluster"]["leader"].as_str().map(str::to_string)
+    }
+
+    /// Wait (at most [`STORE_BACK_WITHIN`]) until the leader and ledger buckets' streams have
+    /// leaders again, so they take writes; remembers when in `store_back`.
+    async fn wait_for_the_store(&mut self) -> String {
+        let started = Instant::now();
+        let buckets = [leasehold_shared::subjects::LEADER_BUCKET, leasehold_shared::subjects::LEDGER_BUCKET];
+        while started.elapsed() < STORE_BACK_WITHIN {
+            let mut led = 0;
+            for bucket in buckets {
+                led += self.stream_leader_name(bucket).await.is_some() as usize;
+            }
+            if led == buckets.len() {
+                self.store_back = Some(Instant::now());
+                return format!("; JetStream leads both buckets again {:.1} s later", started.elapsed().as_secs_f64());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        format!("; JetStream did not lead both buckets within {} s", STORE_BACK_WITHIN.as_secs())
     }
 
     /// Inject `f`; returns how to heal it and a line for the log.
@@ -188,7 +221,7 @@ impl World {
                 for s in self.topology.hub.iter_mut() {
                     s.restart().map_err(|e| e.to_string())?;
                 }
-                "every NATS node started again".into()
+                format!("every NATS node started again{}", self.wait_for_the_store().await)
             }
             Undo::StopAdversary => {
                 if let Some((tx, task)) = self.adversary.take() {

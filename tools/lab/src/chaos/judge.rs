@@ -6,7 +6,9 @@
 //! * Seconds count as "outside faults" when they come more than three DC-lease TTLs after the
 //!   last fault healed (and before the next starts), after the warm-up.
 //! * A fault's recovery is the time from its healing until a two-second average utilization is
-//!   back within 5% of the fault-free level.
+//!   back within 5% of the fault-free level, or of the level in the two seconds before the fault
+//!   if that was lower: while demand moves between DCs the leases follow it a DC-lease lifetime
+//!   late (the capacity a DC no longer needs counts until its lease ends), which no fault causes.
 
 use super::schedule::Fault;
 
@@ -52,9 +54,12 @@ pub fn judge(offered: &[f64], admitted: &[f64], rate: f64, faults: &[Fault], dc_
         .map(|(i, f)| {
             let until = faults.get(i + 1).map_or(n as f64, |next| next.at_s);
             let first = f.heal_at_s.ceil() as usize;
+            let start = f.at_s.floor() as usize;
+            let before = (start >= 2 && start <= n).then(|| (u(start - 2) + u(start - 1)) / 2.0);
+            let reference = before.map_or(level, |b| b.min(level));
             (first..n.saturating_sub(1))
                 .take_while(|&s| ((s + 2) as f64) <= until)
-                .find(|&s| (u(s) + u(s + 1)) / 2.0 >= 0.95 * level)
+                .find(|&s| (u(s) + u(s + 1)) / 2.0 >= 0.95 * reference)
                 .map(|s| (s as f64 - f.heal_at_s).max(0.0))
         })
         .collect();

@@ -148,6 +148,7 @@ async fn start_world(a: &ChaosArgs) -> Result<World, String> {
         slots,
         adversary: None,
         adversary_sent: Vec::new(),
+        store_back: None,
     })
 }
 
@@ -157,7 +158,7 @@ async fn chaos(a: ChaosArgs) -> Result<ExitCode, String> {
     eprintln!("chaos: every pod holds a lease; load starts");
     let duration = Duration::from_secs(a.duration_s);
     let (load, drivers) = start_diurnal(http.clone(), upstream.clone(), duration, world.lists.clone());
-    let (log, injected) = drive(&mut world, &http, &upstream, &load, &schedule).await?;
+    let (log, injected, store_back_at_s) = drive(&mut world, &http, &upstream, &load, &schedule).await?;
     for d in drivers {
         let _ = d.await;
     }
@@ -168,7 +169,8 @@ async fn chaos(a: ChaosArgs) -> Result<ExitCode, String> {
 
     let bins = load.bins.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let adversary = std::mem::take(&mut world.adversary_sent);
-    let ran = report::Ran { schedule: &schedule, injected, bins: &bins, upstream: &up, crashed, adversary };
+    let ran =
+        report::Ran { schedule: &schedule, store_back_at_s, injected, bins: &bins, upstream: &up, crashed, adversary };
     let summary = report::summarize(&a, ran);
     report::write_record(&a.out_dir, &summary, &log, &schedule, &bins);
     println!("{}", serde_json::to_string(&summary).map_err(|e| e.to_string())?);
@@ -215,15 +217,18 @@ async fn start(a: &ChaosArgs) -> Result<(World, reqwest::Client, String), String
 }
 
 /// Apply and heal the scheduled faults one at a time while the load runs, with a progress row
-/// every 10 s; returns the fault log and the count of faults applied per kind.
+/// every 10 s; returns the fault log, the count of faults applied per kind, and per scheduled
+/// fault when JetStream led the buckets' streams again after it (only after `restart_all_nats`).
 async fn drive(
     world: &mut World,
     http: &reqwest::Client,
     upstream: &str,
     load: &Load,
     schedule: &[Fault],
-) -> Result<(Vec<LogEntry>, BTreeMap<&'static str, u64>), String> {
+) -> Result<(Vec<LogEntry>, BTreeMap<&'static str, u64>, Vec<Option<f64>>), String> {
     let mut log = Vec::new();
+    let mut store_back_at_s = vec![None; schedule.len()];
+    let mut applied = 0;
     let mut pending = schedule.iter().cloned().peekable();
     let mut active: Option<(Fault, faults::Undo)> = None;
     let mut injected: BTreeMap<&'static str, u64> = BTreeMap::new();
@@ -238,6 +243,9 @@ async fn drive(
                 let line = world.heal(undo).await?;
                 eprintln!("chaos: t={t:6.1}s heal {}: {line}", f.kind.name());
                 log.push(LogEntry { t_s: t, step: Step::Heal(f.kind.name()), what: line });
+                if let Some(back) = world.store_back.take() {
+                    store_back_at_s[applied - 1] = Some(back.duration_since(load.start).as_secs_f64());
+                }
             }
         } else if pending.peek().is_some_and(|f| t >= f.at_s) {
             let f = pending.next().expect("peeked");
@@ -245,6 +253,7 @@ async fn drive(
             eprintln!("chaos: t={t:6.1}s fault {}: {line}", f.kind.name());
             log.push(LogEntry { t_s: t, step: Step::Fault(f.kind.name()), what: line });
             *injected.entry(f.kind.name()).or_default() += 1;
+            applied += 1;
             active = Some((f, undo));
         }
         let sec = t as u64;
@@ -257,7 +266,7 @@ async fn drive(
         let line = world.heal(undo).await?;
         log.push(LogEntry { t_s: load.start.elapsed().as_secs_f64(), step: Step::Heal(f.kind.name()), what: line });
     }
-    Ok((log, injected))
+    Ok((log, injected, store_back_at_s))
 }
 
 /// The last 10 s: offered and admitted per second, and the upstream's counters.

@@ -37,6 +37,10 @@ pub struct Recovery {
     pub kind: &'static str,
     pub at_s: f64,
     pub heal_at_s: f64,
+    /// After every NATS node restarted: when JetStream led the leader and ledger buckets'
+    /// streams again. Recovery is measured from here (no client can write before).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_back_at_s: Option<f64>,
     pub recovery_s: Option<f64>,
 }
 
@@ -71,6 +75,8 @@ pub struct Summary {
 /// What the run did, for the judge.
 pub struct Ran<'a> {
     pub schedule: &'a [Fault],
+    /// Per scheduled fault: when JetStream led the buckets' streams again after it, if measured.
+    pub store_back_at_s: Vec<Option<f64>>,
     pub injected: BTreeMap<&'static str, u64>,
     pub bins: &'a Bins,
     pub upstream: &'a UpstreamStats,
@@ -79,18 +85,31 @@ pub struct Ran<'a> {
 }
 
 pub fn summarize(a: &ChaosArgs, ran: Ran) -> Summary {
-    let Ran { schedule, mut injected, bins: b, upstream: up, crashed, adversary } = ran;
+    let Ran { schedule, store_back_at_s, mut injected, bins: b, upstream: up, crashed, adversary } = ran;
     let dc_ttl_s = a.dc_ttl_ms as f64 / 1_000.0;
     let secs = a.duration_s as usize;
     let offered: Vec<f64> = (0..secs).map(|s| b.offered[s].iter().sum::<u64>() as f64).collect();
     let admitted: Vec<f64> = (0..secs).map(|s| b.admitted[s].iter().sum::<u64>() as f64).collect();
     let rate = crate::demo::rate_per_s() as f64;
-    let j = judge(&offered, &admitted, rate, schedule, dc_ttl_s, WARMUP_S);
+    // A fault lasts until JetStream can be written again where that was measured.
+    let judged: Vec<Fault> = schedule
+        .iter()
+        .zip(store_back_at_s.iter().chain(std::iter::repeat(&None)))
+        .map(|(f, back)| Fault { heal_at_s: back.map_or(f.heal_at_s, |b| b.max(f.heal_at_s)), ..f.clone() })
+        .collect();
+    let j = judge(&offered, &admitted, rate, &judged, dc_ttl_s, WARMUP_S);
     injected.insert("clock_skew", 2);
     let recoveries: Vec<Recovery> = schedule
         .iter()
         .zip(&j.recovery_s)
-        .map(|(f, &r)| Recovery { kind: f.kind.name(), at_s: f.at_s, heal_at_s: f.heal_at_s, recovery_s: r })
+        .zip(store_back_at_s.iter().chain(std::iter::repeat(&None)))
+        .map(|((f, &r), &back)| Recovery {
+            kind: f.kind.name(),
+            at_s: f.at_s,
+            heal_at_s: f.heal_at_s,
+            store_back_at_s: back,
+            recovery_s: r,
+        })
         .collect();
     let recovery_s_max = j.recovery_s.iter().flatten().fold(0.0f64, |m, &r| m.max(r));
     let round = |x: f64| (x * 1000.0).round() / 1000.0;

@@ -30,3 +30,41 @@ fn a_fault_that_never_recovers_has_no_recovery_time() {
     let faults = [Fault { kind: FaultKind::CrashPod, at_s: 10.0, heal_at_s: 12.0, dc: 0, pod: 0 }];
     assert_eq!(judge(&offered, &admitted, 80.0, &faults, 5.0, 0.0).recovery_s, vec![None]);
 }
+
+fn fault(at_s: f64, heal_at_s: f64) -> Fault {
+    Fault { kind: FaultKind::RestartAllNats, at_s, heal_at_s, dc: 0, pod: 0 }
+}
+
+/// 60 s at 500 offered per second under a rate of 1,000; `admitted` per second from `f`.
+fn run(f: impl Fn(usize) -> f64) -> (Vec<f64>, Vec<f64>) {
+    ((0..60).map(|_| 500.0).collect(), (0..60).map(f).collect())
+}
+
+#[test]
+fn a_fault_is_recovered_from_once_utilization_is_back_to_its_level_before_it() {
+    // Full use outside faults; 90% while demand moves, before the fault and after it.
+    let (offered, admitted) = run(|s| match s {
+        20..=22 => 0.0,
+        15..=35 => 450.0,
+        _ => 500.0,
+    });
+    let j = judge(&offered, &admitted, 1_000.0, &[fault(20.0, 22.5)], 1.0, 0.0);
+    assert!(0.95 * j.utilization_outside_faults > 0.9, "only the level before the fault is met");
+    assert_eq!(j.recovery_s, vec![Some(0.5)]);
+}
+
+#[test]
+fn a_fault_is_not_recovered_from_below_both_levels() {
+    let (offered, admitted) = run(|s| match s {
+        20..=22 => 0.0,
+        15..=19 => 450.0,
+        23.. => 400.0,
+        _ => 500.0,
+    });
+    let j = judge(&offered, &admitted, 1_000.0, &[fault(20.0, 22.5)], 1.0, 0.0);
+    assert_eq!(j.recovery_s, vec![None], "80% is below 95% of the 90% before the fault");
+    // Back to full use at 41 s: the window of 40 and 41 s averages 90%.
+    let admitted: Vec<f64> = admitted.iter().enumerate().map(|(s, &a)| if s >= 41 { 500.0 } else { a }).collect();
+    let j = judge(&offered, &admitted, 1_000.0, &[fault(20.0, 22.5)], 1.0, 0.0);
+    assert_eq!(j.recovery_s, vec![Some(40.0 - 22.5)]);
+}

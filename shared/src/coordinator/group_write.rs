@@ -1,0 +1,99 @@
+//! What became of a leader's compare-and-set of a ledger group, sans I/O: judged from the
+//! write's answer and, when that was not definite, from a read of the group.
+//!
+//! A write whose answer was lost (a timeout, every NATS server restarting) may land at any later
+//! time while the group still has the revision it expected: NATS clients resend what they
+//! buffered once they reconnect. So an unknown outcome with the group unreadable, or unchanged,
+//! is **unresolved**, not a sign of another leader: the term goes on, nothing counts as stored
+//! that was not read back, and the next write tells. A conflict with a group this term wrote
+//! (every record of it carries this term's epoch and writer: epochs are unique to a term) is the
+//! term's own earlier write landing late: the term **adopts** that revision and writes again.
+//! Only a group written by someone else ends the term.
+//!
+//! Why adopting is safe: the late write was built after every write of the term that had landed
+//! before it, from the same books, so it names every lease those did (less expired ones); and a
+//! DC lease counts down from the send of the report it answers, not from when it was read, so a
+//! record stored late stretches nothing. The books of the term count every lease of every write,
+//! landed or not.
+
+use crate::wire::{decode, LedgerGroup};
+
+/// The answer to the compare-and-set itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupWriteAnswer {
+    Written {
+        revision: u64,
+    },
+    /// The expected revision did not match.
+    Conflict,
+    /// No answer (or an error): it may land later.
+    Unknown,
+}
+
+/// The group as read after a write that was not answered `Written`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupReadBack<'a> {
+    /// The read failed too.
+    Unreadable,
+    Absent,
+    Stored {
+        revision: u64,
+        bytes: &'a [u8],
+    },
+}
+
+/// What the leader does about the group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupWrite {
+    /// This write is stored at `revision`.
+    Landed { revision: u64 },
+    /// An earlier write of this term is stored at `revision` (not this one): write on it next.
+    Adopted { revision: u64 },
+    /// Not known yet: keep the expected revision, count nothing as stored.
+    Unresolved,
+    /// Someone else wrote the group (or it was lost under the term): the term ends.
+    Lost,
+}
+
+/// The write of `ours` on `expected` (None: a create), by the term of `epoch` led by `writer`.
+/// `read_back` is only consulted when `answer` is not `Written`.
+pub fn judge_group_write(
+    answer: GroupWriteAnswer,
+    expected: Option<u64>,
+    ours: &[u8],
+    read_back: GroupReadBack<'_>,
+    epoch: u64,
+    writer: &str,
+) -> GroupWrite {
+    if let GroupWriteAnswer::Written { revision } = answer {
+        return GroupWrite::Landed { revision };
+    }
+    match read_back {
+        GroupReadBack::Unreadable => GroupWrite::Unresolved,
+        // Not created yet (or the read lags behind a create it conflicted with): it may land.
+        GroupReadBack::Absent if expected.is_none() => GroupWrite::Unresolved,
+        // A group this term wrote or read at its takeover is gone: lost under the term.
+        GroupReadBack::Absent => GroupWrite::Lost,
+        GroupReadBack::Stored { revision, bytes } if bytes == ours => GroupWrite::Landed { revision },
+        // As expected: the write has not landed and may still (or the read lags behind what the
+        // write met). The next write tells.
+        GroupReadBack::Stored { revision, .. } if Some(revision) == expected => GroupWrite::Unresolved,
+        // Newer, and this term's: one of its earlier writes landed late.
+        GroupReadBack::Stored { revision, bytes }
+            if expected.is_none_or(|e| revision > e) && written_by(bytes, epoch, writer) =>
+        {
+            GroupWrite::Adopted { revision }
+        }
+        // Someone else's, or older than the term last wrote (the bucket lost its tail).
+        GroupReadBack::Stored { .. } => GroupWrite::Lost,
+    }
+}
+
+/// Every record of the stored group was written by this term (and it has at least one).
+fn written_by(bytes: &[u8], epoch: u64, writer: &str) -> bool {
+    decode::<LedgerGroup>(bytes)
+        .is_ok_and(|g| !g.records.is_empty() && g.records.iter().all(|r| r.epoch == epoch && r.writer == writer))
+}
+
+#[cfg(test)]
+mod tests;
