@@ -20,11 +20,13 @@
 //!   write is not another leader.
 //! * A follower claims only after it has seen the key unchanged (the same revision, or absent)
 //!   for a full `ttl` on its own clock, measured from when the *answer* of the first such read
-//!   arrived, and only by compare-and-set on exactly that revision. A follower that got no answer
-//!   for more than a `ttl` starts its wait again at the next answer: after an outage that cut the leader
-//!   off too (every NATS server restarted), the leader gets a full `ttl` to renew once the key
-//!   answers, instead of racing a follower's claim at the first answer, while a read lost now and
-//!   then does not hold a failover up. This is liveness only; waiting longer is always safe.
+//!   arrived, and only by compare-and-set on exactly that revision. It claims only if its last read
+//!   was answered (never into an outage), and one that got no answer for longer than the
+//!   *sight gap* (`sight_gap_ms`: by default two TTLs; the services use the TTL plus their request
+//!   timeout) starts its wait again at the next answer: after an outage that cut the leader off
+//!   too (every NATS server restarted), the leader gets a full `ttl` to renew once the key
+//!   answers, instead of racing a follower's claim, while one lost read does not hold a failover
+//!   up. This is liveness only; waiting longer is always safe.
 //!
 //! **Why two leaders never act at once.** Let the leader's last landed write be sent at `S` and
 //! produce revision `r`. A follower that later claims saw `r` in an answer that arrived after the
@@ -90,6 +92,10 @@ pub struct LeadershipConfig {
     pub ttl_ms: u64,
     /// Share of the TTL a leader acts for after sending its last landed write.
     pub act_fraction: f64,
+    /// A follower that got no answer about the key for longer than this starts its wait again
+    /// at the next answer. Default two TTLs; the services use the TTL plus their request timeout,
+    /// so one lost read never restarts a wait and an outage of every NATS server nearly always does.
+    pub sight_gap_ms: u64,
     /// Negative controls only: freshness from the reply instead of the send (see [`crate::bugs`]).
     pub bug_fresh_from_reply: bool,
     /// Negative controls only: a read that shows an unknown write has not landed (yet) forgets
@@ -104,6 +110,7 @@ impl LeadershipConfig {
         LeadershipConfig {
             ttl_ms,
             act_fraction: Self::DEFAULT_ACT_FRACTION,
+            sight_gap_ms: ttl_ms.saturating_mul(2),
             bug_fresh_from_reply: false,
             bug_forgets_unresolved_writes: false,
         }
@@ -178,6 +185,7 @@ pub struct Leadership {
     ttl_ms: u64,
     act_ns: u64,
     renew_every_ns: u64,
+    sight_gap_ns: u64,
     bug_fresh_from_reply: bool,
     bug_forgets_unresolved_writes: bool,
     role: Role,
@@ -188,6 +196,8 @@ pub struct Leadership {
     read_due: bool,
     /// When the last answer about the key arrived (a read, or a write's known outcome).
     answered_ns: Option<u64>,
+    /// The last read went unanswered: read again before claiming.
+    read_lost: bool,
 }
 
 impl Leadership {
@@ -197,6 +207,7 @@ impl Leadership {
             ttl_ms: cfg.ttl_ms,
             act_ns: cfg.act_ns(),
             renew_every_ns: cfg.renew_every_ns(),
+            sight_gap_ns: cfg.sight_gap_ms.saturating_mul(NS_PER_MS),
             bug_fresh_from_reply: cfg.bug_fresh_from_reply,
             bug_forgets_unresolved_writes: cfg.bug_forgets_unresolved_writes,
             role: Role::Follower { seen: None, unresolved: None },
@@ -204,6 +215,7 @@ impl Leadership {
             last_write_sent_ns: None,
             read_due: false,
             answered_ns: None,
+            read_lost: false,
         }
     }
 
@@ -251,7 +263,7 @@ impl Leadership {
                 }
             }
             Role::Follower { seen, .. } => match seen {
-                Some((state, since)) if self.waited_out(*since, now_ns) && self.in_sight(now_ns) => {
+                Some((state, since)) if self.waited_out(*since, now_ns) && !self.read_lost => {
                     LeaderRequest::Write { expected_revision: state.revision() }
                 }
                 _ => LeaderRequest::Read,
@@ -268,9 +280,9 @@ impl Leadership {
         now_ns.saturating_sub(since_ns) >= self.ttl_ms.saturating_mul(NS_PER_MS)
     }
 
-    /// The last answer about the key came at most a `ttl` ago.
-    fn in_sight(&self, now_ns: u64) -> bool {
-        self.answered_ns.is_some_and(|t| now_ns.saturating_sub(t) <= self.ttl_ms.saturating_mul(NS_PER_MS))
+    /// The last answer about the key came at most `within_ns` ago.
+    fn answered_within(&self, now_ns: u64, within_ns: u64) -> bool {
+        self.answered_ns.is_some_and(|t| now_ns.saturating_sub(t) <= within_ns)
     }
 
     /// The request in flight got no answer and will get none (the driver's own timeout). A write
@@ -280,6 +292,7 @@ impl Leadership {
             Some((LeaderRequest::Write { .. }, _)) => self.on_write(WriteOutcome::Unknown, now_ns),
             _ => {
                 self.in_flight = None;
+                self.read_lost = true;
                 None
             }
         }
@@ -335,8 +348,9 @@ impl Leadership {
             self.in_flight = None;
             self.read_due = false;
         }
-        let out_of_sight = !self.in_sight(now_ns);
+        let out_of_sight = !self.answered_within(now_ns, self.sight_gap_ns);
         self.answered_ns = Some(now_ns);
+        self.read_lost = false;
         let mine = matches!(&state, KeyState::Held { holder, .. } if *holder == self.me);
         let stored = state.revision();
         let act_ns = self.act_ns;

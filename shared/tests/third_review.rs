@@ -145,6 +145,8 @@ fn a_replica_whose_claim_is_pending_is_not_elected_by_a_read_of_its_own_earlier_
     // A claims the absent key and leads at revision 1.
     assert_eq!(a.poll(0), Some(LeaderRequest::Read));
     a.on_read(KeyState::Absent, 0);
+    assert_eq!(a.poll(600 * MS), Some(LeaderRequest::Read));
+    a.on_read(KeyState::Absent, 600 * MS);
     assert_eq!(a.poll(1_000 * MS), Some(LeaderRequest::Write { expected_revision: None }));
     assert_eq!(a.on_write(WriteOutcome::Written { revision: 1 }, 1_010 * MS), Some(Transition::Elected { epoch: 1 }));
     // A resigns; the key keeps naming A at revision 1.
@@ -155,7 +157,7 @@ fn a_replica_whose_claim_is_pending_is_not_elected_by_a_read_of_its_own_earlier_
     b.on_read(held(1, "a"), 1_050 * MS);
     assert_eq!(a.poll(1_100 * MS), Some(LeaderRequest::Read));
     a.on_read(held(1, "a"), 1_100 * MS);
-    // They keep reading it (a follower claims only with the key in sight: an answer within a TTL).
+    // They keep reading it.
     for r in [&mut a, &mut b] {
         assert_eq!(r.poll(1_600 * MS), Some(LeaderRequest::Read));
         r.on_read(held(1, "a"), 1_600 * MS);

@@ -14,8 +14,10 @@
 //!   anything. A limit with a record but no definition was removed: it runs retired until its
 //!   leases end (see [`crate::definitions`]).
 //! * Every write is a compare-and-set on the revision this leader last wrote, or read at its
-//!   takeover. A conflict means someone else leads: step down at once. A timed-out write is
-//!   re-read: if the stored value is not exactly ours, step down. Every tick writes every group
+//!   takeover. A group someone else wrote means someone else leads: step down at once. A write
+//!   without an answer is re-read: exactly ours has landed; unreadable or unchanged, it is
+//!   unresolved (the term goes on and counts its records as stored); a later write of this term
+//!   is adopted ([`leasehold_shared::coordinator::judge_group_write`]). Every tick writes every group
 //!   that holds a limit, changed or not. The writes themselves are in [`crate::writes`]: a
 //!   tick's groups go together, the fence raised once before them, the groups written
 //!   concurrently.
@@ -24,7 +26,7 @@ use bytes::Bytes;
 use leasehold_nats::kv::{compare_and_set, read, CasOutcome};
 use leasehold_process::clock::LeaseClock;
 use leasehold_shared::coordinator::{next_epoch, CoordinatorCore, LimitConfig, Stored};
-use leasehold_shared::leadership::{Leadership, LeadershipConfig, Transition};
+use leasehold_shared::leadership::{Leadership, Transition};
 use leasehold_shared::readiness::ReplicaView;
 use leasehold_shared::subjects::{self, ledger_group_of};
 use leasehold_shared::wire::{decode, encode, DcReports, LedgerFence, LedgerRecord};
@@ -83,7 +85,7 @@ impl Leader {
         (ledger, leaders, limits): (Store, Store, Store),
         clock: LeaseClock,
     ) -> Self {
-        let election = Leadership::new(&id, LeadershipConfig::new(leader_ttl.as_millis() as u64));
+        let election = Leadership::new(&id, leasehold_nats::leader_key::config(leader_ttl.as_millis() as u64));
         let status = Status::default();
         let max_group_bytes = leasehold_shared::wire::MAX_LEDGER_GROUP_BYTES;
         let left_out = BTreeMap::new();

@@ -8,7 +8,7 @@ use async_nats::jetstream::kv::{Entry, Operation, Store};
 use async_nats::jetstream::{self};
 use leasehold_nats::kv::{open_bucket, KvError};
 use leasehold_nats::ledger::LedgerContents;
-use leasehold_nats::watch::{watch_once, Start, REOPEN_EVERY};
+use leasehold_nats::watch::{watch_once, REOPEN_EVERY};
 use leasehold_shared::subjects;
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,9 +68,10 @@ pub fn direct_reads(ledger: Arc<LedgerLink>) -> (mpsc::Sender<u64>, mpsc::Receiv
 }
 
 /// Keep a watch on the ledger's groups (`key`: one limit's group, or `>` for every group),
-/// opening the bucket once it exists and re-opening the watch whenever it ends or the client
-/// connects again (a server restart, a cut link: see [`leasehold_nats::watch`]). Each value comes with its key and revision: the keys' kept history is
-/// delivered again, oldest first, each time the watch is opened.
+/// opening the bucket once it exists and re-opening the watch whenever it ends or this client
+/// reconnects (a server restart: see [`leasehold_nats::watch`]; a cut leaf link is not seen
+/// there). Each value comes with its key and revision; each opening delivers every group's
+/// newest value again.
 pub fn watch_records(ledger: Arc<LedgerLink>, key: String) -> mpsc::Receiver<(String, bytes::Bytes, u64)> {
     let (tx, rx) = mpsc::channel(256);
     let client = ledger.js.client();
@@ -84,7 +85,7 @@ pub fn watch_records(ledger: Arc<LedgerLink>, key: String) -> mpsc::Receiver<(St
                         told = false;
                     }
                     let puts = |e: Entry| (e.operation == Operation::Put).then_some((e.key, e.value, e.revision));
-                    if !watch_once(&client, store, &key, Start::NewestValues, &tx, puts).await {
+                    if !watch_once(&client, store, &key, &tx, puts).await {
                         return;
                     }
                 }

@@ -16,7 +16,7 @@
 
 use leasehold_process::clock::LeaseClock;
 use leasehold_shared::dc_manager::{DcManagerCore, RecordRules};
-use leasehold_shared::leadership::{Leadership, LeadershipConfig, Transition};
+use leasehold_shared::leadership::{Leadership, Transition};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::readiness::ReplicaView;
 use leasehold_shared::subjects::{self, PodChannel};
@@ -98,7 +98,7 @@ impl Manager {
     ) -> Self {
         let id = settings.id();
         let outbox = Outbox::new(settings.manager.renew_interval_ms, settings.report_interval_ms);
-        let leadership = Leadership::new(&id, LeadershipConfig::new(settings.leader_ttl_ms));
+        let leadership = Leadership::new(&id, leasehold_nats::leader_key::config(settings.leader_ttl_ms));
         Manager {
             id,
             settings,

@@ -10,8 +10,8 @@ use crate::limiter::KeyLimiter;
 use crate::owned::Owned;
 use crate::persist::Admission;
 use async_nats::jetstream::kv::{Operation, Store};
+use futures::StreamExt;
 use leasehold_nats::kv::{compare_and_set, ensure_bucket, BucketSpec, CasOutcome};
-use leasehold_nats::watch::{keep_watching, Start};
 use leasehold_shared::keys::shards::{shard_of_action, Action, ShardBook};
 use leasehold_shared::subjects::{
     keys_check, keys_member_key, keys_member_of_key, keys_shard_key, keys_shard_of_key, KEYS_SHARDS_BUCKET,
@@ -71,13 +71,7 @@ pub async fn run(
     let kv = ensure_bucket(&js, &spec).await.map_err(|e| e.to_string())?;
     tracing::info!(instance = %options.instance_id, "joining the cluster");
     let (tx, mut rx) = mpsc::channel(4_096);
-    // Every change of the bucket, from the current values on; opened again if it ends or the
-    // client reconnects.
-    let entries = tx.clone();
-    tokio::spawn(keep_watching(client.clone(), kv.clone(), ">".into(), Start::NewestValues, entries, |e| {
-        let value = (e.operation == Operation::Put).then_some(e.value);
-        Some(Event::Entry { key: e.key, revision: e.revision, value })
-    }));
+    tokio::spawn(watch_bucket(kv.clone(), tx.clone()));
     let book = ShardBook::new(&options.instance_id, owned.shards(), options.shard_ttl_ms);
     let mut d = Driver {
         client,
@@ -126,6 +120,24 @@ pub async fn run(
 /// Flushes tried before leaving without releasing (the shards then move by expiry, and what was
 /// not stored is lost as in a crash).
 const LEAVE_FLUSH_TRIES: usize = 3;
+
+/// Every change of the bucket, from the current values on; re-opened if it ends.
+async fn watch_bucket(kv: Store, tx: mpsc::Sender<Event>) {
+    loop {
+        if let Ok(mut w) = kv.watch_with_history(">").await {
+            while let Some(Ok(e)) = w.next().await {
+                let value = (e.operation == Operation::Put).then_some(e.value);
+                if tx.send(Event::Entry { key: e.key, revision: e.revision, value }).await.is_err() {
+                    return;
+                }
+            }
+        }
+        if tx.is_closed() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
 
 impl Driver {
     /// Apply one event; true when it showed a shard released (written with no owner).

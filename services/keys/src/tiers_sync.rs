@@ -5,7 +5,7 @@
 use crate::limiter::KeyLimiter;
 use async_nats::jetstream::kv::{Entry, Operation};
 use leasehold_nats::kv::{ensure_bucket, BucketSpec};
-use leasehold_nats::watch::{keep_watching, Start};
+use leasehold_nats::watch::keep_watching;
 use leasehold_shared::keys::Tiers;
 
 use leasehold_shared::subjects::{KEYS_CONFIG_BUCKET as CONFIG_BUCKET, KEYS_TIERS_KEY as TIERS_KEY};
@@ -27,7 +27,9 @@ pub async fn start(js: &async_nats::jetstream::Context, limiter: &KeyLimiter, re
     let limiter = limiter.clone();
     let (tx, mut changes) = tokio::sync::mpsc::channel(16);
     let puts = |e: Entry| (e.operation == Operation::Put).then_some((e.value, e.revision));
-    tokio::spawn(keep_watching(js.client(), store, TIERS_KEY.into(), Start::Changes, tx, puts));
+    // From the newest value each time it opens (a put while it was reopening is not missed;
+    // `apply` ignores tiers equal to those in force).
+    tokio::spawn(keep_watching(js.client(), store, TIERS_KEY.into(), tx, puts));
     tokio::spawn(async move {
         while let Some((body, revision)) = changes.recv().await {
             apply(&limiter, &body, revision);

@@ -9,7 +9,6 @@
 //! **may still be applied later** (the client buffers it across a reconnect): it is reported as
 //! [`CasOutcome::Unknown`], and the caller must re-read and check its own writer id.
 
-use crate::watch::Start;
 use async_nats::jetstream::{self, kv, stream};
 use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
@@ -185,7 +184,7 @@ pub struct KeyChange {
 /// skips revisions it has seen.
 pub fn follow(client: async_nats::Client, store: kv::Store) -> tokio::sync::mpsc::Receiver<KeyChange> {
     let (tx, rx) = tokio::sync::mpsc::channel(256);
-    tokio::spawn(crate::watch::keep_watching(client, store, ">".into(), Start::NewestValues, tx, |e| {
+    tokio::spawn(crate::watch::keep_watching(client, store, ">".into(), tx, |e| {
         let value = match e.operation {
             kv::Operation::Put => Some(e.value),
             kv::Operation::Delete | kv::Operation::Purge => None,

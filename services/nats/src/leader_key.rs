@@ -4,7 +4,15 @@
 use crate::kv::{compare_and_set, read, CasOutcome};
 use async_nats::jetstream::kv::Store;
 use bytes::Bytes;
-use leasehold_shared::leadership::{KeyState, LeaderRequest, Leadership, Transition, WriteOutcome};
+use leasehold_shared::leadership::{KeyState, LeaderRequest, Leadership, LeadershipConfig, Transition, WriteOutcome};
+
+/// The leadership settings of a service whose leader key has a `ttl_ms` TTL: a follower starts
+/// its wait again after no answer for longer than the TTL plus one request's timeout
+/// ([`crate::connect::CONTROL_TIMEOUT`]), so one lost read never does.
+pub fn config(ttl_ms: u64) -> LeadershipConfig {
+    let timeout_ms = crate::connect::CONTROL_TIMEOUT.as_millis() as u64;
+    LeadershipConfig { sight_gap_ms: ttl_ms.saturating_add(timeout_ms), ..LeadershipConfig::new(ttl_ms) }
+}
 
 /// One step: ask the state machine what to do at `now()`, do it, feed back the answer (timed by
 /// `now()` again when it arrives). Returns the transition, if the term began or ended.

@@ -18,33 +18,24 @@ pub const REOPEN_EVERY: Duration = Duration::from_millis(250);
 /// How often a watch checks whether the client connected again.
 const RECONNECT_CHECK: Duration = Duration::from_millis(100);
 
-/// Where a watch starts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Start {
-    /// Every key's newest value first, then every change.
-    NewestValues,
-    /// Changes from now on.
-    Changes,
-}
-
-/// One watch of `key` (a key or a wildcard) on `store`: each entry goes to `tx` through `map`
-/// (`None` skips it) until the watch ends, fails to open, or `client` connects again after it
-/// opened. False once `tx`'s receiver is gone (stop watching); true otherwise (open another).
+/// One watch of `key` (a key or a wildcard) on `store`, from every key's newest value on (so an
+/// update made while no watch was open is not missed: each opening delivers the newest values
+/// again, and consumers skip what they have seen): each entry goes to `tx` through `map` (`None`
+/// skips it) until the watch ends, fails to open, or `client` connects again after it opened.
+/// False once `tx`'s receiver is gone (stop watching); true otherwise (open another).
+///
+/// Only the client's own reconnects are seen: behind a leaf node whose link to the hub was cut,
+/// the client stays connected and the watch comes back as the client library re-creates it.
 pub async fn watch_once<T>(
     client: &async_nats::Client,
     store: &Store,
     key: &str,
-    start: Start,
     tx: &mpsc::Sender<T>,
     mut map: impl FnMut(Entry) -> Option<T>,
 ) -> bool {
     let connects = || client.statistics().connects.load(Ordering::Relaxed);
     let opened_at = connects();
-    let watch = match start {
-        Start::NewestValues => store.watch_with_history(key).await,
-        Start::Changes => store.watch(key).await,
-    };
-    let Ok(mut watch) = watch else { return !tx.is_closed() };
+    let Ok(mut watch) = store.watch_with_history(key).await else { return !tx.is_closed() };
     let mut check = tokio::time::interval(RECONNECT_CHECK);
     loop {
         tokio::select! {
@@ -72,11 +63,10 @@ pub async fn keep_watching<T>(
     client: async_nats::Client,
     store: Store,
     key: String,
-    start: Start,
     tx: mpsc::Sender<T>,
     mut map: impl FnMut(Entry) -> Option<T>,
 ) {
-    while watch_once(&client, &store, &key, start, &tx, &mut map).await {
+    while watch_once(&client, &store, &key, &tx, &mut map).await {
         tokio::time::sleep(REOPEN_EVERY).await;
     }
 }

@@ -4,8 +4,9 @@
 //! A write whose answer was lost (a timeout, every NATS server restarting) may land at any later
 //! time while the group still has the revision it expected: NATS clients resend what they
 //! buffered once they reconnect. So an unknown outcome with the group unreadable, or unchanged,
-//! is **unresolved**, not a sign of another leader: the term goes on, nothing counts as stored
-//! that was not read back, and the next write tells. A conflict with a group this term wrote
+//! is **unresolved**, not a sign of another leader: the term goes on and counts the write's
+//! records as stored (they may be: a limit is left out of its group only if no record of it can
+//! exist anywhere), and the next write tells. A conflict with a group this term wrote
 //! (every record of it carries this term's epoch and writer: epochs are unique to a term) is the
 //! term's own earlier write landing late: the term **adopts** that revision and writes again.
 //! Only a group written by someone else ends the term.
@@ -49,7 +50,8 @@ pub enum GroupWrite {
     Landed { revision: u64 },
     /// An earlier write of this term is stored at `revision` (not this one): write on it next.
     Adopted { revision: u64 },
-    /// Not known yet: keep the expected revision, count nothing as stored.
+    /// Not known yet: keep the expected revision, and count the write's records as stored (the
+    /// write may land later).
     Unresolved,
     /// Someone else wrote the group (or it was lost under the term): the term ends.
     Lost,

@@ -276,37 +276,57 @@ fn a_first_claim_waits_one_ttl_and_a_renewal_keeps_the_term() {
     assert_eq!(l.poll(1_400 * MS), None, "not due yet");
 }
 
-#[test]
-fn a_follower_that_lost_sight_of_the_key_waits_a_full_ttl_again() {
-    // After an outage that cut the incumbent off too, the incumbent gets a full TTL to renew
-    // once the key answers again, instead of racing a follower's claim at the first answer.
+/// The services' cadence: a 3 s TTL, a read every second, a request timeout of 2 s, and a sight
+/// gap of the TTL plus that timeout.
+fn service_follower() -> Leadership {
+    Leadership::new("b", LeadershipConfig { sight_gap_ms: 5_000, ..LeadershipConfig::new(3_000) })
+}
+
+/// Drives `f` from `from_ms` to `until_ms` at one poll a second: a read sent at `t` is answered
+/// with the key unchanged at once unless `lost(t)`, in which case the driver gives up at
+/// `t + 2 s`. Returns when it first asked to write (claim), if it did.
+fn poll_reads(f: &mut Leadership, from_ms: u64, until_ms: u64, lost: impl Fn(u64) -> bool) -> Option<u64> {
     let held = KeyState::Held { revision: 3, holder: "a".into() };
-    let mut f = Leadership::new("b", LeadershipConfig::new(1_000));
-    assert_eq!(f.poll(0), Some(LeaderRequest::Read));
-    assert_eq!(f.on_read(held.clone(), 0), None);
-    assert_eq!(f.poll(500 * MS), Some(LeaderRequest::Read));
-    assert_eq!(f.abandon(700 * MS), None, "the read got no answer");
-    assert_eq!(f.poll(1_500 * MS), Some(LeaderRequest::Read));
-    assert_eq!(f.on_read(held.clone(), 1_600 * MS), None);
-    // Unchanged since 0 ms, but unseen from 500 to 1,600 ms: the wait starts again at 1,600.
-    assert_eq!(f.poll(1_700 * MS), Some(LeaderRequest::Read), "claimed across a gap in sight");
-    assert_eq!(f.on_read(held.clone(), 1_700 * MS), None);
-    assert_eq!(f.poll(2_599 * MS), Some(LeaderRequest::Read));
-    assert_eq!(f.on_read(held, 2_599 * MS), None);
-    assert_eq!(f.poll(2_600 * MS), Some(LeaderRequest::Write { expected_revision: Some(3) }));
+    let mut t = from_ms;
+    while t <= until_ms {
+        match f.poll(t * MS) {
+            Some(LeaderRequest::Write { .. }) => return Some(t),
+            Some(LeaderRequest::Read) if lost(t) => {
+                t += 2_000;
+                assert_eq!(f.abandon(t * MS), None);
+                continue;
+            }
+            Some(LeaderRequest::Read) => assert_eq!(f.on_read(held.clone(), t * MS), None),
+            None => {}
+        }
+        t += 1_000;
+    }
+    None
 }
 
 #[test]
-fn a_read_lost_within_a_ttl_does_not_hold_a_failover_up() {
-    let held = KeyState::Held { revision: 3, holder: "a".into() };
-    let mut f = Leadership::new("b", LeadershipConfig::new(1_000));
-    assert_eq!(f.poll(0), Some(LeaderRequest::Read));
-    assert_eq!(f.on_read(held.clone(), 0), None);
-    assert_eq!(f.poll(300 * MS), Some(LeaderRequest::Read));
-    assert_eq!(f.abandon(700 * MS), None);
-    assert_eq!(f.poll(700 * MS), Some(LeaderRequest::Read));
-    assert_eq!(f.on_read(held, 999 * MS), None, "answered 999 ms after the last answer");
-    assert_eq!(f.poll(1_000 * MS), Some(LeaderRequest::Write { expected_revision: Some(3) }));
+fn a_follower_that_lost_sight_of_the_key_waits_a_full_ttl_again() {
+    // Every NATS server down from 0.5 s to 6.5 s: the reads sent at 1 s and 4 s go unanswered.
+    // After that outage the incumbent, cut off as well, gets a full TTL to renew once the key
+    // answers, instead of racing a follower's claim at the first answer.
+    let mut f = service_follower();
+    let claimed = poll_reads(&mut f, 0, 20_000, |t| (1_000..6_500).contains(&t));
+    // Unchanged since 0 ms, but no answer from 0 to 7 s: the wait starts again at 7 s.
+    assert_eq!(claimed, Some(10_000), "claimed across a gap in sight");
+}
+
+#[test]
+fn one_lost_read_does_not_hold_a_failover_up() {
+    // The leader is gone; the follower's read at 1 s goes unanswered. The next answer (at 4 s)
+    // comes within the sight gap: the claim goes out then, as without the loss.
+    let mut f = service_follower();
+    assert_eq!(poll_reads(&mut f, 0, 20_000, |t| t == 1_000), Some(4_000));
+    // Every other read lost (those sent at 1, 5, 9 … s): it claims after the next answer.
+    let mut f = service_follower();
+    assert_eq!(poll_reads(&mut f, 0, 20_000, |t| t % 4_000 == 1_000), Some(4_000));
+    // No loss at all: at the TTL.
+    let mut f = service_follower();
+    assert_eq!(poll_reads(&mut f, 0, 20_000, |_| false), Some(3_000));
 }
 
 #[test]
@@ -314,6 +334,8 @@ fn an_unknown_renewal_that_landed_keeps_the_term() {
     let mut l = Leadership::new("a", LeadershipConfig::new(1_000));
     l.poll(0);
     l.on_read(KeyState::Held { revision: 3, holder: "b".into() }, 0);
+    l.poll(600 * MS);
+    l.on_read(KeyState::Held { revision: 3, holder: "b".into() }, 600 * MS);
     l.poll(1_000 * MS);
     l.on_write(WriteOutcome::Written { revision: 4 }, 1_001 * MS);
     assert_eq!(l.poll(1_250 * MS), Some(LeaderRequest::Write { expected_revision: Some(4) }));
@@ -384,6 +406,8 @@ fn renewal_landing_after_a_read(cfg: LeadershipConfig) -> Option<u64> {
     // `a` is elected: reads the key absent at 0, claims at 1000.
     assert_eq!(a.poll(0), Some(LeaderRequest::Read));
     a.on_read(key.read(), 0);
+    assert_eq!(a.poll(ms(600)), Some(LeaderRequest::Read));
+    a.on_read(key.read(), ms(600));
     assert_eq!(a.poll(ms(1_000)), Some(LeaderRequest::Write { expected_revision: None }));
     assert_eq!(a.on_write(key.write(None, "a"), ms(1_005)), Some(Transition::Elected { epoch: 1 }));
     // `b` starts watching.
@@ -446,6 +470,8 @@ fn a_renewal_that_conflicts_with_its_own_late_predecessor_keeps_the_term() {
     let mut a = Leadership::new("a", LeadershipConfig::new(1_000));
     a.poll(0);
     a.on_read(key.read(), 0);
+    a.poll(600 * MS);
+    a.on_read(key.read(), 600 * MS);
     a.poll(1_000 * MS);
     assert_eq!(a.on_write(key.write(None, "a"), 1_001 * MS), Some(Transition::Elected { epoch: 1 }));
     // W1 at 1,250 ms times out; the read shows it has not landed yet.

@@ -7,8 +7,9 @@
 //!   last fault healed (and before the next starts), after the warm-up.
 //! * A fault's recovery is the time from its healing until a two-second average utilization is
 //!   back within 5% of the fault-free level, or of the level in the two seconds before the fault
-//!   if that was lower: while demand moves between DCs the leases follow it a DC-lease lifetime
-//!   late (the capacity a DC no longer needs counts until its lease ends), which no fault causes.
+//!   if that was lower (but never below 90% of the fault-free level): while demand moves between
+//!   DCs the leases follow it a DC-lease lifetime late (the capacity a DC no longer needs counts
+//!   until its lease ends), which no fault causes.
 
 use super::schedule::Fault;
 
@@ -56,7 +57,7 @@ pub fn judge(offered: &[f64], admitted: &[f64], rate: f64, faults: &[Fault], dc_
             let first = f.heal_at_s.ceil() as usize;
             let start = f.at_s.floor() as usize;
             let before = (start >= 2 && start <= n).then(|| (u(start - 2) + u(start - 1)) / 2.0);
-            let reference = before.map_or(level, |b| b.min(level));
+            let reference = before.map_or(level, |b| b.min(level)).max(0.9 * level);
             (first..n.saturating_sub(1))
                 .take_while(|&s| ((s + 2) as f64) <= until)
                 .find(|&s| (u(s) + u(s + 1)) / 2.0 >= 0.95 * reference)

@@ -68,3 +68,18 @@ fn a_fault_is_not_recovered_from_below_both_levels() {
     let j = judge(&offered, &admitted, 1_000.0, &[fault(20.0, 22.5)], 1.0, 0.0);
     assert_eq!(j.recovery_s, vec![Some(40.0 - 22.5)]);
 }
+
+#[test]
+fn a_dip_before_a_fault_lowers_the_bar_to_ninety_percent_of_the_level_at_most() {
+    // Half use in the two seconds before the fault, 80% after it: not recovered.
+    let (offered, admitted) = run(|s| match s {
+        18..=19 => 250.0,
+        20..=22 => 0.0,
+        23.. => 400.0,
+        _ => 500.0,
+    });
+    // Three 20 s TTLs of quiet after the heal: only 0..19 s count for the level (0.95).
+    let j = judge(&offered, &admitted, 1_000.0, &[fault(20.0, 22.5)], 20.0, 0.0);
+    assert_eq!(j.utilization_outside_faults, 0.95);
+    assert_eq!(j.recovery_s, vec![None], "80% is below 95% of 90% of the level");
+}
