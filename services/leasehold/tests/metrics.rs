@@ -146,6 +146,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
                 "leasehold_coordinator_definition_changes_total",
                 "leasehold_coordinator_takeovers_total",
                 "leasehold_coordinator_ledger_writes_total",
+                "leasehold_coordinator_ledger_writes_unresolved_total",
                 "leasehold_coordinator_ledger_records_written_total",
                 "leasehold_coordinator_ledger_groups_oversized_total",
                 "leasehold_coordinator_step_downs_total",
@@ -245,7 +246,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
     };
     let c = status(coord_addr).await;
     let expected =
-        "definitions definitions_refused epoch groups_oversized leading ledger_group_bytes_max ledger_writes limits records_written reports_malformed step_downs takeovers";
+        "definitions definitions_refused epoch groups_oversized leading ledger_group_bytes_max ledger_writes ledger_writes_unresolved limits records_written reports_malformed step_downs takeovers";
     assert_eq!(fields(&c), expected, "{c}");
     assert_eq!(fields(&c["limits"]["api"]), "dc_leases limit outstanding retired", "{c}");
     assert_eq!(c["limits"]["api"]["limit"]["rate_milli_per_s"], 100_000, "{c}");
