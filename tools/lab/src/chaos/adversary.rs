@@ -5,7 +5,8 @@
 //! `docs/FAILURES.md`.)
 
 use futures::StreamExt;
-use leasehold_shared::wire::PodReport;
+use leasehold_shared::subjects::{pods_wildcard, PodChannel};
+use leasehold_shared::wire::PodReports;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -22,15 +23,19 @@ pub struct Sent {
 pub async fn run(url: String, limit: String, dc: String, mut stop: watch::Receiver<bool>) -> Sent {
     let mut sent = Sent::default();
     let Ok(client) = leasehold_nats::connect::connect(&url, "chaos-adversary").await else { return sent };
-    let prefix = format!("{}.{limit}.pod.{dc}", leasehold_shared::subjects::PREFIX);
+    let (Ok(lease_subjects), Ok(report_subjects)) =
+        (pods_wildcard(&dc, PodChannel::Lease), pods_wildcard(&dc, PodChannel::Report))
+    else {
+        return sent;
+    };
     let (Ok(mut leases), Ok(mut reports)) =
-        (client.subscribe(format!("{prefix}.*.lease")).await, client.subscribe(format!("{prefix}.*.report")).await)
+        (client.subscribe(lease_subjects).await, client.subscribe(report_subjects).await)
     else {
         return sent;
     };
     // Old leases by subject (kept from the first time seen), and the latest real report per pod.
     let mut old: BTreeMap<String, (Instant, bytes::Bytes)> = BTreeMap::new();
-    let mut last_report: Option<PodReport> = None;
+    let mut last_report: Option<PodReports> = None;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let oversized = bytes::Bytes::from(vec![b'{'; 300_000]);
     loop {
@@ -40,8 +45,10 @@ pub async fn run(url: String, limit: String, dc: String, mut stop: watch::Receiv
                 old.entry(m.subject.to_string()).or_insert((Instant::now(), m.payload));
             }
             Some(m) = reports.next() => {
-                if let Ok(r) = serde_json::from_slice::<PodReport>(&m.payload) {
-                    last_report = Some(r);
+                if let Ok(r) = serde_json::from_slice::<PodReports>(&m.payload) {
+                    if r.reports.iter().any(|item| item.limit == limit) {
+                        last_report = Some(r);
+                    }
                 }
             }
             _ = tick.tick() => {
@@ -61,14 +68,17 @@ pub async fn run(url: String, limit: String, dc: String, mut stop: watch::Receiv
                         sent.oversized += 1;
                     }
                 }
-                if let Some(mut r) = last_report.clone() {
+                if let Some(mut batch) = last_report.clone() {
                     // A pod that is not there, a thousand times the demand.
-                    r.pod = format!("{dc}-ghost");
-                    r.lease_in_use = None;
-                    r.offered = r.offered.max(1).saturating_mul(1_000);
-                    r.queued = 1_000_000;
-                    if let Ok(body) = serde_json::to_vec(&r) {
-                        let subject = format!("{prefix}.{}.report", r.pod);
+                    batch.pod = format!("{dc}-ghost");
+                    for r in batch.reports.iter_mut() {
+                        r.pod = batch.pod.clone();
+                        r.lease_in_use = None;
+                        r.offered = r.offered.max(1).saturating_mul(1_000);
+                        r.queued = 1_000_000;
+                    }
+                    let subject = leasehold_shared::subjects::pod(&dc, &batch.pod, PodChannel::Report);
+                    if let (Ok(body), Ok(subject)) = (serde_json::to_vec(&batch), subject) {
                         if client.publish(subject, body.into()).await.is_ok() {
                             sent.forged_reports += 1;
                         }
