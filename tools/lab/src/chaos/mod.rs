@@ -4,7 +4,7 @@
 //! per-second counts ([`judge`]) give utilization outside faults and each fault's recovery.
 //! The last stdout line is one JSON object; the exit code is non-zero if the limit was exceeded.
 
-mod adversary;
+pub mod adversary;
 mod faults;
 pub mod judge;
 pub mod report;

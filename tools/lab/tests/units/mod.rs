@@ -5,6 +5,7 @@
 mod bench_batch_items;
 mod bench_cpu;
 mod bench_keys_load;
+mod chaos_adversary;
 mod chaos_judge;
 mod chaos_report;
 mod chaos_schedule;
