@@ -1,27 +1,10 @@
 use super::*;
 use crate::subjects::ledger_group_of;
-use crate::wire::{encode, LedgerRecord, SCHEMA_VERSION};
+use crate::wire::{encode, LedgerRecord};
 use GroupWriteAnswer::{Conflict, Unknown, Written};
 
 fn record(limit: usize, epoch: u64, writer: &str) -> LedgerRecord {
-    LedgerRecord {
-        v: SCHEMA_VERSION,
-        limit: name(limit),
-        epoch,
-        writer: writer.into(),
-        leases: Vec::new(),
-        floors: Default::default(),
-        floor_versions: Default::default(),
-        floors_reserved: Default::default(),
-        capacity: None,
-        inherited_below: Default::default(),
-        lost_floors: Default::default(),
-        lost_wait_dc_ttl_ms: None,
-        dc_holders: Default::default(),
-        adaptive_rate_milli_per_s: None,
-        expiry: None,
-        pod_rules: Default::default(),
-    }
+    LedgerRecord::empty(&name(limit), epoch, writer)
 }
 
 /// The `i`th limit name of group 0.
@@ -30,9 +13,9 @@ fn name(i: usize) -> String {
 }
 
 fn group(records: Vec<LedgerRecord>) -> Vec<u8> {
-    let g = LedgerGroup::new(0, records);
-    assert!(decode::<LedgerGroup>(&encode(&g)).is_ok(), "a valid group");
-    encode(&g)
+    let bytes = encode(&LedgerGroup::new(0, records));
+    assert!(decode::<LedgerGroup>(&bytes).is_ok(), "a valid group");
+    bytes
 }
 
 const EPOCH: u64 = 40;
