@@ -7,9 +7,14 @@
 //!   last fault healed (and before the next starts), after the warm-up.
 //! * A fault's recovery is the time from its healing until a two-second average utilization is
 //!   back within 5% of the fault-free level, or of the level in the two seconds before the fault
-//!   if that was lower (but never below 90% of the fault-free level): while demand moves between
-//!   DCs the leases follow it a DC-lease lifetime late (the capacity a DC no longer needs counts
-//!   until its lease ends), which no fault causes.
+//!   if that was lower (but never below 90% of the fault-free level).
+//! * While demand moves between DCs the leases follow it up to a DC-lease lifetime late: the
+//!   capacity a shrinking DC no longer needs counts until its pods confirm the smaller lease, or
+//!   until its lease ends. No fault causes that. So recovery is judged on the utilization with
+//!   that lag excused ([`lag_excused`]): each DC's unserved demand, up to how much its offered
+//!   load grew over the last DC-lease TTL. A DC whose demand holds or falls has nothing excused,
+//!   and a DC left on its floor falls further behind than its growth: neither counts as
+//!   recovered.
 
 use super::schedule::Fault;
 
@@ -24,7 +29,34 @@ fn usable(offered: f64, rate: f64) -> f64 {
     offered.min(rate)
 }
 
-pub fn judge(offered: &[f64], admitted: &[f64], rate: f64, faults: &[Fault], dc_ttl_s: f64, warmup_s: f64) -> Judged {
+/// Per second, the unserved demand that leases following demand one DC-lease TTL late explain:
+/// for each DC, its shortfall, up to how much its offered load grew since `dc_ttl_s` earlier.
+/// Indexed `[second][dc]`, like the load's bins.
+pub fn lag_excused(offered_by_dc: &[Vec<u64>], admitted_by_dc: &[Vec<u64>], dc_ttl_s: f64) -> Vec<f64> {
+    let back = dc_ttl_s.max(0.0).ceil() as usize;
+    (0..offered_by_dc.len().min(admitted_by_dc.len()))
+        .map(|s| {
+            let then = &offered_by_dc[s.saturating_sub(back)];
+            offered_by_dc[s]
+                .iter()
+                .zip(&admitted_by_dc[s])
+                .zip(then)
+                .map(|((&o, &a), &o_then)| o.saturating_sub(a).min(o.saturating_sub(o_then)) as f64)
+                .sum()
+        })
+        .collect()
+}
+
+/// `excused`: per second, the shortfall the lag explains ([`lag_excused`]; empty for none).
+pub fn judge(
+    offered: &[f64],
+    admitted: &[f64],
+    excused: &[f64],
+    rate: f64,
+    faults: &[Fault],
+    dc_ttl_s: f64,
+    warmup_s: f64,
+) -> Judged {
     let n = offered.len().min(admitted.len());
     let outside = |s: usize| {
         let t = s as f64;
@@ -41,10 +73,12 @@ pub fn judge(offered: &[f64], admitted: &[f64], rate: f64, faults: &[Fault], dc_
         seconds += 1;
     }
     let level = if could > 0.0 { got / could } else { 1.0 };
+    // Utilization with the lag excused (never above full use), for recovery.
     let u = |s: usize| {
         let c = usable(offered[s], rate);
         if c > 0.0 {
-            admitted[s] / c
+            let excused = excused.get(s).copied().unwrap_or(0.0).min((c - admitted[s]).max(0.0));
+            (admitted[s] + excused) / c
         } else {
             1.0
         }
