@@ -84,4 +84,8 @@ pub struct KnownBugs {
     /// The RLQS issuer lends under the largest lease it has seen, not the one in force (a
     /// shrink goes unheeded).
     pub rlqs_keeps_largest_lease: bool,
+    /// A DC manager counts a DC lease's TTL from when it read the lease, not from the send of
+    /// the report it answers: a lease stored late (a ledger write that went unanswered and
+    /// landed later) outlives its end on the coordinator's books.
+    pub dc_lease_counts_from_receipt: bool,
 }

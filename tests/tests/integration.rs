@@ -2,5 +2,6 @@
 //! instead of one per file (each repeats the dependencies' generic code). Each module is one
 //! former test file; `cargo nextest` still runs every test in its own process.
 
+mod late_ledger_writes;
 mod negative_controls;
 mod simulate;

@@ -272,7 +272,8 @@ impl DcManagerCore {
         }
         self.fence.check(lease.version)?;
         let sent = self.sent.sent_at(lease.basis_seq).ok_or(LeaseRejection::UnknownBasis(lease.basis_seq))?;
-        let expires_at_ns = sent.saturating_add(lease.ttl_ms.saturating_mul(NS_PER_MS));
+        let anchor_ns = if self.cfg.bugs.dc_lease_counts_from_receipt { now_ns } else { sent };
+        let expires_at_ns = anchor_ns.saturating_add(lease.ttl_ms.saturating_mul(NS_PER_MS));
         if expires_at_ns <= now_ns {
             return Err(LeaseRejection::AlreadyExpired);
         }

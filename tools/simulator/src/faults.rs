@@ -48,6 +48,12 @@ pub enum FaultKind {
     /// A DC's standby's ledger watch lags: it delivers no record until the fault heals, then
     /// the kept history (scripted paths only: not in random schedules, `ALL`).
     WatchLag,
+    /// The coordinator leader's ledger writes go unanswered (a timeout, a server restarting) and
+    /// land `amount` ms later if the record still has the revision they expected (a client
+    /// resending what it buffered); the leader reads the record unchanged, keeps its term and
+    /// counts the write's leases, and its next write meets its own late one
+    /// (`judge_group_write`: Unresolved, then Adopted). Scripted paths only, like `WatchLag`.
+    LedgerWritesUnanswered,
 }
 
 impl FaultKind {
@@ -132,6 +138,7 @@ pub fn schedule(rng: &mut SeededRng, from_s: u64, until_s: u64, pace: FaultPace)
             FaultKind::MessageDuplication => (5.0, 30.0, 0.05 + rng.next_f64() * 0.25),
             FaultKind::MessageDelay => (5.0, 30.0, 50.0 + rng.next_f64() * 450.0),
             FaultKind::WatchLag => (5.0, 30.0, 0.0),
+            FaultKind::LedgerWritesUnanswered => (5.0, 20.0, 500.0 + rng.next_f64() * 2_500.0),
         };
         let duration_s = ((lo + rng.next_f64() * (hi - lo)) * pace.duration_scale).min(until_s as f64 - t);
         // A random limit change never removes the limit: a DC cut off then keeps spending its

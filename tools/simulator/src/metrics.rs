@@ -44,6 +44,11 @@ pub struct Metrics {
     /// DC-manager terms begun (the first per DC included).
     pub dc_takeovers: u64,
     pub fenced_writes: u64,
+    /// Ledger writes that went unanswered (`FaultKind::LedgerWritesUnanswered`), those of them
+    /// that landed late, and later writes that met one and went on its revision (adopted).
+    pub ledger_writes_unresolved: u64,
+    pub ledger_writes_landed_late: u64,
+    pub ledger_writes_adopted: u64,
     /// Limit changes a leading term applied in place.
     pub live_reconfigurations: u64,
     /// Ledger records lost with a single-replica bucket (the fence survives).
@@ -99,6 +104,9 @@ impl Metrics {
             takeovers: 0,
             dc_takeovers: 0,
             fenced_writes: 0,
+            ledger_writes_unresolved: 0,
+            ledger_writes_landed_late: 0,
+            ledger_writes_adopted: 0,
             live_reconfigurations: 0,
             records_lost: 0,
             records_rolled_back: 0,

@@ -19,6 +19,8 @@ pub struct NetFaults {
     pub extra_delay_ms: u64,
     /// Extra delay of every answer from the leader keys (slow compare-and-set replies).
     pub slow_leader_replies_ms: u64,
+    /// The coordinator's ledger writes go unanswered and land this many ms later (0: answered).
+    pub unanswered_ledger_writes_ms: u64,
 }
 
 #[derive(Clone, Debug)]

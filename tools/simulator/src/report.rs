@@ -52,6 +52,10 @@ pub struct SeedResult {
     /// DC-manager terms begun after each DC's first: standbys that took a DC over.
     pub dc_manager_failovers: u64,
     pub fenced_writes: u64,
+    /// Ledger writes unanswered, landed late, and met by a later write of their term (adopted).
+    pub ledger_writes_unresolved: u64,
+    pub ledger_writes_landed_late: u64,
+    pub ledger_writes_adopted: u64,
     /// Limit changes a leading term applied in place (the others restarted the coordinators).
     pub live_reconfigurations: u64,
     pub records_lost: u64,
@@ -136,6 +140,10 @@ pub struct Summary {
     pub limit_changes_min: u64,
     /// Writes by a deposed leader that the ledger's compare-and-set refused.
     pub fenced_writes: u64,
+    /// Ledger writes unanswered, landed late, and adopted, over all seeds.
+    pub ledger_writes_unresolved: u64,
+    pub ledger_writes_landed_late: u64,
+    pub ledger_writes_adopted: u64,
     /// Limit changes a leading term applied in place, over all seeds (the others restarted the
     /// coordinators with the new definition).
     pub live_reconfigurations: u64,
@@ -230,6 +238,9 @@ pub fn run_scenario(sc: Scenario, seed: u64, policy: Policy) -> SeedResult {
         takeovers: m.takeovers,
         dc_manager_failovers: m.dc_takeovers.saturating_sub(sc_dcs as u64),
         fenced_writes: m.fenced_writes,
+        ledger_writes_unresolved: m.ledger_writes_unresolved,
+        ledger_writes_landed_late: m.ledger_writes_landed_late,
+        ledger_writes_adopted: m.ledger_writes_adopted,
         live_reconfigurations: m.live_reconfigurations,
         records_lost: m.records_lost,
         records_rolled_back: m.records_rolled_back,
@@ -380,6 +391,9 @@ fn run_checked(opts: &RunOptions) -> (Summary, Vec<SeedResult>) {
         config_changes_min: fewest(&results, FaultKind::ConfigChange),
         limit_changes_min: fewest(&results, FaultKind::LimitChange),
         fenced_writes: results.iter().map(|r| r.fenced_writes).sum(),
+        ledger_writes_unresolved: results.iter().map(|r| r.ledger_writes_unresolved).sum(),
+        ledger_writes_landed_late: results.iter().map(|r| r.ledger_writes_landed_late).sum(),
+        ledger_writes_adopted: results.iter().map(|r| r.ledger_writes_adopted).sum(),
         live_reconfigurations: results.iter().map(|r| r.live_reconfigurations).sum(),
         records_lost: results.iter().map(|r| r.records_lost).sum(),
         records_rolled_back: results.iter().map(|r| r.records_rolled_back).sum(),

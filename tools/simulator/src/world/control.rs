@@ -14,9 +14,6 @@ use leasehold_shared::quota::Quota;
 use leasehold_shared::wire::{DcLease, LedgerRecord};
 use std::rc::Rc;
 
-/// Values the ledger bucket keeps per key (the services' `history: 5`).
-const RECORD_HISTORY: usize = 5;
-
 impl World {
     pub(super) fn expiry(&self) -> ExpiryPolicy {
         if let Some(e) = self.sc.expiry_override {
@@ -250,46 +247,6 @@ impl World {
             let local = m.clock.local(self.now);
             let out = handle(m.core.as_mut().expect("acting"), local);
             self.route_dc(d, out);
-        }
-    }
-
-    /// Compare-and-set the ledger record; on success every DC's watch sees it.
-    pub(super) fn write_record(&mut self, c: usize, quiet: bool) {
-        if self.coords[c].record_rev != self.kv.record_rev {
-            self.coords[c].core = None; // fenced: someone else wrote since
-            self.coords[c].election.resign("the ledger was written by another");
-            self.metrics.fenced_writes += 1;
-            return;
-        }
-        let record = Rc::new(self.coords[c].core.as_ref().expect("leader").record());
-        // The fence goes up first when the record names a floor above it.
-        if let Some(raised) = self.kv.fence.as_ref().and_then(|f| f.covering(&record)) {
-            self.kv.fence = Some(raised);
-        }
-        // A changed floor must reach the DCs even when no lease changed.
-        let quiet = quiet && self.kv.record.as_ref().is_some_and(|r| r.floors == record.floors);
-        if record.epoch < self.kv.max_epoch {
-            self.metrics
-                .invariant(self.now, format!("ledger epoch went back from {} to {}", self.kv.max_epoch, record.epoch));
-        }
-        self.kv.max_epoch = self.kv.max_epoch.max(record.epoch);
-        self.kv.record_rev += 1;
-        self.coords[c].record_rev = self.kv.record_rev;
-        if let Some(prev) = self.kv.record.take().filter(|p| p.epoch < record.epoch) {
-            self.kv.earlier_term_record = Some(prev);
-        }
-        self.kv.record = Some(record.clone());
-        self.kv.history.push_back((self.kv.record_rev, record.clone()));
-        if self.kv.history.len() > RECORD_HISTORY {
-            self.kv.history.pop_front();
-        }
-        if quiet {
-            return; // nothing new: the watch would deliver the same leases and floors again
-        }
-        let rev = self.kv.record_rev;
-        for d in 0..self.dcs.len() {
-            let r = record.clone();
-            self.send(Link::DcCoord(d), || Msg::Record(d, None, r.clone(), rev));
         }
     }
 

@@ -208,6 +208,10 @@ impl World {
                 self.net.faults.slow_leader_replies_ms = f.amount as u64;
                 Some(())
             }
+            FaultKind::LedgerWritesUnanswered => {
+                self.net.faults.unanswered_ledger_writes_ms = f.amount as u64;
+                Some(())
+            }
             FaultKind::ConfigChange => {
                 let l = &mut self.live;
                 l.changes += 1;
@@ -420,6 +424,7 @@ impl World {
             FaultKind::DcManagerPause | FaultKind::ConfigChange => {}
             FaultKind::LimitChange => self.change_limit(f.target, None),
             FaultKind::SlowLeaderReplies => self.net.faults.slow_leader_replies_ms = 0,
+            FaultKind::LedgerWritesUnanswered => self.net.faults.unanswered_ledger_writes_ms = 0,
             FaultKind::MessageLoss => self.net.faults.loss = 0.0,
             FaultKind::MessageDuplication => self.net.faults.duplicate = 0.0,
             FaultKind::MessageDelay => self.net.faults.extra_delay_ms = 0,

@@ -8,6 +8,7 @@ mod checks;
 mod control;
 mod faults;
 mod leaders;
+mod ledger_writes;
 mod live;
 mod requests;
 mod term_reads;
@@ -69,6 +70,8 @@ enum Ev {
     Heal(usize),
     /// The next crash (`true`) or restart of a crash-looping pod, by fault index.
     CrashLoop(usize, bool),
+    /// An unanswered ledger write reaches the store (by index in `Kv::in_flight`).
+    LateWrite(usize),
     Sample,
 }
 
@@ -194,6 +197,9 @@ struct Kv {
     /// The values the bucket keeps (history 5), oldest first, with their revisions: what a
     /// watch opened again delivers.
     history: VecDeque<(u64, Rc<LedgerRecord>)>,
+    /// Unanswered writes on their way ([`Ev::LateWrite`]): the revision each expects, and its
+    /// record.
+    in_flight: Vec<Option<(u64, Rc<LedgerRecord>)>>,
 }
 
 pub struct World {
@@ -419,6 +425,10 @@ impl World {
                 }
                 Ev::CrashLoop(i, crash) => {
                     self.crash_loop_step(i, crash);
+                    self.check();
+                }
+                Ev::LateWrite(i) => {
+                    self.land_late_write(i);
                     self.check();
                 }
                 Ev::Sample => self.on_sample(),
