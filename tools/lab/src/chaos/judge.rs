@@ -12,9 +12,11 @@
 //!   capacity a shrinking DC no longer needs counts until its pods confirm the smaller lease, or
 //!   until its lease ends. No fault causes that. So recovery is judged on the utilization with
 //!   that lag excused ([`lag_excused`]): each DC's unserved demand, up to how much its offered
-//!   load grew over the last DC-lease TTL. A DC whose demand holds or falls has nothing excused,
-//!   and a DC left on its floor falls further behind than its growth: neither counts as
-//!   recovered.
+//!   load grew over the last DC-lease TTL and up to what the limiter refused (errors are never
+//!   excused), in the level as in each second. A DC whose demand holds or falls has nothing
+//!   excused, and a DC left on its floor falls further behind than its growth. A lease from
+//!   before the fault can last a TTL past the heal and hide a DC that is no longer renewed, so
+//!   the bar must hold from the recovery until a TTL after the heal.
 
 use super::schedule::Fault;
 
@@ -29,20 +31,31 @@ fn usable(offered: f64, rate: f64) -> f64 {
     offered.min(rate)
 }
 
+/// The load's per-second counts by DC (`[second][dc]`, like its bins).
+pub struct ByDc<'a> {
+    pub offered: &'a [Vec<u64>],
+    pub admitted: &'a [Vec<u64>],
+    /// Refused by the limiter (429): what a lease too small for the demand shows as.
+    pub denied: &'a [Vec<u64>],
+}
+
 /// Per second, the unserved demand that leases following demand one DC-lease TTL late explain:
-/// for each DC, its shortfall, up to how much its offered load grew since `dc_ttl_s` earlier.
-/// Indexed `[second][dc]`, like the load's bins.
-pub fn lag_excused(offered_by_dc: &[Vec<u64>], admitted_by_dc: &[Vec<u64>], dc_ttl_s: f64) -> Vec<f64> {
+/// for each DC, its shortfall, up to how much its offered load grew since `dc_ttl_s` earlier
+/// and up to what the limiter refused (errors and timeouts are never excused). A long TTL
+/// excuses more; the chaos runs use 6 s.
+pub fn lag_excused(by_dc: &ByDc<'_>, dc_ttl_s: f64) -> Vec<f64> {
     let back = dc_ttl_s.max(0.0).ceil() as usize;
-    (0..offered_by_dc.len().min(admitted_by_dc.len()))
+    let n = by_dc.offered.len().min(by_dc.admitted.len()).min(by_dc.denied.len());
+    (0..n)
         .map(|s| {
-            let then = &offered_by_dc[s.saturating_sub(back)];
-            offered_by_dc[s]
-                .iter()
-                .zip(&admitted_by_dc[s])
-                .zip(then)
-                .map(|((&o, &a), &o_then)| o.saturating_sub(a).min(o.saturating_sub(o_then)) as f64)
-                .sum()
+            let then = &by_dc.offered[s.saturating_sub(back)];
+            (0..by_dc.offered[s].len().min(then.len()))
+                .map(|dc| {
+                    let (o, a, d) = (by_dc.offered[s][dc], by_dc.admitted[s].get(dc), by_dc.denied[s].get(dc));
+                    let short = o.saturating_sub(a.copied().unwrap_or(0));
+                    short.min(o.saturating_sub(then[dc])).min(d.copied().unwrap_or(0)) as f64
+                })
+                .sum::<f64>()
         })
         .collect()
 }
@@ -66,23 +79,30 @@ pub fn judge(
         // Not inside a fault, and more than 3 TTLs after every fault that healed before it.
         faults.iter().all(|f| t + 1.0 <= f.at_s || t >= f.heal_at_s + 3.0 * dc_ttl_s)
     };
-    let (mut got, mut could, mut seconds) = (0.0, 0.0, 0);
+    let excused_at =
+        |s: usize| excused.get(s).copied().unwrap_or(0.0).min((usable(offered[s], rate) - admitted[s]).max(0.0));
+    let (mut got, mut got_excused, mut could, mut seconds) = (0.0, 0.0, 0.0, 0);
     for s in (0..n).filter(|&s| outside(s)) {
         got += admitted[s];
+        got_excused += admitted[s] + excused_at(s);
         could += usable(offered[s], rate);
         seconds += 1;
     }
     let level = if could > 0.0 { got / could } else { 1.0 };
-    // Utilization with the lag excused (never above full use), for recovery.
+    // Recovery compares like with like: the lag excused in the level too (never above full use).
+    let level_excused = if could > 0.0 { got_excused / could } else { 1.0 };
     let u = |s: usize| {
         let c = usable(offered[s], rate);
         if c > 0.0 {
-            let excused = excused.get(s).copied().unwrap_or(0.0).min((c - admitted[s]).max(0.0));
-            (admitted[s] + excused) / c
+            (admitted[s] + excused_at(s)) / c
         } else {
             1.0
         }
     };
+    // A lease from before the fault lasts up to a TTL after it healed: a DC whose leases are no
+    // longer renewed is only found short (beyond what its growth excuses) once they end. So the
+    // bar must hold from the recovery on until a TTL after healing.
+    let meets = |s: usize, bar: f64| (u(s) + u(s + 1)) / 2.0 >= bar;
     let recovery_s = faults
         .iter()
         .enumerate()
@@ -91,10 +111,13 @@ pub fn judge(
             let first = f.heal_at_s.ceil() as usize;
             let start = f.at_s.floor() as usize;
             let before = (start >= 2 && start <= n).then(|| (u(start - 2) + u(start - 1)) / 2.0);
-            let reference = before.map_or(level, |b| b.min(level)).max(0.9 * level);
-            (first..n.saturating_sub(1))
-                .take_while(|&s| ((s + 2) as f64) <= until)
-                .find(|&s| (u(s) + u(s + 1)) / 2.0 >= 0.95 * reference)
+            let reference = before.map_or(level_excused, |b| b.min(level_excused)).max(0.9 * level_excused);
+            let bar = 0.95 * reference;
+            let held_until = (f.heal_at_s + dc_ttl_s).ceil() as usize;
+            let windows = || (first..n.saturating_sub(1)).take_while(|&s| ((s + 2) as f64) <= until);
+            windows()
+                .find(|&s| meets(s, bar) && windows().filter(|&w| w > s && w <= held_until).all(|w| meets(w, bar)))
+                .filter(|&s| s >= held_until || windows().any(|w| w >= held_until))
                 .map(|s| (s as f64 - f.heal_at_s).max(0.0))
         })
         .collect();

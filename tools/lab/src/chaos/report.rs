@@ -3,7 +3,7 @@
 //! schedule and per-second counts by DC).
 
 use super::adversary::Sent;
-use super::judge::{judge, lag_excused};
+use super::judge::{judge, lag_excused, ByDc};
 use super::schedule::Fault;
 use super::{ChaosArgs, WARMUP_S};
 use crate::demo::load::Bins;
@@ -97,7 +97,8 @@ pub fn summarize(a: &ChaosArgs, ran: Ran) -> Summary {
         .zip(store_back_at_s.iter().chain(std::iter::repeat(&None)))
         .map(|(f, back)| Fault { heal_at_s: back.map_or(f.heal_at_s, |b| b.max(f.heal_at_s)), ..f.clone() })
         .collect();
-    let excused = lag_excused(&b.offered[..secs], &b.admitted[..secs], dc_ttl_s);
+    let by_dc = ByDc { offered: &b.offered[..secs], admitted: &b.admitted[..secs], denied: &b.denied[..secs] };
+    let excused = lag_excused(&by_dc, dc_ttl_s);
     let j = judge(&offered, &admitted, &excused, rate, &judged, dc_ttl_s, WARMUP_S);
     injected.insert("clock_skew", 2);
     let recoveries: Vec<Recovery> = schedule
