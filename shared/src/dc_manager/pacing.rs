@@ -20,10 +20,6 @@
 
 use crate::expiry::NS_PER_MS;
 use crate::wire::PodLease;
-use std::collections::hash_map::Entry;
-
-/// A holder of one limit at a pod: (limit, incarnation).
-type HolderKey = (String, u64);
 
 /// A hash map with a fixed hasher: the same inputs give the same order on every run. (A DC
 /// manager of 1,000 limits looks up 100,000 leases a second here at 100 pods; ordered maps of
@@ -31,20 +27,31 @@ type HolderKey = (String, u64);
 /// its batch's leases by limit.)
 type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
 
+/// One holder of a limit at a pod (an incarnation of the pod's process).
+#[derive(Debug)]
+struct HolderMail {
+    incarnation: u64,
+    /// The newest lease not yet sent.
+    pending: Option<PodLease>,
+    /// The latest time a lease sent to it could still be in force: send time + TTL (its true
+    /// end, from the pod's earlier report, is sooner). None: none sent, or swept once it ended.
+    in_force_until_ns: Option<u64>,
+}
+
 #[derive(Debug, Default)]
 struct PodMail {
-    /// The newest lease not yet sent, per holder.
-    pending: Map<HolderKey, PodLease>,
+    /// Per limit, its holders at this pod (by incarnation: almost always one). Keyed by the
+    /// limit's name, so a lease is filed under a holder already known without a new key.
+    holders: Map<String, Vec<HolderMail>>,
+    /// Holders with a lease pending.
+    pending: usize,
     /// When the last lease message went to this pod (this clock).
     last_sent_ns: Option<u64>,
-    /// Per holder, the latest time a lease sent to it could still be in force: send time + TTL
-    /// (its true end, from the pod's earlier report, is sooner).
-    in_force_until_ns: Map<HolderKey, u64>,
-    /// No entry of `in_force_until_ns` ends before this (`u64::MAX` when there is none): until
-    /// then the map needs no sweep.
+    /// No holder's `in_force_until_ns` ends before this (`u64::MAX` when there is none): until
+    /// then no sweep is needed.
     in_force_sweep_at_ns: u64,
-    /// Some pending lease is for a holder without an entry in `in_force_until_ns` (kept as leases
-    /// are pushed, so a flush does not look up every pending lease).
+    /// Some pending lease is for a holder with nothing in force (kept as leases are pushed, so a
+    /// flush does not look at every pending lease).
     urgent: bool,
     /// Since when a lease has been waiting (first seen at a flush).
     pending_since_ns: Option<u64>,
@@ -61,15 +68,56 @@ struct PodMail {
 const MAX_HOLD_REPORTS: u64 = crate::holder::SentLog::LEN as u64 / 4;
 
 impl PodMail {
+    /// File `lease` under its holder: a newer lease replaces an older one still pending.
+    fn file(&mut self, lease: PodLease) {
+        let holders = match self.holders.get_mut(lease.limit.as_str()) {
+            Some(holders) => holders,
+            None => self.holders.entry(lease.limit.clone()).or_default(),
+        };
+        let i = match holders.iter().position(|h| h.incarnation == lease.incarnation) {
+            Some(i) => i,
+            None => {
+                let holder = HolderMail { incarnation: lease.incarnation, pending: None, in_force_until_ns: None };
+                holders.push(holder);
+                holders.len() - 1
+            }
+        };
+        let holder = &mut holders[i];
+        self.urgent |= holder.in_force_until_ns.is_none();
+        match &holder.pending {
+            None => {
+                self.pending += 1;
+                holder.pending = Some(lease);
+            }
+            Some(waiting) if waiting.version <= lease.version => holder.pending = Some(lease),
+            Some(_) => {}
+        }
+    }
+
+    /// Forget what ended before `now_ns`: leases in force, then holders with nothing left.
+    fn sweep(&mut self, now_ns: u64) {
+        let mut next = u64::MAX;
+        let mut urgent = false;
+        self.holders.retain(|_, holders| {
+            holders.retain_mut(|h| {
+                h.in_force_until_ns = h.in_force_until_ns.filter(|&until| until > now_ns);
+                next = next.min(h.in_force_until_ns.unwrap_or(u64::MAX));
+                urgent |= h.pending.is_some() && h.in_force_until_ns.is_none();
+                h.pending.is_some() || h.in_force_until_ns.is_some()
+            });
+            !holders.is_empty()
+        });
+        self.in_force_sweep_at_ns = next;
+        self.urgent = urgent;
+    }
+
     /// This pod's pending leases, if they are due now (see [`LeasePacing::take_due`]); what is
     /// returned counts as sent at `now_ns`.
     fn take_due(&mut self, now_ns: u64, on_tick: bool, min_gap_ns: u64) -> Option<Vec<PodLease>> {
         if now_ns >= self.in_force_sweep_at_ns {
-            self.in_force_until_ns.retain(|_, until| *until > now_ns);
-            self.in_force_sweep_at_ns = self.in_force_until_ns.values().copied().min().unwrap_or(u64::MAX);
-            self.urgent = self.pending.keys().any(|k| !self.in_force_until_ns.contains_key(k));
+            self.sweep(now_ns);
         }
-        if self.pending.is_empty() {
+        if self.pending == 0 {
             return None;
         }
         let since = *self.pending_since_ns.get_or_insert(now_ns);
@@ -79,13 +127,16 @@ impl PodMail {
         if !(paced || self.urgent) {
             return None;
         }
-        let mut leases = Vec::with_capacity(self.pending.len());
-        for (holder, l) in self.pending.drain() {
-            let until = now_ns.saturating_add(l.ttl_ms.saturating_mul(NS_PER_MS));
-            self.in_force_until_ns.insert(holder, until);
-            self.in_force_sweep_at_ns = self.in_force_sweep_at_ns.min(until);
-            leases.push(l);
+        let mut leases = Vec::with_capacity(self.pending);
+        for h in self.holders.values_mut().flatten() {
+            if let Some(l) = h.pending.take() {
+                let until = now_ns.saturating_add(l.ttl_ms.saturating_mul(NS_PER_MS));
+                h.in_force_until_ns = Some(until);
+                self.in_force_sweep_at_ns = self.in_force_sweep_at_ns.min(until);
+                leases.push(l);
+            }
         }
+        self.pending = 0;
         self.urgent = false;
         self.last_sent_ns = Some(now_ns);
         self.pending_since_ns = None;
@@ -111,8 +162,8 @@ impl LeasePacing {
     }
 
     /// A lease a core issued: it waits here until [`LeasePacing::take_due`] sends it.
-    /// (A DC manager of 1,000 limits pushes 100,000 a second at 100 pods: one lookup of the pod,
-    /// one of the holder's lease in force, one of its pending lease.)
+    /// (A DC manager of 1,000 limits pushes 100,000 a second at 100 pods: one lookup of the pod
+    /// and one of the limit, by name, with no new key unless the holder is new.)
     pub fn push(&mut self, lease: PodLease) {
         let mail = match self.pods.get_mut(&lease.pod) {
             Some(mail) => mail,
@@ -125,23 +176,13 @@ impl LeasePacing {
             mail.touched = true;
             self.touched.push(lease.pod.clone());
         }
-        let key = (lease.limit.clone(), lease.incarnation);
-        mail.urgent |= !mail.in_force_until_ns.contains_key(&key);
-        match mail.pending.entry(key) {
-            Entry::Vacant(slot) => {
-                slot.insert(lease);
-            }
-            Entry::Occupied(mut slot) if slot.get().version <= lease.version => {
-                slot.insert(lease);
-            }
-            Entry::Occupied(_) => {}
-        }
+        mail.file(lease);
     }
 
     /// Whether any lease waits.
     #[cfg(test)]
     fn is_empty(&self) -> bool {
-        self.pods.values().all(|m| m.pending.is_empty())
+        self.pods.values().all(|m| m.pending == 0)
     }
 
     /// The leases to send now, per pod: every pod given a lease since the last call that has a
@@ -159,7 +200,7 @@ impl LeasePacing {
                 }
             }
             // Forget pods with nothing pending and nothing in force (departed, or idle).
-            self.pods.retain(|_, m| !m.pending.is_empty() || !m.in_force_until_ns.is_empty());
+            self.pods.retain(|_, m| !m.holders.is_empty());
         } else {
             for pod in touched {
                 let Some(mail) = self.pods.get_mut(&pod) else { continue };
