@@ -49,13 +49,8 @@ pub fn lag_excused(by_dc: &ByDc<'_>, dc_ttl_s: f64) -> Vec<f64> {
     (0..n)
         .map(|s| {
             let then = &by_dc.offered[s.saturating_sub(back)];
-            (0..by_dc.offered[s].len().min(then.len()))
-                .map(|dc| {
-                    let (o, a, d) = (by_dc.offered[s][dc], by_dc.admitted[s].get(dc), by_dc.denied[s].get(dc));
-                    let short = o.saturating_sub(a.copied().unwrap_or(0));
-                    short.min(o.saturating_sub(then[dc])).min(d.copied().unwrap_or(0)) as f64
-                })
-                .sum::<f64>()
+            let now = by_dc.offered[s].iter().zip(&by_dc.admitted[s]).zip(&by_dc.denied[s]).zip(then);
+            now.map(|(((&o, &a), &d), &o_then)| o.saturating_sub(a).min(o.saturating_sub(o_then)).min(d) as f64).sum()
         })
         .collect()
 }
@@ -115,9 +110,12 @@ pub fn judge(
             let bar = 0.95 * reference;
             let held_until = (f.heal_at_s + dc_ttl_s).ceil() as usize;
             let windows = || (first..n.saturating_sub(1)).take_while(|&s| ((s + 2) as f64) <= until);
+            let held_from = |s: usize| meets(s, bar) && (s + 1..=held_until).all(|w| meets(w, bar));
+            // Unknowable if the quiet stretch ends before a TTL has passed.
             windows()
-                .find(|&s| meets(s, bar) && windows().filter(|&w| w > s && w <= held_until).all(|w| meets(w, bar)))
-                .filter(|&s| s >= held_until || windows().any(|w| w >= held_until))
+                .any(|w| w >= held_until)
+                .then(|| windows().find(|&s| held_from(s)))
+                .flatten()
                 .map(|s| (s as f64 - f.heal_at_s).max(0.0))
         })
         .collect();

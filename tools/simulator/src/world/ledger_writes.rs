@@ -32,29 +32,22 @@ impl World {
     /// adopted); on success every DC's watch sees it.
     pub(super) fn write_record(&mut self, c: usize, quiet: bool) {
         let record = Rc::new(self.coords[c].core.as_ref().expect("leader").record());
-        let late_ms = self.net.faults.unanswered_ledger_writes_ms;
-        let answer = if self.coords[c].record_rev != self.kv.record_rev {
-            GroupWriteAnswer::Conflict
-        } else if late_ms > 0 {
-            GroupWriteAnswer::Unknown
-        } else {
-            GroupWriteAnswer::Written { revision: self.kv.record_rev + 1 }
-        };
-        if answer == GroupWriteAnswer::Conflict {
-            // A conflict is never stored: judge it from the record read back (not the fence).
-            return self.judge_write(c, answer, &record);
+        if self.coords[c].record_rev != self.kv.record_rev {
+            // A conflict is never stored: judge it from the record read back (no fence raised).
+            return self.judge_write(c, GroupWriteAnswer::Conflict, &record);
         }
         // The fence goes up first when the record names a floor above it (its own write,
         // answered).
         if let Some(raised) = self.kv.fence.as_ref().and_then(|f| f.covering(&record)) {
             self.kv.fence = Some(raised);
         }
-        if answer == GroupWriteAnswer::Unknown {
+        let late_ms = self.net.faults.unanswered_ledger_writes_ms;
+        if late_ms > 0 {
             // On its way: it lands later if the record still has the revision it expects.
             let i = self.kv.in_flight.len();
             self.kv.in_flight.push(Some((self.kv.record_rev, record.clone())));
             self.push(self.now + late_ms * MS, Ev::LateWrite(i));
-            return self.judge_write(c, answer, &record);
+            return self.judge_write(c, GroupWriteAnswer::Unknown, &record);
         }
         self.store_record(record, quiet);
         self.coords[c].record_rev = self.kv.record_rev;

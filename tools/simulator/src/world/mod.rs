@@ -10,6 +10,7 @@ mod faults;
 mod leaders;
 mod ledger_writes;
 mod live;
+mod nodes;
 mod requests;
 mod term_reads;
 
@@ -24,17 +25,10 @@ use crate::net::Network;
 use crate::scenario::Scenario;
 use crate::upstream::Upstream;
 use leasehold_shared::bucket::TokenBucket;
-use leasehold_shared::coordinator::CoordinatorCore;
-use leasehold_shared::dc_manager::{DcManagerCore, DcOutput};
-use leasehold_shared::pod::{IntervalCounters, PodCore};
-use leasehold_shared::quiet_reports::QuietReports;
-use leasehold_shared::quota::Quota;
 use leasehold_shared::rng::SeededRng;
-use leasehold_shared::wire::{
-    DcReport, LeaseReturn, LeaseVersion, LedgerFence, LedgerRecord, PodLease, PodReport, ReturnAck,
-};
+use leasehold_shared::wire::{DcReport, LeaseReturn, LedgerRecord, PodLease, PodReport, ReturnAck};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap};
 use std::rc::Rc;
 
 pub const MS: u64 = 1_000_000;
@@ -86,121 +80,7 @@ enum Msg {
     Record(usize, Option<usize>, Rc<LedgerRecord>, u64),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PodState {
-    Down,
-    Up,
-    Paused,
-    Draining,
-}
-
-struct PodSlot {
-    dc: usize,
-    clock: NodeClock,
-    state: PodState,
-    core: Option<PodCore>,
-    /// Which reports the core's limit leaves out (a new one with every core).
-    quiet: QuietReports,
-    /// Incarnation: events of a previous incarnation are ignored.
-    incarnation: u64,
-    routable: bool,
-    queue: VecDeque<u64>,
-    retry_at: Option<u64>,
-    counters: IntervalCounters,
-    paused_until: u64,
-    static_bucket: Option<TokenBucket>,
-}
-
-/// One DC manager replica: it leads the DC while its election says it may act.
-struct MgrReplica {
-    clock: NodeClock,
-    election: leasehold_shared::leadership::Leadership,
-    /// The state of its current term (a new term is a new holder).
-    core: Option<DcManagerCore>,
-    alive: bool,
-    paused_until: u64,
-    /// Events of a previous process are ignored.
-    incarnation: u64,
-    /// Computed just before a pause and sent when it wakes (the GC-pause bug to survive).
-    send_on_wake: Vec<DcOutput>,
-    /// A pause (ns) to begin right after its next leader-key write is sent: the worst moment,
-    /// with the write's answer arriving while it is frozen.
-    pause_after_write_ns: Option<u64>,
-    /// What the process took from the ledger records it read (removal, pod rules), by revision.
-    record_rules: leasehold_shared::dc_manager::RecordRules,
-    /// The newest floor (by version) its ledger watch or a direct read gave the process.
-    watched_floor: Option<(Quota, LeaseVersion)>,
-    /// Until then its ledger watch delivers nothing (a lagging watch; see `term_reads`).
-    watch_lag_until: u64,
-}
-
-struct DcSlot {
-    clock: NodeClock,
-    mgrs: Vec<MgrReplica>,
-    static_bucket: Option<TokenBucket>,
-    /// The judge's view: the revision of the newest record that reached the DC, and since when
-    /// the newest one reached says the limit was removed (its pods may then hold no emergency
-    /// allowance once their leases have run out).
-    newest_record_rev: u64,
-    removed_since: Option<u64>,
-    /// The DC's floor confirmations (its own store): `None` until first written, then the
-    /// floor (and version) a term wrote last before confirming it.
-    confirmed: Option<(Quota, LeaseVersion)>,
-}
-
-impl DcSlot {
-    /// Whether replica `r` believes its term may act now (alive, awake, term open and fresh).
-    /// Every replica hears the DC's subjects and decides for itself, as the real service does:
-    /// two may act at once only if leadership is broken, which the checks catch.
-    fn acts(&self, r: usize, now: u64) -> bool {
-        let m = &self.mgrs[r];
-        m.alive && m.paused_until <= now && m.core.is_some() && m.election.acting_epoch(m.clock.local(now)).is_some()
-    }
-
-    /// The replicas that act now (one, when leadership holds).
-    fn acting(&self, now: u64) -> Vec<usize> {
-        (0..self.mgrs.len()).filter(|&r| self.acts(r, now)).collect()
-    }
-}
-
-struct CoordSlot {
-    id: String,
-    clock: NodeClock,
-    alive: bool,
-    paused_until: u64,
-    incarnation: u64,
-    election: leasehold_shared::leadership::Leadership,
-    core: Option<CoordinatorCore>,
-    /// KV revision of the ledger record this leader last wrote or read.
-    record_rev: u64,
-    /// Paused between checking its leadership and writing: on waking it finishes that write
-    /// first (the classic GC-pause bug), which the record's compare-and-set must refuse.
-    write_on_wake: bool,
-    /// A limit change came while it was frozen: it applies it on waking (after that write), and
-    /// the limit in force before the change (this) stays in force a full window from then.
-    change_on_wake: Option<leasehold_shared::quota::Quota>,
-    /// As [`MgrReplica::pause_after_write_ns`].
-    pause_after_write_ns: Option<u64>,
-}
-
-/// The ledger bucket stand-in: the record, written by compare-and-set on its revision, and the
-/// fence (kept apart from the record, raised by every new coordinator term).
-#[derive(Default)]
-struct Kv {
-    record: Option<Rc<LedgerRecord>>,
-    record_rev: u64,
-    /// The highest epoch any record was written under.
-    max_epoch: u64,
-    fence: Option<LedgerFence>,
-    /// The last record an earlier term wrote: what a store that loses its tail goes back to.
-    earlier_term_record: Option<Rc<LedgerRecord>>,
-    /// The values the bucket keeps (history 5), oldest first, with their revisions: what a
-    /// watch opened again delivers.
-    history: VecDeque<(u64, Rc<LedgerRecord>)>,
-    /// Unanswered writes on their way ([`Ev::LateWrite`]): the revision each expects, and its
-    /// record.
-    in_flight: Vec<Option<(u64, Rc<LedgerRecord>)>>,
-}
+use nodes::{CoordSlot, DcSlot, Kv, MgrReplica, PodSlot, PodState};
 
 pub struct World {
     sc: Scenario,
