@@ -85,6 +85,33 @@ pub(crate) fn decode_within<T: WireMessage>(
     max_bytes: usize,
     missing: MissingVersion,
 ) -> Result<T, WireError> {
+    if leading_version(bytes) != Some(u64::from(T::VERSION)) {
+        check_version::<T>(bytes, max_bytes, missing)?;
+    }
+    let msg: T = parse_within(bytes, max_bytes)?;
+    msg.validate()?;
+    Ok(msg)
+}
+
+/// The version a message states as its first key, when it is written the way every encoder here
+/// writes it (`{"v":` and a JSON integer, then `,` or `}`), read without parsing the rest; `None`
+/// for anything else. Every [`WireMessage`] has a `v` field, so the full parse that follows still
+/// refuses a second `"v"`, invalid JSON and an oversized message, as the probe would: reading the
+/// version this way refuses what the probe refused and accepts what it accepted (a malformed
+/// message's text may name another of its faults), and parses a message once instead of twice.
+fn leading_version(bytes: &[u8]) -> Option<u64> {
+    let rest = bytes.strip_prefix(br#"{"v":"#)?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    let leading_zero = digits > 1 && rest[0] == b'0';
+    if digits == 0 || leading_zero || !matches!(rest.get(digits), Some(b',' | b'}')) {
+        return None;
+    }
+    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+}
+
+/// The version check on a message whose version is not read at a glance: a whole parse that
+/// looks only at `"v"`, so an unsupported version is refused as such, not as malformed.
+fn check_version<T: WireMessage>(bytes: &[u8], max_bytes: usize, missing: MissingVersion) -> Result<(), WireError> {
     let probe: VersionProbe = parse_within(bytes, max_bytes)?;
     match probe.v {
         None if missing == MissingVersion::ReadAsV1 => {}
@@ -95,9 +122,7 @@ pub(crate) fn decode_within<T: WireMessage>(
             None => return Err(WireError::Invalid { field: "v", reason: "not an unsigned integer".into() }),
         },
     }
-    let msg: T = parse_within(bytes, max_bytes)?;
-    msg.validate()?;
-    Ok(msg)
+    Ok(())
 }
 
 /// JSON of at most `max_bytes` (larger input is refused unread).
@@ -131,4 +156,81 @@ pub(crate) fn check_ttl(ttl_ms: u64) -> Result<(), WireError> {
         return Err(WireError::Invalid { field: "ttl_ms", reason: format!("{ttl_ms} not in 1..={MAX_TTL_MS}") });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod leading_version_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// What [`decode_within`] did before it read the version at a glance.
+    fn decode_probing_first<T: WireMessage>(bytes: &[u8], missing: MissingVersion) -> Result<T, WireError> {
+        check_version::<T>(bytes, T::MAX_BYTES, missing)?;
+        let msg: T = parse_within(bytes, T::MAX_BYTES)?;
+        msg.validate()?;
+        Ok(msg)
+    }
+
+    fn same_answer<T: WireMessage + PartialEq + std::fmt::Debug>(bytes: &[u8], missing: MissingVersion) {
+        let fast = decode_within::<T>(bytes, T::MAX_BYTES, missing);
+        let probed = decode_probing_first::<T>(bytes, missing);
+        match (&fast, &probed) {
+            (Err(WireError::Malformed(_)), Err(WireError::Malformed(_))) => {}
+            _ => assert_eq!(fast, probed, "{:?}", String::from_utf8_lossy(bytes)),
+        }
+    }
+
+    const REPORT: &str = r#"{"v":1,"limit":"api","dc":"bkk","pod":"p1","incarnation":7,"seq":3,"interval_ms":250,"offered":4,"admitted":4,"rejected":0,"queued":0,"errors":0,"healthy":true,"draining":false,"weight":1.0,"lease_in_use":{"epoch":1,"seq":2}}"#;
+
+    fn report_batch() -> Vec<u8> {
+        format!(r#"{{"v":2,"dc":"bkk","pod":"p1","reports":[{REPORT}]}}"#).into_bytes()
+    }
+
+    fn spliced(mut bytes: Vec<u8>, cut: usize, len: usize, splice: &str) -> Vec<u8> {
+        let at = cut.min(bytes.len());
+        let end = (at + len).min(bytes.len());
+        bytes.splice(at..end, splice.bytes());
+        bytes
+    }
+
+    #[test]
+    fn the_version_read_at_a_glance_is_only_a_json_integer_first() {
+        assert_eq!(leading_version(br#"{"v":2,"dc":"x"}"#), Some(2));
+        assert_eq!(leading_version(br#"{"v":0}"#), Some(0));
+        for other in [
+            &br#"{"v":02,"#[..],
+            br#"{"v":2.0,"#,
+            br#"{"v":-2,"#,
+            br#"{"v": 2,"#,
+            br#" {"v":2,"#,
+            br#"{"v":2 ,"#,
+            br#"{"v":"2","#,
+            br#"{"v":99999999999999999999,"#,
+            br#"{"v":"#,
+        ] {
+            assert_eq!(leading_version(other), None, "{}", String::from_utf8_lossy(other));
+        }
+        assert!(decode::<PodReports>(&report_batch()).is_ok() && decode::<PodReport>(REPORT.as_bytes()).is_ok());
+        let twice = String::from_utf8(report_batch()).unwrap().replacen(r#""dc""#, r#""v":3,"dc""#, 1);
+        assert!(matches!(decode::<PodReports>(twice.as_bytes()), Err(WireError::Malformed(_))));
+    }
+
+    proptest! {
+        /// Cut, spliced and edited messages get the answer the probe gave them.
+        #[test]
+        fn reading_the_version_at_a_glance_changes_no_answer(
+            cut in 0usize..400,
+            len in 0usize..12,
+            splice in prop_oneof![
+                Just(String::new()), Just(r#""v":2,"#.to_string()), Just(r#","v":3"#.to_string()),
+                Just(r#"{"v":2,"#.to_string()), Just(r#"{"v":1,"#.to_string()), Just("02".to_string()),
+                Just(" ".to_string()), Just("}".to_string()), Just("\"".to_string()), "\\PC{0,6}",
+            ],
+        ) {
+            let batch = spliced(report_batch(), cut, len, &splice);
+            same_answer::<PodReports>(&batch, MissingVersion::Refused);
+            same_answer::<PodReports>(&batch, MissingVersion::ReadAsV1);
+            same_answer::<PodReport>(&spliced(REPORT.as_bytes().to_vec(), cut / 2, len, &splice), MissingVersion::Refused);
+        }
+    }
 }
