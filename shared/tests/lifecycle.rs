@@ -97,6 +97,20 @@ fn a_draining_pod_returns_its_lease_and_the_rest_resplit_at_once() {
     // Idempotent: a duplicate return is acknowledged again and changes nothing.
     let again = dc.core.on_lease_return(&ret, 11 * MS);
     assert!(again.iter().any(|o| matches!(o, DcOutput::ReturnAck(_))));
+    // A report the returned holder sent before it stopped, read late, is refused: it makes the
+    // holder no view (no share, no lease) and counts as stale.
+    let stale_before = dc.core.counters().reports_stale;
+    dc.held.remove("p3");
+    dc.report("p3", 400 * MS, true, false);
+    assert_eq!(dc.core.counters().reports_stale, stale_before + 1);
+    assert!(!dc.held.contains_key("p3"), "a returned holder gets no lease");
+    for p in ["p1", "p2", "p4"] {
+        dc.report(p, 1_300 * MS, true, true);
+    }
+    let out = dc.core.tick(1_300 * MS);
+    dc.absorb(out);
+    assert!(!dc.held.contains_key("p3"), "nor a share in the next split");
+    assert_eq!(dc.rate("p1"), 266);
 }
 
 #[test]

@@ -40,10 +40,14 @@ pub(crate) struct LimitTerm {
     pub(crate) admitted_window: Vec<(u64, u64)>,
 }
 
+/// The limits a term serves, by name: hashed, as every report item looks its limit up (a
+/// `BTreeMap` of 1,000 limits compared ten names a lookup). Nothing reads them in order.
+pub(crate) type LimitTerms = std::collections::HashMap<String, LimitTerm, foldhash::fast::FixedState>;
+
 pub(crate) struct Term {
     pub(crate) epoch: u64,
     pub(crate) instance: String,
-    pub(crate) limits: BTreeMap<String, LimitTerm>,
+    pub(crate) limits: LimitTerms,
     /// Whether this term has read every ledger group directly: until then a core uses a floor
     /// only if the DC's floor confirmations vouch for it (`DcManagerCore::await_ledger_read`).
     read_every_group: bool,
@@ -195,7 +199,7 @@ impl Manager {
         self.term = Some(Term {
             epoch,
             instance,
-            limits: BTreeMap::new(),
+            limits: LimitTerms::default(),
             read_every_group: false,
             read_asked_ns: 0,
             read_in_flight: false,

@@ -298,13 +298,11 @@ impl DcManagerCore {
             return Vec::new();
         }
         let holder = pods::holder_key(&r.pod, r.incarnation);
-        if self.ledger.is_closed(&holder) {
-            self.counters.reports_stale += 1;
-            return Vec::new();
-        }
-        let (share_changed, sent_a_lease) = match self.pods.observe(&holder, r, &self.cfg, now_ns) {
+        let ledger = &self.ledger;
+        let outcome = self.pods.observe_unless_closed(&holder, r, &self.cfg, now_ns, || ledger.is_closed(&holder));
+        let (share_changed, sent_a_lease) = match outcome {
             ReportOutcome::Accepted { share_changed, sent_a_lease } => (share_changed, sent_a_lease),
-            ReportOutcome::Stale => {
+            ReportOutcome::Stale | ReportOutcome::Closed => {
                 self.counters.reports_stale += 1;
                 return Vec::new();
             }

@@ -104,6 +104,8 @@ pub enum ReportOutcome {
     },
     Stale,
     TooManyPods,
+    /// The holder has no view and its lease was returned for good (the ledger closed it).
+    Closed,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -117,11 +119,27 @@ pub struct Pods {
 
 impl Pods {
     /// `r`, from the holder whose key ([`holder_key`]) is `holder`.
+    #[cfg(test)]
     pub fn observe(&mut self, holder: &str, r: &PodReport, cfg: &DcManagerConfig, now_ns: u64) -> ReportOutcome {
+        self.observe_unless_closed(holder, r, cfg, now_ns, || false)
+    }
+
+    /// [`Pods::observe`], refusing a holder without a view when `closed()` says its lease was
+    /// returned for good. A holder with a view is never closed (closing it drops its view, and
+    /// no view is made for a closed holder), so a known holder's report skips the question.
+    pub fn observe_unless_closed(
+        &mut self,
+        holder: &str,
+        r: &PodReport,
+        cfg: &DcManagerConfig,
+        now_ns: u64,
+        closed: impl FnOnce() -> bool,
+    ) -> ReportOutcome {
         // One lookup for a holder already known (every report but its first).
         let full = self.views.len() >= cfg.max_pods;
         let v = match self.views.get_mut(holder) {
             Some(v) => v,
+            None if closed() => return ReportOutcome::Closed,
             None if full => return ReportOutcome::TooManyPods,
             None => self.views.entry(holder.to_string()).or_insert_with(|| PodView::new(r, cfg, now_ns)),
         };
