@@ -85,6 +85,9 @@ pub(crate) fn decode_within<T: WireMessage>(
     max_bytes: usize,
     missing: MissingVersion,
 ) -> Result<T, WireError> {
+    if bytes.len() > max_bytes {
+        return Err(WireError::Oversized { len: bytes.len(), max: max_bytes });
+    }
     if leading_version(bytes) != Some(u64::from(T::VERSION)) {
         check_version::<T>(bytes, max_bytes, missing)?;
     }
@@ -211,6 +214,20 @@ mod leading_version_tests {
             assert_eq!(leading_version(other), None, "{}", String::from_utf8_lossy(other));
         }
         assert!(decode::<PodReports>(&report_batch()).is_ok() && decode::<PodReport>(REPORT.as_bytes()).is_ok());
+        // Another version, read at a glance or not, is refused as such; a missing one too.
+        let batch = String::from_utf8(report_batch()).unwrap();
+        for (v, other) in [(3, r#"{"v":3,"#), (1, r#"{"v":1,"#), (3, r#"{ "v":3,"#)] {
+            let other = batch.replacen(r#"{"v":2,"#, other, 1);
+            assert_eq!(
+                decode::<PodReports>(other.as_bytes()),
+                Err(WireError::UnsupportedVersion { found: v, speaks: PROTOCOL_VERSION })
+            );
+        }
+        let without = batch.replacen(r#""v":2,"#, "", 1);
+        assert_eq!(decode::<PodReports>(without.as_bytes()), Err(WireError::MissingVersion));
+        // Oversized input is refused before anything is read, the version included.
+        let long = format!(r#"{{"v":{}}}"#, "2".repeat(PodReports::MAX_BYTES));
+        assert!(matches!(decode::<PodReports>(long.as_bytes()), Err(WireError::Oversized { .. })));
         let twice = String::from_utf8(report_batch()).unwrap().replacen(r#""dc""#, r#""v":3,"dc""#, 1);
         assert!(matches!(decode::<PodReports>(twice.as_bytes()), Err(WireError::Malformed(_))));
     }
