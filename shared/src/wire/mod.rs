@@ -99,8 +99,8 @@ pub(crate) fn decode_within<T: WireMessage>(
 /// The version a message states as its first key, when it is written the way every encoder here
 /// writes it (`{"v":` and a JSON integer, then `,` or `}`), read without parsing the rest; `None`
 /// for anything else. Every [`WireMessage`] has a `v` field, so the full parse that follows still
-/// refuses a second `"v"`, invalid JSON and an oversized message, as the probe would: reading the
-/// version this way refuses what the probe refused and accepts what it accepted (a malformed
+/// refuses a second `"v"` and invalid JSON, as the probe would (oversized input is refused before
+/// either): this refuses what the probe refused and accepts what it accepted (a malformed
 /// message's text may name another of its faults), and parses a message once instead of twice.
 fn leading_version(bytes: &[u8]) -> Option<u64> {
     let rest = bytes.strip_prefix(br#"{"v":"#)?;
