@@ -29,9 +29,10 @@ mod holder;
 mod totals;
 
 use crate::quota::Quota;
+use crate::sorted_map::SortedMap;
 use crate::wire::LeaseVersion;
 use holder::{claims_of, HolderLeases, Rooms};
-use std::collections::BTreeMap;
+use std::hash::Hash;
 use thiserror::Error;
 use totals::{Sum, Totals, TotalsCache};
 
@@ -62,10 +63,11 @@ pub enum LedgerError {
 }
 
 #[derive(Clone, Debug)]
-pub struct Ledger<H: Ord + Clone> {
+pub struct Ledger<H: Ord + Hash + Clone> {
     capacity: Quota,
     epoch: u64,
-    holders: BTreeMap<H, HolderLeases>,
+    /// In key order (durable records list them so), found by hash.
+    holders: SortedMap<H, HolderLeases>,
     /// The most the total may reach while inherited leases are live: the largest earlier
     /// capacity, or what was adopted.
     ceiling: Quota,
@@ -75,12 +77,12 @@ pub struct Ledger<H: Ord + Clone> {
     totals: TotalsCache,
 }
 
-impl<H: Ord + Clone> Ledger<H> {
+impl<H: Ord + Hash + Clone> Ledger<H> {
     pub fn new(capacity: Quota, epoch: u64) -> Self {
         Ledger {
             capacity,
             epoch,
-            holders: BTreeMap::new(),
+            holders: SortedMap::new(),
             ceiling: Quota::ZERO,
             reuse_inherited: false,
             totals: TotalsCache::default(),
@@ -249,10 +251,7 @@ impl<H: Ord + Clone> Ledger<H> {
         }
         let instants = self.totals.instants();
         let before: Vec<_> = instants.iter().map(|&at| claims_of(state, at)).collect();
-        let h = match self.holders.get_mut(holder) {
-            Some(h) => h,
-            None => self.holders.entry(holder.clone()).or_default(),
-        };
+        let h = self.holders.get_or_insert_with(holder, || holder.clone(), HolderLeases::default);
         h.entries.push(LeaseEntry { version, quota, live_until_ns });
         h.last_version = Some(version);
         for (at, before) in instants.into_iter().zip(before) {
@@ -271,7 +270,7 @@ impl<H: Ord + Clone> Ledger<H> {
     /// it under a capacity no larger than this ledger's, and counted it as lasting).
     pub fn adopt_as(&mut self, holder: &H, entry: LeaseEntry, inherited: bool) {
         self.totals.forget();
-        let h = self.holders.entry(holder.clone()).or_default();
+        let h = self.holders.get_or_insert_with(holder, || holder.clone(), HolderLeases::default);
         h.last_version = Some(h.last_version.map_or(entry.version, |v| v.max(entry.version)));
         let version = entry.version;
         h.entries.push(entry);
@@ -345,7 +344,7 @@ impl<H: Ord + Clone> Ledger<H> {
     /// marker is kept.
     pub fn close(&mut self, holder: &H, release_at_ns: u64, forget_after_ns: u64) -> bool {
         self.totals.forget();
-        let h = self.holders.entry(holder.clone()).or_default();
+        let h = self.holders.get_or_insert_with(holder, || holder.clone(), HolderLeases::default);
         let mut had = false;
         for e in h.entries.iter_mut().filter(|e| e.live_until_ns > release_at_ns) {
             e.live_until_ns = release_at_ns;

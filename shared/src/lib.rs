@@ -20,6 +20,7 @@
 //! * [`readiness`]: what each service's `/readyz` answers, and why.
 //! * [`subjects`]: NATS subjects and KV buckets/keys.
 //! * [`rng`]: seeded randomness.
+//! * [`sorted_map`]: a map in key order with hashed lookups (the DC manager's holders).
 
 pub mod adaptive;
 pub mod allocator;
@@ -40,5 +41,6 @@ pub mod quiet_reports;
 pub mod quota;
 pub mod readiness;
 pub mod rng;
+pub mod sorted_map;
 pub mod subjects;
 pub mod wire;

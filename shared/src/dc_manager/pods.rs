@@ -4,8 +4,8 @@ use crate::allocator::{allocate, AllocMode, Claim};
 use crate::ewma::Ewma;
 use crate::expiry::NS_PER_S;
 use crate::quota::{Quota, MILLI};
+use crate::sorted_map::SortedMap;
 use crate::wire::PodReport;
-use std::collections::BTreeMap;
 
 use super::config::{DcManagerConfig, SplitMode};
 
@@ -110,7 +110,8 @@ pub enum ReportOutcome {
 
 #[derive(Clone, Debug, Default)]
 pub struct Pods {
-    pub views: BTreeMap<String, PodView>,
+    /// In key order (splits go through them so), found by hash.
+    pub views: SortedMap<String, PodView>,
     /// Upstream calls and 429s in the reports accepted since the last DC report (see
     /// [`Pods::take_upstream`]).
     upstream_calls: u64,
@@ -141,7 +142,7 @@ impl Pods {
             Some(v) => v,
             None if closed() => return ReportOutcome::Closed,
             None if full => return ReportOutcome::TooManyPods,
-            None => self.views.entry(holder.to_string()).or_insert_with(|| PodView::new(r, cfg, now_ns)),
+            None => self.views.get_or_insert_with(holder, || holder.to_string(), || PodView::new(r, cfg, now_ns)),
         };
         if r.seq <= v.last_seq {
             return ReportOutcome::Stale;

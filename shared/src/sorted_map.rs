@@ -1,0 +1,189 @@
+//! A map that iterates in key order, as a `BTreeMap` does, and finds a key by its hash.
+//!
+//! The DC manager looks a holder up in its pod views and in each limit's ledger for every report
+//! item and every lease: at 1,000 limits × 100 pods that is hundreds of thousands of lookups a
+//! second, and in a `BTreeMap` each one compared its key (`pod#incarnation`, long shared
+//! prefixes) with about seven others. Here a lookup hashes the key once and compares it once.
+//! Splits and durable records still see the holders in key order, so nothing that depends on
+//! the order changes. Inserting a new key costs a binary search and a shift of the keys after it
+//! (O(n)): holders join rarely compared to how often they are looked up.
+
+use indexmap::{Equivalent, IndexMap};
+use std::hash::Hash;
+
+type FixedHasher = foldhash::fast::FixedState;
+
+#[derive(Clone, Debug)]
+pub struct SortedMap<K, V> {
+    /// Invariant: its keys are in ascending order.
+    map: IndexMap<K, V, FixedHasher>,
+}
+
+impl<K, V> Default for SortedMap<K, V> {
+    fn default() -> Self {
+        SortedMap { map: IndexMap::with_hasher(FixedHasher::default()) }
+    }
+}
+
+impl<K: Hash + Ord, V> SortedMap<K, V> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn get<Q: ?Sized + Hash + Equivalent<K>>(&self, key: &Q) -> Option<&V> {
+        self.map.get(key)
+    }
+
+    pub fn get_mut<Q: ?Sized + Hash + Equivalent<K>>(&mut self, key: &Q) -> Option<&mut V> {
+        self.map.get_mut(key)
+    }
+
+    pub fn contains_key<Q: ?Sized + Hash + Equivalent<K>>(&self, key: &Q) -> bool {
+        self.map.contains_key(key)
+    }
+
+    /// Insert `value` under `key` in its place in the order; the old value if `key` was there
+    /// (the key keeps its place).
+    pub fn insert(&mut self, key: K, value: V) -> Option<V> {
+        self.map.insert_sorted(key, value).1
+    }
+
+    /// The value under `key`, inserted (`make_key()`, `make()`) if missing: one hashed lookup
+    /// when it is there, and no key built.
+    pub fn get_or_insert_with<Q: ?Sized + Hash + Equivalent<K>>(
+        &mut self,
+        key: &Q,
+        make_key: impl FnOnce() -> K,
+        make: impl FnOnce() -> V,
+    ) -> &mut V {
+        let index = match self.map.get_index_of(key) {
+            Some(i) => i,
+            None => self.map.insert_sorted(make_key(), make()).0,
+        };
+        &mut self.map[index]
+    }
+
+    /// Remove `key`, keeping the others in order.
+    pub fn remove<Q: ?Sized + Hash + Equivalent<K>>(&mut self, key: &Q) -> Option<V> {
+        self.map.shift_remove(key)
+    }
+
+    /// Keep the entries `keep` says yes to, in order.
+    pub fn retain(&mut self, keep: impl FnMut(&K, &mut V) -> bool) {
+        self.map.retain(keep);
+    }
+
+    /// In key order.
+    pub fn iter(&self) -> indexmap::map::Iter<'_, K, V> {
+        self.map.iter()
+    }
+
+    /// In key order.
+    pub fn keys(&self) -> indexmap::map::Keys<'_, K, V> {
+        self.map.keys()
+    }
+
+    /// In key order.
+    pub fn values(&self) -> indexmap::map::Values<'_, K, V> {
+        self.map.values()
+    }
+
+    pub fn values_mut(&mut self) -> indexmap::map::ValuesMut<'_, K, V> {
+        self.map.values_mut()
+    }
+}
+
+impl<K: Hash + Ord, V, Q: ?Sized + Hash + Equivalent<K>> std::ops::Index<&Q> for SortedMap<K, V> {
+    type Output = V;
+
+    fn index(&self, key: &Q) -> &V {
+        &self.map[key]
+    }
+}
+
+impl<'a, K, V> IntoIterator for &'a SortedMap<K, V> {
+    type Item = (&'a K, &'a V);
+    type IntoIter = indexmap::map::Iter<'a, K, V>;
+
+    /// In key order.
+    fn into_iter(self) -> Self::IntoIter {
+        self.map.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert(u8, u32),
+        GetOrInsert(u8, u32),
+        Remove(u8),
+        RetainBelow(u32),
+        Bump(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (any::<u8>(), any::<u32>()).prop_map(|(k, v)| Op::Insert(k, v)),
+            (any::<u8>(), any::<u32>()).prop_map(|(k, v)| Op::GetOrInsert(k, v)),
+            any::<u8>().prop_map(Op::Remove),
+            any::<u32>().prop_map(Op::RetainBelow),
+            any::<u8>().prop_map(Op::Bump),
+        ]
+    }
+
+    proptest! {
+        /// Whatever is done to it, it holds what a `BTreeMap` would, in the same order.
+        #[test]
+        fn it_answers_as_a_btreemap_does(ops in proptest::collection::vec(op(), 0..200)) {
+            let (mut ours, mut theirs) = (SortedMap::new(), BTreeMap::new());
+            for op in ops {
+                match op {
+                    Op::Insert(k, v) => prop_assert_eq!(ours.insert(k.to_string(), v), theirs.insert(k.to_string(), v)),
+                    Op::GetOrInsert(k, v) => {
+                        let key = k.to_string();
+                        let a = *ours.get_or_insert_with(key.as_str(), || key.clone(), || v);
+                        prop_assert_eq!(a, *theirs.entry(key).or_insert(v));
+                    }
+                    Op::Remove(k) => prop_assert_eq!(ours.remove(k.to_string().as_str()), theirs.remove(&k.to_string())),
+                    Op::RetainBelow(t) => {
+                        ours.retain(|_, v| *v < t);
+                        theirs.retain(|_, v| *v < t);
+                    }
+                    Op::Bump(k) => {
+                        if let Some(v) = ours.get_mut(k.to_string().as_str()) { *v = v.wrapping_add(1) }
+                        if let Some(v) = theirs.get_mut(&k.to_string()) { *v = v.wrapping_add(1) }
+                    }
+                }
+                let ours_now: Vec<(&String, &u32)> = ours.iter().collect();
+                let theirs_now: Vec<(&String, &u32)> = theirs.iter().collect();
+                prop_assert_eq!(ours_now, theirs_now);
+                prop_assert_eq!(ours.len(), theirs.len());
+            }
+        }
+    }
+
+    #[test]
+    fn a_key_found_by_a_borrowed_form_and_indexed() {
+        let mut m = SortedMap::new();
+        m.insert("b".to_string(), 2);
+        m.insert("a".to_string(), 1);
+        assert!(m.contains_key("a"));
+        assert_eq!(m["b"], 2);
+        assert_eq!(m.keys().cloned().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(m.insert("a".to_string(), 3), Some(1), "the old value, the key in its place");
+        assert_eq!(m.values().copied().collect::<Vec<_>>(), [3, 2]);
+    }
+}
