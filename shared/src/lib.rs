@@ -20,7 +20,7 @@
 //! * [`readiness`]: what each service's `/readyz` answers, and why.
 //! * [`subjects`]: NATS subjects and KV buckets/keys.
 //! * [`rng`]: seeded randomness.
-//! * [`sorted_map`]: a map in key order with hashed lookups (the DC manager's holders).
+//! * [`sorted_map`]: a map in key order with hashed lookups (the ledgers' holders, the pod views).
 
 pub mod adaptive;
 pub mod allocator;

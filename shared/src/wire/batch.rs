@@ -13,9 +13,11 @@ use super::{
     SCHEMA_VERSION,
 };
 use serde::{Deserialize, Serialize};
-/// A set of limit names, hashed with a fixed seed: a batch of 1,000 items asks it 1,000 times,
-/// and an ordered set compared each name with about ten others.
-type NameSet<'a> = std::collections::HashSet<&'a str, foldhash::fast::FixedState>;
+/// A set of limit names, hashed: a batch of 1,000 items asks it 1,000 times, and an ordered set
+/// compared each name with about ten others. The seed is drawn per set (a pod names the limits
+/// in its batch, and with a fixed seed could choose names that collide); only membership is
+/// asked, so nothing depends on it.
+type NameSet<'a> = std::collections::HashSet<&'a str, foldhash::fast::RandomState>;
 
 /// Most items in one batch: a pod serves at most this many limits, so a pod's batch is one
 /// message where the server allows it. Larger sets (a DC manager's report of more limits) are
