@@ -21,12 +21,6 @@ mod reconfigure;
 mod takeover;
 
 pub use config::{DcSpec, LimitConfig};
-
-/// How long the count of a DC's healthy pods that its burst floor uses
-/// (`min_burst_per_pod_milli` each) keeps its peak: a count that drops for less (a DC manager
-/// reading some pods' reports late) does not move the split; one that stays lower moves it
-/// after this. A rise moves it at once.
-pub const PODS_HEALTHY_HOLD_MS: u64 = 3_000;
 pub use floors::floor_holder;
 pub use group_write::{judge_group_write, GroupReadBack, GroupWrite, GroupWriteAnswer};
 pub use reconfigure::ReconfigureError;
@@ -38,6 +32,12 @@ use crate::ledger::{LeaseEntry, Ledger};
 use crate::quota::Quota;
 use crate::wire::{DcHolder, DcLease, DcReport, LeaseVersion, LedgerRecord, SCHEMA_VERSION};
 use std::collections::BTreeMap;
+
+/// How long the count of a DC's healthy pods that its burst floor uses
+/// (`min_burst_per_pod_milli` each) keeps its peak: a count that drops for less (a DC manager
+/// reading some pods' reports late) does not move the split; one that stays lower moves it
+/// after this. A rise moves it at once.
+pub const PODS_HEALTHY_HOLD_MS: u64 = 3_000;
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DcView {

@@ -13,6 +13,7 @@ use super::{
     SCHEMA_VERSION,
 };
 use serde::{Deserialize, Serialize};
+
 /// A set of limit names, hashed: a batch of 1,000 items asks it 1,000 times, and an ordered set
 /// compared each name with about ten others. The seed is drawn per set (a pod names the limits
 /// in its batch, and with a fixed seed could choose names that collide); only membership is
