@@ -5,7 +5,6 @@
 mod adaptive_limits;
 mod audit_holes;
 mod batches;
-mod burst_floor_hold;
 mod carried_claim;
 mod conservation_props;
 mod dc_manager_adversary;

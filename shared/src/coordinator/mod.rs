@@ -33,12 +33,6 @@ use crate::quota::Quota;
 use crate::wire::{DcHolder, DcLease, DcReport, LeaseVersion, LedgerRecord, SCHEMA_VERSION};
 use std::collections::BTreeMap;
 
-/// How long the count of a DC's healthy pods that its burst floor uses
-/// (`min_burst_per_pod_milli` each) keeps its peak: a count that drops for less (a DC manager
-/// reading some pods' reports late) does not move the split; one that stays lower moves it
-/// after this. A rise moves it at once.
-pub const PODS_HEALTHY_HOLD_MS: u64 = 3_000;
-
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DcView {
     pub holder: Option<String>,
@@ -46,12 +40,6 @@ pub struct DcView {
     pub holder_term: u64,
     pub demand_milli: u64,
     pub pods_healthy: u32,
-    /// The count of healthy pods its burst floor uses: the peak of `pods_healthy`, held for
-    /// [`PODS_HEALTHY_HOLD_MS`] (a DC manager reading some pods' reports late counts them
-    /// silent for a moment; a limit whose burst is a token per pod re-split every second).
-    pub burst_pods: u32,
-    /// When `burst_pods` last took a report's count.
-    pub burst_pods_at_ns: Option<u64>,
     pub last_report_ns: Option<u64>,
     pub last_seq: u64,
     /// Current target after hysteresis.
@@ -265,13 +253,6 @@ impl CoordinatorCore {
         view.holder_term = r.term;
         view.demand_milli = r.demand.rate_milli_per_s;
         view.pods_healthy = r.pods_healthy;
-        let hold_ns = PODS_HEALTHY_HOLD_MS * NS_PER_MS;
-        if r.pods_healthy >= view.burst_pods
-            || view.burst_pods_at_ns.is_none_or(|t| now_ns.saturating_sub(t) >= hold_ns)
-        {
-            view.burst_pods = r.pods_healthy;
-            view.burst_pods_at_ns = Some(now_ns);
-        }
         view.last_report_ns = Some(now_ns);
         view.last_seq = r.seq;
         if let Some(v) = r.lease_in_use {
@@ -333,7 +314,7 @@ impl CoordinatorCore {
             .map(|(d, f)| Claim {
                 demand_milli: self.dcs[d].demand_milli,
                 weight: self.weight(d),
-                floor_milli: f.burst_milli.max(self.dcs[d].burst_pods as u64 * self.cfg.min_burst_per_pod_milli),
+                floor_milli: f.burst_milli.max(self.dcs[d].pods_healthy as u64 * self.cfg.min_burst_per_pod_milli),
             })
             .collect();
         let rates = allocate(total.rate_milli_per_s, self.cfg.reserve, &rate_claims, self.cfg.alloc_mode);
