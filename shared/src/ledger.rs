@@ -148,6 +148,11 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
         Totals { at_ns: now_ns, all, lasting }
     }
 
+    /// `holder`'s leases, an empty set made for it if it has none on the books.
+    fn holder_mut(&mut self, holder: &H) -> &mut HolderLeases {
+        self.holders.get_or_insert_with(holder, || holder.clone(), HolderLeases::default)
+    }
+
     pub fn holder_claim(&self, holder: &H, now_ns: u64) -> Quota {
         self.holders.get(holder).map(|h| h.claim(now_ns)).unwrap_or_default()
     }
@@ -251,6 +256,7 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
         }
         let instants = self.totals.instants();
         let before: Vec<_> = instants.iter().map(|&at| claims_of(state, at)).collect();
+        // (Not `holder_mut`: the loop below borrows `totals` beside it.)
         let h = self.holders.get_or_insert_with(holder, || holder.clone(), HolderLeases::default);
         h.entries.push(LeaseEntry { version, quota, live_until_ns });
         h.last_version = Some(version);
@@ -270,7 +276,7 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
     /// it under a capacity no larger than this ledger's, and counted it as lasting).
     pub fn adopt_as(&mut self, holder: &H, entry: LeaseEntry, inherited: bool) {
         self.totals.forget();
-        let h = self.holders.get_or_insert_with(holder, || holder.clone(), HolderLeases::default);
+        let h = self.holder_mut(holder);
         h.last_version = Some(h.last_version.map_or(entry.version, |v| v.max(entry.version)));
         let version = entry.version;
         h.entries.push(entry);
@@ -344,7 +350,7 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
     /// marker is kept.
     pub fn close(&mut self, holder: &H, release_at_ns: u64, forget_after_ns: u64) -> bool {
         self.totals.forget();
-        let h = self.holders.get_or_insert_with(holder, || holder.clone(), HolderLeases::default);
+        let h = self.holder_mut(holder);
         let mut had = false;
         for e in h.entries.iter_mut().filter(|e| e.live_until_ns > release_at_ns) {
             e.live_until_ns = release_at_ns;

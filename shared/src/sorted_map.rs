@@ -110,6 +110,7 @@ impl<K: Hash + Ord, V> SortedMap<K, V> {
         self.map.values()
     }
 
+    /// In key order.
     pub fn values_mut(&mut self) -> indexmap::map::ValuesMut<'_, K, V> {
         self.map.values_mut()
     }
@@ -191,11 +192,7 @@ mod tests {
                 let theirs_now: Vec<(&String, &u32)> = theirs.iter().collect();
                 prop_assert_eq!(ours_now, theirs_now);
                 prop_assert_eq!(ours.keys().collect::<Vec<_>>(), theirs.keys().collect::<Vec<_>>());
-                let mut values: Vec<u32> = ours.values().copied().collect();
-                values.sort_unstable();
-                let mut expected: Vec<u32> = theirs.values().copied().collect();
-                expected.sort_unstable();
-                prop_assert_eq!(values, expected, "the values, in any order");
+                prop_assert_eq!(ours.values().collect::<Vec<_>>(), theirs.values().collect::<Vec<_>>());
                 for k in theirs.keys() {
                     prop_assert!(ours.contains_key(k.as_str()));
                     prop_assert_eq!(ours[k.as_str()], theirs[k]);

@@ -233,7 +233,7 @@ fn remembered_sums_always_equal_the_books() {
             }
             // Ask about now and a later instant (a DC lease's end), as a pass does.
             for at in [now, now + 10] {
-                for (k, h) in l.holders.iter() {
+                for (k, h) in &l.holders {
                     assert_eq!(h.claims(at), (h.claim(at), h.lasting_claim(at)), "seed {seed} step {step} holder {k}");
                 }
                 for h in 0..12u8 {
