@@ -94,6 +94,25 @@ impl Envoy {
         }
     }
 
+    /// [`Envoy::start`] on a free loopback port for its listener (`bootstrap_for(port)`), and that
+    /// port. A free port is released before Envoy binds it, so another process may take it in
+    /// between: an Envoy that exits because its address is in use is started again on another
+    /// port, up to 5 times.
+    pub async fn start_on_free_port(
+        binary: &Path,
+        bootstrap_for: impl Fn(u16) -> String,
+        timeout: Duration,
+    ) -> Result<(Envoy, u16), String> {
+        let mut tries = 0;
+        loop {
+            let port = crate::free_port()?;
+            match Envoy::start(binary, &bootstrap_for(port), timeout).await {
+                Err(e) if e.contains("Address already in use") && tries < 4 => tries += 1,
+                started => return started.map(|envoy| (envoy, port)),
+            }
+        }
+    }
+
     /// `GET path` on the admin interface: the status code and the body.
     pub async fn admin_get(&self, path: &str) -> std::io::Result<(u16, String)> {
         let mut s = tokio::net::TcpStream::connect(self.admin).await?;

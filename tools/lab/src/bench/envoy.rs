@@ -109,6 +109,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
 
 /// The limit filter of a mode: none, `ratelimit` asking an RLS server, or `rate_limit_quota`
 /// streaming with an RLQS server (on the port given).
+#[derive(Clone, Copy)]
 enum Filter {
     None,
     Rls(u16),
@@ -269,9 +270,12 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
                 "rlqs" => Filter::Rlqs(rlqs_port),
                 _ => Filter::None,
             };
-            let ingress = free_port()?;
-            let envoy =
-                Envoy::start(&envoy_bin, &bootstrap(ingress, upstream_port, filter), Duration::from_secs(20)).await?;
+            let (envoy, ingress) = Envoy::start_on_free_port(
+                &envoy_bin,
+                |ingress| bootstrap(ingress, upstream_port, filter),
+                Duration::from_secs(20),
+            )
+            .await?;
             let (latencies, not_200) = load(ingress, a.clients, a.rate, duration).await;
             drop(envoy);
             let p99 = latencies.iter().copied().collect::<Percentiles>().at(0.99).unwrap_or(0) as f64 / 1_000.0;
