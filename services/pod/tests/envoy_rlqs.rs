@@ -72,9 +72,10 @@ async fn envoy_enforces_token_buckets_lent_from_the_lease_and_denies_once_they_e
     let upstream_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream_port = upstream_listener.local_addr().unwrap().port();
     tokio::spawn(async move { axum::serve(upstream_listener, leasehold_mock_upstream::router(30, 1_000)).await });
-    let ingress = free_port().unwrap();
-    let mut envoy =
-        Envoy::start(&envoy_bin, &bootstrap(ingress, upstream_port, rlqs_port), WITHIN).await.expect("envoy starts");
+    let (mut envoy, ingress) =
+        Envoy::start_on_free_port(&envoy_bin, |ingress| bootstrap(ingress, upstream_port, rlqs_port), WITHIN)
+            .await
+            .expect("envoy starts");
     let call = format!("http://127.0.0.1:{ingress}/call");
 
     // The first request creates Envoy's bucket and reports it; until the agent assigns a token
@@ -176,9 +177,11 @@ async fn two_envoys_in_two_dcs_share_one_limit_lent_over_rlqs_and_a_restarted_en
         let settings = format!("envoy_rlqs_listen = \"127.0.0.1:{rlqs_port}\"\nenvoy_rlqs_limits = [\"{LIMIT}\"]\n");
         let mut agent = AgentProcess::start_with(&url, dc, &settings);
         agent.wait_until_ready(&http, LIMIT).await;
-        let ingress = free_port().unwrap();
-        let bootstrap = bootstrap(ingress, upstream_port, rlqs_port);
-        envoys.push((Envoy::start(&envoy_bin, &bootstrap, WITHIN).await.unwrap(), bootstrap));
+        let (envoy, ingress) =
+            Envoy::start_on_free_port(&envoy_bin, |ingress| bootstrap(ingress, upstream_port, rlqs_port), WITHIN)
+                .await
+                .unwrap();
+        envoys.push((envoy, bootstrap(ingress, upstream_port, rlqs_port)));
         agents.push(agent);
         ingresses.push(ingress);
     }

@@ -196,9 +196,10 @@ async fn envoy_enforces_the_leased_limit_with_429s_and_headers_and_denies_when_t
     let judge = leasehold_mock_upstream::router(30, 1_000);
     tokio::spawn(async move { axum::serve(upstream_listener, judge).await });
 
-    let ingress = free_port().unwrap();
-    let envoy =
-        Envoy::start(&envoy_bin, &bootstrap(ingress, upstream_port, rls_port), WITHIN).await.expect("envoy starts");
+    let (envoy, ingress) =
+        Envoy::start_on_free_port(&envoy_bin, |ingress| bootstrap(ingress, upstream_port, rls_port), WITHIN)
+            .await
+            .expect("envoy starts");
 
     // About 100 calls/s for 3 s, five times the limit, through Envoy.
     let call = format!("http://127.0.0.1:{ingress}/call");

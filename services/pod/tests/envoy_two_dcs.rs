@@ -70,8 +70,11 @@ async fn two_envoys_in_two_dcs_share_one_limit_by_demand_and_a_restarted_agent_s
         let rls_port = free_port().unwrap();
         let mut agent = AgentProcess::start(&url, dc, rls_port);
         agent.wait_until_ready(&http, LIMIT).await;
-        let ingress = free_port().unwrap();
-        envoys.push(Envoy::start(&envoy_bin, &bootstrap(ingress, upstream_port, rls_port), WITHIN).await.unwrap());
+        let (envoy, ingress) =
+            Envoy::start_on_free_port(&envoy_bin, |ingress| bootstrap(ingress, upstream_port, rls_port), WITHIN)
+                .await
+                .unwrap();
+        envoys.push(envoy);
         agents.push((agent, rls_port));
         ingresses.push(ingress);
     }
