@@ -207,9 +207,9 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
     }
 
     /// `holder` is below `target` in some component and the headroom would let it rise there.
+    /// (One lookup of the holder: a growth check asks it of every pod.)
     pub fn can_grow(&self, holder: &H, target: Quota, now_ns: u64) -> bool {
-        let claim = self.holder_claim(holder, now_ns);
-        let room = self.headroom_for(holder, now_ns);
+        let Rooms { claim, headroom: room, .. } = self.rooms(self.holders.get(holder), now_ns);
         (target.rate_milli_per_s > claim.rate_milli_per_s && room.rate_milli_per_s > claim.rate_milli_per_s)
             || (target.burst_milli > claim.burst_milli && room.burst_milli > claim.burst_milli)
     }
