@@ -360,6 +360,12 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
         had
     }
 
+    /// Whether `holder` is on the books: a lease (live or not yet expired away) or a closed
+    /// marker.
+    pub fn knows(&self, holder: &H) -> bool {
+        self.holders.contains_key(holder)
+    }
+
     pub fn is_closed(&self, holder: &H) -> bool {
         self.holders.get(holder).is_some_and(|h| h.closed_until_ns.is_some())
     }

@@ -114,6 +114,50 @@ fn a_draining_pod_returns_its_lease_and_the_rest_resplit_at_once() {
 }
 
 #[test]
+fn returns_naming_holders_the_manager_never_knew_are_acked_and_leave_no_state() {
+    // A pod chooses the incarnation its returns name: one that names a new one each time must
+    // not grow the manager's books (each closed marker was kept for 4 pod TTLs, and a holder is
+    // inserted in key order, so 10,000 of them cost the loop O(n) each).
+    let mut dc = dc(FailMode::Strict, Quota::ZERO);
+    dc.steady_four();
+    let holders_before = dc.core.ledger().holders().count();
+    let returns_before = dc.core.counters().returns;
+    for incarnation in 100..10_100 {
+        let ret = LeaseReturn {
+            v: 1,
+            limit: "api".into(),
+            dc: "bkk".into(),
+            holder: "p9".into(),
+            incarnation,
+            last_version: None,
+        };
+        let out = dc.core.on_lease_return(&ret, 10 * MS);
+        assert!(
+            out.iter().any(|o| matches!(o, DcOutput::ReturnAck(a) if a.incarnation == incarnation)),
+            "every return is acknowledged"
+        );
+        dc.absorb(out);
+    }
+    assert_eq!(dc.core.ledger().holders().count(), holders_before, "no marker for a holder never known");
+    assert_eq!(dc.core.counters().returns, returns_before + 10_000);
+    assert_eq!(dc.core.counters().returns_of_unknown_holders, 10_000);
+    for p in ["p1", "p2", "p3", "p4"] {
+        assert_eq!(dc.rate(p), 200, "{p}: nothing re-split for them");
+    }
+    // A holder it does know (p3, incarnation 1) is still closed by its return, as before.
+    let ret = LeaseReturn {
+        v: 1,
+        limit: "api".into(),
+        dc: "bkk".into(),
+        holder: "p3".into(),
+        incarnation: 1,
+        last_version: None,
+    };
+    dc.core.on_lease_return(&ret, 11 * MS);
+    assert!(dc.core.ledger().is_closed(&holder_key("p3", 1)));
+}
+
+#[test]
 fn a_crashed_pods_share_is_reused_only_after_its_lease_expires() {
     let mut dc = dc(FailMode::Strict, Quota::ZERO);
     dc.steady_four();

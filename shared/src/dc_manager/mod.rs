@@ -75,6 +75,9 @@ pub struct DcCounters {
     pub reports_over_capacity: u64,
     pub dc_leases_rejected: u64,
     pub returns: u64,
+    /// Of `returns`, those naming a holder this core had no view of and no lease on its books
+    /// for: acknowledged, and nothing kept (a pod chooses the incarnation it names).
+    pub returns_of_unknown_holders: u64,
     /// Re-splits of the whole budget (renewals, new DC leases, joins, returns).
     pub passes_full: u64,
     /// Of `passes_full`, those a DC lease ran (its budget or TTL differed from the last split's,
@@ -339,14 +342,23 @@ impl DcManagerCore {
             return Vec::new();
         }
         self.counters.returns += 1;
-        let forget = self.cfg.expiry.issuer_live_until_ns(now_ns, self.cfg.pod_ttl_ms * 4);
         let holder = pods::holder_key(&r.holder, r.incarnation);
-        self.ledger.close(&holder, self.cfg.expiry.released_until_ns(now_ns), forget);
-        self.pods.views.remove(&holder);
-        // Its share is free at once; the others grow into it with the next split, which waits
-        // for the gap as a join does (a drain of many pods costs O(pods) per gap).
-        self.growth_waiting = true;
-        let mut out = self.waiting_pass_unless_recent(now_ns);
+        let mut out = if self.pods.views.contains_key(&holder) || self.ledger.knows(&holder) {
+            let forget = self.cfg.expiry.issuer_live_until_ns(now_ns, self.cfg.pod_ttl_ms * 4);
+            self.ledger.close(&holder, self.cfg.expiry.released_until_ns(now_ns), forget);
+            self.pods.views.remove(&holder);
+            // Its share is free at once; the others grow into it with the next split, which
+            // waits for the gap as a join does (a drain of many pods costs O(pods) per gap).
+            self.growth_waiting = true;
+            self.waiting_pass_unless_recent(now_ns)
+        } else {
+            // Nothing of it to free and no share to take back. No closed marker either: the
+            // incarnation is the pod's to choose, so markers for holders never seen would grow
+            // without bound. A report it sent before, read late, may make it a view and a lease
+            // it will not use: counted until it expires, so waste, never excess.
+            self.counters.returns_of_unknown_holders += 1;
+            Vec::new()
+        };
         out.push(DcOutput::ReturnAck(ReturnAck {
             v: SCHEMA_VERSION,
             limit: self.cfg.limit.clone(),
