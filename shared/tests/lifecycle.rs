@@ -144,6 +144,15 @@ fn returns_naming_holders_the_manager_never_knew_are_acked_and_leave_no_state() 
     for p in ["p1", "p2", "p3", "p4"] {
         assert_eq!(dc.rate(p), 200, "{p}: nothing re-split for them");
     }
+    // A report one of them sent before its return, read late, is a new holder's: it joins and
+    // is given a share only as the others' leases leave room (waste while it does not use it).
+    let stale_before = dc.core.counters().reports_stale;
+    dc.incarnation = 100;
+    dc.report("p9", 20 * MS, true, false);
+    dc.incarnation = 1;
+    assert_eq!(dc.core.counters().reports_stale, stale_before, "not refused as a returned holder's");
+    assert!(dc.core.pods().any(|(h, _)| *h == holder_key("p9", 100)));
+    assert!(dc.outstanding_rate(20 * MS) <= 800, "the ledger still bounds every grant");
     // A holder it does know (p3, incarnation 1) is still closed by its return, as before.
     let ret = LeaseReturn {
         v: 1,
