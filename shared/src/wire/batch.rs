@@ -198,15 +198,18 @@ pub fn batches<T: BatchItem + Clone>(items: &[T], max_bytes: usize) -> Vec<Vec<T
 /// field is `T::FIELD`, its `dc` and `pod` those the items name (a batch's items name the same
 /// ones, or the receiver refuses it).
 pub fn encode_batches<T: BatchItem>(items: &[T], max_bytes: usize) -> Vec<(Vec<u8>, Vec<usize>)> {
-    let encoded: Vec<Vec<u8>> = items
+    // Every item into one buffer (an allocation per item was a tenth of the work), each at
+    // `ends[i - 1]..ends[i]`.
+    let mut encoded = Vec::with_capacity(items.len().saturating_mul(ITEM_BYTES_GUESS));
+    let ends: Vec<usize> = items
         .iter()
         .map(|i| {
-            let mut json = Vec::with_capacity(256);
-            i.write_json(&mut json);
-            json
+            i.write_json(&mut encoded);
+            encoded.len()
         })
         .collect();
-    let sizes: Vec<usize> = encoded.iter().map(Vec::len).collect();
+    let item = |i: usize| &encoded[if i == 0 { 0 } else { ends[i - 1] }..ends[i]];
+    let sizes: Vec<usize> = (0..items.len()).map(|i| item(i).len()).collect();
     cut(items, &sizes, max_bytes)
         .into_iter()
         .map(|batch| {
@@ -226,7 +229,7 @@ pub fn encode_batches<T: BatchItem>(items: &[T], max_bytes: usize) -> Vec<(Vec<u
                 if n > 0 {
                     out.push(b',');
                 }
-                out.extend_from_slice(&encoded[i]);
+                out.extend_from_slice(item(i));
             }
             out.extend_from_slice(b"]}");
             (out, batch)
@@ -234,10 +237,15 @@ pub fn encode_batches<T: BatchItem>(items: &[T], max_bytes: usize) -> Vec<(Vec<u
         .collect()
 }
 
+/// About what an item takes written (a pod lease: 250–300 bytes): the buffer is sized once.
+const ITEM_BYTES_GUESS: usize = 288;
+
 /// A JSON string, byte for byte as serde_json escapes it. Ids are plain ASCII almost always:
 /// those are copied between quotes without serde's per-byte escaping.
 pub(super) fn write_json_str(out: &mut Vec<u8>, s: &str) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b < 0x80) {
+    // Every byte looked at, without a branch per byte (ids are short, and all plain).
+    let plain = s.bytes().fold(true, |plain, b| plain & (b.wrapping_sub(0x20) < 0x60) & (b != b'"') & (b != b'\\'));
+    if plain {
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
@@ -262,7 +270,13 @@ fn cut<T: BatchItem>(items: &[T], sizes: &[usize], max_bytes: usize) -> Vec<Vec<
                 *bytes += size;
                 limits.insert(limit);
             }
-            None => out.push((vec![i], size, NameSet::from_iter([limit]))),
+            None => {
+                // Sized for the rest (most sends are one batch): growing it rehashed every name.
+                let room = (items.len() - i).min(MAX_BATCH_ITEMS);
+                let mut limits = NameSet::with_capacity_and_hasher(room, Default::default());
+                limits.insert(limit);
+                out.push((vec![i], size, limits));
+            }
         }
     }
     out.into_iter().map(|(batch, _, _)| batch).collect()
