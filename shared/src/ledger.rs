@@ -75,6 +75,8 @@ pub struct Ledger<H: Ord + Hash + Clone> {
     reuse_inherited: bool,
     /// Sums over holders at the instants last asked about (`totals.rs`).
     totals: TotalsCache,
+    /// Holders with a closed marker ([`Ledger::close`]), until `expire` forgets them.
+    closed_markers: usize,
 }
 
 impl<H: Ord + Hash + Clone> Ledger<H> {
@@ -86,6 +88,7 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
             ceiling: Quota::ZERO,
             reuse_inherited: false,
             totals: TotalsCache::default(),
+            closed_markers: 0,
         }
     }
 
@@ -351,13 +354,23 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
     pub fn close(&mut self, holder: &H, release_at_ns: u64, forget_after_ns: u64) -> bool {
         self.totals.forget();
         let h = self.holder_mut(holder);
-        let mut had = false;
-        for e in h.entries.iter_mut().filter(|e| e.live_until_ns > release_at_ns) {
-            e.live_until_ns = release_at_ns;
-            had = true;
-        }
+        let had = h.end_at(release_at_ns);
+        let newly = h.closed_until_ns.is_none();
         h.closed_until_ns = Some(h.closed_until_ns.map_or(forget_after_ns, |t| t.max(forget_after_ns)));
+        self.closed_markers += usize::from(newly);
         had
+    }
+
+    /// What [`Ledger::close`] does to `holder`'s leases (none counts after `release_at_ns`),
+    /// without a closed marker: it may be granted again. Whether it had a lease live then.
+    pub fn release(&mut self, holder: &H, release_at_ns: u64) -> bool {
+        self.totals.forget();
+        self.holders.get_mut(holder).is_some_and(|h| h.end_at(release_at_ns))
+    }
+
+    /// Holders with a closed marker.
+    pub fn closed_markers(&self) -> usize {
+        self.closed_markers
     }
 
     /// Whether `holder` is on the books: a lease (live or not yet expired away) or a closed
@@ -373,13 +386,19 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
     /// Forget leases that have expired on the issuer's clock, and stale closed markers.
     pub fn expire(&mut self, now_ns: u64) {
         self.totals.forget();
+        let mut markers_gone = 0;
         self.holders.retain(|_, h| {
             h.entries.retain(|e| e.live_until_ns > now_ns);
             match h.closed_until_ns {
-                Some(t) => t > now_ns,
+                Some(t) if t > now_ns => true,
+                Some(_) => {
+                    markers_gone += 1;
+                    false
+                }
                 None => !h.entries.is_empty(),
             }
         });
+        self.closed_markers -= markers_gone;
     }
 
     /// Every outstanding lease, for durable snapshots and inspection.
@@ -405,6 +424,10 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
             if kept != fresh {
                 return Err(format!("remembered sums {kept:?} differ from the books {fresh:?}"));
             }
+        }
+        let markers = self.holders.values().filter(|h| h.closed_until_ns.is_some()).count();
+        if markers != self.closed_markers {
+            return Err(format!("{markers} closed markers on the books, {} counted", self.closed_markers));
         }
         let lasting = self.sum_claims(now_ns).lasting.capped();
         if !lasting.fits_in(&self.capacity) {

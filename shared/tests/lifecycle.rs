@@ -167,6 +167,43 @@ fn returns_naming_holders_the_manager_never_knew_are_acked_and_leave_no_state() 
 }
 
 #[test]
+fn a_pod_reporting_and_returning_new_incarnations_keeps_at_most_max_pods_closed_markers() {
+    // Each incarnation reports (a view, a join, a lease) and returns: a holder the manager knew,
+    // so its return closes it. The markers are capped at `max_pods` like the views: past that a
+    // return still ends the holder's leases, and keeps no marker.
+    let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
+    cfg.event_pass_gap_ms = 0;
+    cfg.max_pods = 16;
+    let mut dc = ScriptedDc::new(cfg, Quota::ZERO, 0, 1, (50, 50));
+    dc.steady_four();
+    let mut now = 10 * MS;
+    for incarnation in 100..300 {
+        dc.incarnation = incarnation;
+        dc.report("p9", now, true, false);
+        let ret = LeaseReturn {
+            v: 1,
+            limit: "api".into(),
+            dc: "bkk".into(),
+            holder: "p9".into(),
+            incarnation,
+            last_version: dc.held.get("p9").map(|l| l.version),
+        };
+        let out = dc.core.on_lease_return(&ret, now);
+        assert!(out.iter().any(|o| matches!(o, DcOutput::ReturnAck(a) if a.incarnation == incarnation)));
+        dc.absorb(out);
+        assert!(dc.outstanding_rate(now) <= 800, "the ledger still bounds every grant");
+        now += MS;
+    }
+    dc.incarnation = 1;
+    assert_eq!(dc.core.ledger().closed_markers(), 16, "markers capped at max_pods");
+    // Once the returned leases have ended, the books hold the four pods and the markers.
+    let out = dc.core.tick(now + S);
+    dc.absorb(out);
+    assert_eq!(dc.core.ledger().holders().count(), 4 + 16);
+    assert_eq!(dc.core.counters().returns_without_marker, 200 - 16);
+}
+
+#[test]
 fn a_crashed_pods_share_is_reused_only_after_its_lease_expires() {
     let mut dc = dc(FailMode::Strict, Quota::ZERO);
     dc.steady_four();

@@ -78,6 +78,9 @@ pub struct DcCounters {
     /// Of `returns`, those naming a holder this core had no view of and no lease on its books
     /// for: acknowledged, and nothing kept (a pod chooses the incarnation it names).
     pub returns_of_unknown_holders: u64,
+    /// Of `returns`, those of a known holder that ended its leases but kept no closed marker:
+    /// the ledger already held `max_pods` of them.
+    pub returns_without_marker: u64,
     /// Re-splits of the whole budget (renewals, new DC leases, joins, returns).
     pub passes_full: u64,
     /// Of `passes_full`, those a DC lease ran (its budget or TTL differed from the last split's,
@@ -344,8 +347,17 @@ impl DcManagerCore {
         self.counters.returns += 1;
         let holder = pods::holder_key(&r.holder, r.incarnation);
         let mut out = if self.pods.views.contains_key(&holder) || self.ledger.knows(&holder) {
-            let forget = self.cfg.expiry.issuer_live_until_ns(now_ns, self.cfg.pod_ttl_ms * 4);
-            self.ledger.close(&holder, self.cfg.expiry.released_until_ns(now_ns), forget);
+            let release_at = self.cfg.expiry.released_until_ns(now_ns);
+            if self.ledger.closed_markers() < self.cfg.max_pods || self.ledger.is_closed(&holder) {
+                let forget = self.cfg.expiry.issuer_live_until_ns(now_ns, self.cfg.pod_ttl_ms * 4);
+                self.ledger.close(&holder, release_at, forget);
+            } else {
+                // As many markers as views may be kept: a pod making and returning holder after
+                // holder must not grow the books. Its leases end all the same; a report of it
+                // read late is a new holder's (waste, never excess).
+                self.ledger.release(&holder, release_at);
+                self.counters.returns_without_marker += 1;
+            }
             self.pods.views.remove(&holder);
             // Its share is free at once; the others grow into it with the next split, which
             // waits for the gap as a join does (a drain of many pods costs O(pods) per gap).

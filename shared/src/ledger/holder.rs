@@ -18,6 +18,16 @@ pub(super) struct HolderLeases {
 }
 
 impl HolderLeases {
+    /// Ends every lease live after `release_at_ns` then; whether there was one.
+    pub(super) fn end_at(&mut self, release_at_ns: u64) -> bool {
+        let mut had = false;
+        for e in self.entries.iter_mut().filter(|e| e.live_until_ns > release_at_ns) {
+            e.live_until_ns = release_at_ns;
+            had = true;
+        }
+        had
+    }
+
     pub(super) fn claim(&self, now_ns: u64) -> Quota {
         self.entries.iter().filter(|e| e.live_until_ns > now_ns).fold(Quota::ZERO, |m, e| m.max(e.quota))
     }
