@@ -38,6 +38,8 @@ pub struct Envoy {
     dir: PathBuf,
     admin: SocketAddr,
     log: Arc<Mutex<VecDeque<String>>>,
+    /// The thread copying Envoy's stderr into `log`: it ends when Envoy has exited.
+    log_reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Envoy {
@@ -65,7 +67,7 @@ impl Envoy {
         let log: Arc<Mutex<VecDeque<String>>> = Arc::default();
         let stderr = child.stderr.take().expect("piped");
         let tail = log.clone();
-        std::thread::spawn(move || {
+        let log_reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
                 if t.len() == LOG_TAIL_LINES {
@@ -74,10 +76,16 @@ impl Envoy {
                 t.push_back(line);
             }
         });
-        let mut envoy = Envoy { child: Some(child), dir, admin: SocketAddr::from(([127, 0, 0, 1], 0)), log };
+        let admin = SocketAddr::from(([127, 0, 0, 1], 0));
+        let mut envoy = Envoy { child: Some(child), dir, admin, log, log_reader: Some(log_reader) };
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(Ok(Some(status))) = envoy.child.as_mut().map(|c| c.try_wait()) {
+                // Its last lines (the cause `start_on_free_port` looks for) may still be in the
+                // pipe: the reader ends at its end, as Envoy has exited.
+                if let Some(reader) = envoy.log_reader.take() {
+                    let _ = reader.join();
+                }
                 return Err(format!("envoy exited ({status}): {}", envoy.log_tail().join(" | ")));
             }
             let admin = std::fs::read_to_string(&admin_file).ok().and_then(|a| a.trim().parse().ok());
