@@ -196,6 +196,18 @@ fn a_pod_reporting_and_returning_new_incarnations_keeps_at_most_max_pods_closed_
     }
     dc.incarnation = 1;
     assert_eq!(dc.core.ledger().closed_markers(), 16, "markers capped at max_pods");
+    // A marked holder's return again, with the cap full: it stays marked.
+    let again = LeaseReturn {
+        v: 1,
+        limit: "api".into(),
+        dc: "bkk".into(),
+        holder: "p9".into(),
+        incarnation: 100,
+        last_version: None,
+    };
+    dc.core.on_lease_return(&again, now);
+    assert!(dc.core.ledger().is_closed(&holder_key("p9", 100)));
+    assert_eq!(dc.core.counters().returns_without_marker, 200 - 16);
     // Once the returned leases have ended, the books hold the four pods and the markers.
     let out = dc.core.tick(now + S);
     dc.absorb(out);

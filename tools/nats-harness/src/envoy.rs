@@ -38,8 +38,8 @@ pub struct Envoy {
     dir: PathBuf,
     admin: SocketAddr,
     log: Arc<Mutex<VecDeque<String>>>,
-    /// The thread copying Envoy's stderr into `log`: it ends when Envoy has exited.
-    log_reader: Option<std::thread::JoinHandle<()>>,
+    /// Says when the thread copying Envoy's stderr into `log` has read it to its end.
+    log_read: Option<std::sync::mpsc::Receiver<()>>,
 }
 
 impl Envoy {
@@ -67,7 +67,8 @@ impl Envoy {
         let log: Arc<Mutex<VecDeque<String>>> = Arc::default();
         let stderr = child.stderr.take().expect("piped");
         let tail = log.clone();
-        let log_reader = std::thread::spawn(move || {
+        let (read_to_end, log_read) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
                 if t.len() == LOG_TAIL_LINES {
@@ -75,16 +76,18 @@ impl Envoy {
                 }
                 t.push_back(line);
             }
+            let _ = read_to_end.send(());
         });
         let admin = SocketAddr::from(([127, 0, 0, 1], 0));
-        let mut envoy = Envoy { child: Some(child), dir, admin, log, log_reader: Some(log_reader) };
+        let mut envoy = Envoy { child: Some(child), dir, admin, log, log_read: Some(log_read) };
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(Ok(Some(status))) = envoy.child.as_mut().map(|c| c.try_wait()) {
                 // Its last lines (the cause `start_on_free_port` looks for) may still be in the
-                // pipe: the reader ends at its end, as Envoy has exited.
-                if let Some(reader) = envoy.log_reader.take() {
-                    let _ = reader.join();
+                // pipe. The reader gets to its end once Envoy has exited, unless a process Envoy
+                // left behind holds it (a wrapper script): so it is given a second at most.
+                if let Some(read) = envoy.log_read.take() {
+                    let _ = read.recv_timeout(Duration::from_secs(1));
                 }
                 return Err(format!("envoy exited ({status}): {}", envoy.log_tail().join(" | ")));
             }
