@@ -14,12 +14,23 @@ use support::{MS, S};
 /// BKK's manager `bkk-mgr` that has read `floor`, with scripted pods (offered 50, admitted 50),
 /// handling every event at once.
 fn dc(mode: FailMode, floor: Quota) -> ScriptedDc {
+    dc_with(mode, floor, |_| {})
+}
+
+/// [`dc`], its settings changed by `set` first.
+fn dc_with(mode: FailMode, floor: Quota, set: impl FnOnce(&mut DcManagerConfig)) -> ScriptedDc {
     let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
     cfg.fail_mode = mode;
     // Every event split at once: these tests follow single events a millisecond apart; the
     // batching of joins and growth is `join_batching.rs`'s.
     cfg.event_pass_gap_ms = 0;
+    set(&mut cfg);
     ScriptedDc::new(cfg, floor, 0, 1, (50, 50))
+}
+
+/// `holder`'s return of limit `api` in BKK.
+fn lease_return(holder: &str, incarnation: u64, last_version: Option<LeaseVersion>) -> LeaseReturn {
+    LeaseReturn { v: 1, limit: "api".into(), dc: "bkk".into(), holder: holder.into(), incarnation, last_version }
 }
 
 /// How these tests drive a [`ScriptedDc`].
@@ -80,14 +91,7 @@ fn a_joining_pod_is_included_next_cycle_and_never_over_allocated() {
 fn a_draining_pod_returns_its_lease_and_the_rest_resplit_at_once() {
     let mut dc = dc(FailMode::Strict, Quota::ZERO);
     dc.steady_four();
-    let ret = LeaseReturn {
-        v: 1,
-        limit: "api".into(),
-        dc: "bkk".into(),
-        holder: "p3".into(),
-        incarnation: 1,
-        last_version: dc.held.get("p3").map(|l| l.version),
-    };
+    let ret = lease_return("p3", 1, dc.held.get("p3").map(|l| l.version));
     let out = dc.core.on_lease_return(&ret, 10 * MS);
     assert!(out.iter().any(|o| matches!(o, DcOutput::ReturnAck(a) if a.holder == "p3")));
     dc.absorb(out);
@@ -123,14 +127,7 @@ fn returns_naming_holders_the_manager_never_knew_are_acked_and_leave_no_state() 
     let holders_before = dc.core.ledger().holders().count();
     let returns_before = dc.core.counters().returns;
     for incarnation in 100..10_100 {
-        let ret = LeaseReturn {
-            v: 1,
-            limit: "api".into(),
-            dc: "bkk".into(),
-            holder: "p9".into(),
-            incarnation,
-            last_version: None,
-        };
+        let ret = lease_return("p9", incarnation, None);
         let out = dc.core.on_lease_return(&ret, 10 * MS);
         assert!(
             out.iter().any(|o| matches!(o, DcOutput::ReturnAck(a) if a.incarnation == incarnation)),
@@ -154,14 +151,7 @@ fn returns_naming_holders_the_manager_never_knew_are_acked_and_leave_no_state() 
     assert!(dc.core.pods().any(|(h, _)| *h == holder_key("p9", 100)));
     assert!(dc.outstanding_rate(20 * MS) <= 800, "the ledger still bounds every grant");
     // A holder it does know (p3, incarnation 1) is still closed by its return, as before.
-    let ret = LeaseReturn {
-        v: 1,
-        limit: "api".into(),
-        dc: "bkk".into(),
-        holder: "p3".into(),
-        incarnation: 1,
-        last_version: None,
-    };
+    let ret = lease_return("p3", 1, None);
     dc.core.on_lease_return(&ret, 11 * MS);
     assert!(dc.core.ledger().is_closed(&holder_key("p3", 1)));
 }
@@ -171,23 +161,13 @@ fn a_pod_reporting_and_returning_new_incarnations_keeps_at_most_max_pods_closed_
     // Each incarnation reports (a view, a join, a lease) and returns: a holder the manager knew,
     // so its return closes it. The markers are capped at `max_pods` like the views: past that a
     // return still ends the holder's leases, and keeps no marker.
-    let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
-    cfg.event_pass_gap_ms = 0;
-    cfg.max_pods = 16;
-    let mut dc = ScriptedDc::new(cfg, Quota::ZERO, 0, 1, (50, 50));
+    let mut dc = dc_with(FailMode::Strict, Quota::ZERO, |cfg| cfg.max_pods = 16);
     dc.steady_four();
     let mut now = 10 * MS;
     for incarnation in 100..300 {
         dc.incarnation = incarnation;
         dc.report("p9", now, true, false);
-        let ret = LeaseReturn {
-            v: 1,
-            limit: "api".into(),
-            dc: "bkk".into(),
-            holder: "p9".into(),
-            incarnation,
-            last_version: dc.held.get("p9").map(|l| l.version),
-        };
+        let ret = lease_return("p9", incarnation, dc.held.get("p9").map(|l| l.version));
         let out = dc.core.on_lease_return(&ret, now);
         assert!(out.iter().any(|o| matches!(o, DcOutput::ReturnAck(a) if a.incarnation == incarnation)));
         dc.absorb(out);
@@ -197,14 +177,7 @@ fn a_pod_reporting_and_returning_new_incarnations_keeps_at_most_max_pods_closed_
     dc.incarnation = 1;
     assert_eq!(dc.core.ledger().closed_markers(), 16, "markers capped at max_pods");
     // A marked holder's return again, with the cap full: it stays marked.
-    let again = LeaseReturn {
-        v: 1,
-        limit: "api".into(),
-        dc: "bkk".into(),
-        holder: "p9".into(),
-        incarnation: 100,
-        last_version: None,
-    };
+    let again = lease_return("p9", 100, None);
     dc.core.on_lease_return(&again, now);
     assert!(dc.core.ledger().is_closed(&holder_key("p9", 100)));
     assert_eq!(dc.core.counters().returns_without_marker, 200 - 16);

@@ -346,38 +346,38 @@ impl DcManagerCore {
         }
         self.counters.returns += 1;
         let holder = pods::holder_key(&r.holder, r.incarnation);
-        let mut out = if self.pods.views.contains_key(&holder) || self.ledger.knows(&holder) {
-            let release_at = self.cfg.expiry.released_until_ns(now_ns);
-            if self.ledger.closed_markers() < self.cfg.max_pods || self.ledger.is_closed(&holder) {
-                let forget = self.cfg.expiry.issuer_live_until_ns(now_ns, self.cfg.pod_ttl_ms * 4);
-                self.ledger.close(&holder, release_at, forget);
-            } else {
-                // As many markers as views may be kept: a pod making and returning holder after
-                // holder must not grow the books. Its leases end all the same; a report of it
-                // read late is a new holder's (waste, never excess).
-                self.ledger.release(&holder, release_at);
-                self.counters.returns_without_marker += 1;
-            }
-            self.pods.views.remove(&holder);
-            // Its share is free at once; the others grow into it with the next split, which
-            // waits for the gap as a join does (a drain of many pods costs O(pods) per gap).
-            self.growth_waiting = true;
-            self.waiting_pass_unless_recent(now_ns)
-        } else {
-            // Nothing of it to free and no share to take back. No closed marker either: the
-            // incarnation is the pod's to choose, so markers for holders never seen would grow
-            // without bound. A report it sent before, read late, may make it a view and a lease
-            // it will not use: counted until it expires, so waste, never excess.
-            self.counters.returns_of_unknown_holders += 1;
-            Vec::new()
-        };
-        out.push(DcOutput::ReturnAck(ReturnAck {
+        let ack = DcOutput::ReturnAck(ReturnAck {
             v: SCHEMA_VERSION,
             limit: self.cfg.limit.clone(),
             dc: self.cfg.dc.clone(),
             holder: r.holder.clone(),
             incarnation: r.incarnation,
-        }));
+        });
+        if !self.pods.views.contains_key(&holder) && !self.ledger.knows(&holder) {
+            // Nothing of it to free and no share to take back. No closed marker either: the
+            // incarnation is the pod's to choose, so markers for holders never seen would grow
+            // without bound. A report it sent before, read late, may make it a view and a lease
+            // it will not use: counted until it expires, so waste, never excess.
+            self.counters.returns_of_unknown_holders += 1;
+            return vec![ack];
+        }
+        let release_at = self.cfg.expiry.released_until_ns(now_ns);
+        if self.ledger.closed_markers() < self.cfg.max_pods || self.ledger.is_closed(&holder) {
+            let forget = self.cfg.expiry.issuer_live_until_ns(now_ns, self.cfg.pod_ttl_ms * 4);
+            self.ledger.close(&holder, release_at, forget);
+        } else {
+            // As many markers as views may be kept: a pod making and returning holder after
+            // holder must not grow the books. Its leases end all the same; a report of it read
+            // late is a new holder's (waste, never excess).
+            self.ledger.release(&holder, release_at);
+            self.counters.returns_without_marker += 1;
+        }
+        self.pods.views.remove(&holder);
+        // Its share is free at once; the others grow into it with the next split, which waits
+        // for the gap as a join does (a drain of many pods costs O(pods) per gap).
+        self.growth_waiting = true;
+        let mut out = self.waiting_pass_unless_recent(now_ns);
+        out.push(ack);
         out
     }
 
