@@ -1,12 +1,13 @@
 //! A hostile NATS client in one DC: it records real pod leases and replays them later, publishes
-//! malformed and oversized messages on lease and report subjects, and reports huge demand for a
-//! pod that does not exist (copied from a real pod's report, under another name). Counts what it
-//! sent. (Publishing on a real pod's subjects is what the production accounts forbid; see
+//! malformed and oversized messages on lease and report subjects, reports huge demand for a
+//! pod that does not exist (copied from a real pod's report, under another name), and returns
+//! leases for that pod under a new incarnation each time (which the DC manager must acknowledge
+//! without keeping anything). Counts what it sent. (Publishing on a real pod's subjects is what the production accounts forbid; see
 //! `docs/FAILURES.md`.)
 
 use futures::StreamExt;
 use leasehold_shared::subjects::{pods_wildcard, PodChannel};
-use leasehold_shared::wire::PodReports;
+use leasehold_shared::wire::{self, LeaseReturn, LeaseReturns, PodReports, SCHEMA_VERSION};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -17,6 +18,7 @@ pub struct Sent {
     pub malformed: u64,
     pub oversized: u64,
     pub forged_reports: u64,
+    pub forged_returns: u64,
 }
 
 /// Run until `stop` turns true; `limit` and `dc` name the subjects it attacks.
@@ -38,6 +40,7 @@ pub async fn run(url: String, limit: String, dc: String, mut stop: watch::Receiv
     let mut last_report: Option<PodReports> = None;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let oversized = bytes::Bytes::from(vec![b'{'; 300_000]);
+    let ghost = format!("{dc}-ghost");
     loop {
         tokio::select! {
             _ = stop.changed() => break,
@@ -68,9 +71,24 @@ pub async fn run(url: String, limit: String, dc: String, mut stop: watch::Receiv
                         sent.oversized += 1;
                     }
                 }
+                // Its return under an incarnation never seen, every time.
+                let ret = LeaseReturn {
+                    v: SCHEMA_VERSION,
+                    limit: limit.clone(),
+                    dc: dc.clone(),
+                    holder: ghost.clone(),
+                    incarnation: sent.forged_returns + 1,
+                    last_version: None,
+                };
+                if let Ok(subject) = leasehold_shared::subjects::pod(&dc, &ghost, PodChannel::Return) {
+                    let body = wire::encode(&LeaseReturns::new(&dc, &ghost, vec![ret]));
+                    if client.publish(subject, body.into()).await.is_ok() {
+                        sent.forged_returns += 1;
+                    }
+                }
                 if let Some(mut batch) = last_report.clone() {
                     // A pod that is not there, a thousand times the demand.
-                    batch.pod = format!("{dc}-ghost");
+                    batch.pod = ghost.clone();
                     for r in batch.reports.iter_mut() {
                         r.pod = batch.pod.clone();
                         r.lease_in_use = None;

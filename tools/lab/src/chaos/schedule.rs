@@ -28,8 +28,8 @@ pub enum FaultKind {
     KillStreamLeaderNode,
     /// SIGKILL every NATS node, then start them all again.
     RestartAllNats,
-    /// A client replays old leases, publishes malformed and oversized messages, and reports huge
-    /// demand in another pod's name.
+    /// A client replays old leases, publishes malformed and oversized messages, reports huge
+    /// demand in another pod's name, and returns that pod's leases under ever new incarnations.
     Adversary,
 }
 

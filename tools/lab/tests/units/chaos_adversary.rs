@@ -41,5 +41,5 @@ async fn the_adversary_replays_corrupts_and_forges_on_the_pod_subjects() {
     println!("{sent:?}");
     assert!(sent.replayed_leases > 0, "{sent:?}");
     assert!(sent.malformed > 0 && sent.oversized > 0, "{sent:?}");
-    assert!(sent.forged_reports > 0, "{sent:?}");
+    assert!(sent.forged_reports > 0 && sent.forged_returns > 0, "{sent:?}");
 }
