@@ -5,7 +5,7 @@
 
 use crate::envoy_rls::{control_plane_with, AgentProcess, WITHIN};
 use leasehold_nats_harness::envoy::{envoy_binary, Envoy};
-use leasehold_nats_harness::{binaries, free_port, wait, NatsServer};
+use leasehold_nats_harness::{binaries, wait, NatsServer};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -56,6 +56,11 @@ async fn upstream_stats(http: &reqwest::Client, port: u16) -> serde_json::Value 
     http.get(format!("http://127.0.0.1:{port}/stats")).send().await.unwrap().json().await.unwrap()
 }
 
+/// The agent's settings lending `LIMIT` over RLQS on `port` (0: one the kernel picks).
+fn rlqs_settings(port: u16) -> String {
+    format!("envoy_rlqs_listen = \"127.0.0.1:{port}\"\nenvoy_rlqs_limits = [\"{LIMIT}\"]\n")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_enforces_token_buckets_lent_from_the_lease_and_denies_once_they_expire() {
     let envoy_bin = envoy_binary().expect("an Envoy is needed");
@@ -64,9 +69,8 @@ async fn envoy_enforces_token_buckets_lent_from_the_lease_and_denies_once_they_e
     // Pod leases must outlast an assignment (its TTL and the delivery margin): 5 s here.
     let (_c, _m) = control_plane_with(&url, &[(LIMIT, 20, 10)], 10_000).await;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
-    let rlqs_port = free_port().unwrap();
-    let settings = format!("envoy_rlqs_listen = \"127.0.0.1:{rlqs_port}\"\nenvoy_rlqs_limits = [\"{LIMIT}\"]\n");
-    let mut agent = AgentProcess::start_with(&url, "bkk", &settings);
+    let mut agent = AgentProcess::start_with(&url, "bkk", &rlqs_settings(0)).await;
+    let rlqs_port = agent.envoy_port();
     agent.wait_until_ready(&http, LIMIT).await;
     // The judge: at most R·1 s + B = 30 calls in any second; a call above is a 429 it counts.
     let upstream_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -149,7 +153,7 @@ async fn envoy_enforces_token_buckets_lent_from_the_lease_and_denies_once_they_e
     assert_eq!(upstream_stats(&http, upstream_port).await["rejected"], 0);
 
     // A new agent (a new stream, a new holder) and a restarted Envoy: admitting again.
-    let mut agent = AgentProcess::start_with(&url, "bkk", &settings);
+    let mut agent = AgentProcess::start_with(&url, "bkk", &rlqs_settings(rlqs_port)).await;
     agent.wait_until_ready(&http, LIMIT).await;
     envoy.kill();
     let envoy = Envoy::start(&envoy_bin, &bootstrap(ingress, upstream_port, rlqs_port), WITHIN).await.unwrap();
@@ -173,9 +177,8 @@ async fn two_envoys_in_two_dcs_share_one_limit_lent_over_rlqs_and_a_restarted_en
     let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
     let (mut agents, mut envoys, mut ingresses) = (Vec::new(), Vec::new(), Vec::new());
     for dc in ["bkk", "europe"] {
-        let rlqs_port = free_port().unwrap();
-        let settings = format!("envoy_rlqs_listen = \"127.0.0.1:{rlqs_port}\"\nenvoy_rlqs_limits = [\"{LIMIT}\"]\n");
-        let mut agent = AgentProcess::start_with(&url, dc, &settings);
+        let mut agent = AgentProcess::start_with(&url, dc, &rlqs_settings(0)).await;
+        let rlqs_port = agent.envoy_port();
         agent.wait_until_ready(&http, LIMIT).await;
         let (envoy, ingress) =
             Envoy::start_on_free_port(&envoy_bin, |ingress| bootstrap(ingress, upstream_port, rlqs_port), WITHIN)

@@ -9,7 +9,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use leasehold_nats_harness::envoy::{envoy_binary, Envoy};
-use leasehold_nats_harness::free_port;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::envoy::{read_rls_config, KeysClient, RateLimitServer};
 use leasehold_pod::{Pod, PodSettings, PodStatus};
@@ -95,6 +94,7 @@ pub(crate) fn bootstrap(ingress: u16, upstream: u16, rls: u16) -> String {
 pub(crate) struct AgentProcess {
     child: std::process::Child,
     http: String,
+    envoy_port: Option<u16>,
     _dir: TempDir,
 }
 
@@ -106,32 +106,73 @@ impl Drop for TempDir {
     }
 }
 
+/// The address in a line the agent prints when it listens: `... on 127.0.0.1:port[, ...]`.
+fn listening_on(line: &str) -> Option<std::net::SocketAddr> {
+    let (_, rest) = line.split_once(" on ")?;
+    rest.split(',').next()?.trim().parse().ok()
+}
+
 impl AgentProcess {
-    pub(crate) fn start(nats_url: &str, dc: &str, rls_port: u16) -> AgentProcess {
+    /// The agent serving RLS on `rls_port` (0: a port the kernel picks, read with
+    /// [`AgentProcess::envoy_port`]; a given one is for a restart on the port Envoy knows).
+    pub(crate) async fn start(nats_url: &str, dc: &str, rls_port: u16) -> AgentProcess {
         let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/envoy/ratelimit.yaml");
         let rls = format!("envoy_rls_listen = \"127.0.0.1:{rls_port}\"\nenvoy_rls_config = \"{}\"\n", config.display());
-        Self::start_with(nats_url, dc, &rls)
+        Self::start_with(nats_url, dc, &rls).await
     }
 
-    /// The agent with `envoy` settings (TOML lines) of its own.
-    pub(crate) fn start_with(nats_url: &str, dc: &str, envoy: &str) -> AgentProcess {
-        let http_port = free_port().unwrap();
-        let unique = format!("leasehold-agent-envoy-{}-{dc}-{http_port}", std::process::id());
+    /// The agent with `envoy` settings (TOML lines) of its own. Its HTTP API listens on a port the
+    /// kernel picks; the ports are read from the lines the agent prints once it listens, so no
+    /// port is picked first and taken by another test before the agent binds it.
+    pub(crate) async fn start_with(nats_url: &str, dc: &str, envoy: &str) -> AgentProcess {
+        static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let unique = format!("leasehold-agent-envoy-{}-{dc}-{}", std::process::id(), STARTED.fetch_add(1, Relaxed));
         let dir = TempDir(std::env::temp_dir().join(unique));
         std::fs::create_dir_all(&dir.0).unwrap();
         let settings = format!(
             "nats_url = \"{nats_url}\"\ndc = \"{dc}\"\nreport_interval_ms = 100\n\
-             http_listen = \"127.0.0.1:{http_port}\"\n{envoy}"
+             http_listen = \"127.0.0.1:0\"\n{envoy}"
         );
         let file = dir.0.join("agent.toml");
         std::fs::write(&file, settings).unwrap();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold-agent"))
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold-agent"))
             .arg("--config")
             .arg(&file)
-            .stdout(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("leasehold-agent starts");
-        AgentProcess { child, http: format!("http://127.0.0.1:{http_port}"), _dir: dir }
+        // Read to the end on a thread of its own, so the agent never blocks on a full pipe.
+        let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+        let stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(stdout).map_while(Result::ok) {
+                let _ = lines_tx.send(line);
+            }
+        });
+        let wants_envoy = envoy.contains("envoy_rls_listen") || envoy.contains("envoy_rlqs_listen");
+        let (mut http, mut envoy_port, mut seen) = (None, None, Vec::new());
+        let deadline = tokio::time::Instant::now() + WITHIN;
+        while http.is_none() || (wants_envoy && envoy_port.is_none()) {
+            match tokio::time::timeout_at(deadline, lines.recv()).await {
+                Ok(Some(line)) => {
+                    if line.starts_with("pod ") {
+                        http = listening_on(&line);
+                    } else if line.starts_with("Envoy rate limit") {
+                        envoy_port = listening_on(&line).map(|a| a.port());
+                    }
+                    seen.push(line);
+                }
+                Ok(None) => panic!("the agent exited before it listened; it printed {seen:?}"),
+                Err(_) => panic!("the agent did not say where it listens within {WITHIN:?}; it printed {seen:?}"),
+            }
+        }
+        let http = format!("http://{}", http.expect("read above"));
+        AgentProcess { child, http, envoy_port, _dir: dir }
+    }
+
+    /// The port the agent's Envoy service (RLS or RLQS) listens on.
+    pub(crate) fn envoy_port(&self) -> u16 {
+        self.envoy_port.expect("started with an Envoy service")
     }
 
     /// Waits until the agent is ready (`/readyz`: every limit of Envoy's configuration holds a
@@ -187,8 +228,8 @@ async fn envoy_enforces_the_leased_limit_with_429s_and_headers_and_denies_when_t
     let url = nats.url();
     let (_c, _m) = control_plane(&url, &[(LIMIT, 20, 10)]).await;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
-    let rls_port = free_port().unwrap();
-    let mut agent = AgentProcess::start(&url, "bkk", rls_port);
+    let mut agent = AgentProcess::start(&url, "bkk", 0).await;
+    let rls_port = agent.envoy_port();
     agent.wait_until_ready(&http, LIMIT).await;
     // The judge: at most R·1 s + B = 30 calls in any second; a call above is a 429 it counts.
     let upstream_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

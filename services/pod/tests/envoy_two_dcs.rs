@@ -5,7 +5,6 @@
 
 use crate::envoy_rls::{bootstrap, AgentProcess, LIMIT, WITHIN};
 use leasehold_nats_harness::envoy::{envoy_binary, Envoy};
-use leasehold_nats_harness::free_port;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::limits::LimitDef;
@@ -52,9 +51,9 @@ pub(crate) async fn two_dcs(url: &str, limit: &str, dc_ttl_ms: u64, pod_ttl_ms: 
         crate::many_limits::dc_manager_with(url, "bkk", pod_ttl_ms).await,
         crate::many_limits::dc_manager_with(url, "europe", pod_ttl_ms).await,
     ];
-    let upstream_port = free_port().unwrap();
-    let upstream = format!("127.0.0.1:{upstream_port}");
-    tokio::spawn(async move { leasehold_mock_upstream::serve(&upstream, 60, 1_000).await });
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream_port = upstream.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(upstream, leasehold_mock_upstream::router(60, 1_000)).await });
     ((coordinator, managers), upstream_port)
 }
 
@@ -67,8 +66,8 @@ async fn two_envoys_in_two_dcs_share_one_limit_by_demand_and_a_restarted_agent_s
     let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
     let (mut agents, mut envoys, mut ingresses) = (Vec::new(), Vec::new(), Vec::new());
     for dc in ["bkk", "europe"] {
-        let rls_port = free_port().unwrap();
-        let mut agent = AgentProcess::start(&url, dc, rls_port);
+        let mut agent = AgentProcess::start(&url, dc, 0).await;
+        let rls_port = agent.envoy_port();
         agent.wait_until_ready(&http, LIMIT).await;
         let (envoy, ingress) =
             Envoy::start_on_free_port(&envoy_bin, |ingress| bootstrap(ingress, upstream_port, rls_port), WITHIN)
@@ -102,7 +101,7 @@ async fn two_envoys_in_two_dcs_share_one_limit_by_demand_and_a_restarted_agent_s
     drop(agent);
     let call = format!("http://127.0.0.1:{}/call", ingresses[0]);
     assert_eq!(http.post(&call).send().await.unwrap().status(), 500, "BKK's agent is gone");
-    let mut agent = AgentProcess::start(&url, "bkk", rls_port);
+    let mut agent = AgentProcess::start(&url, "bkk", rls_port).await;
     agent.wait_until_ready(&http, LIMIT).await;
     wait::poll(WITHIN, Duration::from_millis(100), "BKK's Envoy served again", async || {
         match http.post(&call).send().await.unwrap().status().as_u16() {
