@@ -197,5 +197,10 @@ pub async fn serve(listen: &str, limit: u64, window_ms: u64) -> Result<(), Upstr
     let local = listener.local_addr().map_err(|e| UpstreamError::Serve(e.to_string()))?;
     println!("listening on {local}");
     tracing::info!(%local, limit, window_ms, "mock upstream up");
+    serve_on(listener, limit, window_ms).await
+}
+
+/// Serve on a listener already bound (so a caller that bound port 0 knows the port first).
+pub async fn serve_on(listener: tokio::net::TcpListener, limit: u64, window_ms: u64) -> Result<(), UpstreamError> {
     axum::serve(listener, router(limit, window_ms)).await.map_err(|e| UpstreamError::Serve(e.to_string()))
 }

@@ -62,9 +62,27 @@ fn start_node(bin: &Path, auth: &ProdAuth, name: &str, config: &str) -> Result<N
     NatsServer::start_with_config(bin, &files, &[]).map_err(|e| format!("{name}: {e}"))
 }
 
+/// How many times [`LeafTopology::start`] starts the servers afresh.
+const START_ATTEMPTS: usize = 3;
+
 impl LeafTopology {
-    /// The hub and `dcs`, `nodes` servers each, every cluster's JetStream ready.
+    /// The hub and `dcs`, `nodes` servers each, every cluster's JetStream ready. Started afresh
+    /// (at most [`START_ATTEMPTS`] times) when a node does not come up: a cluster or leaf port
+    /// reserved by [`free_port`] may be taken by another socket before the node binds it.
     pub async fn start(bin: &Path, dcs: &[&str], nodes: usize) -> Result<Self, String> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(bin, dcs, nodes).await {
+                Err(e) if attempt < START_ATTEMPTS => {
+                    eprintln!("the leaf topology did not come up ({e}); starting it again");
+                    attempt += 1;
+                }
+                started => return started,
+            }
+        }
+    }
+
+    async fn start_once(bin: &Path, dcs: &[&str], nodes: usize) -> Result<Self, String> {
         let auth = ProdAuth::new(dcs)?;
         let cluster_ports: Vec<u16> = (0..nodes).map(|_| free_port()).collect::<Result<_, _>>()?;
         let leaf_ports: Vec<u16> = (0..nodes).map(|_| free_port()).collect::<Result<_, _>>()?;

@@ -16,7 +16,6 @@
 use super::envoy_redis::RedisRateLimit;
 use super::keys_load::Connections;
 use leasehold_nats_harness::envoy::{envoy_binary, Envoy};
-use leasehold_nats_harness::free_port;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::envoy::{RateLimitServer, RlqsServer};
 use leasehold_pod::{Pod, PodSettings, PodStatus};
@@ -256,9 +255,9 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
         let incoming = tonic::transport::server::TcpIncoming::from(redis_listener).with_nodelay(Some(true));
         tokio::spawn(tonic::transport::Server::builder().add_service(redis.service()).serve_with_incoming(incoming));
     }
-    let upstream_port = free_port()?;
-    let upstream = format!("127.0.0.1:{upstream_port}");
-    tokio::spawn(async move { leasehold_mock_upstream::serve(&upstream, u64::MAX / 2, 1_000).await });
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| format!("the upstream: {e}"))?;
+    let upstream_port = upstream.local_addr().map_err(|e| e.to_string())?.port();
+    tokio::spawn(leasehold_mock_upstream::serve_on(upstream, u64::MAX / 2, 1_000));
 
     let duration = Duration::from_secs(a.duration_s);
     let mut per_mode: BTreeMap<&'static str, (Vec<u64>, u64)> = BTreeMap::new();
