@@ -49,11 +49,39 @@ pub(super) struct CpuSPerS {
     dc_managers: Vec<Option<f64>>,
     /// The bench's simulated pods (not a Leasehold service).
     bench_pods: Option<f64>,
+    /// The nats-server the bench started (none with `--nats-url`): every message once in and
+    /// out to its receiver, and out again to the bench's monitor, which subscribes to them all.
+    nats_server: Option<f64>,
+    /// The rest of the bench's process: mostly the monitor, counting every message's items.
+    bench_monitor_and_rest: Option<f64>,
 }
 
-/// CPU seconds used so far by the coordinator, each DC manager and the pods.
-fn cpu_now(r: &Running) -> (Option<f64>, Vec<Option<f64>>, Option<f64>) {
-    (r.coordinator.0.cpu_seconds(), r.managers.iter().map(|m| m.1.cpu_seconds()).collect(), r.pods_rt.cpu_seconds())
+/// CPU seconds used so far: the coordinator, each DC manager, the pods, the nats-server and the
+/// bench's whole process.
+struct CpuNow {
+    coordinator: Option<f64>,
+    managers: Vec<Option<f64>>,
+    pods: Option<f64>,
+    nats_server: Option<f64>,
+    process: Option<f64>,
+}
+
+fn cpu_now(r: &Running) -> CpuNow {
+    CpuNow {
+        coordinator: r.coordinator.0.cpu_seconds(),
+        managers: r.managers.iter().map(|m| m.1.cpu_seconds()).collect(),
+        pods: r.pods_rt.cpu_seconds(),
+        nats_server: r.nats_server_pid().and_then(crate::bench::cpu::cpu_seconds),
+        process: crate::bench::cpu::cpu_seconds(std::process::id()),
+    }
+}
+
+impl CpuNow {
+    /// The process's CPU that none of its measured runtimes used.
+    fn rest(&self) -> Option<f64> {
+        let measured = self.coordinator? + self.pods? + self.managers.iter().copied().sum::<Option<f64>>()?;
+        Some(self.process? - measured)
+    }
 }
 
 /// The DC managers' splits so far, in all.
@@ -138,9 +166,11 @@ pub(super) async fn count(r: &Running, duration: Duration) -> Result<Counted, St
         malformed: r.fleet.malformed(),
         monitor_gap_us,
         cpu_s_per_s: CpuSPerS {
-            coordinator: per_s(cpu_before.0, cpu_after.0),
-            dc_managers: cpu_before.1.iter().zip(&cpu_after.1).map(|(a, b)| per_s(*a, *b)).collect(),
-            bench_pods: per_s(cpu_before.2, cpu_after.2),
+            coordinator: per_s(cpu_before.coordinator, cpu_after.coordinator),
+            dc_managers: cpu_before.managers.iter().zip(&cpu_after.managers).map(|(a, b)| per_s(*a, *b)).collect(),
+            bench_pods: per_s(cpu_before.pods, cpu_after.pods),
+            nats_server: per_s(cpu_before.nats_server, cpu_after.nats_server),
+            bench_monitor_and_rest: per_s(cpu_before.rest(), cpu_after.rest()),
         },
     })
 }

@@ -68,6 +68,13 @@ pub(super) struct PeriodsMs {
     pub coordinator_renew: u64,
 }
 
+impl Running {
+    /// The nats-server the bench started, if it started one.
+    pub fn nats_server_pid(&self) -> Option<u32> {
+        self._server.as_ref()?.pid()
+    }
+}
+
 /// The system under measurement, every pod holding a lease of every limit.
 pub(super) struct Running {
     _server: Option<NatsServer>,
