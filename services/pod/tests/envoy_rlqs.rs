@@ -153,10 +153,15 @@ async fn envoy_enforces_token_buckets_lent_from_the_lease_and_denies_once_they_e
     assert_eq!(upstream_stats(&http, upstream_port).await["rejected"], 0);
 
     // A new agent (a new stream, a new holder) and a restarted Envoy: admitting again.
-    let mut agent = AgentProcess::start_with(&url, "bkk", &rlqs_settings(rlqs_port)).await;
+    let mut agent = AgentProcess::start_with(&url, "bkk", &rlqs_settings(0)).await;
     agent.wait_until_ready(&http, LIMIT).await;
     envoy.kill();
-    let envoy = Envoy::start(&envoy_bin, &bootstrap(ingress, upstream_port, rlqs_port), WITHIN).await.unwrap();
+    let rlqs_port = agent.envoy_port();
+    let (envoy, ingress) =
+        Envoy::start_on_free_port(&envoy_bin, |ingress| bootstrap(ingress, upstream_port, rlqs_port), WITHIN)
+            .await
+            .unwrap();
+    let call = format!("http://127.0.0.1:{ingress}/call");
     wait::poll(WITHIN, Duration::from_millis(20), "a restarted Envoy admitting", async || {
         match http.post(&call).send().await.map_err(|e| e.to_string())?.status().as_u16() {
             200 => Ok(()),
@@ -184,7 +189,7 @@ async fn two_envoys_in_two_dcs_share_one_limit_lent_over_rlqs_and_a_restarted_en
             Envoy::start_on_free_port(&envoy_bin, |ingress| bootstrap(ingress, upstream_port, rlqs_port), WITHIN)
                 .await
                 .unwrap();
-        envoys.push((envoy, bootstrap(ingress, upstream_port, rlqs_port)));
+        envoys.push((envoy, rlqs_port));
         agents.push(agent);
         ingresses.push(ingress);
     }
@@ -211,10 +216,13 @@ async fn two_envoys_in_two_dcs_share_one_limit_lent_over_rlqs_and_a_restarted_en
     assert!(europe.ok > 0 && bkk.limited > 0, "Europe {europe:?}, BKK {bkk:?}");
 
     // BKK's Envoy restarted (a new stream, its buckets gone): served again, still within the limit.
-    let (mut envoy, bootstrap) = envoys.remove(0);
+    let (mut envoy, rlqs_port) = envoys.remove(0);
     envoy.kill();
-    let _envoy = Envoy::start(&envoy_bin, &bootstrap, WITHIN).await.unwrap();
-    let call = format!("http://127.0.0.1:{}/call", ingresses[0]);
+    let (_envoy, ingress) =
+        Envoy::start_on_free_port(&envoy_bin, |ingress| bootstrap(ingress, upstream_port, rlqs_port), WITHIN)
+            .await
+            .unwrap();
+    let call = format!("http://127.0.0.1:{ingress}/call");
     wait::poll(WITHIN, Duration::from_millis(20), "BKK's restarted Envoy served again", async || {
         match http.post(&call).send().await.map_err(|e| e.to_string())?.status().as_u16() {
             200 => Ok(()),

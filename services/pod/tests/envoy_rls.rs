@@ -141,24 +141,29 @@ impl AgentProcess {
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("leasehold-agent starts");
-        // Read to the end on a thread of its own, so the agent never blocks on a full pipe.
+        // Read to the end on a thread of its own (any bytes), so the agent never blocks on a full
+        // pipe nor fails writing to a closed one.
         let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
-        let stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
+        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
         std::thread::spawn(move || {
-            for line in std::io::BufRead::lines(stdout).map_while(Result::ok) {
-                let _ = lines_tx.send(line);
+            let mut line = Vec::new();
+            while std::io::BufRead::read_until(&mut stdout, b'\n', &mut line).is_ok_and(|n| n > 0) {
+                let _ = lines_tx.send(String::from_utf8_lossy(&line).trim_end().to_string());
+                line.clear();
             }
         });
+        // Held from here, so a panic below kills the agent (`Drop`).
+        let mut agent = AgentProcess { child, http: String::new(), envoy_port: None, _dir: dir };
         let wants_envoy = envoy.contains("envoy_rls_listen") || envoy.contains("envoy_rlqs_listen");
-        let (mut http, mut envoy_port, mut seen) = (None, None, Vec::new());
+        let (mut http, mut seen) = (None, Vec::new());
         let deadline = tokio::time::Instant::now() + WITHIN;
-        while http.is_none() || (wants_envoy && envoy_port.is_none()) {
+        while http.is_none() || (wants_envoy && agent.envoy_port.is_none()) {
             match tokio::time::timeout_at(deadline, lines.recv()).await {
                 Ok(Some(line)) => {
                     if line.starts_with("pod ") {
                         http = listening_on(&line);
                     } else if line.starts_with("Envoy rate limit") {
-                        envoy_port = listening_on(&line).map(|a| a.port());
+                        agent.envoy_port = listening_on(&line).map(|a| a.port());
                     }
                     seen.push(line);
                 }
@@ -166,11 +171,11 @@ impl AgentProcess {
                 Err(_) => panic!("the agent did not say where it listens within {WITHIN:?}; it printed {seen:?}"),
             }
         }
-        let http = format!("http://{}", http.expect("read above"));
-        AgentProcess { child, http, envoy_port, _dir: dir }
+        agent.http = format!("http://{}", http.expect("read above"));
+        agent
     }
 
-    /// The port the agent's Envoy service (RLS or RLQS) listens on.
+    /// The port the agent's Envoy service (RLS or RLQS, the first it printed) listens on.
     pub(crate) fn envoy_port(&self) -> u16 {
         self.envoy_port.expect("started with an Envoy service")
     }

@@ -101,6 +101,8 @@ async fn two_envoys_in_two_dcs_share_one_limit_by_demand_and_a_restarted_agent_s
     drop(agent);
     let call = format!("http://127.0.0.1:{}/call", ingresses[0]);
     assert_eq!(http.post(&call).send().await.unwrap().status(), 500, "BKK's agent is gone");
+    // The port Envoy knows: free since the agent was killed, it could be taken in the moment
+    // before the new agent binds it (a start and a NATS connect), the one race left here.
     let mut agent = AgentProcess::start(&url, "bkk", rls_port).await;
     agent.wait_until_ready(&http, LIMIT).await;
     wait::poll(WITHIN, Duration::from_millis(100), "BKK's Envoy served again", async || {

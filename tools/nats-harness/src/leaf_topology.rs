@@ -64,6 +64,8 @@ fn start_node(bin: &Path, auth: &ProdAuth, name: &str, config: &str) -> Result<N
 
 /// How many times [`LeafTopology::start`] starts the servers afresh.
 const START_ATTEMPTS: usize = 3;
+/// How long a cluster's nodes may take to listen for routes once each reported ready.
+const ROUTES_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl LeafTopology {
     /// The hub and `dcs`, `nodes` servers each, every cluster's JetStream ready. Started afresh
@@ -90,6 +92,11 @@ impl LeafTopology {
         for (i, leaf_port) in leaf_ports.iter().enumerate() {
             hub.push(start_node(bin, &auth, "hub.conf", &hub_config(i, &cluster_ports, *leaf_port))?);
         }
+        if nodes > 1 {
+            crate::cluster_listening(&mut hub, &cluster_ports, ROUTES_WITHIN)
+                .await
+                .map_err(|e| format!("the hub's {e}"))?;
+        }
         let mut out = Vec::new();
         for dc in dcs {
             let link = LinkProxy::start(leaf_ports.clone()).await.map_err(|e| e.to_string())?;
@@ -98,6 +105,11 @@ impl LeafTopology {
             let leaf_creds = auth.creds(&format!("leaf-{dc}"));
             for i in 0..nodes {
                 servers.push(start_node(bin, &auth, "dc.conf", &dc_config(dc, i, &ports, link.port(), &leaf_creds))?);
+            }
+            if nodes > 1 {
+                crate::cluster_listening(&mut servers, &ports, ROUTES_WITHIN)
+                    .await
+                    .map_err(|e| format!("{dc}'s {e}"))?;
             }
             out.push((dc.to_string(), servers, link));
         }

@@ -28,3 +28,31 @@ pub fn free_port() -> Result<u16, String> {
     Ok(l.local_addr().map_err(|e| e.to_string())?.port())
 }
 pub use server::{binaries, NatsServer, ServerError, START_TIMEOUT};
+
+/// Waits until every server of a cluster is alive and accepts connections on its cluster port
+/// (`servers[i]` on `cluster_ports[i]`), for at most `within`. A node reports ready once it
+/// listens for clients and binds its route listener only after that, exiting when another
+/// socket took the port [`free_port`] reserved: the error says which node, for a caller that
+/// starts the cluster afresh.
+pub async fn cluster_listening(
+    servers: &mut [NatsServer],
+    cluster_ports: &[u16],
+    within: std::time::Duration,
+) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + within;
+    for (i, (server, port)) in servers.iter_mut().zip(cluster_ports).enumerate() {
+        loop {
+            if !server.is_running() {
+                return Err(format!("node {} exited: {}", i + 1, server.log_tail(3).join(" | ")));
+            }
+            if tokio::net::TcpStream::connect(("127.0.0.1", *port)).await.is_ok() {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(format!("node {} does not listen for routes on {port}", i + 1));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+    Ok(())
+}

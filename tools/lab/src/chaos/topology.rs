@@ -9,7 +9,6 @@
 use leasehold_nats_harness::free_port;
 use leasehold_nats_harness::{LinkProxy, NatsServer};
 use std::path::Path;
-use tokio::net::TcpStream;
 
 pub struct Topology {
     pub hub: Vec<NatsServer>,
@@ -98,20 +97,8 @@ async fn start_hub(binary: &Path) -> Result<Vec<NatsServer>, String> {
         let config = hub_config(i, &cluster_ports);
         hub.push(NatsServer::start_with_config(binary, &[("hub.conf", &config)], &[]).map_err(|e| e.to_string())?);
     }
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-    for (i, port) in cluster_ports.iter().enumerate() {
-        loop {
-            if !hub[i].is_running() {
-                return Err(format!("hub-{} exited: {}", i + 1, hub[i].log_tail(3).join(" | ")));
-            }
-            if TcpStream::connect(("127.0.0.1", *port)).await.is_ok() {
-                break;
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(format!("hub-{} does not listen for routes on {port}", i + 1));
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    }
+    leasehold_nats_harness::cluster_listening(&mut hub, &cluster_ports, std::time::Duration::from_secs(10))
+        .await
+        .map_err(|e| format!("the hub's {e}"))?;
     Ok(hub)
 }
