@@ -3,7 +3,8 @@
 //! `deploy/envoy/rlqs-bootstrap.yaml` runs on free ports.
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
-use crate::envoy_rls::{control_plane_with, AgentProcess, WITHIN};
+use crate::agent_process::AgentProcess;
+use crate::envoy_rls::{control_plane_with, WITHIN};
 use leasehold_nats_harness::envoy::{envoy_binary, Envoy};
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use std::path::Path;

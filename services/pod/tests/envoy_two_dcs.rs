@@ -3,7 +3,8 @@
 //! strict upstream judging them together; then one DC's agent is killed and started again.
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
-use crate::envoy_rls::{bootstrap, AgentProcess, LIMIT, WITHIN};
+use crate::agent_process::AgentProcess;
+use crate::envoy_rls::{bootstrap, LIMIT, WITHIN};
 use leasehold_nats_harness::envoy::{envoy_binary, Envoy};
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_shared::coordinator::LimitConfig;
@@ -53,7 +54,7 @@ pub(crate) async fn two_dcs(url: &str, limit: &str, dc_ttl_ms: u64, pod_ttl_ms: 
     ];
     let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream_port = upstream.local_addr().unwrap().port();
-    tokio::spawn(async move { axum::serve(upstream, leasehold_mock_upstream::router(60, 1_000)).await });
+    tokio::spawn(leasehold_mock_upstream::serve_on(upstream, 60, 1_000));
     ((coordinator, managers), upstream_port)
 }
 

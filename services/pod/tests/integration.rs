@@ -4,6 +4,8 @@
 
 mod agent;
 #[cfg(feature = "envoy")]
+mod agent_process;
+#[cfg(feature = "envoy")]
 mod envoy_per_key;
 #[cfg(feature = "envoy")]
 mod envoy_rlqs;
