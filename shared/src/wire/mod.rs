@@ -11,6 +11,7 @@ mod keys;
 mod lease_json;
 mod ledger_group;
 mod messages;
+mod report_json;
 
 pub use batch::*;
 pub use fence::LedgerFence;
@@ -18,6 +19,7 @@ pub use floor_confirmations::{ConfirmedFloor, FloorConfirmations};
 pub use keys::*;
 pub use ledger_group::{FittedGroup, LedgerGroup, FRESH_GROWTH, MAX_LEDGER_GROUP_BYTES};
 pub use messages::*;
+pub use report_json::decode_pod_reports;
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use thiserror::Error;

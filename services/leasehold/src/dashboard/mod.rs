@@ -23,7 +23,7 @@ use leasehold_nats::connect::jetstream;
 use leasehold_nats::kv::{follow, KeyChange};
 use leasehold_process::clock::LeaseClock;
 use leasehold_shared::subjects;
-use leasehold_shared::wire::{decode, DcReports, PodLeases, PodReports};
+use leasehold_shared::wire::{decode, decode_pod_reports, DcReports, PodLeases};
 use model::{Shown, View};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -187,7 +187,7 @@ async fn run_view(mut f: Feeds, mut view: View, shown: Shown, tx: watch::Sender<
             }
             Some(m) = f.pods.next() => {
                 if m.subject.ends_with(".report") {
-                    if let Ok(b) = decode::<PodReports>(&m.payload) {
+                    if let Ok(b) = decode_pod_reports(&m.payload) {
                         view.on_pod_reports(&b, clock.now_ms());
                     }
                 } else if m.subject.ends_with(".lease") {

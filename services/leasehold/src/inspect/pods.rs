@@ -5,7 +5,7 @@
 use futures::StreamExt;
 use leasehold_process::clock::LeaseClock;
 use leasehold_shared::subjects;
-use leasehold_shared::wire::{decode, LeaseVersion, PodLeases, PodReports};
+use leasehold_shared::wire::{decode, decode_pod_reports, LeaseVersion, PodLeases};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -50,7 +50,7 @@ pub async fn listen(client: &async_nats::Client, listen: Duration) -> Result<BTr
     let left = || Duration::from_nanos(end_ns.saturating_sub(clock.now_ns()));
     while let Ok(Some(msg)) = tokio::time::timeout(left(), sub.next()).await {
         if msg.subject.ends_with(".report") {
-            let Ok(batch) = decode::<PodReports>(&msg.payload) else { continue };
+            let Ok(batch) = decode_pod_reports(&msg.payload) else { continue };
             let (v, seen) = pods.entry(batch.pod.clone()).or_default();
             v.dc = batch.dc.clone();
             *seen = Some(clock.now_ns());
