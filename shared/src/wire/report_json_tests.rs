@@ -55,30 +55,55 @@ fn the_shapes_pods_write_are_read_fast() {
 
 #[test]
 fn what_it_does_not_read_goes_to_serde_with_the_same_answer() {
-    let cases = [
-        batch_of(&[&ITEM.replace("\"api\"", r#""a\"pi""#)]),      // an escape
-        batch_of(&[&ITEM.replace(r#""seq":3"#, r#""seq":-0"#)]),  // serde reads -0 as 0
-        batch_of(&[&ITEM.replace(r#""seq":3"#, r#""seq":3.0"#)]), // a float for an integer
-        batch_of(&[&ITEM.replace(r#""seq":3"#, r#""seq":03"#)]),  // a leading zero
-        batch_of(&[&ITEM.replace(r#""seq":3"#, r#""seq":18446744073709551616"#)]), // overflow
-        batch_of(&[&ITEM.replace(r#""seq":3"#, r#""seq":3,"seq":4"#)]), // a key twice
-        batch_of(&[&ITEM.replace(r#""seq":3"#, r#""seq":3,"extra":[1]"#)]), // an unknown key
-        batch_of(&[&ITEM.replace(r#","seq":3"#, "")]),            // a missing field
-        batch_of(&[&ITEM.replace(r#""v":1"#, r#""v":4294967296"#)]), // past a u32
-        batch_of(&[&ITEM.replace(r#""weight":1.0"#, r#""weight":1e400"#)]), // out of range
-        batch_of(&[&ITEM.replace(r#""weight":1.0"#, r#""weight":0"#)]), // read, then invalid
-        batch_of(&[ITEM, ITEM]),                                  // read, then a limit twice
-        batch_of(&[ITEM]).replace(r#""v":2"#, r#""v":3"#),        // another version
-        batch_of(&[ITEM]).replace(r#""v":2,"#, ""),               // no version
-        batch_of(&[ITEM]) + "x",                                  // trailing bytes
+    let item = |from: &str, to: &str| batch_of(&[&ITEM.replacen(from, to, 1)]);
+    // Left to serde (the reader does not take them), each answered as serde answers.
+    let left = [
+        item("\"api\"", r#""a\"pi""#),                               // an escape in a value
+        item(r#""seq":3"#, r#""\u0073eq":3"#),                        // an escape in a key
+        item(r#""seq":3"#, r#""seq":-0"#),                             // serde: a float, refused
+        item(r#""seq":3"#, r#""seq":3.0"#),                            // a float for an integer
+        item(r#""seq":3"#, r#""seq":03"#),                             // a leading zero
+        item(r#""seq":3"#, r#""seq":18446744073709551616"#),           // past a u64
+        item(r#""seq":3"#, r#""seq":3,"seq":4"#),                      // a key twice
+        item(r#""seq":3"#, r#""seq":3,"extra":[1]"#),                  // an unknown key
+        item(r#""seq":2}"#, r#""seq":2,"extra":0}"#),                  // one inside lease_in_use
+        item(r#""seq":2}"#, r#""seq":2,"seq":2}"#),
+        item(r#","seq":3"#, ""),                                       // a missing field
+        item(r#""v":1"#, r#""v":4294967296"#),                         // past a u32
+        item(r#""weight":1.0"#, r#""weight":1e400"#),                  // past an f64
+        item(r#""healthy":true"#, r#""healthy":null"#),
+        item(r#"{"epoch":1,"seq":2}"#, "[1,2]"),                       // serde reads a struct as an array
+        batch_of(&[ITEM]).replace(r#""v":2"#, r#""v":3"#),             // another version
+        batch_of(&[ITEM]).replace(r#""v":2,"#, ""),                    // no version
+        batch_of(&[ITEM]).replace(r#""v":2,"#, r#""v":2,"v":2,"#),
+        batch_of(&[ITEM]).replace(r#""v":2,"#, r#""v":2,"x":1,"#),     // an unknown key on top
+        batch_of(&[ITEM]) + "x",                                       // trailing bytes
         batch_of(&[ITEM]).replace("\"bkk\",\"pod\"", "\"b\u{1}k\",\"pod\""), // a control character
         batch_of(&[ITEM]).replace(":[", ":[ ,"),
+        batch_of(&[ITEM]).replace("]}", ",]}"),
     ];
-    for case in cases {
-        agrees(case.as_bytes());
+    for case in &left {
+        assert!(!agrees(case.as_bytes()), "{case}");
     }
     let invalid_utf8 = [&br#"{"v":2,"dc":"b"#[..], &[0xff], br#"k","pod":"p1","reports":[]}"#].concat();
     assert!(!agrees(&invalid_utf8));
+    // Read here, then refused by the same checks serde's value meets.
+    let read_then_refused = [
+        item(r#""weight":1.0"#, r#""weight":0"#),  // out of range
+        batch_of(&[ITEM, ITEM]),                   // a limit twice
+        item(r#""v":1"#, r#""v":3"#),              // an item of another version
+        item(r#""pod":"p1""#, r#""pod":"p2""#),    // another pod than the batch
+    ];
+    for case in &read_then_refused {
+        assert!(agrees(case.as_bytes()), "{case}");
+        assert!(matches!(decode_pod_reports(case.as_bytes()), Err(WireError::Invalid { .. })), "{case}");
+    }
+    // Read here, as serde reads them: other ways to write a number, and `\r` as whitespace.
+    for weight in ["1E2", "-0", "0.5e-0", "1.00000000000000000000000000001", "100000000000000000000000"] {
+        let case = item(r#""weight":1.0"#, &format!(r#""weight":{weight}"#));
+        assert!(agrees(case.as_bytes()), "{case}");
+    }
+    assert!(agrees(batch_of(&[ITEM]).replace(',', "\r\n,\r").as_bytes()));
 }
 
 /// `{"key":value,…}` with the pairs in the given order and `sep` between tokens.
@@ -124,13 +149,15 @@ proptest! {
         order in Just((0..18).collect::<Vec<usize>>()).prop_shuffle(),
         left_out in proptest::collection::vec(any::<bool>(), 4),
         spaced in any::<bool>(),
+        top_order in Just(vec![0usize, 1, 2, 3]).prop_shuffle(),
     ) {
         let sep = if spaced { " \n\t" } else { "" };
         // v, upstream_429, lease_in_use and periods may be left out.
         let optional = [0usize, 12, 16, 17];
         let order: Vec<usize> = order.into_iter().filter(|i| optional.iter().zip(&left_out).all(|(o, out)| !(*out && o == i))).collect();
         let items: Vec<String> = limits.iter().map(|l| object(&item_pairs(l, numbers, weight, lease), &order, sep)).collect();
-        let batch = object(&[("v", "2".into()), ("dc", "\"bkk\"".into()), ("pod", "\"p1\"".into()), ("reports", format!("[{}]", items.join(",")))], &[3, 1, 0, 2], sep);
+        let top = [("v", "2".into()), ("dc", "\"bkk\"".into()), ("pod", "\"p1\"".into()), ("reports", format!("[{}]", items.join(",")))];
+        let batch = object(&top, &top_order, sep);
         let plain = limits.iter().all(|l| !l.chars().any(|c| c == '"' || c == '\\' || c < '\u{20}'));
         let fast = agrees(batch.as_bytes());
         prop_assert!(fast || !plain, "a plain batch left to serde: {}", batch);
