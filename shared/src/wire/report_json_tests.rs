@@ -58,26 +58,26 @@ fn what_it_does_not_read_goes_to_serde_with_the_same_answer() {
     let item = |from: &str, to: &str| batch_of(&[&ITEM.replacen(from, to, 1)]);
     // Left to serde (the reader does not take them), each answered as serde answers.
     let left = [
-        item("\"api\"", r#""a\"pi""#),                               // an escape in a value
-        item(r#""seq":3"#, r#""\u0073eq":3"#),                        // an escape in a key
-        item(r#""seq":3"#, r#""seq":-0"#),                             // serde: a float, refused
-        item(r#""seq":3"#, r#""seq":3.0"#),                            // a float for an integer
-        item(r#""seq":3"#, r#""seq":03"#),                             // a leading zero
-        item(r#""seq":3"#, r#""seq":18446744073709551616"#),           // past a u64
-        item(r#""seq":3"#, r#""seq":3,"seq":4"#),                      // a key twice
-        item(r#""seq":3"#, r#""seq":3,"extra":[1]"#),                  // an unknown key
-        item(r#""seq":2}"#, r#""seq":2,"extra":0}"#),                  // one inside lease_in_use
+        item("\"api\"", r#""a\"pi""#),                       // an escape in a value
+        item(r#""seq":3"#, r#""\u0073eq":3"#),               // an escape in a key
+        item(r#""seq":3"#, r#""seq":-0"#),                   // serde: a float, refused
+        item(r#""seq":3"#, r#""seq":3.0"#),                  // a float for an integer
+        item(r#""seq":3"#, r#""seq":03"#),                   // a leading zero
+        item(r#""seq":3"#, r#""seq":18446744073709551616"#), // past a u64
+        item(r#""seq":3"#, r#""seq":3,"seq":4"#),            // a key twice
+        item(r#""seq":3"#, r#""seq":3,"extra":[1]"#),        // an unknown key
+        item(r#""seq":2}"#, r#""seq":2,"extra":0}"#),        // one inside lease_in_use
         item(r#""seq":2}"#, r#""seq":2,"seq":2}"#),
-        item(r#","seq":3"#, ""),                                       // a missing field
-        item(r#""v":1"#, r#""v":4294967296"#),                         // past a u32
-        item(r#""weight":1.0"#, r#""weight":1e400"#),                  // past an f64
+        item(r#","seq":3"#, ""),                      // a missing field
+        item(r#""v":1"#, r#""v":4294967296"#),        // past a u32
+        item(r#""weight":1.0"#, r#""weight":1e400"#), // past an f64
         item(r#""healthy":true"#, r#""healthy":null"#),
-        item(r#"{"epoch":1,"seq":2}"#, "[1,2]"),                       // serde reads a struct as an array
-        batch_of(&[ITEM]).replace(r#""v":2"#, r#""v":3"#),             // another version
-        batch_of(&[ITEM]).replace(r#""v":2,"#, ""),                    // no version
+        item(r#"{"epoch":1,"seq":2}"#, "[1,2]"), // serde reads a struct as an array
+        batch_of(&[ITEM]).replace(r#""v":2"#, r#""v":3"#), // another version
+        batch_of(&[ITEM]).replace(r#""v":2,"#, ""), // no version
         batch_of(&[ITEM]).replace(r#""v":2,"#, r#""v":2,"v":2,"#),
-        batch_of(&[ITEM]).replace(r#""v":2,"#, r#""v":2,"x":1,"#),     // an unknown key on top
-        batch_of(&[ITEM]) + "x",                                       // trailing bytes
+        batch_of(&[ITEM]).replace(r#""v":2,"#, r#""v":2,"x":1,"#), // an unknown key on top
+        batch_of(&[ITEM]) + "x",                                   // trailing bytes
         batch_of(&[ITEM]).replace("\"bkk\",\"pod\"", "\"b\u{1}k\",\"pod\""), // a control character
         batch_of(&[ITEM]).replace(":[", ":[ ,"),
         batch_of(&[ITEM]).replace("]}", ",]}"),
@@ -89,10 +89,10 @@ fn what_it_does_not_read_goes_to_serde_with_the_same_answer() {
     assert!(!agrees(&invalid_utf8));
     // Read here, then refused by the same checks serde's value meets.
     let read_then_refused = [
-        item(r#""weight":1.0"#, r#""weight":0"#),  // out of range
-        batch_of(&[ITEM, ITEM]),                   // a limit twice
-        item(r#""v":1"#, r#""v":3"#),              // an item of another version
-        item(r#""pod":"p1""#, r#""pod":"p2""#),    // another pod than the batch
+        item(r#""weight":1.0"#, r#""weight":0"#), // out of range
+        batch_of(&[ITEM, ITEM]),                  // a limit twice
+        item(r#""v":1"#, r#""v":3"#),             // an item of another version
+        item(r#""pod":"p1""#, r#""pod":"p2""#),   // another pod than the batch
     ];
     for case in &read_then_refused {
         assert!(agrees(case.as_bytes()), "{case}");
