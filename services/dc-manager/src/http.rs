@@ -92,6 +92,12 @@ fn registry(status: watch::Receiver<Status>, limit: String, dc: String) -> Regis
             process,
             s.report_batches_shed,
         )?;
+        m.counter(
+            "leasehold_dc_report_batches_read_by_serde_total",
+            "Valid pod report batches the manager's own reader left to serde_json (an extra field, an escaped string): more CPU per item.",
+            process,
+            s.report_batches_read_by_serde,
+        )?;
         m.counters(
             "leasehold_dc_reports_stale_total",
             "Stale or foreign pod reports.",

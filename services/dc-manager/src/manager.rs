@@ -20,7 +20,9 @@ use leasehold_shared::leadership::{Leadership, Transition};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::readiness::ReplicaView;
 use leasehold_shared::subjects::{self, PodChannel};
-use leasehold_shared::wire::{decode, decode_pod_reports, LeaseReturns, LeaseVersion, LedgerRecord, PodReport};
+use leasehold_shared::wire::{
+    decode, decode_pod_reports_saying_how, LeaseReturns, LeaseVersion, LedgerRecord, PodReport, ReportsReadBy,
+};
 use std::collections::BTreeMap;
 use tracing::{debug, info, warn};
 
@@ -325,7 +327,11 @@ impl Manager {
 
     /// A pod's reports, one per limit it uses (limits this process doesn't serve are skipped).
     pub async fn on_pod_reports(&mut self, subject: &str, payload: &[u8]) {
-        let batch = match decode_pod_reports(payload) {
+        let (decoded, read_by) = decode_pod_reports_saying_how(payload);
+        if read_by == ReportsReadBy::Serde && decoded.is_ok() {
+            self.status.report_batches_read_by_serde += 1;
+        }
+        let batch = match decoded {
             Ok(b) if self.sent_by(subject, &b.dc, &b.pod, PodChannel::Report) => b,
             Ok(b) => {
                 warn!(subject, pod = %b.pod, "a report batch names another pod or DC than its subject; ignored");

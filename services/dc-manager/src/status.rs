@@ -28,6 +28,9 @@ pub struct Status {
     /// than `inbound_reports_max_age_ms` when read (the manager reads reports slower than its
     /// pods send them).
     pub report_batches_shed: u64,
+    /// Valid pod report batches read by serde_json rather than the manager's own reader (an
+    /// extra field, an escaped string, a number written otherwise: `shared/src/wire/report_json.rs`).
+    pub report_batches_read_by_serde: u64,
     pub publish_failures: u64,
     /// Every limit this term serves.
     pub limits: BTreeMap<String, LimitStatus>,

@@ -279,6 +279,49 @@ async fn a_message_whose_body_names_another_pod_than_its_subject_is_refused() {
     assert!(late.await.is_err(), "the manager answered a pod that only its body named");
 }
 
+/// The Rust pod's report batches go through the manager's own reader; a valid batch it leaves
+/// (a pod in another language adding a field) is read by serde_json as before, obeyed, and
+/// counted, so an operator sees that pod costing more per report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_batch_left_to_serde_is_obeyed_and_counted() {
+    use futures::StreamExt;
+    use leasehold_shared::wire::{encode, PodReport, PodReports};
+    let (server, c, _coord, mut m) = one_leading_manager().await;
+    let a = Pod::start(client(&server.url()).await, &pod_settings(&server.url(), "pod-a"));
+    let mut a_rx = a.limiter("api").unwrap().status();
+    until(&mut a_rx, "pod-a holds a lease with a rate", |s| s.leases_applied >= 2 && rate(s) > 0.0).await;
+    assert_eq!(m.status.borrow().report_batches_read_by_serde, 0, "the Rust pod's batches were left to serde");
+    let mut x_leases = c.subscribe("lh.pod.bkk.pod-x.lease").await.unwrap();
+    c.flush().await.unwrap();
+    let report = PodReport {
+        v: 1,
+        limit: "api".into(),
+        dc: "bkk".into(),
+        pod: "pod-x".into(),
+        incarnation: 9,
+        seq: 1,
+        interval_ms: 100,
+        offered: 5,
+        admitted: 0,
+        rejected: 0,
+        queued: 0,
+        errors: 0,
+        upstream_429: 0,
+        healthy: true,
+        draining: false,
+        weight: 1.0,
+        lease_in_use: None,
+        periods: 1,
+    };
+    let plain = String::from_utf8(encode(&PodReports::new("bkk", "pod-x", vec![report]))).unwrap();
+    let with_a_field = plain.replacen(r#""limit""#, r#""sdk":"py-0.1","limit""#, 1);
+    assert_ne!(plain, with_a_field);
+    c.publish("lh.pod.bkk.pod-x.report", with_a_field.into()).await.unwrap();
+    until(&mut m.status, "the batch is counted", |s: &Status| s.report_batches_read_by_serde == 1).await;
+    let lease = tokio::time::timeout(WITHIN, x_leases.next()).await.expect("pod-x joined and got a lease");
+    assert!(lease.is_some());
+}
+
 /// The number of pods `leasehold_dc_pods_eligible` shows on `addr`'s `/metrics`.
 async fn pods_eligible_metric(http: &reqwest::Client, addr: &str) -> Option<f64> {
     let body = http.get(format!("http://{addr}/metrics")).send().await.ok()?.text().await.ok()?;

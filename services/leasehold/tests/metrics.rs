@@ -190,6 +190,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
                 "leasehold_dc_lease_refusals_total",
                 "leasehold_dc_messages_malformed_total",
                 "leasehold_dc_report_batches_shed_total",
+                "leasehold_dc_report_batches_read_by_serde_total",
                 "leasehold_dc_reports_stale_total",
                 "leasehold_dc_publish_failures_total",
             ],

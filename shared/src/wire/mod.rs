@@ -19,7 +19,7 @@ pub use floor_confirmations::{ConfirmedFloor, FloorConfirmations};
 pub use keys::*;
 pub use ledger_group::{FittedGroup, LedgerGroup, FRESH_GROWTH, MAX_LEDGER_GROUP_BYTES};
 pub use messages::*;
-pub use report_json::decode_pod_reports;
+pub use report_json::{decode_pod_reports, decode_pod_reports_saying_how, ReportsReadBy};
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use thiserror::Error;
