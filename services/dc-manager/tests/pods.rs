@@ -183,6 +183,31 @@ async fn a_standby_manager_takes_over_with_a_higher_epoch() {
     }
 }
 
+/// A report of limit `api` in DC `bkk` from a holder with no lease yet (a join), offering 50
+/// calls in 100 ms.
+fn first_report(pod: &str, incarnation: u64, seq: u64) -> leasehold_shared::wire::PodReport {
+    leasehold_shared::wire::PodReport {
+        v: 1,
+        limit: "api".into(),
+        dc: "bkk".into(),
+        pod: pod.into(),
+        incarnation,
+        seq,
+        interval_ms: 100,
+        offered: 50,
+        admitted: 0,
+        rejected: 0,
+        queued: 0,
+        errors: 0,
+        upstream_429: 0,
+        healthy: true,
+        draining: false,
+        weight: 1.0,
+        lease_in_use: None,
+        periods: 1,
+    }
+}
+
 /// A nats-server, a client, a coordinator, and one DC manager that leads.
 async fn one_leading_manager(
 ) -> (NatsServer, async_nats::Client, leasehold_coordinator::Handle, leasehold_dc_manager::Handle) {
@@ -226,31 +251,12 @@ async fn malformed_and_replayed_messages_are_counted_and_ignored() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_whose_body_names_another_pod_than_its_subject_is_refused() {
     use futures::StreamExt;
-    use leasehold_shared::wire::{encode, LeaseReturn, LeaseReturns, PodReport, PodReports};
+    use leasehold_shared::wire::{encode, LeaseReturn, LeaseReturns, PodReports};
     let (_server, c, _coord, mut m) = one_leading_manager().await;
     let mut ghost_leases = c.subscribe("lh.pod.bkk.ghost.lease").await.unwrap();
     let mut ghost_acks = c.subscribe("lh.pod.bkk.ghost.ack").await.unwrap();
     c.flush().await.unwrap();
-    let report = |seq| PodReport {
-        v: 1,
-        limit: "api".into(),
-        dc: "bkk".into(),
-        pod: "ghost".into(),
-        incarnation: 7,
-        seq,
-        interval_ms: 100,
-        offered: 50,
-        admitted: 0,
-        rejected: 0,
-        queued: 0,
-        errors: 0,
-        upstream_429: 0,
-        healthy: true,
-        draining: false,
-        weight: 1.0,
-        lease_in_use: None,
-        periods: 1,
-    };
+    let report = |seq| first_report("ghost", 7, seq);
     let give_back = LeaseReturn {
         v: 1,
         limit: "api".into(),
@@ -285,7 +291,7 @@ async fn a_message_whose_body_names_another_pod_than_its_subject_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_batch_left_to_serde_is_obeyed_and_counted() {
     use futures::StreamExt;
-    use leasehold_shared::wire::{encode, PodReport, PodReports};
+    use leasehold_shared::wire::{encode, PodReports};
     let (server, c, _coord, mut m) = one_leading_manager().await;
     let a = Pod::start(client(&server.url()).await, &pod_settings(&server.url(), "pod-a"));
     let mut a_rx = a.limiter("api").unwrap().status();
@@ -293,26 +299,7 @@ async fn a_report_batch_left_to_serde_is_obeyed_and_counted() {
     assert_eq!(m.status.borrow().report_batches_read_by_serde, 0, "the Rust pod's batches were left to serde");
     let mut x_leases = c.subscribe("lh.pod.bkk.pod-x.lease").await.unwrap();
     c.flush().await.unwrap();
-    let report = PodReport {
-        v: 1,
-        limit: "api".into(),
-        dc: "bkk".into(),
-        pod: "pod-x".into(),
-        incarnation: 9,
-        seq: 1,
-        interval_ms: 100,
-        offered: 5,
-        admitted: 0,
-        rejected: 0,
-        queued: 0,
-        errors: 0,
-        upstream_429: 0,
-        healthy: true,
-        draining: false,
-        weight: 1.0,
-        lease_in_use: None,
-        periods: 1,
-    };
+    let report = first_report("pod-x", 9, 1);
     let plain = String::from_utf8(encode(&PodReports::new("bkk", "pod-x", vec![report]))).unwrap();
     let with_a_field = plain.replacen(r#""limit""#, r#""sdk":"py-0.1","limit""#, 1);
     assert_ne!(plain, with_a_field);
