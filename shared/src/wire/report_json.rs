@@ -158,20 +158,19 @@ impl<'a> Cursor<'a> {
         self.peek().is_none().then_some(())
     }
 
-    /// An object: `field` reads the value of each key (the cursor just past its `:`).
-    fn object(&mut self, mut field: impl FnMut(&mut Self, &[u8]) -> Option<()>) -> Option<()> {
-        self.eat(b'{')?;
-        if self.peek()? == b'}' {
+    /// `open`, then items read by `each` with `,` between them, then `close` (or `open` `close`
+    /// at once: none).
+    fn delimited(&mut self, open: u8, close: u8, mut each: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.eat(open)?;
+        if self.peek()? == close {
             self.i += 1;
             return Some(());
         }
         loop {
-            let key = self.plain()?;
-            self.eat(b':')?;
-            field(self, key)?;
+            each(self)?;
             match self.peek()? {
                 b',' => self.i += 1,
-                b'}' => {
+                b if b == close => {
                     self.i += 1;
                     return Some(());
                 }
@@ -180,24 +179,22 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// An object: `field` reads the value of each key (the cursor just past its `:`).
+    fn object(&mut self, mut field: impl FnMut(&mut Self, &[u8]) -> Option<()>) -> Option<()> {
+        self.delimited(b'{', b'}', |c| {
+            let key = c.plain()?;
+            c.eat(b':')?;
+            field(c, key)
+        })
+    }
+
     fn array<T>(&mut self, mut item: impl FnMut(&mut Self) -> Option<T>) -> Option<Vec<T>> {
-        self.eat(b'[')?;
         let mut out = Vec::new();
-        if self.peek()? == b']' {
-            self.i += 1;
-            return Some(out);
-        }
-        loop {
-            out.push(item(self)?);
-            match self.peek()? {
-                b',' => self.i += 1,
-                b']' => {
-                    self.i += 1;
-                    return Some(out);
-                }
-                _ => return None,
-            }
-        }
+        self.delimited(b'[', b']', |c| {
+            out.push(item(c)?);
+            Some(())
+        })?;
+        Some(out)
     }
 
     /// A string's bytes, when it has no escape and no control character (valid UTF-8 is checked
