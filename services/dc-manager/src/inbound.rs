@@ -13,7 +13,7 @@
 use async_nats::{Message, Subscriber};
 use futures::StreamExt;
 use leasehold_process::clock::LeaseClock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 
@@ -27,6 +27,8 @@ pub struct BoundedInbound {
     queued_bytes: Arc<AtomicUsize>,
     /// Messages dropped so far (watched: a test waits for drops as events).
     shed: Arc<watch::Sender<u64>>,
+    /// `clock`'s time of the latest drop (0: none yet).
+    last_shed_ns: Arc<AtomicU64>,
     clock: LeaseClock,
     max_age_ns: u64,
     forwarder: tokio::task::AbortHandle,
@@ -43,12 +45,14 @@ impl BoundedInbound {
         let (tx, queue) = mpsc::unbounded_channel();
         let queued_bytes = Arc::new(AtomicUsize::new(0));
         let shed = Arc::new(watch::Sender::new(0));
-        let (bytes, dropped) = (queued_bytes.clone(), shed.clone());
+        let last_shed_ns = Arc::new(AtomicU64::new(0));
+        let (bytes, dropped, dropped_at) = (queued_bytes.clone(), shed.clone(), last_shed_ns.clone());
         let forwarder = tokio::spawn(async move {
             while let Some(msg) = subscription.next().await {
                 let len = cost(&msg);
                 let queued = bytes.load(Ordering::Acquire);
                 if queued > 0 && queued.saturating_add(len) > max_bytes {
+                    dropped_at.fetch_max(clock.now_ns(), Ordering::AcqRel);
                     dropped.send_modify(|n| *n += 1);
                     continue;
                 }
@@ -59,7 +63,7 @@ impl BoundedInbound {
             }
         })
         .abort_handle();
-        BoundedInbound { queue, queued_bytes, shed, clock, max_age_ns, forwarder }
+        BoundedInbound { queue, queued_bytes, shed, last_shed_ns, clock, max_age_ns, forwarder }
     }
 
     /// The oldest message queued that is still young enough (older ones are shed on the way);
@@ -68,9 +72,11 @@ impl BoundedInbound {
         loop {
             let (arrived_ns, msg) = self.queue.recv().await?;
             self.queued_bytes.fetch_sub(cost(&msg), Ordering::AcqRel);
-            if self.clock.now_ns().saturating_sub(arrived_ns) <= self.max_age_ns {
+            let now_ns = self.clock.now_ns();
+            if now_ns.saturating_sub(arrived_ns) <= self.max_age_ns {
                 return Some(msg);
             }
+            self.last_shed_ns.fetch_max(now_ns, Ordering::AcqRel);
             self.shed.send_modify(|n| *n += 1);
         }
     }
@@ -78,6 +84,11 @@ impl BoundedInbound {
     /// Messages dropped so far: past `max_bytes` on arrival, or older than `max_age_ns` when read.
     pub fn shed(&self) -> u64 {
         *self.shed.borrow()
+    }
+
+    /// When the latest message was dropped (the clock's ns), if one was.
+    pub fn last_shed_ns(&self) -> Option<u64> {
+        Some(self.last_shed_ns.load(Ordering::Acquire)).filter(|&ns| ns > 0)
     }
 
     /// [`shed`](Self::shed), watched.

@@ -91,6 +91,9 @@ pub struct Manager {
     pub(crate) status_refreshed_ns: Option<u64>,
     /// What the cores said, sent as batches by [`Manager::flush`] (leases paced per pod).
     outbox: Outbox,
+    /// When the inbound queue last dropped a pod's report batch unread: each core hears of it
+    /// at its tick (`DcManagerConfig::heartbeat_timeout_after_drops_ms`).
+    pub(crate) reports_shed_at_ns: Option<u64>,
     pub status: Status,
 }
 
@@ -119,6 +122,7 @@ impl Manager {
             record_rules: RecordRules::default(),
             recorded: Default::default(),
             outbox,
+            reports_shed_at_ns: None,
             status: Status::default(),
         }
     }
@@ -189,6 +193,9 @@ impl Manager {
         let limits: Vec<String> = self.term.as_ref().map(|t| t.limits.keys().cloned().collect()).unwrap_or_default();
         for limit in limits {
             let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&limit)) else { continue };
+            if let Some(at) = self.reports_shed_at_ns {
+                lt.core.note_reports_dropped(at);
+            }
             let out = lt.core.tick(now);
             self.outbox.push(out);
         }

@@ -13,6 +13,7 @@ fn the_example_config_loads_and_validates() {
     assert_eq!(s.manager.split, SplitMode::Equal);
     assert_eq!(s.manager.fail_mode, FailMode::Strict);
     assert_eq!(s.manager.expiry.egress_spread_ms, 144);
+    assert_eq!((s.manager.heartbeat_timeout_ms, s.manager.heartbeat_timeout_after_drops_ms), (1_500, 15_000));
 }
 
 #[test]

@@ -25,7 +25,10 @@ async fn batches_past_the_bound_are_shed_and_the_oldest_kept() {
         let server = NatsServer::start(&bin).unwrap();
         let client = wait::client(&server.url(), "test").await;
         let subscription = client.subscribe("lh.pod.bkk.*.report").await.unwrap();
-        let mut inbound = BoundedInbound::new(subscription, room, 60_000_000_000, LeaseClock::start());
+        let clock = LeaseClock::start();
+        let mut inbound = BoundedInbound::new(subscription, room, 60_000_000_000, clock);
+        assert_eq!(inbound.last_shed_ns(), None, "{}: nothing dropped yet", server.version);
+        let before_ns = clock.now_ns();
         for i in 0..SENT {
             let mut payload = vec![b'x'; BATCH];
             payload[0] = i as u8;
@@ -36,6 +39,8 @@ async fn batches_past_the_bound_are_shed_and_the_oldest_kept() {
         let mut shed = inbound.shed_watch();
         let all_shed = tokio::time::timeout(WITHIN, shed.wait_for(|&n| n >= SENT - 3)).await;
         assert!(all_shed.is_ok(), "{}: {} of {SENT} batches shed", server.version, inbound.shed());
+        let shed_at = inbound.last_shed_ns().expect("the time of the latest drop");
+        assert!((before_ns..=clock.now_ns()).contains(&shed_at), "{}: dropped at {shed_at}", server.version);
         for i in 0..3u8 {
             let msg = next(&mut inbound).await.expect("a queued batch");
             assert_eq!(msg.payload[0], i, "{}: not the oldest batches kept", server.version);
@@ -56,7 +61,8 @@ async fn a_batch_older_than_the_age_bound_when_read_is_shed() {
         let subscription = client.subscribe("lh.pod.bkk.*.report").await.unwrap();
         // An age bound of 1 ns: every batch is older than that by the time the loop reads it
         // (it crosses a queue between two tasks), so the loop reads none and sheds each.
-        let mut inbound = BoundedInbound::new(subscription, 1 << 20, 1, LeaseClock::start());
+        let clock = LeaseClock::start();
+        let mut inbound = BoundedInbound::new(subscription, 1 << 20, 1, clock);
         let mut shed = inbound.shed_watch();
         for batch in ["old", "older"] {
             client.publish(SUBJECT, batch.into()).await.unwrap();
@@ -67,5 +73,7 @@ async fn a_batch_older_than_the_age_bound_when_read_is_shed() {
             both = tokio::time::timeout(WITHIN, shed.wait_for(|&n| n >= 2)) => both.is_ok(),
         };
         assert!(both, "{}: {} of 2 batches shed", server.version, inbound.shed());
+        let shed_at = inbound.last_shed_ns().expect("the time of the latest drop");
+        assert!(shed_at <= clock.now_ns(), "{}: dropped at {shed_at}", server.version);
     }
 }

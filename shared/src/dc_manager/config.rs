@@ -93,6 +93,13 @@ pub struct DcManagerConfig {
     pub renew_interval_ms: u64,
     /// A pod silent for longer is excluded from the next split (its lease is not revoked).
     pub heartbeat_timeout_ms: u64,
+    /// The timeout instead (if longer) for a pod the manager last heard before it dropped a report batch
+    /// unread (its inbound queue full or too old): that pod's silence may be the manager's own
+    /// doing. Without it an overloaded manager took pods whose reports it dropped for gone, the
+    /// DC's demand and pod count moved, the coordinator moved budget and every move re-split
+    /// every pod: more work, more drops (`bench control-plane`, 100 pods × 1,000 limits × 2 DCs).
+    #[serde(default = "default_heartbeat_timeout_after_drops_ms")]
+    pub heartbeat_timeout_after_drops_ms: u64,
     /// A pod whose upstream errors exceed this share of its admissions is excluded.
     pub max_error_ratio: f64,
     pub split: SplitMode,
@@ -117,6 +124,13 @@ fn default_event_pass_gap_ms() -> u64 {
     100
 }
 
+fn default_heartbeat_timeout_after_drops_ms() -> u64 {
+    15_000
+}
+
+/// A pod silent this long is forgotten (its leases count until they expire).
+pub const FORGET_SILENT_AFTER_MS: u64 = 60_000;
+
 impl DcManagerConfig {
     pub fn new(limit: &str, dc: &str, instance: &str) -> Self {
         DcManagerConfig {
@@ -128,6 +142,7 @@ impl DcManagerConfig {
             inherited_pod_ttl_ms: 0,
             renew_interval_ms: 1_000,
             heartbeat_timeout_ms: DEFAULT_HEARTBEAT_TIMEOUT_MS,
+            heartbeat_timeout_after_drops_ms: default_heartbeat_timeout_after_drops_ms(),
             max_error_ratio: 0.5,
             split: SplitMode::Equal,
             ewma_alpha: crate::ewma::DEFAULT_ALPHA,
@@ -156,6 +171,12 @@ impl DcManagerConfig {
             return Err(format!(
                 "event_pass_gap_ms ({}) must be at most renew_interval_ms ({})",
                 self.event_pass_gap_ms, self.renew_interval_ms
+            ));
+        }
+        if self.heartbeat_timeout_after_drops_ms > FORGET_SILENT_AFTER_MS {
+            return Err(format!(
+                "heartbeat_timeout_after_drops_ms ({}) must be at most {FORGET_SILENT_AFTER_MS} (a pod silent that long is forgotten)",
+                self.heartbeat_timeout_after_drops_ms
             ));
         }
         if !(0.0..=1.0).contains(&self.ewma_alpha) || self.ewma_alpha == 0.0 {

@@ -216,6 +216,12 @@ impl DcManagerCore {
         self.pods.eligible_views(&self.cfg, now_ns).count() as u32
     }
 
+    /// The driver dropped a report batch unread at `at_ns` (see
+    /// [`DcManagerConfig::heartbeat_timeout_after_drops_ms`]).
+    pub fn note_reports_dropped(&mut self, at_ns: u64) {
+        self.pods.note_reports_dropped(at_ns);
+    }
+
     /// Eligible pods that hold no whole token of burst at `now_ns`, so they deny every call: the
     /// budget has fewer whole tokens than pods (on the floor alone: `floor_burst` is too small
     /// for the pods), or a pod's grant is still waiting for room.
@@ -397,7 +403,7 @@ impl DcManagerCore {
         let due = self.renewal_due(now_ns, renew_ns);
         let mut out = if due { self.pass(now_ns, Pass::Full) } else { self.waiting_pass(now_ns) };
         out.push(DcOutput::Report(self.report(now_ns)));
-        self.pods.forget_silent(now_ns, 60);
+        self.pods.forget_silent(now_ns);
         out
     }
 

@@ -2,7 +2,7 @@
 
 use crate::allocator::{allocate, AllocMode, Claim};
 use crate::ewma::Ewma;
-use crate::expiry::NS_PER_S;
+use crate::expiry::NS_PER_MS;
 use crate::quota::{Quota, MILLI};
 use crate::sorted_map::SortedMap;
 use crate::wire::PodReport;
@@ -63,9 +63,15 @@ pub struct PodView {
 
 impl PodView {
     /// Whether it gets a share in a split at `now_ns`: fresh heartbeat, healthy, not draining,
-    /// errors within `max_error_ratio`.
-    pub fn eligible(&self, cfg: &DcManagerConfig, now_ns: u64) -> bool {
-        now_ns.saturating_sub(self.last_seen_ns) <= cfg.heartbeat_timeout_ms * 1_000_000
+    /// errors within `max_error_ratio`. A heartbeat is fresh within `heartbeat_timeout_ms`, or
+    /// within `heartbeat_timeout_after_drops_ms` (if longer) when the manager dropped a report batch unread
+    /// after it last heard from the pod (`reports_dropped_at_ns`, the latest such drop).
+    pub fn eligible(&self, cfg: &DcManagerConfig, now_ns: u64, reports_dropped_at_ns: Option<u64>) -> bool {
+        let timeout_ms = match reports_dropped_at_ns {
+            Some(at) if at > self.last_seen_ns => cfg.heartbeat_timeout_after_drops_ms.max(cfg.heartbeat_timeout_ms),
+            _ => cfg.heartbeat_timeout_ms,
+        };
+        now_ns.saturating_sub(self.last_seen_ns) <= timeout_ms * NS_PER_MS
             && self.healthy
             && !self.draining
             && self.error_ratio <= cfg.max_error_ratio
@@ -88,8 +94,8 @@ impl PodView {
     }
 
     /// What its share of a split depends on besides demand: eligibility and weight.
-    fn share_inputs(&self, cfg: &DcManagerConfig, now_ns: u64) -> (bool, u64) {
-        (self.eligible(cfg, now_ns), self.weight.to_bits())
+    fn share_inputs(&self, cfg: &DcManagerConfig, now_ns: u64, reports_dropped_at_ns: Option<u64>) -> (bool, u64) {
+        (self.eligible(cfg, now_ns, reports_dropped_at_ns), self.weight.to_bits())
     }
 }
 
@@ -116,6 +122,8 @@ pub struct Pods {
     /// [`Pods::take_upstream`]).
     upstream_calls: u64,
     upstream_429: u64,
+    /// The latest time the driver dropped a report batch unread ([`Pods::note_reports_dropped`]).
+    reports_dropped_at_ns: Option<u64>,
 }
 
 impl Pods {
@@ -147,7 +155,8 @@ impl Pods {
         if r.seq <= v.last_seq {
             return ReportOutcome::Stale;
         }
-        let share_before = (v.last_seq > 0).then(|| v.share_inputs(cfg, now_ns));
+        let dropped_at = self.reports_dropped_at_ns;
+        let share_before = (v.last_seq > 0).then(|| v.share_inputs(cfg, now_ns, dropped_at));
         let per_s = r.offered as f64 * 1_000.0 / r.interval_ms as f64;
         // A quiet limit's report stands for `periods` reports: as many samples of its average.
         v.demand.update_times(per_s * MILLI as f64, u64::from(r.periods));
@@ -166,9 +175,15 @@ impl Pods {
         // A pod cannot see more 429s than it made calls (a bad report counts as many as calls).
         self.upstream_429 = self.upstream_429.saturating_add(r.upstream_429.min(calls));
         ReportOutcome::Accepted {
-            share_changed: share_before != Some(v.share_inputs(cfg, now_ns)),
+            share_changed: share_before != Some(v.share_inputs(cfg, now_ns, dropped_at)),
             sent_a_lease: v.sent_a_lease,
         }
+    }
+
+    /// The driver dropped a report batch unread at `at_ns` (any pod's: it cannot tell whose
+    /// without reading it): pods last heard before then get `heartbeat_timeout_after_drops_ms`.
+    pub fn note_reports_dropped(&mut self, at_ns: u64) {
+        self.reports_dropped_at_ns = self.reports_dropped_at_ns.max(Some(at_ns));
     }
 
     /// Upstream calls and 429s counted since the last call (for `DcReport.upstream_calls` and
@@ -191,7 +206,7 @@ impl Pods {
         cfg: &'a DcManagerConfig,
         now_ns: u64,
     ) -> impl Iterator<Item = (&'a String, &'a PodView)> + 'a {
-        self.views.iter().filter(move |(_, v)| v.eligible(cfg, now_ns))
+        self.views.iter().filter(move |(_, v)| v.eligible(cfg, now_ns, self.reports_dropped_at_ns))
     }
 
     /// How many pods are eligible, and Σ their smoothed demand (milli-requests per second).
@@ -200,8 +215,9 @@ impl Pods {
     }
 
     /// Drop pods not heard from for a long time (their leases are tracked by the ledger).
-    pub fn forget_silent(&mut self, now_ns: u64, after_s: u64) {
-        self.views.retain(|_, v| now_ns.saturating_sub(v.last_seen_ns) < after_s * NS_PER_S);
+    pub fn forget_silent(&mut self, now_ns: u64) {
+        self.views
+            .retain(|_, v| now_ns.saturating_sub(v.last_seen_ns) < super::config::FORGET_SILENT_AFTER_MS * NS_PER_MS);
     }
 }
 
@@ -274,6 +290,41 @@ pub(super) mod tests {
         assert_eq!(pods.take_upstream(), (100, 50), "a quiet report of 4 periods: one period's calls");
         pods.observe(&key, &report(3, 1_000, 40, 30, 4), &cfg, 0);
         assert_eq!(pods.take_upstream(), (10, 10), "429s at most the calls counted");
+    }
+
+    /// Found by `bench control-plane` (100 pods × 1,000 limits × 2 DCs): a manager dropping
+    /// report batches took the pods it dropped them from for gone after 1.5 s, the DC's demand
+    /// and pod count moved, the coordinator moved budget, and each move re-split every pod.
+    #[test]
+    fn a_pod_silent_since_the_manager_dropped_reports_keeps_its_share_longer() {
+        const S: u64 = 1_000_000_000;
+        let cfg = DcManagerConfig::new("l", "bkk", "m");
+        assert_eq!((cfg.heartbeat_timeout_ms, cfg.heartbeat_timeout_after_drops_ms), (1_500, 15_000));
+        let eligible = |pods: &Pods, now_ns| pods.eligible_count_and_demand_milli(&cfg, now_ns).0;
+        let mut pods = Pods::default();
+        let key = holder_key("p1", 7);
+        pods.observe(&key, &report(1, 250, 0, 0, 1), &cfg, S);
+        assert_eq!(eligible(&pods, S + 3 * S / 2), 1, "heard 1.5 s ago");
+        assert_eq!(eligible(&pods, 3 * S), 0, "silent 2 s, the manager dropped nothing");
+        pods.note_reports_dropped(S / 2);
+        assert_eq!(eligible(&pods, 3 * S), 0, "a drop before the pod was last heard excuses nothing");
+        pods.note_reports_dropped(S + 1);
+        pods.note_reports_dropped(S / 2);
+        assert_eq!(eligible(&pods, 3 * S), 1, "dropped a batch since: maybe the pod's");
+        assert_eq!(eligible(&pods, 16 * S), 1, "up to heartbeat_timeout_after_drops_ms");
+        assert_eq!(eligible(&pods, 16 * S + 1), 0, "and no longer");
+        pods.observe(&key, &report(2, 250, 0, 0, 1), &cfg, 20 * S);
+        assert_eq!(eligible(&pods, 22 * S), 0, "heard again after the drop: the usual timeout");
+        let mut short = cfg.clone();
+        short.heartbeat_timeout_after_drops_ms = 1_000;
+        short.validate().unwrap();
+        pods.note_reports_dropped(20 * S + 1);
+        let short_eligible = |now_ns| pods.eligible_count_and_demand_milli(&short, now_ns).0;
+        assert_eq!(short_eligible(21 * S + S / 2), 1, "a shorter setting: heartbeat_timeout_ms holds");
+        assert_eq!(short_eligible(21 * S + S / 2 + 1), 0);
+        let mut bad = cfg.clone();
+        bad.heartbeat_timeout_after_drops_ms = 60_001;
+        assert!(bad.validate().unwrap_err().contains("heartbeat_timeout_after_drops_ms"));
     }
 
     #[test]

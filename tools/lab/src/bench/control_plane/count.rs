@@ -125,10 +125,15 @@ pub(super) async fn count(r: &Running, duration: Duration) -> Result<Counted, St
     let mut bytes: u64 = 0;
     let mut last_lease: std::collections::HashMap<String, Instant> = Default::default();
     let mut monitor_gap_us = Percentiles::new();
+    let mut progress = Progress::new(r, start);
     loop {
         let msg = tokio::select! {
             m = all.next() => m,
             m = kv.next() => m,
+            _ = tokio::time::sleep_until(progress.next_at.into()) => {
+                progress.print(r);
+                continue;
+            }
             _ = tokio::time::sleep_until(end.into()) => None,
         };
         let Some(msg) = msg else { break };
@@ -175,6 +180,53 @@ pub(super) async fn count(r: &Running, duration: Duration) -> Result<Counted, St
     })
 }
 
+/// Wait `duration`, printing [`Progress`].
+pub(super) async fn settle(r: &Running, duration: Duration) {
+    let end = Instant::now() + duration;
+    let mut progress = Progress::new(r, Instant::now());
+    while progress.next_at <= end {
+        tokio::time::sleep_until(progress.next_at.into()).await;
+        progress.print(r);
+    }
+    tokio::time::sleep_until(end.into()).await;
+}
+
+/// One line on stderr every few seconds of the measuring time: what the managers did in it
+/// (splits, growth passes, batches shed) and their CPU, so a run that falls behind shows when.
+struct Progress {
+    next_at: Instant,
+    since: Instant,
+    passes: Passes,
+    cpu_s: CpuNow,
+}
+
+impl Progress {
+    const EVERY: Duration = Duration::from_secs(5);
+
+    fn new(r: &Running, start: Instant) -> Self {
+        Progress { next_at: start + Self::EVERY, since: start, passes: passes(r), cpu_s: cpu_now(r) }
+    }
+
+    fn print(&mut self, r: &Running) {
+        let (now, p, cpu) = (Instant::now(), passes(r), cpu_now(r));
+        let secs = now.duration_since(self.since).as_secs_f64().max(1e-3);
+        let per_s = |a: u64, b: u64| (b - a) as f64 / secs;
+        let cores =
+            |a: Option<f64>, b: Option<f64>| a.zip(b).map_or("?".into(), |(a, b)| format!("{:.2}", (b - a) / secs));
+        let managers: Vec<String> = self.cpu_s.managers.iter().zip(&cpu.managers).map(|(a, b)| cores(*a, *b)).collect();
+        eprintln!(
+            "bench: last {secs:.0} s: full splits {:.0}/s ({:.0} by DC leases), growth passes {:.0}/s, report batches shed {:.0}/s; cores: managers {}, coordinator {}",
+            per_s(self.passes.full, p.full),
+            per_s(self.passes.full_dc_lease, p.full_dc_lease),
+            per_s(self.passes.growth, p.growth),
+            per_s(self.passes.reports_shed, p.reports_shed),
+            managers.join(" + "),
+            cores(self.cpu_s.coordinator, cpu.coordinator),
+        );
+        *self = Progress { next_at: now + Self::EVERY, since: now, passes: p, cpu_s: cpu };
+    }
+}
+
 pub(super) fn round(x: f64) -> f64 {
     (x * 1_000.0).round() / 1_000.0
 }
@@ -185,6 +237,8 @@ pub(super) struct Summary {
     pods_per_dc: usize,
     dcs: usize,
     limits: usize,
+    /// Waited before measuring, once every pod held a lease (`--settle-s`).
+    settle_s: u64,
     duration_s: f64,
     periods_ms: PeriodsMs,
     msgs_per_s: BTreeMap<&'static str, f64>,
@@ -276,6 +330,7 @@ pub(super) fn summarize(a: &Args, periods_ms: PeriodsMs, c: &Counted) -> Summary
         pods_per_dc: a.pods,
         dcs: a.dcs,
         limits: a.limits,
+        settle_s: a.settle_s,
         duration_s: round(c.secs),
         msgs_per_s: c.counts.keys().map(|&k| (k, round(rate(k)))).collect(),
         items_per_s: c.items.iter().filter(|(_, &n)| n > 0).map(|(&k, _)| (k, round(item_rate(k)))).collect(),

@@ -38,9 +38,13 @@ pub struct Args {
     /// Data centers, each with its own DC manager and `--pods` pods.
     #[arg(long, default_value_t = 1)]
     dcs: usize,
-    /// Measuring time after every pod holds a lease.
+    /// Measuring time after every pod holds a lease (and `--settle-s`).
     #[arg(long, default_value_t = 20)]
     duration_s: u64,
+    /// Time to wait, once every pod holds a lease, before measuring: the joins' re-splits and
+    /// the first budget moves between DCs settle (progress printed every 5 s).
+    #[arg(long, default_value_t = 0)]
+    settle_s: u64,
     /// Then this many pods join the first DC at once (0: no join storm).
     #[arg(long, default_value_t = 0)]
     join_storm: usize,
@@ -89,6 +93,10 @@ pub(super) struct Running {
 
 async fn measure(a: Args) -> Result<ExitCode, String> {
     let mut running = start(&a).await?;
+    if a.settle_s > 0 {
+        eprintln!("bench: all {} pods hold leases; letting it settle for {} s", a.pods * a.dcs, a.settle_s);
+        count::settle(&running, Duration::from_secs(a.settle_s)).await;
+    }
     eprintln!("bench: all {} pods hold leases; measuring for {} s", a.pods * a.dcs, a.duration_s);
     let counted = count::count(&running, Duration::from_secs(a.duration_s)).await?;
     let mut summary = count::summarize(&a, running.periods_ms, &counted);
