@@ -9,6 +9,7 @@ mod carried_claim;
 mod conservation_props;
 mod dc_manager_adversary;
 mod dropped_dc_lost_floor;
+mod dropped_reports;
 mod eighth_review;
 mod fourth_review;
 mod join_batching;

@@ -25,6 +25,7 @@ mod lease_ends;
 mod pacing;
 mod pods;
 mod record_rules;
+mod report;
 mod split_pass;
 mod unread;
 
@@ -405,43 +406,5 @@ impl DcManagerCore {
         out.push(DcOutput::Report(self.report(now_ns)));
         self.pods.forget_silent(now_ns);
         out
-    }
-
-    fn report(&mut self, now_ns: u64) -> DcReport {
-        self.ledger.expire(now_ns);
-        let outstanding = self.ledger.outstanding(now_ns);
-        // Newest lease whose amount covers what pods may still spend, and after whose end the
-        // pods may spend no more than the floor (leases cut under an older, longer lease may
-        // outlive it: a takeover that shortened `dc_ttl_ms`).
-        // During the quiet period the floor is not this term's to count: earlier terms' pods
-        // may still spend all of it.
-        let quiet = now_ns < self.floor_usable_from_ns && !self.cfg.bugs.ack_by_amount_only;
-        let floor = if quiet { Quota::ZERO } else { self.floor };
-        let covers = |l: &&HeldDcLease| {
-            outstanding.fits_in(&floor.saturating_add(l.quota))
-                && (self.cfg.bugs.ack_by_amount_only || self.ledger.outstanding(l.expires_at_ns).fits_in(&floor))
-        };
-        if let Some(l) = self.held.iter().rev().find(covers) {
-            self.acked = Some(self.acked.map_or(l.version, |a| a.max(l.version)));
-        }
-        let floor_in_use = self.floor_in_use(outstanding, now_ns);
-        let (eligible, demand_milli) = self.pods.eligible_count_and_demand_milli(&self.cfg, now_ns);
-        let seq = self.sent.record(now_ns);
-        let (upstream_calls, upstream_429) = self.pods.take_upstream();
-        DcReport {
-            v: SCHEMA_VERSION,
-            limit: self.cfg.limit.clone(),
-            dc: self.cfg.dc.clone(),
-            holder: self.cfg.instance.clone(),
-            term: self.cfg.epoch,
-            seq,
-            demand: Quota::new(demand_milli, 0),
-            pods_healthy: eligible as u32,
-            lease_in_use: self.acked,
-            floor_in_use,
-            floor_version: self.confirmable_floor_version(),
-            upstream_calls,
-            upstream_429,
-        }
     }
 }

@@ -71,7 +71,7 @@ impl PodView {
             Some(at) if at > self.last_seen_ns => cfg.heartbeat_timeout_after_drops_ms.max(cfg.heartbeat_timeout_ms),
             _ => cfg.heartbeat_timeout_ms,
         };
-        now_ns.saturating_sub(self.last_seen_ns) <= timeout_ms * NS_PER_MS
+        now_ns.saturating_sub(self.last_seen_ns) <= timeout_ms.saturating_mul(NS_PER_MS)
             && self.healthy
             && !self.draining
             && self.error_ratio <= cfg.max_error_ratio

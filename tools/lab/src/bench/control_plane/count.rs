@@ -210,7 +210,7 @@ impl Progress {
     fn print(&mut self, r: &Running) {
         let (now, p, cpu) = (Instant::now(), passes(r), cpu_now(r));
         let secs = now.duration_since(self.since).as_secs_f64().max(1e-3);
-        let per_s = |a: u64, b: u64| (b - a) as f64 / secs;
+        let per_s = |a: u64, b: u64| b.saturating_sub(a) as f64 / secs;
         let cores =
             |a: Option<f64>, b: Option<f64>| a.zip(b).map_or("?".into(), |(a, b)| format!("{:.2}", (b - a) / secs));
         let managers: Vec<String> = self.cpu_s.managers.iter().zip(&cpu.managers).map(|(a, b)| cores(*a, *b)).collect();
