@@ -1,7 +1,7 @@
 //! A DC manager that dropped a report batch unread (its inbound queue too full or too old) keeps
-//! the pods it last heard before then in its splits for `heartbeat_timeout_after_drops_ms`, through the core's
-//! tick: the DC report still counts it (the coordinator moves no budget away) and the renewal
-//! still leases it. Found by `bench control-plane` at 100 pods × 1,000 limits × 2 DCs, where
+//! the pods it last heard before then in its splits for `heartbeat_timeout_after_drops_ms`,
+//! through the core's tick: the DC report still counts such a pod (the coordinator moves no
+//! budget away) and the renewal still leases it. Found by `bench control-plane` at 100 pods × 1,000 limits × 2 DCs, where
 //! pods taken for gone moved budgets between DCs and every move re-split every pod.
 
 use leasehold_shared::dc_manager::{DcManagerConfig, DcOutput};

@@ -95,9 +95,10 @@ pub struct DcManagerConfig {
     pub heartbeat_timeout_ms: u64,
     /// The timeout instead (if longer) for a pod the manager last heard before it dropped a
     /// report batch unread (its inbound queue full or too old): that pod's silence may be the
-    /// manager's own doing (`Pods::note_reports_dropped`). Without it an overloaded manager took pods whose reports it dropped for gone, the
-    /// DC's demand and pod count moved, the coordinator moved budget and every move re-split
-    /// every pod: more work, more drops (`bench control-plane`, 100 pods × 1,000 limits × 2 DCs).
+    /// manager's own doing (`Pods::note_reports_dropped`). Without it an overloaded manager took
+    /// pods whose reports it dropped for gone, the DC's demand and pod count moved, the
+    /// coordinator moved budget and every move re-split every pod: more work, more drops
+    /// (`bench control-plane`, 100 pods × 1,000 limits × 2 DCs).
     #[serde(default = "default_heartbeat_timeout_after_drops_ms")]
     pub heartbeat_timeout_after_drops_ms: u64,
     /// A pod whose upstream errors exceed this share of its admissions is excluded.

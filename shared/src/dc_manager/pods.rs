@@ -64,8 +64,8 @@ pub struct PodView {
 impl PodView {
     /// Whether it gets a share in a split at `now_ns`: fresh heartbeat, healthy, not draining,
     /// errors within `max_error_ratio`. A heartbeat is fresh within `heartbeat_timeout_ms`, or
-    /// within `heartbeat_timeout_after_drops_ms` (if longer) when the manager dropped a report batch unread
-    /// after it last heard from the pod (`reports_dropped_at_ns`, the latest such drop).
+    /// within `heartbeat_timeout_after_drops_ms` (if longer) when the manager dropped a report
+    /// batch unread after it last heard from the pod (`reports_dropped_at_ns`, the latest drop).
     pub fn eligible(&self, cfg: &DcManagerConfig, now_ns: u64, reports_dropped_at_ns: Option<u64>) -> bool {
         let timeout_ms = match reports_dropped_at_ns {
             Some(at) if at > self.last_seen_ns => cfg.heartbeat_timeout_after_drops_ms.max(cfg.heartbeat_timeout_ms),
@@ -180,8 +180,9 @@ impl Pods {
         }
     }
 
-    /// The driver dropped a report batch unread at `at_ns` (any pod's: it cannot tell whose
-    /// without reading it): pods last heard before then get `heartbeat_timeout_after_drops_ms`.
+    /// The driver dropped a report batch unread at `at_ns` (any pod's: the rule does not ask
+    /// whose, see docs/PROTOCOL.md): pods last heard before then get
+    /// `heartbeat_timeout_after_drops_ms`.
     pub fn note_reports_dropped(&mut self, at_ns: u64) {
         self.reports_dropped_at_ns = self.reports_dropped_at_ns.max(Some(at_ns));
     }

@@ -95,6 +95,19 @@ struct Passes {
     reports_shed: u64,
 }
 
+impl Passes {
+    /// What happened between `before` and these counts.
+    fn since(self, before: Passes) -> Passes {
+        Passes {
+            full: self.full.saturating_sub(before.full),
+            full_dc_lease: self.full_dc_lease.saturating_sub(before.full_dc_lease),
+            full_join: self.full_join.saturating_sub(before.full_join),
+            growth: self.growth.saturating_sub(before.growth),
+            reports_shed: self.reports_shed.saturating_sub(before.reports_shed),
+        }
+    }
+}
+
 fn passes(r: &Running) -> Passes {
     r.managers.iter().fold(Passes::default(), |p, m| {
         let s = m.2.status.borrow();
@@ -161,13 +174,7 @@ pub(super) async fn count(r: &Running, duration: Duration) -> Result<Counted, St
         items: items_seen,
         bytes,
         lease_gap_us: r.fleet.lease_gap_us(),
-        passes: Passes {
-            full: passes_after.full - passes_before.full,
-            full_dc_lease: passes_after.full_dc_lease - passes_before.full_dc_lease,
-            full_join: passes_after.full_join - passes_before.full_join,
-            growth: passes_after.growth - passes_before.growth,
-            reports_shed: passes_after.reports_shed - passes_before.reports_shed,
-        },
+        passes: passes_after.since(passes_before),
         malformed: r.fleet.malformed(),
         monitor_gap_us,
         cpu_s_per_s: CpuSPerS {
@@ -210,16 +217,17 @@ impl Progress {
     fn print(&mut self, r: &Running) {
         let (now, p, cpu) = (Instant::now(), passes(r), cpu_now(r));
         let secs = now.duration_since(self.since).as_secs_f64().max(1e-3);
-        let per_s = |a: u64, b: u64| b.saturating_sub(a) as f64 / secs;
+        let done = p.since(self.passes);
+        let per_s = |n: u64| n as f64 / secs;
         let cores =
             |a: Option<f64>, b: Option<f64>| a.zip(b).map_or("?".into(), |(a, b)| format!("{:.2}", (b - a) / secs));
         let managers: Vec<String> = self.cpu_s.managers.iter().zip(&cpu.managers).map(|(a, b)| cores(*a, *b)).collect();
         eprintln!(
             "bench: last {secs:.0} s: full splits {:.0}/s ({:.0} by DC leases), growth passes {:.0}/s, report batches shed {:.0}/s; cores: managers {}, coordinator {}",
-            per_s(self.passes.full, p.full),
-            per_s(self.passes.full_dc_lease, p.full_dc_lease),
-            per_s(self.passes.growth, p.growth),
-            per_s(self.passes.reports_shed, p.reports_shed),
+            per_s(done.full),
+            per_s(done.full_dc_lease),
+            per_s(done.growth),
+            per_s(done.reports_shed),
             managers.join(" + "),
             cores(self.cpu_s.coordinator, cpu.coordinator),
         );
