@@ -92,6 +92,12 @@ fn registry(status: watch::Receiver<Status>, limit: String, dc: String) -> Regis
             process,
             s.report_batches_shed,
         )?;
+        m.gauge(
+            "leasehold_dc_report_read_lag_seconds",
+            "How far behind the reading of pod reports was at the latest tick: the age of the oldest batch queued unread.",
+            process,
+            s.report_read_lag_ms as f64 / 1_000.0,
+        )?;
         m.counter(
             "leasehold_dc_report_batches_read_by_serde_total",
             "Valid pod report batches the manager's own reader left to serde_json (an extra field, an escaped string): more CPU per item.",
@@ -123,6 +129,7 @@ struct StatusBody {
     pod_leases_issued: u64,
     messages_malformed: u64,
     report_batches_shed: u64,
+    report_read_lag_ms: u64,
     takeovers: u64,
     /// Whether this term has read the ledger (until then it uses no floor).
     ledger_read: bool,
@@ -160,6 +167,7 @@ async fn status_json(State(v): State<View>) -> Json<StatusBody> {
         pod_leases_issued: s.totals.pod_leases_issued,
         messages_malformed: s.messages_malformed,
         report_batches_shed: s.report_batches_shed,
+        report_read_lag_ms: s.report_read_lag_ms,
         takeovers: s.takeovers,
         ledger_read: s.ledger_read,
         limits: s

@@ -8,7 +8,8 @@
 //! as shed, when it would take the queue past `max_bytes` (payload plus a per-message
 //! overhead), and when it has waited longer than `max_age_ns` by the time the loop reads it. A
 //! task of its own drains the subscription as messages arrive, so both bounds hold however far
-//! behind the loop is; it ends with the queue.
+//! behind the loop is; it ends with the queue. The arrival of the oldest batch queued says how
+//! far the loop has read (`read_through_ns`): a pod's silence counts only up to then.
 
 use async_nats::{Message, Subscriber};
 use futures::StreamExt;
@@ -24,6 +25,9 @@ const MESSAGE_OVERHEAD_BYTES: usize = 256;
 /// its size, when none is) and read only while younger than `max_age_ns`.
 pub struct BoundedInbound {
     queue: mpsc::UnboundedReceiver<(u64, Message)>,
+    /// The oldest message queued, taken off the queue to read its time of arrival
+    /// ([`read_through_ns`](Self::read_through_ns)) and read next.
+    peeked: Option<(u64, Message)>,
     queued_bytes: Arc<AtomicUsize>,
     /// Messages dropped so far (watched: a test waits for drops as events).
     shed: Arc<watch::Sender<u64>>,
@@ -63,14 +67,17 @@ impl BoundedInbound {
             }
         })
         .abort_handle();
-        BoundedInbound { queue, queued_bytes, shed, last_shed_ns, clock, max_age_ns, forwarder }
+        BoundedInbound { queue, peeked: None, queued_bytes, shed, last_shed_ns, clock, max_age_ns, forwarder }
     }
 
     /// The oldest message queued that is still young enough (older ones are shed on the way);
     /// `None` once the subscription has ended and the queue is empty.
     pub async fn next(&mut self) -> Option<Message> {
         loop {
-            let (arrived_ns, msg) = self.queue.recv().await?;
+            let (arrived_ns, msg) = match self.peeked.take() {
+                Some(peeked) => peeked,
+                None => self.queue.recv().await?,
+            };
             self.queued_bytes.fetch_sub(cost(&msg), Ordering::AcqRel);
             let now_ns = self.clock.now_ns();
             if now_ns.saturating_sub(arrived_ns) <= self.max_age_ns {
@@ -79,6 +86,17 @@ impl BoundedInbound {
             self.last_shed_ns.fetch_max(now_ns, Ordering::AcqRel);
             self.shed.send_modify(|n| *n += 1);
         }
+    }
+
+    /// The clock's time up to which the reader has read: every message that arrived before it
+    /// has been read or shed. The arrival of the oldest message still queued, or now when none
+    /// is. (A message still in the client's own buffer has not arrived in this sense: the
+    /// subscription is drained as fast as the client delivers.)
+    pub fn read_through_ns(&mut self) -> u64 {
+        if self.peeked.is_none() {
+            self.peeked = self.queue.try_recv().ok();
+        }
+        self.peeked.as_ref().map_or_else(|| self.clock.now_ns(), |(arrived_ns, _)| *arrived_ns)
     }
 
     /// Messages dropped so far: past `max_bytes` on arrival, or older than `max_age_ns` when read.

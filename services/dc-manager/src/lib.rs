@@ -115,6 +115,7 @@ pub async fn run(
         m.flush(on_tick).await;
         m.status.report_batches_shed = reports.shed();
         m.reports_shed_at_ns = reports.last_shed_ns();
+        m.reports_read_through_ns = Some(reports.read_through_ns());
         let now_ns = m.now_ns();
         if on_tick || now_ns.saturating_sub(status_sent_ns) >= STATUS_GAP_NS {
             leasehold_process::publish_status(&status, &m.status);

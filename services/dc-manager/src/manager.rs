@@ -95,6 +95,9 @@ pub struct Manager {
     /// When the inbound queue last dropped a pod's report batch unread: each core hears of it
     /// at its tick (`DcManagerConfig::heartbeat_timeout_after_drops_ms`).
     pub(crate) reports_shed_at_ns: Option<u64>,
+    /// The inbound queue has read every batch that arrived before then (`None`: not looked yet):
+    /// each core hears of it at its tick ([`DcManagerCore::note_reports_read_through`]).
+    pub(crate) reports_read_through_ns: Option<u64>,
     pub status: Status,
 }
 
@@ -124,6 +127,7 @@ impl Manager {
             recorded: Default::default(),
             outbox,
             reports_shed_at_ns: None,
+            reports_read_through_ns: None,
             status: Status::default(),
         }
     }
@@ -191,11 +195,16 @@ impl Manager {
             return;
         }
         let now = self.now_ns();
+        let read_through = self.reports_read_through_ns.unwrap_or(now);
+        self.status.report_read_lag_ms = now.saturating_sub(read_through) / leasehold_shared::expiry::NS_PER_MS;
         let limits: Vec<String> = self.term.as_ref().map(|t| t.limits.keys().cloned().collect()).unwrap_or_default();
         for limit in limits {
             let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&limit)) else { continue };
             if let Some(at) = self.reports_shed_at_ns {
                 lt.core.note_reports_dropped(at);
+            }
+            if let Some(at) = self.reports_read_through_ns {
+                lt.core.note_reports_read_through(at);
             }
             let out = lt.core.tick(now);
             self.outbox.push(out);

@@ -28,6 +28,10 @@ pub struct Status {
     /// than `inbound_reports_max_age_ms` when read (the manager reads reports slower than its
     /// pods send them).
     pub report_batches_shed: u64,
+    /// How far behind the clock the cores counted pods' silence at the latest tick: up to the
+    /// arrival of the oldest report batch queued unread when the loop last looked (or when it
+    /// looked, if none was).
+    pub report_read_lag_ms: u64,
     /// Valid pod report batches read by serde_json rather than the manager's own reader (an
     /// extra field, an escaped string, a number written otherwise: `shared/src/wire/report_json.rs`).
     pub report_batches_read_by_serde: u64,

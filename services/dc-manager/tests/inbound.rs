@@ -11,6 +11,21 @@ use std::time::Duration;
 const WITHIN: Duration = Duration::from_secs(10);
 const SUBJECT: &str = "lh.pod.bkk.p1.report";
 
+/// How far behind the clock the reader is (`clock` now, less its read-through time) once that
+/// is at least `min_ns`, polled every millisecond for up to 10 s.
+async fn behind_by_at_least(inbound: &mut BoundedInbound, clock: LeaseClock, min_ns: u64) -> u64 {
+    let poll = async {
+        loop {
+            let behind_ns = clock.now_ns().saturating_sub(inbound.read_through_ns());
+            if behind_ns >= min_ns {
+                return behind_ns;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    tokio::time::timeout(WITHIN, poll).await.expect("a batch queued within 10 s")
+}
+
 async fn next(inbound: &mut BoundedInbound) -> Option<async_nats::Message> {
     tokio::time::timeout(WITHIN, inbound.next()).await.expect("a queued batch within 10 s")
 }
@@ -68,6 +83,8 @@ async fn a_batch_older_than_the_age_bound_when_read_is_shed() {
             client.publish(SUBJECT, batch.into()).await.unwrap();
         }
         client.flush().await.unwrap();
+        // The oldest is taken off the queue to read its arrival: it is shed all the same.
+        behind_by_at_least(&mut inbound, clock, 1_000_000).await;
         let both = tokio::select! {
             msg = inbound.next() => panic!("{}: a batch past the age bound was read: {msg:?}", server.version),
             both = tokio::time::timeout(WITHIN, shed.wait_for(|&n| n >= 2)) => both.is_ok(),
@@ -75,5 +92,40 @@ async fn a_batch_older_than_the_age_bound_when_read_is_shed() {
         assert!(both, "{}: {} of 2 batches shed", server.version, inbound.shed());
         let shed_at = inbound.last_shed_ns().expect("the time of the latest drop");
         assert!(shed_at <= clock.now_ns(), "{}: dropped at {shed_at}", server.version);
+    }
+}
+
+/// The reader has read through the arrival of the oldest batch queued unread (a pod's silence
+/// counts only up to then), or through now when none is queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reader_has_read_through_the_arrival_of_the_oldest_batch_unread() {
+    for bin in binaries().expect("a nats-server is needed: run scripts/nats-servers") {
+        let server = NatsServer::start(&bin).unwrap();
+        let client = wait::client(&server.url(), "test").await;
+        let subscription = client.subscribe("lh.pod.bkk.*.report").await.unwrap();
+        let clock = LeaseClock::start();
+        let mut inbound = BoundedInbound::new(subscription, 1 << 20, 60_000_000_000, clock);
+        let before_ns = clock.now_ns();
+        let through_ns = inbound.read_through_ns();
+        assert!((before_ns..=clock.now_ns()).contains(&through_ns), "{}: nothing queued: now", server.version);
+        let sent_ns = clock.now_ns();
+        for batch in ["first", "second"] {
+            client.publish(SUBJECT, batch.into()).await.unwrap();
+        }
+        client.flush().await.unwrap();
+        // The queue is filled by a task of its own: poll it until the first batch is there and
+        // has waited 20 ms; the read-through time then stays at its arrival.
+        behind_by_at_least(&mut inbound, clock, 20_000_000).await;
+        let first_arrived_ns = inbound.read_through_ns();
+        assert!(first_arrived_ns >= sent_ns, "{}: arrived before it was sent", server.version);
+        assert_eq!(inbound.read_through_ns(), first_arrived_ns, "{}: the oldest batch's arrival", server.version);
+        let first = next(&mut inbound).await.expect("the first batch");
+        assert_eq!(&first.payload[..], b"first", "{}: the batch whose arrival was read comes first", server.version);
+        let second_ns = inbound.read_through_ns();
+        assert!(second_ns >= first_arrived_ns, "{}: read through less after reading", server.version);
+        let second = next(&mut inbound).await.expect("the second batch");
+        assert_eq!(&second.payload[..], b"second", "{}", server.version);
+        let after_ns = clock.now_ns();
+        assert!(inbound.read_through_ns() >= after_ns, "{}: both read, nothing queued: now", server.version);
     }
 }

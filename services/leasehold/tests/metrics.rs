@@ -180,6 +180,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
                 "leasehold_dc_seconds_since_lease",
                 "leasehold_dc_pods_eligible",
                 "leasehold_dc_pods_without_token",
+                "leasehold_dc_report_read_lag_seconds",
             ],
             "gauge",
             "limit,dc",
@@ -255,7 +256,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
     assert_eq!(
         fields(&d),
         "budget_rate_per_s dc dc_lease_rate_per_s epoch instance leading ledger_read limit limits messages_malformed \
-         pod_leases_issued pods_eligible pods_known report_batches_shed takeovers used_rate_per_s",
+         pod_leases_issued pods_eligible pods_known report_batches_shed report_read_lag_ms takeovers used_rate_per_s",
         "{d}"
     );
     assert_eq!(

@@ -98,7 +98,9 @@ pub struct DcManagerConfig {
     /// manager's own doing (`Pods::note_reports_dropped`). Without it an overloaded manager took
     /// pods whose reports it dropped for gone, the DC's demand and pod count moved, the
     /// coordinator moved budget and every move re-split every pod: more work, more drops
-    /// (`bench control-plane`, 100 pods × 1,000 limits × 2 DCs).
+    /// (`bench control-plane`, 100 pods × 1,000 limits × 2 DCs). Also how far back of the clock a
+    /// pod's silence may be counted while the manager reads its reports late
+    /// (`Pods::note_reports_read_through`); 0 turns both off.
     #[serde(default = "default_heartbeat_timeout_after_drops_ms")]
     pub heartbeat_timeout_after_drops_ms: u64,
     /// A pod whose upstream errors exceed this share of its admissions is excluded.

@@ -31,7 +31,7 @@ mod unread;
 
 pub use config::{DcManagerConfig, FailMode, FailRule, PodRules, SplitMode, DEFAULT_HEARTBEAT_TIMEOUT_MS};
 pub use pacing::LeasePacing;
-pub use pods::{holder_key, PodView, ReportOutcome};
+pub use pods::{holder_key, PodView, ReportOutcome, ReportReading};
 pub use record_rules::RecordRules;
 
 use crate::expiry::NS_PER_MS;
@@ -221,6 +221,13 @@ impl DcManagerCore {
     /// [`DcManagerConfig::heartbeat_timeout_after_drops_ms`]).
     pub fn note_reports_dropped(&mut self, at_ns: u64) {
         self.pods.note_reports_dropped(at_ns);
+    }
+
+    /// The driver has read or dropped every report batch that arrived before `at_ns` (the
+    /// arrival of the oldest one queued unread, or when it looked if none was): a pod's silence
+    /// counts only up to then (see [`PodView::eligible`]).
+    pub fn note_reports_read_through(&mut self, at_ns: u64) {
+        self.pods.note_reports_read_through(at_ns);
     }
 
     /// Eligible pods that hold no whole token of burst at `now_ns`, so they deny every call: the

@@ -43,6 +43,25 @@ pub fn holder_key(pod: &str, incarnation: u64) -> String {
     key
 }
 
+/// How the driver reads its pods' reports, noted at its ticks: how much of a pod's silence may
+/// be the manager's own doing rather than the pod's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReportReading {
+    /// The latest time it dropped a report batch unread ([`Pods::note_reports_dropped`]).
+    pub dropped_at_ns: Option<u64>,
+    /// The time up to which it has read: every batch that arrived before then has been read or
+    /// dropped ([`Pods::note_reports_read_through`]).
+    pub read_through_ns: Option<u64>,
+}
+
+impl ReportReading {
+    /// The time up to which a pod's silence counts at `now_ns`: what the driver has read, but
+    /// never earlier than `max_back_ns` before `now_ns` (a stale noting only keeps pods longer).
+    fn silence_until_ns(&self, now_ns: u64, max_back_ns: u64) -> u64 {
+        self.read_through_ns.map_or(now_ns, |t| now_ns.min(t.max(now_ns.saturating_sub(max_back_ns))))
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct PodView {
     pub pod: String,
@@ -65,13 +84,16 @@ impl PodView {
     /// Whether it gets a share in a split at `now_ns`: fresh heartbeat, healthy, not draining,
     /// errors within `max_error_ratio`. A heartbeat is fresh within `heartbeat_timeout_ms`, or
     /// within `heartbeat_timeout_after_drops_ms` (if longer) when the manager dropped a report
-    /// batch unread after it last heard from the pod (`reports_dropped_at_ns`, the latest drop).
-    pub fn eligible(&self, cfg: &DcManagerConfig, now_ns: u64, reports_dropped_at_ns: Option<u64>) -> bool {
-        let timeout_ms = match reports_dropped_at_ns {
+    /// batch unread after it last heard from the pod. Silence counts only up to what the manager
+    /// has read (`read_through_ns`, at most `heartbeat_timeout_after_drops_ms` back): a report
+    /// the pod sent after that may be queued unread.
+    pub fn eligible(&self, cfg: &DcManagerConfig, now_ns: u64, reading: ReportReading) -> bool {
+        let timeout_ms = match reading.dropped_at_ns {
             Some(at) if at > self.last_seen_ns => cfg.heartbeat_timeout_after_drops_ms.max(cfg.heartbeat_timeout_ms),
             _ => cfg.heartbeat_timeout_ms,
         };
-        now_ns.saturating_sub(self.last_seen_ns) <= timeout_ms.saturating_mul(NS_PER_MS)
+        let until_ns = reading.silence_until_ns(now_ns, cfg.heartbeat_timeout_after_drops_ms.saturating_mul(NS_PER_MS));
+        until_ns.saturating_sub(self.last_seen_ns) <= timeout_ms.saturating_mul(NS_PER_MS)
             && self.healthy
             && !self.draining
             && self.error_ratio <= cfg.max_error_ratio
@@ -94,8 +116,8 @@ impl PodView {
     }
 
     /// What its share of a split depends on besides demand: eligibility and weight.
-    fn share_inputs(&self, cfg: &DcManagerConfig, now_ns: u64, reports_dropped_at_ns: Option<u64>) -> (bool, u64) {
-        (self.eligible(cfg, now_ns, reports_dropped_at_ns), self.weight.to_bits())
+    fn share_inputs(&self, cfg: &DcManagerConfig, now_ns: u64, reading: ReportReading) -> (bool, u64) {
+        (self.eligible(cfg, now_ns, reading), self.weight.to_bits())
     }
 }
 
@@ -122,8 +144,8 @@ pub struct Pods {
     /// [`Pods::take_upstream`]).
     upstream_calls: u64,
     upstream_429: u64,
-    /// The latest time the driver dropped a report batch unread ([`Pods::note_reports_dropped`]).
-    reports_dropped_at_ns: Option<u64>,
+    /// How the driver reads the reports (its drops, how far it has read), as last noted.
+    reading: ReportReading,
 }
 
 impl Pods {
@@ -155,8 +177,8 @@ impl Pods {
         if r.seq <= v.last_seq {
             return ReportOutcome::Stale;
         }
-        let dropped_at = self.reports_dropped_at_ns;
-        let share_before = (v.last_seq > 0).then(|| v.share_inputs(cfg, now_ns, dropped_at));
+        let reading = self.reading;
+        let share_before = (v.last_seq > 0).then(|| v.share_inputs(cfg, now_ns, reading));
         let per_s = r.offered as f64 * 1_000.0 / r.interval_ms as f64;
         // A quiet limit's report stands for `periods` reports: as many samples of its average.
         v.demand.update_times(per_s * MILLI as f64, u64::from(r.periods));
@@ -175,7 +197,7 @@ impl Pods {
         // A pod cannot see more 429s than it made calls (a bad report counts as many as calls).
         self.upstream_429 = self.upstream_429.saturating_add(r.upstream_429.min(calls));
         ReportOutcome::Accepted {
-            share_changed: share_before != Some(v.share_inputs(cfg, now_ns, dropped_at)),
+            share_changed: share_before != Some(v.share_inputs(cfg, now_ns, reading)),
             sent_a_lease: v.sent_a_lease,
         }
     }
@@ -184,7 +206,14 @@ impl Pods {
     /// whose, see docs/PROTOCOL.md): pods last heard before then get
     /// `heartbeat_timeout_after_drops_ms`.
     pub fn note_reports_dropped(&mut self, at_ns: u64) {
-        self.reports_dropped_at_ns = self.reports_dropped_at_ns.max(Some(at_ns));
+        self.reading.dropped_at_ns = self.reading.dropped_at_ns.max(Some(at_ns));
+    }
+
+    /// The driver has read (or dropped) every report batch that arrived before `at_ns`: the
+    /// arrival of the oldest one it has queued unread, or the time it looked when none was. A
+    /// pod's silence counts only up to then; the latest noting stands until the next.
+    pub fn note_reports_read_through(&mut self, at_ns: u64) {
+        self.reading.read_through_ns = Some(at_ns);
     }
 
     /// Upstream calls and 429s counted since the last call (for `DcReport.upstream_calls` and
@@ -207,7 +236,7 @@ impl Pods {
         cfg: &'a DcManagerConfig,
         now_ns: u64,
     ) -> impl Iterator<Item = (&'a String, &'a PodView)> + 'a {
-        self.views.iter().filter(move |(_, v)| v.eligible(cfg, now_ns, self.reports_dropped_at_ns))
+        self.views.iter().filter(move |(_, v)| v.eligible(cfg, now_ns, self.reading))
     }
 
     /// How many pods are eligible, and Σ their smoothed demand (milli-requests per second).
@@ -326,6 +355,31 @@ pub(super) mod tests {
         let mut bad = cfg.clone();
         bad.heartbeat_timeout_after_drops_ms = 60_001;
         assert!(bad.validate().unwrap_err().contains("heartbeat_timeout_after_drops_ms"));
+    }
+
+    /// Found by `bench control-plane` (100 pods × 1,000 limits × 2 DCs), after the rule above: a
+    /// manager reading its reports up to a second late, without dropping any, took a quiet limit's
+    /// pods (one report a second) for gone after 1.5 s.
+    #[test]
+    fn a_pod_is_silent_only_up_to_what_the_manager_has_read() {
+        const S: u64 = 1_000_000_000;
+        let cfg = DcManagerConfig::new("l", "bkk", "m");
+        let eligible = |pods: &Pods, now_ns| pods.eligible_count_and_demand_milli(&cfg, now_ns).0;
+        let mut pods = Pods::default();
+        pods.observe(&holder_key("p1", 7), &report(1, 1_000, 0, 0, 1), &cfg, S);
+        assert_eq!(eligible(&pods, 3 * S), 0, "silent 2 s, nothing noted: the clock");
+        pods.note_reports_read_through(5 * S / 2);
+        assert_eq!(eligible(&pods, 3 * S), 1, "read only up to 2.5 s: silent 1.5 s of it");
+        pods.note_reports_read_through(5 * S / 2 + 1);
+        assert_eq!(eligible(&pods, 3 * S), 0, "and 1 ns more is past the timeout");
+        pods.note_reports_read_through(4 * S);
+        assert_eq!(eligible(&pods, 3 * S), 0, "a noting later than now counts as now");
+        pods.note_reports_read_through(S);
+        assert_eq!(eligible(&pods, 16 * S + 3 * S / 2), 1, "still read only up to 1 s: kept 15 s back");
+        assert_eq!(eligible(&pods, 16 * S + 3 * S / 2 + 1), 0, "heartbeat_timeout_after_drops_ms back, no further");
+        let mut off = cfg.clone();
+        off.heartbeat_timeout_after_drops_ms = 0;
+        assert_eq!(pods.eligible_count_and_demand_milli(&off, 3 * S).0, 0, "0 turns this excuse off too");
     }
 
     #[test]

@@ -222,12 +222,15 @@ impl Progress {
         let cores =
             |a: Option<f64>, b: Option<f64>| a.zip(b).map_or("?".into(), |(a, b)| format!("{:.2}", (b - a) / secs));
         let managers: Vec<String> = self.cpu_s.managers.iter().zip(&cpu.managers).map(|(a, b)| cores(*a, *b)).collect();
+        let lags_ms: Vec<String> =
+            r.managers.iter().map(|m| m.2.status.borrow().report_read_lag_ms.to_string()).collect();
         eprintln!(
-            "bench: last {secs:.0} s: full splits {:.0}/s ({:.0} by DC leases), growth passes {:.0}/s, report batches shed {:.0}/s; cores: managers {}, coordinator {}",
+            "bench: last {secs:.0} s: full splits {:.0}/s ({:.0} by DC leases), growth passes {:.0}/s, report batches shed {:.0}/s, read lag now {} ms; cores: managers {}, coordinator {}",
             per_s(done.full),
             per_s(done.full_dc_lease),
             per_s(done.growth),
             per_s(done.reports_shed),
+            lags_ms.join(" + "),
             managers.join(" + "),
             cores(self.cpu_s.coordinator, cpu.coordinator),
         );
