@@ -94,7 +94,7 @@ fn registry(status: watch::Receiver<Status>, limit: String, dc: String) -> Regis
         )?;
         m.gauge(
             "leasehold_dc_report_read_lag_seconds",
-            "How far behind the reading of pod reports was at the latest tick: the age of the oldest batch queued unread.",
+            "How far behind the clock the latest tick counted pods' silence: to the arrival of the oldest report batch queued unread when the loop last looked, or to when it looked.",
             process,
             s.report_read_lag_ms as f64 / 1_000.0,
         )?;
