@@ -31,6 +31,8 @@ pub struct BoundedInbound {
     queued_bytes: Arc<AtomicUsize>,
     /// Messages dropped so far (watched: a test waits for drops as events).
     shed: Arc<watch::Sender<u64>>,
+    /// Messages queued so far (watched, as `shed`).
+    queued: Arc<watch::Sender<u64>>,
     /// `clock`'s time of the latest drop (0: none yet).
     last_shed_ns: Arc<AtomicU64>,
     clock: LeaseClock,
@@ -50,7 +52,9 @@ impl BoundedInbound {
         let queued_bytes = Arc::new(AtomicUsize::new(0));
         let shed = Arc::new(watch::Sender::new(0));
         let last_shed_ns = Arc::new(AtomicU64::new(0));
-        let (bytes, dropped, dropped_at) = (queued_bytes.clone(), shed.clone(), last_shed_ns.clone());
+        let queued = Arc::new(watch::Sender::new(0));
+        let (bytes, dropped, dropped_at, kept) =
+            (queued_bytes.clone(), shed.clone(), last_shed_ns.clone(), queued.clone());
         let forwarder = tokio::spawn(async move {
             while let Some(msg) = subscription.next().await {
                 let len = cost(&msg);
@@ -64,10 +68,11 @@ impl BoundedInbound {
                 if tx.send((clock.now_ns(), msg)).is_err() {
                     break; // the queue is gone
                 }
+                kept.send_modify(|n| *n += 1);
             }
         })
         .abort_handle();
-        BoundedInbound { queue, peeked: None, queued_bytes, shed, last_shed_ns, clock, max_age_ns, forwarder }
+        BoundedInbound { queue, peeked: None, queued_bytes, shed, queued, last_shed_ns, clock, max_age_ns, forwarder }
     }
 
     /// The oldest message queued that is still young enough (older ones are shed on the way);
@@ -112,6 +117,11 @@ impl BoundedInbound {
     /// [`shed`](Self::shed), watched.
     pub fn shed_watch(&self) -> watch::Receiver<u64> {
         self.shed.subscribe()
+    }
+
+    /// Messages queued so far (read or not), watched.
+    pub fn queued_watch(&self) -> watch::Receiver<u64> {
+        self.queued.subscribe()
     }
 }
 

@@ -11,19 +11,11 @@ use std::time::Duration;
 const WITHIN: Duration = Duration::from_secs(10);
 const SUBJECT: &str = "lh.pod.bkk.p1.report";
 
-/// How far behind the clock the reader is (`clock` now, less its read-through time) once that
-/// is at least `min_ns`, polled every millisecond for up to 10 s.
-async fn behind_by_at_least(inbound: &mut BoundedInbound, clock: LeaseClock, min_ns: u64) -> u64 {
-    let poll = async {
-        loop {
-            let behind_ns = clock.now_ns().saturating_sub(inbound.read_through_ns());
-            if behind_ns >= min_ns {
-                return behind_ns;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    };
-    tokio::time::timeout(WITHIN, poll).await.expect("a batch queued within 10 s")
+/// Once `n` messages have been queued (read or not), within 10 s.
+async fn queued(inbound: &BoundedInbound, n: u64) {
+    let mut queued = inbound.queued_watch();
+    let all = tokio::time::timeout(WITHIN, queued.wait_for(|&q| q >= n)).await;
+    assert!(all.is_ok(), "{n} batches queued within 10 s");
 }
 
 async fn next(inbound: &mut BoundedInbound) -> Option<async_nats::Message> {
@@ -84,7 +76,8 @@ async fn a_batch_older_than_the_age_bound_when_read_is_shed() {
         }
         client.flush().await.unwrap();
         // The oldest is taken off the queue to read its arrival: it is shed all the same.
-        behind_by_at_least(&mut inbound, clock, 1_000_000).await;
+        queued(&inbound, 1).await;
+        assert!(inbound.read_through_ns() <= clock.now_ns(), "{}", server.version);
         let both = tokio::select! {
             msg = inbound.next() => panic!("{}: a batch past the age bound was read: {msg:?}", server.version),
             both = tokio::time::timeout(WITHIN, shed.wait_for(|&n| n >= 2)) => both.is_ok(),
@@ -113,9 +106,9 @@ async fn the_reader_has_read_through_the_arrival_of_the_oldest_batch_unread() {
             client.publish(SUBJECT, batch.into()).await.unwrap();
         }
         client.flush().await.unwrap();
-        // The queue is filled by a task of its own: poll it until the first batch is there and
-        // has waited 20 ms; the read-through time then stays at its arrival.
-        behind_by_at_least(&mut inbound, clock, 20_000_000).await;
+        // The queue is filled by a task of its own: once both are there, the read-through time
+        // stays at the first one's arrival.
+        queued(&inbound, 2).await;
         let first_arrived_ns = inbound.read_through_ns();
         assert!(first_arrived_ns >= sent_ns, "{}: arrived before it was sent", server.version);
         assert_eq!(inbound.read_through_ns(), first_arrived_ns, "{}: the oldest batch's arrival", server.version);
