@@ -212,6 +212,36 @@ fn a_crashed_pods_share_is_reused_only_after_its_lease_expires() {
     assert!(reused >= 5 * S, "reused after {} ms", reused / MS);
 }
 
+/// A pod silent for `FORGET_SILENT_AFTER_MS` is forgotten at the first tick after it (its
+/// lease stays on the books until it expires), and a pod that reported meanwhile is kept; a
+/// pod first seen after a sweep is forgotten on time too (ticks between sweeps skip the pass
+/// over the pods, see `Pods::forget_silent`).
+#[test]
+fn a_pod_silent_for_a_minute_is_forgotten_at_the_next_tick_and_no_sooner() {
+    use leasehold_shared::dc_manager::FORGET_SILENT_AFTER_MS;
+    let mut dc = dc(FailMode::Strict, Quota::ZERO);
+    let forget = FORGET_SILENT_AFTER_MS * MS;
+    dc.core.tick(MS / 2); // a sweep with no pod to forget, ever
+    dc.report("p1", MS, true, false);
+    dc.report("p2", MS, true, false);
+    let known = |dc: &ScriptedDc| dc.core.pods().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+    let (p1, p2, p3) = (holder_key("p1", 1), holder_key("p2", 1), holder_key("p3", 1));
+    dc.core.tick(2 * MS);
+    dc.report("p2", 30 * S, true, false);
+    dc.core.tick(30 * S);
+    dc.report("p3", 40 * S, true, false);
+    dc.core.tick(MS + forget - 1);
+    assert_eq!(known(&dc), [p1, p2.clone(), p3.clone()], "1 ns short of a minute: all kept");
+    dc.core.tick(MS + forget);
+    assert_eq!(known(&dc), [p2.clone(), p3.clone()], "p1 silent a minute: forgotten");
+    dc.core.tick(30 * S + forget - 1);
+    assert_eq!(known(&dc), [p2, p3.clone()]);
+    dc.core.tick(30 * S + forget + 250 * MS);
+    assert_eq!(known(&dc), [p3], "p2 at the first tick after its minute");
+    dc.core.tick(40 * S + forget);
+    assert!(known(&dc).is_empty(), "p3, first seen after a sweep: on time too");
+}
+
 #[test]
 fn an_unhealthy_pod_is_excluded_next_cycle_but_its_lease_is_not_revoked() {
     let mut dc = dc(FailMode::Strict, Quota::ZERO);

@@ -27,9 +27,12 @@ mod pods;
 mod record_rules;
 mod report;
 mod split_pass;
+mod targets;
 mod unread;
 
-pub use config::{DcManagerConfig, FailMode, FailRule, PodRules, SplitMode, DEFAULT_HEARTBEAT_TIMEOUT_MS};
+pub use config::{
+    DcManagerConfig, FailMode, FailRule, PodRules, SplitMode, DEFAULT_HEARTBEAT_TIMEOUT_MS, FORGET_SILENT_AFTER_MS,
+};
 pub use pacing::LeasePacing;
 pub use pods::{holder_key, PodView, ReportOutcome, ReportReading};
 pub use record_rules::RecordRules;

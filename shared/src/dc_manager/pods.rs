@@ -1,33 +1,15 @@
 //! The DC manager's view of its pods: demand, heartbeats, health.
 
-use crate::allocator::{allocate, AllocMode, Claim};
 use crate::ewma::Ewma;
 use crate::expiry::NS_PER_MS;
 use crate::quota::{Quota, MILLI};
 use crate::sorted_map::SortedMap;
 use crate::wire::PodReport;
 
-use super::config::{DcManagerConfig, SplitMode};
+use super::config::DcManagerConfig;
 
-/// `parts` (milli-tokens, summing to at most `budget_milli`) rounded to whole tokens: each part
-/// rounded down, then the budget's whole tokens left over handed out one each, largest
-/// remainder first (ties in order). A bucket admits a call of cost 1 only with a whole token of
-/// burst, so a fraction of one is useless to a pod; this way at most a fraction of one token of
-/// the whole budget goes unused, not a fraction per pod.
-pub fn whole_tokens(parts: &[u64], budget_milli: u64) -> Vec<u64> {
-    let mut out: Vec<u64> = parts.iter().map(|p| p / MILLI * MILLI).collect();
-    let mut left = (budget_milli / MILLI).saturating_sub(out.iter().sum::<u64>() / MILLI);
-    let mut order: Vec<usize> = (0..parts.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(parts[i] % MILLI));
-    for i in order {
-        if left == 0 {
-            break;
-        }
-        out[i] += MILLI;
-        left -= 1;
-    }
-    out
-}
+/// A pod not heard from this long is forgotten ([`Pods::forget_silent`]).
+const FORGET_SILENT_AFTER_NS: u64 = super::config::FORGET_SILENT_AFTER_MS * NS_PER_MS;
 
 /// The ledger's and the split's name for one pod process: its id and its incarnation.
 pub fn holder_key(pod: &str, incarnation: u64) -> String {
@@ -146,6 +128,10 @@ pub struct Pods {
     upstream_429: u64,
     /// How the driver reads the reports (its drops, how far it has read), as last noted.
     reading: ReportReading,
+    /// No view is silent long enough to be forgotten before this (a lower bound: a view's
+    /// `last_seen_ns` only moves forward, a new view lowers it, and each sweep makes it exact),
+    /// so [`Pods::forget_silent`], called at every tick, sweeps only when one may be.
+    forget_due_ns: u64,
 }
 
 impl Pods {
@@ -183,6 +169,7 @@ impl Pods {
         // A quiet limit's report stands for `periods` reports: as many samples of its average.
         v.demand.update_times(per_s * MILLI as f64, u64::from(r.periods));
         v.last_seen_ns = now_ns;
+        self.forget_due_ns = self.forget_due_ns.min(now_ns.saturating_add(FORGET_SILENT_AFTER_NS));
         v.last_seq = r.seq;
         v.healthy = r.healthy;
         v.draining = r.draining;
@@ -226,7 +213,7 @@ impl Pods {
     /// order, and their targets in a split of `budget`: one pass over the views.
     pub fn eligible_targets(&self, cfg: &DcManagerConfig, now_ns: u64, budget: Quota) -> Vec<(String, Quota)> {
         let eligible: Vec<(&String, &PodView)> = self.eligible_views(cfg, now_ns).collect();
-        let targets = split_views(budget, eligible.iter().map(|(_, v)| *v), cfg.split);
+        let targets = super::targets::split_views(budget, eligible.iter().map(|(_, v)| *v), cfg.split);
         eligible.into_iter().map(|(k, _)| k.clone()).zip(targets).collect()
     }
 
@@ -246,29 +233,19 @@ impl Pods {
 
     /// Drop pods not heard from for a long time (their leases are tracked by the ledger).
     pub fn forget_silent(&mut self, now_ns: u64) {
-        self.views
-            .retain(|_, v| now_ns.saturating_sub(v.last_seen_ns) < super::config::FORGET_SILENT_AFTER_MS * NS_PER_MS);
+        if now_ns < self.forget_due_ns {
+            return;
+        }
+        let mut next_due_ns = u64::MAX;
+        self.views.retain(|_, v| {
+            let keep = now_ns.saturating_sub(v.last_seen_ns) < FORGET_SILENT_AFTER_NS;
+            if keep {
+                next_due_ns = next_due_ns.min(v.last_seen_ns.saturating_add(FORGET_SILENT_AFTER_NS));
+            }
+            keep
+        });
+        self.forget_due_ns = next_due_ns;
     }
-}
-
-/// Target quota per pod of `views`, in their order.
-pub(super) fn split_views<'a>(budget: Quota, views: impl Iterator<Item = &'a PodView>, mode: SplitMode) -> Vec<Quota> {
-    let claims: Vec<Claim> = views
-        .map(|v| match mode {
-            SplitMode::Equal => Claim { demand_milli: u64::MAX / 1024, weight: 1.0, floor_milli: 0 },
-            SplitMode::Weighted => Claim { demand_milli: u64::MAX / 1024, weight: v.weight, floor_milli: 0 },
-            SplitMode::Demand => Claim::new(v.demand.value() as u64),
-        })
-        .collect();
-    let bursts = whole_tokens(&allocate(budget.burst_milli, 0.0, &claims, AllocMode::WaterFill), budget.burst_milli);
-    // The rate goes only to pods that hold a token: a rate without one admits nothing.
-    let holding: Vec<usize> = (0..claims.len()).filter(|&i| bursts[i] >= MILLI).collect();
-    let holding_claims: Vec<Claim> = holding.iter().map(|&i| claims[i]).collect();
-    let mut rates = vec![0; claims.len()];
-    for (&i, r) in holding.iter().zip(allocate(budget.rate_milli_per_s, 0.0, &holding_claims, AllocMode::WaterFill)) {
-        rates[i] = r;
-    }
-    rates.into_iter().zip(bursts).map(|(r, b)| Quota::new(r, b)).collect()
 }
 
 #[cfg(test)]

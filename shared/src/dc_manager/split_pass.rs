@@ -2,7 +2,7 @@
 //! growth only (between renewals), and the batching that keeps joins and growth O(pods) per
 //! `event_pass_gap_ms`.
 
-use super::{pods, DcManagerCore, DcOutput, Pass, MIN_GROWTH_STEP};
+use super::{pods, targets, DcManagerCore, DcOutput, Pass, MIN_GROWTH_STEP};
 use crate::expiry::NS_PER_MS;
 use crate::quota::Quota;
 use crate::wire::{LeaseVersion, PodLease, SCHEMA_VERSION};
@@ -64,7 +64,7 @@ impl DcManagerCore {
     /// through, whether it is worth growing.
     fn some_pod_worth_growing(&self, budget: Quota, now_ns: u64, may_grow: impl Fn(Quota) -> bool) -> bool {
         let eligible: Vec<(&String, &pods::PodView)> = self.pods.eligible_views(&self.cfg, now_ns).collect();
-        let targets = pods::split_views(budget, eligible.iter().map(|(_, v)| *v), self.cfg.split);
+        let targets = targets::split_views(budget, eligible.iter().map(|(_, v)| *v), self.cfg.split);
         eligible.into_iter().zip(targets).any(|((p, _), t)| may_grow(t) && self.worth_growing(p, t, now_ns))
     }
 
