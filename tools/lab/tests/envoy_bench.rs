@@ -1,12 +1,14 @@
 //! `leasehold-lab bench envoy`, short: through a real Envoy, every mode answers every request
 //! 200 (the bench's limit is far above its load), and the last line is the JSON summary
-//! (requests/s and latency per mode, the p99 each rate limit design adds, their ratio).
+//! (requests/s and latency per mode, the p99 each rate limit design adds, their ratio, what RLQS
+//! costs over no limit, pooled and round by round).
 
 #[test]
 fn bench_envoy_prints_the_latency_each_design_adds() {
-    let args = ["envoy", "--duration-s", "1", "--rounds", "1", "--rate", "500", "--clients", "4"];
+    let args = ["envoy", "--duration-s", "1", "--rounds", "2", "--rate", "500", "--clients", "4"];
     let (v, redis_up) = crate::bench_json(&args);
-    let modes: &[&str] = if redis_up { &["no_limit", "agent", "redis"] } else { &["no_limit", "agent"] };
+    let modes: &[&str] =
+        if redis_up { &["no_limit", "agent", "redis", "rlqs"] } else { &["no_limit", "agent", "rlqs"] };
     for mode in modes {
         let m = &v["modes"][mode];
         assert_eq!(m["not_200"], 0, "{mode}: {v}");
@@ -18,4 +20,9 @@ fn bench_envoy_prints_the_latency_each_design_adds() {
     // The ratio: a number, or null when Redis added nothing measurable in so short a run.
     let ratio = &v["agent_over_redis_added_p99"];
     assert!(ratio.is_number() || ratio.is_null(), "{v}");
+    // Paced: RLQS's p99 over no limit's, pooled and in each of the two rounds.
+    assert!(v["rlqs_over_no_limit"].as_f64().is_some_and(|x| x > 0.0), "{v}");
+    let by_round = v["rlqs_over_no_limit_by_round"].as_array().expect("a list");
+    assert_eq!(by_round.len(), 2, "{v}");
+    assert!(by_round.iter().all(|x| x.as_f64().is_some_and(|x| x > 0.0)), "{v}");
 }

@@ -8,7 +8,8 @@
 //! * `rlqs`: Envoy's `rate_limit_quota` filter enforcing token buckets the agent lends it over
 //!   RLQS (no hop per request).
 //!
-//! Each round runs every mode once, in that order, on a fresh Envoy (1 s of warm-up, then
+//! Each round runs every mode once, in that order (every second round in reverse, so a machine
+//! getting faster or slower over the run weighs on no mode more than another), on a fresh Envoy (1 s of warm-up, then
 //! `--duration-s` measured), with clients over keep-alive HTTP/1.1 paced to `--rate` requests/s in
 //! all, each request timed from when it was due (`--rate 0`: closed loop, the throughput). The limit is far above the load: this measures
 //! the cost of asking, not of being denied. The last line is JSON.
@@ -88,6 +89,9 @@ struct Summary {
     /// the target is at most 1.05.
     rlqs_over_no_limit: Option<f64>,
     rlqs_target_met: Option<bool>,
+    /// The same ratio within each round (its two modes a few seconds apart): how much of the
+    /// pooled ratio is the machine changing between rounds.
+    rlqs_over_no_limit_by_round: Vec<f64>,
     clients: usize,
     /// Paced requests per second (0: closed loop).
     rate: u64,
@@ -190,6 +194,25 @@ async fn listen() -> Result<(tokio::net::TcpListener, u16), String> {
     Ok((listener, port))
 }
 
+/// Until Envoy on `ingress` answers a call 200 (at most 20 s).
+async fn serving(ingress: u16) -> Result<(), String> {
+    let base = format!("http://127.0.0.1:{ingress}");
+    let mut conns = Connections::new(std::slice::from_ref(&base));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut tries = tokio::time::interval(Duration::from_millis(50));
+    let mut last = String::from("no answer");
+    while tokio::time::Instant::now() < deadline {
+        tries.tick().await;
+        match conns.post(0, "/call").await {
+            Ok(200) => return Ok(()),
+            Ok(status) => last = format!("{status}"),
+            Err(super::keys_load::Failure::Refused) => last = "connection refused".into(),
+            Err(super::keys_load::Failure::Lost) => last = "no answer".into(),
+        }
+    }
+    Err(format!("Envoy answered no call 200 within 20 s (last: {last})"))
+}
+
 /// The load on `ingress` for `warm_up + duration`: latencies (µs) of the measured part, and how
 /// many answers were not 200. Paced (`rate` > 0): each client's requests are due on its own
 /// schedule, the clients' schedules spread evenly over the period, and a request's latency runs
@@ -261,8 +284,14 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
 
     let duration = Duration::from_secs(a.duration_s);
     let mut per_mode: BTreeMap<&'static str, (Vec<u64>, u64)> = BTreeMap::new();
+    let mut rlqs_by_round = Vec::new();
     for round in 1..=a.rounds {
-        for mode in MODES.into_iter().filter(|m| !(a.skip_redis && *m == "redis")) {
+        let mut order: Vec<&'static str> = MODES.into_iter().filter(|m| !(a.skip_redis && *m == "redis")).collect();
+        if round % 2 == 0 {
+            order.reverse();
+        }
+        let mut this_round: BTreeMap<&'static str, (usize, f64)> = BTreeMap::new();
+        for mode in order {
             let filter = match mode {
                 "agent" => Filter::Rls(agent_port),
                 "redis" => Filter::Rls(redis_port),
@@ -275,14 +304,21 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
                 Duration::from_secs(20),
             )
             .await?;
+            // A new Envoy over RLQS is lent a bucket only once the one before it (the previous
+            // round's, when the order turns) is no longer counted: its assignment's TTL.
+            serving(ingress).await.map_err(|e| format!("{mode}: {e}"))?;
             let (latencies, not_200) = load(ingress, a.clients, a.rate, duration).await;
             drop(envoy);
             let p99 = latencies.iter().copied().collect::<Percentiles>().at(0.99).unwrap_or(0) as f64 / 1_000.0;
             let answered = latencies.len();
             eprintln!("round {round}/{}: {mode}: {answered} requests, p99 {p99:.3} ms, {not_200} not 200", a.rounds);
+            this_round.insert(mode, (answered, p99));
             let entry = per_mode.entry(mode).or_default();
             entry.0.extend(latencies);
             entry.1 += not_200;
+        }
+        if let (Some(&rlqs), Some(&none)) = (this_round.get("rlqs"), this_round.get("no_limit")) {
+            rlqs_by_round.push(round_3(rlqs_over_no_limit(a.rate, none, rlqs)));
         }
     }
     // Microseconds to milliseconds, kept to the microsecond.
@@ -316,9 +352,12 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
     });
     // Paced: latency is what RLQS may add; closed loop: throughput.
     let rlqs_over = modes.get("rlqs").map(|r| {
-        let no_limit = &modes["no_limit"];
-        let x = if a.rate > 0 { r.p99_ms / no_limit.p99_ms } else { no_limit.requests_per_s / r.requests_per_s };
-        (x * 1_000.0).round() / 1_000.0
+        let none = &modes["no_limit"];
+        round_3(rlqs_over_no_limit(
+            a.rate,
+            (none.requests_per_s as usize, none.p99_ms),
+            (r.requests_per_s as usize, r.p99_ms),
+        ))
     });
     let summary = Summary {
         target_met: ratio.map(|r| r <= 1.0 / 3.0),
@@ -327,6 +366,7 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
         modes,
         rlqs_over_no_limit: rlqs_over,
         rlqs_target_met: rlqs_over.map(|x| x <= 1.05),
+        rlqs_over_no_limit_by_round: rlqs_by_round,
         clients: a.clients,
         rate: a.rate,
         rounds: a.rounds,
@@ -334,4 +374,18 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
     };
     println!("{}", serde_json::to_string(&summary).map_err(|e| e.to_string())?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// What RLQS costs over no limit, from each mode's (requests answered, p99 ms): paced, the ratio
+/// of the p99s; closed loop, no limit's throughput over RLQS's.
+fn rlqs_over_no_limit(rate: u64, no_limit: (usize, f64), rlqs: (usize, f64)) -> f64 {
+    if rate > 0 {
+        rlqs.1 / no_limit.1
+    } else {
+        no_limit.0 as f64 / rlqs.0 as f64
+    }
+}
+
+fn round_3(x: f64) -> f64 {
+    (x * 1_000.0).round() / 1_000.0
 }
