@@ -215,7 +215,8 @@ fn a_crashed_pods_share_is_reused_only_after_its_lease_expires() {
 /// A pod silent for `FORGET_SILENT_AFTER_MS` is forgotten at the first tick after it (its
 /// lease stays on the books until it expires), and a pod that reported meanwhile is kept; a
 /// pod first seen after a sweep is forgotten on time too (ticks between sweeps skip the pass
-/// over the pods, see `Pods::forget_silent`).
+/// over the pods, see `Pods::forget_silent`), and so is the view a first report with sequence
+/// number 0 leaves (stale at once: no honest pod sends one, a foreign sender may).
 #[test]
 fn a_pod_silent_for_a_minute_is_forgotten_at_the_next_tick_and_no_sooner() {
     use leasehold_shared::dc_manager::FORGET_SILENT_AFTER_MS;
@@ -240,6 +241,14 @@ fn a_pod_silent_for_a_minute_is_forgotten_at_the_next_tick_and_no_sooner() {
     assert_eq!(known(&dc), [p3], "p2 at the first tick after its minute");
     dc.core.tick(40 * S + forget);
     assert!(known(&dc).is_empty(), "p3, first seen after a sweep: on time too");
+    let at = 41 * S + forget;
+    let stale = support::scripted::pod_report("p4", 1, 0, (50, 50), true, None);
+    assert!(dc.core.on_pod_report(&stale, at).is_empty());
+    assert_eq!(known(&dc), [holder_key("p4", 1)], "a view made by a stale first report");
+    dc.core.tick(at + forget - 1);
+    assert_eq!(known(&dc).len(), 1);
+    dc.core.tick(at + forget);
+    assert!(known(&dc).is_empty(), "forgotten a minute later, as any view");
 }
 
 #[test]

@@ -160,6 +160,9 @@ impl Pods {
             None if full => return ReportOutcome::TooManyPods,
             None => self.views.get_or_insert_with(holder, || holder.to_string(), || PodView::new(r, cfg, now_ns)),
         };
+        // Seen now (a new view, even one whose first report is stale, or a report accepted
+        // below): it may be forgotten a minute from now.
+        self.forget_due_ns = self.forget_due_ns.min(now_ns.saturating_add(FORGET_SILENT_AFTER_NS));
         if r.seq <= v.last_seq {
             return ReportOutcome::Stale;
         }
@@ -169,7 +172,6 @@ impl Pods {
         // A quiet limit's report stands for `periods` reports: as many samples of its average.
         v.demand.update_times(per_s * MILLI as f64, u64::from(r.periods));
         v.last_seen_ns = now_ns;
-        self.forget_due_ns = self.forget_due_ns.min(now_ns.saturating_add(FORGET_SILENT_AFTER_NS));
         v.last_seq = r.seq;
         v.healthy = r.healthy;
         v.draining = r.draining;

@@ -14,6 +14,7 @@ fn bench_envoy_prints_the_latency_each_design_adds() {
         assert_eq!(m["not_200"], 0, "{mode}: {v}");
         assert!(m["requests_per_s"].as_f64().is_some_and(|r| r > 100.0), "{mode}: {v}");
         assert!(m["p99_ms"].as_f64().is_some_and(|p| p > 0.0), "{mode}: {v}");
+        assert!(m["ready_ms_max"].as_f64().is_some_and(|r| r >= 0.0), "{mode}: {v}");
     }
     assert!(v["added_p99_ms"]["agent"].is_number(), "{v}");
     assert_eq!(v["added_p99_ms"]["redis"].is_number(), redis_up, "{v}");

@@ -8,14 +8,15 @@
 //! * `rlqs`: Envoy's `rate_limit_quota` filter enforcing token buckets the agent lends it over
 //!   RLQS (no hop per request).
 //!
-//! Each round runs every mode once, in that order (every second round in reverse, so a machine
-//! getting faster or slower over the run weighs on no mode more than another), on a fresh Envoy (1 s of warm-up, then
-//! `--duration-s` measured), with clients over keep-alive HTTP/1.1 paced to `--rate` requests/s in
-//! all, each request timed from when it was due (`--rate 0`: closed loop, the throughput). The limit is far above the load: this measures
-//! the cost of asking, not of being denied. The last line is JSON.
+//! Each round runs every mode once, in that order (every second round in reverse: over an even
+//! number of rounds a machine getting steadily faster or slower weighs on every mode alike), on a
+//! fresh Envoy (once it answers a call 200, 1 s of warm-up, then `--duration-s` measured), with
+//! clients over keep-alive HTTP/1.1 paced to `--rate` requests/s in all, each request timed from
+//! when it was due (`--rate 0`: closed loop, the throughput). The limit is far above the load:
+//! this measures the cost of asking, not of being denied. The last line is JSON.
 
+use super::envoy_load::{load, serving};
 use super::envoy_redis::RedisRateLimit;
-use super::keys_load::Connections;
 use leasehold_nats_harness::envoy::{envoy_binary, Envoy};
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::envoy::{RateLimitServer, RlqsServer};
@@ -64,7 +65,6 @@ const LIMIT: &str = "bench/generic_key_api";
 /// The limit lent to Envoy over RLQS.
 const LENT: &str = "bench-rlqs";
 const RLS_CONFIG: &str = "domain: bench\ndescriptors:\n  - key: generic_key\n    value: api\n    rate_limit: { unit: second, requests_per_unit: 1000000 }\n";
-const WARM_UP: Duration = Duration::from_secs(1);
 
 #[derive(Serialize)]
 struct ModeSummary {
@@ -74,6 +74,24 @@ struct ModeSummary {
     p999_ms: f64,
     /// Answers other than 200 (a 429 here would mean the bench's limit was too low).
     not_200: u64,
+    /// The longest a new Envoy of this mode took from its start to its first 200, not measured
+    /// (over RLQS: until the previous Envoy's assignment is no longer counted).
+    ready_ms_max: f64,
+}
+
+/// A mode's requests (answered, or per second) and p99, for the RLQS ratio.
+#[derive(Clone, Copy)]
+struct Measured {
+    requests: f64,
+    p99_ms: f64,
+}
+
+/// What a mode's rounds gathered.
+#[derive(Default)]
+struct ModeRuns {
+    latencies_us: Vec<u64>,
+    not_200: u64,
+    ready_ms_max: f64,
 }
 
 #[derive(Serialize)]
@@ -89,8 +107,8 @@ struct Summary {
     /// the target is at most 1.05.
     rlqs_over_no_limit: Option<f64>,
     rlqs_target_met: Option<bool>,
-    /// The same ratio within each round (its two modes a few seconds apart): how much of the
-    /// pooled ratio is the machine changing between rounds.
+    /// The same ratio within each round (its two modes one or two modes apart, not rounds): how
+    /// much of the pooled ratio is the machine changing between rounds.
     rlqs_over_no_limit_by_round: Vec<f64>,
     clients: usize,
     /// Paced requests per second (0: closed loop).
@@ -194,75 +212,6 @@ async fn listen() -> Result<(tokio::net::TcpListener, u16), String> {
     Ok((listener, port))
 }
 
-/// Until Envoy on `ingress` answers a call 200 (at most 20 s).
-async fn serving(ingress: u16) -> Result<(), String> {
-    let base = format!("http://127.0.0.1:{ingress}");
-    let mut conns = Connections::new(std::slice::from_ref(&base));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let mut tries = tokio::time::interval(Duration::from_millis(50));
-    let mut last = String::from("no answer");
-    while tokio::time::Instant::now() < deadline {
-        tries.tick().await;
-        match conns.post(0, "/call").await {
-            Ok(200) => return Ok(()),
-            Ok(status) => last = format!("{status}"),
-            Err(super::keys_load::Failure::Refused) => last = "connection refused".into(),
-            Err(super::keys_load::Failure::Lost) => last = "no answer".into(),
-        }
-    }
-    Err(format!("Envoy answered no call 200 within 20 s (last: {last})"))
-}
-
-/// The load on `ingress` for `warm_up + duration`: latencies (µs) of the measured part, and how
-/// many answers were not 200. Paced (`rate` > 0): each client's requests are due on its own
-/// schedule, the clients' schedules spread evenly over the period, and a request's latency runs
-/// from when it was due, so a late answer also counts against the requests it held back
-/// (no coordinated omission). Closed loop (`rate` 0): from when each request is sent.
-async fn load(ingress: u16, clients: usize, rate: u64, duration: Duration) -> (Vec<u64>, u64) {
-    let base = format!("http://127.0.0.1:{ingress}");
-    let start = tokio::time::Instant::now();
-    let measure_from = start + WARM_UP;
-    let until = measure_from + duration;
-    let tasks: Vec<_> = (0..clients)
-        .map(|client| {
-            let base = base.clone();
-            tokio::spawn(async move {
-                let mut conns = Connections::new(std::slice::from_ref(&base));
-                let (mut latencies_us, mut not_200) = (Vec::new(), 0u64);
-                let mut pace = (rate > 0).then(|| {
-                    let period = Duration::from_secs_f64(clients as f64 / rate as f64);
-                    let offset = period.mul_f64(client as f64 / clients as f64);
-                    let mut t = tokio::time::interval_at(start + offset, period);
-                    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-                    t
-                });
-                loop {
-                    let due = match pace.as_mut() {
-                        Some(t) => t.tick().await,
-                        None => tokio::time::Instant::now(),
-                    };
-                    if due >= until {
-                        break;
-                    }
-                    let status = conns.post(0, "/call").await.unwrap_or(0);
-                    if due >= measure_from {
-                        latencies_us.push(due.elapsed().as_micros() as u64);
-                        not_200 += u64::from(status != 200);
-                    }
-                }
-                (latencies_us, not_200)
-            })
-        })
-        .collect();
-    let (mut all, mut not_200) = (Vec::new(), 0);
-    for t in tasks {
-        let (latencies, n) = t.await.unwrap_or_default();
-        all.extend(latencies);
-        not_200 += n;
-    }
-    (all, not_200)
-}
-
 async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
     let nats_bin = binaries().map_err(|e| e.to_string())?.remove(0);
     let nats = NatsServer::start(&nats_bin).map_err(|e| e.to_string())?;
@@ -283,14 +232,14 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
     tokio::spawn(leasehold_mock_upstream::serve_on(upstream, u64::MAX / 2, 1_000));
 
     let duration = Duration::from_secs(a.duration_s);
-    let mut per_mode: BTreeMap<&'static str, (Vec<u64>, u64)> = BTreeMap::new();
+    let mut per_mode: BTreeMap<&'static str, ModeRuns> = BTreeMap::new();
     let mut rlqs_by_round = Vec::new();
     for round in 1..=a.rounds {
         let mut order: Vec<&'static str> = MODES.into_iter().filter(|m| !(a.skip_redis && *m == "redis")).collect();
         if round % 2 == 0 {
             order.reverse();
         }
-        let mut this_round: BTreeMap<&'static str, (usize, f64)> = BTreeMap::new();
+        let mut this_round: BTreeMap<&'static str, Measured> = BTreeMap::new();
         for mode in order {
             let filter = match mode {
                 "agent" => Filter::Rls(agent_port),
@@ -306,16 +255,17 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
             .await?;
             // A new Envoy over RLQS is lent a bucket only once the one before it (the previous
             // round's, when the order turns) is no longer counted: its assignment's TTL.
-            serving(ingress).await.map_err(|e| format!("{mode}: {e}"))?;
+            let ready = serving(ingress).await.map_err(|e| format!("{mode}: {e}"))?;
             let (latencies, not_200) = load(ingress, a.clients, a.rate, duration).await;
             drop(envoy);
             let p99 = latencies.iter().copied().collect::<Percentiles>().at(0.99).unwrap_or(0) as f64 / 1_000.0;
             let answered = latencies.len();
             eprintln!("round {round}/{}: {mode}: {answered} requests, p99 {p99:.3} ms, {not_200} not 200", a.rounds);
-            this_round.insert(mode, (answered, p99));
-            let entry = per_mode.entry(mode).or_default();
-            entry.0.extend(latencies);
-            entry.1 += not_200;
+            this_round.insert(mode, Measured { requests: answered as f64, p99_ms: p99 });
+            let runs = per_mode.entry(mode).or_default();
+            runs.latencies_us.extend(latencies);
+            runs.not_200 += not_200;
+            runs.ready_ms_max = runs.ready_ms_max.max(ready.as_secs_f64() * 1_000.0);
         }
         if let (Some(&rlqs), Some(&none)) = (this_round.get("rlqs"), this_round.get("no_limit")) {
             rlqs_by_round.push(round_3(rlqs_over_no_limit(a.rate, none, rlqs)));
@@ -326,15 +276,16 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
     let measured_s = (a.duration_s * a.rounds as u64) as f64;
     let modes: BTreeMap<&'static str, ModeSummary> = per_mode
         .iter()
-        .map(|(mode, (latencies, not_200))| {
-            let p: Percentiles = latencies.iter().copied().collect();
+        .map(|(mode, runs)| {
+            let p: Percentiles = runs.latencies_us.iter().copied().collect();
             let p = &p;
             let summary = ModeSummary {
-                requests_per_s: (latencies.len() as f64 / measured_s).round(),
+                requests_per_s: (runs.latencies_us.len() as f64 / measured_s).round(),
                 p50_ms: ms(p, 0.50),
                 p99_ms: ms(p, 0.99),
                 p999_ms: ms(p, 0.999),
-                not_200: *not_200,
+                not_200: runs.not_200,
+                ready_ms_max: round_3(runs.ready_ms_max),
             };
             (*mode, summary)
         })
@@ -351,14 +302,9 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
         (r * 1_000.0).round() / 1_000.0
     });
     // Paced: latency is what RLQS may add; closed loop: throughput.
-    let rlqs_over = modes.get("rlqs").map(|r| {
-        let none = &modes["no_limit"];
-        round_3(rlqs_over_no_limit(
-            a.rate,
-            (none.requests_per_s as usize, none.p99_ms),
-            (r.requests_per_s as usize, r.p99_ms),
-        ))
-    });
+    let measured = |m: &ModeSummary| Measured { requests: m.requests_per_s, p99_ms: m.p99_ms };
+    let rlqs_over =
+        modes.get("rlqs").map(|r| round_3(rlqs_over_no_limit(a.rate, measured(&modes["no_limit"]), measured(r))));
     let summary = Summary {
         target_met: ratio.map(|r| r <= 1.0 / 3.0),
         agent_over_redis_added_p99: ratio,
@@ -376,16 +322,29 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What RLQS costs over no limit, from each mode's (requests answered, p99 ms): paced, the ratio
-/// of the p99s; closed loop, no limit's throughput over RLQS's.
-fn rlqs_over_no_limit(rate: u64, no_limit: (usize, f64), rlqs: (usize, f64)) -> f64 {
+/// What RLQS costs over no limit (above 1: it costs): paced, the ratio of the p99s; closed loop,
+/// no limit's throughput over RLQS's.
+fn rlqs_over_no_limit(rate: u64, no_limit: Measured, rlqs: Measured) -> f64 {
     if rate > 0 {
-        rlqs.1 / no_limit.1
+        rlqs.p99_ms / no_limit.p99_ms
     } else {
-        no_limit.0 as f64 / rlqs.0 as f64
+        no_limit.requests / rlqs.requests
     }
 }
 
 fn round_3(x: f64) -> f64 {
     (x * 1_000.0).round() / 1_000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{rlqs_over_no_limit, Measured};
+
+    #[test]
+    fn rlqs_costs_more_than_1_when_it_is_slower_or_serves_fewer() {
+        let none = Measured { requests: 1_000.0, p99_ms: 2.0 };
+        let rlqs = Measured { requests: 800.0, p99_ms: 3.0 };
+        assert_eq!(rlqs_over_no_limit(2_000, none, rlqs), 1.5, "paced: the p99s");
+        assert_eq!(rlqs_over_no_limit(0, none, rlqs), 1.25, "closed loop: the throughputs");
+    }
 }

@@ -3,6 +3,7 @@
 mod control_plane;
 pub mod cpu;
 mod envoy;
+mod envoy_load;
 mod envoy_redis;
 mod keys;
 pub mod keys_load;
