@@ -17,6 +17,7 @@
 
 use super::envoy_load::{load, serving};
 use super::envoy_redis::RedisRateLimit;
+use super::round_3;
 use leasehold_nats_harness::envoy::{envoy_binary, Envoy};
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::envoy::{RateLimitServer, RlqsServer};
@@ -291,16 +292,10 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
         })
         .collect();
     let base_p99 = modes["no_limit"].p99_ms;
-    let added: BTreeMap<&'static str, f64> = modes
-        .iter()
-        .filter(|(m, _)| **m != "no_limit")
-        .map(|(m, s)| (*m, ((s.p99_ms - base_p99) * 1_000.0).round() / 1_000.0))
-        .collect();
+    let added: BTreeMap<&'static str, f64> =
+        modes.iter().filter(|(m, _)| **m != "no_limit").map(|(m, s)| (*m, round_3(s.p99_ms - base_p99))).collect();
     // No ratio when Redis added nothing measurable (a short or noisy run).
-    let ratio = added.get("redis").filter(|&&redis| redis > 0.0).map(|&redis| {
-        let r = added["agent"].max(0.0) / redis;
-        (r * 1_000.0).round() / 1_000.0
-    });
+    let ratio = added.get("redis").filter(|&&redis| redis > 0.0).map(|&redis| round_3(added["agent"].max(0.0) / redis));
     // Paced: latency is what RLQS may add; closed loop: throughput.
     let measured = |m: &ModeSummary| Measured { requests: m.requests_per_s, p99_ms: m.p99_ms };
     let rlqs_over =
@@ -330,10 +325,6 @@ fn rlqs_over_no_limit(rate: u64, no_limit: Measured, rlqs: Measured) -> f64 {
     } else {
         no_limit.requests / rlqs.requests
     }
-}
-
-fn round_3(x: f64) -> f64 {
-    (x * 1_000.0).round() / 1_000.0
 }
 
 #[cfg(test)]

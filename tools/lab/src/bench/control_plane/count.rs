@@ -238,9 +238,7 @@ impl Progress {
     }
 }
 
-pub(super) fn round(x: f64) -> f64 {
-    (x * 1_000.0).round() / 1_000.0
-}
+pub(super) use crate::bench::round_3 as round;
 
 /// The bench's one JSON line.
 #[derive(Serialize)]
