@@ -85,6 +85,16 @@ impl<K: Hash + Ord, V> SortedMap<K, V> {
         &mut self.map[index]
     }
 
+    /// The entry at place `index` in key order.
+    pub fn get_index(&self, index: usize) -> Option<(&K, &V)> {
+        self.map.get_index(index)
+    }
+
+    /// The value at place `index` in key order.
+    pub fn get_index_mut(&mut self, index: usize) -> Option<&mut V> {
+        self.map.get_index_mut(index).map(|(_, v)| v)
+    }
+
     /// Remove `key`, keeping the others in order.
     pub fn remove<Q: ?Sized + Hash + Equivalent<K>>(&mut self, key: &Q) -> Option<V> {
         self.map.shift_remove(key)

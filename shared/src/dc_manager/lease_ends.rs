@@ -26,8 +26,9 @@ impl DcManagerCore {
         }
         let floor = if now_ns < self.floor_usable_from_ns { Quota::ZERO } else { self.floor };
         let egress_ns = self.cfg.expiry.egress_spread_ms * NS_PER_MS;
-        // Leases older than the one acked are released upstream: they back nothing.
-        let counted: Vec<_> = self.held.iter().filter(|l| self.acked.is_none_or(|a| l.version >= a)).collect();
+        // Leases older than the one acked are released upstream: they back nothing. (Walked
+        // again each time rather than collected: this runs for every pod of every pass.)
+        let counted = || self.held.iter().filter(|l| self.acked.is_none_or(|a| l.version >= a));
         let room_after = |at_ns: u64, counted_then: Quota| {
             let others = self.ledger.outstanding(at_ns).saturating_sub(self.ledger.holder_claim(pod, at_ns));
             counted_then.saturating_sub(others)
@@ -35,19 +36,19 @@ impl DcManagerCore {
         // From now on: a DC lease whose end has passed on this clock may stop counting at any
         // instant, so only those still running back what pods admit from now (or the budget,
         // which in best-effort mode holds the emergency allowance instead).
-        let running = counted.iter().filter(|l| l.expires_at_ns > now_ns).fold(Quota::ZERO, |m, l| m.max(l.quota));
+        let running = counted().filter(|l| l.expires_at_ns > now_ns).fold(Quota::ZERO, |m, l| m.max(l.quota));
         let mut room = Quota::new(u64::MAX, u64::MAX);
         let now_after = now_ns.saturating_add(egress_ns);
         if live_until_ns > now_after {
             room = room_after(now_after, self.budget(now_ns).0.max(floor.saturating_add(running)));
         }
-        for end in counted.iter().map(|l| l.expires_at_ns) {
+        for end in counted().map(|l| l.expires_at_ns) {
             // Pods admitting after `end` hold leases counted past `end + egress`.
             let after = end.saturating_add(egress_ns);
             if end <= now_ns || live_until_ns <= after {
                 continue;
             }
-            let later = counted.iter().filter(|l| l.expires_at_ns > end).fold(Quota::ZERO, |m, l| m.max(l.quota));
+            let later = counted().filter(|l| l.expires_at_ns > end).fold(Quota::ZERO, |m, l| m.max(l.quota));
             room = room.min(room_after(after, floor.saturating_add(later)));
         }
         room

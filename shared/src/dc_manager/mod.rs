@@ -23,6 +23,7 @@ mod config;
 mod floors;
 mod lease_ends;
 mod pacing;
+mod pod_messages;
 mod pods;
 mod record_rules;
 mod report;
@@ -41,7 +42,7 @@ use crate::expiry::NS_PER_MS;
 use crate::holder::{LeaseFence, LeaseRejection, SentLog};
 use crate::ledger::Ledger;
 use crate::quota::Quota;
-use crate::wire::{DcLease, DcReport, LeaseReturn, LeaseVersion, PodLease, PodReport, ReturnAck, SCHEMA_VERSION};
+use crate::wire::{DcLease, DcReport, LeaseVersion, PodLease, ReturnAck};
 use pods::Pods;
 
 /// Smallest growth (share of the target) worth an event-driven lease between renewals.
@@ -140,6 +141,8 @@ pub struct DcManagerCore {
     confirm_cap: Option<Option<LeaseVersion>>,
     /// `<instance>-<epoch>-`: a pod lease's id is this and its sequence number.
     lease_id_prefix: String,
+    /// Where a report's holder key is written (kept, so a report allocates none).
+    holder_key_buf: String,
 }
 
 impl DcManagerCore {
@@ -176,6 +179,7 @@ impl DcManagerCore {
             ledger_unread: false,
             confirm_cap: None,
             lease_id_prefix,
+            holder_key_buf: String::new(),
         }
     }
 
@@ -312,90 +316,6 @@ impl DcManagerCore {
             lease_id: lease.lease_id.clone(),
         });
         Ok(())
-    }
-
-    /// A pod's demand report / heartbeat.
-    pub fn on_pod_report(&mut self, r: &PodReport, now_ns: u64) -> Vec<DcOutput> {
-        if r.dc != self.cfg.dc || r.limit != self.cfg.limit {
-            self.counters.reports_foreign += 1;
-            return Vec::new();
-        }
-        let holder = pods::holder_key(&r.pod, r.incarnation);
-        let ledger = &self.ledger;
-        let outcome = self.pods.observe_unless_closed(&holder, r, &self.cfg, now_ns, || ledger.is_closed(&holder));
-        let (share_changed, sent_a_lease) = match outcome {
-            ReportOutcome::Accepted { share_changed, sent_a_lease } => (share_changed, sent_a_lease),
-            ReportOutcome::Stale | ReportOutcome::Closed => {
-                self.counters.reports_stale += 1;
-                return Vec::new();
-            }
-            ReportOutcome::TooManyPods => {
-                self.counters.reports_over_capacity += 1;
-                return Vec::new();
-            }
-        };
-        let release_at = self.cfg.expiry.released_until_ns(now_ns);
-        if let Some(v) = r.lease_in_use {
-            // Unknown versions (a forged or pre-restart ack) change nothing.
-            let _ = self.ledger.confirm_in_use(&holder, v, release_at);
-        }
-        // A brand-new pod (never sent a lease by this core) needs a split to get a lease. A
-        // holder already sent one gets it at the next renewal if it lapsed: a report it sent
-        // before the lease came, read late by a busy manager, must not run a split of its own.
-        // Any other report may let a pod grow (fast rebalance) only if the last pass left one
-        // below its target (its confirmation frees room), or it changes the targets: this pod's
-        // share (health, weight, back from silence) or, with a `demand` split, its demand. A pod
-        // falling silent frees its share at the next renewal. Both wait for the gap (see
-        // `event_pass_gap_ms`).
-        if !sent_a_lease && r.lease_in_use.is_none() {
-            self.join_waiting = true;
-        } else if self.shortfall || share_changed || self.cfg.split == SplitMode::Demand {
-            self.growth_waiting = true;
-        }
-        self.waiting_pass_unless_recent(now_ns)
-    }
-
-    /// A pod returns its lease for good (graceful drain). Idempotent; always acknowledged.
-    pub fn on_lease_return(&mut self, r: &LeaseReturn, now_ns: u64) -> Vec<DcOutput> {
-        if r.dc != self.cfg.dc || r.limit != self.cfg.limit {
-            self.counters.reports_foreign += 1;
-            return Vec::new();
-        }
-        self.counters.returns += 1;
-        let holder = pods::holder_key(&r.holder, r.incarnation);
-        let ack = DcOutput::ReturnAck(ReturnAck {
-            v: SCHEMA_VERSION,
-            limit: self.cfg.limit.clone(),
-            dc: self.cfg.dc.clone(),
-            holder: r.holder.clone(),
-            incarnation: r.incarnation,
-        });
-        if !self.pods.views.contains_key(&holder) && !self.ledger.knows(&holder) {
-            // Nothing of it to free and no share to take back. No closed marker either: the
-            // incarnation is the pod's to choose, so markers for holders never seen would grow
-            // without bound. A report it sent before, read late, may make it a view and a lease
-            // it will not use: counted until it expires, so waste, never excess.
-            self.counters.returns_of_unknown_holders += 1;
-            return vec![ack];
-        }
-        let release_at = self.cfg.expiry.released_until_ns(now_ns);
-        if self.ledger.closed_markers() < self.cfg.max_pods || self.ledger.is_closed(&holder) {
-            let forget = self.cfg.expiry.issuer_live_until_ns(now_ns, self.cfg.pod_ttl_ms * 4);
-            self.ledger.close(&holder, release_at, forget);
-        } else {
-            // As many markers as views may be kept: a pod making and returning holder after
-            // holder must not grow the books. Its leases end all the same; a report of it read
-            // late is a new holder's (waste, never excess).
-            self.ledger.release(&holder, release_at);
-            self.counters.returns_without_marker += 1;
-        }
-        self.pods.views.remove(&holder);
-        // Its share is free at once; the others grow into it with the next split, which waits
-        // for the gap as a join does (a drain of many pods costs O(pods) per gap).
-        self.growth_waiting = true;
-        let mut out = self.waiting_pass_unless_recent(now_ns);
-        out.push(ack);
-        out
     }
 
     /// No full split has run in the last `renew_ns` (or none ever).

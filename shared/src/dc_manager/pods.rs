@@ -13,16 +13,22 @@ const FORGET_SILENT_AFTER_NS: u64 = super::config::FORGET_SILENT_AFTER_MS * NS_P
 
 /// The ledger's and the split's name for one pod process: its id and its incarnation.
 pub fn holder_key(pod: &str, incarnation: u64) -> String {
-    // `format!("{pod}#{incarnation:016x}")`, written without the formatting machinery: a DC
-    // manager builds one per report item.
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut key = String::with_capacity(pod.len() + 17);
+    write_holder_key(&mut key, pod, incarnation);
+    key
+}
+
+/// [`holder_key`] into `key` (cleared first): a DC manager reads one per report item, into a
+/// buffer it keeps.
+pub(super) fn write_holder_key(key: &mut String, pod: &str, incarnation: u64) {
+    // `format!("{pod}#{incarnation:016x}")`, written without the formatting machinery.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    key.clear();
     key.push_str(pod);
     key.push('#');
     for shift in (0..16).rev() {
         key.push(char::from(HEX[(incarnation >> (shift * 4)) as usize & 0xf]));
     }
-    key
 }
 
 /// How the driver reads its pods' reports, noted at its ticks: how much of a pod's silence may
@@ -211,12 +217,15 @@ impl Pods {
         (std::mem::take(&mut self.upstream_calls), std::mem::take(&mut self.upstream_429))
     }
 
-    /// Pods that get a share in the next split (fresh heartbeat, healthy, not draining), in key
-    /// order, and their targets in a split of `budget`: one pass over the views.
-    pub fn eligible_targets(&self, cfg: &DcManagerConfig, now_ns: u64, budget: Quota) -> Vec<(String, Quota)> {
-        let eligible: Vec<(&String, &PodView)> = self.eligible_views(cfg, now_ns).collect();
+    /// Pods that get a share in the next split (fresh heartbeat, healthy, not draining), by
+    /// their place in [`Pods::views`] (key order), and their targets in a split of `budget`: one
+    /// pass over the views, and no key copied (a DC manager of 1,000 limits splits 100,000 pods'
+    /// shares a second at 100 pods).
+    pub fn eligible_targets(&self, cfg: &DcManagerConfig, now_ns: u64, budget: Quota) -> Vec<(usize, Quota)> {
+        let eligible: Vec<(usize, &PodView)> =
+            self.views.values().enumerate().filter(|(_, v)| v.eligible(cfg, now_ns, self.reading)).collect();
         let targets = super::targets::split_views(budget, eligible.iter().map(|(_, v)| *v), cfg.split);
-        eligible.into_iter().map(|(k, _)| k.clone()).zip(targets).collect()
+        eligible.into_iter().map(|(i, _)| i).zip(targets).collect()
     }
 
     /// The [`Pods::eligible`] pods' keys and views, in key order, without copying a key.

@@ -118,30 +118,32 @@ impl DcManagerCore {
             self.last_full = Some((budget, ttl_ms));
         }
         // Shrinking pods first, so their freed share is visible before others grow.
+        // (Places in the views: nothing in the pass adds or removes a view.)
         let mut order = self.pods.eligible_targets(&self.cfg, now_ns, budget);
-        order.sort_by_cached_key(|(p, t)| {
-            let claim = self.ledger.holder_claim(p, now_ns);
+        order.sort_by_cached_key(|&(i, t)| {
+            let claim = self.pods.views.get_index(i).map_or(Quota::ZERO, |(p, _)| self.ledger.holder_claim(p, now_ns));
             (t.rate_milli_per_s as i128 - claim.rate_milli_per_s as i128, t.burst_milli)
         });
         let mut out = Vec::with_capacity(order.len());
         self.shortfall = false;
-        for (pod, target) in order {
-            if kind == Pass::GrowthOnly && !self.worth_growing(&pod, target, now_ns) {
+        for (i, target) in order {
+            let Some((pod, _)) = self.pods.views.get_index(i) else { continue };
+            if kind == Pass::GrowthOnly && !self.worth_growing(pod, target, now_ns) {
                 // Judged by its newest lease: an older, larger one counts only until it
                 // confirms the newer, and its confirmation must then let it grow.
-                self.shortfall |= below_by_a_step(self.ledger.holder_newest(&pod, now_ns), target);
+                self.shortfall |= below_by_a_step(self.ledger.holder_newest(pod, now_ns), target);
                 continue;
             }
-            let quota = self.grantable(&pod, target, live_until, now_ns);
-            // (`eligible` came from the views, and nothing in the pass removes one.)
-            let Some(view) = self.pods.views.get_mut(&pod) else { continue };
-            self.next_seq += 1;
-            let version = LeaseVersion::new(self.cfg.epoch, self.next_seq);
+            let quota = self.grantable(pod, target, live_until, now_ns);
+            let version = LeaseVersion::new(self.cfg.epoch, self.next_seq + 1);
             self.shortfall |= below_by_a_step(quota, target);
-            if self.ledger.grant(&pod, quota, version, live_until, now_ns).is_err() {
+            let granted = self.ledger.grant(pod, quota, version, live_until, now_ns);
+            self.next_seq += 1;
+            if granted.is_err() {
                 self.shortfall = true;
                 continue;
             }
+            let Some(view) = self.pods.views.get_index_mut(i) else { continue };
             view.sent_a_lease = true;
             let basis_seq = view.last_seq;
             self.counters.pod_leases_issued += 1;

@@ -255,13 +255,8 @@ pub(super) fn write_json_str(out: &mut Vec<u8>, s: &str) {
 /// Whether `bytes` are all printable ASCII (0x20–0x7f) other than `"` and `\\`: JSON writes them
 /// as they are. Eight bytes at a time, without a branch per byte (ids are short, and all plain).
 fn is_plain(bytes: &[u8]) -> bool {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
-    // A byte of `x` is zero, or (for bytes below 0x80) below `n`: its high bit set in the result.
-    let below = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x & HIGH;
-    let bad = |x: u64| {
-        (x & HIGH) | below(x, 0x20) | below(x ^ (ONES * u64::from(b'"')), 1) | below(x ^ (ONES * u64::from(b'\\')), 1)
-    };
+    use super::swar::{below, equal, HIGH};
+    let bad = |x: u64| (x & HIGH) | below(x, 0x20) | equal(x, b'"') | equal(x, b'\\');
     let mut chunks = bytes.chunks_exact(8);
     let mut found = 0;
     for chunk in &mut chunks {

@@ -12,6 +12,7 @@ mod lease_json;
 mod ledger_group;
 mod messages;
 mod report_json;
+mod swar;
 
 pub use batch::*;
 pub use fence::LedgerFence;
@@ -148,6 +149,11 @@ pub fn encode<T: WireMessage>(msg: &T) -> Vec<u8> {
 pub fn check_id(field: &'static str, s: &str) -> Result<(), WireError> {
     if s.is_empty() || s.len() > MAX_ID_LEN {
         return Err(WireError::Invalid { field, reason: format!("length {} not in 1..={MAX_ID_LEN}", s.len()) });
+    }
+    // The usual id, printable ASCII without a wildcard or separator, a byte at a time (the
+    // check below walks characters: every id of every batch item passes here).
+    if s.bytes().all(|b| b.is_ascii_graphic() && !matches!(b, b'.' | b'*' | b'>')) {
+        return Ok(());
     }
     // Ids become NATS subject tokens: no wildcards, separators, whitespace or control characters.
     if let Some(c) = s.chars().find(|c| matches!(c, '.' | '*' | '>') || c.is_whitespace() || c.is_control()) {
