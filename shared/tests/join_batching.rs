@@ -353,3 +353,56 @@ fn a_late_report_from_a_pod_already_sent_a_lease_is_not_a_join_but_a_new_pods_fi
     assert_eq!(dc.core.counters().passes_full_join, c.passes_full_join + 1, "p2's first report ran no join");
     assert!(dc.held.contains_key("p2"), "p2 got no lease from its join");
 }
+
+/// Ticks every 250 ms from `from_ns` through `until_ns`, `p1` reporting (and confirming) after
+/// each; the sequence number of the last tick's DC report.
+fn ticks_with_p1(dc: &mut ScriptedDc, from_ns: u64, until_ns: u64) -> u64 {
+    let (mut t, mut seq) = (from_ns, 0);
+    while t <= until_ns {
+        let out = dc.core.tick(t);
+        seq = report_seq_of(&out).expect("a tick reports");
+        dc.absorb(out);
+        dc.report("p1", t + MS, true, true);
+        t += TICK_MS * MS;
+    }
+    seq
+}
+
+/// Found measuring 1,000 limits × 100 pods on a loaded machine: DC leases came 5–7 s after the
+/// report they answer (TTL 10 s), so every split was cut short to nest in the DC lease, and each
+/// DC lease of the same amount then re-split at once (its TTL differed from the last split's)
+/// though the renewal tick splits within the second anyway: ~900 extra full splits a second per
+/// DC, which kept the managers behind. Such a DC lease now waits for the renewal tick when the
+/// pods' leases outlive it (cut to at least two renew intervals); cut shorter, it re-splits at
+/// once as before.
+#[test]
+fn a_same_amount_dc_lease_waits_for_the_renewal_tick_when_the_cut_short_leases_outlive_it() {
+    let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
+    cfg.fail_mode = FailMode::Strict;
+    let (renew_ms, pod_ttl_ms) = (cfg.renew_interval_ms, cfg.pod_ttl_ms);
+    let (amount, dc_ttl_ms) = (Quota::per_s(400, 40), 10_000);
+    let mut dc = leased_dc(cfg, amount, dc_ttl_ms);
+    dc.report("p1", MS, true, false);
+    let basis_at_1s = ticks_with_p1(&mut dc, TICK_MS * MS, 1_000 * MS);
+    // The renewal splits cut the pod's lease to nest in the DC lease ending at 10 s.
+    ticks_with_p1(&mut dc, 1_250 * MS, 6_000 * MS);
+    let cut_ms = dc.held["p1"].ttl_ms;
+    assert!(cut_ms < pod_ttl_ms && cut_ms >= 2 * renew_ms, "the lease at 6 s is cut short but lasting: {cut_ms} ms");
+
+    // The coordinator's renewal of the same amount, answering the report of 1 s, 5.2 s late.
+    let (full, issued) = (dc.core.counters().passes_full, dc.core.counters().pod_leases_issued);
+    dc.dc_lease(amount, dc_ttl_ms, LeaseVersion::new(1, 2), basis_at_1s, 6_200 * MS).expect("the renewal applies");
+    assert_eq!(dc.core.counters().passes_full, full, "a same-amount DC lease re-split though the leases outlive it");
+    ticks_with_p1(&mut dc, 6_250 * MS, 7_250 * MS);
+    assert!(dc.core.counters().pod_leases_issued > issued, "the renewal tick renews the pod");
+
+    // Near the end of the DC lease the split cuts the pod's lease below two renew intervals: a
+    // same-amount DC lease then re-splits at once, so the pod is not left to lapse.
+    let basis = ticks_with_p1(&mut dc, 7_500 * MS, 9_750 * MS);
+    let cut_ms = dc.held["p1"].ttl_ms;
+    assert!(cut_ms < 2 * renew_ms, "the lease at 9.75 s is cut below two renew intervals: {cut_ms} ms");
+    let full = dc.core.counters().passes_full;
+    dc.dc_lease(amount, dc_ttl_ms, LeaseVersion::new(1, 3), basis, 9_800 * MS).expect("the renewal applies");
+    assert_eq!(dc.core.counters().passes_full, full + 1, "a same-amount DC lease left a pod about to lapse");
+    assert!(dc.held["p1"].ttl_ms > cut_ms, "the pod's lease nests in the new DC lease");
+}

@@ -281,12 +281,17 @@ impl DcManagerCore {
             self.counters.dc_leases_rejected += 1;
         }
         r?;
-        // A renewal of the same amount changes no pod's share, and the pods' leases, cut at
-        // full length, stay nested in the older lease: the renewal tick renews them. Any other
-        // DC lease (larger, smaller, another floor, or one the last split was cut short for),
-        // or one that finds the renewal overdue (no tick for a while), re-splits at once.
+        // A renewal of the same amount changes no pod's share, and the pods' leases stay nested
+        // in the older lease: the renewal tick renews them, if they outlive it (cut at full
+        // length, or to at least two renew intervals to nest in a DC lease that came late: on a
+        // loaded machine DC leases came 5–7 s after their basis, and re-splitting for each one
+        // doubled the splits). Any other DC lease (larger, smaller, another floor, or one the
+        // last split was cut shorter for), or one that finds the renewal overdue (no tick for a
+        // while), re-splits at once.
         let renewal_due = self.renewal_due(now_ns, self.cfg.renew_interval_ms * NS_PER_MS);
-        if !renewal_due && self.last_full == Some((self.budget(now_ns).0, self.cfg.pod_ttl_ms)) {
+        let lasting_ms = self.cfg.pod_ttl_ms.min(2 * self.cfg.renew_interval_ms);
+        let budget = self.budget(now_ns).0;
+        if !renewal_due && self.last_full.is_some_and(|(b, ttl_ms)| b == budget && ttl_ms >= lasting_ms) {
             return Ok(Vec::new());
         }
         self.counters.passes_full_dc_lease += 1;
