@@ -373,8 +373,9 @@ fn ticks_with_p1(dc: &mut ScriptedDc, from_ns: u64, until_ns: u64) -> u64 {
 /// DC lease of the same amount then re-split at once (its TTL differed from the last split's)
 /// though the renewal tick splits within the second anyway: ~900 extra full splits a second per
 /// DC, which kept the managers behind. Such a DC lease now waits for the renewal tick when the
-/// pods' leases outlive it (cut to at least two renew intervals); cut shorter, it re-splits at
-/// once as before.
+/// pods' leases outlive it (cut to at least three renew intervals: the renewal, its paced
+/// delivery, the age of the report a lease answers); cut shorter, it re-splits at once as
+/// before.
 #[test]
 fn a_same_amount_dc_lease_waits_for_the_renewal_tick_when_the_cut_short_leases_outlive_it() {
     let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr");
@@ -387,7 +388,7 @@ fn a_same_amount_dc_lease_waits_for_the_renewal_tick_when_the_cut_short_leases_o
     // The renewal splits cut the pod's lease to nest in the DC lease ending at 10 s.
     ticks_with_p1(&mut dc, 1_250 * MS, 6_000 * MS);
     let cut_ms = dc.held["p1"].ttl_ms;
-    assert!(cut_ms < pod_ttl_ms && cut_ms >= 2 * renew_ms, "the lease at 6 s is cut short but lasting: {cut_ms} ms");
+    assert!(cut_ms < pod_ttl_ms && cut_ms >= 3 * renew_ms, "the lease at 6 s is cut short but lasting: {cut_ms} ms");
 
     // The coordinator's renewal of the same amount, answering the report of 1 s, 5.2 s late.
     let (full, issued) = (dc.core.counters().passes_full, dc.core.counters().pod_leases_issued);
@@ -396,13 +397,17 @@ fn a_same_amount_dc_lease_waits_for_the_renewal_tick_when_the_cut_short_leases_o
     ticks_with_p1(&mut dc, 6_250 * MS, 7_250 * MS);
     assert!(dc.core.counters().pod_leases_issued > issued, "the renewal tick renews the pod");
 
-    // Near the end of the DC lease the split cuts the pod's lease below two renew intervals: a
-    // same-amount DC lease then re-splits at once, so the pod is not left to lapse.
-    let basis = ticks_with_p1(&mut dc, 7_500 * MS, 9_750 * MS);
-    let cut_ms = dc.held["p1"].ttl_ms;
-    assert!(cut_ms < 2 * renew_ms, "the lease at 9.75 s is cut below two renew intervals: {cut_ms} ms");
+    // Nearer the end of the DC lease the split cuts the pod's lease below three renew
+    // intervals: a same-amount DC lease then re-splits at once, so the pod is not left to lapse
+    // (the renewal is not due: one ran within the second before).
+    ticks_with_p1(&mut dc, 7_500 * MS, 7_750 * MS);
     let full = dc.core.counters().passes_full;
-    dc.dc_lease(amount, dc_ttl_ms, LeaseVersion::new(1, 3), basis, 9_800 * MS).expect("the renewal applies");
+    let basis = ticks_with_p1(&mut dc, 8_000 * MS, 8_750 * MS);
+    assert!(dc.core.counters().passes_full > full, "a renewal split ran between 8 and 8.75 s");
+    let cut_ms = dc.held["p1"].ttl_ms;
+    assert!(cut_ms < 3 * renew_ms, "the lease at 8.75 s is cut below three renew intervals: {cut_ms} ms");
+    let full = dc.core.counters().passes_full;
+    dc.dc_lease(amount, dc_ttl_ms, LeaseVersion::new(1, 3), basis, 8_800 * MS).expect("the renewal applies");
     assert_eq!(dc.core.counters().passes_full, full + 1, "a same-amount DC lease left a pod about to lapse");
     assert!(dc.held["p1"].ttl_ms > cut_ms, "the pod's lease nests in the new DC lease");
 }

@@ -283,13 +283,15 @@ impl DcManagerCore {
         r?;
         // A renewal of the same amount changes no pod's share, and the pods' leases stay nested
         // in the older lease: the renewal tick renews them, if they outlive it (cut at full
-        // length, or to at least two renew intervals to nest in a DC lease that came late: on a
-        // loaded machine DC leases came 5–7 s after their basis, and re-splitting for each one
-        // doubled the splits). Any other DC lease (larger, smaller, another floor, or one the
-        // last split was cut shorter for), or one that finds the renewal overdue (no tick for a
-        // while), re-splits at once.
+        // length, or to at least three renew intervals to nest in a DC lease that came late: the
+        // renewal comes within one, its delivery may wait most of another for the pod's paced
+        // lease message, and a lease counts from the report it answers. On a loaded machine DC
+        // leases came 5–7 s after their basis, and re-splitting for each one doubled the
+        // splits). Any other DC lease (a budget of another size, floor and lease together, or
+        // one the last split was cut shorter for), or one that finds the renewal overdue (no
+        // tick for a while), re-splits at once.
         let renewal_due = self.renewal_due(now_ns, self.cfg.renew_interval_ms * NS_PER_MS);
-        let lasting_ms = self.cfg.pod_ttl_ms.min(2 * self.cfg.renew_interval_ms);
+        let lasting_ms = self.cfg.pod_ttl_ms.min(self.cfg.renew_interval_ms.saturating_mul(3));
         let budget = self.budget(now_ns).0;
         if !renewal_due && self.last_full.is_some_and(|(b, ttl_ms)| b == budget && ttl_ms >= lasting_ms) {
             return Ok(Vec::new());

@@ -127,13 +127,14 @@ impl DcManagerCore {
         let mut out = Vec::with_capacity(order.len());
         self.shortfall = false;
         for (i, target) in order {
-            let Some((pod, _)) = self.pods.views.get_index(i) else { continue };
+            let Some((pod, view)) = self.pods.views.get_index(i) else { continue };
             if kind == Pass::GrowthOnly && !self.worth_growing(pod, target, now_ns) {
                 // Judged by its newest lease: an older, larger one counts only until it
                 // confirms the newer, and its confirmation must then let it grow.
                 self.shortfall |= below_by_a_step(self.ledger.holder_newest(pod, now_ns), target);
                 continue;
             }
+            let (pod_id, incarnation, basis_seq) = (view.pod.clone(), view.incarnation, view.last_seq);
             let quota = self.grantable(pod, target, live_until, now_ns);
             let version = LeaseVersion::new(self.cfg.epoch, self.next_seq + 1);
             self.shortfall |= below_by_a_step(quota, target);
@@ -143,16 +144,16 @@ impl DcManagerCore {
                 self.shortfall = true;
                 continue;
             }
-            let Some(view) = self.pods.views.get_index_mut(i) else { continue };
-            view.sent_a_lease = true;
-            let basis_seq = view.last_seq;
+            if let Some(view) = self.pods.views.get_index_mut(i) {
+                view.sent_a_lease = true;
+            }
             self.counters.pod_leases_issued += 1;
             out.push(DcOutput::PodLease(PodLease {
                 v: SCHEMA_VERSION,
                 limit: self.cfg.limit.clone(),
                 dc: self.cfg.dc.clone(),
-                pod: view.pod.clone(),
-                incarnation: view.incarnation,
+                pod: pod_id,
+                incarnation,
                 issuer: self.cfg.instance.clone(),
                 version,
                 lease_id: lease_id(&self.lease_id_prefix, self.next_seq),
