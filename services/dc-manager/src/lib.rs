@@ -104,13 +104,19 @@ pub async fn run(
     loop {
         // Each limit's core renews on its own schedule; the outbox paces each pod's leases to one
         // message per renew interval, sent after a tick (a holder's first lease goes at once).
+        // In this order when several are ready: the few messages that carry DC leases and
+        // leadership before the pods' many reports. The reports' queue sheds what it cannot read
+        // in time; the ledger watch only falls behind, and a DC lease read seconds late is cut
+        // short or refused (measured at 1,000 limits on a full machine: the watch 1–7 s behind,
+        // up to 19 s, while the reports were read in turn with the rest).
         let on_tick = tokio::select! {
+            biased;
             _ = shutdown.changed() => break,
             _ = tick.tick() => { m.tick().await; true }
-            Some(msg) = reports.next() => { m.on_pod_reports(&msg.subject, &msg.payload).await; false }
-            Some(msg) = returns.next() => { m.on_returns(&msg.subject, &msg.payload).await; false }
             Some((key, value, revision)) = records.recv() => { m.on_ledger_value(&key, &value, revision).await; false }
             Some(answer) = direct_reads.recv() => { m.on_direct_read(answer).await; false }
+            Some(msg) = returns.next() => { m.on_returns(&msg.subject, &msg.payload).await; false }
+            Some(msg) = reports.next() => { m.on_pod_reports(&msg.subject, &msg.payload).await; false }
         };
         m.flush(on_tick).await;
         m.status.report_batches_shed = reports.shed();
