@@ -318,14 +318,9 @@ mod tests {
 
     #[test]
     fn every_byte_alone_and_in_every_place() {
-        for b in 0..=255u8 {
-            for len in 1..=17 {
-                for at in 0..len {
-                    let mut bytes = vec![b'a'; len];
-                    bytes[at] = b;
-                    assert_eq!(super::is_plain(&bytes), plain_bytewise(&bytes), "byte {b:#x} at {at} of {len}");
-                }
-            }
-        }
+        super::super::swar::each_byte_in_each_place(|bytes, b, at| {
+            let len = bytes.len();
+            assert_eq!(super::is_plain(bytes), plain_bytewise(bytes), "byte {b:#x} at {at} of {len}");
+        });
     }
 }

@@ -36,6 +36,21 @@ pub(super) fn string_end(bytes: &[u8]) -> Option<usize> {
     chunks.remainder().iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20).map(|p| at + p)
 }
 
+/// Calls `check(bytes, byte, at)` for every byte value alone at every place `at` of
+/// `bytes.len()` = 1 to 17 (`b'a'` elsewhere): each place in a word and in the tail after it.
+#[cfg(test)]
+pub(super) fn each_byte_in_each_place(mut check: impl FnMut(&mut Vec<u8>, u8, usize)) {
+    for b in 0..=255u8 {
+        for len in 1..=17 {
+            for at in 0..len {
+                let mut bytes = vec![b'a'; len];
+                bytes[at] = b;
+                check(&mut bytes, b, at);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -60,19 +75,14 @@ mod tests {
 
     #[test]
     fn every_byte_alone_and_in_every_place_and_after_another() {
-        for b in 0..=255u8 {
-            for len in 1..=17 {
-                for at in 0..len {
-                    let mut bytes = vec![b'a'; len];
-                    bytes[at] = b;
-                    assert_eq!(super::string_end(&bytes), string_end_bytewise(&bytes), "byte {b:#x} at {at} of {len}");
-                    // A special byte first, then this one: the first is found, whatever follows.
-                    if at > 0 {
-                        bytes[at - 1] = 0x01;
-                        assert_eq!(super::string_end(&bytes), Some(at - 1), "0x01 then {b:#x} at {at} of {len}");
-                    }
-                }
+        super::each_byte_in_each_place(|bytes, b, at| {
+            let len = bytes.len();
+            assert_eq!(super::string_end(bytes), string_end_bytewise(bytes), "byte {b:#x} at {at} of {len}");
+            // A special byte first, then this one: the first is found, whatever follows.
+            if at > 0 {
+                bytes[at - 1] = 0x01;
+                assert_eq!(super::string_end(bytes), Some(at - 1), "0x01 then {b:#x} at {at} of {len}");
             }
-        }
+        });
     }
 }
