@@ -90,7 +90,7 @@ async fn run_agent(settings: PodSettings) -> Result<(), String> {
         );
         let server = envoy::RateLimitServer::new(pod.clone(), std::sync::Arc::new(config), keys);
         metrics.push(envoy::rls::metrics(server.counters.clone()));
-        envoy_tasks.spawn(envoy::serve_rls(rls_listener, server));
+        envoy_tasks.spawn(envoy::on_own_thread("lh-envoy-rls", rls_listener, |l| envoy::serve_rls(l, server)));
     }
     #[cfg(feature = "envoy")]
     if let Some(rlqs_listener) = rlqs_listener {
@@ -106,7 +106,7 @@ async fn run_agent(settings: PodSettings) -> Result<(), String> {
             settings.envoy_rlqs_limits.join(", ")
         );
         metrics.push(envoy::rlqs::metrics(server.counters.clone()));
-        envoy_tasks.spawn(envoy::serve_rlqs(rlqs_listener, server));
+        envoy_tasks.spawn(envoy::on_own_thread("lh-envoy-rlqs", rlqs_listener, |l| envoy::serve_rlqs(l, server)));
     }
     #[cfg(not(feature = "envoy"))]
     let _ = (envoy_rls, rls_listener, rlqs_listener, &mut envoy_tasks);

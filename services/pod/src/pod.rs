@@ -56,6 +56,9 @@ struct Inner {
     /// Crashed: no new limits, and no loop may return anything (never the drain signal, which
     /// a loop could act on before it is aborted).
     crashed: std::sync::atomic::AtomicBool,
+    /// The runtime the pod started on: every limit's loops run there, whichever thread asks for
+    /// the limit first (the agent answers Envoy on threads of their own).
+    runtime: tokio::runtime::Handle,
 }
 
 /// A running pod: its limiters, their status, and the handle to drain it. Cheap to clone; every
@@ -92,6 +95,7 @@ impl Pod {
             limits: Mutex::new(BTreeMap::new()),
             shutdown: watch::channel(false).0,
             crashed: std::sync::atomic::AtomicBool::new(false),
+            runtime: tokio::runtime::Handle::current(),
         };
         let pod = Pod { id, inner: Arc::new(inner) };
         if let Some(limit) = pod.default_limit() {
@@ -158,7 +162,7 @@ impl Pod {
             self.inner.clock,
             status,
         );
-        tokio::spawn(limiter.clone().dispatch());
+        self.inner.runtime.spawn(limiter.clone().dispatch());
         let kept = keep || self.default_limit() == Some(limit);
         let pinned = kept || s.idle_release_ms == 0;
         let (from_tx, from_link) = mpsc::unbounded_channel();
@@ -186,7 +190,7 @@ impl Pod {
             idle_release: (!pinned).then(|| Duration::from_millis(s.idle_release_ms)),
             status: status_tx,
         };
-        let task = tokio::spawn(d.run(self.inner.shutdown.subscribe()));
+        let task = self.inner.runtime.spawn(d.run(self.inner.shutdown.subscribe()));
         limits.insert(limit.to_string(), Served { limiter: limiter.clone(), kept, lent: lend, task });
         Ok(limiter)
     }

@@ -281,3 +281,25 @@ async fn a_removed_limit_is_refused_with_a_clear_error_and_served_again_when_red
     assert_eq!(verdict, Ok(Ok(())), "the redefined limit did not admit");
     assert!(pod.drain().await.unwrap());
 }
+
+/// A limit first asked for on a thread with a runtime of its own (the agent answers Envoy on such
+/// threads) is served by the pod's runtime, so it keeps its lease after that runtime has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_first_asked_for_on_another_runtime_is_served_after_that_runtime_ends() {
+    let bin = binaries().expect("a nats-server is needed: run scripts/nats-servers").remove(0);
+    let server = NatsServer::start(&bin).unwrap();
+    let url = server.url();
+    let (_c, _m) = control_plane(&url, vec![limit("api", 100, 5)]).await;
+    let pod = Pod::start(wait::client(&url, "p").await, &pod_settings(&url, 100, 0));
+    let asking = pod.clone();
+    let limiter = tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        // The runtime, and any task spawned on it, ends with this closure.
+        runtime.block_on(async move { asking.limiter("api") })
+    })
+    .await
+    .unwrap()
+    .expect("the limit is served");
+    let mut status = limiter.status();
+    wait::until(&mut status, WITHIN, "a lease with a rate", |s: &PodStatus| rate(s) > 0.0).await;
+}

@@ -105,6 +105,11 @@ impl Envoy {
         }
     }
 
+    /// Envoy's process id while it runs (for its CPU time).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// [`Envoy::start`] on a free loopback port for its listener (`bootstrap_for(port)`), and that
     /// port. A free port is released before Envoy binds it, so another process may take it in
     /// between: an Envoy that exits because its address is in use is started again on another

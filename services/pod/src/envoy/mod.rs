@@ -44,6 +44,38 @@ pub fn read_rls_config(path: &Path) -> Result<RlsConfig, String> {
     RlsConfig::parse(texts.iter().map(|(n, t)| (n.as_str(), t.as_str()))).map_err(|e| e.to_string())
 }
 
+/// Runs `serve` on `listener` on a thread of its own, named `name`, on a single-threaded runtime,
+/// until it stops. A call is then read, decided and answered on that one thread: on the agent's
+/// shared runtime, each call's task woke another worker thread, and the agent spent about 74 µs
+/// of CPU per RLS call at 2,000 calls/s, a quarter of it switching threads (`bench envoy`, perf).
+/// The pod's loops stay on the runtime that started the pod.
+pub async fn on_own_thread<F, Fut>(name: &str, listener: tokio::net::TcpListener, serve: F) -> Result<(), String>
+where
+    F: FnOnce(tokio::net::TcpListener) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let listener = listener.into_std().map_err(|e| format!("{name}: {e}"))?;
+    let (done_tx, done) = tokio::sync::oneshot::channel();
+    let thread_name = name.to_string();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let served = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("{thread_name}: cannot start its runtime: {e}"))
+                .and_then(|runtime| {
+                    runtime.block_on(async move {
+                        let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+                        serve(listener).await
+                    })
+                });
+            let _ = done_tx.send(served);
+        })
+        .map_err(|e| format!("{name}: cannot start its thread: {e}"))?;
+    done.await.unwrap_or_else(|_| Err(format!("{name} stopped on a bug")))
+}
+
 /// Serves `ShouldRateLimit` on `listener` until the future is dropped.
 pub async fn serve_rls(listener: tokio::net::TcpListener, server: RateLimitServer) -> Result<(), String> {
     tonic::transport::Server::builder()

@@ -47,15 +47,24 @@ impl CpuMeter {
         CpuMeter { groups: groups.into_iter().map(|(name, pids)| (name, pids.clone(), total(&pids))).collect() }
     }
 
+    /// CPU seconds used since [`CpuMeter::start`], by group.
+    pub fn seconds(&self) -> Vec<(&'static str, f64)> {
+        let total = |pids: &[u32]| pids.iter().filter_map(|&p| cpu_seconds(p)).sum::<f64>();
+        self.groups.iter().map(|(name, pids, before)| (*name, total(pids) - before)).collect()
+    }
+
     /// CPU per decision since [`CpuMeter::start`], by group, and in total.
     pub fn per_decision(&self, decisions: usize) -> Vec<CpuPerDecision> {
-        let mut out: Vec<CpuPerDecision> = self
-            .groups
-            .iter()
-            .map(|(name, pids, before)| {
-                let used = pids.iter().filter_map(|&p| cpu_seconds(p)).sum::<f64>() - before;
-                CpuPerDecision { component: name, cpu_us: round(used * 1e6 / decisions.max(1) as f64) }
-            })
+        CpuPerDecision::of_seconds(self.seconds(), decisions)
+    }
+}
+
+impl CpuPerDecision {
+    /// CPU seconds by group over `decisions`: microseconds per decision by group, and in total.
+    pub fn of_seconds(seconds: impl IntoIterator<Item = (&'static str, f64)>, decisions: usize) -> Vec<CpuPerDecision> {
+        let mut out: Vec<CpuPerDecision> = seconds
+            .into_iter()
+            .map(|(name, used)| CpuPerDecision { component: name, cpu_us: round(used * 1e6 / decisions.max(1) as f64) })
             .collect();
         let total = out.iter().map(|c| c.cpu_us).sum();
         out.push(CpuPerDecision { component: "total", cpu_us: round(total) });

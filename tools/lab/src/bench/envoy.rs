@@ -13,26 +13,21 @@
 //! fresh Envoy (once it answers a call 200, 1 s of warm-up, then `--duration-s` measured), with
 //! clients over keep-alive HTTP/1.1 paced to `--rate` requests/s in all, each request timed from
 //! when it was due (`--rate 0`: closed loop, the throughput). The limit is far above the load:
-//! this measures the cost of asking, not of being denied. The last line is JSON.
+//! this measures the cost of asking, not of being denied. The agent (`leasehold-lab agent`) and
+//! the Redis design's server run as processes of their own ([`super::envoy_servers`]), and each
+//! mode reports the CPU each process spent per request (`/proc`). The last line is JSON.
 
+use super::cpu::{pid_named, CpuMeter, CpuPerDecision};
 use super::envoy_load::{load, serving};
-use super::envoy_redis::RedisRateLimit;
+use super::envoy_servers::{ServerSpec, Servers};
 use super::round_3;
 use leasehold_nats_harness::envoy::{envoy_binary, Envoy};
-use leasehold_nats_harness::{binaries, wait, NatsServer};
-use leasehold_pod::envoy::{RateLimitServer, RlqsServer};
-use leasehold_pod::{Pod, PodSettings, PodStatus};
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::dc_manager::DcManagerConfig;
-use leasehold_shared::envoy::RlsConfig;
-use leasehold_shared::limits::LimitDef;
-use leasehold_shared::quota::Quota;
+use leasehold_nats_harness::{binaries, NatsServer};
 use leasehold_sim::percentiles::Percentiles;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(clap::Args)]
@@ -59,6 +54,9 @@ pub struct Args {
     /// The Envoy binary (default: `LEASEHOLD_ENVOY`, else what `scripts/envoy` installed).
     #[arg(long)]
     envoy: Option<PathBuf>,
+    /// Where the agent's and the Redis design's server's logs go.
+    #[arg(long, default_value = "out/bench-envoy")]
+    out_dir: PathBuf,
 }
 
 const MODES: [&str; 4] = ["no_limit", "agent", "redis", "rlqs"];
@@ -78,6 +76,10 @@ struct ModeSummary {
     /// The longest a new Envoy of this mode took from its start to its first 200, not measured
     /// (over RLQS: until the previous Envoy's assignment is no longer counted).
     ready_ms_max: f64,
+    /// CPU per answered request, by process, over the mode's measured loads (`/proc`): Envoy; the
+    /// agent (RLS, RLQS, its leases); the Redis design's RLS server and Redis; the bench's own
+    /// process (the load, the upstream, the coordinator and DC manager).
+    cpu_us_per_request: Vec<CpuPerDecision>,
 }
 
 /// A mode's requests (answered, or per second) and p99, for the RLQS ratio.
@@ -93,6 +95,8 @@ struct ModeRuns {
     latencies_us: Vec<u64>,
     not_200: u64,
     ready_ms_max: f64,
+    /// CPU seconds by component over the measured loads.
+    cpu_s: BTreeMap<&'static str, f64>,
 }
 
 #[derive(Serialize)]
@@ -100,6 +104,9 @@ struct Summary {
     modes: BTreeMap<&'static str, ModeSummary>,
     /// p99 of the mode minus p99 without a limit.
     added_p99_ms: BTreeMap<&'static str, f64>,
+    /// CPU per request of the mode (all processes) minus that without a limit: what asking costs
+    /// the machine, steadier than a p99 on shared cores.
+    added_cpu_us_per_request: BTreeMap<&'static str, f64>,
     /// The agent's added p99 over Redis's: the target is at most 1/3 (null with --skip-redis, or
     /// when Redis added nothing measurable).
     agent_over_redis_added_p99: Option<f64>,
@@ -138,11 +145,12 @@ enum Filter {
     Rlqs(u16),
 }
 
-/// The `rate_limit_quota` filter: every request in one bucket naming [`LENT`], denied without an
-/// assignment (as deploy/envoy/rlqs-bootstrap.yaml).
+/// The `rate_limit_quota` filter: every request in one bucket naming [`LENT`] (`on_no_match`:
+/// no predicate to evaluate), denied without an assignment (as deploy/envoy/rlqs-bootstrap.yaml,
+/// which matches on the path).
 fn rlqs_filter() -> String {
     format!(
-        "              - name: envoy.filters.http.rate_limit_quota\n                typed_config:\n                  \"@type\": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig\n                  rlqs_server: {{ envoy_grpc: {{ cluster_name: rls }} }}\n                  domain: bench\n                  bucket_matchers:\n                    matcher_list:\n                      matchers:\n                      - predicate:\n                          single_predicate:\n                            input: {{ name: path, typed_config: {{ \"@type\": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput, header_name: \":path\" }} }}\n                            value_match: {{ prefix: / }}\n                        on_match:\n                          action:\n                            name: lent\n                            typed_config:\n                              \"@type\": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings\n                              bucket_id_builder: {{ bucket_id_builder: {{ limit: {{ string_value: {LENT} }} }} }}\n                              reporting_interval: 5s\n                              no_assignment_behavior: {{ fallback_rate_limit: {{ blanket_rule: DENY_ALL }} }}\n"
+        "              - name: envoy.filters.http.rate_limit_quota\n                typed_config:\n                  \"@type\": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig\n                  rlqs_server: {{ envoy_grpc: {{ cluster_name: rls }} }}\n                  domain: bench\n                  bucket_matchers:\n                    on_no_match:\n                      action:\n                        name: lent\n                        typed_config:\n                          \"@type\": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings\n                          bucket_id_builder: {{ bucket_id_builder: {{ limit: {{ string_value: {LENT} }} }} }}\n                          reporting_interval: 5s\n                          no_assignment_behavior: {{ fallback_rate_limit: {{ blanket_rule: DENY_ALL }} }}\n"
     )
 }
 
@@ -165,69 +173,17 @@ fn bootstrap(ingress: u16, upstream: u16, filter: Filter) -> String {
     )
 }
 
-/// NATS, a coordinator and a DC manager for one very large limit, and a pod answering RLS for it
-/// once its lease has a rate.
-/// The services' handles: they run while these are held.
-type ControlPlane = (leasehold_coordinator::Handle, leasehold_dc_manager::Handle);
-
-async fn leasehold_agent(nats: &NatsServer) -> Result<(RateLimitServer, RlqsServer, Pod, ControlPlane), String> {
-    let url = nats.url();
-    let limits = [LIMIT, LENT].map(|name| {
-        let mut limit =
-            LimitConfig::new(name, Quota::per_s(1_000_000, 1_000_000), &[("bkk", Quota::per_s(250_000, 0))]);
-        limit.renew_interval_ms = 250;
-        LimitDef::from_config(&limit)
-    });
-    let coord = leasehold_coordinator::config::Settings {
-        nats_url: url.clone(),
-        id: Some("coord".into()),
-        replicas: 1,
-        limits: limits.to_vec(),
-        ..Default::default()
-    };
-    let coordinator = leasehold_coordinator::spawn(wait::client(&url, "coordinator").await, coord);
-    let dc = leasehold_dc_manager::config::Settings {
-        nats_url: url.clone(),
-        manager: DcManagerConfig::new("", "bkk", ""),
-        ..Default::default()
-    };
-    let dc_manager = leasehold_dc_manager::spawn(wait::client(&url, "dc-manager").await, dc);
-    let settings = PodSettings { nats_url: url.clone(), dc: "bkk".into(), ..PodSettings::default() };
-    let pod = Pod::start(wait::client(&url, "pod").await, &settings);
-    let config = RlsConfig::parse([("bench.yaml", RLS_CONFIG)]).map_err(|e| e.to_string())?;
-    let server = RateLimitServer::new(pod.clone(), Arc::new(config), None);
-    let lent = [LENT.to_string()];
-    let rlqs = RlqsServer::new(pod.clone(), &lent, "limit", Default::default())?;
-    for limit in [LIMIT, LENT] {
-        let mut status = pod.served(limit).ok_or("the limit is not served")?.status();
-        let leased = |s: &PodStatus| s.lease.as_ref().is_some_and(|l| l.quota.rate_milli_per_s > 0);
-        wait::until(&mut status, Duration::from_secs(30), "the agent holds a lease", leased).await;
-    }
-    Ok((server, rlqs, pod, (coordinator, dc_manager)))
-}
-
-/// A listener on a free loopback port, and its port.
-async fn listen() -> Result<(tokio::net::TcpListener, u16), String> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
-    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
-    Ok((listener, port))
-}
-
 async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
     let nats_bin = binaries().map_err(|e| e.to_string())?.remove(0);
     let nats = NatsServer::start(&nats_bin).map_err(|e| e.to_string())?;
-    let (agent, rlqs, _pod, _control_plane) = leasehold_agent(&nats).await?;
-    let (agent_listener, agent_port) = listen().await?;
-    tokio::spawn(leasehold_pod::envoy::serve_rls(agent_listener, agent));
-    let (rlqs_listener, rlqs_port) = listen().await?;
-    tokio::spawn(leasehold_pod::envoy::serve_rlqs(rlqs_listener, rlqs));
-    let (redis_listener, redis_port) = listen().await?;
-    if !a.skip_redis {
-        let config = Arc::new(RlsConfig::parse([("bench.yaml", RLS_CONFIG)]).map_err(|e| e.to_string())?);
-        let redis = RedisRateLimit::connect(&a.redis_url, config).await?;
-        let incoming = tonic::transport::server::TcpIncoming::from(redis_listener).with_nodelay(Some(true));
-        tokio::spawn(tonic::transport::Server::builder().add_service(redis.service()).serve_with_incoming(incoming));
-    }
+    let spec = ServerSpec {
+        rls_config: RLS_CONFIG,
+        rls_limits: &[LIMIT],
+        lent: LENT,
+        redis_url: (!a.skip_redis).then_some(a.redis_url.as_str()),
+    };
+    let servers = Servers::start(&nats, &a.out_dir, &spec).await?;
+    let redis_pid = if a.skip_redis { None } else { pid_named("redis-server") };
     let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| format!("the upstream: {e}"))?;
     let upstream_port = upstream.local_addr().map_err(|e| e.to_string())?.port();
     tokio::spawn(leasehold_mock_upstream::serve_on(upstream, u64::MAX / 2, 1_000));
@@ -243,9 +199,9 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
         let mut this_round: BTreeMap<&'static str, Measured> = BTreeMap::new();
         for mode in order {
             let filter = match mode {
-                "agent" => Filter::Rls(agent_port),
-                "redis" => Filter::Rls(redis_port),
-                "rlqs" => Filter::Rlqs(rlqs_port),
+                "agent" => Filter::Rls(servers.agent_rls_port),
+                "redis" => Filter::Rls(servers.redis_rls_port.ok_or("no Redis design's server")?),
+                "rlqs" => Filter::Rlqs(servers.agent_rlqs_port),
                 _ => Filter::None,
             };
             let (envoy, ingress) = Envoy::start_on_free_port(
@@ -257,7 +213,15 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
             // A new Envoy over RLQS is lent a bucket only once the one before it (the previous
             // round's, when the order turns) is no longer counted: its assignment's TTL.
             let ready = serving(ingress).await.map_err(|e| format!("{mode}: {e}"))?;
+            let meter = CpuMeter::start(vec![
+                ("envoy", envoy.pid().into_iter().collect()),
+                ("agent", servers.pid("agent").into_iter().collect()),
+                ("redis_rls", servers.pid("redis-rls").into_iter().collect()),
+                ("redis", redis_pid.into_iter().collect()),
+                ("bench", vec![std::process::id()]),
+            ]);
             let (latencies, not_200) = load(ingress, a.clients, a.rate, duration).await;
+            let cpu_s = meter.seconds();
             drop(envoy);
             let p99 = latencies.iter().copied().collect::<Percentiles>().at(0.99).unwrap_or(0) as f64 / 1_000.0;
             let answered = latencies.len();
@@ -267,6 +231,9 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
             runs.latencies_us.extend(latencies);
             runs.not_200 += not_200;
             runs.ready_ms_max = runs.ready_ms_max.max(ready.as_secs_f64() * 1_000.0);
+            for (component, seconds) in cpu_s {
+                *runs.cpu_s.entry(component).or_default() += seconds;
+            }
         }
         if let (Some(&rlqs), Some(&none)) = (this_round.get("rlqs"), this_round.get("no_limit")) {
             rlqs_by_round.push(round_3(rlqs_over_no_limit(a.rate, none, rlqs)));
@@ -287,11 +254,22 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
                 p999_ms: ms(p, 0.999),
                 not_200: runs.not_200,
                 ready_ms_max: round_3(runs.ready_ms_max),
+                cpu_us_per_request: CpuPerDecision::of_seconds(
+                    runs.cpu_s.iter().map(|(c, s)| (*c, *s)),
+                    runs.latencies_us.len(),
+                ),
             };
             (*mode, summary)
         })
         .collect();
     let base_p99 = modes["no_limit"].p99_ms;
+    let total_cpu = |m: &ModeSummary| m.cpu_us_per_request.iter().find(|c| c.component == "total").map(|c| c.cpu_us);
+    let base_cpu = total_cpu(&modes["no_limit"]);
+    let added_cpu = modes
+        .iter()
+        .filter(|(m, _)| **m != "no_limit")
+        .filter_map(|(m, s)| Some((*m, round_3(total_cpu(s)? - base_cpu?))))
+        .collect();
     let added: BTreeMap<&'static str, f64> =
         modes.iter().filter(|(m, _)| **m != "no_limit").map(|(m, s)| (*m, round_3(s.p99_ms - base_p99))).collect();
     // No ratio when Redis added nothing measurable (a short or noisy run).
@@ -304,6 +282,7 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
         target_met: ratio.map(|r| r <= 1.0 / 3.0),
         agent_over_redis_added_p99: ratio,
         added_p99_ms: added,
+        added_cpu_us_per_request: added_cpu,
         modes,
         rlqs_over_no_limit: rlqs_over,
         rlqs_target_met: rlqs_over.map(|x| x <= 1.05),

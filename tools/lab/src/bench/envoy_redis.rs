@@ -3,6 +3,8 @@
 //! `<domain>_<full key>_<window start>` increased by the hits with `INCRBY` and given a TTL of one
 //! unit with `EXPIRE`, in one pipeline (one round trip per descriptor), then compared with
 //! `requests_per_unit`. The descriptors are looked up in the same configuration the agent reads.
+//! `bench envoy` runs it as a process of its own ([`serve`], the hidden `bench envoy-redis-rls`),
+//! as the agent is one: neither shares a runtime with the load, and both answer on one thread.
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
@@ -10,7 +12,50 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use leasehold_shared::envoy::{DescriptorEntry, RlsConfig};
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// Where to serve `ShouldRateLimit` (port 0: one the kernel picks, printed as
+    /// `listening on ADDR`).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: String,
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis_url: String,
+    /// The limits: envoyproxy/ratelimit's YAML.
+    #[arg(long)]
+    config: PathBuf,
+}
+
+/// Serve the Redis design's RLS until killed.
+pub fn serve(a: ServeArgs) -> Result<ExitCode, String> {
+    let text = std::fs::read_to_string(&a.config).map_err(|e| format!("cannot read {}: {e}", a.config.display()))?;
+    let name = a.config.display().to_string();
+    let config = Arc::new(RlsConfig::parse([(name.as_str(), text.as_str())]).map_err(|e| e.to_string())?);
+    // On one thread, as the agent answers Envoy (`leasehold_pod::envoy::on_own_thread`): the two
+    // designs' servers differ only in where they decide.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a runtime: {e}"))?;
+    runtime.block_on(async move {
+        let redis = RedisRateLimit::connect(&a.redis_url, config).await?;
+        let listener = tokio::net::TcpListener::bind(&a.listen)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
+        let local = listener.local_addr().map_err(|e| e.to_string())?;
+        println!("the Redis design's RLS listening on {local}");
+        let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        tonic::transport::Server::builder()
+            .add_service(redis.service())
+            .serve_with_incoming(incoming)
+            .await
+            .map_err(|e| format!("serving: {e}"))?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
 
 #[derive(Clone)]
 pub struct RedisRateLimit {
@@ -19,7 +64,7 @@ pub struct RedisRateLimit {
 }
 
 impl RedisRateLimit {
-    pub async fn connect(url: &str, config: Arc<RlsConfig>) -> Result<RedisRateLimit, String> {
+    async fn connect(url: &str, config: Arc<RlsConfig>) -> Result<RedisRateLimit, String> {
         let client = redis::Client::open(url).map_err(|e| format!("bad Redis URL {url}: {e}"))?;
         let redis =
             client.get_multiplexed_async_connection().await.map_err(|e| format!("cannot reach Redis at {url}: {e}"))?;
@@ -59,7 +104,7 @@ impl RedisRateLimit {
         Ok(RateLimitResponse { overall_code, statuses, ..Default::default() })
     }
 
-    pub fn service(self) -> RateLimitServiceServer<RedisRateLimit> {
+    fn service(self) -> RateLimitServiceServer<RedisRateLimit> {
         RateLimitServiceServer::new(self)
     }
 }

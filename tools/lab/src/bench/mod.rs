@@ -5,6 +5,7 @@ pub mod cpu;
 mod envoy;
 mod envoy_load;
 mod envoy_redis;
+mod envoy_servers;
 mod keys;
 pub mod keys_load;
 mod light_pods;
@@ -24,6 +25,9 @@ pub enum Bench {
     /// Envoy: the latency the rate limit adds per request through a real Envoy, with no limit,
     /// with RLS answered by the Leasehold agent, and with RLS answered from a central Redis.
     Envoy(envoy::Args),
+    /// `bench envoy`'s Redis baseline: RLS deciding in Redis, a process of its own.
+    #[command(hide = true)]
+    EnvoyRedisRls(envoy_redis::ServeArgs),
 }
 
 pub fn run(b: Bench) -> Result<ExitCode, String> {
@@ -31,6 +35,7 @@ pub fn run(b: Bench) -> Result<ExitCode, String> {
         Bench::ControlPlane(a) => control_plane::run(a),
         Bench::Keys(a) => keys::run(a),
         Bench::Envoy(a) => envoy::run(a),
+        Bench::EnvoyRedisRls(a) => envoy_redis::serve(a),
     }
 }
 

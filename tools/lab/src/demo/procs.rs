@@ -151,9 +151,14 @@ impl Procs {
         self.children.values().filter_map(|c| c.id()).collect()
     }
 
+    /// The process id of `name` while it runs.
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        self.children.get(name).and_then(|c| c.id())
+    }
+
     /// Send a signal (`"-STOP"`, `"-CONT"`, `"-TERM"`) to `name`.
     pub fn signal(&self, name: &str, sig: &str) -> bool {
-        let Some(pid) = self.children.get(name).and_then(|c| c.id()) else { return false };
+        let Some(pid) = self.pid(name) else { return false };
         std::process::Command::new("kill").arg(sig).arg(pid.to_string()).status().is_ok_and(|s| s.success())
     }
 
