@@ -411,3 +411,22 @@ fn a_same_amount_dc_lease_waits_for_the_renewal_tick_when_the_cut_short_leases_o
     assert_eq!(dc.core.counters().passes_full, full + 1, "a same-amount DC lease left a pod about to lapse");
     assert!(dc.held["p1"].ttl_ms > cut_ms, "the pod's lease nests in the new DC lease");
 }
+
+/// How late DC leases come is counted (`dc_leases_accepted`, `dc_lease_age_ms_total`): each taken
+/// lease adds the time since the DC report it answers; a refused one (its report unknown, or
+/// already run out) adds nothing.
+#[test]
+fn a_taken_dc_lease_counts_its_age_since_its_report_and_a_refused_one_counts_nothing() {
+    let amount = Quota::per_s(400, 40);
+    let mut dc = leased_dc(DcManagerConfig::new("api", "bkk", "bkk-mgr"), amount, 10_000);
+    assert_eq!((dc.core.counters().dc_leases_accepted, dc.core.counters().dc_lease_age_ms_total), (1, 0));
+    let basis = ticks_with_p1(&mut dc, TICK_MS * MS, 1_000 * MS);
+    dc.dc_lease(amount, 10_000, LeaseVersion::new(1, 2), basis, 6_200 * MS).expect("the renewal applies");
+    assert_eq!((dc.core.counters().dc_leases_accepted, dc.core.counters().dc_lease_age_ms_total), (1 + 1, 5_200));
+    // Answering the report of 1 s with a 4 s TTL, read at 6.5 s: run out, refused, not counted.
+    let late = dc.dc_lease(amount, 4_000, LeaseVersion::new(1, 3), basis, 6_500 * MS);
+    assert!(late.is_err(), "a DC lease that ran out is taken: {late:?}");
+    let unknown = dc.dc_lease(amount, 10_000, LeaseVersion::new(1, 4), basis + 1_000, 6_600 * MS);
+    assert!(unknown.is_err(), "a DC lease answering no report sent is taken: {unknown:?}");
+    assert_eq!((dc.core.counters().dc_leases_accepted, dc.core.counters().dc_lease_age_ms_total), (2, 5_200));
+}

@@ -85,6 +85,18 @@ fn registry(status: watch::Receiver<Status>, limit: String, dc: String) -> Regis
             process,
             s.dc_leases_refused,
         )?;
+        m.counter(
+            "leasehold_dc_leases_accepted_total",
+            "DC leases taken (every limit).",
+            process,
+            s.totals.dc_leases_accepted,
+        )?;
+        m.counter(
+            "leasehold_dc_lease_age_seconds_total",
+            "Sum of the taken DC leases' ages when taken: since the DC report each answers was sent. Over leasehold_dc_leases_accepted_total: the mean; a lease counts from its report, so a late one leaves the pods less time.",
+            process,
+            s.totals.dc_lease_age_ms_total as f64 / 1_000.0,
+        )?;
         m.counter("leasehold_dc_messages_malformed_total", "Undecodable messages.", process, s.messages_malformed)?;
         m.counter(
             "leasehold_dc_report_batches_shed_total",
@@ -130,6 +142,9 @@ struct StatusBody {
     messages_malformed: u64,
     report_batches_shed: u64,
     report_read_lag_ms: u64,
+    /// The mean age of the DC leases taken in this term, when taken: since the DC report each
+    /// answers (none taken yet: null).
+    dc_lease_age_ms_mean: Option<u64>,
     takeovers: u64,
     /// Whether this term has read the ledger (until then it uses no floor).
     ledger_read: bool,
@@ -168,6 +183,8 @@ async fn status_json(State(v): State<View>) -> Json<StatusBody> {
         messages_malformed: s.messages_malformed,
         report_batches_shed: s.report_batches_shed,
         report_read_lag_ms: s.report_read_lag_ms,
+        dc_lease_age_ms_mean: (s.totals.dc_leases_accepted > 0)
+            .then(|| s.totals.dc_lease_age_ms_total / s.totals.dc_leases_accepted),
         takeovers: s.takeovers,
         ledger_read: s.ledger_read,
         limits: s

@@ -58,6 +58,9 @@ pub struct LimitStatus {
     pub passes_growth: u64,
     pub reports_stale: u64,
     pub returns: u64,
+    /// DC leases taken, and the sum of their ages then (since the DC report each answers).
+    pub dc_leases_accepted: u64,
+    pub dc_lease_age_ms_total: u64,
     pub budget_rate_per_s: f64,
     pub dc_lease_rate_per_s: f64,
     pub used_rate_per_s: f64,
@@ -139,6 +142,8 @@ impl LimitStatus {
         self.passes_growth = c.passes_growth;
         self.reports_stale = c.reports_stale + c.reports_foreign;
         self.returns = c.returns;
+        self.dc_leases_accepted = c.dc_leases_accepted;
+        self.dc_lease_age_ms_total = c.dc_lease_age_ms_total;
     }
 }
 
@@ -155,6 +160,8 @@ fn sum(limits: &BTreeMap<String, LimitStatus>) -> LimitStatus {
         passes_growth: t.passes_growth + l.passes_growth,
         reports_stale: t.reports_stale + l.reports_stale,
         returns: t.returns + l.returns,
+        dc_leases_accepted: t.dc_leases_accepted + l.dc_leases_accepted,
+        dc_lease_age_ms_total: t.dc_lease_age_ms_total + l.dc_lease_age_ms_total,
         budget_rate_per_s: t.budget_rate_per_s + l.budget_rate_per_s,
         dc_lease_rate_per_s: t.dc_lease_rate_per_s + l.dc_lease_rate_per_s,
         used_rate_per_s: t.used_rate_per_s + l.used_rate_per_s,

@@ -194,6 +194,8 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
                 "leasehold_dc_report_batches_read_by_serde_total",
                 "leasehold_dc_reports_stale_total",
                 "leasehold_dc_publish_failures_total",
+                "leasehold_dc_leases_accepted_total",
+                "leasehold_dc_lease_age_seconds_total",
             ],
             "counter",
             "limit,dc",
@@ -255,7 +257,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
     let d = status(dc_addr).await;
     assert_eq!(
         fields(&d),
-        "budget_rate_per_s dc dc_lease_rate_per_s epoch instance leading ledger_read limit limits messages_malformed \
+        "budget_rate_per_s dc dc_lease_age_ms_mean dc_lease_rate_per_s epoch instance leading ledger_read limit limits messages_malformed \
          pod_leases_issued pods_eligible pods_known report_batches_shed report_read_lag_ms takeovers used_rate_per_s",
         "{d}"
     );

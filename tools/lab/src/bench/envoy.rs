@@ -111,6 +111,8 @@ struct Summary {
     /// when Redis added nothing measurable).
     agent_over_redis_added_p99: Option<f64>,
     target_met: Option<bool>,
+    /// The same ratio within each round (a round where Redis added nothing has none).
+    agent_over_redis_added_p99_by_round: Vec<f64>,
     /// RLQS's p99 over no limit's (paced), or no limit's throughput over RLQS's (closed loop):
     /// the target is at most 1.05.
     rlqs_over_no_limit: Option<f64>,
@@ -190,7 +192,7 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
 
     let duration = Duration::from_secs(a.duration_s);
     let mut per_mode: BTreeMap<&'static str, ModeRuns> = BTreeMap::new();
-    let mut rlqs_by_round = Vec::new();
+    let (mut rlqs_by_round, mut agent_by_round) = (Vec::new(), Vec::new());
     for round in 1..=a.rounds {
         let mut order: Vec<&'static str> = MODES.into_iter().filter(|m| !(a.skip_redis && *m == "redis")).collect();
         if round % 2 == 0 {
@@ -234,6 +236,10 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
             for (component, seconds) in cpu_s {
                 *runs.cpu_s.entry(component).or_default() += seconds;
             }
+        }
+        let added = |mode: &str| Some(this_round.get(mode)?.p99_ms - this_round.get("no_limit")?.p99_ms);
+        if let (Some(agent), Some(redis)) = (added("agent"), added("redis").filter(|&r| r > 0.0)) {
+            agent_by_round.push(round_3(agent.max(0.0) / redis));
         }
         if let (Some(&rlqs), Some(&none)) = (this_round.get("rlqs"), this_round.get("no_limit")) {
             rlqs_by_round.push(round_3(rlqs_over_no_limit(a.rate, none, rlqs)));
@@ -287,6 +293,7 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
         rlqs_over_no_limit: rlqs_over,
         rlqs_target_met: rlqs_over.map(|x| x <= 1.05),
         rlqs_over_no_limit_by_round: rlqs_by_round,
+        agent_over_redis_added_p99_by_round: agent_by_round,
         clients: a.clients,
         rate: a.rate,
         rounds: a.rounds,

@@ -3,10 +3,15 @@
 //! `<domain>_<full key>_<window start>` increased by the hits with `INCRBY` and given a TTL of one
 //! unit with `EXPIRE`, in one pipeline (one round trip per descriptor), then compared with
 //! `requests_per_unit`. The descriptors are looked up in the same configuration the agent reads.
+//! Its answer holds what the agent's does (each status's `current_limit`, `limit_remaining` and
+//! `duration_until_reset`, as ratelimit's; the `RateLimit-Policy` and `RateLimit` headers of the
+//! descriptor closest to its limit, `Retry-After` when over), so Envoy does the same work with
+//! either answer.
 //! `bench envoy` runs it as a process of its own ([`serve`], the hidden `bench envoy-redis-rls`),
 //! as the agent is one: neither shares a runtime with the load, and both answer on one thread.
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
@@ -75,6 +80,8 @@ impl RedisRateLimit {
         let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let mut statuses = Vec::with_capacity(req.descriptors.len());
         let mut over = false;
+        // The limited descriptor closest to its limit: (remaining, name, limit, window, reset), s.
+        let mut closest: Option<(u64, String, u32, u64, u64)> = None;
         for d in &req.descriptors {
             let entries: Vec<DescriptorEntry<'_>> =
                 d.entries.iter().map(|e| DescriptorEntry { key: &e.key, value: &e.value }).collect();
@@ -94,19 +101,42 @@ impl RedisRateLimit {
                 .map_err(|e| tonic::Status::unavailable(format!("redis: {e}")))?;
             let code = if count > u64::from(limit) { Code::OverLimit } else { Code::Ok };
             over |= code == Code::OverLimit;
+            let remaining = u64::from(limit).saturating_sub(count);
+            let reset_s = window_s - now_s % window_s;
+            let name = descriptor_key(&entries);
+            if closest.as_ref().is_none_or(|(r, ..)| remaining < *r) {
+                closest = Some((remaining, name, limit, window_s, reset_s));
+            }
             statuses.push(DescriptorStatus {
                 code: code as i32,
-                limit_remaining: u64::from(limit).saturating_sub(count) as u32,
+                current_limit: Some(RateLimit { name: String::new(), requests_per_unit: limit, unit: unit.proto() }),
+                limit_remaining: remaining as u32,
+                duration_until_reset: Some(envoy_types::pb::google::protobuf::Duration {
+                    seconds: reset_s as i64,
+                    nanos: 0,
+                }),
                 ..Default::default()
             });
         }
+        let mut headers = Vec::new();
+        if let Some((remaining, name, limit, window_s, reset_s)) = closest {
+            headers.push(header("RateLimit-Policy", format!("\"{name}\";q={limit};w={window_s}")));
+            headers.push(header("RateLimit", format!("\"{name}\";r={remaining};t={reset_s}")));
+            if over {
+                headers.push(header("Retry-After", reset_s.to_string()));
+            }
+        }
         let overall_code = if over { Code::OverLimit } else { Code::Ok } as i32;
-        Ok(RateLimitResponse { overall_code, statuses, ..Default::default() })
+        Ok(RateLimitResponse { overall_code, statuses, response_headers_to_add: headers, ..Default::default() })
     }
 
     fn service(self) -> RateLimitServiceServer<RedisRateLimit> {
         RateLimitServiceServer::new(self)
     }
+}
+
+fn header(key: &str, value: String) -> HeaderValue {
+    HeaderValue { key: key.into(), value, ..Default::default() }
 }
 
 fn descriptor_key(entries: &[DescriptorEntry<'_>]) -> String {

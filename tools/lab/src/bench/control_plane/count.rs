@@ -93,6 +93,9 @@ struct Passes {
     growth: u64,
     /// Pod report batches the managers dropped unread (their inbound queue full).
     reports_shed: u64,
+    /// DC leases the managers took, and the sum of their ages then (since their DC reports).
+    dc_leases: u64,
+    dc_lease_age_ms: u64,
 }
 
 impl Passes {
@@ -104,6 +107,8 @@ impl Passes {
             full_join: self.full_join.saturating_sub(before.full_join),
             growth: self.growth.saturating_sub(before.growth),
             reports_shed: self.reports_shed.saturating_sub(before.reports_shed),
+            dc_leases: self.dc_leases.saturating_sub(before.dc_leases),
+            dc_lease_age_ms: self.dc_lease_age_ms.saturating_sub(before.dc_lease_age_ms),
         }
     }
 }
@@ -118,6 +123,8 @@ fn passes(r: &Running) -> Passes {
             full_join: p.full_join + t.passes_full_join,
             growth: p.growth + t.passes_growth,
             reports_shed: p.reports_shed + s.report_batches_shed,
+            dc_leases: p.dc_leases + t.dc_leases_accepted,
+            dc_lease_age_ms: p.dc_lease_age_ms + t.dc_lease_age_ms_total,
         }
     })
 }
@@ -225,9 +232,10 @@ impl Progress {
         let lags_ms: Vec<String> =
             r.managers.iter().map(|m| m.2.status.borrow().report_read_lag_ms.to_string()).collect();
         eprintln!(
-            "bench: last {secs:.0} s: full splits {:.0}/s ({:.0} by DC leases), growth passes {:.0}/s, report batches shed {:.0}/s, read lag now {} ms; cores: managers {}, coordinator {}",
+            "bench: last {secs:.0} s: full splits {:.0}/s ({:.0} by DC leases, aged {:.0} ms on average), growth passes {:.0}/s, report batches shed {:.0}/s, read lag now {} ms; cores: managers {}, coordinator {}",
             per_s(done.full),
             per_s(done.full_dc_lease),
+            done.dc_lease_age_ms as f64 / done.dc_leases.max(1) as f64,
             per_s(done.growth),
             per_s(done.reports_shed),
             lags_ms.join(" + "),
@@ -324,6 +332,9 @@ struct DcPassesPerS {
     /// Pod report batches the managers dropped unread per second (`report_batches_shed`: a
     /// manager reading slower than its pods send).
     reports_shed: f64,
+    /// The mean age of the DC leases the managers took, when they took them: since the DC report
+    /// each answers (a lease counts from then; a late one is cut short and re-split).
+    dc_lease_age_ms_mean: Option<f64>,
 }
 
 /// Rates per second (rounded to 0.001).
@@ -381,6 +392,8 @@ pub(super) fn summarize(a: &Args, periods_ms: PeriodsMs, c: &Counted) -> Summary
             full_by_join: round(c.passes.full_join as f64 / c.secs),
             growth: round(c.passes.growth as f64 / c.secs),
             reports_shed: round(c.passes.reports_shed as f64 / c.secs),
+            dc_lease_age_ms_mean: (c.passes.dc_leases > 0)
+                .then(|| round(c.passes.dc_lease_age_ms as f64 / c.passes.dc_leases as f64)),
         },
         join_storm: None,
         lease_batches_malformed: c.malformed,
