@@ -85,17 +85,15 @@ fn registry(status: watch::Receiver<Status>, limit: String, dc: String) -> Regis
             process,
             s.dc_leases_refused,
         )?;
-        m.counter(
+        m.counters(
             "leasehold_dc_leases_accepted_total",
-            "DC leases taken (every limit).",
-            process,
-            s.totals.dc_leases_accepted,
+            "DC leases taken.",
+            per_limit_count(|l| l.dc_leases_accepted),
         )?;
-        m.counter(
+        m.counters(
             "leasehold_dc_lease_age_seconds_total",
             "Sum of the taken DC leases' ages when taken: since the DC report each answers was sent. Over leasehold_dc_leases_accepted_total: the mean; a lease counts from its report, so a late one leaves the pods less time.",
-            process,
-            s.totals.dc_lease_age_ms_total as f64 / 1_000.0,
+            per_limit(|l| l.dc_lease_age_ms_total as f64 / 1_000.0),
         )?;
         m.counter("leasehold_dc_messages_malformed_total", "Undecodable messages.", process, s.messages_malformed)?;
         m.counter(

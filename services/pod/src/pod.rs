@@ -146,7 +146,11 @@ impl Pod {
             };
         }
         leasehold_shared::wire::check_id("limit", limit).map_err(|e| LimitError::BadName(e.to_string()))?;
-        if *self.inner.shutdown.borrow() || self.inner.crashed.load(std::sync::atomic::Ordering::SeqCst) {
+        // Subscribed before the check: a drain signalled after it still wakes this limit's loop
+        // (subscribed later, a drain signalled in between was never seen, and the drain waited
+        // for the loop forever).
+        let shutdown = self.inner.shutdown.subscribe();
+        if *shutdown.borrow() || self.inner.crashed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(LimitError::Draining);
         }
         if limits.len() >= MAX_LIMITS {
@@ -190,7 +194,7 @@ impl Pod {
             idle_release: (!pinned).then(|| Duration::from_millis(s.idle_release_ms)),
             status: status_tx,
         };
-        let task = self.inner.runtime.spawn(d.run(self.inner.shutdown.subscribe()));
+        let task = self.inner.runtime.spawn(d.run(shutdown));
         limits.insert(limit.to_string(), Served { limiter: limiter.clone(), kept, lent: lend, task });
         Ok(limiter)
     }

@@ -302,4 +302,10 @@ async fn a_limit_first_asked_for_on_another_runtime_is_served_after_that_runtime
     .expect("the limit is served");
     let mut status = limiter.status();
     wait::until(&mut status, WITHIN, "a lease with a rate", |s: &PodStatus| rate(s) > 0.0).await;
+    // Past its burst (10), calls wait in the queue, which the limiter's dispatch loop serves.
+    // (Without that loop a waiting call is never answered: bounded here.)
+    for call in 0..20 {
+        let waited = tokio::time::timeout(WITHIN, limiter.acquire(1, Priority::High, Duration::from_secs(5))).await;
+        assert!(matches!(waited, Ok(Ok(Ok(())))), "call {call}: {waited:?}");
+    }
 }

@@ -45,7 +45,8 @@ pub fn read_rls_config(path: &Path) -> Result<RlsConfig, String> {
 }
 
 /// Runs `serve` on `listener` on a thread of its own, named `name`, on a single-threaded runtime,
-/// until it stops. A call is then read, decided and answered on that one thread: on the agent's
+/// until it stops. An RLS call is then read, decided and answered on that one thread (RLQS
+/// assignments are still decided by the agent's tick on its main runtime): on the agent's
 /// shared runtime, each call's task woke another worker thread, and the agent spent about 74 µs
 /// of CPU per RLS call at 2,000 calls/s, a quarter of it switching threads (`bench envoy`, perf).
 /// The pod's loops stay on the runtime that started the pod.
