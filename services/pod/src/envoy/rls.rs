@@ -286,6 +286,20 @@ fn header(key: &str, value: String) -> HeaderValue {
     HeaderValue { key: key.into(), value, ..Default::default() }
 }
 
+/// `RateLimit-Policy` and `RateLimit` (IETF draft) for the limit `name`: `quota` per `window_s`,
+/// `remaining` left, full again (or over, admissible again) in `reset_s` whole seconds.
+pub fn rate_limit_headers(name: &str, quota: u32, window_s: u64, remaining: u64, reset_s: u64) -> [HeaderValue; 2] {
+    [
+        header("RateLimit-Policy", format!("\"{name}\";q={quota};w={window_s}")),
+        header("RateLimit", format!("\"{name}\";r={remaining};t={reset_s}")),
+    ]
+}
+
+/// `Retry-After` in whole seconds.
+pub fn retry_after_header(seconds: u64) -> HeaderValue {
+    header("Retry-After", seconds.to_string())
+}
+
 fn response(answers: Vec<Answer>, over: bool) -> RateLimitResponse {
     // The headers describe the limited descriptor closest to its limit (ratelimit's choice).
     let closest = answers.iter().filter_map(|a| a.limited.as_ref()).min_by_key(|l| l.remaining);
@@ -293,14 +307,13 @@ fn response(answers: Vec<Answer>, over: bool) -> RateLimitResponse {
     if let Some(l) = closest {
         let (per_unit, unit) = l.per_unit;
         let name = l.configured.limit.as_deref().unwrap_or(&l.configured.full_key);
-        headers.push(header("RateLimit-Policy", format!("\"{name}\";q={per_unit};w={}", unit.seconds())));
         let reset_s = l.retry_after.unwrap_or(l.until_reset).as_secs_f64().ceil() as u64;
-        headers.push(header("RateLimit", format!("\"{name}\";r={};t={reset_s}", l.remaining)));
+        headers.extend(rate_limit_headers(name, per_unit, unit.seconds(), l.remaining, reset_s));
     }
     if over {
         let retry = answers.iter().filter(|a| a.over).filter_map(|a| a.limited.as_ref()?.retry_after).max();
         let secs = retry.map_or(1, |d| d.as_secs_f64().ceil() as u64).max(1);
-        headers.push(header("Retry-After", secs.to_string()));
+        headers.push(retry_after_header(secs));
     }
     let statuses = answers
         .into_iter()

@@ -237,8 +237,8 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
                 *runs.cpu_s.entry(component).or_default() += seconds;
             }
         }
-        let added = |mode: &str| Some(this_round.get(mode)?.p99_ms - this_round.get("no_limit")?.p99_ms);
-        if let (Some(agent), Some(redis)) = (added("agent"), added("redis").filter(|&r| r > 0.0)) {
+        let added_in_round = |mode: &str| Some(this_round.get(mode)?.p99_ms - this_round.get("no_limit")?.p99_ms);
+        if let (Some(agent), Some(redis)) = (added_in_round("agent"), added_in_round("redis").filter(|&r| r > 0.0)) {
             agent_by_round.push(round_3(agent.max(0.0) / redis));
         }
         if let (Some(&rlqs), Some(&none)) = (this_round.get("rlqs"), this_round.get("no_limit")) {

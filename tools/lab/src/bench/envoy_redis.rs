@@ -10,12 +10,12 @@
 //! `bench envoy` runs it as a process of its own ([`serve`], the hidden `bench envoy-redis-rls`),
 //! as the agent is one: neither shares a runtime with the load, and both answer on one thread.
 
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use leasehold_pod::envoy::rls::{rate_limit_headers, retry_after_header};
 use leasehold_shared::envoy::{DescriptorEntry, RlsConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -91,7 +91,8 @@ impl RedisRateLimit {
             };
             let hits = d.hits_addend.as_ref().map_or(u64::from(req.hits_addend.max(1)), |h| h.value);
             let window_s = unit.seconds();
-            let key = format!("{}_{}_{}", req.domain, descriptor_key(&entries), now_s / window_s * window_s);
+            let name = descriptor_key(&entries);
+            let key = format!("{}_{name}_{}", req.domain, now_s / window_s * window_s);
             let (count,): (u64,) = redis::pipe()
                 .incr(&key, hits)
                 .expire(&key, window_s as i64)
@@ -103,7 +104,6 @@ impl RedisRateLimit {
             over |= code == Code::OverLimit;
             let remaining = u64::from(limit).saturating_sub(count);
             let reset_s = window_s - now_s % window_s;
-            let name = descriptor_key(&entries);
             if closest.as_ref().is_none_or(|(r, ..)| remaining < *r) {
                 closest = Some((remaining, name, limit, window_s, reset_s));
             }
@@ -120,10 +120,9 @@ impl RedisRateLimit {
         }
         let mut headers = Vec::new();
         if let Some((remaining, name, limit, window_s, reset_s)) = closest {
-            headers.push(header("RateLimit-Policy", format!("\"{name}\";q={limit};w={window_s}")));
-            headers.push(header("RateLimit", format!("\"{name}\";r={remaining};t={reset_s}")));
+            headers.extend(rate_limit_headers(&name, limit, window_s, remaining, reset_s));
             if over {
-                headers.push(header("Retry-After", reset_s.to_string()));
+                headers.push(retry_after_header(reset_s));
             }
         }
         let overall_code = if over { Code::OverLimit } else { Code::Ok } as i32;
@@ -133,10 +132,6 @@ impl RedisRateLimit {
     fn service(self) -> RateLimitServiceServer<RedisRateLimit> {
         RateLimitServiceServer::new(self)
     }
-}
-
-fn header(key: &str, value: String) -> HeaderValue {
-    HeaderValue { key: key.into(), value, ..Default::default() }
 }
 
 fn descriptor_key(entries: &[DescriptorEntry<'_>]) -> String {
