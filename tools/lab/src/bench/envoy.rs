@@ -2,6 +2,8 @@
 //! limit adds to each request, through a real Envoy (`scripts/envoy`) to a local upstream, in one
 //! run and on the same machine:
 //! * `no_limit`: Envoy without the `ratelimit` filter;
+//! * `floor`: RLS answered `OK` by a server that decides nothing ([`super::envoy_floor`]): Envoy's
+//!   own call, the least any RLS server can add here;
 //! * `agent`: RLS answered by the Leasehold agent from its lease (in memory, loopback gRPC);
 //! * `redis`: RLS answered from one central Redis, as envoyproxy/ratelimit does
 //!   ([`super::envoy_redis`]);
@@ -43,7 +45,7 @@ pub struct Args {
     /// when the last is answered (the throughput).
     #[arg(long, default_value_t = 2_000)]
     rate: u64,
-    /// Rounds of the three modes (interleaved, so drift on the machine falls on all of them).
+    /// Rounds of the modes (interleaved, so drift on the machine falls on all of them).
     #[arg(long, default_value_t = 2)]
     rounds: usize,
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
@@ -59,7 +61,7 @@ pub struct Args {
     out_dir: PathBuf,
 }
 
-const MODES: [&str; 4] = ["no_limit", "agent", "redis", "rlqs"];
+const MODES: [&str; 5] = ["no_limit", "floor", "agent", "redis", "rlqs"];
 const LIMIT: &str = "bench/generic_key_api";
 /// The limit lent to Envoy over RLQS.
 const LENT: &str = "bench-rlqs";
@@ -77,8 +79,8 @@ struct ModeSummary {
     /// (over RLQS: until the previous Envoy's assignment is no longer counted).
     ready_ms_max: f64,
     /// CPU per answered request, by process, over the mode's measured loads (`/proc`): Envoy; the
-    /// agent (RLS, RLQS, its leases); the Redis design's RLS server and Redis; the bench's own
-    /// process (the load, the upstream, the coordinator and DC manager).
+    /// agent (RLS, RLQS, its leases); the Redis design's RLS server and Redis; the floor's server;
+    /// the bench's own process (the load, the upstream, the coordinator and DC manager).
     cpu_us_per_request: Vec<CpuPerDecision>,
 }
 
@@ -113,6 +115,10 @@ struct Summary {
     target_met: Option<bool>,
     /// The same ratio within each round (a round where Redis added nothing has none).
     agent_over_redis_added_p99_by_round: Vec<f64>,
+    /// The floor's added p99 over Redis's: the least any RLS server's ratio could be on this
+    /// machine (the agent's target is out of reach here whenever it is above 1/3).
+    floor_over_redis_added_p99: Option<f64>,
+    floor_over_redis_added_p99_by_round: Vec<f64>,
     /// RLQS's p99 over no limit's (paced), or no limit's throughput over RLQS's (closed loop):
     /// the target is at most 1.05.
     rlqs_over_no_limit: Option<f64>,
@@ -192,7 +198,7 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
 
     let duration = Duration::from_secs(a.duration_s);
     let mut per_mode: BTreeMap<&'static str, ModeRuns> = BTreeMap::new();
-    let (mut rlqs_by_round, mut agent_by_round) = (Vec::new(), Vec::new());
+    let (mut rlqs_by_round, mut agent_by_round, mut floor_by_round) = (Vec::new(), Vec::new(), Vec::new());
     for round in 1..=a.rounds {
         let mut order: Vec<&'static str> = MODES.into_iter().filter(|m| !(a.skip_redis && *m == "redis")).collect();
         if round % 2 == 0 {
@@ -204,6 +210,7 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
                 "agent" => Filter::Rls(servers.agent_rls_port),
                 "redis" => Filter::Rls(servers.redis_rls_port.ok_or("no Redis design's server")?),
                 "rlqs" => Filter::Rlqs(servers.agent_rlqs_port),
+                "floor" => Filter::Rls(servers.floor_rls_port),
                 _ => Filter::None,
             };
             let (envoy, ingress) = Envoy::start_on_free_port(
@@ -220,6 +227,7 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
                 ("agent", servers.pid("agent").into_iter().collect()),
                 ("redis_rls", servers.pid("redis-rls").into_iter().collect()),
                 ("redis", redis_pid.into_iter().collect()),
+                ("floor_rls", servers.pid("floor-rls").into_iter().collect()),
                 ("bench", vec![std::process::id()]),
             ]);
             let (latencies, not_200) = load(ingress, a.clients, a.rate, duration).await;
@@ -238,8 +246,10 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
             }
         }
         let added_in_round = |mode: &str| Some(this_round.get(mode)?.p99_ms - this_round.get("no_limit")?.p99_ms);
-        if let (Some(agent), Some(redis)) = (added_in_round("agent"), added_in_round("redis").filter(|&r| r > 0.0)) {
-            agent_by_round.push(round_3(agent.max(0.0) / redis));
+        for (mode, by_round) in [("agent", &mut agent_by_round), ("floor", &mut floor_by_round)] {
+            if let (Some(x), Some(redis)) = (added_in_round(mode), added_in_round("redis").filter(|&r| r > 0.0)) {
+                by_round.push(round_3(x.max(0.0) / redis));
+            }
         }
         if let (Some(&rlqs), Some(&none)) = (this_round.get("rlqs"), this_round.get("no_limit")) {
             rlqs_by_round.push(round_3(rlqs_over_no_limit(a.rate, none, rlqs)));
@@ -279,7 +289,11 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
     let added: BTreeMap<&'static str, f64> =
         modes.iter().filter(|(m, _)| **m != "no_limit").map(|(m, s)| (*m, round_3(s.p99_ms - base_p99))).collect();
     // No ratio when Redis added nothing measurable (a short or noisy run).
-    let ratio = added.get("redis").filter(|&&redis| redis > 0.0).map(|&redis| round_3(added["agent"].max(0.0) / redis));
+    let over_redis = |mode: &str| {
+        let redis = added.get("redis").filter(|&&redis| redis > 0.0)?;
+        Some(round_3(added.get(mode)?.max(0.0) / redis))
+    };
+    let (ratio, floor_ratio) = (over_redis("agent"), over_redis("floor"));
     // Paced: latency is what RLQS may add; closed loop: throughput.
     let measured = |m: &ModeSummary| Measured { requests: m.requests_per_s, p99_ms: m.p99_ms };
     let rlqs_over =
@@ -294,6 +308,8 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
         rlqs_target_met: rlqs_over.map(|x| x <= 1.05),
         rlqs_over_no_limit_by_round: rlqs_by_round,
         agent_over_redis_added_p99_by_round: agent_by_round,
+        floor_over_redis_added_p99: floor_ratio,
+        floor_over_redis_added_p99_by_round: floor_by_round,
         clients: a.clients,
         rate: a.rate,
         rounds: a.rounds,

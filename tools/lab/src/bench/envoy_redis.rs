@@ -39,22 +39,33 @@ pub fn serve(a: ServeArgs) -> Result<ExitCode, String> {
     let text = std::fs::read_to_string(&a.config).map_err(|e| format!("cannot read {}: {e}", a.config.display()))?;
     let name = a.config.display().to_string();
     let config = Arc::new(RlsConfig::parse([(name.as_str(), text.as_str())]).map_err(|e| e.to_string())?);
-    // On one thread, as the agent answers Envoy (`leasehold_pod::envoy::on_own_thread`): the two
-    // designs' servers differ only in where they decide.
+    let redis_url = a.redis_url.clone();
+    serve_rls_on_one_thread("the Redis design's RLS", &a.listen, async move {
+        Ok(RedisRateLimit::connect(&redis_url, config).await?.service())
+    })
+}
+
+/// Serve the RLS service `make` builds on `listen` until killed, printing `<what> listening on
+/// ADDR`. On one thread, as the agent answers Envoy (`leasehold_pod::envoy::on_own_thread`):
+/// the servers `bench envoy` compares differ only in what they do with a call.
+pub(super) fn serve_rls_on_one_thread<S: RateLimitService>(
+    what: &str,
+    listen: &str,
+    make: impl std::future::Future<Output = Result<RateLimitServiceServer<S>, String>>,
+) -> Result<ExitCode, String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start a runtime: {e}"))?;
     runtime.block_on(async move {
-        let redis = RedisRateLimit::connect(&a.redis_url, config).await?;
-        let listener = tokio::net::TcpListener::bind(&a.listen)
-            .await
-            .map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
+        let service = make.await?;
+        let listener =
+            tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
         let local = listener.local_addr().map_err(|e| e.to_string())?;
-        println!("the Redis design's RLS listening on {local}");
+        println!("{what} listening on {local}");
         let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         tonic::transport::Server::builder()
-            .add_service(redis.service())
+            .add_service(service)
             .serve_with_incoming(incoming)
             .await
             .map_err(|e| format!("serving: {e}"))?;

@@ -1,7 +1,8 @@
 //! The servers `bench envoy`'s modes ask, each a process of its own as deployed, so that none of
 //! them shares a runtime with the load: the agent (`leasehold-lab agent`, a sidecar answering RLS
-//! and RLQS from its leases) and the Redis design's RLS server (`leasehold-lab bench
-//! envoy-redis-rls`). The coordinator and DC manager leasing the agent its limits run in the
+//! and RLQS from its leases), the Redis design's RLS server (`leasehold-lab bench
+//! envoy-redis-rls`) and the floor, an RLS server answering OK without deciding (`leasehold-lab
+//! bench envoy-floor-rls`). The coordinator and DC manager leasing the agent its limits run in the
 //! bench's process: they are not on a request's path.
 
 use crate::demo::procs::Procs;
@@ -38,12 +39,14 @@ pub(super) struct Servers {
     pub(super) agent_rls_port: u16,
     pub(super) agent_rlqs_port: u16,
     pub(super) redis_rls_port: Option<u16>,
+    pub(super) floor_rls_port: u16,
     _control_plane: ControlPlane,
 }
 
 impl Servers {
     /// A coordinator and a DC manager for the limits (each far above any load: 1,000,000/s),
-    /// the agent once it holds a lease with a rate for every one, and the Redis design's server.
+    /// the agent once it holds a lease with a rate for every one, the Redis design's server and
+    /// the floor.
     pub(super) async fn start(nats: &NatsServer, out_dir: &Path, spec: &ServerSpec<'_>) -> Result<Servers, String> {
         let url = nats.url();
         let mut limits: Vec<&str> = spec.rls_limits.to_vec();
@@ -103,16 +106,19 @@ impl Servers {
                 Some(port_of(&addr).ok_or_else(|| format!("the Redis design's RLS printed no port: {addr:?}"))?)
             }
         };
+        let addr = procs.spawn("floor-rls", &["bench", "envoy-floor-rls"], &[], true).await?.unwrap_or_default();
+        let floor_rls_port = port_of(&addr).ok_or_else(|| format!("the floor RLS printed no port: {addr:?}"))?;
         Ok(Servers {
             procs,
             agent_rls_port,
             agent_rlqs_port,
             redis_rls_port,
+            floor_rls_port,
             _control_plane: (coordinator, dc_manager),
         })
     }
 
-    /// `agent` or `redis-rls`'s process id.
+    /// `agent`, `redis-rls` or `floor-rls`'s process id.
     pub(super) fn pid(&self, name: &str) -> Option<u32> {
         self.procs.pid(name)
     }

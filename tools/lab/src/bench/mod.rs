@@ -3,6 +3,7 @@
 mod control_plane;
 pub mod cpu;
 mod envoy;
+mod envoy_floor;
 mod envoy_load;
 mod envoy_redis;
 mod envoy_servers;
@@ -28,6 +29,9 @@ pub enum Bench {
     /// `bench envoy`'s Redis baseline: RLS deciding in Redis, a process of its own.
     #[command(hide = true)]
     EnvoyRedisRls(envoy_redis::ServeArgs),
+    /// `bench envoy`'s floor: RLS answering every call OK, deciding nothing, a process of its own.
+    #[command(hide = true)]
+    EnvoyFloorRls(envoy_floor::ServeArgs),
 }
 
 pub fn run(b: Bench) -> Result<ExitCode, String> {
@@ -36,6 +40,7 @@ pub fn run(b: Bench) -> Result<ExitCode, String> {
         Bench::Keys(a) => keys::run(a),
         Bench::Envoy(a) => envoy::run(a),
         Bench::EnvoyRedisRls(a) => envoy_redis::serve(a),
+        Bench::EnvoyFloorRls(a) => envoy_floor::serve(a),
     }
 }
 
