@@ -15,5 +15,6 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
+    leasehold_process::keep_freed_memory();
     leasehold::run("leasehold", Cli::parse().command)
 }

@@ -9,6 +9,7 @@
 //! ([`tsc_clock`]). [`metrics`] serves `GET /metrics` from a Prometheus registry;
 //! [`problem`] writes `application/problem+json` answers.
 
+pub mod allocator;
 pub mod clock;
 pub mod health;
 pub mod metrics;
@@ -16,13 +17,10 @@ pub mod problem;
 pub mod tsc_clock;
 
 /// The allocator every Leasehold binary declares (`#[global_allocator] static ALLOCATOR:
-/// leasehold_process::Allocator = leasehold_process::Allocator;` in its `main.rs`; a library
-/// must not choose it for the application that embeds it). mimalloc instead of the C library's:
-/// a DC manager serving 1,000 limits allocates and frees a batch's items thousands of times a
-/// second, and with glibc's malloc it spent about a quarter of its time there and in the
-/// kernel zeroing pages it had given back (perf, `bench control-plane`). README "Control-plane
-/// cost" has the A/B.
-pub use mimalloc::MiMalloc as Allocator;
+/// leasehold_process::Allocator = leasehold_process::Allocator;` in its `main.rs`, then
+/// [`keep_freed_memory`] first thing in `main`; a library must not choose it for the application
+/// that embeds it). See [`allocator`].
+pub use allocator::{keep_freed_memory, Allocator};
 
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;

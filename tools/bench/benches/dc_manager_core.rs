@@ -206,6 +206,7 @@ impl Dc {
 }
 
 fn main() {
+    leasehold_process::keep_freed_memory();
     let (limits, pods) = (env_usize("LH_BENCH_LIMITS", 1_000), env_usize("LH_BENCH_PODS", 100));
     let mut dc = Dc::new(limits, pods);
     for s in 0..WARM_S {

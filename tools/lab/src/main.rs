@@ -55,6 +55,7 @@ fn upstream(a: UpstreamArgs) -> Result<ExitCode, String> {
 }
 
 fn main() -> ExitCode {
+    leasehold_process::keep_freed_memory();
     const PROGRAM: &str = "leasehold-lab";
     let result = match Cli::parse().command {
         Command::Simulate(args) => simulate::run(args),
