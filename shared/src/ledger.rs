@@ -230,8 +230,9 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
         if version.epoch != self.epoch {
             return Err(LedgerError::WrongEpoch { got: version.epoch, current: self.epoch });
         }
-        // One lookup of the holder before the grant and one after.
-        let state = self.holders.get(holder);
+        // One lookup of the holder, and no allocation unless it is new.
+        let index = self.holders.get_index_of(holder);
+        let state = index.and_then(|i| self.holders.get_index(i)).map(|(_, h)| h);
         let Rooms { claim: current, lasting_claim: lasting_current, headroom, lasting_headroom: lasting_room } =
             self.rooms(state, now_ns);
         if let Some(h) = state {
@@ -257,15 +258,17 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
         if !self.reuse_inherited && !fits(lasting_current, lasting_room) {
             return Err(LedgerError::ExceedsHeadroom { wanted: quota, headroom: lasting_room });
         }
-        let instants = self.totals.instants();
-        let before: Vec<_> = instants.iter().map(|&at| claims_of(state, at)).collect();
-        // (Not `holder_mut`: the loop below borrows `totals` beside it.)
-        let h = self.holders.get_or_insert_with(holder, || holder.clone(), HolderLeases::default);
+        // (Not `holder_mut`: the sums below are shifted beside it.)
+        let h = match index.and_then(|i| self.holders.get_index_mut(i)) {
+            Some(h) => h,
+            None => self.holders.get_or_insert_with(holder, || holder.clone(), HolderLeases::default),
+        };
         h.entries.push(LeaseEntry { version, quota, live_until_ns });
         h.last_version = Some(version);
-        for (at, before) in instants.into_iter().zip(before) {
-            self.totals.shift(at, before, claims_of(Some(h), at));
-        }
+        // The sums remembered move by what the holder claims with the new entry over what it
+        // claimed without it, at each instant.
+        let before = h.entries.len() - 1;
+        self.totals.shift_each(|at| (h.claims_of_first(before, at), h.claims(at)));
         Ok(())
     }
 

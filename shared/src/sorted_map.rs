@@ -85,6 +85,13 @@ impl<K: Hash + Ord, V> SortedMap<K, V> {
         &mut self.map[index]
     }
 
+    /// The place of `key` in key order, if it is there (one hashed lookup; the place then reaches
+    /// its value with [`get_index`](Self::get_index) or [`get_index_mut`](Self::get_index_mut)
+    /// without another).
+    pub fn get_index_of<Q: ?Sized + Hash + Equivalent<K>>(&self, key: &Q) -> Option<usize> {
+        self.map.get_index_of(key)
+    }
+
     /// The entry at place `index` in key order.
     pub fn get_index(&self, index: usize) -> Option<(&K, &V)> {
         self.map.get_index(index)

@@ -66,9 +66,16 @@ impl HolderLeases {
     /// `(claim, lasting_claim)` at `now_ns` in one pass over the entries (the ledger's sums
     /// read every holder's both at each new instant).
     pub(super) fn claims(&self, now_ns: u64) -> (Quota, Quota) {
-        let newest_never = self.entries.iter().filter(|e| e.live_until_ns == NEVER).map(|e| e.version).max();
+        self.claims_of_first(self.entries.len(), now_ns)
+    }
+
+    /// [`claims`](Self::claims) as if it held only its first `count` entries: a grant reads its
+    /// holder's claims before and after the entry it pushes from the one set of entries.
+    pub(super) fn claims_of_first(&self, count: usize, now_ns: u64) -> (Quota, Quota) {
+        let entries = &self.entries[..count.min(self.entries.len())];
+        let newest_never = entries.iter().filter(|e| e.live_until_ns == NEVER).map(|e| e.version).max();
         let mut claims = (Quota::ZERO, Quota::ZERO);
-        for e in self.entries.iter().filter(|e| e.live_until_ns > now_ns) {
+        for e in entries.iter().filter(|e| e.live_until_ns > now_ns) {
             claims.0 = claims.0.max(e.quota);
             let superseded = e.live_until_ns == NEVER && newest_never.is_some_and(|n| e.version < n);
             if !self.outgoing && !self.inherited(e) && !superseded {

@@ -99,18 +99,15 @@ impl TotalsCache {
         held.push(totals);
     }
 
-    /// The instants remembered.
-    pub(super) fn instants(&self) -> Vec<u64> {
-        self.held().iter().map(|t| t.at_ns).collect()
-    }
-
     pub(super) fn all(&self) -> Vec<Totals> {
         self.held().clone()
     }
 
-    /// One holder's claims at `at_ns` went from `before` to `after` (each: all, lasting).
-    pub(super) fn shift(&mut self, at_ns: u64, before: (Quota, Quota), after: (Quota, Quota)) {
-        if let Some(t) = self.held_mut().iter_mut().find(|t| t.at_ns == at_ns) {
+    /// One holder's claims changed: at each remembered instant, `claims(at)` says from what to
+    /// what (`(before, after)`, each: all, lasting).
+    pub(super) fn shift_each(&mut self, claims: impl Fn(u64) -> ((Quota, Quota), (Quota, Quota))) {
+        for t in self.held_mut() {
+            let (before, after) = claims(t.at_ns);
             t.all = t.all.minus(before.0).plus(after.0);
             t.lasting = t.lasting.minus(before.1).plus(after.1);
         }
