@@ -89,7 +89,7 @@ impl TotalsCache {
 
     pub(super) fn remember(&self, totals: Totals) {
         let mut held = self.held();
-        // Never two entries for one instant (`shift` adjusts the first it finds).
+        // Never two entries for one instant (`shift_each` would shift both).
         if held.iter().any(|t| t.at_ns == totals.at_ns) {
             return;
         }
