@@ -1,13 +1,23 @@
-//! `leasehold-lab bench envoy`, short: through a real Envoy, every mode answers every request
-//! 200 (the bench's limit is far above its load), and the last line is the JSON summary
+//! `leasehold-lab bench envoy`, short, in an out dir an earlier run left its output in: through a
+//! real Envoy, every mode answers every request 200 (the bench's limit is far above its load),
+//! and the last line is the JSON summary
 //! (requests/s and latency per mode, the p99 each rate limit design adds, their ratio, the floor
 //! (an RLS server deciding nothing) against the Redis design, what RLQS costs over no limit,
 //! pooled and round by round).
 
 #[test]
 fn bench_envoy_prints_the_latency_each_design_adds() {
-    let args = ["envoy", "--duration-s", "1", "--rounds", "2", "--rate", "500", "--clients", "4"];
-    let (v, redis_up) = crate::bench_json(&args);
+    // An out dir an earlier run used: its `agent.out` names ports nobody listens on now.
+    let out_dir = std::env::temp_dir().join(format!("lh-bench-envoy-{}", std::process::id()));
+    std::fs::create_dir_all(&out_dir).unwrap();
+    std::fs::write(
+        out_dir.join("agent.out"),
+        "Envoy rate limit service (RLS v3) on 127.0.0.1:9, limits: a\nEnvoy rate limit quota service (RLQS) on 127.0.0.1:9, limits lent: b\n",
+    )
+    .unwrap();
+    let args = ["envoy", "--duration-s", "1", "--rounds", "2", "--rate", "500", "--clients", "4", "--out-dir"];
+    let (v, redis_up) = crate::bench_json(&[&args[..], &[out_dir.to_str().unwrap()]].concat());
+    let _ = std::fs::remove_dir_all(&out_dir);
     let modes: &[&str] = if redis_up {
         &["no_limit", "floor", "agent", "redis", "rlqs"]
     } else {

@@ -60,6 +60,10 @@ impl Procs {
         env: &[(&str, String)],
         address: bool,
     ) -> Result<Option<String>, String> {
+        // A name's first start in this run begins its files afresh (a reused `--out-dir` holds an
+        // earlier run's lines, whose addresses are dead: CI caught the Envoy bench asking a port
+        // from one); a respawn appends, so a restarted process keeps its predecessor's lines.
+        let first_start = !self.specs.contains_key(name);
         self.specs.insert(
             name.to_string(),
             (
@@ -68,6 +72,12 @@ impl Procs {
             ),
         );
         let log = self.log_dir.join(format!("{name}.log"));
+        let out_path = self.log_dir.join(format!("{name}.out"));
+        if first_start {
+            for path in [&log, &out_path] {
+                std::fs::File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            }
+        }
         let stderr = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -82,7 +92,6 @@ impl Procs {
         let mut child = cmd.spawn().map_err(|e| format!("cannot start {name}: {e}"))?;
         let stdout = child.stdout.take().ok_or("no stdout")?;
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let out_path = self.log_dir.join(format!("{name}.out"));
         let reader = tokio::spawn(async move {
             let mut tx = Some(tx);
             let mut lines = BufReader::new(stdout).lines();
