@@ -25,6 +25,7 @@
 //! but not among what lasts, and so do those of a holder adopted as outgoing (a lost record's
 //! floor: [`Ledger::adopt_outgoing`]).
 
+mod adopt;
 mod holder;
 mod totals;
 
@@ -270,44 +271,6 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
         let before = h.entries.len() - 1;
         self.totals.shift_each(|at| (h.claims_of_first(before, at), h.claims(at)));
         Ok(())
-    }
-
-    /// Re-enter a lease found in durable state (leader takeover). It is counted whatever the
-    /// headroom: it exists, so it must be counted. It is inherited unless it never expires.
-    pub fn adopt(&mut self, holder: &H, entry: LeaseEntry) {
-        self.adopt_as(holder, entry, true);
-    }
-
-    /// As [`adopt`](Self::adopt); `inherited: false` keeps the lease lasting (its writer granted
-    /// it under a capacity no larger than this ledger's, and counted it as lasting).
-    pub fn adopt_as(&mut self, holder: &H, entry: LeaseEntry, inherited: bool) {
-        self.totals.forget();
-        let h = self.holder_mut(holder);
-        h.last_version = Some(h.last_version.map_or(entry.version, |v| v.max(entry.version)));
-        let version = entry.version;
-        h.entries.push(entry);
-        if inherited {
-            let next = LeaseVersion::new(version.epoch, version.seq.saturating_add(1));
-            h.inherited_below = Some(h.inherited_below.map_or(next, |b| b.max(next)));
-        }
-        let adopted = self
-            .holders
-            .values()
-            .fold(Quota::ZERO, |s, h| s.saturating_add(h.entries.iter().fold(Quota::ZERO, |m, e| m.max(e.quota))));
-        self.ceiling = self.ceiling.max(adopted);
-    }
-
-    /// As [`adopt`](Self::adopt), for a holder on its way out: its entries count in the total
-    /// until they are released, but never among what lasts, even one that never expires. This is
-    /// what a lowered floor not yet confirmed is to its own holder (see the module docs), for a
-    /// floor held apart from the DC's own: a lost record's floor, which the DC gives up once it
-    /// confirms a floor named since. Counted among what lasts, it and the DC's own floor would
-    /// both be, and a capacity lowered later could leave the two above it for good, where the
-    /// DC spends under one floor at a time.
-    pub fn adopt_outgoing(&mut self, holder: &H, entry: LeaseEntry) {
-        self.adopt(holder, entry);
-        self.totals.forget();
-        self.holders.get_mut(holder).expect("just adopted").outgoing = true;
     }
 
     /// Count `holder`'s lease `version` at least until `until_ns` (never shorter than it is

@@ -11,7 +11,8 @@
 //! At 1,000 limits × 100 pods × 2 DCs `clear_page_erms` was 6.4% of the DC managers' threads
 //! (perf), 0.2% with freed memory kept; coordinator and managers took 0.777 and 0.830 cores
 //! with it kept 10 s against 0.892 and 0.913 with mimalloc's 1 s (`bench control-plane`,
-//! alternating runs). Memory unused for 10 s still goes back. `MIMALLOC_PURGE_DELAY` in the environment overrides it.
+//! alternating runs). Memory unused for 10 s still goes back. `MIMALLOC_PURGE_DELAY` in the
+//! environment overrides it.
 
 pub use mimalloc::MiMalloc as Allocator;
 

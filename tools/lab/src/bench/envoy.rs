@@ -247,9 +247,7 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
         }
         let added_in_round = |mode: &str| Some(this_round.get(mode)?.p99_ms - this_round.get("no_limit")?.p99_ms);
         for (mode, by_round) in [("agent", &mut agent_by_round), ("floor", &mut floor_by_round)] {
-            if let (Some(x), Some(redis)) = (added_in_round(mode), added_in_round("redis").filter(|&r| r > 0.0)) {
-                by_round.push(round_3(x.max(0.0) / redis));
-            }
+            by_round.extend(over_redis(added_in_round(mode), added_in_round("redis")));
         }
         if let (Some(&rlqs), Some(&none)) = (this_round.get("rlqs"), this_round.get("no_limit")) {
             rlqs_by_round.push(round_3(rlqs_over_no_limit(a.rate, none, rlqs)));
@@ -288,12 +286,8 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
         .collect();
     let added: BTreeMap<&'static str, f64> =
         modes.iter().filter(|(m, _)| **m != "no_limit").map(|(m, s)| (*m, round_3(s.p99_ms - base_p99))).collect();
-    // No ratio when Redis added nothing measurable (a short or noisy run).
-    let over_redis = |mode: &str| {
-        let redis = added.get("redis").filter(|&&redis| redis > 0.0)?;
-        Some(round_3(added.get(mode)?.max(0.0) / redis))
-    };
-    let (ratio, floor_ratio) = (over_redis("agent"), over_redis("floor"));
+    let over_redis_pooled = |mode: &str| over_redis(added.get(mode).copied(), added.get("redis").copied());
+    let (ratio, floor_ratio) = (over_redis_pooled("agent"), over_redis_pooled("floor"));
     // Paced: latency is what RLQS may add; closed loop: throughput.
     let measured = |m: &ModeSummary| Measured { requests: m.requests_per_s, p99_ms: m.p99_ms };
     let rlqs_over =
@@ -317,6 +311,13 @@ async fn bench(a: Args, envoy_bin: PathBuf) -> Result<ExitCode, String> {
     };
     println!("{}", serde_json::to_string(&summary).map_err(|e| e.to_string())?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// A mode's added p99 over the Redis design's; none when Redis added nothing measurable (a short
+/// or noisy run).
+fn over_redis(added: Option<f64>, redis_added: Option<f64>) -> Option<f64> {
+    let redis = redis_added.filter(|&r| r > 0.0)?;
+    Some(round_3(added?.max(0.0) / redis))
 }
 
 /// What RLQS costs over no limit (above 1: it costs): paced, the ratio of the p99s; closed loop,

@@ -4,7 +4,7 @@
 //! Envoy's latency gains with it is Envoy's own gRPC call and the hop, which no server can take
 //! away, and so the floor under both designs' added latency on this machine.
 
-use super::envoy_redis::serve_rls_on_one_thread;
+use super::envoy_servers::serve_rls_on_one_thread;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,

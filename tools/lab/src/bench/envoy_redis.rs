@@ -10,6 +10,7 @@
 //! `bench envoy` runs it as a process of its own ([`serve`], the hidden `bench envoy-redis-rls`),
 //! as the agent is one: neither shares a runtime with the load, and both answer on one thread.
 
+use super::envoy_servers::serve_rls_on_one_thread;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
@@ -42,34 +43,6 @@ pub fn serve(a: ServeArgs) -> Result<ExitCode, String> {
     let redis_url = a.redis_url.clone();
     serve_rls_on_one_thread("the Redis design's RLS", &a.listen, async move {
         Ok(RedisRateLimit::connect(&redis_url, config).await?.service())
-    })
-}
-
-/// Serve the RLS service `make` builds on `listen` until killed, printing `<what> listening on
-/// ADDR`. On one thread, as the agent answers Envoy (`leasehold_pod::envoy::on_own_thread`):
-/// the servers `bench envoy` compares differ only in what they do with a call.
-pub(super) fn serve_rls_on_one_thread<S: RateLimitService>(
-    what: &str,
-    listen: &str,
-    make: impl std::future::Future<Output = Result<RateLimitServiceServer<S>, String>>,
-) -> Result<ExitCode, String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start a runtime: {e}"))?;
-    runtime.block_on(async move {
-        let service = make.await?;
-        let listener =
-            tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-        let local = listener.local_addr().map_err(|e| e.to_string())?;
-        println!("{what} listening on {local}");
-        let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming(incoming)
-            .await
-            .map_err(|e| format!("serving: {e}"))?;
-        Ok(ExitCode::SUCCESS)
     })
 }
 

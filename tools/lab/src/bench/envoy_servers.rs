@@ -6,12 +6,16 @@
 //! bench's process: they are not on a request's path.
 
 use crate::demo::procs::Procs;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
 use leasehold_nats_harness::{wait, NatsServer};
 use leasehold_shared::coordinator::LimitConfig;
 use leasehold_shared::dc_manager::DcManagerConfig;
 use leasehold_shared::limits::LimitDef;
 use leasehold_shared::quota::Quota;
 use std::path::Path;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 /// The DC of the bench's one agent.
@@ -122,6 +126,34 @@ impl Servers {
     pub(super) fn pid(&self, name: &str) -> Option<u32> {
         self.procs.pid(name)
     }
+}
+
+/// Serve the RLS service `make` builds on `listen` until killed, printing `<what> listening on
+/// ADDR`. On one thread, as the agent answers Envoy (`leasehold_pod::envoy::on_own_thread`):
+/// the servers `bench envoy` compares differ only in what they do with a call.
+pub(super) fn serve_rls_on_one_thread<S: RateLimitService>(
+    what: &str,
+    listen: &str,
+    make: impl std::future::Future<Output = Result<RateLimitServiceServer<S>, String>>,
+) -> Result<ExitCode, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a runtime: {e}"))?;
+    runtime.block_on(async move {
+        let service = make.await?;
+        let listener =
+            tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        let local = listener.local_addr().map_err(|e| e.to_string())?;
+        println!("{what} listening on {local}");
+        let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(incoming)
+            .await
+            .map_err(|e| format!("serving: {e}"))?;
+        Ok(ExitCode::SUCCESS)
+    })
 }
 
 fn write(path: &Path, text: &str) -> Result<(), String> {
