@@ -9,7 +9,7 @@
 //! DC lease the coordinator may still count, the pod leases still admitting then within what
 //! stays counted after it: the floor and the DC leases that end later.
 
-use super::DcManagerCore;
+use super::{DcManagerCore, HolderKey};
 use crate::expiry::NS_PER_MS;
 use crate::quota::{Quota, MILLI};
 
@@ -20,7 +20,7 @@ impl DcManagerCore {
     /// the coordinator's to count) fit the floor and the DC leases still running then. A lease
     /// whose end has passed on this clock backs nothing: the coordinator may stop counting it at
     /// any instant. During the quiet period the floor counts as zero, as in the budget.
-    pub(super) fn room_at_dc_lease_ends(&self, pod: &String, live_until_ns: u64, now_ns: u64) -> Quota {
+    pub(super) fn room_at_dc_lease_ends(&self, pod: &HolderKey, live_until_ns: u64, now_ns: u64) -> Quota {
         if self.cfg.bugs.pod_lease_outlives_counted_dc_lease {
             return Quota::new(u64::MAX, u64::MAX);
         }
@@ -57,7 +57,7 @@ impl DcManagerCore {
     /// The ledger's grantable amount for `pod`, within [`room_at_dc_lease_ends`](Self::room_at_dc_lease_ends),
     /// in whole tokens of burst: a fraction of a token can never admit a call, and a rate with no
     /// token admits nothing, so a grant with less than one token is no grant at all.
-    pub(super) fn grantable(&self, pod: &String, target: Quota, live_until_ns: u64, now_ns: u64) -> Quota {
+    pub(super) fn grantable(&self, pod: &HolderKey, target: Quota, live_until_ns: u64, now_ns: u64) -> Quota {
         let room =
             self.ledger.grantable(pod, target, now_ns).min(self.room_at_dc_lease_ends(pod, live_until_ns, now_ns));
         let tokens = room.burst_milli / MILLI * MILLI;

@@ -21,6 +21,7 @@
 
 mod config;
 mod floors;
+mod holder_key;
 mod lease_ends;
 mod pacing;
 mod pod_messages;
@@ -34,8 +35,9 @@ mod unread;
 pub use config::{
     DcManagerConfig, FailMode, FailRule, PodRules, SplitMode, DEFAULT_HEARTBEAT_TIMEOUT_MS, FORGET_SILENT_AFTER_MS,
 };
+pub use holder_key::{holder_key, HolderKey};
 pub use pacing::LeasePacing;
-pub use pods::{holder_key, PodView, ReportOutcome, ReportReading};
+pub use pods::{PodView, ReportOutcome, ReportReading};
 pub use record_rules::RecordRules;
 
 use crate::expiry::NS_PER_MS;
@@ -107,7 +109,7 @@ pub struct DcCounters {
 pub struct DcManagerCore {
     cfg: DcManagerConfig,
     pods: Pods,
-    ledger: Ledger<String>,
+    ledger: Ledger<HolderKey>,
     held: Vec<HeldDcLease>,
     fence: LeaseFence,
     sent: SentLog,
@@ -146,8 +148,6 @@ pub struct DcManagerCore {
     confirm_cap: Option<Option<LeaseVersion>>,
     /// `<instance>-<epoch>-`: a pod lease's id is this and its sequence number.
     lease_id_prefix: String,
-    /// Where a report's holder key is written (kept, so a report allocates none).
-    holder_key_buf: String,
 }
 
 impl DcManagerCore {
@@ -184,7 +184,6 @@ impl DcManagerCore {
             ledger_unread: false,
             confirm_cap: None,
             lease_id_prefix,
-            holder_key_buf: String::new(),
         }
     }
 
@@ -215,11 +214,11 @@ impl DcManagerCore {
         &self.counters
     }
 
-    pub fn ledger(&self) -> &Ledger<String> {
+    pub fn ledger(&self) -> &Ledger<HolderKey> {
         &self.ledger
     }
 
-    pub fn pods(&self) -> impl Iterator<Item = (&String, &PodView)> {
+    pub fn pods(&self) -> impl Iterator<Item = (&HolderKey, &PodView)> {
         self.pods.views.iter()
     }
 

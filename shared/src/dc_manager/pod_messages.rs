@@ -1,7 +1,7 @@
 //! The DC manager's pod messages: reports (demand and heartbeats, and the lease each holder
 //! uses) and returns (graceful drains).
 
-use super::{pods, DcManagerCore, DcOutput, ReportOutcome, SplitMode};
+use super::{DcManagerCore, DcOutput, HolderKey, ReportOutcome, SplitMode};
 use crate::wire::{LeaseReturn, PodReport, ReturnAck, SCHEMA_VERSION};
 
 impl DcManagerCore {
@@ -11,15 +11,11 @@ impl DcManagerCore {
             self.counters.reports_foreign += 1;
             return Vec::new();
         }
-        let mut holder = std::mem::take(&mut self.holder_key_buf);
-        pods::write_holder_key(&mut holder, &r.pod, r.incarnation);
-        let out = self.on_holder_report(&holder, r, now_ns);
-        self.holder_key_buf = holder;
-        out
+        self.on_holder_report(&HolderKey::new(&r.pod, r.incarnation), r, now_ns)
     }
 
     /// [`on_pod_report`](Self::on_pod_report) of a report of this DC and limit, from `holder`.
-    fn on_holder_report(&mut self, holder: &String, r: &PodReport, now_ns: u64) -> Vec<DcOutput> {
+    fn on_holder_report(&mut self, holder: &HolderKey, r: &PodReport, now_ns: u64) -> Vec<DcOutput> {
         let ledger = &self.ledger;
         let outcome = self.pods.observe_unless_closed(holder, r, &self.cfg, now_ns, || ledger.is_closed(holder));
         let (share_changed, sent_a_lease) = match outcome {
@@ -61,7 +57,7 @@ impl DcManagerCore {
             return Vec::new();
         }
         self.counters.returns += 1;
-        let holder = pods::holder_key(&r.holder, r.incarnation);
+        let holder = HolderKey::new(&r.holder, r.incarnation);
         let ack = DcOutput::ReturnAck(ReturnAck {
             v: SCHEMA_VERSION,
             limit: self.cfg.limit.clone(),

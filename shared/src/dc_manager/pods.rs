@@ -7,29 +7,10 @@ use crate::sorted_map::SortedMap;
 use crate::wire::PodReport;
 
 use super::config::DcManagerConfig;
+use super::HolderKey;
 
 /// A pod not heard from this long is forgotten ([`Pods::forget_silent`]).
 const FORGET_SILENT_AFTER_NS: u64 = super::config::FORGET_SILENT_AFTER_MS * NS_PER_MS;
-
-/// The ledger's and the split's name for one pod process: its id and its incarnation.
-pub fn holder_key(pod: &str, incarnation: u64) -> String {
-    let mut key = String::with_capacity(pod.len() + 17);
-    write_holder_key(&mut key, pod, incarnation);
-    key
-}
-
-/// [`holder_key`] into `key` (cleared first): a DC manager reads one per report item, into a
-/// buffer it keeps.
-pub(super) fn write_holder_key(key: &mut String, pod: &str, incarnation: u64) {
-    // `format!("{pod}#{incarnation:016x}")`, written without the formatting machinery.
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    key.clear();
-    key.push_str(pod);
-    key.push('#');
-    for shift in (0..16).rev() {
-        key.push(char::from(HEX[(incarnation >> (shift * 4)) as usize & 0xf]));
-    }
-}
 
 /// How the driver reads its pods' reports, noted at its ticks: how much of a pod's silence may
 /// be the manager's own doing rather than the pod's.
@@ -127,7 +108,7 @@ pub enum ReportOutcome {
 #[derive(Clone, Debug, Default)]
 pub struct Pods {
     /// In key order (splits go through them so), found by hash.
-    pub views: SortedMap<String, PodView>,
+    pub views: SortedMap<HolderKey, PodView>,
     /// Upstream calls and 429s in the reports accepted since the last DC report (see
     /// [`Pods::take_upstream`]).
     upstream_calls: u64,
@@ -143,7 +124,7 @@ pub struct Pods {
 impl Pods {
     /// `r`, from the holder whose key ([`holder_key`]) is `holder`.
     #[cfg(test)]
-    pub fn observe(&mut self, holder: &str, r: &PodReport, cfg: &DcManagerConfig, now_ns: u64) -> ReportOutcome {
+    pub fn observe(&mut self, holder: &HolderKey, r: &PodReport, cfg: &DcManagerConfig, now_ns: u64) -> ReportOutcome {
         self.observe_unless_closed(holder, r, cfg, now_ns, || false)
     }
 
@@ -152,7 +133,7 @@ impl Pods {
     /// no view is made for a closed holder), so a known holder's report skips the question.
     pub fn observe_unless_closed(
         &mut self,
-        holder: &str,
+        holder: &HolderKey,
         r: &PodReport,
         cfg: &DcManagerConfig,
         now_ns: u64,
@@ -164,7 +145,7 @@ impl Pods {
             Some(v) => v,
             None if closed() => return ReportOutcome::Closed,
             None if full => return ReportOutcome::TooManyPods,
-            None => self.views.get_or_insert_with(holder, || holder.to_string(), || PodView::new(r, cfg, now_ns)),
+            None => self.views.get_or_insert_with(holder, || holder.clone(), || PodView::new(r, cfg, now_ns)),
         };
         // Seen now (a new view, even one whose first report is stale, or a report accepted
         // below): it may be forgotten a minute from now.
@@ -233,7 +214,7 @@ impl Pods {
         &'a self,
         cfg: &'a DcManagerConfig,
         now_ns: u64,
-    ) -> impl Iterator<Item = (&'a String, &'a PodView)> + 'a {
+    ) -> impl Iterator<Item = (&'a HolderKey, &'a PodView)> + 'a {
         self.views.iter().filter(move |(_, v)| v.eligible(cfg, now_ns, self.reading))
     }
 
@@ -262,6 +243,7 @@ impl Pods {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::dc_manager::holder_key;
     use crate::wire::SCHEMA_VERSION;
 
     /// Pod `p1` (incarnation 7)'s report on limit `l` in `bkk`, every call admitted.
@@ -368,13 +350,6 @@ pub(super) mod tests {
         let mut off = cfg.clone();
         off.heartbeat_timeout_after_drops_ms = 0;
         assert_eq!(pods.eligible_count_and_demand_milli(&off, 3 * S).0, 0, "0 turns this excuse off too");
-    }
-
-    #[test]
-    fn a_holder_key_is_the_pod_and_its_incarnation_in_sixteen_hex_digits() {
-        for (pod, incarnation) in [("p1", 0), ("dc0-pod17", 0xabc), ("x", u64::MAX), ("", 1 << 63)] {
-            assert_eq!(holder_key(pod, incarnation), format!("{pod}#{incarnation:016x}"));
-        }
     }
 
     /// A quiet report standing for 4 periods moves the demand average as 4 reports do.

@@ -2,7 +2,7 @@
 //! growth only (between renewals), and the batching that keeps joins and growth O(pods) per
 //! `event_pass_gap_ms`.
 
-use super::{pods, targets, DcManagerCore, DcOutput, Pass, MIN_GROWTH_STEP};
+use super::{pods, targets, DcManagerCore, DcOutput, HolderKey, Pass, MIN_GROWTH_STEP};
 use crate::expiry::NS_PER_MS;
 use crate::quota::Quota;
 use crate::wire::{LeaseVersion, PodLease, SCHEMA_VERSION};
@@ -63,7 +63,7 @@ impl DcManagerCore {
     /// Split `budget` among the eligible pods and ask, of each whose target `may_grow` lets
     /// through, whether it is worth growing.
     fn some_pod_worth_growing(&self, budget: Quota, now_ns: u64, may_grow: impl Fn(Quota) -> bool) -> bool {
-        let eligible: Vec<(&String, &pods::PodView)> = self.pods.eligible_views(&self.cfg, now_ns).collect();
+        let eligible: Vec<(&HolderKey, &pods::PodView)> = self.pods.eligible_views(&self.cfg, now_ns).collect();
         let targets = targets::split_views(budget, eligible.iter().map(|(_, v)| *v), self.cfg.split);
         eligible.into_iter().zip(targets).any(|((p, _), t)| may_grow(t) && self.worth_growing(p, t, now_ns))
     }
@@ -71,7 +71,7 @@ impl DcManagerCore {
     /// The ledger lets `pod` grow towards `target` by a step worth a message: at least
     /// [`MIN_GROWTH_STEP`] of the target (and one milli-unit). Smaller steps wait for the
     /// periodic renewal, so many pods confirming one by one do not each trigger a re-split.
-    pub(super) fn worth_growing(&self, pod: &String, target: Quota, now_ns: u64) -> bool {
+    pub(super) fn worth_growing(&self, pod: &HolderKey, target: Quota, now_ns: u64) -> bool {
         if !self.ledger.can_grow(pod, target, now_ns) {
             return false;
         }

@@ -43,100 +43,149 @@ pub fn decode_pod_reports_saying_how(bytes: &[u8]) -> (Result<PodReports, WireEr
 /// A batch read here has `"v"` 2; it is not yet validated.
 pub(super) fn read_pod_reports(bytes: &[u8]) -> Option<PodReports> {
     let mut c = Cursor { b: bytes, i: 0 };
-    let (mut v, mut dc, mut pod, mut reports) = (None, None, None, None);
-    c.object(|c, key| match key {
-        b"v" => set(&mut v, c.u64()?),
-        b"dc" => set(&mut dc, c.string()?),
-        b"pod" => set(&mut pod, c.string()?),
-        b"reports" => set(&mut reports, c.array(MIN_REPORT_BYTES, read_report)?),
-        _ => None,
+    let mut batch = PodReports { v: 0, dc: String::new(), pod: String::new(), reports: Vec::new() };
+    let mut v = 0;
+    let seen = c.object(&BATCH_KEYS, |c, key| {
+        match key {
+            0 => v = c.u64()?,
+            1 => batch.dc = c.string()?,
+            2 => batch.pod = c.string()?,
+            _ => batch.reports = c.array(MIN_REPORT_BYTES, read_report)?,
+        }
+        Some(())
     })?;
     c.end()?;
-    if v? != u64::from(PROTOCOL_VERSION) {
-        return None;
-    }
-    Some(PodReports { v: PROTOCOL_VERSION, dc: dc?, pod: pod?, reports: reports? })
+    (seen == BATCH_KEYS.all() && v == u64::from(PROTOCOL_VERSION))
+        .then_some(PodReports { v: PROTOCOL_VERSION, ..batch })
 }
 
 /// The shortest report item the reader takes: its required fields, one-byte ids and values, no
 /// whitespace (174 bytes), and a comma.
 const MIN_REPORT_BYTES: usize = 175;
 
+/// The keys of a batch, a report item and a lease version, in the order serde writes them (the
+/// Rust pod's order): [`Cursor::object`] gives each key's place here.
+const BATCH_KEYS: Keys<4> = Keys::new([b"v", b"dc", b"pod", b"reports"]);
+const REPORT_KEYS: Keys<18> = Keys::new([
+    b"v",
+    b"limit",
+    b"dc",
+    b"pod",
+    b"incarnation",
+    b"seq",
+    b"interval_ms",
+    b"offered",
+    b"admitted",
+    b"rejected",
+    b"queued",
+    b"errors",
+    b"upstream_429",
+    b"healthy",
+    b"draining",
+    b"weight",
+    b"lease_in_use",
+    b"periods",
+]);
+/// The report keys serde may find missing: `v`, `upstream_429`, `lease_in_use` and `periods`.
+const REPORT_OPTIONAL: u32 = (1 << 0) | (1 << 12) | (1 << 16) | (1 << 17);
+const LEASE_VERSION_KEYS: Keys<2> = Keys::new([b"epoch", b"seq"]);
+
 fn read_report(c: &mut Cursor<'_>) -> Option<PodReport> {
-    let mut f = ReportFields::default();
-    c.object(|c, key| match key {
-        b"v" => set(&mut f.v, u32::try_from(c.u64()?).ok()?),
-        b"limit" => set(&mut f.limit, c.string()?),
-        b"dc" => set(&mut f.dc, c.string()?),
-        b"pod" => set(&mut f.pod, c.string()?),
-        b"incarnation" => set(&mut f.incarnation, c.u64()?),
-        b"seq" => set(&mut f.seq, c.u64()?),
-        b"interval_ms" => set(&mut f.interval_ms, c.u64()?),
-        b"offered" => set(&mut f.offered, c.u64()?),
-        b"admitted" => set(&mut f.admitted, c.u64()?),
-        b"rejected" => set(&mut f.rejected, c.u64()?),
-        b"queued" => set(&mut f.queued, c.u64()?),
-        b"errors" => set(&mut f.errors, c.u64()?),
-        b"upstream_429" => set(&mut f.upstream_429, c.u64()?),
-        b"healthy" => set(&mut f.healthy, c.bool()?),
-        b"draining" => set(&mut f.draining, c.bool()?),
-        b"weight" => set(&mut f.weight, c.f64()?),
-        b"lease_in_use" => set(&mut f.lease_in_use, c.lease_version_or_null()?),
-        b"periods" => set(&mut f.periods, u32::try_from(c.u64()?).ok()?),
-        _ => None,
+    let mut r = PodReport {
+        v: super::SCHEMA_VERSION,
+        limit: String::new(),
+        dc: String::new(),
+        pod: String::new(),
+        incarnation: 0,
+        seq: 0,
+        interval_ms: 0,
+        offered: 0,
+        admitted: 0,
+        rejected: 0,
+        queued: 0,
+        errors: 0,
+        upstream_429: 0,
+        healthy: false,
+        draining: false,
+        weight: 0.0,
+        lease_in_use: None,
+        periods: 1,
+    };
+    let seen = c.object(&REPORT_KEYS, |c, key| {
+        match key {
+            0 => r.v = u32::try_from(c.u64()?).ok()?,
+            1 => r.limit = c.string()?,
+            2 => r.dc = c.string()?,
+            3 => r.pod = c.string()?,
+            4 => r.incarnation = c.u64()?,
+            5 => r.seq = c.u64()?,
+            6 => r.interval_ms = c.u64()?,
+            7 => r.offered = c.u64()?,
+            8 => r.admitted = c.u64()?,
+            9 => r.rejected = c.u64()?,
+            10 => r.queued = c.u64()?,
+            11 => r.errors = c.u64()?,
+            12 => r.upstream_429 = c.u64()?,
+            13 => r.healthy = c.bool()?,
+            14 => r.draining = c.bool()?,
+            15 => r.weight = c.f64()?,
+            16 => r.lease_in_use = c.lease_version_or_null()?,
+            _ => r.periods = u32::try_from(c.u64()?).ok()?,
+        }
+        Some(())
     })?;
-    Some(PodReport {
-        v: f.v.unwrap_or(super::SCHEMA_VERSION),
-        limit: f.limit?,
-        dc: f.dc?,
-        pod: f.pod?,
-        incarnation: f.incarnation?,
-        seq: f.seq?,
-        interval_ms: f.interval_ms?,
-        offered: f.offered?,
-        admitted: f.admitted?,
-        rejected: f.rejected?,
-        queued: f.queued?,
-        errors: f.errors?,
-        upstream_429: f.upstream_429.unwrap_or(0),
-        healthy: f.healthy?,
-        draining: f.draining?,
-        weight: f.weight?,
-        lease_in_use: f.lease_in_use.flatten(),
-        periods: f.periods.unwrap_or(1),
-    })
+    (seen | REPORT_OPTIONAL == REPORT_KEYS.all()).then_some(r)
 }
 
-/// A report's fields as read so far (`None`: not seen).
-#[derive(Default)]
-struct ReportFields {
-    v: Option<u32>,
-    limit: Option<String>,
-    dc: Option<String>,
-    pod: Option<String>,
-    incarnation: Option<u64>,
-    seq: Option<u64>,
-    interval_ms: Option<u64>,
-    offered: Option<u64>,
-    admitted: Option<u64>,
-    rejected: Option<u64>,
-    queued: Option<u64>,
-    errors: Option<u64>,
-    upstream_429: Option<u64>,
-    healthy: Option<bool>,
-    draining: Option<bool>,
-    weight: Option<f64>,
-    lease_in_use: Option<Option<LeaseVersion>>,
-    periods: Option<u32>,
+/// An object's keys (at most 32, each at most 13 bytes), each also kept as its quoted form with
+/// its colon packed little-endian into a `u128`, so that a key in its usual place is recognized
+/// by one comparison of 16 bytes.
+struct Keys<const N: usize> {
+    names: [&'static [u8]; N],
+    /// Per key: `"name":` packed, and the mask of its bytes.
+    quoted: [(u128, u128, usize); N],
 }
 
-/// Stores a field seen for the first time; `None` for a second one (serde refuses duplicates).
-fn set<T>(slot: &mut Option<T>, value: T) -> Option<()> {
-    if slot.is_some() {
-        return None;
+impl<const N: usize> Keys<N> {
+    const fn new(names: [&'static [u8]; N]) -> Self {
+        assert!(N <= 32);
+        let mut quoted = [(0, 0, 0); N];
+        let mut k = 0;
+        while k < N {
+            let name = names[k];
+            assert!(name.len() <= 13);
+            let len = name.len() + 3;
+            let mut word = b'"' as u128 | (b'"' as u128) << (8 * (len - 2)) | (b':' as u128) << (8 * (len - 1));
+            let mut i = 0;
+            while i < name.len() {
+                word |= (name[i] as u128) << (8 * (i + 1));
+                i += 1;
+            }
+            quoted[k] = (word, u128::MAX >> (8 * (16 - len)), len);
+            k += 1;
+        }
+        Keys { names, quoted }
     }
-    *slot = Some(value);
-    Some(())
+
+    /// Every key's bit.
+    const fn all(&self) -> u32 {
+        if N == 32 {
+            u32::MAX
+        } else {
+            (1 << N) - 1
+        }
+    }
+
+    /// Whether `rest` begins with key `k` quoted and its colon.
+    fn quoted_at(&self, k: usize, rest: &[u8]) -> Option<usize> {
+        let (word, mask, len) = *self.quoted.get(k)?;
+        let head: &[u8; 16] = rest.get(..16)?.try_into().ok()?;
+        (u128::from_le_bytes(*head) & mask == word).then_some(len)
+    }
+
+    fn place(&self, name: &[u8]) -> Option<usize> {
+        self.names.iter().position(|n| *n == name)
+    }
 }
 
 struct Cursor<'a> {
@@ -183,13 +232,38 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// An object: `field` reads the value of each key (the cursor just past its `:`).
-    fn object(&mut self, mut field: impl FnMut(&mut Self, &[u8]) -> Option<()>) -> Option<()> {
+    /// An object of the keys `keys` names, each at most once (serde refuses a key twice): `field`
+    /// reads the value of each (given its place in `keys`; the cursor just past its `:`).
+    /// Returns the keys seen, a bit each. A key in the place after the last one (as serde writes
+    /// them) is recognized by one comparison; any other (another order, whitespace before its
+    /// colon, the last 16 bytes) is read as a string and looked up. An unknown key: `None`.
+    fn object<const N: usize>(
+        &mut self,
+        keys: &Keys<N>,
+        mut field: impl FnMut(&mut Self, usize) -> Option<()>,
+    ) -> Option<u32> {
+        let (mut next, mut seen) = (0, 0u32);
         self.delimited(b'{', b'}', |c| {
-            let key = c.plain()?;
-            c.eat(b':')?;
+            c.peek()?;
+            let key = match keys.quoted_at(next, &c.b[c.i..]) {
+                Some(len) => {
+                    c.i += len;
+                    next
+                }
+                None => {
+                    let name = c.plain()?;
+                    c.eat(b':')?;
+                    keys.place(name)?
+                }
+            };
+            if seen & (1 << key) != 0 {
+                return None;
+            }
+            seen |= 1 << key;
+            next = key + 1;
             field(c, key)
-        })
+        })?;
+        Some(seen)
     }
 
     /// An array of items at least `min_item_bytes` long each: sized once for as many as the
@@ -223,22 +297,25 @@ impl<'a> Cursor<'a> {
     }
 
     /// An unsigned integer as serde reads one into a `u64`: digits, no leading zero, no
-    /// fraction or exponent after them, no overflow.
+    /// fraction or exponent after them, no overflow. One pass over the digits.
     fn u64(&mut self) -> Option<u64> {
         self.peek()?;
-        let digits = self.b[self.i..].iter().take_while(|b| b.is_ascii_digit()).count();
-        let text = &self.b[self.i..self.i + digits];
-        if digits == 0 || (digits > 1 && text[0] == b'0') {
-            return None;
-        }
-        if matches!(self.b.get(self.i + digits), Some(b'.' | b'e' | b'E')) {
-            return None;
-        }
+        let start = self.i;
         let mut n: u64 = 0;
-        for &d in text {
+        while let Some(&d) = self.b.get(self.i) {
+            if !d.is_ascii_digit() {
+                break;
+            }
             n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+            self.i += 1;
         }
-        self.i += digits;
+        let digits = self.i - start;
+        if digits == 0 || (digits > 1 && self.b[start] == b'0') {
+            return None;
+        }
+        if matches!(self.b.get(self.i), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
         Some(n)
     }
 
@@ -256,12 +333,19 @@ impl<'a> Cursor<'a> {
         Some(value)
     }
 
-    /// A number read into an `f64` by serde itself (its own rounding), from the token alone.
+    /// A number read into an `f64` as serde reads it. The usual weights (`1.0`, `0.25`, `2`:
+    /// at most 15 digits, no sign or exponent) are `digits / 10^fraction digits`, one correctly
+    /// rounded division of two exact doubles, as serde computes them; anything else is read by
+    /// serde itself (its own rounding), from the token alone.
     fn f64(&mut self) -> Option<f64> {
         self.peek()?;
         let len =
             self.b[self.i..].iter().take_while(|b| matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')).count();
-        let value = serde_json::from_slice::<f64>(&self.b[self.i..self.i + len]).ok()?;
+        let token = &self.b[self.i..self.i + len];
+        let value = match plain_decimal(token) {
+            Some(value) => value,
+            None => serde_json::from_slice::<f64>(token).ok()?,
+        };
         self.i += len;
         Some(value)
     }
@@ -273,14 +357,37 @@ impl<'a> Cursor<'a> {
                 None
             });
         }
-        let (mut epoch, mut seq) = (None, None);
-        self.object(|c, key| match key {
-            b"epoch" => set(&mut epoch, c.u64()?),
-            b"seq" => set(&mut seq, c.u64()?),
-            _ => None,
+        let (mut epoch, mut seq) = (0, 0);
+        let seen = self.object(&LEASE_VERSION_KEYS, |c, key| {
+            *(if key == 0 { &mut epoch } else { &mut seq }) = c.u64()?;
+            Some(())
         })?;
-        Some(Some(LeaseVersion::new(epoch?, seq?)))
+        (seen == LEASE_VERSION_KEYS.all()).then_some(Some(LeaseVersion::new(epoch, seq)))
     }
+}
+
+/// `token` as an `f64` when it is digits, no leading zero, then optionally `.` and digits, at
+/// most 15 digits in all: their integer (below 2^53, so an exact double) divided by a power of
+/// ten (exact up to 10^22). `None` for any other token.
+fn plain_decimal(token: &[u8]) -> Option<f64> {
+    const POW10: [f64; 16] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
+    let (whole, fraction) = match token.iter().position(|&b| b == b'.') {
+        Some(dot) => (&token[..dot], Some(&token[dot + 1..])),
+        None => (token, None),
+    };
+    let fraction = fraction.unwrap_or_default();
+    let all_digits = |part: &[u8]| part.iter().all(u8::is_ascii_digit);
+    let usual = !whole.is_empty()
+        && (whole.len() == 1 || whole[0] != b'0')
+        && all_digits(whole)
+        && all_digits(fraction)
+        && (token.len() == whole.len() || !fraction.is_empty())
+        && whole.len() + fraction.len() <= 15;
+    if !usual {
+        return None;
+    }
+    let n = whole.iter().chain(fraction).fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
+    Some(n as f64 / POW10[fraction.len()])
 }
 
 #[cfg(test)]

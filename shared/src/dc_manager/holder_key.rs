@@ -1,0 +1,73 @@
+//! [`HolderKey`]: how a DC manager's pod views and ledger name one pod process.
+
+use compact_str::CompactString;
+use std::fmt;
+
+/// One pod process: its pod id and its incarnation (a pod restarted under the same id is a new
+/// holder). Ordered by pod id, then incarnation.
+///
+/// The pod id is kept inline up to 24 bytes (longer ones on the heap): a DC manager of 1,000
+/// limits looks up 100,000 holders a second at 100 pods, each in a map of its limit, and a key
+/// held as a `String` ("pod#incarnation") sent each lookup's comparison to a cold heap block
+/// (the largest share of the manager's time on a profile).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HolderKey {
+    pod: CompactString,
+    incarnation: u64,
+}
+
+impl HolderKey {
+    pub fn new(pod: &str, incarnation: u64) -> Self {
+        HolderKey { pod: CompactString::new(pod), incarnation }
+    }
+
+    pub fn pod(&self) -> &str {
+        &self.pod
+    }
+
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+}
+
+/// [`HolderKey::new`].
+pub fn holder_key(pod: &str, incarnation: u64) -> HolderKey {
+    HolderKey::new(pod, incarnation)
+}
+
+/// `pod#incarnation`, the incarnation in sixteen hex digits.
+impl fmt::Display for HolderKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{:016x}", self.pod, self.incarnation)
+    }
+}
+
+impl fmt::Debug for HolderKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "\"{self}\"")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_holder_is_shown_as_the_pod_and_its_incarnation_in_sixteen_hex_digits() {
+        for (pod, incarnation) in [("p1", 0), ("dc0-pod17", 0xabc), ("x", u64::MAX), ("", 1 << 63)] {
+            assert_eq!(holder_key(pod, incarnation).to_string(), format!("{pod}#{incarnation:016x}"));
+        }
+    }
+
+    #[test]
+    fn holders_are_ordered_by_pod_then_incarnation_and_equal_only_in_both() {
+        let long = "a-pod-id-longer-than-twenty-four-bytes";
+        let mut keys = [holder_key("p2", 1), holder_key(long, 2), holder_key("p1", 9), holder_key("p1", 3)];
+        keys.sort();
+        let shown: Vec<String> = keys.iter().map(|k| format!("{}/{}", k.pod(), k.incarnation())).collect();
+        assert_eq!(shown, [format!("{long}/2"), "p1/3".into(), "p1/9".into(), "p2/1".into()]);
+        assert_eq!(holder_key(long, 2), holder_key(long, 2));
+        assert_ne!(holder_key("p1", 3), holder_key("p1", 4));
+        assert_ne!(holder_key("p1", 3), holder_key("p10", 3));
+    }
+}
