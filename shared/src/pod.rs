@@ -147,7 +147,7 @@ impl PodCore {
             version: lease.version,
             quota: lease.quota,
             expires_at_ns,
-            issuer: lease.issuer.clone(),
+            issuer: lease.issuer.to_string(),
             incarnation: lease.incarnation,
             limit_removed: lease.limit_removed,
         });

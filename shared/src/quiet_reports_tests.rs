@@ -27,7 +27,7 @@ fn lease(seq: u64, basis_seq: u64) -> PodLease {
         incarnation: 7,
         issuer: "m".into(),
         version: LeaseVersion::new(1, seq),
-        lease_id: format!("m-1-{seq}"),
+        lease_id: format!("m-1-{seq}").into(),
         quota: Quota { rate_milli_per_s: 10_000, burst_milli: 1_000 },
         ttl_ms: 5_000,
         basis_seq,

@@ -195,7 +195,7 @@ fn a_manager_reports_the_old_floor_until_its_pods_fit_the_new_one() {
             let ack = leases.get(pod).map(|l| l.version);
             for o in m.on_pod_report(&pod_report(pod, seq, ack), now) {
                 if let DcOutput::PodLease(l) = o {
-                    leases.insert(l.pod.clone(), l);
+                    leases.insert(l.pod.to_string(), l);
                 }
             }
         }
@@ -213,7 +213,7 @@ fn a_manager_reports_the_old_floor_until_its_pods_fit_the_new_one() {
     assert_eq!(floor_reported(&out), Some(Some(Quota::per_s(50, 2))));
     for o in out {
         if let DcOutput::PodLease(l) = o {
-            leases.insert(l.pod.clone(), l);
+            leases.insert(l.pod.to_string(), l);
         }
     }
     step(&mut m, &mut leases, t + 2 * S);

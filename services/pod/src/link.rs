@@ -142,7 +142,7 @@ impl Link {
                 Some(msg) = leases.next() => match decode::<PodLeases>(&msg.payload) {
                     Ok(b) if b.dc == self.dc && b.pod == self.pod => {
                         for l in b.leases {
-                            if let Some(route) = routes.get(&l.limit) {
+                            if let Some(route) = routes.get(l.limit.as_str()) {
                                 let _ = route.send(FromLink::Lease(l));
                             }
                         }

@@ -25,6 +25,11 @@ impl HolderKey {
         &self.pod
     }
 
+    /// The pod id as a pod lease carries it.
+    pub fn pod_name(&self) -> &CompactString {
+        &self.pod
+    }
+
     pub fn incarnation(&self) -> u64 {
         self.incarnation
     }

@@ -45,6 +45,7 @@ use crate::holder::{LeaseFence, LeaseRejection, SentLog};
 use crate::ledger::Ledger;
 use crate::quota::Quota;
 use crate::wire::{DcLease, DcReport, LeaseVersion, PodLease, ReturnAck};
+use compact_str::CompactString;
 use pods::Pods;
 
 /// Smallest growth (share of the target) worth an event-driven lease between renewals.
@@ -146,6 +147,18 @@ pub struct DcManagerCore {
     /// The newest floor version the driver has persisted in the DC's `FloorConfirmations`: a
     /// report confirms no newer one (`None`: the driver persists nothing, no cap).
     confirm_cap: Option<Option<LeaseVersion>>,
+    /// What every pod lease of this core names, made once.
+    lease_names: LeaseNames,
+}
+
+/// The names a core's pod leases carry, kept as they carry them (inline up to 24 bytes: a DC
+/// manager of 1,000 limits writes 100,000 leases a second at 100 pods, and a `String` per name
+/// per lease was an allocation and, when the batch was written, a cold heap block to read).
+#[derive(Clone, Debug)]
+struct LeaseNames {
+    limit: CompactString,
+    dc: CompactString,
+    issuer: CompactString,
     /// `<instance>-<epoch>-`: a pod lease's id is this and its sequence number.
     lease_id_prefix: String,
 }
@@ -158,7 +171,12 @@ impl DcManagerCore {
     pub fn new(cfg: DcManagerConfig, now_ns: u64) -> Self {
         let quiet_ns = cfg.expiry.issuer_live_until_ns(now_ns, cfg.pod_ttl_ms.max(cfg.inherited_pod_ttl_ms));
         let ledger = Ledger::new(Quota::ZERO, cfg.epoch).with_bugs(&cfg.bugs);
-        let lease_id_prefix = format!("{}-{}-", cfg.instance, cfg.epoch);
+        let lease_names = LeaseNames {
+            limit: CompactString::new(&cfg.limit),
+            dc: CompactString::new(&cfg.dc),
+            issuer: CompactString::new(&cfg.instance),
+            lease_id_prefix: format!("{}-{}-", cfg.instance, cfg.epoch),
+        };
         DcManagerCore {
             cfg,
             pods: Pods::default(),
@@ -183,7 +201,7 @@ impl DcManagerCore {
             limit_removed: false,
             ledger_unread: false,
             confirm_cap: None,
-            lease_id_prefix,
+            lease_names,
         }
     }
 

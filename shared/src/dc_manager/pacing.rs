@@ -72,7 +72,7 @@ impl PodMail {
     fn file(&mut self, lease: PodLease) {
         let holders = match self.holders.get_mut(lease.limit.as_str()) {
             Some(holders) => holders,
-            None => self.holders.entry(lease.limit.clone()).or_default(),
+            None => self.holders.entry(lease.limit.to_string()).or_default(),
         };
         let i = match holders.iter().position(|h| h.incarnation == lease.incarnation) {
             Some(i) => i,
@@ -165,16 +165,16 @@ impl LeasePacing {
     /// (A DC manager of 1,000 limits pushes 100,000 a second at 100 pods: one lookup of the pod
     /// and one of the limit, by name, with no new key unless the holder is new.)
     pub fn push(&mut self, lease: PodLease) {
-        let mail = match self.pods.get_mut(&lease.pod) {
+        let mail = match self.pods.get_mut(lease.pod.as_str()) {
             Some(mail) => mail,
             None => self
                 .pods
-                .entry(lease.pod.clone())
+                .entry(lease.pod.to_string())
                 .or_insert_with(|| PodMail { in_force_sweep_at_ns: u64::MAX, ..PodMail::default() }),
         };
         if !mail.touched {
             mail.touched = true;
-            self.touched.push(lease.pod.clone());
+            self.touched.push(lease.pod.to_string());
         }
         mail.file(lease);
     }
@@ -246,7 +246,7 @@ mod tests {
             incarnation: 1,
             issuer: "m-e1".into(),
             version: LeaseVersion { epoch: 1, seq: version },
-            lease_id: format!("{limit}-{version}"),
+            lease_id: format!("{limit}-{version}").into(),
             quota: Quota::new(1_000, 1_000),
             ttl_ms: 5_000,
             basis_seq: 1,

@@ -33,7 +33,6 @@ impl ReportReading {
 
 #[derive(Clone, Debug)]
 pub struct PodView {
-    pub pod: String,
     pub incarnation: u64,
     pub demand: Ewma,
     pub last_seen_ns: u64,
@@ -71,7 +70,6 @@ impl PodView {
     /// A holder first heard from in `r`.
     fn new(r: &PodReport, cfg: &DcManagerConfig, now_ns: u64) -> Self {
         PodView {
-            pod: r.pod.clone(),
             incarnation: r.incarnation,
             demand: Ewma::new(cfg.ewma_alpha),
             last_seen_ns: now_ns,

@@ -6,6 +6,7 @@ use super::{pods, targets, DcManagerCore, DcOutput, HolderKey, Pass, MIN_GROWTH_
 use crate::expiry::NS_PER_MS;
 use crate::quota::Quota;
 use crate::wire::{LeaseVersion, PodLease, SCHEMA_VERSION};
+use compact_str::CompactString;
 
 impl DcManagerCore {
     /// [`waiting_pass`](Self::waiting_pass), unless a split or growth check ran within the last
@@ -134,7 +135,7 @@ impl DcManagerCore {
                 self.shortfall |= below_by_a_step(self.ledger.holder_newest(pod, now_ns), target);
                 continue;
             }
-            let (pod_id, incarnation, basis_seq) = (view.pod.clone(), view.incarnation, view.last_seq);
+            let (pod_name, incarnation, basis_seq) = (pod.pod_name().clone(), view.incarnation, view.last_seq);
             let quota = self.grantable(pod, target, live_until, now_ns);
             let version = LeaseVersion::new(self.cfg.epoch, self.next_seq + 1);
             self.shortfall |= below_by_a_step(quota, target);
@@ -150,13 +151,13 @@ impl DcManagerCore {
             self.counters.pod_leases_issued += 1;
             out.push(DcOutput::PodLease(PodLease {
                 v: SCHEMA_VERSION,
-                limit: self.cfg.limit.clone(),
-                dc: self.cfg.dc.clone(),
-                pod: pod_id,
+                limit: self.lease_names.limit.clone(),
+                dc: self.lease_names.dc.clone(),
+                pod: pod_name,
                 incarnation,
-                issuer: self.cfg.instance.clone(),
+                issuer: self.lease_names.issuer.clone(),
                 version,
-                lease_id: lease_id(&self.lease_id_prefix, self.next_seq),
+                lease_id: lease_id(&self.lease_names.lease_id_prefix, self.next_seq),
                 quota,
                 ttl_ms,
                 basis_seq,
@@ -169,10 +170,10 @@ impl DcManagerCore {
 
 /// `<instance>-<epoch>-<seq>` from its `prefix` (`<instance>-<epoch>-`), without the formatting
 /// machinery: a DC manager of 1,000 limits names 100,000 leases a second at 100 pods.
-fn lease_id(prefix: &str, seq: u64) -> String {
+fn lease_id(prefix: &str, seq: u64) -> CompactString {
     let mut digits = itoa::Buffer::new();
     let seq = digits.format(seq);
-    let mut id = String::with_capacity(prefix.len() + seq.len());
+    let mut id = CompactString::with_capacity(prefix.len() + seq.len());
     id.push_str(prefix);
     id.push_str(seq);
     id

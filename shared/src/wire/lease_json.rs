@@ -57,13 +57,13 @@ mod tests {
         let [limit, dc, pod, issuer, lease_id] = strings;
         PodLease {
             v: numbers[0] as u32,
-            limit,
-            dc,
-            pod,
+            limit: limit.into(),
+            dc: dc.into(),
+            pod: pod.into(),
             incarnation: numbers[1],
-            issuer,
+            issuer: issuer.into(),
             version: LeaseVersion::new(numbers[2], numbers[3]),
-            lease_id,
+            lease_id: lease_id.into(),
             quota: Quota::new(numbers[4], numbers[5]),
             ttl_ms: numbers[6],
             basis_seq: numbers[7],

@@ -1,5 +1,6 @@
 use super::{check_id, check_ttl, WireError, WireMessage, SCHEMA_VERSION};
 use crate::quota::Quota;
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 /// Total order of leases from one issuer: a new leader's epoch outranks every older lease.
@@ -51,16 +52,16 @@ pub struct DcLease {
 pub struct PodLease {
     #[serde(default = "v1")]
     pub v: u32,
-    pub limit: String,
-    pub dc: String,
+    pub limit: CompactString,
+    pub dc: CompactString,
     /// The pod that holds it.
-    pub pod: String,
+    pub pod: CompactString,
     /// The pod process (incarnation) it is addressed to: the one whose report it answers.
     pub incarnation: u64,
     /// The DC manager instance that issued it.
-    pub issuer: String,
+    pub issuer: CompactString,
     pub version: LeaseVersion,
-    pub lease_id: String,
+    pub lease_id: CompactString,
     pub quota: Quota,
     pub ttl_ms: u64,
     pub basis_seq: u64,

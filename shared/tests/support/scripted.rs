@@ -101,7 +101,7 @@ impl ScriptedDc {
     pub fn absorb(&mut self, out: Vec<DcOutput>) {
         for o in out {
             if let DcOutput::PodLease(l) = o {
-                self.held.insert(l.pod.clone(), l);
+                self.held.insert(l.pod.to_string(), l);
             }
         }
     }

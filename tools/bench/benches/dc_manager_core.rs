@@ -117,7 +117,7 @@ impl Dc {
         for (pod, leases) in due {
             let p: usize = pod.rsplit("pod").next().and_then(|n| n.parse().ok()).expect("pod ids are <dc>-pod<i>");
             for l in leases {
-                let limit = self.index[&l.limit];
+                let limit = self.index[l.limit.as_str()];
                 self.held.insert((p, limit), l.version);
                 self.delivered[p * self.limits.len() + limit] += 1;
             }

@@ -179,7 +179,7 @@ impl View {
         pod.dc = batch.dc.clone();
         pod.heard_at_ms = now_ms;
         for lease in &batch.leases {
-            let l = pod.limits.entry(lease.limit.clone()).or_default();
+            let l = pod.limits.entry(lease.limit.to_string()).or_default();
             l.lease = Some((lease.quota, lease.version.to_string(), lease.ttl_ms));
             l.lease_at_ms = Some(now_ms);
         }

@@ -68,9 +68,9 @@ pub async fn listen(client: &async_nats::Client, listen: Duration) -> Result<BTr
             let (v, _) = pods.entry(batch.pod.clone()).or_default();
             v.dc = batch.dc.clone();
             for l in batch.leases {
-                v.limits.entry(l.limit.clone()).or_default().last_lease = Some(LeaseSeen {
+                v.limits.entry(l.limit.to_string()).or_default().last_lease = Some(LeaseSeen {
                     version: l.version,
-                    issuer: l.issuer.clone(),
+                    issuer: l.issuer.to_string(),
                     rate_per_s: l.quota.rate_per_s(),
                     burst: l.quota.burst(),
                     ttl_ms: l.ttl_ms,

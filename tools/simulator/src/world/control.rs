@@ -181,7 +181,7 @@ impl World {
         for o in out {
             match o {
                 DcOutput::PodLease(l) => {
-                    if let Some(&p) = self.pod_by_instance.get(&l.pod) {
+                    if let Some(&p) = self.pod_by_instance.get(l.pod.as_str()) {
                         self.send_after(Link::PodDc(p), held, || Msg::PodLease(p, l.clone()));
                     }
                 }
