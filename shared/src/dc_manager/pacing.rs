@@ -20,6 +20,7 @@
 
 use crate::expiry::NS_PER_MS;
 use crate::wire::PodLease;
+use compact_str::CompactString;
 
 /// A hash map with a fixed hasher: the same inputs give the same order on every run. (A DC
 /// manager of 1,000 limits looks up 100,000 leases a second here at 100 pods; ordered maps of
@@ -42,7 +43,7 @@ struct HolderMail {
 struct PodMail {
     /// Per limit, its holders at this pod (by incarnation: almost always one). Keyed by the
     /// limit's name, so a lease is filed under a holder already known without a new key.
-    holders: Map<String, Vec<HolderMail>>,
+    holders: Map<CompactString, Vec<HolderMail>>,
     /// Holders with a lease pending.
     pending: usize,
     /// When the last lease message went to this pod (this clock).
@@ -72,7 +73,7 @@ impl PodMail {
     fn file(&mut self, lease: PodLease) {
         let holders = match self.holders.get_mut(lease.limit.as_str()) {
             Some(holders) => holders,
-            None => self.holders.entry(lease.limit.to_string()).or_default(),
+            None => self.holders.entry(lease.limit.clone()).or_default(),
         };
         let i = match holders.iter().position(|h| h.incarnation == lease.incarnation) {
             Some(i) => i,
@@ -147,11 +148,11 @@ impl PodMail {
 #[derive(Debug)]
 pub struct LeasePacing {
     min_gap_ns: u64,
-    pods: Map<String, PodMail>,
+    pods: Map<CompactString, PodMail>,
     /// Pods given a lease since the last [`LeasePacing::take_due`], each once (its mail's
     /// `touched`): the only ones an event's flush looks at (a tick looks at every pod), so an
     /// event costs what it issued, not the number of pods.
-    touched: Vec<String>,
+    touched: Vec<CompactString>,
 }
 
 impl LeasePacing {
@@ -169,12 +170,12 @@ impl LeasePacing {
             Some(mail) => mail,
             None => self
                 .pods
-                .entry(lease.pod.to_string())
+                .entry(lease.pod.clone())
                 .or_insert_with(|| PodMail { in_force_sweep_at_ns: u64::MAX, ..PodMail::default() }),
         };
         if !mail.touched {
             mail.touched = true;
-            self.touched.push(lease.pod.to_string());
+            self.touched.push(lease.pod.clone());
         }
         mail.file(lease);
     }
@@ -188,7 +189,7 @@ impl LeasePacing {
     /// The leases to send now, per pod: every pod given a lease since the last call that has a
     /// lease for a holder with none in force, and, on a tick, every pod whose last lease message
     /// is at least the gap old. What is returned counts as sent at `now_ns`.
-    pub fn take_due(&mut self, now_ns: u64, on_tick: bool) -> Vec<(String, Vec<PodLease>)> {
+    pub fn take_due(&mut self, now_ns: u64, on_tick: bool) -> Vec<(CompactString, Vec<PodLease>)> {
         let touched = std::mem::take(&mut self.touched);
         let min_gap_ns = self.min_gap_ns;
         let mut due = Vec::new();
