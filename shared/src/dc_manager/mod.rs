@@ -149,6 +149,8 @@ pub struct DcManagerCore {
     confirm_cap: Option<Option<LeaseVersion>>,
     /// What every pod lease of this core names, made once.
     lease_names: LeaseNames,
+    /// Where a report's holder key is written (kept, so a report allocates none).
+    holder_key_buf: HolderKey,
 }
 
 /// The names a core's pod leases carry, kept as they carry them (inline up to 24 bytes: a DC
@@ -202,6 +204,7 @@ impl DcManagerCore {
             ledger_unread: false,
             confirm_cap: None,
             lease_names,
+            holder_key_buf: HolderKey::default(),
         }
     }
 

@@ -11,7 +11,13 @@ impl DcManagerCore {
             self.counters.reports_foreign += 1;
             return Vec::new();
         }
-        self.on_holder_report(&HolderKey::new(&r.pod, r.incarnation), r, now_ns)
+        // The key into the buffer the core keeps: no allocation, a pod id longer than the 24
+        // bytes kept inline included (a Kubernetes pod's name often is).
+        let mut holder = std::mem::take(&mut self.holder_key_buf);
+        holder.set(&r.pod, r.incarnation);
+        let out = self.on_holder_report(&holder, r, now_ns);
+        self.holder_key_buf = holder;
+        out
     }
 
     /// [`on_pod_report`](Self::on_pod_report) of a report of this DC and limit, from `holder`.
