@@ -29,12 +29,8 @@ impl HolderKey {
         self.incarnation = incarnation;
     }
 
-    pub fn pod(&self) -> &str {
-        &self.pod
-    }
-
-    /// The pod id as a pod lease carries it.
-    pub fn pod_name(&self) -> &CompactString {
+    /// The pod id, as a pod lease carries it.
+    pub fn pod(&self) -> &CompactString {
         &self.pod
     }
 

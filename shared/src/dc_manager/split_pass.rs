@@ -135,7 +135,7 @@ impl DcManagerCore {
                 self.shortfall |= below_by_a_step(self.ledger.holder_newest(pod, now_ns), target);
                 continue;
             }
-            let (pod_name, incarnation, basis_seq) = (pod.pod_name().clone(), view.incarnation, view.last_seq);
+            let (pod_name, incarnation, basis_seq) = (pod.pod().clone(), view.incarnation, view.last_seq);
             let quota = self.grantable(pod, target, live_until, now_ns);
             let version = LeaseVersion::new(self.cfg.epoch, self.next_seq + 1);
             self.shortfall |= below_by_a_step(quota, target);

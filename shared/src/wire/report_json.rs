@@ -111,6 +111,7 @@ fn read_report(c: &mut Cursor<'_>) -> Option<PodReport> {
         lease_in_use: None,
         periods: 1,
     };
+    // Each arm reads the key at that place in `REPORT_KEYS`.
     let seen = c.object(&REPORT_KEYS, |c, key| {
         match key {
             0 => r.v = u32::try_from(c.u64()?).ok()?,
@@ -142,14 +143,14 @@ fn read_report(c: &mut Cursor<'_>) -> Option<PodReport> {
 /// by one comparison of 16 bytes.
 struct Keys<const N: usize> {
     names: [&'static [u8]; N],
-    /// Per key: `"name":` packed, and the mask of its bytes.
-    quoted: [(u128, u128, usize); N],
+    /// Per key: `"name":` packed, and its length.
+    quoted: [(u128, usize); N],
 }
 
 impl<const N: usize> Keys<N> {
     const fn new(names: [&'static [u8]; N]) -> Self {
         assert!(N <= 32);
-        let mut quoted = [(0, 0, 0); N];
+        let mut quoted = [(0, 0); N];
         let mut k = 0;
         while k < N {
             let name = names[k];
@@ -161,7 +162,7 @@ impl<const N: usize> Keys<N> {
                 word |= (name[i] as u128) << (8 * (i + 1));
                 i += 1;
             }
-            quoted[k] = (word, u128::MAX >> (8 * (16 - len)), len);
+            quoted[k] = (word, len);
             k += 1;
         }
         Keys { names, quoted }
@@ -178,8 +179,9 @@ impl<const N: usize> Keys<N> {
 
     /// Whether `rest` begins with key `k` quoted and its colon.
     fn quoted_at(&self, k: usize, rest: &[u8]) -> Option<usize> {
-        let (word, mask, len) = *self.quoted.get(k)?;
+        let (word, len) = *self.quoted.get(k)?;
         let head: &[u8; 16] = rest.get(..16)?.try_into().ok()?;
+        let mask = u128::MAX >> (8 * (16 - len));
         (u128::from_le_bytes(*head) & mask == word).then_some(len)
     }
 
@@ -371,17 +373,17 @@ impl<'a> Cursor<'a> {
 /// ten (exact up to 10^22). `None` for any other token.
 fn plain_decimal(token: &[u8]) -> Option<f64> {
     const POW10: [f64; 16] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
-    let (whole, fraction) = match token.iter().position(|&b| b == b'.') {
-        Some(dot) => (&token[..dot], Some(&token[dot + 1..])),
-        None => (token, None),
+    let (whole, fraction): (&[u8], &[u8]) = match token.iter().position(|&b| b == b'.') {
+        Some(dot) => (&token[..dot], &token[dot + 1..]),
+        None => (token, &[]),
     };
-    let fraction = fraction.unwrap_or_default();
+    let has_dot = whole.len() < token.len();
     let all_digits = |part: &[u8]| part.iter().all(u8::is_ascii_digit);
     let usual = !whole.is_empty()
         && (whole.len() == 1 || whole[0] != b'0')
         && all_digits(whole)
         && all_digits(fraction)
-        && (token.len() == whole.len() || !fraction.is_empty())
+        && (!has_dot || !fraction.is_empty())
         && whole.len() + fraction.len() <= 15;
     if !usual {
         return None;
