@@ -74,15 +74,26 @@ impl<K: Hash + Ord, V> SortedMap<K, V> {
         make_key: impl FnOnce() -> K,
         make: impl FnOnce() -> V,
     ) -> &mut V {
-        let index = match self.map.get_index_of(key) {
+        let index = self.place_or_insert_with(key, make_key, make);
+        &mut self.map[index]
+    }
+
+    /// [`get_or_insert_with`](Self::get_or_insert_with), giving the place of the value in key
+    /// order.
+    pub fn place_or_insert_with<Q: ?Sized + Hash + Equivalent<K>>(
+        &mut self,
+        key: &Q,
+        make_key: impl FnOnce() -> K,
+        make: impl FnOnce() -> V,
+    ) -> usize {
+        match self.map.get_index_of(key) {
             Some(i) => i,
             None => {
                 let k = make_key();
                 debug_assert!(key.equivalent(&k), "make_key() built another key");
                 self.map.insert_sorted(k, make()).0
             }
-        };
-        &mut self.map[index]
+        }
     }
 
     /// The place of `key` in key order, if it is there (one hashed lookup; the place then reaches
@@ -230,5 +241,17 @@ mod tests {
         assert_eq!(m.keys().cloned().collect::<Vec<_>>(), ["a", "b"]);
         assert_eq!(m.insert("a".to_string(), 3), Some(1), "the old value, the key in its place");
         assert_eq!(m.iter().map(|(_, v)| *v).collect::<Vec<_>>(), [3, 2], "in key order");
+    }
+}
+
+/// Where a key was last found in a [`SortedMap`], kept beside something else about it to look
+/// there first (places move when keys are added or removed before it: a wrong one costs only
+/// the hashed lookup it was kept to spare). Its Debug says nothing: it is no state of its own.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlaceHint(pub usize);
+
+impl std::fmt::Debug for PlaceHint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("_")
     }
 }

@@ -24,8 +24,10 @@ impl DcManagerCore {
     fn on_holder_report(&mut self, holder: &HolderKey, r: &PodReport, now_ns: u64) -> Vec<DcOutput> {
         let ledger = &self.ledger;
         let outcome = self.pods.observe_unless_closed(holder, r, &self.cfg, now_ns, || ledger.is_closed(holder));
-        let (share_changed, sent_a_lease) = match outcome {
-            ReportOutcome::Accepted { share_changed, sent_a_lease } => (share_changed, sent_a_lease),
+        let (share_changed, sent_a_lease, to_confirm, place) = match outcome {
+            ReportOutcome::Accepted { share_changed, sent_a_lease, to_confirm, place } => {
+                (share_changed, sent_a_lease, to_confirm, place)
+            }
             ReportOutcome::Stale | ReportOutcome::Closed => {
                 self.counters.reports_stale += 1;
                 return Vec::new();
@@ -35,10 +37,14 @@ impl DcManagerCore {
                 return Vec::new();
             }
         };
-        let release_at = self.cfg.expiry.released_until_ns(now_ns);
-        if let Some(v) = r.lease_in_use {
-            // Unknown versions (a forged or pre-restart ack) change nothing.
-            let _ = self.ledger.confirm_in_use(holder, v, release_at);
+        // A version confirmed before is not asked again: its older leases already end by then,
+        // and no older one is granted after it. Unknown versions (a forged or pre-restart ack)
+        // change nothing, and are asked again if named again (a version may be issued later).
+        if let Some((v, view)) = to_confirm.zip(self.pods.views.get_index_mut(place)) {
+            let release_at = self.cfg.expiry.released_until_ns(now_ns);
+            if self.ledger.confirm_in_use_at(&mut view.ledger_place.0, holder, v, release_at).is_err() {
+                view.confirmed = None;
+            }
         }
         // A brand-new pod (never sent a lease by this core) needs a split to get a lease. A
         // holder already sent one gets it at the next renewal if it lapsed: a report it sent

@@ -3,8 +3,8 @@
 use crate::ewma::Ewma;
 use crate::expiry::NS_PER_MS;
 use crate::quota::{Quota, MILLI};
-use crate::sorted_map::SortedMap;
-use crate::wire::PodReport;
+use crate::sorted_map::{PlaceHint, SortedMap};
+use crate::wire::{LeaseVersion, PodReport};
 
 use super::config::DcManagerConfig;
 use super::HolderKey;
@@ -46,6 +46,11 @@ pub struct PodView {
     /// be on its way, or the report older than it); the next renewal leases the holder again
     /// if it is eligible then.
     pub sent_a_lease: bool,
+    /// The lease version the holder last reported in use that the ledger took: a report naming
+    /// it again confirms nothing new (its older leases already end), so the ledger is not asked.
+    pub confirmed: Option<LeaseVersion>,
+    /// Where the ledger last found the holder (`Ledger::confirm_in_use_at`).
+    pub ledger_place: PlaceHint,
 }
 
 impl PodView {
@@ -79,6 +84,8 @@ impl PodView {
             weight: r.weight,
             error_ratio: 0.0,
             sent_a_lease: false,
+            confirmed: None,
+            ledger_place: PlaceHint::default(),
         }
     }
 
@@ -96,6 +103,11 @@ pub enum ReportOutcome {
         share_changed: bool,
         /// [`PodView::sent_a_lease`] of the holder.
         sent_a_lease: bool,
+        /// The lease the report says is in use, unless the holder confirmed it before
+        /// ([`PodView::confirmed`], now set to it): the ledger must hear of it.
+        to_confirm: Option<LeaseVersion>,
+        /// The holder's place in [`Pods::views`] (until a view is added or removed).
+        place: usize,
     },
     Stale,
     TooManyPods,
@@ -139,12 +151,13 @@ impl Pods {
     ) -> ReportOutcome {
         // One lookup for a holder already known (every report but its first).
         let full = self.views.len() >= cfg.max_pods;
-        let v = match self.views.get_mut(holder) {
-            Some(v) => v,
+        let place = match self.views.get_index_of(holder) {
+            Some(place) => place,
             None if closed() => return ReportOutcome::Closed,
             None if full => return ReportOutcome::TooManyPods,
-            None => self.views.get_or_insert_with(holder, || holder.clone(), || PodView::new(r, cfg, now_ns)),
+            None => self.views.place_or_insert_with(holder, || holder.clone(), || PodView::new(r, cfg, now_ns)),
         };
+        let Some(v) = self.views.get_index_mut(place) else { return ReportOutcome::Stale };
         // Seen now (a new view, even one whose first report is stale, or a report accepted
         // below): it may be forgotten a minute from now.
         self.forget_due_ns = self.forget_due_ns.min(now_ns.saturating_add(FORGET_SILENT_AFTER_NS));
@@ -170,9 +183,13 @@ impl Pods {
         self.upstream_calls = self.upstream_calls.saturating_add(calls);
         // A pod cannot see more 429s than it made calls (a bad report counts as many as calls).
         self.upstream_429 = self.upstream_429.saturating_add(r.upstream_429.min(calls));
+        let to_confirm = r.lease_in_use.filter(|&in_use| v.confirmed != Some(in_use));
+        v.confirmed = r.lease_in_use.or(v.confirmed);
         ReportOutcome::Accepted {
             share_changed: share_before != Some(v.share_inputs(cfg, now_ns, reading)),
             sent_a_lease: v.sent_a_lease,
+            to_confirm,
+            place,
         }
     }
 
@@ -348,6 +365,29 @@ pub(super) mod tests {
         let mut off = cfg.clone();
         off.heartbeat_timeout_after_drops_ms = 0;
         assert_eq!(pods.eligible_count_and_demand_milli(&off, 3 * S).0, 0, "0 turns this excuse off too");
+    }
+
+    /// A version confirmed is asked of the ledger once; one it refused, again when named again.
+    #[test]
+    fn a_lease_in_use_goes_to_the_ledger_once_unless_it_refused_it() {
+        let cfg = DcManagerConfig::new("l", "bkk", "m");
+        let (mut pods, key) = (Pods::default(), holder_key("p1", 7));
+        let to_confirm = |pods: &mut Pods, seq, in_use: Option<u64>| {
+            let mut r = report(seq, 250, 0, 0, 1);
+            r.lease_in_use = in_use.map(|s| LeaseVersion::new(1, s));
+            match pods.observe(&key, &r, &cfg, 0) {
+                ReportOutcome::Accepted { to_confirm, .. } => to_confirm.map(|v| v.seq),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(to_confirm(&mut pods, 1, None), None);
+        assert_eq!(to_confirm(&mut pods, 2, Some(5)), Some(5));
+        assert_eq!(to_confirm(&mut pods, 3, Some(5)), None, "confirmed before");
+        assert_eq!(to_confirm(&mut pods, 4, None), None);
+        assert_eq!(to_confirm(&mut pods, 5, Some(5)), None, "a report without one forgets nothing");
+        assert_eq!(to_confirm(&mut pods, 6, Some(6)), Some(6));
+        pods.views.get_mut(&key).unwrap().confirmed = None; // as the core does when the ledger refuses
+        assert_eq!(to_confirm(&mut pods, 7, Some(6)), Some(6), "refused: asked again");
     }
 
     /// A quiet report standing for 4 periods moves the demand average as 4 reports do.

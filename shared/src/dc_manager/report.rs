@@ -7,7 +7,9 @@ use crate::wire::{DcReport, SCHEMA_VERSION};
 
 impl DcManagerCore {
     pub(super) fn report(&mut self, now_ns: u64) -> DcReport {
-        self.ledger.expire(now_ns);
+        // (No `Ledger::expire` here: the sums count only leases live at each instant, and the
+        // books are swept at every split, at least once a renew interval. Sweeping at every tick
+        // too was 5% of a DC manager's time at 1,000 limits × 100 pods.)
         let outstanding = self.ledger.outstanding(now_ns);
         // Newest lease whose amount covers what pods may still spend, and after whose end the
         // pods may spend no more than the floor (leases cut under an older, longer lease may

@@ -1,0 +1,36 @@
+//! The ledger's self-check ([`Ledger::check`]): the conservation invariant, and that what it
+//! keeps beside the books (the remembered sums, the count of closed markers) agrees with them.
+
+use super::Ledger;
+use std::hash::Hash;
+
+impl<H: Ord + Hash + Clone> Ledger<H> {
+    /// The conservation invariant at `now_ns`: the lasting leases fit the capacity, and the total
+    /// never rises above the larger of the capacity and what was there when it shrank (or was
+    /// adopted); once the inherited leases have expired, the total fits the capacity.
+    pub fn check(&self, now_ns: u64) -> Result<(), String> {
+        for kept in self.totals.all() {
+            let fresh = self.sum_claims(kept.at_ns);
+            if kept != fresh {
+                return Err(format!("remembered sums {kept:?} differ from the books {fresh:?}"));
+            }
+        }
+        let markers = self.holders.values().filter(|h| h.closed_until_ns.is_some()).count();
+        if markers != self.closed_markers {
+            return Err(format!("{markers} closed markers on the books, {} counted", self.closed_markers));
+        }
+        let lasting = self.sum_claims(now_ns).lasting.capped();
+        if !lasting.fits_in(&self.capacity) {
+            return Err(format!("lasting leases {lasting} exceed capacity {}", self.capacity));
+        }
+        let out = self.outstanding(now_ns);
+        let bound = self.capacity.max(self.ceiling);
+        if !out.fits_in(&bound) {
+            return Err(format!(
+                "outstanding {out} exceeds capacity {} (inherited ceiling {})",
+                self.capacity, self.ceiling
+            ));
+        }
+        Ok(())
+    }
+}
