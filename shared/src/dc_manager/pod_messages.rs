@@ -40,10 +40,16 @@ impl DcManagerCore {
         // A version confirmed before is not asked again: its older leases already end by then,
         // and no older one is granted after it. Unknown versions (a forged or pre-restart ack)
         // change nothing, and are asked again if named again (a version may be issued later).
-        if let Some((v, view)) = to_confirm.zip(self.pods.views.get_index_mut(place)) {
+        if let Some(v) = to_confirm {
             let release_at = self.cfg.expiry.released_until_ns(now_ns);
-            if self.ledger.confirm_in_use_at(&mut view.ledger_place.0, holder, v, release_at).is_err() {
-                view.confirmed = None;
+            match self.pods.views.get_index_mut(place) {
+                Some(view) => {
+                    if self.ledger.confirm_in_use_at(&mut view.ledger_place.0, holder, v, release_at).is_err() {
+                        view.confirmed = None;
+                    }
+                }
+                // (Not reached: the place is the view's, just found.)
+                None => _ = self.ledger.confirm_in_use(holder, v, release_at),
             }
         }
         // A brand-new pod (never sent a lease by this core) needs a split to get a lease. A

@@ -9,7 +9,9 @@ impl DcManagerCore {
     pub(super) fn report(&mut self, now_ns: u64) -> DcReport {
         // (No `Ledger::expire` here: the sums count only leases live at each instant, and the
         // books are swept at every split, at least once a renew interval. Sweeping at every tick
-        // too was 5% of a DC manager's time at 1,000 limits × 100 pods.)
+        // too was 5% of a DC manager's time at 1,000 limits × 100 pods. An instant already past
+        // is asked as now, which is what the sweep made of it: a lease ended since counts no
+        // more.)
         let outstanding = self.ledger.outstanding(now_ns);
         // Newest lease whose amount covers what pods may still spend, and after whose end the
         // pods may spend no more than the floor (leases cut under an older, longer lease may
@@ -20,7 +22,8 @@ impl DcManagerCore {
         let floor = if quiet { Quota::ZERO } else { self.floor };
         let covers = |l: &&HeldDcLease| {
             outstanding.fits_in(&floor.saturating_add(l.quota))
-                && (self.cfg.bugs.ack_by_amount_only || self.ledger.outstanding(l.expires_at_ns).fits_in(&floor))
+                && (self.cfg.bugs.ack_by_amount_only
+                    || self.ledger.outstanding(l.expires_at_ns.max(now_ns)).fits_in(&floor))
         };
         if let Some(l) = self.held.iter().rev().find(covers) {
             self.acked = Some(self.acked.map_or(l.version, |a| a.max(l.version)));
