@@ -103,6 +103,19 @@ impl<K: Hash + Ord, V> SortedMap<K, V> {
         self.map.get_index_of(key)
     }
 
+    /// The place of `key`, looked for first at `*hint` (one comparison of keys, no hashing), then
+    /// by hash; `*hint` is set to it when found. A DC manager finds a report item's holder so,
+    /// with the place it was found at last time: at 1,000 limits the maps are cold by then, and
+    /// the hashed lookup's probe was a tenth of its time.
+    pub fn place_from<Q: ?Sized + Hash + Equivalent<K>>(&self, hint: &mut PlaceHint, key: &Q) -> Option<usize> {
+        if self.map.get_index(hint.0).is_some_and(|(k, _)| key.equivalent(k)) {
+            return Some(hint.0);
+        }
+        let place = self.map.get_index_of(key)?;
+        hint.0 = place;
+        Some(place)
+    }
+
     /// The entry at place `index` in key order.
     pub fn get_index(&self, index: usize) -> Option<(&K, &V)> {
         self.map.get_index(index)
@@ -242,13 +255,41 @@ mod tests {
         assert_eq!(m.insert("a".to_string(), 3), Some(1), "the old value, the key in its place");
         assert_eq!(m.iter().map(|(_, v)| *v).collect::<Vec<_>>(), [3, 2], "in key order");
     }
+
+    #[test]
+    fn a_place_hint_is_looked_at_first_and_a_wrong_one_only_costs_the_lookup() {
+        let mut m: SortedMap<String, u32> = SortedMap::new();
+        m.insert("b".to_string(), 2);
+        let mut hint = PlaceHint::NOWHERE;
+        assert_eq!(m.place_from(&mut hint, "b"), Some(0));
+        assert_eq!(hint.0, 0, "found: the place is kept");
+        m.insert("a".to_string(), 1);
+        assert_eq!(m.place_from(&mut hint, "b"), Some(1), "the hint points at another key now");
+        assert_eq!(hint.0, 1);
+        assert_eq!(m.place_from(&mut hint, "c"), None);
+        assert_eq!(hint.0, 1, "a key not there leaves the hint");
+        let mut far = PlaceHint(99);
+        assert_eq!(m.place_from(&mut far, "a"), Some(0), "a place past the end");
+    }
 }
 
 /// Where a key was last found in a [`SortedMap`], kept beside something else about it to look
-/// there first (places move when keys are added or removed before it: a wrong one costs only
-/// the hashed lookup it was kept to spare). Its Debug says nothing: it is no state of its own.
-#[derive(Clone, Copy, Default, PartialEq, Eq)]
+/// there first ([`SortedMap::place_from`]; places move when keys are added or removed before
+/// it: a wrong one costs only the hashed lookup it was kept to spare). Its Debug says nothing: it
+/// is no state of its own. It starts [`NOWHERE`](Self::NOWHERE).
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct PlaceHint(pub usize);
+
+impl PlaceHint {
+    /// No place known.
+    pub const NOWHERE: PlaceHint = PlaceHint(usize::MAX);
+}
+
+impl Default for PlaceHint {
+    fn default() -> Self {
+        PlaceHint::NOWHERE
+    }
+}
 
 impl std::fmt::Debug for PlaceHint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

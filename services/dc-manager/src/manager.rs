@@ -19,6 +19,7 @@ use leasehold_shared::dc_manager::{DcManagerCore, RecordRules};
 use leasehold_shared::leadership::{Leadership, Transition};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::readiness::ReplicaView;
+use leasehold_shared::sorted_map::PlaceHint;
 use leasehold_shared::subjects::{self, PodChannel};
 use leasehold_shared::wire::{
     decode, decode_pod_reports_saying_how, LeaseReturns, LeaseVersion, PodReport, ReportsReadBy,
@@ -33,6 +34,7 @@ pub use crate::status::{LimitStatus, Status};
 mod floor_confirmations;
 mod ledger_reads;
 mod records;
+mod view_places;
 use async_nats::jetstream::kv::Store;
 
 pub(crate) struct LimitTerm {
@@ -92,6 +94,8 @@ pub struct Manager {
     pub(crate) status_refreshed_ns: Option<u64>,
     /// What the cores said, sent as batches by [`Manager::flush`] (leases paced per pod).
     outbox: Outbox,
+    /// Per pod, where its report items found their views last time (`view_places.rs`).
+    view_places: view_places::ViewPlaces,
     /// When the inbound queue last dropped a pod's report batch unread: each core hears of it
     /// at its tick (`DcManagerConfig::heartbeat_timeout_after_drops_ms`).
     pub(crate) reports_shed_at_ns: Option<u64>,
@@ -126,6 +130,7 @@ impl Manager {
             record_rules: RecordRules::default(),
             recorded: Default::default(),
             outbox,
+            view_places: Default::default(),
             reports_shed_at_ns: None,
             reports_read_through_ns: None,
             status: Status::default(),
@@ -197,18 +202,17 @@ impl Manager {
         let now = self.now_ns();
         let read_through = self.reports_read_through_ns.unwrap_or(now);
         self.status.report_read_lag_ms = now.saturating_sub(read_through) / leasehold_shared::expiry::NS_PER_MS;
-        let limits: Vec<String> = self.term.as_ref().map(|t| t.limits.keys().cloned().collect()).unwrap_or_default();
-        for limit in limits {
-            let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&limit)) else { continue };
-            if let Some(at) = self.reports_shed_at_ns {
+        let (shed_at, read_through) = (self.reports_shed_at_ns, self.reports_read_through_ns);
+        for lt in self.term.iter_mut().flat_map(|t| t.limits.values_mut()) {
+            if let Some(at) = shed_at {
                 lt.core.note_reports_dropped(at);
             }
-            if let Some(at) = self.reports_read_through_ns {
+            if let Some(at) = read_through {
                 lt.core.note_reports_read_through(at);
             }
-            let out = lt.core.tick(now);
-            self.outbox.push(out);
+            self.outbox.push(lt.core.tick(now));
         }
+        self.view_places.forget_unheard(now);
         self.refresh_status_when_due();
     }
 
@@ -298,21 +302,24 @@ impl Manager {
         if let Some(interval_ms) = batch.reports.iter().map(|r| r.interval_ms).min() {
             self.outbox.note_report_interval(&batch.pod, interval_ms);
         }
-        for r in &batch.reports {
+        let mut places = self.view_places.take(&batch.pod, batch.reports.len());
+        for (r, view_place) in batch.reports.iter().zip(&mut places) {
             if self.serves(&r.limit) {
-                self.on_pod_report(r).await;
+                self.on_pod_report(r, view_place).await;
             }
         }
+        let now = self.now_ns();
+        self.view_places.put(&batch.pod, places, now);
     }
 
-    async fn on_pod_report(&mut self, r: &PodReport) {
+    async fn on_pod_report(&mut self, r: &PodReport, view_place: &mut PlaceHint) {
         // The usual case first: a limit this term already serves (its core was made only for a
         // limit with a ledger record, and its floor entry then exists), looked up once.
         if self.fresh() {
             let now = self.now_ns();
             if let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&r.limit)) {
                 lt.admitted_window.push((now, r.admitted));
-                let out = lt.core.on_pod_report(r, now);
+                let out = lt.core.on_pod_report_at(view_place, r, now);
                 return self.outbox.push(out);
             }
         }
@@ -331,7 +338,7 @@ impl Manager {
         let now = self.now_ns();
         let Some(lt) = self.term.as_mut().and_then(|t| t.limits.get_mut(&r.limit)) else { return };
         lt.admitted_window.push((now, r.admitted));
-        let out = lt.core.on_pod_report(r, now);
+        let out = lt.core.on_pod_report_at(view_place, r, now);
         self.outbox.push(out);
     }
 

@@ -2,12 +2,23 @@
 //! uses) and returns (graceful drains).
 
 use super::{DcManagerCore, DcOutput, HolderKey, ReportOutcome, SplitMode};
+use crate::sorted_map::PlaceHint;
 use crate::wire::{LeaseReturn, PodReport, ReturnAck, SCHEMA_VERSION};
 
 impl DcManagerCore {
     /// A pod's demand report / heartbeat.
     pub fn on_pod_report(&mut self, r: &PodReport, now_ns: u64) -> Vec<DcOutput> {
-        if r.dc != self.cfg.dc || r.limit != self.cfg.limit {
+        self.on_pod_report_at(&mut PlaceHint::default(), r, now_ns)
+    }
+
+    /// [`on_pod_report`](Self::on_pod_report), looking for the holder's view first at
+    /// `*view_place` and setting it to where the view is: a driver that keeps it per pod and
+    /// report item spares a hashed lookup per item (a tenth of a DC manager's time at 1,000
+    /// limits × 100 pods). A wrong place only costs that lookup.
+    pub fn on_pod_report_at(&mut self, view_place: &mut PlaceHint, r: &PodReport, now_ns: u64) -> Vec<DcOutput> {
+        // (The names as the leases carry them, inline in the core: the config's are a cold heap
+        // block by the time a report comes.)
+        if self.lease_names.dc != r.dc.as_str() || self.lease_names.limit != r.limit.as_str() {
             self.counters.reports_foreign += 1;
             return Vec::new();
         }
@@ -15,15 +26,22 @@ impl DcManagerCore {
         // bytes kept inline included (a Kubernetes pod's name often is).
         let mut holder = std::mem::take(&mut self.holder_key_buf);
         holder.set(&r.pod, r.incarnation);
-        let out = self.on_holder_report(&holder, r, now_ns);
+        let out = self.on_holder_report(&holder, view_place, r, now_ns);
         self.holder_key_buf = holder;
         out
     }
 
     /// [`on_pod_report`](Self::on_pod_report) of a report of this DC and limit, from `holder`.
-    fn on_holder_report(&mut self, holder: &HolderKey, r: &PodReport, now_ns: u64) -> Vec<DcOutput> {
+    fn on_holder_report(
+        &mut self,
+        holder: &HolderKey,
+        view_place: &mut PlaceHint,
+        r: &PodReport,
+        now_ns: u64,
+    ) -> Vec<DcOutput> {
         let ledger = &self.ledger;
-        let outcome = self.pods.observe_unless_closed(holder, r, &self.cfg, now_ns, || ledger.is_closed(holder));
+        let closed = || ledger.is_closed(holder);
+        let outcome = self.pods.observe_unless_closed(holder, view_place, r, &self.cfg, now_ns, closed);
         let (share_changed, sent_a_lease, to_confirm, place) = match outcome {
             ReportOutcome::Accepted { share_changed, sent_a_lease, to_confirm, place } => {
                 (share_changed, sent_a_lease, to_confirm, place)
@@ -44,7 +62,7 @@ impl DcManagerCore {
             let release_at = self.cfg.expiry.released_until_ns(now_ns);
             match self.pods.views.get_index_mut(place) {
                 Some(view) => {
-                    if self.ledger.confirm_in_use_at(&mut view.ledger_place.0, holder, v, release_at).is_err() {
+                    if self.ledger.confirm_in_use_at(&mut view.ledger_place, holder, v, release_at).is_err() {
                         view.confirmed = None;
                     }
                 }
@@ -109,5 +127,36 @@ impl DcManagerCore {
         let mut out = self.waiting_pass_unless_recent(now_ns);
         out.push(ack);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dc_manager::pods::tests::report;
+    use crate::dc_manager::DcManagerConfig;
+
+    /// The place a driver keeps per report item: looked at first, corrected when the views
+    /// moved, and never the cause of a report landing on another pod's view.
+    #[test]
+    fn a_report_finds_its_view_from_a_kept_place_or_without_one() {
+        let mut core = DcManagerCore::new(DcManagerConfig::new("l", "bkk", "m"), 0);
+        let from = |pod: &str, seq| {
+            let mut r = report(seq, 250, 0, 0, 1);
+            r.pod = pod.into();
+            r
+        };
+        let last_seq =
+            |core: &DcManagerCore, pod: &str| core.pods().find(|(k, _)| k.pod() == pod).map(|(_, v)| v.last_seq);
+        let mut p1_place = PlaceHint::NOWHERE;
+        core.on_pod_report_at(&mut p1_place, &from("p1", 1), 0);
+        assert_eq!(p1_place.0, 0, "the new view's place");
+        core.on_pod_report(&from("p0", 1), 0);
+        core.on_pod_report_at(&mut p1_place, &from("p1", 2), 0);
+        assert_eq!((last_seq(&core, "p1"), last_seq(&core, "p0")), (Some(2), Some(1)), "not p0's, now at place 0");
+        assert_eq!(p1_place.0, 1, "corrected");
+        let mut wrong = PlaceHint(0);
+        core.on_pod_report_at(&mut wrong, &from("p1", 3), 0);
+        assert_eq!((last_seq(&core, "p1"), last_seq(&core, "p0"), wrong.0), (Some(3), Some(1), 1));
     }
 }

@@ -135,15 +135,17 @@ impl Pods {
     /// `r`, from the holder whose key ([`holder_key`]) is `holder`.
     #[cfg(test)]
     pub fn observe(&mut self, holder: &HolderKey, r: &PodReport, cfg: &DcManagerConfig, now_ns: u64) -> ReportOutcome {
-        self.observe_unless_closed(holder, r, cfg, now_ns, || false)
+        self.observe_unless_closed(holder, &mut PlaceHint::default(), r, cfg, now_ns, || false)
     }
 
     /// [`Pods::observe`], refusing a holder without a view when `closed()` says its lease was
     /// returned for good. A holder with a view is never closed (closing it drops its view, and
-    /// no view is made for a closed holder), so a known holder's report skips the question.
+    /// no view is made for a closed holder), so a known holder's report skips the question. The
+    /// view is looked for first at `*view_place` ([`SortedMap::place_from`]).
     pub fn observe_unless_closed(
         &mut self,
         holder: &HolderKey,
+        view_place: &mut PlaceHint,
         r: &PodReport,
         cfg: &DcManagerConfig,
         now_ns: u64,
@@ -151,12 +153,13 @@ impl Pods {
     ) -> ReportOutcome {
         // One lookup for a holder already known (every report but its first).
         let full = self.views.len() >= cfg.max_pods;
-        let place = match self.views.get_index_of(holder) {
+        let place = match self.views.place_from(view_place, holder) {
             Some(place) => place,
             None if closed() => return ReportOutcome::Closed,
             None if full => return ReportOutcome::TooManyPods,
             None => self.views.place_or_insert_with(holder, || holder.clone(), || PodView::new(r, cfg, now_ns)),
         };
+        *view_place = PlaceHint(place); // (a view just made included)
         let Some(v) = self.views.get_index_mut(place) else { return ReportOutcome::Stale };
         // Seen now (a new view, even one whose first report is stale, or a report accepted
         // below): it may be forgotten a minute from now.

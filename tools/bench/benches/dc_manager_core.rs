@@ -21,6 +21,7 @@
 
 use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput, LeasePacing};
 use leasehold_shared::quota::Quota;
+use leasehold_shared::sorted_map::PlaceHint;
 use leasehold_shared::wire::{self, DcLease, LeaseVersion, PodReport, PodReports, SCHEMA_VERSION};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -56,6 +57,8 @@ struct Dc {
     /// Per (pod, limit), the version the pod holds.
     held: BTreeMap<(usize, usize), LeaseVersion>,
     pod_seq: Vec<u64>,
+    /// Per pod, where each report item found its view last time (as the manager keeps them).
+    view_places: Vec<Vec<PlaceHint>>,
     next_dc_lease: u64,
     /// Leases delivered per (pod, limit) since the last read.
     delivered: Vec<u32>,
@@ -85,6 +88,7 @@ impl Dc {
             pacing: LeasePacing::new(1_000, TICK_MS),
             held: BTreeMap::new(),
             pod_seq: vec![0; pods],
+            view_places: vec![Vec::new(); pods],
             next_dc_lease: 2,
             delivered: vec![0; cores_n * pods],
             dc_reports: Vec::new(),
@@ -181,11 +185,14 @@ impl Dc {
         let started = Instant::now();
         let batch = wire::decode_pod_reports(&payload).expect("a batch this bench wrote");
         self.pacing.note_report_interval(&batch.pod, 1_000);
-        for r in &batch.reports {
+        let mut places = std::mem::take(&mut self.view_places[p]);
+        places.resize(batch.reports.len(), PlaceHint::NOWHERE);
+        for (r, place) in batch.reports.iter().zip(&mut places) {
             let i = self.index[&r.limit];
-            let out = self.cores[i].on_pod_report(r, now);
+            let out = self.cores[i].on_pod_report_at(place, r, now);
             self.route(i, out);
         }
+        self.view_places[p] = places;
         self.timed += started.elapsed();
         self.flush(now, false);
     }
