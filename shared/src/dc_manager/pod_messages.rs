@@ -42,9 +42,9 @@ impl DcManagerCore {
         let ledger = &self.ledger;
         let closed = || ledger.is_closed(holder);
         let outcome = self.pods.observe_unless_closed(holder, view_place, r, &self.cfg, now_ns, closed);
-        let (share_changed, sent_a_lease, to_confirm, place) = match outcome {
-            ReportOutcome::Accepted { share_changed, sent_a_lease, to_confirm, place } => {
-                (share_changed, sent_a_lease, to_confirm, place)
+        let (share_changed, sent_a_lease, to_confirm) = match outcome {
+            ReportOutcome::Accepted { share_changed, sent_a_lease, to_confirm } => {
+                (share_changed, sent_a_lease, to_confirm)
             }
             ReportOutcome::Stale | ReportOutcome::Closed => {
                 self.counters.reports_stale += 1;
@@ -60,7 +60,7 @@ impl DcManagerCore {
         // change nothing, and are asked again if named again (a version may be issued later).
         if let Some(v) = to_confirm {
             let release_at = self.cfg.expiry.released_until_ns(now_ns);
-            match self.pods.views.get_index_mut(place) {
+            match self.pods.views.get_index_mut(view_place.0) {
                 Some(view) => {
                     if self.ledger.confirm_in_use_at(&mut view.ledger_place, holder, v, release_at).is_err() {
                         view.confirmed = None;

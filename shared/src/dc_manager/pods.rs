@@ -106,8 +106,6 @@ pub enum ReportOutcome {
         /// The lease the report says is in use, unless the holder confirmed it before
         /// ([`PodView::confirmed`], now set to it): the ledger must hear of it.
         to_confirm: Option<LeaseVersion>,
-        /// The holder's place in [`Pods::views`] (until a view is added or removed).
-        place: usize,
     },
     Stale,
     TooManyPods,
@@ -141,7 +139,8 @@ impl Pods {
     /// [`Pods::observe`], refusing a holder without a view when `closed()` says its lease was
     /// returned for good. A holder with a view is never closed (closing it drops its view, and
     /// no view is made for a closed holder), so a known holder's report skips the question. The
-    /// view is looked for first at `*view_place` ([`SortedMap::place_from`]).
+    /// view is looked for first at `*view_place` ([`SortedMap::place_from`]), which is left at
+    /// the view's place (until a view is added or removed).
     pub fn observe_unless_closed(
         &mut self,
         holder: &HolderKey,
@@ -192,7 +191,6 @@ impl Pods {
             share_changed: share_before != Some(v.share_inputs(cfg, now_ns, reading)),
             sent_a_lease: v.sent_a_lease,
             to_confirm,
-            place,
         }
     }
 
