@@ -88,4 +88,8 @@ pub struct KnownBugs {
     /// the report it answers: a lease stored late (a ledger write that went unanswered and
     /// landed later) outlives its end on the coordinator's books.
     pub dc_lease_counts_from_receipt: bool,
+    /// A new DC-manager term waits out only its own pod-lease bounds, not those its
+    /// predecessor's term record carried: a rolling restart that lowers `pod_ttl_ms` lets the
+    /// new term give the floor again while the old term's pods still spend it.
+    pub term_ignores_predecessor_bounds: bool,
 }

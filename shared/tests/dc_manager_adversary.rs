@@ -10,7 +10,7 @@
 //! * floors named at random (0/100/300/500/s, lowered or raised), delivered in order with
 //!   delays; an older floor stops being reserved only when a report's `floor_in_use` fits the
 //!   newest and its `floor_version` is at least the newest's (as `confirm_floor`);
-//! * one manager-term switch after 8 s (a new instance, epoch 2, `inherited_pod_ttl_ms`), the
+//! * one manager-term switch after 8 s (a new instance, epoch 2, the first term's bounds inherited), the
 //!   old term's last pass flushed late to the pods (up to 3 s);
 //! * three pods with changing demand and health, 10% of reports lost, manager→pod direction
 //!   toggled deaf; optionally pod clocks drifting up to ±0.98% against the manager's.
@@ -162,7 +162,8 @@ fn run(seed: u64, mode: Mode, verbose: bool) -> Option<String> {
             let mut cfg = mgr.config().clone();
             cfg.instance = "eu-m2".into();
             cfg.epoch = 2;
-            cfg.inherited_pod_ttl_ms = 5_000;
+            // The first term's record: its pod leases' bounds (the same TTL here).
+            cfg.inherited = Some(leasehold_shared::dc_manager::PodLeaseBounds::of(&cfg));
             mgr = leasehold_shared::dc_manager::DcManagerCore::new(cfg, t);
             H.with(|h| h.set(1));
             reports.clear();

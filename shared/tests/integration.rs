@@ -27,6 +27,7 @@ mod reconfiguration_holes;
 mod seventh_review;
 mod support;
 mod tenth_review;
+mod term_records;
 mod third_review;
 mod whole_tokens;
 mod wire;

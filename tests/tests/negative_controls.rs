@@ -271,3 +271,30 @@ fn the_simulator_catches_a_floor_confirmed_before_it_is_written() {
     println!("violations per seed with floors confirmed before they are written: {per_seed:?}");
     assert!(per_seed.iter().sum::<u64>() > 0);
 }
+
+/// Terms carry their settings: rolling restarts of the DC managers lower `pod_ttl_ms` (20 s →
+/// 6 s) and E while a DC runs on its floor with pods cut off from their manager
+/// (`Scenario::ttl_lowering`). A new term that waits out only its own, shorter pod TTL gives the
+/// floor again while the old term's pods still spend it; one that waits what its predecessor's
+/// record says holds, in strict and best-effort mode.
+#[test]
+fn the_ttl_lowering_path_breaks_a_term_that_waits_only_its_own_pod_ttl() {
+    let run = |bugs: KnownBugs, emergency: Quota, seed: u64| {
+        let mut sc = Scenario::ttl_lowering();
+        sc.bugs = bugs;
+        sc.emergency_per_dc = emergency;
+        run_scenario(sc, seed, Policy::Leasehold)
+    };
+    let old = KnownBugs { term_ignores_predecessor_bounds: true, ..KnownBugs::default() };
+    // E below the floor: a new term that cannot read the ledger in the cut uses no E, so a
+    // floor spent twice shows above floor + E only where the floor is the larger.
+    for emergency in [Quota::ZERO, Quota::per_s(10, 1)] {
+        for seed in 1..=2 {
+            let fixed = run(KnownBugs::default(), emergency, seed);
+            assert_eq!(fixed.violations, 0, "E {emergency} seed {seed}: {:?}", fixed.first_breach);
+        }
+        let caught: Vec<u64> = (1..=2).map(|seed| run(old, emergency, seed).violations).collect();
+        println!("E {emergency}: violations per seed with the old rule: {caught:?}");
+        assert!(caught.iter().sum::<u64>() > 0, "E {emergency}: the old rule went unnoticed");
+    }
+}

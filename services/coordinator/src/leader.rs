@@ -133,8 +133,15 @@ impl Leader {
         let clock = move || lease_clock.now_ns();
         let key = subjects::COORDINATOR_LEADER_KEY;
         let mut reached = self.status.replica.key_reached_ns;
-        let transition =
-            leasehold_nats::leader_key::step(&mut self.election, &self.leaders, key, clock, &mut reached).await;
+        let transition = leasehold_nats::leader_key::step(
+            &mut self.election,
+            &mut leasehold_nats::leader_key::HolderId,
+            &self.leaders,
+            key,
+            clock,
+            &mut reached,
+        )
+        .await;
         match transition {
             Some(Transition::Elected { epoch }) => self.take_over(epoch).await,
             Some(Transition::Deposed { reason }) => self.step_down(reason),

@@ -12,10 +12,12 @@
 //! * A replica that may not act (not leading, or its last landed renewal too old) does nothing
 //!   at all: after a long pause it cannot issue from a lease a successor may already be using.
 //!   The successor's cores wait a full pod-lease lifetime before they use a floor (see
-//!   `DcManagerCore::new`), and use only the floor the coordinator's record names.
+//!   `DcManagerCore::new`): the longest its predecessor's term record names, whatever its own
+//!   settings say (`TermRecords`, written with every claim and renewal of the key), and use only
+//!   the floor the coordinator's record names.
 
 use leasehold_process::clock::LeaseClock;
-use leasehold_shared::dc_manager::{DcManagerCore, RecordRules};
+use leasehold_shared::dc_manager::{DcManagerCore, PodLeaseBounds, RecordRules, TermRecords};
 use leasehold_shared::leadership::{Leadership, Transition};
 use leasehold_shared::quota::Quota;
 use leasehold_shared::readiness::ReplicaView;
@@ -80,6 +82,8 @@ pub struct Manager {
     direct_reads: tokio::sync::mpsc::Sender<u64>,
     pub(crate) clock: LeaseClock,
     leadership: Leadership,
+    /// What this replica writes in the DC's leader key and what its terms inherit from it.
+    records: TermRecords,
     pub(crate) term: Option<Term>,
     /// Per limit, this DC's floor in the coordinator's last record and its version (none until
     /// one was read).
@@ -116,6 +120,7 @@ impl Manager {
         let id = settings.id();
         let outbox = Outbox::new(settings.manager.renew_interval_ms, settings.report_interval_ms);
         let leadership = Leadership::new(&id, leasehold_nats::leader_key::config(settings.leader_ttl_ms));
+        let records = TermRecords::new(PodLeaseBounds::of(&settings.manager), &settings.manager.bugs);
         Manager {
             id,
             settings,
@@ -124,6 +129,7 @@ impl Manager {
             direct_reads,
             clock,
             leadership,
+            records,
             term: None,
             floors: BTreeMap::new(),
             status_refreshed_ns: None,
@@ -163,6 +169,7 @@ impl Manager {
         let mut reached = self.status.replica.key_reached_ns;
         let transition = leasehold_nats::leader_key::step(
             &mut self.leadership,
+            &mut self.records,
             &self.leaders,
             &key,
             move || clock.now_ns(),
@@ -261,6 +268,8 @@ impl Manager {
         cfg.limit = limit.to_string();
         cfg.epoch = term.epoch;
         cfg.instance = term.instance.clone();
+        // Earlier terms' pod leases, as their records bound them (`term_record.rs`).
+        cfg.inherited = self.records.inherited();
         let now = self.now_ns();
         let mut core = DcManagerCore::new(cfg, now);
         if let Some(out) = self.prepare_core(limit, &mut core, now) {

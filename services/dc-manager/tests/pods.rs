@@ -8,7 +8,7 @@ use leasehold_dc_manager::manager::Status;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::{Denial, Pod, PodSettings, PodStatus};
 use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::dc_manager::DcManagerConfig;
+use leasehold_shared::dc_manager::{DcManagerConfig, PodLeaseBounds, TermRecord};
 use leasehold_shared::quota::Quota;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -169,6 +169,12 @@ async fn a_standby_manager_takes_over_with_a_higher_epoch() {
         let _coord = leasehold_coordinator::spawn(client(&url).await, coordinator(&url));
         let mut m1 = leasehold_dc_manager::spawn(client(&url).await, manager(&url, "m1"));
         let first = until(&mut m1.status, "m1 leads", |s: &Status| s.leading).await;
+        // The DC's leader key carries m1's term record: what bounds its pod leases.
+        let js = async_nats::jetstream::new(client(&url).await);
+        let leaders = leasehold_nats::kv::open_bucket(&js, leasehold_shared::subjects::LEADER_BUCKET).await.unwrap();
+        let (_, value) = leasehold_nats::kv::read(&leaders, "dc.bkk").await.unwrap().expect("m1 wrote dc.bkk");
+        let own = PodLeaseBounds::of(&manager(&url, "m1").manager);
+        assert_eq!(TermRecord::decode(&value, own), ("m1".to_string(), own), "{}", server.version);
         let mut m2 = leasehold_dc_manager::spawn(client(&url).await, manager(&url, "m2"));
         let a = Pod::start(client(&url).await, &pod_settings(&url, "pod-a"));
         let mut a_rx = a.limiter("api").unwrap().status();

@@ -86,10 +86,6 @@ pub struct DcManagerConfig {
     /// Fencing epoch for pod leases (from the DC's leader election).
     pub epoch: u64,
     pub pod_ttl_ms: u64,
-    /// The longest pod-lease TTL an earlier term of this DC may have used (published with its
-    /// leadership); a new term waits for it before it uses the floor. 0: only `pod_ttl_ms`.
-    #[serde(default)]
-    pub inherited_pod_ttl_ms: u64,
     pub renew_interval_ms: u64,
     /// A pod silent for longer is excluded from the next split (its lease is not revoked).
     pub heartbeat_timeout_ms: u64,
@@ -118,6 +114,11 @@ pub struct DcManagerConfig {
     /// O(pods) per gap, not per joining pod.
     #[serde(default = "default_event_pass_gap_ms")]
     pub event_pass_gap_ms: u64,
+    /// What an earlier term of this DC said bounds its pod leases (its [`super::TermRecord`],
+    /// read from the DC's leader key by the driver): a core waits them out, and its own bounds,
+    /// before it uses the floor or the emergency allowance. Never an operator setting.
+    #[serde(skip)]
+    pub inherited: Option<super::PodLeaseBounds>,
     /// Negative controls only: brings back holes an audit found. Never read from a file.
     #[serde(skip)]
     pub bugs: crate::bugs::KnownBugs,
@@ -142,7 +143,6 @@ impl DcManagerConfig {
             instance: instance.into(),
             epoch: 1,
             pod_ttl_ms: 5_000,
-            inherited_pod_ttl_ms: 0,
             renew_interval_ms: 1_000,
             heartbeat_timeout_ms: DEFAULT_HEARTBEAT_TIMEOUT_MS,
             heartbeat_timeout_after_drops_ms: default_heartbeat_timeout_after_drops_ms(),
@@ -154,6 +154,7 @@ impl DcManagerConfig {
             min_pod_ttl_ms: 250,
             max_pods: 10_000,
             event_pass_gap_ms: default_event_pass_gap_ms(),
+            inherited: None,
             bugs: Default::default(),
         }
     }
@@ -164,6 +165,13 @@ impl DcManagerConfig {
 
     pub fn validate(&self) -> Result<(), String> {
         self.expiry.validate()?;
+        if self.pod_ttl_ms > super::POD_TTL_MS_MAX {
+            return Err(format!(
+                "pod_ttl_ms ({}) must be at most {} (a successor that cannot read its predecessor's term record waits that long)",
+                self.pod_ttl_ms,
+                super::POD_TTL_MS_MAX
+            ));
+        }
         if self.renew_interval_ms == 0 || self.pod_ttl_ms <= self.renew_interval_ms {
             return Err(format!(
                 "pod_ttl_ms ({}) must exceed renew_interval_ms ({}) > 0",

@@ -30,6 +30,7 @@ mod record_rules;
 mod report;
 mod split_pass;
 mod targets;
+mod term_record;
 mod unread;
 
 pub use config::{
@@ -39,6 +40,7 @@ pub use holder_key::{holder_key, HolderKey};
 pub use pacing::LeasePacing;
 pub use pods::{PodView, ReportOutcome, ReportReading};
 pub use record_rules::RecordRules;
+pub use term_record::{PodLeaseBounds, TermRecord, TermRecords, POD_TTL_MS_MAX};
 
 use crate::expiry::NS_PER_MS;
 use crate::holder::{LeaseFence, LeaseRejection, SentLog};
@@ -169,9 +171,11 @@ impl DcManagerCore {
     /// A new term. Its floor is zero until the coordinator's durable record names it
     /// ([`on_floor`](Self::on_floor) or a DC lease), and neither the floor nor the emergency
     /// allowance is used before every pod lease an earlier term may have cut from them has
-    /// expired: `max(pod_ttl_ms, inherited_pod_ttl_ms)` from now, stretched for drift.
+    /// expired: the most conservative of this term's bounds and those its predecessor's term
+    /// record carried (`cfg.inherited`, see `term_record.rs`), from now.
     pub fn new(cfg: DcManagerConfig, now_ns: u64) -> Self {
-        let quiet_ns = cfg.expiry.issuer_live_until_ns(now_ns, cfg.pod_ttl_ms.max(cfg.inherited_pod_ttl_ms));
+        let bounds = PodLeaseBounds::of(&cfg);
+        let quiet_ns = cfg.inherited.map_or(bounds, |b| bounds.merge(b)).live_until_ns(now_ns);
         let ledger = Ledger::new(Quota::ZERO, cfg.epoch).with_bugs(&cfg.bugs);
         let lease_names = LeaseNames {
             limit: CompactString::new(&cfg.limit),

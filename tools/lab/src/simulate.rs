@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 #[derive(Args)]
 pub struct SimulateArgs {
-    /// diurnal | overload | tenant-shift | chaos | storm | rolling-restart | limit-change |
+    /// diurnal | overload | tenant-shift | chaos | storm | rolling-restart | limit-change | ttl-lowering |
     /// hidden-drop | tenants
     #[arg(long)]
     scenario: String,

@@ -60,8 +60,8 @@ pub fn manager_config(cfg: &ModelConfig, dc: usize, epoch: u64) -> DcManagerConf
     let mut c = DcManagerConfig::new(LIMIT, &dc_name(dc), &manager_instance(dc, epoch));
     c.epoch = epoch;
     c.pod_ttl_ms = cfg.pod_ttl_ms;
-    // Every term uses the same pod TTL, so no earlier term's pod lease outlives `pod_ttl_ms`.
-    c.inherited_pod_ttl_ms = 0;
+    // Every term uses the same pod TTL, so no earlier term's pod lease outlives `pod_ttl_ms`
+    // (its term record would carry the same bounds: `c.inherited` stays unset).
     c.renew_interval_ms = cfg.pod_renew_ms;
     c.heartbeat_timeout_ms = cfg.tick_ms * 3;
     c.expiry = expiry(cfg);

@@ -7,6 +7,7 @@ mod hidden_drop;
 mod limit_change;
 mod overloaded;
 mod tenants;
+mod ttl_lowering;
 
 pub use hidden_drop::{HIDDEN_DROP_S, HIDDEN_HIGH, HIDDEN_LOW, HIDDEN_RETURN_S};
 pub use overloaded::OfferedLoad;
@@ -288,6 +289,7 @@ impl Scenario {
             "storm" => Some(Scenario::storm(seed)),
             "rolling-restart" => Some(Scenario::rolling_restart()),
             "limit-change" => Some(Scenario::limit_change()),
+            "ttl-lowering" => Some(Scenario::ttl_lowering()),
             "hidden-drop" => Some(Scenario::hidden_drop()),
             "tenants" => Some(Scenario::tenants(seed)),
             _ => None,
@@ -325,7 +327,7 @@ impl Scenario {
         s
     }
 
-    pub const NAMES: [&'static str; 9] = [
+    pub const NAMES: [&'static str; 10] = [
         "diurnal",
         "overload",
         "tenant-shift",
@@ -335,6 +337,7 @@ impl Scenario {
         "limit-change",
         "hidden-drop",
         "tenants",
+        "ttl-lowering",
     ];
 }
 

@@ -113,6 +113,7 @@ impl View {
             }
             self.coordinator_leader = id;
         } else if let Some(dc) = key.strip_prefix("dc.") {
+            let id = value.map(leasehold_shared::dc_manager::TermRecord::holder_of);
             let before = self.dc_leaders.get(dc).cloned();
             if id != before {
                 self.event(now_ms, leader_text(&format!("DC {dc} manager"), before.as_deref(), id.as_deref()));

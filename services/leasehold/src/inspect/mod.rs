@@ -84,7 +84,8 @@ async fn collect(
         if let Ok(keys) = list_keys(&leaders).await {
             for key in keys {
                 if let (Some(dc), Ok(Some((_, id)))) = (key.strip_prefix("dc."), read(&leaders, &key).await) {
-                    state.dc_leaders.insert(dc.to_string(), String::from_utf8_lossy(&id).into_owned());
+                    let holder = leasehold_shared::dc_manager::TermRecord::holder_of(&id);
+                    state.dc_leaders.insert(dc.to_string(), holder);
                 }
             }
         }

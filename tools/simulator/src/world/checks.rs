@@ -35,7 +35,7 @@ impl World {
             self.metrics.invariant(self.now, msg);
         }
         // The leader the KV names (a paused, deposed one may still believe it leads).
-        let named = self.leader_keys.holder("coordinator");
+        let named = self.leader_keys.coordinator();
         let Some(c) = (0..self.coords.len()).find(|&c| {
             Some(self.coords[c].id.as_str()) == named && self.coords[c].core.is_some() && self.coords[c].alive
         }) else {

@@ -5,7 +5,7 @@ use super::leaders::Who;
 use super::{Ev, Msg, PodSlot, PodState, Policy, World, MS};
 use crate::net::Link;
 use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::dc_manager::{DcManagerConfig, DcOutput};
+use leasehold_shared::dc_manager::{DcManagerConfig, DcOutput, PodLeaseBounds, TermRecords};
 use leasehold_shared::expiry::ExpiryPolicy;
 use leasehold_shared::holder::LeaseRejection;
 use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
@@ -29,16 +29,21 @@ impl World {
         let mut c = DcManagerConfig::new("partner-api", &self.sc.dcs[d].name, &instance);
         c.epoch = term;
         c.pod_ttl_ms = self.live.pod_ttl_ms;
-        // Set by the operator during a rollout that changes pod_ttl_ms: the longest any term used.
-        c.inherited_pod_ttl_ms = self.live.pod_ttl_ms_max;
         c.renew_interval_ms = self.sc.renew_ms;
         c.heartbeat_timeout_ms = self.sc.pod_report_ms * 6;
         c.expiry = self.expiry();
         c.bugs = self.sc.bugs;
         if !self.sc.emergency_per_dc.is_zero() {
-            c.fail_mode = leasehold_shared::dc_manager::FailMode::BestEffort { emergency: self.sc.emergency_per_dc };
+            c.fail_mode = leasehold_shared::dc_manager::FailMode::BestEffort { emergency: self.live.emergency_per_dc };
         }
         c
+    }
+
+    /// The term records of DC `d`'s manager replica `r`, a process started with the settings in
+    /// force now.
+    pub(super) fn term_records(&self, d: usize, r: usize) -> TermRecords {
+        let own = PodLeaseBounds::of(&self.dc_config(d, r, 0));
+        TermRecords::new(own, &self.sc.bugs)
     }
 
     pub(super) fn limit_config(&self) -> LimitConfig {

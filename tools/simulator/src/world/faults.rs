@@ -23,11 +23,13 @@ impl World {
     fn restart_mgr(&mut self, d: usize, r: usize) {
         let id = format!("{}-mgr{r}", self.sc.dcs[d].name);
         let bugs = self.sc.bugs;
+        let records = self.term_records(d, r);
         let m = &mut self.dcs[d].mgrs[r];
         m.alive = true;
         m.core = None;
         m.incarnation += 1;
         m.election = super::leaders::election(&id, self.sc.leader_ttl_ms, &bugs);
+        m.records = records;
         m.record_rules = leasehold_shared::dc_manager::RecordRules::with_bugs(bugs);
         m.watched_floor = None;
         m.watch_lag_until = 0;
@@ -223,16 +225,27 @@ impl World {
                 let dc_only = (f.target >> 1) % 2 == 1;
                 l.pod_ttl_ms = if dc_only { self.sc.pod_ttl_ms } else { scale(self.sc.pod_ttl_ms) };
                 l.pod_ttl_ms_max = l.pod_ttl_ms_max.max(l.pod_ttl_ms);
+                let e = self.sc.emergency_per_dc;
+                l.emergency_per_dc =
+                    if shrink { Quota::new(scale(e.rate_milli_per_s), scale(e.burst_milli)) } else { e };
                 // The leader restarts last (standbys already run the new settings): the
                 // coordinators' for even targets (dc_ttl_ms), each DC's managers' for odd ones
-                // (pod_ttl_ms).
+                // (pod_ttl_ms and E). Each DC's standbys restart with the new settings first (a
+                // process takes its settings when it starts: what its term records say), then its
+                // leader: the new term's own pod TTL is the new one, the old term's leases run on.
                 if f.target.is_multiple_of(2) {
                     if let Some(c) = self.leader() {
                         self.restart_coordinator(c);
                     }
                 } else {
                     for d in 0..self.dcs.len() {
-                        if let Some((d, r)) = self.leading_mgr(d as u64) {
+                        let leading = self.leading_mgr(d as u64);
+                        for r in 0..self.dcs[d].mgrs.len() {
+                            if leading != Some((d, r)) && self.dcs[d].mgrs[r].alive {
+                                self.restart_mgr(d, r);
+                            }
+                        }
+                        if let Some((d, r)) = leading {
                             self.crash_mgr(d, r);
                             self.restart_mgr(d, r);
                         }

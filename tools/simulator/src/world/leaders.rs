@@ -23,6 +23,8 @@ pub(super) struct LeaderOp {
     who: Who,
     incarnation: u64,
     request: LeaderRequest,
+    /// What a write puts in the key, made when it is sent.
+    value: Vec<u8>,
     answer: Option<Answer>,
     /// The driver gave up on it (its answer is dropped; a write may still land).
     abandoned: bool,
@@ -30,22 +32,25 @@ pub(super) struct LeaderOp {
 
 #[derive(Clone, Debug)]
 enum Answer {
-    Read(KeyState),
+    /// The key's revision and value (`None`: absent).
+    Read(Option<(u64, Vec<u8>)>),
     Wrote(WriteOutcome),
     /// Lost on the way: the driver's own timeout fires.
     TimedOut,
 }
 
-/// The leader keys (one bucket-wide revision counter, like a JetStream stream sequence).
+/// The leader keys (one bucket-wide revision counter, like a JetStream stream sequence), each
+/// with its revision and value (the coordinator's: its holder's id; a DC's: a term record).
 #[derive(Default)]
 pub(super) struct LeaderKeys {
     revision: u64,
-    keys: BTreeMap<String, (u64, String)>,
+    keys: BTreeMap<String, (u64, Vec<u8>)>,
 }
 
 impl LeaderKeys {
-    pub(super) fn holder(&self, key: &str) -> Option<&str> {
-        self.keys.get(key).map(|(_, h)| h.as_str())
+    /// The coordinator key's holder.
+    pub(super) fn coordinator(&self) -> Option<&str> {
+        self.keys.get("coordinator").and_then(|(_, v)| std::str::from_utf8(v).ok())
     }
 }
 
@@ -54,6 +59,14 @@ const OP_TIMEOUT_MS: u64 = 1_000;
 /// While leader replies are slow, the share of requests held up on their way to the register
 /// past the driver's timeout (they land after the driver gave up on them).
 const STUCK_SHARE: f64 = 0.2;
+
+/// What the coordinator's key holds, as its election reads it (its value is the holder's id).
+fn coordinator_key_state(entry: Option<(u64, Vec<u8>)>) -> KeyState {
+    match entry {
+        None => KeyState::Absent,
+        Some((revision, value)) => KeyState::Held { revision, holder: String::from_utf8_lossy(&value).into_owned() },
+    }
+}
 
 pub(super) fn election(id: &str, ttl_ms: u64, bugs: &KnownBugs) -> Leadership {
     let mut cfg = LeadershipConfig::new(ttl_ms);
@@ -100,7 +113,8 @@ impl World {
         let local = self.local_of(who);
         let Some(request) = self.election_mut(who).poll(local) else { return };
         let incarnation = self.incarnation_of(who);
-        self.leader_ops.push(Some(LeaderOp { who, incarnation, request, answer: None, abandoned: false }));
+        let value = self.key_value(who);
+        self.leader_ops.push(Some(LeaderOp { who, incarnation, request, value, answer: None, abandoned: false }));
         let i = self.leader_ops.len() - 1;
         let slow_ms = self.net.faults.slow_leader_replies_ms;
         let at = if slow_ms > 0 && self.net_rng.chance(STUCK_SHARE) {
@@ -139,7 +153,7 @@ impl World {
         }
         let Some(answer) = op.answer.take() else {
             // At the register (served even if the driver has given up on it).
-            let answer = self.serve(op.who, op.request);
+            let answer = self.serve(op.who, op.request, &op.value);
             let disconnected = matches!(op.who, Who::Mgr(d, _) if self.net.dc_reconnect_at[d] > self.now);
             let lost = disconnected || self.net_rng.chance(self.net.faults.loss);
             let (answer, delay) = if lost {
@@ -164,11 +178,24 @@ impl World {
             return;
         }
         let local = self.local_of(op.who);
-        let e = self.election_mut(op.who);
-        let t = match answer {
-            Answer::Read(state) => e.on_read(state, local),
-            Answer::Wrote(outcome) => e.on_write(outcome, local),
-            Answer::TimedOut => e.abandon(local),
+        let t = match (op.who, answer) {
+            (Who::Coord(c), answer) => {
+                let e = &mut self.coords[c].election;
+                match answer {
+                    Answer::Read(entry) => e.on_read(coordinator_key_state(entry), local),
+                    Answer::Wrote(outcome) => e.on_write(outcome, local),
+                    Answer::TimedOut => e.abandon(local),
+                }
+            }
+            (Who::Mgr(d, r), answer) => {
+                let m = &mut self.dcs[d].mgrs[r];
+                let (e, records) = (&mut m.election, &mut m.records);
+                match answer {
+                    Answer::Read(entry) => records.on_read(e, entry.as_ref().map(|(r, v)| (*r, v.as_slice())), local),
+                    Answer::Wrote(outcome) => records.on_write(e, outcome, local),
+                    Answer::TimedOut => records.abandon(e, local),
+                }
+            }
         };
         self.on_transition(op.who, t);
     }
@@ -191,7 +218,13 @@ impl World {
             op.abandoned = true;
         }
         let local = self.local_of(who);
-        let t = self.election_mut(who).abandon(local);
+        let t = match who {
+            Who::Coord(c) => self.coords[c].election.abandon(local),
+            Who::Mgr(d, r) => {
+                let m = &mut self.dcs[d].mgrs[r];
+                m.records.abandon(&mut m.election, local)
+            }
+        };
         self.on_transition(who, t);
     }
 
@@ -203,21 +236,30 @@ impl World {
         }
     }
 
-    fn serve(&mut self, who: Who, request: LeaderRequest) -> Answer {
+    /// What a write of `who` sent now puts in its key: the coordinator's id, or a DC manager's
+    /// term record.
+    fn key_value(&self, who: Who) -> Vec<u8> {
+        let local = self.local_of(who);
+        match who {
+            Who::Coord(c) => self.coords[c].election.id().as_bytes().to_vec(),
+            Who::Mgr(d, r) => {
+                let m = &self.dcs[d].mgrs[r];
+                m.records.value(m.election.id(), local)
+            }
+        }
+    }
+
+    fn serve(&mut self, who: Who, request: LeaderRequest, value: &[u8]) -> Answer {
         let key = self.key_of(who);
-        let me = self.election_mut(who).id().to_string();
         let lk = &mut self.leader_keys;
         match request {
-            LeaderRequest::Read => Answer::Read(match lk.keys.get(&key) {
-                None => KeyState::Absent,
-                Some((revision, holder)) => KeyState::Held { revision: *revision, holder: holder.clone() },
-            }),
+            LeaderRequest::Read => Answer::Read(lk.keys.get(&key).cloned()),
             LeaderRequest::Write { expected_revision } => {
                 if lk.keys.get(&key).map(|(r, _)| *r) != expected_revision {
                     return Answer::Wrote(WriteOutcome::Conflict);
                 }
                 lk.revision += 1;
-                lk.keys.insert(key, (lk.revision, me));
+                lk.keys.insert(key, (lk.revision, value.to_vec()));
                 Answer::Wrote(WriteOutcome::Written { revision: lk.revision })
             }
         }
@@ -252,7 +294,8 @@ impl World {
                 self.write_record(c, false);
             }
             Who::Mgr(d, r) => {
-                let cfg = self.dc_config(d, r, claim_revision);
+                let mut cfg = self.dc_config(d, r, claim_revision);
+                cfg.inherited = self.dcs[d].mgrs[r].records.inherited();
                 let local = self.dcs[d].mgrs[r].clock.local(self.now);
                 let mut core = DcManagerCore::new(cfg.clone(), local);
                 // The term reads the record directly (newer than what its watch may deliver

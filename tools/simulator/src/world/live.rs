@@ -37,6 +37,9 @@ pub(super) struct LiveConfig {
     pub dc_ttl_ms: u64,
     pub pod_ttl_ms: u64,
     pub pod_ttl_ms_max: u64,
+    /// The DC managers' emergency allowance now (best-effort mode; a rolling restart that lowers
+    /// the TTLs lowers it too).
+    pub emergency_per_dc: Quota,
     /// TTL changes so far.
     pub changes: u64,
     /// R and B the coordinators run with now.
@@ -49,11 +52,12 @@ pub(super) struct LiveConfig {
 }
 
 impl LiveConfig {
-    pub fn new(dc_ttl_ms: u64, pod_ttl_ms: u64, quota: Quota, floors: Vec<Quota>) -> Self {
+    pub fn new(dc_ttl_ms: u64, pod_ttl_ms: u64, emergency_per_dc: Quota, quota: Quota, floors: Vec<Quota>) -> Self {
         LiveConfig {
             dc_ttl_ms,
             pod_ttl_ms,
             pod_ttl_ms_max: pod_ttl_ms,
+            emergency_per_dc,
             changes: 0,
             quota,
             floors,
@@ -96,7 +100,7 @@ mod tests {
 
     #[test]
     fn a_lower_limit_holds_after_its_window_and_a_higher_one_at_once() {
-        let mut l = LiveConfig::new(10_000, 5_000, Quota::per_s(100, 10), vec![]);
+        let mut l = LiveConfig::new(10_000, 5_000, Quota::ZERO, Quota::per_s(100, 10), vec![]);
         l.set_quota(Quota::per_s(60, 10), 1_000, 11_000);
         assert_eq!(l.limit_in_force(10_999), Quota::per_s(100, 10));
         assert_eq!(l.limit_in_force(11_000), Quota::per_s(60, 10));
@@ -107,7 +111,7 @@ mod tests {
 
     #[test]
     fn a_change_inside_another_ones_window_carries_the_larger_limit_to_its_own_window_end() {
-        let mut l = LiveConfig::new(10_000, 5_000, Quota::per_s(100, 20), vec![]);
+        let mut l = LiveConfig::new(10_000, 5_000, Quota::ZERO, Quota::per_s(100, 20), vec![]);
         l.set_quota(Quota::per_s(100, 12), 1_000, 11_000);
         l.set_quota(Quota::per_s(100, 14), 3_000, 13_000); // a raise, but B 20 is still in force
         assert_eq!(l.limit_in_force(12_000), Quota::per_s(100, 20));

@@ -122,7 +122,7 @@ impl World {
         upstream.partner = sc.hidden.clone().map(|h| crate::partner::Partner::new(h, sc.duration_s as usize + 1));
         let metrics = Metrics::new(&sc);
         let floors = sc.dcs.iter().map(|d| d.floor).collect();
-        let live = live::LiveConfig::new(sc.dc_ttl_ms, sc.pod_ttl_ms, sc.quota, floors);
+        let live = live::LiveConfig::new(sc.dc_ttl_ms, sc.pod_ttl_ms, sc.emergency_per_dc, sc.quota, floors);
         let mut w = World {
             live,
             net: Network::new(total_pods, sc.dcs.len()),
@@ -183,9 +183,11 @@ impl World {
                     let clock = self.clock();
                     let id = format!("{}-mgr{r}", self.sc.dcs[d].name);
                     let election = leaders::election(&id, self.sc.leader_ttl_ms, &self.sc.bugs);
+                    let records = self.term_records(d, r);
                     self.dcs[d].mgrs.push(MgrReplica {
                         clock,
                         election,
+                        records,
                         core: None,
                         alive: true,
                         paused_until: 0,

@@ -41,6 +41,8 @@ pub(super) struct PodSlot {
 pub(super) struct MgrReplica {
     pub(super) clock: NodeClock,
     pub(super) election: leasehold_shared::leadership::Leadership,
+    /// What its writes of the DC's leader key say, and what its term inherits from them.
+    pub(super) records: leasehold_shared::dc_manager::TermRecords,
     /// The state of its current term (a new term is a new holder).
     pub(super) core: Option<DcManagerCore>,
     pub(super) alive: bool,
