@@ -25,6 +25,7 @@ mod protocol_doc;
 mod reconfiguration;
 mod reconfiguration_holes;
 mod seventh_review;
+mod shipped_sizing;
 mod support;
 mod tenth_review;
 mod term_records;

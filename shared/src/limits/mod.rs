@@ -9,12 +9,14 @@
 //! * [`pod_rules`]: the definition's `split`, `fail_mode` and `emergency`, which DC managers
 //!   read from the limit's ledger record.
 //! * [`diff`]: what changing a definition does, one line per field.
+//! * [`sizing`]: the lease that keeps an upstream's hard limit (sliding window or token bucket).
 
 pub mod definition;
 pub mod diff;
 pub mod floor;
 pub mod pod_rules;
 pub mod rate;
+pub mod sizing;
 
 pub use definition::{DcDef, DefFormat, Floor, LimitDef, LimitDefError, LIMIT_DEF_VERSION};
 pub use diff::{diff, diff_defs, lease_lifetime_ms};

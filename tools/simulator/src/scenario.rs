@@ -173,22 +173,18 @@ impl Scenario {
     /// Buckets refill on each pod's clock, which may run fast by δ (the assumed `max_drift`), so
     /// in true time a bucket refills `R·(1 + δ)`: the sizing includes that margin.
     pub fn leased_quota(&self) -> Quota {
-        let j = self.jitter_ms as f64 / 1_000.0;
+        use leasehold_shared::limits::sizing;
         let drift = leasehold_shared::expiry::ExpiryPolicy::default().max_drift;
         match self.hard {
             HardLimit::SlidingWindow { calls, window_ms } => {
-                // calls in any window W ≤ R·(W·(1 + δ) + J) + B: keep B small, the rest is rate.
-                let w = window_ms as f64 / 1_000.0;
-                let burst = (calls as f64 * 0.02).floor();
-                let rate = ((calls as f64 - burst) / (w * (1.0 + drift) + j)).floor();
-                Quota::new((rate * 1_000.0) as u64, (burst * 1_000.0) as u64)
+                // Keep B small (2% of the calls): the rest is rate.
+                let burst = calls * 2 / 100;
+                let rate = sizing::sliding_window_rate_per_s(calls, window_ms, burst, drift, self.jitter_ms);
+                Quota::per_s(rate, burst)
             }
             HardLimit::TokenBucket { rate_per_s, burst } => {
-                // A sustained R·(1 + δ) would drain any upstream bucket: lease R / (1 + δ), to the
-                // milli-request (whole requests would cost a 5/s tenant a fifth of its limit).
-                let rate_milli = (rate_per_s as f64 * 1_000.0 / (1.0 + drift)).floor();
-                let slack = (rate_milli / 1_000.0 * j).ceil() + 1.0;
-                Quota::new(rate_milli as u64, ((burst as f64 - slack).max(0.0) * 1_000.0) as u64)
+                // To the milli-request: whole requests would cost a 5/s tenant a fifth of its limit.
+                sizing::token_bucket_quota(rate_per_s, burst, drift, self.jitter_ms)
             }
         }
     }

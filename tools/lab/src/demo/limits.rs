@@ -52,7 +52,14 @@ pub const PARTNER_LOWERED_CALLS: u64 = 700;
 /// `R·(W·(1 + δ) + J) + B` calls, with pods' clocks up to δ fast (1%) and J the jitter budget
 /// (`JITTER_BUDGET_MS`), so R = (L − B) / (W·(1 + δ) + J), rounded down.
 pub fn rate_for(hard_calls: u64, burst: u64) -> u64 {
-    (hard_calls - burst) * 1_000 / window_on_fast_clocks_plus_jitter_ms()
+    let max_drift = MAX_DRIFT_PPM as f64 / 1_000_000.0;
+    leasehold_shared::limits::sizing::sliding_window_rate_per_s(
+        hard_calls,
+        HARD_WINDOW_MS,
+        burst,
+        max_drift,
+        JITTER_BUDGET_MS,
+    )
 }
 
 /// W·(1 + δ) + J: how long the calls of one window W may have been permitted over.
