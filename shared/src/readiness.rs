@@ -114,22 +114,42 @@ pub fn dc_manager(
     }
 }
 
+/// Whether an agent holds a lease for a limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leased {
+    /// A valid lease now.
+    Now,
+    /// It held one since it started, but that has ended (its DC's manager failing over, or the
+    /// control plane cut off): the DC's condition, which every agent of the DC shares.
+    Lapsed,
+    /// Never since it started.
+    Never,
+}
+
 /// The agent's readiness: `kept_limits` are the limits it keeps (its default limit, and those of
-/// Envoy's configuration), each with whether it holds a valid lease now.
-pub fn agent(draining: bool, kept_limits: &[(&str, bool)], limits_served: usize) -> Readiness {
+/// Envoy's configuration), each with whether it holds a lease. An agent is ready once each has
+/// been leased: a lease that lapsed later is the DC's condition (a manager failover, a cut), not
+/// this agent's, and taking every agent of a DC out of service at once for it would turn a gap
+/// the system rides out into an outage. The agent denies calls with `Retry-After` meanwhile.
+pub fn agent(draining: bool, kept_limits: &[(&str, Leased)], limits_served: usize) -> Readiness {
     if draining {
         return Readiness::no("agent", "draining: its leases are being given back".into());
     }
-    let unleased: Vec<&str> = kept_limits.iter().filter(|(_, leased)| !leased).map(|(l, _)| *l).collect();
-    match (kept_limits, unleased.as_slice()) {
+    let with =
+        |want: Leased| -> Vec<&str> { kept_limits.iter().filter(|(_, l)| *l == want).map(|(l, _)| *l).collect() };
+    let (never, lapsed) = (with(Leased::Never), with(Leased::Lapsed));
+    match (kept_limits, never.as_slice()) {
         ([], _) => Readiness::yes("agent", format!("serves {limits_served} limits, each leased on first use")),
+        (_, [limit]) => Readiness::no("agent", format!("holds no valid lease for {limit} yet")),
+        (_, [limit, ..]) => {
+            Readiness::no("agent", format!("holds no valid lease for {limit} and {} other limits yet", never.len() - 1))
+        }
+        (_, []) if !lapsed.is_empty() => Readiness::yes(
+            "agent",
+            format!("its lease for {} lapsed: calls are denied until its DC manager leases again", lapsed.join(", ")),
+        ),
         ([(limit, _)], []) => Readiness::yes("agent", format!("holds a valid lease for {limit}")),
         (_, []) => Readiness::yes("agent", format!("holds a valid lease for each of its {} limits", kept_limits.len())),
-        (_, [limit]) => Readiness::no("agent", format!("holds no valid lease for {limit} yet")),
-        (_, [limit, ..]) => Readiness::no(
-            "agent",
-            format!("holds no valid lease for {limit} and {} other limits yet", unleased.len() - 1),
-        ),
     }
 }
 
@@ -164,15 +184,25 @@ mod tests {
 
     #[test]
     fn an_agent_is_ready_with_a_lease_for_its_default_limit_and_not_while_draining() {
-        assert!(agent(false, &[("partner-api", true)], 1).ready);
-        assert!(!agent(false, &[("partner-api", false)], 1).ready);
-        assert!(!agent(true, &[("partner-api", true)], 1).ready);
+        use Leased::{Lapsed, Never, Now};
+        assert!(agent(false, &[("partner-api", Now)], 1).ready);
+        assert!(!agent(false, &[("partner-api", Never)], 1).ready);
+        assert!(!agent(true, &[("partner-api", Now)], 1).ready);
         assert!(agent(false, &[], 3).ready);
         // Every kept limit (the default and those Envoy's configuration names) must be leased.
-        assert!(agent(false, &[("a", true), ("b", true)], 2).ready);
-        let one_missing = agent(false, &[("a", true), ("b", false)], 2);
+        assert!(agent(false, &[("a", Now), ("b", Now)], 2).ready);
+        let one_missing = agent(false, &[("a", Now), ("b", Never)], 2);
         assert_eq!((one_missing.ready, one_missing.reason.as_str()), (false, "holds no valid lease for b yet"));
-        let two_missing = agent(false, &[("a", false), ("b", false), ("c", true)], 3);
+        let two_missing = agent(false, &[("a", Never), ("b", Never), ("c", Now)], 3);
         assert!(!two_missing.ready && two_missing.reason.contains("a and 1 other"), "{two_missing:?}");
+    }
+
+    /// A manager failover lets every agent's lease of a DC lapse together for a few seconds: the
+    /// agents stay in service (denying with Retry-After), rather than all leaving it at once.
+    #[test]
+    fn an_agent_whose_lease_lapsed_stays_ready_and_says_so() {
+        let r = agent(false, &[("partner-api", Leased::Lapsed)], 1);
+        assert!(r.ready && r.reason.contains("partner-api lapsed"), "{r:?}");
+        assert!(!agent(true, &[("partner-api", Leased::Lapsed)], 1).ready, "draining still is not");
     }
 }

@@ -298,3 +298,34 @@ fn the_ttl_lowering_path_breaks_a_term_that_waits_only_its_own_pod_ttl() {
         assert!(caught.iter().sum::<u64>() > 0, "E {emergency}: the old rule went unnoticed");
     }
 }
+
+/// A DC-manager failover wastes no more than the new term's wait for its predecessors' pod
+/// leases: the pods keep spending the leases they validly hold (no empty lease replaces them),
+/// and the coordinator stops counting the old term's DC lease once the new term says its pod
+/// leases have ended. A term that says so at once is caught.
+#[test]
+fn a_manager_failover_keeps_pods_spending_and_releases_the_old_dc_lease_only_when_its_pods_are_done() {
+    use leasehold_sim::scenario::manager_failover::run_failovers;
+    let run = |bugs: KnownBugs, seed: u64| {
+        let mut sc = Scenario::manager_failover();
+        sc.bugs = bugs;
+        run_failovers(sc, seed)
+    };
+    let worst = |costs: &[leasehold_sim::scenario::manager_failover::FailoverCost]| {
+        costs.iter().map(|c| c.lost_renew_periods).fold(0.0, f64::max)
+    };
+    for seed in 1..=2 {
+        let (violations, now) = run(KnownBugs::default(), seed);
+        let (old_violations, before) =
+            run(KnownBugs { failover_wastes_valid_leases: true, ..KnownBugs::default() }, seed);
+        println!(
+            "seed {seed}: lost renew periods per kill {:?}, before {:?}",
+            now.iter().map(|c| (c.lost_renew_periods * 10.0).round() / 10.0).collect::<Vec<_>>(),
+            before.iter().map(|c| (c.lost_renew_periods * 10.0).round() / 10.0).collect::<Vec<_>>()
+        );
+        assert_eq!((violations, old_violations), (0, 0), "seed {seed}");
+        assert!(worst(&now) < worst(&before), "seed {seed}: {now:?} against {before:?}");
+        let (caught, _) = run(KnownBugs { earlier_terms_released_at_takeover: true, ..KnownBugs::default() }, seed);
+        assert!(caught > 0, "seed {seed}: releasing the old DC lease at takeover went unnoticed");
+    }
+}

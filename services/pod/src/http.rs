@@ -353,18 +353,27 @@ pub fn router_with(pod: Pod, more_metrics: Vec<Box<dyn prometheus_client::collec
 }
 
 /// Ready while not draining and every kept limit (the default one, and those kept for Envoy's
-/// configuration) holds a valid lease ([`leasehold_shared::readiness::agent`]).
+/// configuration) has been leased since the agent started ([`leasehold_shared::readiness::agent`]).
 async fn ready(State(pod): State<Pod>) -> Response {
+    use leasehold_shared::readiness::Leased;
     let now = pod.now_ns();
-    let kept: Vec<(String, bool)> = pod
+    let kept: Vec<(String, Leased)> = pod
         .kept_limits()
         .into_iter()
         .map(|l| {
-            let leased = l.bucket().view(now).expires_at_ns > now;
+            // A lease applied since the start (`leases_applied`), even one of rate 0 (the bucket
+            // keeps those as none): the control plane reached this agent.
+            let leased = if l.bucket().view(now).expires_at_ns > now {
+                Leased::Now
+            } else if l.status().borrow().leases_applied > 0 {
+                Leased::Lapsed
+            } else {
+                Leased::Never
+            };
             (l.limit().to_string(), leased)
         })
         .collect();
-    let kept: Vec<(&str, bool)> = kept.iter().map(|(l, leased)| (l.as_str(), *leased)).collect();
+    let kept: Vec<(&str, Leased)> = kept.iter().map(|(l, leased)| (l.as_str(), *leased)).collect();
     let served = pod.limiters().len();
     leasehold_process::health::answer(leasehold_shared::readiness::agent(pod.draining(), &kept, served))
 }

@@ -5,6 +5,7 @@ use leasehold_shared::quota::Quota;
 
 mod hidden_drop;
 mod limit_change;
+pub mod manager_failover;
 mod overloaded;
 mod tenants;
 mod ttl_lowering;
@@ -286,6 +287,7 @@ impl Scenario {
             "rolling-restart" => Some(Scenario::rolling_restart()),
             "limit-change" => Some(Scenario::limit_change()),
             "ttl-lowering" => Some(Scenario::ttl_lowering()),
+            "manager-failover" => Some(Scenario::manager_failover()),
             "hidden-drop" => Some(Scenario::hidden_drop()),
             "tenants" => Some(Scenario::tenants(seed)),
             _ => None,
@@ -323,7 +325,7 @@ impl Scenario {
         s
     }
 
-    pub const NAMES: [&'static str; 10] = [
+    pub const NAMES: [&'static str; 11] = [
         "diurnal",
         "overload",
         "tenant-shift",
@@ -334,6 +336,7 @@ impl Scenario {
         "hidden-drop",
         "tenants",
         "ttl-lowering",
+        "manager-failover",
     ];
 }
 
