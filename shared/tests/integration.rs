@@ -25,6 +25,7 @@ mod protocol_doc;
 mod reconfiguration;
 mod reconfiguration_holes;
 mod seventh_review;
+mod storm_seeds;
 mod support;
 mod tenth_review;
 mod third_review;
