@@ -101,4 +101,11 @@ pub struct KnownBugs {
     /// nothing to grant, replacing the earlier term's still-valid leases, and never tells the
     /// coordinator its predecessors' pod leases have ended, so their DC leases count to the end.
     pub failover_wastes_valid_leases: bool,
+    /// A coordinator term adopts a ledger group its term wrote at a revision newer than it
+    /// expected as its own late write without asking the fence, although a single-replica bucket
+    /// that lost its tail may have gone back to that term's older record after a newer term
+    /// wrote: the deposed term then writes an epoch below the newest (storm seeds 201 and 739 at
+    /// 72c6d26). Applied by the caller of `judge_group_write` (it passes the term's own epoch as
+    /// the fence's).
+    pub adoption_ignores_fence: bool,
 }

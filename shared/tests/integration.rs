@@ -26,6 +26,7 @@ mod reconfiguration;
 mod reconfiguration_holes;
 mod seventh_review;
 mod shipped_sizing;
+mod storm_seeds;
 mod support;
 mod tenth_review;
 mod term_records;

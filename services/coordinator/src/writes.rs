@@ -10,7 +10,7 @@
 //! group that did not exist is created), so a group someone else wrote ends the term. A write
 //! whose answer was lost (the group unreadable, or unchanged) keeps the term: it may still land,
 //! so its records count as stored; a conflict with the term's own earlier write that landed late
-//! is adopted ([`judge_group_write`]). Every tick writes every group that holds a limit, changed
+//! is adopted ([`judge_group_write`]) while the fence, read after the group, still names the term. Every tick writes every group that holds a limit, changed
 //! or not: a group rolled back or overwritten under the term (a single-replica bucket that lost
 //! its tail, a second writer) is found within a tick, as when each record was its own key.
 //!
@@ -91,11 +91,11 @@ impl Leader {
         if raise && !self.raise_fence(fence).await {
             return false;
         }
-        let ledger = self.ledger.clone();
+        let (ledger, leaders) = (self.ledger.clone(), self.leaders.clone());
         let (epoch, writer) = (self.status.epoch, self.id.clone());
         let outcomes: Vec<_> = futures::stream::iter(pending)
             .map(|(group, bytes, expected)| {
-                let (ledger, writer) = (ledger.clone(), writer.clone());
+                let (ledger, leaders, writer) = (ledger.clone(), leaders.clone(), writer.clone());
                 async move {
                     let key = subjects::ledger_group_key(group.group);
                     let answer = match compare_and_set(&ledger, &key, bytes.clone(), expected).await {
@@ -114,7 +114,17 @@ impl Leader {
                             GroupReadBack::Stored { revision: *revision, bytes: stored }
                         }
                     };
-                    (group, judge_group_write(answer, expected, &bytes, read_back, epoch, &writer))
+                    // The fence after the group: a group of this term is adopted only while the
+                    // fence still names it (the bucket may have lost its tail back to an older
+                    // record of this term after a newer term wrote).
+                    let fence_epoch = match answer {
+                        GroupWriteAnswer::Written { .. } => None,
+                        _ => match leasehold_nats::kv::read(&leaders, subjects::LEDGER_FENCE_KEY).await {
+                            Ok(Some((_, stored))) => LedgerFence::parse(&stored).ok().map(|f| f.epoch),
+                            _ => None,
+                        },
+                    };
+                    (group, judge_group_write(answer, expected, &bytes, read_back, epoch, &writer, fence_epoch))
                 }
             })
             .buffer_unordered(subjects::LEDGER_GROUPS as usize)

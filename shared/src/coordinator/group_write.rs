@@ -8,8 +8,12 @@
 //! records as stored (they may be: a limit is left out of its group only if no record of it can
 //! exist anywhere), and the next write tells. A conflict with a group this term wrote
 //! (every record of it carries this term's epoch and writer: epochs are unique to a term) is the
-//! term's own earlier write landing late: the term **adopts** that revision and writes again.
-//! Only a group written by someone else ends the term.
+//! term's own earlier write landing late: the term **adopts** that revision and writes again,
+//! but only while the ledger fence (read after the group) still names this term. A store that
+//! lost its tail may have gone back to an older record of this term *after* a newer term wrote:
+//! the group then looks like this term's late write, and adopting it would let a deposed term
+//! write an epoch below the newest on books that miss the newer term's leases (storm seeds 201
+//! and 739). Only a group written by someone else ends the term.
 //!
 //! Why adopting is safe: the late write was built after every write of the term that had landed
 //! before it, from the same books, so it names every lease those did (less expired ones); and a
@@ -58,7 +62,9 @@ pub enum GroupWrite {
 }
 
 /// The write of `ours` on `expected` (None: a create), by the term of `epoch` led by `writer`.
-/// `read_back` is only consulted when `answer` is not `Written`.
+/// `read_back` is only consulted when `answer` is not `Written`; `fence_epoch`, the epoch the
+/// ledger fence names as read after the group (None: unreadable), before going on at a revision
+/// read back (the same bytes as `ours` may be an older identical record the store went back to).
 pub fn judge_group_write(
     answer: GroupWriteAnswer,
     expected: Option<u64>,
@@ -66,27 +72,32 @@ pub fn judge_group_write(
     read_back: GroupReadBack<'_>,
     epoch: u64,
     writer: &str,
+    fence_epoch: Option<u64>,
 ) -> GroupWrite {
     if let GroupWriteAnswer::Written { revision } = answer {
         return GroupWrite::Landed { revision };
     }
+    // No newer term has begun: a group of this term read back is this term's own write.
+    let fenced = fence_epoch.is_some_and(|f| f <= epoch);
     match read_back {
         GroupReadBack::Unreadable => GroupWrite::Unresolved,
         // Not created yet (or the read lags behind a create it conflicted with): it may land.
         GroupReadBack::Absent if expected.is_none() => GroupWrite::Unresolved,
         // A group this term wrote or read at its takeover is gone: lost under the term.
         GroupReadBack::Absent => GroupWrite::Lost,
-        GroupReadBack::Stored { revision, bytes } if bytes == ours => GroupWrite::Landed { revision },
+        GroupReadBack::Stored { revision, bytes } if bytes == ours && fenced => GroupWrite::Landed { revision },
         // As expected: the write has not landed and may still (or the read lags behind what the
         // write met). The next write tells.
         GroupReadBack::Stored { revision, .. } if Some(revision) == expected => GroupWrite::Unresolved,
-        // Newer, and this term's: one of its earlier writes landed late.
+        // Newer, and this term's: one of its earlier writes landed late, unless a newer term has
+        // raised the fence since (the bucket lost its tail back to this term's older record).
         GroupReadBack::Stored { revision, bytes }
-            if expected.is_none_or(|e| revision > e) && written_by(bytes, epoch, writer) =>
+            if expected.is_none_or(|e| revision > e) && written_by(bytes, epoch, writer) && fenced =>
         {
             GroupWrite::Adopted { revision }
         }
-        // Someone else's, or older than the term last wrote (the bucket lost its tail).
+        // Someone else's, older than the term last wrote (the bucket lost its tail), or this
+        // term's while the fence names a newer term (or cannot be read).
         GroupReadBack::Stored { .. } => GroupWrite::Lost,
     }
 }

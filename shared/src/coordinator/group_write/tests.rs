@@ -22,7 +22,7 @@ const EPOCH: u64 = 40;
 const ME: &str = "coord-a";
 
 fn judge(answer: GroupWriteAnswer, expected: Option<u64>, ours: &[u8], read_back: GroupReadBack<'_>) -> GroupWrite {
-    judge_group_write(answer, expected, ours, read_back, EPOCH, ME)
+    judge_group_write(answer, expected, ours, read_back, EPOCH, ME, Some(EPOCH))
 }
 
 #[test]
@@ -96,4 +96,20 @@ fn a_group_gone_or_rolled_back_under_the_term_ends_it() {
     let older = group(vec![record(0, EPOCH, ME), record(1, EPOCH, ME)]);
     let read_back = GroupReadBack::Stored { revision: 5, bytes: &older };
     assert_eq!(judge(Conflict, Some(7), &ours, read_back), GroupWrite::Lost);
+}
+
+#[test]
+fn a_group_of_this_term_is_not_adopted_once_the_fence_names_a_newer_one() {
+    // The bucket lost its tail back to this term's older record after a newer term wrote.
+    let ours = group(vec![record(0, EPOCH, ME)]);
+    let earlier = group(vec![record(0, EPOCH, ME), record(1, EPOCH, ME)]);
+    let read_back = GroupReadBack::Stored { revision: 8, bytes: &earlier };
+    for fence in [Some(EPOCH + 1), None] {
+        let judged = judge_group_write(Conflict, Some(7), &ours, read_back, EPOCH, ME, fence);
+        assert_eq!(judged, GroupWrite::Lost, "fence {fence:?}");
+        // Nor a record the same as this write: the same older record, gone back to.
+        let same = GroupReadBack::Stored { revision: 8, bytes: &ours };
+        let judged = judge_group_write(Conflict, Some(7), &ours, same, EPOCH, ME, fence);
+        assert_eq!(judged, GroupWrite::Lost, "fence {fence:?}");
+    }
 }

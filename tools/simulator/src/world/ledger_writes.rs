@@ -3,7 +3,9 @@
 //! write goes unanswered: the leader reads the record unchanged (Unresolved), keeps its term and
 //! counts the write's leases, and the write lands later if the record still has the revision it
 //! expected (a client resending what it buffered). The leader's next write then meets it: a
-//! record of its own term, adopted (the next write goes on its revision), never a step-down.
+//! record of its own term, adopted (the next write goes on its revision), never a step-down,
+//! unless the fence names a newer term (a crash that took the bucket's tail back to an older
+//! record of a frozen term: storm seeds 201 and 739).
 //!
 //! Not modelled: a late write of a term that has ended landing after its successor read the
 //! record (the scripted fault keeps one leader; a trial with a coordinator crash during it made
@@ -64,7 +66,12 @@ impl World {
         };
         let ours = group_bytes(record);
         let (epoch, writer) = (record.epoch, &self.coords[c].id);
-        match judge_group_write(answer, expected, &ours, read_back, epoch, writer) {
+        // The fence as read after the group (with the known bug: not asked, taken as its own).
+        let fence = match self.sc.bugs.adoption_ignores_fence {
+            true => Some(epoch),
+            false => self.kv.fence.as_ref().map(|f| f.epoch),
+        };
+        match judge_group_write(answer, expected, &ours, read_back, epoch, writer, fence) {
             // Stored after all (the read shows it): the next write goes on it.
             GroupWrite::Landed { revision } => self.coords[c].record_rev = revision,
             // Its own earlier write landed late: this one never can; the next goes on it.
