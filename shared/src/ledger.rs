@@ -21,9 +21,13 @@
 //! and once the inherited leases have expired the total is within the new capacity. Without this
 //! a holder could renew at the level of an inherited lease and carry the excess past its end.
 //! Entries that never expire (a DC's floor on the coordinator's books) are never inherited; one
-//! below a newer never-expiring entry (a floor lowered, not yet confirmed) counts in the total
-//! but not among what lasts, and so do those of a holder adopted as outgoing (a lost record's
-//! floor: [`Ledger::adopt_outgoing`]).
+//! below a newer never-expiring entry (a floor lowered, not yet confirmed) counts among what
+//! lasts too, since it does not end by itself (the DC spends it until it confirms), so no grant
+//! takes its room (storm seed 187: a renewal took a lowered floor's excess and pods held more
+//! than the limit for as long as the DC stayed unconfirmed); the self-check ([`Ledger::check`])
+//! holds what lasts to the capacity without it (its excess is the documented exception). Those
+//! of a holder adopted as outgoing (a lost record's floor: [`Ledger::adopt_outgoing`]) count in
+//! the total but not among what lasts.
 
 mod adopt;
 mod check;

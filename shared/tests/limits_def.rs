@@ -287,7 +287,7 @@ fn the_shipped_coordinator_configuration_s_limits_parse() {
     assert_eq!(defs.len(), 1);
     let config = defs[0].to_config().unwrap();
     assert_eq!(config.limit, "partner-api");
-    assert_eq!(config.quota, Quota::new(976_000, 20_000));
+    assert_eq!(config.quota, Quota::new(966_000, 20_000));
     assert_eq!(config.floors(), Quota::new(100_000, 8_000), "a token for each of a DC's 4 pods");
     assert_eq!(config.expiry.egress_spread_ms, 144);
     let example = include_str!("../../deploy/limits/partner-api.toml");
@@ -313,7 +313,7 @@ fn the_protocol_s_examples_are_valid_definitions() {
     let section = protocol.split("## Limits as data").nth(1).expect("the section").split("\n## ").next().unwrap();
     let json_block = section.split("```json\n").nth(1).unwrap().split("```").next().unwrap();
     let def = one(json_block, DefFormat::Json).unwrap();
-    assert_eq!(def.to_config().unwrap().quota, Quota::new(976_000, 20_000));
+    assert_eq!(def.to_config().unwrap().quota, Quota::new(966_000, 20_000));
     let put = section.lines().find(|l| l.starts_with("nats kv put lh_limits partner-api '")).unwrap();
     let doc = put.split('\'').nth(1).unwrap();
     assert_eq!(LimitDef::from_json(doc.as_bytes()).unwrap().to_config().unwrap().dcs.len(), 1);

@@ -124,3 +124,65 @@ fn a_deposed_coordinator_that_adopts_without_the_fence_writes_an_epoch_below_the
     let store = deposed_term_writes_after_a_tail_loss(bugs);
     assert_eq!(store.went_back, vec![(1328, 1267)]);
 }
+
+/// Storm seed 187 (us-eu-ap): R, B and the floors go down while no coordinator leads; the new
+/// term's books name the us DC's lowered floor (12.029/s) beside the old one (20/s), which the
+/// DC has not confirmed and keeps spending: floors never end by themselves. The old floor's
+/// excess must stay out of every grant's room until the DC confirms, or pods spend above the
+/// limit for as long as it stays unconfirmed ("pods may spend 305.717/s … above the limit in
+/// force 297.749/s").
+#[test]
+fn a_lowered_floor_not_yet_confirmed_keeps_its_room_from_every_grant() {
+    let spent = lowered_floor_then_grant();
+    let capacity = Quota::per_s(100, 10);
+    assert!(spent.fits_in(&capacity), "the DC's old floor and the grants may spend {spent} against {capacity}");
+}
+
+/// What the books let be spent at once: the old floor the DC still spends, and every lease.
+fn lowered_floor_then_grant() -> Quota {
+    use leasehold_shared::ledger::{LeaseEntry, Ledger, NEVER};
+    use leasehold_shared::wire::LeaseVersion;
+    // 100/s with the us floor at 20/s; the rest leased to eu.
+    let mut books: Ledger<String> = Ledger::new(Quota::per_s(120, 12), 2);
+    books.adopt(
+        &"floor.us".into(),
+        LeaseEntry { version: LeaseVersion::new(1, 1), quota: Quota::per_s(20, 2), live_until_ns: NEVER },
+    );
+    books.grant(&"eu".into(), Quota::per_s(100, 10), LeaseVersion::new(2, 1), 10 * S, 0).expect("eu's lease");
+    // The limit goes down to 100/s and the us floor to 12/s (named, not confirmed).
+    books.set_capacity(Quota::per_s(100, 10));
+    books.adopt_as(
+        &"floor.us".into(),
+        LeaseEntry { version: LeaseVersion::new(2, 2), quota: Quota::per_s(12, 1), live_until_ns: NEVER },
+        false,
+    );
+    // While its inherited lease runs (so the total's room does not bind its renewal), eu asks
+    // for all there is; the new lease outlives the old one.
+    let at = 5 * S;
+    let want = Quota::per_s(100, 10);
+    let grant = books.grantable(&"eu".into(), want, at);
+    books.grant(&"eu".into(), grant, LeaseVersion::new(2, 3), 20 * S, at).expect("eu's new lease");
+    // Once eu's old lease has ended, us still spends its old floor until it confirms the new one.
+    assert_eq!(books.holder_claim(&"eu".into(), 11 * S), grant);
+    grant.saturating_add(Quota::per_s(20, 2))
+}
+
+/// Storm seed 368 (bkk-europe): once Europe confirms its lowered floor, the old one stops
+/// counting an egress spread later: no longer never-expiring, it was taken for a lasting lease
+/// again and the self-check saw "lasting leases 966.000/s burst 14.195 exceed capacity 966.000/s
+/// burst 12.926" although nothing was spent above the limit (the checker's mistake). An entry
+/// below its holder's newest never-expiring one is on its way out, confirmed or not.
+#[test]
+fn a_lowered_floor_confirmed_is_on_its_way_out_for_the_self_check() {
+    use leasehold_shared::ledger::{LeaseEntry, Ledger, NEVER};
+    use leasehold_shared::wire::LeaseVersion;
+    let mut books: Ledger<String> = Ledger::new(Quota::per_s(100, 10), 3);
+    let floor = |v: u64, q: Quota| LeaseEntry { version: LeaseVersion::new(3, v), quota: q, live_until_ns: NEVER };
+    books.adopt_as(&"floor.europe".into(), floor(1, Quota::per_s(68, 6)), false);
+    books.adopt_as(&"floor.europe".into(), floor(2, Quota::per_s(32, 3)), false);
+    books.adopt_as(&"floor.bkk".into(), floor(3, Quota::per_s(68, 7)), false);
+    let egress_end = S + 144 * support::MS;
+    books.confirm_in_use(&"floor.europe".into(), LeaseVersion::new(3, 2), egress_end).expect("a floor named");
+    assert_eq!(books.check(S), Ok(()), "the old floor's egress hold is not a lasting lease");
+    assert!(books.outstanding(S).rate_milli_per_s > 100_000, "it still counts in the total until then");
+}

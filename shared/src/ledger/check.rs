@@ -2,6 +2,7 @@
 //! keeps beside the books (the remembered sums, the count of closed markers) agrees with them.
 
 use super::Ledger;
+use crate::quota::Quota;
 use std::hash::Hash;
 
 impl<H: Ord + Hash + Clone> Ledger<H> {
@@ -19,9 +20,11 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
         if markers != self.closed_markers {
             return Err(format!("{markers} closed markers on the books, {} counted", self.closed_markers));
         }
-        let lasting = self.sum_claims(now_ns).lasting.capped();
-        if !lasting.fits_in(&self.capacity) {
-            return Err(format!("lasting leases {lasting} exceed capacity {}", self.capacity));
+        // What lasts, less lowered floors on their way out (their excess is the documented
+        // exception; grants never take its room: it counts among what lasts for them).
+        let settled = self.holders.values().fold(Quota::ZERO, |s, h| s.saturating_add(h.settled_claim(now_ns)));
+        if !settled.fits_in(&self.capacity) {
+            return Err(format!("lasting leases {settled} exceed capacity {}", self.capacity));
         }
         let out = self.outstanding(now_ns);
         let bound = self.capacity.max(self.ceiling);

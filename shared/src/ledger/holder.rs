@@ -51,21 +51,35 @@ impl HolderLeases {
         e.live_until_ns != NEVER && self.inherited_below.is_some_and(|b| e.version < b)
     }
 
-    /// The claim of the entries that last (see the module docs). A never-expiring entry below
-    /// a newer never-expiring one (a floor lowered, not yet confirmed) is not among them: it
-    /// keeps counting in the total until the holder confirms, but it is on its way out, as an
-    /// inherited lease is. (The rule as written; [`HolderLeases::claims`] computes it with the
-    /// claim in one pass, and the ledger's tests check the two agree.)
+    /// The claim of the entries that last (see the module docs): every live entry but the
+    /// inherited ones, of a holder not on its way out. A never-expiring entry below a newer one
+    /// (a floor lowered, not yet confirmed) lasts: the DC keeps spending it until it confirms,
+    /// so no grant may take its room. (The rule as written; [`HolderLeases::claims`] computes it
+    /// with the claim in one pass, and the ledger's tests check the two agree.)
     #[cfg(test)]
     pub(super) fn lasting_claim(&self, now_ns: u64) -> Quota {
         if self.outgoing {
             return Quota::ZERO;
         }
-        let newest_never = self.entries.iter().filter(|e| e.live_until_ns == NEVER).map(|e| e.version).max();
-        let superseded = |e: &LeaseEntry| e.live_until_ns == NEVER && newest_never.is_some_and(|n| e.version < n);
         self.entries
             .iter()
-            .filter(|e| e.live_until_ns > now_ns && !self.inherited(e) && !superseded(e))
+            .filter(|e| e.live_until_ns > now_ns && !self.inherited(e))
+            .fold(Quota::ZERO, |m, e| m.max(e.quota))
+    }
+
+    /// The lasting claim less the entries on their way out by confirmation: those below the
+    /// holder's newest never-expiring entry (a floor lowered, confirmed or not). What the
+    /// ledger's self-check holds to the capacity: a lowered floor's excess is the documented
+    /// exception (a DC cut off keeps spending its last floor), kept out of every grant's room.
+    pub(super) fn settled_claim(&self, now_ns: u64) -> Quota {
+        if self.outgoing {
+            return Quota::ZERO;
+        }
+        let newest_never = self.entries.iter().filter(|e| e.live_until_ns == NEVER).map(|e| e.version).max();
+        self.entries
+            .iter()
+            .filter(|e| e.live_until_ns > now_ns && !self.inherited(e))
+            .filter(|e| newest_never.is_none_or(|n| e.version >= n))
             .fold(Quota::ZERO, |m, e| m.max(e.quota))
     }
 
@@ -79,12 +93,10 @@ impl HolderLeases {
     /// holder's claims before and after the entry it pushes from the one set of entries.
     pub(super) fn claims_of_first(&self, count: usize, now_ns: u64) -> (Quota, Quota) {
         let entries = &self.entries[..count.min(self.entries.len())];
-        let newest_never = entries.iter().filter(|e| e.live_until_ns == NEVER).map(|e| e.version).max();
         let mut claims = (Quota::ZERO, Quota::ZERO);
         for e in entries.iter().filter(|e| e.live_until_ns > now_ns) {
             claims.0 = claims.0.max(e.quota);
-            let superseded = e.live_until_ns == NEVER && newest_never.is_some_and(|n| e.version < n);
-            if !self.outgoing && !self.inherited(e) && !superseded {
+            if !self.outgoing && !self.inherited(e) {
                 claims.1 = claims.1.max(e.quota);
             }
         }
