@@ -164,8 +164,10 @@ impl Unresolved {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Role {
     Follower {
-        /// The key as last read, and when the first answer showing it unchanged arrived.
-        seen: Option<(KeyState, u64)>,
+        /// The key as last read, when the first answer showing it unchanged arrived, and the
+        /// longest leader TTL (ns) its value named meanwhile (0: none; see
+        /// [`Leadership::on_read_naming_ttl`]).
+        seen: Option<(KeyState, u64, u64)>,
         /// Claims whose outcome is unknown.
         unresolved: Option<Unresolved>,
     },
@@ -263,7 +265,7 @@ impl Leadership {
                 }
             }
             Role::Follower { seen, .. } => match seen {
-                Some((state, since)) if self.waited_out(*since, now_ns) && !self.read_lost => {
+                Some((state, since, named_ns)) if self.waited_out(*since, *named_ns, now_ns) && !self.read_lost => {
                     LeaderRequest::Write { expected_revision: state.revision() }
                 }
                 _ => LeaderRequest::Read,
@@ -276,8 +278,11 @@ impl Leadership {
         Some(req)
     }
 
-    fn waited_out(&self, since_ns: u64, now_ns: u64) -> bool {
-        now_ns.saturating_sub(since_ns) >= self.ttl_ms.saturating_mul(NS_PER_MS)
+    /// A full TTL has passed since `since_ns`: this replica's own, or the longer one the key's
+    /// holder named (`named_ns`), so a leader whose TTL is longer than its standby's (a rolling
+    /// restart that lowered `leader_ttl_ms`) is never claimed over while it may still act.
+    fn waited_out(&self, since_ns: u64, named_ns: u64, now_ns: u64) -> bool {
+        now_ns.saturating_sub(since_ns) >= self.ttl_ms.saturating_mul(NS_PER_MS).max(named_ns)
     }
 
     /// The last answer about the key came at most `within_ns` ago.
@@ -344,6 +349,19 @@ impl Leadership {
 
     /// The answer to a read (or a watch update) of the key, arriving at `now_ns`.
     pub fn on_read(&mut self, state: KeyState, now_ns: u64) -> Option<Transition> {
+        self.on_read_naming_ttl(state, None, now_ns)
+    }
+
+    /// [`on_read`](Self::on_read) of a key whose value also names its writer's leader TTL
+    /// (`named_ttl_ms`; a DC manager's `TermRecord`): a follower waits that TTL if it is longer
+    /// than its own before it claims.
+    pub fn on_read_naming_ttl(
+        &mut self,
+        state: KeyState,
+        named_ttl_ms: Option<u64>,
+        now_ns: u64,
+    ) -> Option<Transition> {
+        let named_ns = named_ttl_ms.unwrap_or(0).saturating_mul(NS_PER_MS);
         if matches!(self.in_flight, Some((LeaderRequest::Read, _))) {
             self.in_flight = None;
             self.read_due = false;
@@ -388,8 +406,8 @@ impl Leadership {
                     *unresolved = None;
                 }
                 match seen {
-                    Some((old, _)) if *old == state && !out_of_sight => {}
-                    _ => *seen = Some((state, now_ns)),
+                    Some((old, _, named)) if *old == state && !out_of_sight => *named = (*named).max(named_ns),
+                    _ => *seen = Some((state, now_ns, named_ns)),
                 }
                 None
             }

@@ -184,7 +184,7 @@ mod tests {
 
     #[test]
     fn an_agent_is_ready_with_a_lease_for_its_default_limit_and_not_while_draining() {
-        use Leased::{Lapsed, Never, Now};
+        use Leased::{Never, Now};
         assert!(agent(false, &[("partner-api", Now)], 1).ready);
         assert!(!agent(false, &[("partner-api", Never)], 1).ready);
         assert!(!agent(true, &[("partner-api", Now)], 1).ready);

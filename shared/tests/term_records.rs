@@ -34,7 +34,7 @@ impl Replica {
         let mut cfg = DcManagerConfig::new("api", "bkk", id);
         cfg.pod_ttl_ms = pod_ttl_ms;
         cfg.bugs = bugs;
-        let records = TermRecords::new(PodLeaseBounds::of(&cfg), &bugs);
+        let records = TermRecords::new(PodLeaseBounds::of(&cfg), LEADER_TTL_MS, &bugs);
         Replica { cfg, election: Leadership::new(id, LeadershipConfig::new(LEADER_TTL_MS)), records, dc: None }
     }
 

@@ -120,7 +120,8 @@ impl Manager {
         let id = settings.id();
         let outbox = Outbox::new(settings.manager.renew_interval_ms, settings.report_interval_ms);
         let leadership = Leadership::new(&id, leasehold_nats::leader_key::config(settings.leader_ttl_ms));
-        let records = TermRecords::new(PodLeaseBounds::of(&settings.manager), &settings.manager.bugs);
+        let records =
+            TermRecords::new(PodLeaseBounds::of(&settings.manager), settings.leader_ttl_ms, &settings.manager.bugs);
         Manager {
             id,
             settings,

@@ -72,6 +72,10 @@ pub struct TermRecord {
     pub holder: String,
     /// Every pod lease that may still be live because of this term ends within these.
     pub pod_leases: PodLeaseBounds,
+    /// The writer's leader TTL: a standby claims only after seeing the key unchanged this long
+    /// (or its own TTL, if longer). Missing (older versions): the standby's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_ttl_ms: Option<u64>,
 }
 
 impl TermRecord {
@@ -90,10 +94,18 @@ impl TermRecord {
     /// The holder a value names and the bounds it carries ([`PodLeaseBounds::unknown`] for a
     /// value that is not a term record: a plain holder id, as versions before term records wrote).
     pub fn decode(value: &[u8], own: PodLeaseBounds) -> (String, PodLeaseBounds) {
-        match serde_json::from_slice::<TermRecord>(value) {
-            Ok(r) => (r.holder, r.pod_leases),
-            Err(_) => (String::from_utf8_lossy(value).into_owned(), PodLeaseBounds::unknown(own)),
-        }
+        let r = Self::decode_record(value, own);
+        (r.holder, r.pod_leases)
+    }
+
+    /// The whole record a value holds ([`decode`](Self::decode)'s reading of one that is not).
+    pub fn decode_record(value: &[u8], own: PodLeaseBounds) -> TermRecord {
+        serde_json::from_slice::<TermRecord>(value).unwrap_or_else(|_| TermRecord {
+            v: 1,
+            holder: String::from_utf8_lossy(value).into_owned(),
+            pod_leases: PodLeaseBounds::unknown(own),
+            leader_ttl_ms: None,
+        })
     }
 }
 
@@ -113,6 +125,8 @@ struct Inherited {
 #[derive(Clone, Debug, PartialEq)]
 pub struct TermRecords {
     own: PodLeaseBounds,
+    /// This replica's leader TTL, written with its records.
+    leader_ttl_ms: u64,
     /// What the last value read carried while following (`Some(None)`: the key was absent).
     seen: Option<Option<PodLeaseBounds>>,
     term: Option<Inherited>,
@@ -121,13 +135,20 @@ pub struct TermRecords {
 }
 
 impl TermRecords {
-    pub fn new(own: PodLeaseBounds, bugs: &crate::bugs::KnownBugs) -> Self {
-        TermRecords { own, seen: None, term: None, bug_ignores_predecessor: bugs.term_ignores_predecessor_bounds }
+    pub fn new(own: PodLeaseBounds, leader_ttl_ms: u64, bugs: &crate::bugs::KnownBugs) -> Self {
+        TermRecords {
+            own,
+            leader_ttl_ms,
+            seen: None,
+            term: None,
+            bug_ignores_predecessor: bugs.term_ignores_predecessor_bounds,
+        }
     }
 
     /// The value a write of the key sends at `now_ns` (a claim or a renewal).
     pub fn value(&self, holder: &str, now_ns: u64) -> Vec<u8> {
-        TermRecord { v: 1, holder: holder.into(), pod_leases: self.published(now_ns) }.encode()
+        let leader_ttl_ms = Some(self.leader_ttl_ms);
+        TermRecord { v: 1, holder: holder.into(), pod_leases: self.published(now_ns), leader_ttl_ms }.encode()
     }
 
     /// The bounds this replica speaks for at `now_ns`: its own, merged with its term's
@@ -162,14 +183,14 @@ impl TermRecords {
         entry: Option<(u64, &[u8])>,
         now_ns: u64,
     ) -> Option<Transition> {
-        let (state, bounds) = match entry {
-            None => (KeyState::Absent, None),
+        let (state, bounds, ttl_ms) = match entry {
+            None => (KeyState::Absent, None, None),
             Some((revision, value)) => {
-                let (holder, bounds) = TermRecord::decode(value, self.own);
-                (KeyState::Held { revision, holder }, Some(bounds))
+                let r = TermRecord::decode_record(value, self.own);
+                (KeyState::Held { revision, holder: r.holder }, Some(r.pod_leases), r.leader_ttl_ms)
             }
         };
-        let t = leadership.on_read(state, now_ns);
+        let t = leadership.on_read_naming_ttl(state, ttl_ms, now_ns);
         // A read that shows this replica's own claim landed says nothing of its predecessor.
         if !self.on_transition(t.as_ref(), now_ns) && leadership.term().is_none() {
             self.seen = Some(bounds);

@@ -19,9 +19,13 @@ type Key = Option<(u64, Vec<u8>)>;
 
 impl Replica {
     fn new(id: &str, pod_ttl_ms: u64) -> Self {
+        Self::with_leader_ttl(id, pod_ttl_ms, 3_000)
+    }
+
+    fn with_leader_ttl(id: &str, pod_ttl_ms: u64, leader_ttl_ms: u64) -> Self {
         Replica {
-            election: Leadership::new(id, LeadershipConfig::new(3_000)),
-            records: TermRecords::new(bounds(pod_ttl_ms), &KnownBugs::default()),
+            election: Leadership::new(id, LeadershipConfig::new(leader_ttl_ms)),
+            records: TermRecords::new(bounds(pod_ttl_ms), leader_ttl_ms, &KnownBugs::default()),
         }
     }
 
@@ -105,7 +109,7 @@ fn a_value_without_bounds_counts_as_the_longest_pod_ttl() {
     let own = bounds(5_000);
     assert_eq!(TermRecord::decode(b"bkk-mgr-1", own), ("bkk-mgr-1".into(), bounds(POD_TTL_MS_MAX)));
     assert_eq!(TermRecord::decode(b"{\"v\":1,\"holder\":", own).1, bounds(POD_TTL_MS_MAX));
-    let r = TermRecord { v: 1, holder: "m".into(), pod_leases: bounds(7_000) };
+    let r = TermRecord { v: 1, holder: "m".into(), pod_leases: bounds(7_000), leader_ttl_ms: Some(3_000) };
     assert_eq!(TermRecord::decode(&r.encode(), own), ("m".into(), bounds(7_000)));
 }
 
@@ -128,4 +132,26 @@ fn merging_bounds_keeps_the_longer_of_each() {
         }
     );
     assert!(m.live_until_ns(0) >= a.live_until_ns(0).max(b.live_until_ns(0)));
+}
+
+/// A rolling restart that lowers `leader_ttl_ms` (10 s → 3 s): the old leader acts until 60% of
+/// its own TTL after its last landed renewal; a standby that waited only its own 3 s would claim
+/// while it still acts. It waits the TTL the leader's record names.
+#[test]
+fn a_standby_waits_the_longer_leader_ttl_its_leader_named() {
+    let mut key = None;
+    let mut a = Replica::with_leader_ttl("a", 5_000, 10_000);
+    let elected = a.lead(&mut key, 0);
+    // A renews once more, then its renewals stop landing (it stops at 60% of 10 s after that).
+    let mut now = elected;
+    while a.election.poll(now).is_none() {
+        now += 250 * MS;
+    }
+    let revision = key.as_ref().map_or(0, |(r, _)| *r) + 1;
+    key = Some((revision, a.records.value(a.election.id(), now)));
+    a.records.on_write(&mut a.election, WriteOutcome::Written { revision }, now);
+    let acts_until = a.election.acts_until_ns().expect("leads");
+    let mut b = Replica::with_leader_ttl("b", 5_000, 3_000);
+    let claimed = b.lead(&mut key, now);
+    assert!(claimed > acts_until, "b claimed at {claimed} while a may act until {acts_until}");
 }

@@ -43,7 +43,7 @@ impl World {
     /// force now.
     pub(super) fn term_records(&self, d: usize, r: usize) -> TermRecords {
         let own = PodLeaseBounds::of(&self.dc_config(d, r, 0));
-        TermRecords::new(own, &self.sc.bugs)
+        TermRecords::new(own, self.sc.leader_ttl_ms, &self.sc.bugs)
     }
 
     pub(super) fn limit_config(&self) -> LimitConfig {
