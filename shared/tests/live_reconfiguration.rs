@@ -178,3 +178,22 @@ fn another_limits_definition_is_refused_and_changes_nothing() {
     assert_eq!(err, ReconfigureError::OtherLimit { limit: "api".into(), got: "other".into() });
     assert_eq!(a.config().quota, Quota::per_s(1_000, 20));
 }
+
+/// A DC dropped from a limit's definition: its floor is named zero at once and keeps counting
+/// until the DC confirms it (its pods may still spend the old one), then its room goes back to
+/// the limit. Before, it stayed reserved for good unless the operator knew to lower it to zero
+/// first, wait, and only then drop the DC.
+#[test]
+fn a_dc_dropped_from_the_definition_gives_its_floor_back_once_it_confirms_zero() {
+    let (mut a, _held, seq) = leading(config(Quota::per_s(1_000, 20), 50, 50));
+    let t0 = 5 * S;
+    let mut dropped = config(Quota::per_s(1_000, 20), 50, 50);
+    dropped.dcs.retain(|d| d.name != "eu");
+    a.reconfigure(dropped, t0).unwrap();
+    let (named, version) = a.floor_named("eu").expect("still named");
+    assert_eq!(named, Quota::ZERO, "a dropped DC's floor is named zero");
+    assert_eq!(a.floor_reserved("eu", t0), Quota::per_s(50, 0), "and its old floor counts until it confirms");
+    a.on_dc_report(&report("eu", seq + 1, None, Some((Quota::ZERO, version))), t0 + S);
+    assert_eq!(a.floor_reserved("eu", t0 + 2 * S), Quota::ZERO, "its room is the limit's again");
+    assert_eq!(a.ledger().check(t0 + 2 * S), Ok(()));
+}

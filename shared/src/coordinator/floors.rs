@@ -120,13 +120,21 @@ impl CoordinatorCore {
             .collect()
     }
 
-    /// Move every configured DC's floor towards its configured value: down at once, up as far
-    /// as the headroom allows (not at all while a lost record's leases may be live). True if a
+    /// Move every DC's floor towards its configured value: down at once, up as far as the
+    /// headroom allows (not at all while a lost record's leases may be live). A DC dropped from
+    /// the configuration whose floor is still on the books goes to zero like any lowered floor
+    /// (its old one counts until it confirms), so no operator has to lower it first. True if a
     /// floor changed (the record must go out).
     pub(super) fn settle_floors(&mut self, now_ns: u64) -> bool {
         let mut changed = false;
         let quiet = now_ns < self.issue_from_ns;
-        for (dc, configured) in self.cfg.dcs.iter().map(|d| (d.name.clone(), d.floor)).collect::<Vec<_>>() {
+        let mut floors: Vec<(String, Quota)> = self.cfg.dcs.iter().map(|d| (d.name.clone(), d.floor)).collect();
+        for dc in self.floor_dcs() {
+            if !floors.iter().any(|(d, _)| *d == dc) && self.floor_named(&dc).is_some() {
+                floors.push((dc, Quota::ZERO));
+            }
+        }
+        for (dc, configured) in floors {
             let named = self.floor_named(&dc).map(|(q, _)| q);
             // While a lost record's leases may be live, a floor may only go down from what this
             // term names (nothing yet: zero, at a version of this term).

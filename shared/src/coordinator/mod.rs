@@ -239,6 +239,12 @@ impl CoordinatorCore {
     /// A DC manager's report. Returns new leases when an ack freed capacity a DC is waiting for.
     pub fn on_dc_report(&mut self, r: &DcReport, now_ns: u64) -> Vec<DcLease> {
         let Some(view) = self.dcs.get_mut(&r.dc).filter(|_| r.limit == self.cfg.limit) else {
+            // A DC dropped from the configuration still confirms the zero floor it is named
+            // (a floor version taken after the drop), so its old floor stops counting.
+            if let (true, Some(f), Some(_)) = (r.limit == self.cfg.limit, r.floor_in_use, self.floor_named(&r.dc)) {
+                self.confirm_floor(&r.dc, f, r.floor_version, now_ns);
+                return self.grow_starved(now_ns);
+            }
             self.counters.reports_rejected += 1;
             return Vec::new();
         };
