@@ -25,6 +25,7 @@ mod protocol_doc;
 mod reconfiguration;
 mod reconfiguration_holes;
 mod seventh_review;
+mod shipped_rlqs;
 mod shipped_sizing;
 mod storm_seeds;
 mod support;

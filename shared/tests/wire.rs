@@ -238,9 +238,9 @@ mod per_key {
             count: None,
         });
         roundtrip(KeyRefusal { v: 1, error: "shard 3 is moving to a new owner; retry".into(), status: 503 });
-        roundtrip(ShardRecord::owned_by(Some("keys-3f2a".into())));
-        roundtrip(ShardRecord::owned_by(None));
-        roundtrip(MemberRecord { v: 1, http: "127.0.0.1:8090".into() });
+        roundtrip(ShardRecord::owned_by(Some("keys-3f2a".into()), 3_000));
+        roundtrip(ShardRecord::owned_by(None, 3_000));
+        roundtrip(MemberRecord { v: 1, http: "127.0.0.1:8090".into(), ttl_ms: Some(3_000) });
         roundtrip(AdmissionBatch { v: 1, admissions: vec![admission("alice", 1_764_457_200_123)] });
     }
 
@@ -249,7 +249,10 @@ mod per_key {
         let check: KeyCheck = decode_keys_message(br#"{"key":"alice"}"#, MAX_MESSAGE_BYTES).unwrap();
         assert_eq!(check, KeyCheck::new("alice", 1, None));
         let record: ShardRecord = decode_keys_message(br#"{"owner":"keys-1"}"#, MAX_MESSAGE_BYTES).unwrap();
-        assert_eq!(record, ShardRecord::owned_by(Some("keys-1".into())));
+        // Without the writer's TTL, too (a reader then counts the longest it accepts).
+        assert_eq!(record, ShardRecord { v: 1, owner: Some("keys-1".into()), ttl_ms: None });
+        let member: MemberRecord = decode_keys_message(br#"{"v":1,"http":"h:1"}"#, MAX_MESSAGE_BYTES).unwrap();
+        assert_eq!(member.ttl_ms, None);
         let batch =
             AdmissionBatch::parse(br#"[["alice",1764457200123,1,"free"],["bob",1764457200124,2,null]]"#).unwrap();
         assert_eq!(

@@ -1,7 +1,9 @@
 //! Shard ownership on NATS: the async driver around [`ShardBook`].
 //!
-//! * bucket `lh_keys_shards`: `shard.<n>` = `{"owner": "<instance>"|null}`, written only by
-//!   compare-and-set; `member.<instance>` = `{"http": "<addr>"}`, rewritten every TTL/4.
+//! * bucket `lh_keys_shards`: `shard.<n>` = `{"owner": "<instance>"|null, "ttl_ms": <its TTL>}`,
+//!   written only by compare-and-set; `member.<instance>` = `{"http": "<addr>", "ttl_ms": ..}`,
+//!   rewritten every TTL/4. Each record carries its writer's `shard_ttl_ms`, so instances started
+//!   with different ones still never answer for a shard together (see [`ShardBook`]).
 //! * A claimed shard is replayed from the admission stream, then served: this instance
 //!   subscribes to `lh.keys.check.<n>` and answers while its lease is fresh.
 //! * Leaving (SIGTERM) hands every shard over: stop answering, flush, release.
@@ -146,22 +148,31 @@ impl Driver {
         match ev {
             Event::Entry { key, revision, value } => {
                 if let Some(shard) = keys_shard_of_key(&key) {
-                    let record = value.and_then(|v| decode_keys_message::<ShardRecord>(&v, MAX_MESSAGE_BYTES).ok());
-                    if self.book.observe_shard(shard, revision, record.as_ref(), now) {
+                    let record = value.as_ref().map(|v| decode_keys_message::<ShardRecord>(v, MAX_MESSAGE_BYTES));
+                    let lost = match &record {
+                        None => self.book.observe_shard(shard, revision, None, now),
+                        Some(Ok(r)) => self.book.observe_shard(shard, revision, Some(r), now),
+                        Some(Err(e)) => {
+                            tracing::warn!(shard, cause = %e, "unreadable shard record; counted as owned");
+                            self.book.observe_unreadable_shard(shard, revision, now)
+                        }
+                    };
+                    if lost {
                         tracing::warn!(shard, "shard taken over by another instance");
                         self.stop_serving(shard, true);
                     }
                     // Written with no owner: a hand-over.
-                    return record.is_some_and(|r| r.owner.is_none());
+                    return matches!(record, Some(Ok(r)) if r.owner.is_none());
                 }
                 if let Some(id) = keys_member_of_key(&key) {
                     match value {
-                        Some(v) => {
-                            self.book.observe_member(id, now);
-                            if let Ok(m) = decode_keys_message::<MemberRecord>(&v, MAX_MESSAGE_BYTES) {
+                        Some(v) => match decode_keys_message::<MemberRecord>(&v, MAX_MESSAGE_BYTES) {
+                            Ok(m) => {
+                                self.book.observe_member(id, m.ttl_ms, now);
                                 self.member_http.insert(id.to_string(), m.http);
                             }
-                        }
+                            Err(_) => self.book.observe_member(id, None, now),
+                        },
                         None => {
                             self.book.forget_member(id);
                             self.member_http.remove(id);
@@ -205,7 +216,12 @@ impl Driver {
     async fn pass(&mut self) {
         let now = self.owned.mono_ms();
         if self.last_member_write_ms.is_none_or(|at| now >= at + self.options.shard_ttl_ms / 4) {
-            let body = encode(&MemberRecord { v: SCHEMA_VERSION, http: self.options.http.clone() });
+            let member = MemberRecord {
+                v: SCHEMA_VERSION,
+                http: self.options.http.clone(),
+                ttl_ms: Some(self.options.shard_ttl_ms),
+            };
+            let body = encode(&member);
             let key = keys_member_key(&self.options.instance_id);
             if self.kv.put(key, body.into()).await.is_ok() {
                 self.last_member_write_ms = Some(now);
@@ -225,11 +241,10 @@ impl Driver {
 
     /// Send every renewal at once (one round trip for all the shards held, not one each).
     async fn renew_all(&mut self, renewals: Vec<Action>) {
-        let body = encode(&ShardRecord::owned_by(Some(self.options.instance_id.clone())));
         let sent_at = self.owned.mono_ms();
         let writes = renewals.into_iter().filter_map(|action| {
             let Action::Renew { shard, expected } = action else { return None };
-            let (kv, body) = (self.kv.clone(), body.clone());
+            let (kv, body) = (self.kv.clone(), encode(&self.book.record_for(&action)));
             Some(async move {
                 let outcome = compare_and_set(&kv, &keys_shard_key(shard), body.into(), Some(expected)).await;
                 (action, outcome)
@@ -249,11 +264,10 @@ impl Driver {
     }
 
     async fn execute(&mut self, action: Action) {
-        let record = |owner: Option<String>| encode(&ShardRecord::owned_by(owner));
-        let me = Some(self.options.instance_id.clone());
+        let body = encode(&self.book.record_for(&action));
         let sent_at = self.owned.mono_ms();
-        let (shard, body, expected) = match action {
-            Action::Claim { shard, expected } => (shard, record(me), expected),
+        let (shard, expected) = match action {
+            Action::Claim { shard, expected } => (shard, expected),
             Action::Renew { .. } => return self.renew_all(vec![action]).await,
             Action::Release { shard, expected } => {
                 tracing::info!(shard, "giving the shard back (rebalancing)");
@@ -267,7 +281,7 @@ impl Driver {
                         return;
                     }
                 }
-                (shard, record(None), Some(expected))
+                (shard, Some(expected))
             }
         };
         let key = keys_shard_key(shard);
@@ -363,7 +377,7 @@ impl Driver {
             };
         }
         if flushed {
-            let body = encode(&ShardRecord::owned_by(None));
+            let body = encode(&self.book.record_for(&Action::Release { shard: 0, expected: 0 }));
             let releases =
                 self.book.held().into_iter().filter_map(|shard| {
                     let expected = self.book.held_revision(shard)?;

@@ -99,8 +99,9 @@ impl KeysSettings {
         if !(1..=4_096).contains(&self.shards) {
             return bad(format!("shards must be within 1..=4096, got {}", self.shards));
         }
-        if !(100..=600_000).contains(&self.shard_ttl_ms) {
-            return bad(format!("shard_ttl_ms must be within 100..=600000, got {}", self.shard_ttl_ms));
+        let max_ttl = leasehold_shared::keys::shards::MAX_SHARD_TTL_MS;
+        if !(100..=max_ttl).contains(&self.shard_ttl_ms) {
+            return bad(format!("shard_ttl_ms must be within 100..={max_ttl}, got {}", self.shard_ttl_ms));
         }
         self.durability().map_err(SettingsError::Invalid)?;
         if self.drain_ms > 600_000 {

@@ -13,7 +13,9 @@ pub struct RlqsTiming {
     pub delivery_margin_ms: u64,
     /// How often an unchanged assignment is sent again (each send restarts Envoy's TTL).
     pub renew_every_ms: u64,
-    /// Bound on how much faster or slower Envoy's clock may run than the agent's.
+    /// Bound on how much faster or slower Envoy's clock may run than the agent's. Must be at
+    /// least the lent limits' `max_drift` ([`least_drift_percent`]): the limits assume any two
+    /// connected processes, Envoy and its agent among them, may drift that much.
     pub clock_drift_percent: u32,
     /// Share of the lease's rate never lent (G refills from it, so new and changed buckets
     /// can be paid for). Half the burst is kept back for the same reason.
@@ -22,6 +24,11 @@ pub struct RlqsTiming {
     pub min_change_ms: u64,
     /// A bucket changes only when its share moved by more than this.
     pub change_threshold_percent: u32,
+}
+
+/// The least `clock_drift_percent` that covers a limit's `max_drift` (a fraction: 0.01 = 1%).
+pub fn least_drift_percent(max_drift: f64) -> u32 {
+    (max_drift * 100.0 - 1e-9).ceil().max(0.0) as u32
 }
 
 impl Default for RlqsTiming {
@@ -57,6 +64,15 @@ impl RlqsTiming {
         if self.clock_drift_percent > 10 {
             return Err(format!("clock_drift_percent must be at most 10 (got {})", self.clock_drift_percent));
         }
+        // The agent cannot read the lent limits' `max_drift` (pod leases do not carry it, pod
+        // credentials cannot read `lh_limits`), so it refuses what is below the default one.
+        let least = least_drift_percent(crate::expiry::ExpiryPolicy::default().max_drift);
+        if self.clock_drift_percent < least {
+            return Err(format!(
+                "clock_drift_percent ({}%) is below the limits' max_drift ({least}%, the default): Envoy's clock may drift that much from the agent's",
+                self.clock_drift_percent
+            ));
+        }
         if !(1..=90).contains(&self.reserve_percent) {
             return Err(format!("reserve_percent must be 1..=90 (got {})", self.reserve_percent));
         }
@@ -82,5 +98,23 @@ impl RlqsTiming {
         let room = limit_ns.saturating_sub(now_ns.saturating_add(self.margin_ns()));
         let whole = (room as u128 * (100 - self.clock_drift_percent as u128) / 100 / NS_PER_S as u128) as u64;
         whole.min(self.ttl_s as u64) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pool counts Envoy's objects by `clock_drift_percent`, and the limits' leases assume any
+    /// two connected processes (Envoy and its agent among them) drift by up to `max_drift`: an
+    /// agent assuming less than the limits do (0% against the default 1%) lends objects that may
+    /// outlive the lease they were cut from.
+    #[test]
+    fn an_assumed_drift_below_the_limits_default_max_drift_is_refused() {
+        let zero = RlqsTiming { clock_drift_percent: 0, ..Default::default() };
+        let e = zero.validate().expect_err("0% drift accepted");
+        assert!(e.contains("clock_drift_percent (0%)") && e.contains("max_drift (1%"), "{e}");
+        assert_eq!(RlqsTiming::default().validate(), Ok(()));
+        assert_eq!(RlqsTiming { clock_drift_percent: 5, ..Default::default() }.validate(), Ok(()));
     }
 }

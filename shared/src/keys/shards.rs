@@ -4,13 +4,16 @@
 //!
 //! The safety argument (no two owners answer for a shard at once):
 //! * an owner answers for a shard only while its last successful write of the shard's record
-//!   was *sent* less than 0.7 · `ttl` ago ([`ShardBook::serving`]); it rewrites it every `ttl`/4;
-//! * another instance claims a shard only after it has seen the record unchanged for 0.9 · `ttl`
-//!   on its own clock, and the record's revision must still match (compare-and-set).
+//!   was *sent* less than 0.7 · `ttl` ago ([`ShardBook::serving`]); it rewrites it every `ttl`/4,
+//!   and every record it writes carries its `ttl` ([`ShardRecord::ttl_ms`]);
+//! * another instance claims a shard only after it has seen the record unchanged for 0.9 times
+//!   the longer of its own `ttl` and the one the record carries (a record without one: the
+//!   longest accepted, [`MAX_SHARD_TTL_MS`]) on its own clock, and the record's revision must
+//!   still match (compare-and-set).
 //!
 //! The claimer's wait starts no earlier than the write it saw landed, which is after the owner
 //! sent it, so it ends after the owner stopped answering as long as the two clocks' rates differ
-//! by less than 22% (0.7 / 0.9). A crashed owner's shards are claimed within 0.9 · `ttl` of its
+//! by less than 22% (0.7 / 0.9), whatever `ttl` each instance was started with. A crashed owner's shards are claimed within 0.9 · `ttl` of its
 //! last renewal, so within one `ttl` of the crash plus a planning pass. A released shard is
 //! written with no owner after its owner stopped answering and flushed its state, so it can be
 //! claimed at once, by anyone but the instance that gave it back, which leaves it to the others
@@ -20,6 +23,10 @@ use std::collections::BTreeMap;
 
 /// Shards released per planning pass while rebalancing (a joining instance fills up in a few passes).
 pub const RELEASES_PER_PASS: usize = 4;
+
+/// Longest `shard_ttl_ms` an instance accepts; a shard record without a TTL (written by an
+/// earlier build, or unreadable) counts as written with it.
+pub const MAX_SHARD_TTL_MS: u64 = 600_000;
 
 /// The value of `shard.<n>` in the shards bucket (a wire message).
 pub use crate::wire::ShardRecord;
@@ -40,6 +47,8 @@ struct Seen {
     revision: u64,
     has_owner: bool,
     changed_at_ms: u64,
+    /// The TTL the record's writer answers by.
+    ttl_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -58,7 +67,8 @@ pub struct ShardBook {
     ttl_ms: u64,
     seen: BTreeMap<u32, Seen>,
     owners: BTreeMap<u32, String>,
-    members: BTreeMap<String, u64>,
+    /// Per member: when its record last changed, and the TTL it renews by.
+    members: BTreeMap<String, (u64, u64)>,
     held: BTreeMap<u32, Held>,
     in_flight: BTreeMap<u32, u64>,
     /// Shards this instance gave back: (the release's revision, when), left to the others for a
@@ -88,16 +98,37 @@ impl ShardBook {
     /// The watch showed `shard` at `revision` with `record` (`None`: deleted or unreadable, which
     /// counts as ownerless). Returns true when this takes a shard away from us.
     pub fn observe_shard(&mut self, shard: u32, revision: u64, record: Option<&ShardRecord>, now_ms: u64) -> bool {
+        let owner = record.and_then(|r| r.owner.clone());
+        let has_owner = owner.is_some();
+        let ttl_ms = record.and_then(|r| r.ttl_ms).unwrap_or(MAX_SHARD_TTL_MS);
+        self.observe(shard, revision, owner, has_owner, ttl_ms, now_ms)
+    }
+
+    /// The watch showed `shard` at `revision` with a value this build cannot read (a later
+    /// schema): someone may own it, by a TTL unknown here, so it counts as owned by an unknown
+    /// instance with [`MAX_SHARD_TTL_MS`]. Returns true when this takes a shard away from us.
+    pub fn observe_unreadable_shard(&mut self, shard: u32, revision: u64, now_ms: u64) -> bool {
+        self.observe(shard, revision, None, true, MAX_SHARD_TTL_MS, now_ms)
+    }
+
+    fn observe(
+        &mut self,
+        shard: u32,
+        revision: u64,
+        owner: Option<String>,
+        has_owner: bool,
+        ttl_ms: u64,
+        now_ms: u64,
+    ) -> bool {
         if shard >= self.shards || self.seen.get(&shard).is_some_and(|s| s.revision >= revision) {
             return false;
         }
-        let owner = record.and_then(|r| r.owner.clone());
         let owner_is_me = owner.as_deref() == Some(self.me.as_str());
         // Written since our release: whoever gives it back next, it is not ours to leave alone.
         if self.given_back.get(&shard).is_some_and(|(released, _)| revision > *released) {
             self.given_back.remove(&shard);
         }
-        self.seen.insert(shard, Seen { revision, has_owner: owner.is_some(), changed_at_ms: now_ms });
+        self.seen.insert(shard, Seen { revision, has_owner, changed_at_ms: now_ms, ttl_ms });
         match owner {
             Some(o) => self.owners.insert(shard, o),
             None => self.owners.remove(&shard),
@@ -110,9 +141,10 @@ impl ShardBook {
         lost
     }
 
-    /// An instance announced itself (its `member.<id>` record changed) at `now_ms`.
-    pub fn observe_member(&mut self, id: &str, now_ms: u64) {
-        self.members.insert(id.to_string(), now_ms);
+    /// An instance announced itself (its `member.<id>` record changed) at `now_ms`, with the TTL
+    /// it renews by (`None`: an earlier build's record, taken as ours).
+    pub fn observe_member(&mut self, id: &str, ttl_ms: Option<u64>, now_ms: u64) {
+        self.members.insert(id.to_string(), (now_ms, ttl_ms.unwrap_or(self.ttl_ms)));
     }
 
     /// An instance left (its member record was deleted).
@@ -120,18 +152,25 @@ impl ShardBook {
         self.members.remove(id);
     }
 
-    /// How long a record must stay unchanged before its shard may be claimed (and how long an
-    /// instance counts as a member after its last heartbeat).
+    /// How long a record written by this instance must stay unchanged before its shard may be
+    /// claimed (and how long this instance waits before claiming back what it gave back).
     pub fn claim_after_ms(&self) -> u64 {
-        self.ttl_ms * 9 / 10
+        self.claim_after_for(self.ttl_ms)
     }
 
-    /// Instances heard within [`ShardBook::claim_after_ms`], always including this one.
+    /// How long a record written by an instance with `ttl_ms` must stay unchanged before we may
+    /// claim its shard (and how long that instance counts as a member after its last heartbeat):
+    /// 0.9 of the longer of its TTL and ours.
+    pub fn claim_after_for(&self, ttl_ms: u64) -> u64 {
+        ttl_ms.max(self.ttl_ms).saturating_mul(9) / 10
+    }
+
+    /// Instances heard within [`ShardBook::claim_after_for`] their TTL, always including this one.
     pub fn live_members(&self, now_ms: u64) -> Vec<String> {
         let mut live: Vec<String> = self
             .members
             .iter()
-            .filter(|(id, &at)| *id == &self.me || at + self.claim_after_ms() > now_ms)
+            .filter(|(id, &(at, ttl))| *id == &self.me || at.saturating_add(self.claim_after_for(ttl)) > now_ms)
             .map(|(id, _)| id.clone())
             .collect();
         if !live.contains(&self.me) {
@@ -189,6 +228,14 @@ impl ShardBook {
     /// The revision of our last write of a held shard.
     pub fn held_revision(&self, shard: u32) -> Option<u64> {
         self.held.get(&shard).map(|h| h.revision)
+    }
+
+    /// The record to write for `action`.
+    pub fn record_for(&self, action: &Action) -> ShardRecord {
+        match action {
+            Action::Claim { .. } | Action::Renew { .. } => ShardRecord::owned_by(Some(self.me.clone()), self.ttl_ms),
+            Action::Release { .. } => ShardRecord::owned_by(None, self.ttl_ms),
+        }
     }
 
     /// Shards held (restored or not).
@@ -252,8 +299,9 @@ impl ShardBook {
                 .filter_map(|s| match self.seen.get(&s) {
                     None => Some((s, None)),
                     Some(seen) if !seen.has_owner => Some((s, Some(seen.revision))),
-                    // Unchanged for a TTL (ours too: a renewal whose answer was lost and landed late).
-                    Some(seen) if seen.changed_at_ms + self.claim_after_ms() <= now_ms => {
+                    // Unchanged for its writer's TTL (ours too: a renewal whose answer was lost and
+                    // landed late).
+                    Some(seen) if seen.changed_at_ms.saturating_add(self.claim_after_for(seen.ttl_ms)) <= now_ms => {
                         Some((s, Some(seen.revision)))
                     }
                     Some(_) => None,

@@ -79,11 +79,18 @@ pub struct ShardRecord {
     pub v: u32,
     /// The owning instance, or `None` once released.
     pub owner: Option<String>,
+    /// The writer's `shard_ttl_ms`: it answers for the shard until 0.7 of it after each write,
+    /// so another instance claims the shard only after the record stayed unchanged for 0.9 of
+    /// the longer of this and its own. Absent (earlier builds): the longest an instance accepts
+    /// ([`crate::keys::shards::MAX_SHARD_TTL_MS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
 }
 
 impl ShardRecord {
-    pub fn owned_by(owner: Option<String>) -> Self {
-        ShardRecord { v: SCHEMA_VERSION, owner }
+    /// A record written by an instance whose `shard_ttl_ms` is `ttl_ms`.
+    pub fn owned_by(owner: Option<String>, ttl_ms: u64) -> Self {
+        ShardRecord { v: SCHEMA_VERSION, owner, ttl_ms: Some(ttl_ms) }
     }
 }
 
@@ -93,6 +100,11 @@ pub struct MemberRecord {
     #[serde(default = "v1")]
     pub v: u32,
     pub http: String,
+    /// The instance's `shard_ttl_ms` (it rewrites this record every quarter of it), so others
+    /// count it a member for 0.9 of the longer of this and their own. Absent (earlier builds):
+    /// the reader's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
 }
 
 /// One admission: key, time (ms since the Unix epoch), cost, and the tier the caller named.

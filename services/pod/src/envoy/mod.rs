@@ -187,6 +187,10 @@ mod tests {
             ..rlqs(Some("127.0.0.1:8082"), &["a"])
         };
         let default_limit = PodSettings { limit: Some("a".into()), ..rlqs(Some("127.0.0.1:8082"), &["a"]) };
+        let no_drift = PodSettings {
+            envoy_rlqs: leasehold_shared::envoy::RlqsTiming { clock_drift_percent: 0, ..Default::default() },
+            ..rlqs(Some("127.0.0.1:8082"), &["a"])
+        };
         let cases = [
             (rlqs(None, &["a"]), "envoy_rlqs_listen is not"),
             (rlqs(Some("127.0.0.1:8082"), &[]), "needs envoy_rlqs_limits"),
@@ -195,6 +199,7 @@ mod tests {
             (rlqs(Some("127.0.0.1:8082"), &["a b"]), "envoy_rlqs_limits"),
             (default_limit, "is the default limit"),
             (slow, "earliest expiry"),
+            (no_drift, "clock_drift_percent (0%) is below the limits' max_drift (1%"),
         ];
         for (s, want) in cases {
             let e = s.validate().expect_err(want).to_string();
