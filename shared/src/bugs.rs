@@ -92,15 +92,6 @@ pub struct KnownBugs {
     /// predecessor's term record carried: a rolling restart that lowers `pod_ttl_ms` lets the
     /// new term give the floor again while the old term's pods still spend it.
     pub term_ignores_predecessor_bounds: bool,
-    /// A new DC-manager term tells the coordinator at once that its predecessors' pod leases
-    /// have ended (`DcReport.earlier_terms_ended`), so their DC leases stop counting while those
-    /// pods still spend them.
-    pub earlier_terms_released_at_takeover: bool,
-    /// The failover rules before they were measured (waste only; kept to measure what the
-    /// rules save): a new DC-manager term sends every pod it hears an empty lease while it has
-    /// nothing to grant, replacing the earlier term's still-valid leases, and never tells the
-    /// coordinator its predecessors' pod leases have ended, so their DC leases count to the end.
-    pub failover_wastes_valid_leases: bool,
     /// A coordinator term adopts a ledger group its term wrote at a revision newer than it
     /// expected as its own late write without asking the fence, although a single-replica bucket
     /// that lost its tail may have gone back to that term's older record after a newer term

@@ -125,7 +125,6 @@ fn encoded_batches_are_the_batches_encode_writes() {
             floor_version: None,
             upstream_calls: 0,
             upstream_429: 0,
-            earlier_terms_ended: false,
         })
         .collect();
     let encoded = encode_batches(&dc_reports, 1024 * 1024);

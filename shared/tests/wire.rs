@@ -92,7 +92,6 @@ fn dc_report_roundtrip() {
         floor_version: Some(LeaseVersion::new(4, 2)),
         upstream_calls: 180,
         upstream_429: 9,
-        earlier_terms_ended: true,
     });
 }
 

@@ -51,9 +51,6 @@ pub struct CoordinatorCounters {
     pub leases_issued: u64,
     pub reports_rejected: u64,
     pub acks_unknown: u64,
-    /// Earlier manager terms whose DC leases stopped counting when the DC's current term said
-    /// their pod leases had ended (`DcReport.earlier_terms_ended`).
-    pub earlier_terms_released: u64,
 }
 
 #[derive(Clone)]
@@ -272,28 +269,8 @@ impl CoordinatorCore {
         if let Some(f) = r.floor_in_use {
             self.confirm_floor(&r.dc, f, r.floor_version, now_ns);
         }
-        if r.earlier_terms_ended {
-            self.release_earlier_terms(&r.dc, &r.holder, now_ns);
-        }
         self.note_upstream(r, previous_report_ns, now_ns);
         self.grow_starved(now_ns)
-    }
-
-    /// The DC's current term (`holder`, whose report was not stale: no later term has
-    /// reported) says every pod lease of its earlier terms has ended: their DC leases back
-    /// nothing any more and stop counting now (plus the egress spread), not at their ends. A
-    /// manager failover then costs the DC its share for the new term's quiet period, not for
-    /// the rest of the old term's DC lease.
-    fn release_earlier_terms(&mut self, dc: &str, holder: &str, now_ns: u64) {
-        let until_ns = self.cfg.expiry.released_until_ns(now_ns);
-        let mut earlier: Vec<&str> =
-            self.leases.iter().filter(|((h, _), l)| l.dc == dc && h != holder).map(|((h, _), _)| h.as_str()).collect();
-        earlier.dedup();
-        for h in earlier {
-            if self.ledger.release(&h.to_string(), until_ns) {
-                self.counters.earlier_terms_released += 1;
-            }
-        }
     }
 
     fn prune_leases(&mut self) {

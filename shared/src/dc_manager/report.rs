@@ -29,7 +29,6 @@ impl DcManagerCore {
             self.acked = Some(self.acked.map_or(l.version, |a| a.max(l.version)));
         }
         let floor_in_use = self.floor_in_use(outstanding, now_ns);
-        let quiet_for_predecessors = now_ns < self.floor_usable_from_ns;
         let (eligible, demand_milli) = self.pods.eligible_count_and_demand_milli(&self.cfg, now_ns);
         let seq = self.sent.record(now_ns);
         let (upstream_calls, upstream_429) = self.pods.take_upstream();
@@ -47,8 +46,6 @@ impl DcManagerCore {
             floor_version: self.confirmable_floor_version(),
             upstream_calls,
             upstream_429,
-            earlier_terms_ended: (!quiet_for_predecessors && !self.cfg.bugs.failover_wastes_valid_leases)
-                || self.cfg.bugs.earlier_terms_released_at_takeover,
         }
     }
 }

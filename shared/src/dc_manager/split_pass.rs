@@ -180,10 +180,7 @@ impl DcManagerCore {
     /// nothing only wastes, and a failover would stop a whole DC at once. A removed limit is
     /// still said at once.
     fn keeps_earlier_terms_lease(&self, view: &pods::PodView) -> bool {
-        !self.limit_removed
-            && !view.sent_a_lease
-            && view.confirmed.is_some_and(|v| v.epoch < self.cfg.epoch)
-            && !self.cfg.bugs.failover_wastes_valid_leases
+        !self.limit_removed && !view.sent_a_lease && view.confirmed.is_some_and(|v| v.epoch < self.cfg.epoch)
     }
 }
 

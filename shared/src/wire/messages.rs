@@ -162,11 +162,6 @@ pub struct DcReport {
     /// Of those, calls answered 429 (the pods' `upstream_429`). Missing: 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub upstream_429: u64,
-    /// Every pod lease an earlier manager term of this DC may have issued has ended (this term's
-    /// quiet period is over, measured by the bounds those terms published): the coordinator may
-    /// stop counting their DC leases at once instead of at their ends. Missing: false.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub earlier_terms_ended: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -191,7 +186,6 @@ impl DcReport {
             floor_version: None,
             upstream_calls: 0,
             upstream_429: 0,
-            earlier_terms_ended: false,
         }
     }
 }
