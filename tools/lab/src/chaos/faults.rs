@@ -77,7 +77,8 @@ impl World {
 
     async fn leader_of(&self, key: &str) -> Option<String> {
         let v = self.leaders.get(key).await.ok()??;
-        Some(String::from_utf8_lossy(&v).into_owned())
+        // A DC's key holds a term record naming its holder; the coordinator's, the id alone.
+        Some(leasehold_shared::dc_manager::TermRecord::holder_of(&v))
     }
 
     /// The hub node (index) leading the ledger's stream.

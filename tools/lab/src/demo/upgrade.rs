@@ -187,7 +187,8 @@ async fn replicas(cx: &Context, key: &str, pair: &[String; 2], role: &str) -> Re
 
 async fn leader_of(cx: &Context, key: &str) -> Option<String> {
     let v = cx.leaders.get(key).await.ok()??;
-    Some(String::from_utf8_lossy(&v).into_owned())
+    // A DC's key holds a term record naming its holder; the coordinator's, the id alone.
+    Some(leasehold_shared::dc_manager::TermRecord::holder_of(&v))
 }
 
 /// Poll `/readyz` of `addr` until it answers 200 with a body `f` accepts (bounded).
