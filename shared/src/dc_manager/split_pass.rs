@@ -137,10 +137,6 @@ impl DcManagerCore {
             }
             let (pod_name, incarnation, basis_seq) = (pod.pod().clone(), view.incarnation, view.last_seq);
             let quota = self.grantable(pod, target, live_until, now_ns);
-            if quota.is_zero() && self.keeps_earlier_terms_lease(view) {
-                self.shortfall = true;
-                continue;
-            }
             let version = LeaseVersion::new(self.cfg.epoch, self.next_seq + 1);
             self.shortfall |= below_by_a_step(quota, target);
             let granted = self.ledger.grant(pod, quota, version, live_until, now_ns);
@@ -169,18 +165,6 @@ impl DcManagerCore {
             }));
         }
         out
-    }
-}
-
-impl DcManagerCore {
-    /// A pod still spending a lease of an earlier term of this DC (the version it reports in use
-    /// is of a lower epoch) that this term has sent nothing yet is not sent an empty lease: that
-    /// lease is counted where it was cut (the earlier term's DC lease on the coordinator's books,
-    /// or the floor this term does not use before its quiet period ends), so replacing it with
-    /// nothing only wastes, and a failover would stop a whole DC at once. A removed limit is
-    /// still said at once.
-    fn keeps_earlier_terms_lease(&self, view: &pods::PodView) -> bool {
-        !self.limit_removed && !view.sent_a_lease && view.confirmed.is_some_and(|v| v.epoch < self.cfg.epoch)
     }
 }
 
