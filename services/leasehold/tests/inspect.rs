@@ -68,14 +68,16 @@ async fn inspect_shows_the_leader_and_the_dc_leases() {
         manager: m,
         ..Default::default()
     };
-    let _m = leasehold_dc_manager::spawn(connect_until(&url, "m", deadline).await.unwrap(), dc);
+    // A deadline of their own: waiting for the lease above may have used most of the first.
+    let connect_by = Instant::now() + Duration::from_secs(10);
+    let _m = leasehold_dc_manager::spawn(connect_until(&url, "m", connect_by).await.unwrap(), dc);
     let ps = leasehold_pod::PodSettings {
         limit: Some("api".into()),
         dc: "bkk".into(),
         pod_id: Some("pod-1".into()),
         ..Default::default()
     };
-    let _pod = leasehold_pod::Pod::start(connect_until(&url, "p", deadline).await.unwrap(), &ps);
+    let _pod = leasehold_pod::Pod::start(connect_until(&url, "p", connect_by).await.unwrap(), &ps);
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let out = inspect(true);
