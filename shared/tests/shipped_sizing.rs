@@ -1,4 +1,4 @@
-//! Every shipped and documented limit is sized by the one rule (`limits::sizing`, deploy/README.md
+//! Every shipped and documented limit is sized by the one rule (`limits::sizing`, docs/OPERATIONS.md
 //! §2): the partner API's 1,000 calls in any 1 s window with 4 ms of jitter and clocks up to
 //! `max_drift` fast, and the tenant's 30,000/min with a burst of 6,000.
 
@@ -46,12 +46,12 @@ fn the_documented_examples_quote_the_rule() {
     let tenant = token_bucket_quota(500, 6_000, 0.01, PARTNER_JITTER_MS);
     let (tr, tb) = (tenant.rate_milli_per_s / MILLI, tenant.burst_milli / MILLI);
     for (doc, text) in [
-        ("deploy/README.md", include_str!("../../deploy/README.md")),
+        ("docs/OPERATIONS.md", include_str!("../../docs/OPERATIONS.md")),
         ("docs/ARCHITECTURE.md", include_str!("../../docs/ARCHITECTURE.md")),
     ] {
         assert!(text.contains(&format!("R = {r}/s")), "{doc} does not quote R = {r}/s for the partner API");
     }
-    let readme = include_str!("../../deploy/README.md");
+    let readme = include_str!("../../docs/OPERATIONS.md");
     let tenant_text = format!("{tr}/s");
     assert!(readme.contains(&tenant_text) && readme.contains(&format!("{},{:03}", tb / 1000, tb % 1000)), "tenant");
 }

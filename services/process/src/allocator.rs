@@ -3,7 +3,7 @@
 //! [`Allocator`] is mimalloc instead of the C library's malloc: a DC manager serving 1,000 limits
 //! allocates and frees a batch's items thousands of times a second, and with glibc's malloc it
 //! spent about a quarter of its time there and in the kernel zeroing pages it had given back
-//! (perf, `bench control-plane`; README "Control-plane cost" has the A/B).
+//! (perf, `bench control-plane`; docs/BENCHMARKS.md, "Control-plane cost").
 //!
 //! [`keep_freed_memory`]: mimalloc returns freed memory to the kernel once it has been unused for
 //! 1 s (its `purge_delay`), and a DC manager frees and allocates its batches on a 1 s rhythm (the

@@ -1,5 +1,5 @@
 //! Sizing a lease for an upstream's hard limit: the one rule every shipped and documented
-//! example follows (deploy/README.md §2, docs/ARCHITECTURE.md).
+//! example follows (docs/OPERATIONS.md §2, docs/ARCHITECTURE.md).
 //!
 //! Buckets refill on each pod's own clock, which may run fast by δ = `max_drift`, and calls
 //! permitted together may reach the upstream up to J (the jitter range) apart. So:

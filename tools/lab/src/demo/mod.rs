@@ -73,7 +73,7 @@ pub struct DemoArgs {
     #[arg(long, default_value = "127.0.0.1:0")]
     dashboard_listen: String,
     /// Replace every process, one at a time and under load, this many seconds into the load, in
-    /// deploy/UPGRADE.md's order (agents, DC managers, coordinators; standbys first). Each DC
+    /// the order of docs/OPERATIONS.md §12 (agents, DC managers, coordinators; standbys first). Each DC
     /// then runs two DC managers. Lowering R (`--lower-at-s`) is off unless asked for.
     #[arg(long)]
     upgrade_at_s: Option<u64>,

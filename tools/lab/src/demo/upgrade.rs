@@ -1,4 +1,4 @@
-//! `--upgrade-at-s`: a rolling upgrade under the demo's load, in deploy/UPGRADE.md's order. Each
+//! `--upgrade-at-s`: a rolling upgrade under the demo's load, in the order of docs/OPERATIONS.md §12. Each
 //! process is replaced, one at a time, by the same service started from `--upgrade-binary` (a
 //! new build), and the next waits until the one just started is ready:
 //!
