@@ -7,7 +7,8 @@
 //! * `GET`/`PUT /v1/tiers` reads or replaces the tiers and overrides (validated; effective at once).
 //! * `GET /v1/shards`: each shard's owner (`host:port`), for clients that send a key to its owner.
 //! * `GET /v1/hot`: the last hot-key report (keys above `--hot-key-rps` on this owner).
-//! * `GET /metrics`, `GET /healthz` (`503` once the instance is stopping: see [`Draining`]).
+//! * `GET /metrics`, `GET /healthz` (`503` once the instance is stopping: see [`Draining`]),
+//!   `GET /readyz` (`503` also while a shard has no owner).
 //!
 //! Who picks a key's tier (`?tier=`, `"tier"`, a gateway's header) and who may use the admin
 //! endpoints (`/v1/tiers`, `/v1/hot`) is [`Trust`]'s decision ([`crate::access`]).
@@ -67,6 +68,27 @@ async fn health(State(app): State<App>) -> Response {
         return problem(StatusCode::SERVICE_UNAVAILABLE, "draining", "this instance is stopping".into());
     }
     "ok\n".into_response()
+}
+
+/// `/readyz`: `200` while this instance is not stopping and every shard has an answering owner
+/// (this one, or a peer it forwards to); else `503` and why, as every service's `/readyz` does.
+async fn ready(State(app): State<App>) -> Response {
+    let routes = app.limiter.routes().get();
+    let unowned = routes.owners.iter().filter(|o| o.is_none()).count();
+    let reason = if app.draining.is_on() {
+        Some("this instance is stopping".to_string())
+    } else if routes.owners.is_empty() {
+        Some("no shard routes yet: the instance has not joined its cluster".to_string())
+    } else if unowned > 0 {
+        Some(format!("{unowned} of {} shards have no owner yet", routes.owners.len()))
+    } else {
+        None
+    };
+    let (status, ready, reason) = match reason {
+        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, false, why),
+        None => (StatusCode::OK, true, format!("every one of {} shards has an owner", routes.owners.len())),
+    };
+    (status, Json(serde_json::json!({ "ready": ready, "role": "keys", "reason": reason }))).into_response()
 }
 
 /// While draining, close each connection after its answer.
@@ -357,6 +379,7 @@ pub fn router_with(limiter: KeyLimiter, trust: Trust, draining: Draining) -> Rou
         .route("/v1/hot", get(get_hot))
         .route("/metrics", metrics::endpoint(registry))
         .route("/healthz", get(health))
+        .route("/readyz", get(ready))
         .fallback(|uri: axum::http::Uri| async move {
             problem(StatusCode::NOT_FOUND, "not found", format!("no such endpoint: {}", uri.path()))
         })

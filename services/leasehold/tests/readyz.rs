@@ -116,3 +116,29 @@ async fn every_service_says_when_it_is_ready_and_why_not() {
     assert!(body["reason"].as_str().unwrap().contains("leader key"), "{body}");
     server.resume();
 }
+
+/// The per-key limiter answers `/readyz` like every service: ready once each shard has an
+/// owner in its cluster, not ready (and why) from SIGTERM while it drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keys_instance_is_ready_once_its_shards_have_owners_and_not_while_it_drains() {
+    use crate::support::keys_instances::{start_with, tiers_file, wait_exit};
+    let bin = binaries().expect("a nats-server is needed: run scripts/nats-servers").remove(0);
+    let server = NatsServer::start(&bin).unwrap();
+    let http = reqwest::Client::new();
+    let mut keys = start_with(&server.url(), "k1", &tiers_file(5), "interval:100", &["--drain-ms", "3000"]);
+    let addr = keys.base.trim_start_matches("http://").to_string();
+    let ready =
+        until(&http, &addr, Duration::from_secs(10), "keys ready", |code, body| code == 200 && body["ready"] == true)
+            .await;
+    assert_eq!(ready["role"], "keys", "{ready}");
+    assert!(ready["reason"].as_str().unwrap().contains("shards has an owner"), "{ready}");
+
+    crate::support::keys_instances::sigterm(&keys);
+    let draining = until(&http, &addr, Duration::from_secs(2), "keys not ready while draining", |code, body| {
+        code == 503 && body["ready"] == false
+    })
+    .await;
+    assert!(draining["reason"].as_str().unwrap().contains("stopping"), "{draining}");
+    let exit = wait_exit(&mut keys.child, Duration::from_secs(10));
+    assert!(exit.success(), "{exit:?}: {}", keys.log_tail(5));
+}
