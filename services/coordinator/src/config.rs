@@ -46,9 +46,17 @@ impl Default for Settings {
 
 pub use leasehold_process::SettingsError as ConfigError;
 
+/// The environment variables' prefix: `LEASEHOLD_COORDINATOR_NATS_URL` sets `nats_url`.
+pub const ENV_PREFIX: &str = "LEASEHOLD_COORDINATOR_";
+
 /// Load and validate.
 pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
-    leasehold_process::load_settings(file, "LEASEHOLD_COORDINATOR_", Settings::validate)
+    leasehold_process::load_settings(file, ENV_PREFIX, Settings::validate)
+}
+
+/// The settings and their defaults, for `--help`.
+pub fn settings_help() -> String {
+    leasehold_process::settings_help::<Settings>(ENV_PREFIX)
 }
 
 impl Settings {

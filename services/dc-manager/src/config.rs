@@ -70,8 +70,16 @@ impl Default for Settings {
 
 pub use leasehold_process::SettingsError as ConfigError;
 
+/// The environment variables' prefix: `LEASEHOLD_DC_MANAGER_DC` sets `dc`.
+pub const ENV_PREFIX: &str = "LEASEHOLD_DC_MANAGER_";
+
 pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
-    leasehold_process::load_settings(file, "LEASEHOLD_DC_MANAGER_", Settings::validate)
+    leasehold_process::load_settings(file, ENV_PREFIX, Settings::validate)
+}
+
+/// The settings and their defaults, for `--help`.
+pub fn settings_help() -> String {
+    leasehold_process::settings_help::<Settings>(ENV_PREFIX)
 }
 
 impl Settings {

@@ -88,6 +88,11 @@ impl Default for KeysSettings {
 }
 
 impl KeysSettings {
+    /// The settings and their defaults, for `--help`.
+    pub fn help() -> String {
+        leasehold_process::settings_help::<KeysSettings>(ENV_PREFIX)
+    }
+
     /// Load (see the module docs) and validate; `flags` leaves out the flags not given.
     pub fn load(file: Option<&Path>, flags: &impl Serialize) -> Result<Self, SettingsError> {
         leasehold_process::load_settings_with_flags(file, ENV_PREFIX, &["admin_token"], flags, Self::validate)

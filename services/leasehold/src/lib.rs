@@ -35,6 +35,24 @@ pub enum ServiceCommand {
     Auth(auth_cmd::AuthArgs),
 }
 
+/// `cli`'s command line (a program whose subcommands include [`ServiceCommand`]'s), each
+/// service's `--help` ending with its settings and their defaults; usage errors exit 2.
+pub fn parse_with_settings_help<C: clap::Parser>() -> C {
+    type SettingsHelp = fn() -> String;
+    let services: [(&str, SettingsHelp); 4] = [
+        ("coordinator", leasehold_coordinator::config::settings_help),
+        ("dc-manager", leasehold_dc_manager::config::settings_help),
+        ("agent", leasehold_pod::settings::PodSettings::help),
+        ("keys", leasehold_keys::settings::KeysSettings::help),
+    ];
+    let mut command = C::command();
+    for (name, help) in services {
+        command = command.mut_subcommand(name, |c| c.after_help(help()));
+    }
+    let matches = command.get_matches();
+    C::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 /// Runs `command`; a failure is one line on stderr prefixed with `program`, and exit code 2 for
 /// bad settings or arguments (the services choose their own codes).
 pub fn run(program: &str, command: ServiceCommand) -> ExitCode {

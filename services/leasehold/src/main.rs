@@ -1,13 +1,12 @@
 //! `leasehold`: every service as a subcommand (one binary to ship) and the operator's `inspect`.
 //! The development tools are in `leasehold-lab` (tools/lab).
 
-use clap::Parser;
 use std::process::ExitCode;
 
 #[global_allocator]
 static ALLOCATOR: leasehold_process::Allocator = leasehold_process::Allocator;
 
-#[derive(Parser)]
+#[derive(clap::Parser)]
 #[command(name = "leasehold", version, about = "Global rate limits, held by lease.")]
 struct Cli {
     #[command(subcommand)]
@@ -16,5 +15,5 @@ struct Cli {
 
 fn main() -> ExitCode {
     leasehold_process::keep_freed_memory();
-    leasehold::run("leasehold", Cli::parse().command)
+    leasehold::run("leasehold", leasehold::parse_with_settings_help::<Cli>().command)
 }

@@ -290,8 +290,11 @@ fn auth_issues_one_credential_per_pod_and_the_agent_checks_it_names_its_pod() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a user's public key"));
 
     // Every service checks its credential before it starts.
-    for (service, var) in [("coordinator", "LEASEHOLD_COORDINATOR_"), ("dc-manager", "LEASEHOLD_DC_MANAGER_")] {
-        let env = [(format!("{var}NATS_CREDS_FILE"), "/nonexistent.creds"), (format!("{var}DC"), "bkk")];
+    for (service, var, dc) in
+        [("coordinator", "LEASEHOLD_COORDINATOR_", None), ("dc-manager", "LEASEHOLD_DC_MANAGER_", Some("bkk"))]
+    {
+        let mut env = vec![(format!("{var}NATS_CREDS_FILE"), "/nonexistent.creds")];
+        env.extend(dc.map(|dc| (format!("{var}DC"), dc)));
         let out = Command::new(env!("CARGO_BIN_EXE_leasehold")).arg(service).envs(env).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{service}: {err}");
@@ -300,4 +303,59 @@ fn auth_issues_one_credential_per_pod_and_the_agent_checks_it_names_its_pod() {
     let out = leasehold(&["limits", "ls", "--nats-creds-file", "/nonexistent.creds"]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A misspelt setting in any service's file, or in its environment, is refused: one line naming
+/// the setting, where it came from and the nearest known one, and exit 2 (never ignored while
+/// the service runs with the default).
+#[test]
+fn every_service_refuses_a_misspelt_setting_and_names_the_nearest_one() {
+    let dir = std::env::temp_dir().join(format!("lh-typos-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (service, typo, meant) in [
+        ("coordinator", "leader_ttl = 3000", "leader_ttl_ms"),
+        ("dc-manager", "dc = \"bkk\"\nrenew_interval = 200", "renew_interval_ms"),
+        ("agent", "dc = \"bkk\"\nweigth = 2.0", "weight"),
+        ("keys", "durabilty = \"zero-loss\"", "durability"),
+    ] {
+        let file = dir.join(format!("{service}.toml"));
+        std::fs::write(&file, typo).unwrap();
+        let out = leasehold(&[service, "--config", file.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{service}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{service}: {err}");
+        assert!(err.contains(&format!("did you mean `{meant}`?")), "{service}: {err}");
+        assert!(err.contains(file.to_str().unwrap()), "{service}: the file is named: {err}");
+    }
+    for (service, var, meant) in [
+        ("coordinator", "LEASEHOLD_COORDINATOR_NATS_ULR", "nats_url"),
+        ("dc-manager", "LEASEHOLD_DC_MANAGER_LEDGER_DOMIAN", "ledger_domain"),
+        ("agent", "LEASEHOLD_AGENT_HTTP_LISTNE", "http_listen"),
+        ("keys", "LEASEHOLD_KEYS_REPLICA", "replicas"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_leasehold")).arg(service).env(var, "x").output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{service}: {err}");
+        assert!(err.contains(var) && err.contains(&format!("did you mean `{meant}`?")), "{service}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Each service's `--help` lists every setting with its default, the ones without a flag
+/// (the admin token) and the ones not set by default included.
+#[test]
+fn every_service_help_lists_its_settings_and_their_defaults() {
+    for (service, lines) in [
+        ("coordinator", &["  leader_ttl_ms = 3000", "  replicas = 1", "  http_listen  (unset)"][..]),
+        ("dc-manager", &["  dc = \"\"", "  report_interval_ms = 250", "  ledger_domain  (unset)"][..]),
+        ("agent", &["  http_listen = \"127.0.0.1:9090\"", "  weight = 1.0", "  envoy_rlqs.ttl_s = "][..]),
+        ("keys", &["  admin_token  (unset)", "  replicas = 1", "  durability = \"interval:100\""][..]),
+    ] {
+        let out = leasehold(&[service, "--help"]);
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{service}: {help}");
+        for line in lines {
+            assert!(help.lines().any(|l| l.starts_with(line)), "{service} --help lacks {line:?}:\n{help}");
+        }
+    }
 }

@@ -116,9 +116,17 @@ const MAX_KEYS_WINDOW_S: u64 = 31 * 86_400;
 #[cfg(feature = "envoy")]
 pub type EnvoyRls = (String, leasehold_shared::envoy::RlsConfig, Option<crate::envoy::KeysClient>);
 
+/// The environment variables' prefix: `LEASEHOLD_AGENT_DC` sets `dc`.
+pub const ENV_PREFIX: &str = "LEASEHOLD_AGENT_";
+
 impl PodSettings {
+    /// The settings and their defaults, for `--help`.
+    pub fn help() -> String {
+        leasehold_process::settings_help::<PodSettings>(ENV_PREFIX)
+    }
+
     pub fn load(file: Option<&Path>) -> Result<Self, SettingsError> {
-        let mut settings = leasehold_process::load_settings(file, "LEASEHOLD_AGENT_", PodSettings::validate)?;
+        let mut settings = leasehold_process::load_settings(file, ENV_PREFIX, PodSettings::validate)?;
         if settings.pod_id.is_none() {
             settings.pod_id = settings.credential()?.map(|c| c.name);
         }

@@ -14,6 +14,7 @@ pub mod clock;
 pub mod health;
 pub mod metrics;
 pub mod problem;
+pub mod settings;
 pub mod tsc_clock;
 
 /// The allocator every Leasehold binary declares (`#[global_allocator] static ALLOCATOR:
@@ -21,11 +22,8 @@ pub mod tsc_clock;
 /// [`keep_freed_memory`] first thing in `main`; a library must not choose it for the application
 /// that embeds it). See [`allocator`].
 pub use allocator::{keep_freed_memory, Allocator};
+pub use settings::{load_settings, load_settings_with_flags, settings_help, SettingsError};
 
-use figment::providers::{Env, Format, Serialized, Toml};
-use figment::Figment;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use std::future::Future;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -47,71 +45,19 @@ struct ServiceCli {
 }
 
 impl ConfigArgs {
-    /// This process's own arguments (a service's stand-alone binary); usage errors exit 2.
-    pub fn from_command_line() -> Self {
-        <ServiceCli as clap::Parser>::parse().config
+    /// This process's own arguments (a service's stand-alone binary), its `--help` ending with
+    /// `settings_help` ([`settings_help`]); usage errors exit 2.
+    pub fn from_command_line(settings_help: String) -> Self {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = ServiceCli::command().after_help(settings_help).get_matches();
+        match ServiceCli::from_arg_matches(&matches) {
+            Ok(cli) => cli.config,
+            Err(e) => e.exit(),
+        }
     }
 
     pub fn file(&self) -> Option<&Path> {
         self.config.as_deref()
-    }
-}
-
-/// Settings that could not be read, or were read and are invalid.
-#[derive(Debug, thiserror::Error)]
-pub enum SettingsError {
-    #[error("configuration: {0}")]
-    Load(String),
-    #[error("configuration: {0}")]
-    Invalid(String),
-}
-
-/// Defaults, then the TOML `file` (which must exist if given), then `<env_prefix>*` variables;
-/// then checked by `validate` before anything starts.
-pub fn load_settings<T: Default + Serialize + DeserializeOwned>(
-    file: Option<&Path>,
-    env_prefix: &str,
-    validate: impl FnOnce(&T) -> Result<(), SettingsError>,
-) -> Result<T, SettingsError> {
-    let f = defaults_and_file::<T>(file)?.merge(Env::prefixed(env_prefix));
-    let settings: T = f.extract().map_err(|e| SettingsError::Load(e.to_string()))?;
-    validate(&settings)?;
-    Ok(settings)
-}
-
-/// [`load_settings`] for a command that also takes flags: defaults, the TOML `file`, the
-/// environment, then `flags` (serialized without the flags not given), each over the one
-/// before. The settings named in `verbatim` are read from the environment as the text they are
-/// (figment would read `LEASEHOLD_…_TOKEN=0123` as the number 123).
-pub fn load_settings_with_flags<T: Default + Serialize + DeserializeOwned>(
-    file: Option<&Path>,
-    env_prefix: &str,
-    verbatim: &[&str],
-    flags: &impl Serialize,
-    validate: impl FnOnce(&T) -> Result<(), SettingsError>,
-) -> Result<T, SettingsError> {
-    let mut f = defaults_and_file::<T>(file)?.merge(Env::prefixed(env_prefix).ignore(verbatim));
-    for name in verbatim {
-        let var = format!("{env_prefix}{}", name.to_ascii_uppercase());
-        match std::env::var(&var) {
-            Ok(text) => f = f.merge(Serialized::default(name, text)),
-            Err(std::env::VarError::NotPresent) => {}
-            Err(std::env::VarError::NotUnicode(_)) => {
-                return Err(SettingsError::Load(format!("{var} is not UTF-8")));
-            }
-        }
-    }
-    let settings: T = f.merge(Serialized::defaults(flags)).extract().map_err(|e| SettingsError::Load(e.to_string()))?;
-    validate(&settings)?;
-    Ok(settings)
-}
-
-fn defaults_and_file<T: Default + Serialize>(file: Option<&Path>) -> Result<Figment, SettingsError> {
-    let f = Figment::from(Serialized::defaults(T::default()));
-    match file {
-        Some(path) if !path.is_file() => Err(SettingsError::Load(format!("file {} not found", path.display()))),
-        Some(path) => Ok(f.merge(Toml::file(path))),
-        None => Ok(f),
     }
 }
 

@@ -57,7 +57,7 @@ fn upstream(a: UpstreamArgs) -> Result<ExitCode, String> {
 fn main() -> ExitCode {
     leasehold_process::keep_freed_memory();
     const PROGRAM: &str = "leasehold-lab";
-    let result = match Cli::parse().command {
+    let result = match leasehold::parse_with_settings_help::<Cli>().command {
         Command::Simulate(args) => simulate::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Chaos(args) => chaos::run(args),
