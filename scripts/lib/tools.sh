@@ -19,6 +19,10 @@ tool_path() {
     kubectl) found=$(command -v kubectl || true)
       [ -z "$found" ] && [ -x "$deploy_venv/bin/kubectl" ] && found=$PWD/$deploy_venv/bin/kubectl ;;
     chromium) found=${LEASEHOLD_CHROMIUM:-$(command -v chromium || true)} ;;
+    yaml-python) # a Python that parses YAML: the deploy venv's (kubernetes-validate needs PyYAML)
+      for python in "$PWD/$deploy_venv/bin/python" python3; do
+        if "$python" -c 'import yaml' 2>/dev/null; then found=$(command -v "$python"); break; fi
+      done ;;
     nats-server) found=$(command -v nats-server || true)
       [ -z "$found" ] && [ -x /usr/sbin/nats-server ] && found=/usr/sbin/nats-server ;;
     *) found=$(command -v "$1" || true) ;;
