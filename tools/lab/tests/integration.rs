@@ -5,6 +5,7 @@
 mod chaos;
 mod cli;
 mod demo;
+mod docs;
 mod envoy_bench;
 mod keys_bench;
 mod units;
