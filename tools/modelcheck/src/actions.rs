@@ -1,7 +1,7 @@
 //! The moves the explorer may take from a state: time, the network, and bounded faults.
 
 use crate::config::ModelConfig;
-use crate::leaders::{Replica, WriteFault};
+use crate::leaders::{Elector, Replica, WriteFault};
 use crate::model;
 use crate::state::{Shadow, State};
 use serde::{Deserialize, Serialize};
@@ -24,6 +24,10 @@ pub enum Action {
     PausePod(usize),
     /// DC `d`'s leading manager crashes; its standby takes over once the leader key expires.
     CrashManager(usize),
+    /// A rolling restart of DC `d`'s managers that lowers `pod_ttl_ms`: the standby restarts
+    /// (a new process, `changed_pod_ttl_ms`), then the leader goes down; the restarted standby
+    /// takes over once it has seen the leader key unchanged for the leader TTL.
+    RollManagers(usize),
     /// The coordinator leader crashes; the standby takes over once the leader key expires.
     CrashCoordinator,
     /// The coordinator leader freezes between deciding and writing (GC pause).
@@ -99,6 +103,11 @@ pub fn enabled(cfg: &ModelConfig, s: &State) -> Vec<Action> {
     for dc in 0..cfg.dcs {
         if b.manager_crashes > 0 && (dc * 2..dc * 2 + 2).any(|m| s.managers[m].alive && s.managers[m].core.is_some()) {
             out.push(Action::CrashManager(dc));
+        }
+    }
+    for dc in 0..cfg.dcs {
+        if b.manager_rollouts > 0 && s.rollout_standby(dc).is_some() {
+            out.push(Action::RollManagers(dc));
         }
     }
     if let Some(c) = s.coordinator_leader() {
@@ -186,6 +195,19 @@ pub fn apply_enabled(cfg: &ModelConfig, s: &mut State, a: Action) {
                     s.managers[m].core = None;
                 }
             }
+        }
+        Action::RollManagers(dc) => {
+            s.budget.manager_rollouts -= 1;
+            let Some((leader, standby)) = s.rollout_standby(dc) else { return };
+            let node = &mut s.managers[standby];
+            let ttl_ms = cfg.manager_leader_ttl_ticks as u64 * cfg.tick_ms;
+            let records = model::term_records(cfg, dc, cfg.changed_pod_ttl_ms);
+            node.elector = Elector::fresh(&model::manager_replica(dc, node.slot), ttl_ms, Some(records), cfg);
+            node.rolled = true;
+            node.core = None;
+            node.shadow = Shadow::default();
+            s.managers[leader].alive = false;
+            s.managers[leader].core = None;
         }
         Action::CrashCoordinator => {
             s.budget.coordinator_crashes -= 1;

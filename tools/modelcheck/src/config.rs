@@ -17,6 +17,9 @@ pub struct BugSwitches {
     pub pod_ignores_incarnation: bool,
     /// Hole 4: a leader times its term from when its write's reply arrived, not from the send.
     pub leader_fresh_from_reply: bool,
+    /// Hole 5: a new DC-manager term waits out only its own pod-lease bounds, not the longer
+    /// ones its predecessor's term record carried.
+    pub term_ignores_predecessor_bounds: bool,
 }
 
 impl BugSwitches {
@@ -25,6 +28,7 @@ impl BugSwitches {
             || self.emergency_before_quiet_period
             || self.pod_ignores_incarnation
             || self.leader_fresh_from_reply
+            || self.term_ignores_predecessor_bounds
     }
 
     pub fn known_bugs(&self) -> leasehold_shared::bugs::KnownBugs {
@@ -33,6 +37,7 @@ impl BugSwitches {
             emergency_before_quiet_period: self.emergency_before_quiet_period,
             pod_ignores_incarnation: self.pod_ignores_incarnation,
             leader_fresh_from_reply: self.leader_fresh_from_reply,
+            term_ignores_predecessor_bounds: self.term_ignores_predecessor_bounds,
             ..Default::default()
         }
     }
@@ -77,6 +82,9 @@ pub struct FaultBudget {
     pub limit_lowerings: u8,
     /// "Demand moves": from then on every DC offers `shifted_offered_per_report`.
     pub demand_shifts: u8,
+    /// A rolling restart of one DC's managers that lowers `pod_ttl_ms` to `changed_pod_ttl_ms`:
+    /// the standby restarts with the new setting, then the leading replica goes down.
+    pub manager_rollouts: u8,
     /// A leader's leader-key write whose answer arrives `slow_leader_reply_ticks` late.
     pub slow_leader_replies: u8,
     /// A leader's leader-key write that times out (unknown outcome), landed or not.
@@ -108,6 +116,8 @@ pub struct ModelConfig {
     /// Pods report every tick; DC managers tick every tick; the coordinator every this many ticks.
     pub coordinator_every_ticks: u32,
     pub pod_ttl_ms: u64,
+    /// `pod_ttl_ms` of a DC-manager process restarted by a rollout (fault `manager_rollouts`).
+    pub changed_pod_ttl_ms: u64,
     pub pod_renew_ms: u64,
     pub dc_ttl_ms: u64,
     /// `dc_ttl_ms` after the one configuration change (the leader restarts with it).
@@ -170,6 +180,7 @@ impl Default for ModelConfig {
             tick_ms: 500,
             coordinator_every_ticks: 2,
             pod_ttl_ms: 2_000,
+            changed_pod_ttl_ms: 1_500,
             pod_renew_ms: 1_000,
             dc_ttl_ms: 4_000,
             changed_dc_ttl_ms: 2_500,
@@ -201,6 +212,7 @@ impl Default for ModelConfig {
                 config_changes: 0,
                 limit_lowerings: 0,
                 demand_shifts: 0,
+                manager_rollouts: 0,
                 slow_leader_replies: 0,
                 leader_timeouts: 0,
             },

@@ -60,7 +60,7 @@ fn encode(cfg: &ModelConfig, s: &State, w: &mut dyn Write) -> fmt::Result {
         model::write_pod_view(&p.core, w)?;
     }
     for m in &s.managers {
-        write!(w, "M{}:{:?}:{}:{:?}:", m.alive, m.clock, m.term_started_ns, m.shadow)?;
+        write!(w, "M{}:{}:{:?}:{}:{:?}:", m.alive, m.rolled, m.clock, m.term_started_ns, m.shadow)?;
         if m.alive {
             write!(w, "{:?}:", m.elector)?;
         }

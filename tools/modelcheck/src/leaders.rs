@@ -7,39 +7,44 @@
 //! `slow_leader_reply_ticks` later, or never (the driver's own timeout, `leader_timeout_ticks`
 //! later, makes the outcome unknown), whether or not the write landed. A held answer is fed back
 //! at the end of the tick it is due in, so the replica acts on it until its next timer.
+//!
+//! A DC manager's election runs through the shared `TermRecords`, as the service's and the
+//! simulator's do: every claim and renewal writes a term record (the bounds of the pod leases
+//! the term may have left live) made when the write is sent, every read and answer goes through
+//! it, and a new term's core waits out what its predecessor's record said (`inherited`).
 
 use crate::config::ModelConfig;
 use crate::model;
 use crate::state::State;
 use leasehold_shared::coordinator::next_epoch;
+use leasehold_shared::dc_manager::{PodLeaseBounds, TermRecords};
 use leasehold_shared::leadership::{KeyState, LeaderRequest, Leadership, LeadershipConfig, Transition, WriteOutcome};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-/// A leader key as the KV stores it: absent, or the revision of its last write and the replica
-/// it names. Keys are never deleted, so the next revision is one above the stored one.
+/// A leader key as the KV stores it: absent, or the revision of its last write and its value
+/// (the coordinator's: the holder's id; a DC's: the writer's `TermRecord`, as JSON). Keys are
+/// never deleted, so the next revision is one above the stored one.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LeaderKey(Option<(u64, String)>);
 
 impl LeaderKey {
+    /// The holder a coordinator key names (its value is the holder's id).
     pub fn holder(&self) -> Option<&str> {
         self.0.as_ref().map(|(_, h)| h.as_str())
     }
 
-    fn read(&self) -> KeyState {
-        match &self.0 {
-            None => KeyState::Absent,
-            Some((revision, holder)) => KeyState::Held { revision: *revision, holder: holder.clone() },
-        }
+    fn entry(&self) -> Option<(u64, &[u8])> {
+        self.0.as_ref().map(|(revision, value)| (*revision, value.as_bytes()))
     }
 
-    fn compare_and_set(&mut self, expected_revision: Option<u64>, holder: &str) -> WriteOutcome {
+    fn compare_and_set(&mut self, expected_revision: Option<u64>, value: String) -> WriteOutcome {
         let stored = self.0.as_ref().map(|(r, _)| *r);
         if stored != expected_revision {
             return WriteOutcome::Conflict;
         }
         let revision = stored.unwrap_or(0) + 1;
-        self.0 = Some((revision, holder.to_string()));
+        self.0 = Some((revision, value));
         WriteOutcome::Written { revision }
     }
 }
@@ -72,9 +77,12 @@ pub struct HeldAnswer {
 }
 
 /// One replica's election and what the driver holds for it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Elector {
     pub election: Leadership,
+    /// A DC manager's term records (what it writes in its key, what its term inherits), as the
+    /// service and the simulator drive them; `None` for a coordinator.
+    pub records: Option<TermRecords>,
     pub held: Option<HeldAnswer>,
     /// A fault the explorer armed for this replica's next write.
     pub armed: Option<WriteFault>,
@@ -84,16 +92,68 @@ impl Elector {
     /// A replica that has watched the key stay absent from `watching_since_ns` (its clock) until
     /// `now_ns`, reading it at both: the model's history before tick 0, so the first term starts
     /// at the first timer.
-    pub fn new(id: &str, ttl_ms: u64, cfg: &ModelConfig, watching_since_ns: u64, now_ns: u64) -> Self {
-        let mut config = LeadershipConfig::new(ttl_ms);
-        config.bug_fresh_from_reply = cfg.bugs.leader_fresh_from_reply;
-        let mut election = Leadership::new(id, config);
-        if election.poll(watching_since_ns) == Some(LeaderRequest::Read) {
-            election.on_read(KeyState::Absent, watching_since_ns);
+    pub fn new(
+        id: &str,
+        ttl_ms: u64,
+        records: Option<TermRecords>,
+        cfg: &ModelConfig,
+        watching_since_ns: u64,
+        now_ns: u64,
+    ) -> Self {
+        let mut e = Self::fresh(id, ttl_ms, records, cfg);
+        if e.election.poll(watching_since_ns) == Some(LeaderRequest::Read) {
+            e.on_read(&LeaderKey::default(), watching_since_ns);
         }
         // Seen again just now (as a watch would): the key stayed in sight (see `Leadership`).
-        election.on_read(KeyState::Absent, now_ns);
-        Elector { election, held: None, armed: None }
+        e.on_read(&LeaderKey::default(), now_ns);
+        e
+    }
+
+    /// A process that just started: it has read nothing yet.
+    pub fn fresh(id: &str, ttl_ms: u64, records: Option<TermRecords>, cfg: &ModelConfig) -> Self {
+        let mut config = LeadershipConfig::new(ttl_ms);
+        config.bug_fresh_from_reply = cfg.bugs.leader_fresh_from_reply;
+        Elector { election: Leadership::new(id, config), records, held: None, armed: None }
+    }
+
+    fn on_read(&mut self, key: &LeaderKey, now_ns: u64) -> Option<Transition> {
+        match &mut self.records {
+            Some(records) => records.on_read(&mut self.election, key.entry(), now_ns),
+            None => {
+                let state = match &key.0 {
+                    None => KeyState::Absent,
+                    Some((revision, holder)) => KeyState::Held { revision: *revision, holder: holder.clone() },
+                };
+                self.election.on_read(state, now_ns)
+            }
+        }
+    }
+
+    fn on_write(&mut self, outcome: WriteOutcome, now_ns: u64) -> Option<Transition> {
+        match &mut self.records {
+            Some(records) => records.on_write(&mut self.election, outcome, now_ns),
+            None => self.election.on_write(outcome, now_ns),
+        }
+    }
+
+    fn abandon(&mut self, now_ns: u64) -> Option<Transition> {
+        match &mut self.records {
+            Some(records) => records.abandon(&mut self.election, now_ns),
+            None => self.election.abandon(now_ns),
+        }
+    }
+
+    /// What a write sent at `now_ns` puts in the key: a term record, or the holder's id.
+    fn value(&self, now_ns: u64) -> String {
+        match &self.records {
+            Some(records) => String::from_utf8(records.value(self.election.id(), now_ns)).expect("JSON is UTF-8"),
+            None => self.election.id().to_string(),
+        }
+    }
+
+    /// What the current term must wait out besides its own bounds (see `TermRecords`).
+    pub fn inherited(&self) -> Option<PodLeaseBounds> {
+        self.records.as_ref().and_then(|r| r.inherited())
     }
 }
 
@@ -149,13 +209,13 @@ impl State {
         let (elector, key) = self.elector_and_key(who);
         let Some(request) = elector.election.poll(now) else { return };
         let transition = match request {
-            LeaderRequest::Read => elector.election.on_read(key.read(), now),
+            LeaderRequest::Read => elector.on_read(key, now),
             LeaderRequest::Write { expected_revision } => {
                 let fault = elector.armed.take();
                 let landed = fault != Some(WriteFault::RequestLost);
-                let outcome = landed.then(|| key.compare_and_set(expected_revision, elector.election.id()));
+                let outcome = landed.then(|| key.compare_and_set(expected_revision, elector.value(now)));
                 match (fault, outcome) {
-                    (None, Some(outcome)) => elector.election.on_write(outcome, now),
+                    (None, Some(outcome)) => elector.on_write(outcome, now),
                     (Some(WriteFault::SlowReply), outcome) => {
                         elector.held = Some(HeldAnswer { outcome, due_tick: tick + cfg.slow_leader_reply_ticks });
                         None
@@ -186,8 +246,8 @@ impl State {
             let now = self.local_ns(cfg, who);
             let (elector, _) = self.elector_and_key(who);
             let transition = match elector.held.take().and_then(|h| h.outcome) {
-                Some(outcome) => elector.election.on_write(outcome, now),
-                None => elector.election.abandon(now),
+                Some(outcome) => elector.on_write(outcome, now),
+                None => elector.abandon(now),
             };
             if let Some(t) = transition {
                 self.on_transition(cfg, who, t);
@@ -204,7 +264,10 @@ impl State {
                 let record = self.kv.record.clone();
                 let node = &mut self.managers[m];
                 node.shadow = Default::default();
-                let (core, out) = model::new_manager(cfg, node.dc, epoch, record.as_deref(), &mut node.shadow, now);
+                let settings =
+                    model::ManagerSettings { pod_ttl_ms: node.pod_ttl_ms(cfg), inherited: node.elector.inherited() };
+                let (core, out) =
+                    model::new_manager(cfg, node.dc, epoch, settings, record.as_deref(), &mut node.shadow, now);
                 node.core = Some(Arc::new(core));
                 node.term_started_ns = now;
                 self.route(cfg, out);

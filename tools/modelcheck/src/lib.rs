@@ -2,13 +2,15 @@
 //!
 //! Explores, breadth-first, every interleaving of a small configuration (one limit, DCs with a
 //! standby manager each, pods, a coordinator with a standby) under bounded faults: message loss,
-//! duplication, reordering and delay, crashes, pauses, clock drift and one configuration change.
+//! duplication, reordering and delay, crashes, pauses, clock drift, a configuration change of the
+//! coordinator and a rolling restart of a DC's managers that lowers their `pod_ttl_ms`.
 //! The real cores from `leasehold-shared` make every decision; the ground-truth invariant (what
 //! live pods may spend sums to at most R and B) is checked in every state.
 //!
 //! * [`config`]: what is modelled and the fault budgets; [`config::BugSwitches`] are the negative controls.
 //! * [`model`]: the only module that calls the limiter's cores; [`leaders`]: the driver of the
-//!   shared `Leadership` core (coordinators and DC managers) against the KV's leader keys.
+//!   shared `Leadership` core (coordinators and DC managers) against the KV's leader keys; a DC
+//!   manager's key holds its `TermRecord`, which a successor term waits out.
 //! * [`state`], [`world`], [`actions`]: the state, the driver, the moves.
 //! * [`invariant`], [`fingerprint`], [`explore`], [`trace`]: checking, dedup, search, replay.
 //!

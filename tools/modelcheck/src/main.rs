@@ -12,8 +12,8 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(about = "Exhaustive model check of Leasehold's cores on small configurations")]
 struct Args {
-    /// Named configuration: ci, deep, best-effort, older-lease, emergency-quiet, pod-incarnation,
-    /// term-from-reply.
+    /// Named configuration: ci, deep, best-effort, live-lower, older-lease, emergency-quiet,
+    /// pod-incarnation, term-from-reply, ttl-lowering.
     #[arg(long, default_value = "ci")]
     preset: String,
     /// A JSON model configuration (overrides --preset).

@@ -4,7 +4,7 @@
 use crate::config::ModelConfig;
 use crate::state::Shadow;
 use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
-use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput, FailMode};
+use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput, FailMode, PodLeaseBounds, TermRecords};
 use leasehold_shared::expiry::ExpiryPolicy;
 use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
 use leasehold_shared::quota::Quota;
@@ -20,6 +20,11 @@ pub fn dc_name(dc: usize) -> String {
 /// A pod's id: the same across restarts (as a StatefulSet keeps it); only the incarnation changes.
 pub fn pod_name(dc: usize, pod: usize) -> String {
     format!("dc{dc}-pod{pod}")
+}
+
+/// The id DC `dc`'s manager replica `slot` runs its election under (a restart keeps it).
+pub fn manager_replica(dc: usize, slot: usize) -> String {
+    format!("dc{dc}-mgr{slot}")
 }
 
 /// The instance id of DC `dc`'s manager term `epoch` (each term is a new DC-lease holder).
@@ -56,12 +61,20 @@ pub fn limit_config(cfg: &ModelConfig, dc_ttl_ms: u64, rate_milli_per_s: u64) ->
     c
 }
 
-pub fn manager_config(cfg: &ModelConfig, dc: usize, epoch: u64) -> DcManagerConfig {
+/// What a DC-manager term takes from its process and its election rather than the model: the
+/// process's `pod_ttl_ms` (`changed_pod_ttl_ms` once a rollout restarted it) and the bounds its
+/// predecessor's term record carried (`TermRecords::inherited`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ManagerSettings {
+    pub pod_ttl_ms: u64,
+    pub inherited: Option<PodLeaseBounds>,
+}
+
+pub fn manager_config(cfg: &ModelConfig, dc: usize, epoch: u64, settings: ManagerSettings) -> DcManagerConfig {
     let mut c = DcManagerConfig::new(LIMIT, &dc_name(dc), &manager_instance(dc, epoch));
     c.epoch = epoch;
-    c.pod_ttl_ms = cfg.pod_ttl_ms;
-    // Every term uses the same pod TTL, so no earlier term's pod lease outlives `pod_ttl_ms`
-    // (its term record would carry the same bounds: `c.inherited` stays unset).
+    c.pod_ttl_ms = settings.pod_ttl_ms;
+    c.inherited = settings.inherited;
     c.renew_interval_ms = cfg.pod_renew_ms;
     c.heartbeat_timeout_ms = cfg.tick_ms * 3;
     c.expiry = expiry(cfg);
@@ -83,7 +96,16 @@ pub fn validate_core_configs(cfg: &ModelConfig) -> Result<(), String> {
     if cfg.faults.limit_lowerings > 0 {
         limit_config(cfg, cfg.dc_ttl_ms, cfg.lowered_rate_milli_per_s).validate()?;
     }
-    manager_config(cfg, 0, 1).validate()
+    let settings = |pod_ttl_ms| ManagerSettings { pod_ttl_ms, inherited: None };
+    manager_config(cfg, 0, 1, settings(cfg.pod_ttl_ms)).validate()?;
+    manager_config(cfg, 0, 1, settings(cfg.changed_pod_ttl_ms)).validate()
+}
+
+/// The term records of a DC-manager process whose terms use `pod_ttl_ms`: what it writes in
+/// the DC's leader key and what its terms inherit (as the service and the simulator build them).
+pub fn term_records(cfg: &ModelConfig, dc: usize, pod_ttl_ms: u64) -> TermRecords {
+    let own = PodLeaseBounds::of(&manager_config(cfg, dc, 0, ManagerSettings { pod_ttl_ms, inherited: None }));
+    TermRecords::new(own, cfg.manager_leader_ttl_ticks as u64 * cfg.tick_ms, &cfg.bugs.known_bugs())
 }
 
 // ---- pods ----
@@ -139,11 +161,12 @@ pub fn new_manager(
     cfg: &ModelConfig,
     dc: usize,
     epoch: u64,
+    settings: ManagerSettings,
     record: Option<&LedgerRecord>,
     shadow: &mut Shadow,
     now_ns: u64,
 ) -> (DcManagerCore, Vec<DcOutput>) {
-    let mut core = DcManagerCore::new(manager_config(cfg, dc, epoch), now_ns);
+    let mut core = DcManagerCore::new(manager_config(cfg, dc, epoch, settings), now_ns);
     let floor = record.and_then(|r| r.floor_of(&dc_name(dc)));
     let out = match floor {
         Some((f, v)) => observed(&mut core, shadow, now_ns, |c| c.on_floor(f, v, now_ns)),

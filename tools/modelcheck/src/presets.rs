@@ -12,6 +12,7 @@ pub const NAMES: &[&str] = &[
     "emergency-quiet",
     "pod-incarnation",
     "term-from-reply",
+    "ttl-lowering",
 ];
 
 /// The negative controls: (preset name, the hole it brings back).
@@ -20,6 +21,7 @@ pub const CONTROLS: &[(&str, &str)] = &[
     ("emergency-quiet", "hole 2: a new best-effort term spends E before the quiet period"),
     ("pod-incarnation", "hole 3: a restarted pod applies its previous process's late lease"),
     ("term-from-reply", "hole 4: a leader times its term from a late reply and acts beside its successor"),
+    ("ttl-lowering", "hole 5: a new DC-manager term waits only its own pod TTL, not its predecessor's longer one"),
 ];
 
 pub fn by_name(name: &str) -> Option<ModelConfig> {
@@ -32,6 +34,7 @@ pub fn by_name(name: &str) -> Option<ModelConfig> {
         "emergency-quiet" => emergency_quiet(),
         "pod-incarnation" => pod_incarnation(),
         "term-from-reply" => term_from_reply(),
+        "ttl-lowering" => ttl_lowering(),
         _ => return None,
     })
 }
@@ -42,9 +45,9 @@ pub fn without_bugs(cfg: ModelConfig) -> ModelConfig {
 }
 
 /// 2 DCs × 2 pods, coordinator + standby, DC manager + standby per DC, warm start after 3 s;
-/// one fault of any kind (loss, duplicate, reorder, pod crash or pause, manager crash,
-/// coordinator crash or pause, configuration change, demand move, a leader's write answered late
-/// or timing out) on top of in-order delivery with up to 2 messages carried over a tick.
+/// one fault of any kind (loss, duplicate, reorder, pod crash or pause, manager crash, a rolling
+/// restart of a DC's managers that lowers `pod_ttl_ms`, coordinator crash or pause,
+/// configuration change, demand move, a leader's write answered late or timing out) on top of in-order delivery with up to 2 messages carried over a tick.
 pub fn ci() -> ModelConfig {
     ModelConfig {
         warmup_ticks: 6,
@@ -62,6 +65,7 @@ pub fn ci() -> ModelConfig {
             config_changes: 1,
             limit_lowerings: 1,
             demand_shifts: 1,
+            manager_rollouts: 1,
             slow_leader_replies: 1,
             leader_timeouts: 1,
         },
@@ -196,6 +200,40 @@ pub fn term_from_reply() -> ModelConfig {
         max_carry_over: 0,
         faults: FaultBudget { total: 2, slow_leader_replies: 1, leader_timeouts: 1, ..FaultBudget::default() },
         bugs: BugSwitches { leader_fresh_from_reply: true, ..BugSwitches::default() },
+        ..ModelConfig::default()
+    }
+}
+
+/// Hole 5. Strict mode, floors that nearly fill R (45 + 45 of 100), one coordinator process:
+/// once it crashes both DCs run on their floors, DC 0's term A cutting 6 s pod leases from it.
+/// Pod 0 freezes holding its lease (its reports stop), and a rolling restart lowers DC 0's
+/// `pod_ttl_ms` to 1.5 s: the standby restarts with it, the leader goes down, and the standby's
+/// term B, having heard only from pod 1, gives it the whole floor. B must wait out A's 6 s
+/// leases (its term record), not its own 1.5 s, or DC 0 spends its floor twice.
+pub fn ttl_lowering() -> ModelConfig {
+    ModelConfig {
+        floor_rate_milli_per_s: 45_000,
+        floor_burst_milli: 9_000,
+        coordinators: 1,
+        offered_per_report: vec![60, 60],
+        pod_ttl_ms: 6_000,
+        changed_pod_ttl_ms: 1_500,
+        dc_ttl_ms: 3_000,
+        changed_dc_ttl_ms: 3_000,
+        drift_ppm_choices: vec![0],
+        pause_ticks: 10,
+        warmup_ticks: 6,
+        horizon_ticks: 24,
+        max_carry_over: 0,
+        faulty_pods: vec![0],
+        faults: FaultBudget {
+            total: 3,
+            coordinator_crashes: 1,
+            pod_pauses: 1,
+            manager_rollouts: 1,
+            ..FaultBudget::default()
+        },
+        bugs: BugSwitches { term_ignores_predecessor_bounds: true, ..BugSwitches::default() },
         ..ModelConfig::default()
     }
 }

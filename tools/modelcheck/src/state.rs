@@ -75,8 +75,22 @@ pub struct ManagerNode {
     /// Local time the current term started (the floor waits from there).
     pub term_started_ns: u64,
     pub shadow: Shadow,
-    /// Its replica of the DC's leadership (the shared `Leadership` core) and what is in flight.
+    /// Its replica of the DC's leadership (the shared `Leadership` core and the term records it
+    /// writes in the DC's leader key) and what is in flight.
     pub elector: Elector,
+    /// Restarted by a rollout: its terms use `changed_pod_ttl_ms`.
+    pub rolled: bool,
+}
+
+impl ManagerNode {
+    /// The `pod_ttl_ms` this process's terms use.
+    pub fn pod_ttl_ms(&self, cfg: &crate::config::ModelConfig) -> u64 {
+        if self.rolled {
+            cfg.changed_pod_ttl_ms
+        } else {
+            cfg.pod_ttl_ms
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -229,6 +243,14 @@ impl State {
     /// Index of the oldest deliverable message: delivering it is free, any other costs a reorder.
     pub fn fifo_head(&self) -> Option<usize> {
         self.net.iter().position(|m| self.deliverable(m))
+    }
+
+    /// DC `dc`'s (leading manager, live standby not yet restarted by a rollout), if it has both.
+    pub fn rollout_standby(&self, dc: usize) -> Option<(usize, usize)> {
+        let leader = (dc * 2..dc * 2 + 2).find(|&m| self.managers[m].alive && self.managers[m].core.is_some())?;
+        let standby = if leader % 2 == 0 { leader + 1 } else { leader - 1 };
+        let s = &self.managers[standby];
+        (s.alive && !s.rolled && s.core.is_none()).then_some((leader, standby))
     }
 
     /// The coordinator the leader key names, if it is alive and holds a term's core (a paused,

@@ -60,16 +60,16 @@ fn cold_state(cfg: &ModelConfig, init: &InitChoice) -> Result<State, String> {
     }
     let drift = |group: usize| cfg.drift_ppm_choices[init.drift_index[group]];
     // Every replica has watched its leader key stay absent for one TTL before tick 0.
-    let elector = |id: &str, ttl_ticks: u32, clock: Clock| {
+    let elector = |id: &str, ttl_ticks: u32, records, clock: Clock| {
         let ttl_ms = ttl_ticks as u64 * cfg.tick_ms;
-        Elector::new(id, ttl_ms, cfg, clock.local(0).saturating_sub(ttl_ms * NS_PER_MS), clock.local(0))
+        Elector::new(id, ttl_ms, records, cfg, clock.local(0).saturating_sub(ttl_ms * NS_PER_MS), clock.local(0))
     };
     let coords = (0..cfg.coordinators)
         .map(|c| {
             let id = format!("coord{c}");
             let clock = Clock { offset_ns: (c as u64 + 1) * 7 * NS_PER_S, drift_ppm: drift(0) };
             CoordNode {
-                elector: elector(&id, cfg.leader_ttl_ticks, clock),
+                elector: elector(&id, cfg.leader_ttl_ticks, None, clock),
                 id,
                 alive: true,
                 paused_until: None,
@@ -93,7 +93,13 @@ fn cold_state(cfg: &ModelConfig, init: &InitChoice) -> Result<State, String> {
                 clock,
                 term_started_ns: 0,
                 shadow: Shadow::default(),
-                elector: elector(&format!("dc{dc}-mgr{slot}"), cfg.manager_leader_ttl_ticks, clock),
+                elector: elector(
+                    &model::manager_replica(dc, slot),
+                    cfg.manager_leader_ttl_ticks,
+                    Some(model::term_records(cfg, dc, cfg.pod_ttl_ms)),
+                    clock,
+                ),
+                rolled: false,
             });
         }
         for _ in 0..cfg.pods_per_dc {

@@ -59,6 +59,7 @@ fn control_fires_only_with_its_switch(preset: &str, max_states: usize, max_actio
     assert!(buggy.bugs.any(), "{preset} turns a switch on");
     let out = run(&buggy, max_states);
     let cx = out.counterexample.unwrap_or_else(|| panic!("{preset}: no violation within {max_states} states"));
+    println!("{preset}: counterexample of {} actions: {}", cx.trace.actions.len(), cx.violation);
     assert!(cx.trace.actions.len() <= max_actions, "{preset}: {} actions", cx.trace.actions.len());
     let replayed = replay(&cx.trace, |_| {}).expect("the trace replays");
     assert_eq!(replayed, Some(cx.trace.actions.len()), "the violation is reached at the trace's last step");
@@ -98,4 +99,12 @@ fn finds_a_restarted_pod_applying_its_previous_processs_lease() {
 #[test]
 fn finds_a_leader_timing_its_term_from_a_late_reply() {
     control_fires_only_with_its_switch("term-from-reply", 20_000, 40);
+}
+
+/// Hole 5: coordinator down, both DCs on their floors; pod 0 freezes holding term A's 6 s floor
+/// lease, and a rolling restart lowers DC 0's `pod_ttl_ms` to 1.5 s. Term B, timing its wait by
+/// its own TTL rather than A's term record, gives pod 1 the whole floor while pod 0's runs on.
+#[test]
+fn finds_a_term_that_waits_only_its_own_lowered_pod_ttl() {
+    control_fires_only_with_its_switch("ttl-lowering", 100_000, 130);
 }
