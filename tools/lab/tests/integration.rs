@@ -8,6 +8,7 @@ mod demo;
 mod docs;
 mod envoy_bench;
 mod keys_bench;
+mod outage_bench;
 mod units;
 
 /// Runs `leasehold-lab bench …` with `args` (and `--skip-redis` when the machine's Redis is not

@@ -10,6 +10,7 @@ mod envoy_servers;
 mod keys;
 pub mod keys_load;
 mod light_pods;
+mod outage;
 mod runtimes;
 
 use clap::Subcommand;
@@ -26,6 +27,10 @@ pub enum Bench {
     /// Envoy: the latency the rate limit adds per request through a real Envoy, with no limit,
     /// with RLS answered by the Leasehold agent, and with RLS answered from a central Redis.
     Envoy(envoy::Args),
+    /// The control plane gone: what Leasehold admits with its nats-server, coordinator and DC
+    /// managers killed under load, and what a central Redis design admits with Redis killed
+    /// (failing open, then closed), against the bound R·1 s + B.
+    Outage(outage::Args),
     /// `bench envoy`'s Redis baseline: RLS deciding in Redis, a process of its own.
     #[command(hide = true)]
     EnvoyRedisRls(envoy_redis::ServeArgs),
@@ -39,6 +44,7 @@ pub fn run(b: Bench) -> Result<ExitCode, String> {
         Bench::ControlPlane(a) => control_plane::run(a),
         Bench::Keys(a) => keys::run(a),
         Bench::Envoy(a) => envoy::run(a),
+        Bench::Outage(a) => outage::run(a),
         Bench::EnvoyRedisRls(a) => envoy_redis::serve(a),
         Bench::EnvoyFloorRls(a) => envoy_floor::serve(a),
     }
