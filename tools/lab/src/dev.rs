@@ -142,8 +142,9 @@ async fn start(a: &DevArgs, procs: &mut Procs, nats_url: &str, log_dir: &Path) -
     let keys = procs.spawn("keys", &keys_args, &[], true).await?.unwrap_or_default();
     let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().map_err(|e| e.to_string())?;
     let deadline = Instant::now() + READY_WITHIN;
-    for (name, addr) in [("agent", &agent), ("keys", &keys)] {
-        if !ready(&http, addr, deadline).await {
+    let agent_leased = leased(&http, &agent, deadline).await;
+    for (name, addr, up) in [("agent", &agent, agent_leased), ("keys", &keys, ready(&http, &keys, deadline).await)] {
+        if !up {
             let log = log_dir.join(format!("{name}.log"));
             return Err(format!("{name} at {addr} was not ready within {READY_WITHIN:?}; see {}", log.display()));
         }
@@ -155,6 +156,28 @@ async fn start(a: &DevArgs, procs: &mut Procs, nats_url: &str, log_dir: &Path) -
     println!("dev: coordinator  http://{coordinator_http}/v1/status");
     println!("dev: dc-manager   http://{dc_manager_http}/v1/status");
     Ok(())
+}
+
+/// Polls the agent at `addr` until its lease of [`LIMIT`] grants at some rate (true), or
+/// `deadline` passes (false); then lets the bucket fill (a new lease's starts empty), at most 1 s.
+/// `/readyz` is not enough: a first lease of rate 0 makes the agent ready and grants nothing.
+async fn leased(http: &reqwest::Client, addr: &str, deadline: Instant) -> bool {
+    while Instant::now() < deadline {
+        let r = http.get(format!("http://{addr}/v1/status?limit={LIMIT}")).send().await;
+        let status: Option<serde_json::Value> = match r {
+            Ok(r) if r.status().is_success() => r.json().await.ok(),
+            _ => None,
+        };
+        let rate_milli = status.as_ref().and_then(|s| s["lease"]["quota"]["rate_milli_per_s"].as_u64()).unwrap_or(0);
+        let burst_milli = status.as_ref().and_then(|s| s["lease"]["quota"]["burst_milli"].as_u64()).unwrap_or(0);
+        if rate_milli >= 1_000 {
+            let fill_ms = (burst_milli * 1_000 / rate_milli).min(1_000);
+            tokio::time::sleep(Duration::from_millis(fill_ms)).await;
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
 }
 
 /// Polls `http://addr/readyz` until it answers 200 (true) or `deadline` passes (false).
