@@ -6,6 +6,7 @@ mod chaos;
 mod cli;
 mod demo;
 mod envoy_bench;
+mod integrating;
 mod keys_bench;
 mod units;
 
