@@ -33,13 +33,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pod = Pod::start(client, &settings);
     let partner = pod.limiter(LIMIT)?;
 
-    // The first lease comes from the DC manager within a renew period; until then every
-    // request is denied (fail safe). A service would serve anyway and count the denials.
+    // The first lease that grants comes from the DC manager within a renew period or two; until
+    // then every request is denied (fail safe). A service would serve anyway and count denials.
     let mut status = partner.status();
-    tokio::time::timeout(Duration::from_secs(10), status.wait_for(|s| s.lease.is_some()))
+    let granting = |s: &leasehold_pod::PodStatus| s.lease.as_ref().is_some_and(|l| l.quota.rate_milli_per_s > 0);
+    let quota = tokio::time::timeout(Duration::from_secs(10), status.wait_for(granting))
         .await
-        .map_err(|_| "no lease within 10 s: is the dev stack running (scripts/dev)?")??;
-    println!("pod {} holds a lease of {LIMIT}", pod.id);
+        .map_err(|_| "no lease within 10 s: is the dev stack running (scripts/dev)?")??
+        .lease
+        .as_ref()
+        .map(|l| l.quota)
+        .ok_or("no lease")?;
+    let (rate, burst) = (quota.rate_milli_per_s / 1_000, quota.burst_milli / 1_000);
+    println!("pod {} holds a lease of {LIMIT}: {rate}/s, burst {burst}", pod.id);
 
     let started = Instant::now();
     let (mut granted_total, mut denied_total) = (0u64, 0u64);
@@ -60,7 +66,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
         }
-        let hint = retry_after.map_or(String::new(), |r| format!(" (last retry after {} ms)", r.as_millis()));
+        let hint =
+            retry_after.map_or(String::new(), |r| format!(" (last retry after {:.1} ms)", r.as_secs_f64() * 1e3));
         println!("second {second}: {granted} granted, {denied} denied{hint}");
         granted_total += granted;
         denied_total += denied;
