@@ -1,7 +1,7 @@
 //! `leasehold-lab`: the command line of the lab library (`src/lib.rs`), plus the production
 //! commands of `leasehold`.
 
-use leasehold_lab::{bench, chaos, demo, simulate};
+use leasehold_lab::{bench, chaos, demo, dev, simulate};
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -22,6 +22,9 @@ enum Command {
     Simulate(simulate::SimulateArgs),
     /// Run the whole system as processes on this machine with diurnal load; print a summary.
     Demo(demo::DemoArgs),
+    /// Run a local one-DC stack to integrate a service against (NATS, coordinator, DC manager,
+    /// agent, per-key limiter) until Ctrl-C; print its addresses.
+    Dev(dev::DevArgs),
     /// Inject seeded faults into the real system on a production-shaped NATS topology; judge
     /// safety by the upstream's counters and recovery by the per-second throughput.
     Chaos(chaos::ChaosArgs),
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
     let result = match leasehold::parse_with_settings_help::<Cli>().command {
         Command::Simulate(args) => simulate::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Dev(args) => dev::run(args),
         Command::Chaos(args) => chaos::run(args),
         Command::Bench(b) => bench::run(b),
         Command::Upstream(a) => upstream(a),

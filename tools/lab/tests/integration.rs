@@ -7,6 +7,7 @@ mod cli;
 mod demo;
 mod docs;
 mod envoy_bench;
+mod integrating;
 mod keys_bench;
 mod outage_bench;
 mod units;

@@ -65,11 +65,25 @@ impl NatsServer {
         Self::start_with_config(binary, &[], &[])
     }
 
+    /// Like [`start`](Self::start), on loopback port `port` (0: a free one).
+    pub fn start_on_port(binary: &Path, port: u16) -> Result<Self, ServerError> {
+        Self::start_inner(binary, &[], &[], (port != 0).then_some(port))
+    }
+
     /// Like [`start`](Self::start), with configuration files written into the server's own
     /// directory (the first is passed with `-c`; the others can be `include`d by name) and extra
     /// environment (e.g. the passwords a config reads with `$VAR`). Port, JetStream and store
     /// still come from the command line.
     pub fn start_with_config(binary: &Path, files: &[(&str, &str)], env: &[(&str, &str)]) -> Result<Self, ServerError> {
+        Self::start_inner(binary, files, env, None)
+    }
+
+    fn start_inner(
+        binary: &Path,
+        files: &[(&str, &str)],
+        env: &[(&str, &str)],
+        port: Option<u16>,
+    ) -> Result<Self, ServerError> {
         let unique = format!(
             "leasehold-nats-{}-{}-{}",
             std::process::id(),
@@ -103,7 +117,7 @@ impl NatsServer {
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .unwrap_or_default();
-        s.spawn(None)?;
+        s.spawn(port)?;
         Ok(s)
     }
 
