@@ -23,6 +23,8 @@ fn with_the_control_plane_gone_leasehold_stays_within_the_bound_and_redis_fails_
     let l = &v["leasehold"];
     assert!(l["within_bound"] == true, "Leasehold over R·1 s + B: {l}");
     assert!(l["admitted_per_s_healthy"].as_f64().unwrap() > 0.0, "nothing admitted while healthy: {l}");
+    // The degraded state shows where the shipped alert looks: every agent's lease is stale.
+    assert_eq!(l["agents_stale_during_outage"], "4 of 4", "{l}");
     // Pod leases last 5 s: the outage's last seconds admit nothing.
     let by_s: Vec<u64> =
         l["admitted_per_s_by_second"].as_array().unwrap().iter().map(|n| n.as_u64().unwrap()).collect();

@@ -108,12 +108,25 @@ pub async fn run(a: &Args) -> Result<Run, String> {
     }
     eprintln!("bench outage: nats-server, coordinator and DC managers killed at {:.1} s", outage_at.as_secs_f64());
     tokio::time::sleep_until((start + a.healthy() + a.outage() / 2).into()).await;
-    let mut not_ready = 0;
+    let (mut not_ready, mut stale) = (0, 0);
     for addr in &agents {
         let ready = http.get(format!("http://{addr}/readyz")).send().await.is_ok_and(|r| r.status().is_success());
         not_ready += usize::from(!ready);
+        stale += usize::from(seconds_since_renewal(&http, addr).await.is_some_and(|s| s > STALE_AFTER_S));
     }
     let admissions = load.await.map_err(|e| format!("the load stopped: {e}"))?;
     procs.stop(Duration::from_secs(2), |_| true).await;
-    Ok(Run { admissions, outage_at, total, not_ready: Some((not_ready, agents.len())) })
+    let seen = super::Degraded { not_ready, stale, agents: agents.len() };
+    Ok(Run { admissions, outage_at, total, degraded: Some(seen) })
+}
+
+/// The shipped alert `LeaseholdLeaseRenewalLate` fires above this (deploy/prometheus).
+const STALE_AFTER_S: f64 = 3.0;
+
+/// The agent's `leasehold_pod_seconds_since_renewal` for the limit, from its `/metrics`.
+async fn seconds_since_renewal(http: &reqwest::Client, addr: &str) -> Option<f64> {
+    let text = http.get(format!("http://{addr}/metrics")).send().await.ok()?.text().await.ok()?;
+    text.lines()
+        .filter(|l| l.starts_with("leasehold_pod_seconds_since_renewal{") && l.contains(&format!("limit=\"{LIMIT}\"")))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
 }

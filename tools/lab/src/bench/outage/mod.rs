@@ -111,8 +111,16 @@ pub struct Run {
     pub admissions: Admissions,
     pub outage_at: Duration,
     pub total: Duration,
-    /// Agents answering `/readyz` 503 at the outage's midpoint, of all (Leasehold only).
-    pub not_ready: Option<(usize, usize)>,
+    /// What the agents said of themselves at the outage's midpoint (Leasehold only).
+    pub degraded: Option<Degraded>,
+}
+
+/// The agents at the outage's midpoint: how many answered `/readyz` 503, and how many showed a
+/// lease unrenewed for longer than the shipped stale-lease alert allows (their metrics).
+pub struct Degraded {
+    pub not_ready: usize,
+    pub stale: usize,
+    pub agents: usize,
 }
 
 impl Run {
@@ -131,8 +139,9 @@ impl Run {
             "max_in_1s_window": max,
             "within_bound": max as f64 <= bound,
         });
-        if let Some((not_ready, of)) = self.not_ready {
-            v["agents_not_ready_during_outage"] = json!(format!("{not_ready} of {of}"));
+        if let Some(d) = &self.degraded {
+            v["agents_not_ready_during_outage"] = json!(format!("{} of {}", d.not_ready, d.agents));
+            v["agents_stale_during_outage"] = json!(format!("{} of {}", d.stale, d.agents));
         }
         v
     }

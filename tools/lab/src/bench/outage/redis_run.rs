@@ -58,5 +58,5 @@ pub async fn run(a: &Args, fail_open: bool) -> Result<Run, String> {
     let outage_at = start.elapsed();
     let _ = redis_server.kill().await;
     let admissions = load.await.map_err(|e| format!("the load stopped: {e}"))?;
-    Ok(Run { admissions, outage_at, total, not_ready: None })
+    Ok(Run { admissions, outage_at, total, degraded: None })
 }
