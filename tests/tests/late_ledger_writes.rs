@@ -3,7 +3,7 @@
 //! stored late counts down from the report it answers, so it ends no later on the DC's side than
 //! on the coordinator's books.
 
-use leasehold_shared::bugs::KnownBugs;
+use leasehold_core::bugs::KnownBugs;
 use leasehold_sim::faults::{Fault, FaultKind};
 use leasehold_sim::{run_scenario, Policy, Scenario};
 

@@ -1,8 +1,8 @@
 //! The checkers must be able to fail: break an assumption on purpose and watch them catch it.
 
-use leasehold_shared::bugs::KnownBugs;
-use leasehold_shared::expiry::ExpiryPolicy;
-use leasehold_shared::quota::Quota;
+use leasehold_core::bugs::KnownBugs;
+use leasehold_core::expiry::ExpiryPolicy;
+use leasehold_core::quota::Quota;
 use leasehold_sim::{run_scenario, run_seed, Policy, Scenario};
 
 #[test]
@@ -92,7 +92,7 @@ fn the_simulator_catches_clocks_that_stop_while_the_machine_is_suspended() {
 }
 
 /// Hole 8: a pod's claim from the larger DC lease licenses a share of the smaller one that
-/// outlives it (found by storm seed 23 at b92f8eb; see shared/tests/carried_claim.rs).
+/// outlives it (found by storm seed 23 at b92f8eb; see shared/core/tests/carried_claim.rs).
 #[test]
 fn the_simulator_catches_a_grant_licensed_by_a_claim_that_ends_first() {
     let bugs = KnownBugs { renewal_reuses_inherited_claim: true, ..KnownBugs::default() };

@@ -115,7 +115,7 @@ fn best_effort_overshoot_stays_within_the_emergency_allowance() {
         threads: 2,
         baseline_seeds: 1,
         progress: false,
-        emergency_per_dc: leasehold_shared::quota::Quota::per_s(25, 0),
+        emergency_per_dc: leasehold_core::quota::Quota::per_s(25, 0),
     };
     let s = run_many(&opts).unwrap().0;
     assert_eq!(s.mode, "best-effort");
@@ -213,7 +213,7 @@ fn quiet_reports_hold_the_limit_and_the_utilization_under_faults() {
 /// `scenario` at `seed` with the Rust pod's quiet reports.
 fn quiet(scenario: &str, seed: u64) -> Scenario {
     let mut sc = Scenario::by_name(scenario, seed).unwrap();
-    sc.pod_quiet_ms = leasehold_shared::quiet_reports::DEFAULT_MAX_QUIET_MS;
+    sc.pod_quiet_ms = leasehold_core::quiet_reports::DEFAULT_MAX_QUIET_MS;
     sc
 }
 

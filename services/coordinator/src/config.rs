@@ -1,8 +1,8 @@
 //! Coordinator settings: defaults → TOML file → environment (`LEASEHOLD_COORDINATOR_*`),
 //! validated before anything starts.
 
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::limits::LimitDef;
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::limits::LimitDef;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -16,7 +16,7 @@ pub struct Settings {
     /// This replica's id (written into the ledger record it writes). Default: a random UUID.
     pub id: Option<String>,
     /// How long leadership lasts without renewal: a standby claims after seeing the leader key
-    /// unchanged this long on its own clock (see `leasehold_shared::leadership`).
+    /// unchanged this long on its own clock (see `leasehold_core::leadership`).
     pub leader_ttl_ms: u64,
     /// Replicas of the ledger and leader buckets (3 in production clusters).
     pub replicas: usize,

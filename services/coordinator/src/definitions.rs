@@ -20,9 +20,9 @@
 
 use crate::config::Settings;
 use crate::leader::{resume_logged, Leader};
+use leasehold_core::coordinator::{LimitConfig, Stored};
+use leasehold_core::wire::LedgerRecord;
 use leasehold_nats::limits_store::LimitEvent;
-use leasehold_shared::coordinator::{LimitConfig, Stored};
-use leasehold_shared::wire::LedgerRecord;
 use std::collections::BTreeMap;
 use tracing::{info, warn};
 
@@ -207,8 +207,8 @@ impl Leader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use leasehold_shared::limits::LimitDef;
-    use leasehold_shared::quota::Quota;
+    use leasehold_core::limits::LimitDef;
+    use leasehold_core::quota::Quota;
 
     fn event(key: &str, revision: u64, rate_per_s: u64) -> LimitEvent {
         let cfg = LimitConfig::new(key, Quota::per_s(rate_per_s, 10), &[("bkk", Quota::per_s(5, 0))]);

@@ -1,5 +1,5 @@
 //! `/metrics` (Prometheus text), `/v1/status` (JSON), `/healthz` (the process answers) and
-//! `/readyz` (it leads, or follows with a fresh view: [`leasehold_shared::readiness`]) for one
+//! `/readyz` (it leads, or follows with a fresh view: [`leasehold_core::readiness`]) for one
 //! coordinator replica.
 
 use crate::leader::{LimitBooks, Status};
@@ -7,11 +7,11 @@ use axum::extract::State;
 use axum::routing::get;
 use axum::Json;
 use axum::Router;
+use leasehold_core::quota::Quota;
+use leasehold_core::readiness;
 use leasehold_process::clock::LeaseClock;
 use leasehold_process::health;
 use leasehold_process::metrics::{self, NO_LABELS};
-use leasehold_shared::quota::Quota;
-use leasehold_shared::readiness;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 use std::collections::BTreeMap;

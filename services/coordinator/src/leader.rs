@@ -5,7 +5,7 @@
 //!   renewal was *sent* less than 0.6·TTL ago. No server clock (nor a bucket's `max_age`) is
 //!   relied on.
 //! * A new leader re-reads every definition in `lh_limits`, then reads every group of the
-//!   ledger (records are kept [`LEDGER_GROUPS`](leasehold_shared::subjects::LEDGER_GROUPS) to a
+//!   ledger (records are kept [`LEDGER_GROUPS`](leasehold_core::subjects::LEDGER_GROUPS) to a
 //!   bucket, several limits per key), and runs every limit that has a definition, a record, or
 //!   a place in the fence's list. It takes an epoch above all records and above its claim's
 //!   revision (so a lost record cannot restart epochs), resumes each core from its record (old
@@ -17,19 +17,19 @@
 //!   takeover. A group someone else wrote means someone else leads: step down at once. A write
 //!   without an answer is re-read: exactly ours has landed; unreadable or unchanged, it is
 //!   unresolved (the term goes on and counts its records as stored); a later write of this term
-//!   is adopted ([`leasehold_shared::coordinator::judge_group_write`]). Every tick writes every group
+//!   is adopted ([`leasehold_core::coordinator::judge_group_write`]). Every tick writes every group
 //!   that holds a limit, changed or not. The writes themselves are in [`crate::writes`]: a
 //!   tick's groups go together, the fence raised once before them, the groups written
 //!   concurrently.
 
 use bytes::Bytes;
+use leasehold_core::coordinator::{next_epoch, CoordinatorCore, LimitConfig, Stored};
+use leasehold_core::leadership::{Leadership, Transition};
+use leasehold_core::readiness::ReplicaView;
+use leasehold_core::subjects::{self, ledger_group_of};
+use leasehold_core::wire::{decode, encode, DcReports, LedgerFence, LedgerRecord};
 use leasehold_nats::kv::{compare_and_set, read, CasOutcome};
 use leasehold_process::clock::LeaseClock;
-use leasehold_shared::coordinator::{next_epoch, CoordinatorCore, LimitConfig, Stored};
-use leasehold_shared::leadership::{Leadership, Transition};
-use leasehold_shared::readiness::ReplicaView;
-use leasehold_shared::subjects::{self, ledger_group_of};
-use leasehold_shared::wire::{decode, encode, DcReports, LedgerFence, LedgerRecord};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tracing::{info, warn};
@@ -69,7 +69,7 @@ pub struct Leader {
     pub(crate) leadership: Option<Term>,
     pub status: Status,
     /// Largest group value written: the server's `max_payload` less room for headers, at most
-    /// [`MAX_LEDGER_GROUP_BYTES`](leasehold_shared::wire::MAX_LEDGER_GROUP_BYTES).
+    /// [`MAX_LEDGER_GROUP_BYTES`](leasehold_core::wire::MAX_LEDGER_GROUP_BYTES).
     pub(crate) max_group_bytes: usize,
     /// Limits left out of their full group, and why: not run until their definition changes or
     /// a term takes over (see [`crate::writes`]).
@@ -87,7 +87,7 @@ impl Leader {
     ) -> Self {
         let election = Leadership::new(&id, leasehold_nats::leader_key::config(leader_ttl.as_millis() as u64));
         let status = Status::default();
-        let max_group_bytes = leasehold_shared::wire::MAX_LEDGER_GROUP_BYTES;
+        let max_group_bytes = leasehold_core::wire::MAX_LEDGER_GROUP_BYTES;
         let left_out = BTreeMap::new();
         Leader {
             id,

@@ -1,6 +1,6 @@
 //! # Leasehold's global coordinator (service)
 //!
-//! A thin async driver around [`leasehold_shared::coordinator::CoordinatorCore`]: it reads the
+//! A thin async driver around [`leasehold_core::coordinator::CoordinatorCore`]: it reads the
 //! clock in one place, receives DC reports on `lh.dc.*.report` (a batch per DC
 //! manager report, an item per limit), and keeps the DC leases
 //! in the `lh_ledger` KV bucket, one record per limit kept in groups of limits (64 keys, see
@@ -25,10 +25,10 @@ mod writes;
 use definitions::Definitions;
 use futures::StreamExt;
 use leader::{Leader, Status};
+use leasehold_core::subjects;
 use leasehold_nats::connect::jetstream;
 use leasehold_nats::kv::{ensure_bucket, BucketSpec, KvError};
 use leasehold_nats::limits_store;
-use leasehold_shared::subjects;
 use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::watch;
@@ -121,7 +121,7 @@ pub async fn run(
 /// to 2 s) until both succeed. `None` if `shutdown` turned true first.
 async fn read_definitions(
     limits: &async_nats::jetstream::kv::Store,
-    seeds: &[leasehold_shared::limits::LimitDef],
+    seeds: &[leasehold_core::limits::LimitDef],
     shutdown: &mut watch::Receiver<bool>,
 ) -> Option<Vec<limits_store::StoredLimit>> {
     let mut backoff = Duration::from_millis(100);

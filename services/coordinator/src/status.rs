@@ -1,14 +1,14 @@
 //! What a coordinator replica is doing, for tests, metrics, `/v1/status` and `inspect`.
 
 use crate::leader::Leader;
-use leasehold_shared::quota::Quota;
+use leasehold_core::quota::Quota;
 use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Status {
     pub leading: bool,
     /// Its term and view of the leader key, for `/readyz`.
-    pub replica: leasehold_shared::readiness::ReplicaView,
+    pub replica: leasehold_core::readiness::ReplicaView,
     pub epoch: u64,
     pub takeovers: u64,
     /// Limits' records written (each group write counts every record in it).

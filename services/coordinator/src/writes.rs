@@ -16,7 +16,7 @@
 //!
 //! A group has a size limit (the server's `max_payload`). A group keeps every record that may
 //! be stored already and takes the limits never written in name order while the whole group
-//! could still grow [`FRESH_GROWTH`](leasehold_shared::wire::FRESH_GROWTH) times and fit (records
+//! could still grow [`FRESH_GROWTH`](leasehold_core::wire::FRESH_GROWTH) times and fit (records
 //! grow once DC leases are written; [`LedgerGroup::fit`]); the rest are left out of the term (no lease of theirs
 //! exists: a lease exists only once its record is written) and listed as refused in the status
 //! until their definition is put again or a term takes over. So a full group never stops the
@@ -27,10 +27,10 @@
 use crate::leader::Leader;
 use bytes::Bytes;
 use futures::StreamExt;
+use leasehold_core::coordinator::{judge_group_write, GroupReadBack, GroupWrite, GroupWriteAnswer};
+use leasehold_core::subjects::{self, ledger_group_of};
+use leasehold_core::wire::{encode, LedgerFence, LedgerGroup, LedgerRecord};
 use leasehold_nats::kv::{compare_and_set, read, CasOutcome};
-use leasehold_shared::coordinator::{judge_group_write, GroupReadBack, GroupWrite, GroupWriteAnswer};
-use leasehold_shared::subjects::{self, ledger_group_of};
-use leasehold_shared::wire::{encode, LedgerFence, LedgerGroup, LedgerRecord};
 use std::collections::{BTreeMap, BTreeSet};
 use tracing::{error, warn};
 

@@ -6,14 +6,14 @@ use bytes::Bytes;
 use leasehold_coordinator::config::Settings;
 use leasehold_coordinator::leader::Status;
 use leasehold_coordinator::{spawn, Handle};
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::quota::Quota;
+use leasehold_core::subjects::{ledger_group_key, ledger_group_of};
+use leasehold_core::wire::{encode, DcReport, DcReports, LedgerRecord};
 use leasehold_nats::connect::jetstream;
 use leasehold_nats::kv::{compare_and_set, ensure_bucket, BucketSpec, CasOutcome};
 use leasehold_nats::ledger::{read_group, read_record};
 use leasehold_nats_harness::{binaries, wait, NatsServer};
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::quota::Quota;
-use leasehold_shared::subjects::{ledger_group_key, ledger_group_of};
-use leasehold_shared::wire::{encode, DcReport, DcReports, LedgerRecord};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -30,7 +30,7 @@ fn settings(url: &str, id: &str) -> Settings {
         leader_ttl_ms: LEADER_TTL_MS,
         replicas: 1,
         http_listen: None,
-        limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
+        limits: vec![leasehold_core::limits::LimitDef::from_config(&limit)],
     }
 }
 

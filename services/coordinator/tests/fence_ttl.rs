@@ -6,15 +6,15 @@
 
 use leasehold_coordinator::config::Settings;
 use leasehold_coordinator::spawn;
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::limits::LimitDef;
+use leasehold_core::quota::Quota;
+use leasehold_core::subjects;
+use leasehold_core::wire::{encode, DcReport, DcReports, LedgerFence};
 use leasehold_nats::connect::jetstream;
 use leasehold_nats::kv::{ensure_bucket, read, BucketSpec};
 use leasehold_nats::limits_store;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::limits::LimitDef;
-use leasehold_shared::quota::Quota;
-use leasehold_shared::subjects;
-use leasehold_shared::wire::{encode, DcReport, DcReports, LedgerFence};
 use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

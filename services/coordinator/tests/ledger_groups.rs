@@ -7,16 +7,16 @@ use bytes::Bytes;
 use futures::StreamExt;
 use leasehold_coordinator::config::Settings;
 use leasehold_coordinator::spawn;
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::limits::LimitDef;
+use leasehold_core::quota::Quota;
+use leasehold_core::subjects::{ledger_group_key, ledger_group_of, LEDGER_BUCKET, LEDGER_GROUPS};
+use leasehold_core::wire::{encode, LedgerGroup, LedgerRecord};
 use leasehold_nats::connect::jetstream;
 use leasehold_nats::kv::{compare_and_set, ensure_bucket, BucketSpec, CasOutcome};
 use leasehold_nats::ledger::read_all;
 use leasehold_nats::limits_store;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::limits::LimitDef;
-use leasehold_shared::quota::Quota;
-use leasehold_shared::subjects::{ledger_group_key, ledger_group_of, LEDGER_BUCKET, LEDGER_GROUPS};
-use leasehold_shared::wire::{encode, LedgerGroup, LedgerRecord};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -186,17 +186,17 @@ async fn a_full_group_keeps_its_limits_and_leaves_out_new_ones_that_do_not_fit()
 /// the limit's group.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_per_limit_record_of_an_older_version_is_resumed_into_its_group() {
-    use leasehold_shared::wire::{DcLease, LeaseVersion, LedgerFence};
+    use leasehold_core::wire::{DcLease, LeaseVersion, LedgerFence};
     let bin = binaries().expect("a nats-server is needed").remove(0);
     let server = NatsServer::start(&bin).unwrap();
     let url = server.url();
     let js = jetstream(wait::client(&url, "test").await);
     let ledger = ensure_bucket(&js, &BucketSpec { history: 5, ..BucketSpec::new(LEDGER_BUCKET) }).await.unwrap();
-    let leaders = ensure_bucket(&js, &BucketSpec::new(leasehold_shared::subjects::LEADER_BUCKET)).await.unwrap();
+    let leaders = ensure_bucket(&js, &BucketSpec::new(leasehold_core::subjects::LEADER_BUCKET)).await.unwrap();
     // What the older version left: a fence at epoch 3 naming the limit, and its record.
     let mut fence = LedgerFence::raised(None, 3, 60_000);
     fence.limits.get_or_insert_with(Default::default).insert("api".into());
-    let fence_key = leasehold_shared::subjects::LEDGER_FENCE_KEY;
+    let fence_key = leasehold_core::subjects::LEDGER_FENCE_KEY;
     compare_and_set(&leaders, fence_key, Bytes::from(encode(&fence)), None).await.unwrap();
     let lease = DcLease {
         v: 1,

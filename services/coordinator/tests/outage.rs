@@ -8,9 +8,9 @@
 use leasehold_coordinator::config::Settings;
 use leasehold_coordinator::leader::Status;
 use leasehold_coordinator::spawn;
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::quota::Quota;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::quota::Quota;
 use std::time::Duration;
 
 fn settings(url: &str) -> Settings {
@@ -23,7 +23,7 @@ fn settings(url: &str) -> Settings {
         leader_ttl_ms: 3_000,
         replicas: 1,
         http_listen: None,
-        limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
+        limits: vec![leasehold_core::limits::LimitDef::from_config(&limit)],
     }
 }
 

@@ -1,6 +1,6 @@
 //! DC manager settings: defaults → TOML file → environment (`LEASEHOLD_DC_MANAGER_*`), validated.
 
-use leasehold_shared::dc_manager::DcManagerConfig;
+use leasehold_core::dc_manager::DcManagerConfig;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -15,7 +15,7 @@ pub struct Settings {
     /// (`<id>-e<epoch>`), so a replica that leads again never reuses an old lease's identity.
     pub id: Option<String>,
     /// Leadership without renewal lasts this long: a standby claims after seeing the leader key
-    /// unchanged this long on its own clock (see `leasehold_shared::leadership`).
+    /// unchanged this long on its own clock (see `leasehold_core::leadership`).
     pub leader_ttl_ms: u64,
     /// Period of DC reports to the coordinator (pod leases are renewed every `renew_interval_ms`).
     pub report_interval_ms: u64,

@@ -1,17 +1,17 @@
 //! `/metrics` (Prometheus text), `/v1/status` (JSON), `/healthz` (the process answers) and
 //! `/readyz` (it leads with a valid DC lease for every limit, or follows with a fresh view:
-//! [`leasehold_shared::readiness`]) for one DC manager.
+//! [`leasehold_core::readiness`]) for one DC manager.
 
 use crate::manager::{LimitStatus, Status};
 use axum::extract::State;
 use axum::routing::get;
 use axum::Json;
 use axum::Router;
+use leasehold_core::dc_manager::{FailMode, SplitMode};
+use leasehold_core::readiness;
 use leasehold_process::clock::LeaseClock;
 use leasehold_process::health;
 use leasehold_process::metrics;
-use leasehold_shared::dc_manager::{FailMode, SplitMode};
-use leasehold_shared::readiness;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 use tokio::sync::watch;

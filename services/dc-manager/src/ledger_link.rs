@@ -6,10 +6,10 @@
 
 use async_nats::jetstream::kv::{Entry, Operation, Store};
 use async_nats::jetstream::{self};
+use leasehold_core::subjects;
 use leasehold_nats::kv::{open_bucket, KvError};
 use leasehold_nats::ledger::LedgerContents;
 use leasehold_nats::watch::{watch_once, REOPEN_EVERY};
-use leasehold_shared::subjects;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, OnceCell};

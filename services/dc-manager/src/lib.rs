@@ -1,6 +1,6 @@
 //! # Leasehold DC manager (service)
 //!
-//! A thin async driver around [`leasehold_shared::dc_manager::DcManagerCore`], one core per
+//! A thin async driver around [`leasehold_core::dc_manager::DcManagerCore`], one core per
 //! limit: one process (with standbys) serves every limit of its DC, or the one its settings name.
 //! * leadership of the DC through the `lh_leaders` key `dc.<dc>` (see [`manager`]);
 //! * DC leases from the coordinator, by watching the limits' records in the `lh_ledger` bucket
@@ -21,9 +21,9 @@ pub(crate) mod outbox;
 mod status;
 
 use futures::StreamExt;
+use leasehold_core::subjects::{self, PodChannel};
 use leasehold_nats::connect::{jetstream, jetstream_in};
 use leasehold_nats::kv::{ensure_bucket, BucketSpec, KvError};
-use leasehold_shared::subjects::{self, PodChannel};
 use manager::{Manager, Status};
 use std::time::Duration;
 use thiserror::Error;
@@ -76,7 +76,7 @@ pub async fn run(
     let (ask_direct_read, mut direct_reads) = ledger_link::direct_reads(ledger);
     let clock =
         leasehold_process::clock::LeaseClock::start_skewed(settings.clock_offset_ms as i64, settings.clock_drift_ppm);
-    let max_age_ns = settings.inbound_reports_max_age_ms.saturating_mul(leasehold_shared::expiry::NS_PER_MS);
+    let max_age_ns = settings.inbound_reports_max_age_ms.saturating_mul(leasehold_core::expiry::NS_PER_MS);
     let mut reports = inbound::BoundedInbound::new(reports, settings.inbound_reports_max_bytes, max_age_ns, clock);
     if let Some(addr) = settings.http_listen.clone() {
         let listener = tokio::net::TcpListener::bind(&addr)

@@ -16,16 +16,16 @@
 //!   settings say (`TermRecords`, written with every claim and renewal of the key), and use only
 //!   the floor the coordinator's record names.
 
-use leasehold_process::clock::LeaseClock;
-use leasehold_shared::dc_manager::{DcManagerCore, PodLeaseBounds, RecordRules, TermRecords};
-use leasehold_shared::leadership::{Leadership, Transition};
-use leasehold_shared::quota::Quota;
-use leasehold_shared::readiness::ReplicaView;
-use leasehold_shared::sorted_map::PlaceHint;
-use leasehold_shared::subjects::{self, PodChannel};
-use leasehold_shared::wire::{
+use leasehold_core::dc_manager::{DcManagerCore, PodLeaseBounds, RecordRules, TermRecords};
+use leasehold_core::leadership::{Leadership, Transition};
+use leasehold_core::quota::Quota;
+use leasehold_core::readiness::ReplicaView;
+use leasehold_core::sorted_map::PlaceHint;
+use leasehold_core::subjects::{self, PodChannel};
+use leasehold_core::wire::{
     decode, decode_pod_reports_saying_how, LeaseReturns, LeaseVersion, PodReport, ReportsReadBy,
 };
+use leasehold_process::clock::LeaseClock;
 use std::collections::BTreeMap;
 use tracing::{debug, info, warn};
 
@@ -209,7 +209,7 @@ impl Manager {
         }
         let now = self.now_ns();
         let read_through = self.reports_read_through_ns.unwrap_or(now);
-        self.status.report_read_lag_ms = now.saturating_sub(read_through) / leasehold_shared::expiry::NS_PER_MS;
+        self.status.report_read_lag_ms = now.saturating_sub(read_through) / leasehold_core::expiry::NS_PER_MS;
         let (shed_at, read_through) = (self.reports_shed_at_ns, self.reports_read_through_ns);
         for lt in self.term.iter_mut().flat_map(|t| t.limits.values_mut()) {
             if let Some(at) = shed_at {

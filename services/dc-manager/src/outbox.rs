@@ -5,9 +5,9 @@
 //! `max_payload`, or when a pod has two holders of one limit (a restarted process whose
 //! predecessor is still counted): a batch never names a limit twice.
 
-use leasehold_shared::dc_manager::{DcOutput, LeasePacing};
-use leasehold_shared::subjects::{self, PodChannel};
-use leasehold_shared::wire::{encode_batches, DcReport, ReturnAck};
+use leasehold_core::dc_manager::{DcOutput, LeasePacing};
+use leasehold_core::subjects::{self, PodChannel};
+use leasehold_core::wire::{encode_batches, DcReport, ReturnAck};
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -2,14 +2,14 @@
 //! process as a whole, and each limit it serves.
 
 use crate::manager::Manager;
-use leasehold_shared::dc_manager::{DcCounters, FailMode, SplitMode};
+use leasehold_core::dc_manager::{DcCounters, FailMode, SplitMode};
 use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Status {
     pub leading: bool,
     /// Its term and view of the leader key, for `/readyz`.
-    pub replica: leasehold_shared::readiness::ReplicaView,
+    pub replica: leasehold_core::readiness::ReplicaView,
     pub epoch: u64,
     pub instance: String,
     pub takeovers: u64,
@@ -33,7 +33,7 @@ pub struct Status {
     /// looked, if none was).
     pub report_read_lag_ms: u64,
     /// Valid pod report batches read by serde_json rather than the manager's own reader (an
-    /// extra field, an escaped string, a number written otherwise: `shared/src/wire/report_json.rs`).
+    /// extra field, an escaped string, a number written otherwise: `shared/core/src/wire/report_json.rs`).
     pub report_batches_read_by_serde: u64,
     pub publish_failures: u64,
     /// Every limit this term serves.

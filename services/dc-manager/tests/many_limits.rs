@@ -5,14 +5,14 @@
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
 use leasehold_coordinator::config::Settings as CoordSettings;
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::dc_manager::DcManagerConfig;
+use leasehold_core::limits::LimitDef;
+use leasehold_core::quota::Quota;
 use leasehold_dc_manager::config::Settings;
 use leasehold_dc_manager::manager::Status;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::{Pod, PodSettings, PodStatus};
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::dc_manager::DcManagerConfig;
-use leasehold_shared::limits::LimitDef;
-use leasehold_shared::quota::Quota;
 use std::time::Duration;
 
 const WITHIN: Duration = Duration::from_secs(15);
@@ -114,8 +114,8 @@ async fn one_manager_serves_every_limit_of_its_dc() {
 /// own, follows a change live, and runs a limit whose definition says nothing on its settings.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_limit_runs_on_its_definition_s_split_and_fail_mode_followed_live() {
-    use leasehold_shared::dc_manager::{FailMode, SplitMode};
-    use leasehold_shared::limits::{FailModeName, Rate};
+    use leasehold_core::dc_manager::{FailMode, SplitMode};
+    use leasehold_core::limits::{FailModeName, Rate};
     let bin = binaries().expect("a nats-server is needed: run scripts/nats-servers").remove(0);
     let server = NatsServer::start(&bin).unwrap();
     let url = server.url();

@@ -14,15 +14,15 @@
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
 use leasehold_coordinator::config::Settings as CoordSettings;
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::dc_manager::DcManagerConfig;
+use leasehold_core::limits::LimitDef;
+use leasehold_core::quota::Quota;
 use leasehold_dc_manager::config::Settings;
 use leasehold_dc_manager::manager::Status;
 use leasehold_nats_harness::leaf_topology::LeafTopology;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::{Limiter, Pod, PodSettings};
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::dc_manager::DcManagerConfig;
-use leasehold_shared::limits::LimitDef;
-use leasehold_shared::quota::Quota;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -3,13 +3,13 @@
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
 use leasehold_coordinator::config::Settings as CoordSettings;
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::dc_manager::{DcManagerConfig, PodLeaseBounds, TermRecord};
+use leasehold_core::quota::Quota;
 use leasehold_dc_manager::config::Settings;
 use leasehold_dc_manager::manager::Status;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::{Denial, Pod, PodSettings, PodStatus};
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::dc_manager::{DcManagerConfig, PodLeaseBounds, TermRecord};
-use leasehold_shared::quota::Quota;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -30,7 +30,7 @@ fn coordinator(url: &str) -> CoordSettings {
         leader_ttl_ms: 1_000,
         replicas: 1,
         http_listen: None,
-        limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
+        limits: vec![leasehold_core::limits::LimitDef::from_config(&limit)],
     }
 }
 
@@ -171,7 +171,7 @@ async fn a_standby_manager_takes_over_with_a_higher_epoch() {
         let first = until(&mut m1.status, "m1 leads", |s: &Status| s.leading).await;
         // The DC's leader key carries m1's term record: what bounds its pod leases.
         let js = async_nats::jetstream::new(client(&url).await);
-        let leaders = leasehold_nats::kv::open_bucket(&js, leasehold_shared::subjects::LEADER_BUCKET).await.unwrap();
+        let leaders = leasehold_nats::kv::open_bucket(&js, leasehold_core::subjects::LEADER_BUCKET).await.unwrap();
         let (_, value) = leasehold_nats::kv::read(&leaders, "dc.bkk").await.unwrap().expect("m1 wrote dc.bkk");
         let own = PodLeaseBounds::of(&manager(&url, "m1").manager);
         assert_eq!(TermRecord::decode(&value, own), ("m1".to_string(), own), "{}", server.version);
@@ -191,8 +191,8 @@ async fn a_standby_manager_takes_over_with_a_higher_epoch() {
 
 /// A report of limit `api` in DC `bkk` from a holder with no lease yet (a join), offering 50
 /// calls in 100 ms.
-fn first_report(pod: &str, incarnation: u64, seq: u64) -> leasehold_shared::wire::PodReport {
-    leasehold_shared::wire::PodReport {
+fn first_report(pod: &str, incarnation: u64, seq: u64) -> leasehold_core::wire::PodReport {
+    leasehold_core::wire::PodReport {
         v: 1,
         limit: "api".into(),
         dc: "bkk".into(),
@@ -257,7 +257,7 @@ async fn malformed_and_replayed_messages_are_counted_and_ignored() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_whose_body_names_another_pod_than_its_subject_is_refused() {
     use futures::StreamExt;
-    use leasehold_shared::wire::{encode, LeaseReturn, LeaseReturns, PodReports};
+    use leasehold_core::wire::{encode, LeaseReturn, LeaseReturns, PodReports};
     let (_server, c, _coord, mut m) = one_leading_manager().await;
     let mut ghost_leases = c.subscribe("lh.pod.bkk.ghost.lease").await.unwrap();
     let mut ghost_acks = c.subscribe("lh.pod.bkk.ghost.ack").await.unwrap();
@@ -297,7 +297,7 @@ async fn a_message_whose_body_names_another_pod_than_its_subject_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_batch_left_to_serde_is_obeyed_and_counted() {
     use futures::StreamExt;
-    use leasehold_shared::wire::{encode, PodReports};
+    use leasehold_core::wire::{encode, PodReports};
     let (server, c, _coord, mut m) = one_leading_manager().await;
     let a = Pod::start(client(&server.url()).await, &pod_settings(&server.url(), "pod-a"));
     let mut a_rx = a.limiter("api").unwrap().status();
@@ -324,7 +324,7 @@ async fn pods_eligible_metric(http: &reqwest::Client, addr: &str) -> Option<f64>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_eligible_pods_metric_follows_the_split_when_a_pod_crashes() {
     use futures::StreamExt;
-    use leasehold_shared::wire::{decode, DcReports};
+    use leasehold_core::wire::{decode, DcReports};
     let bin = binaries().expect("a nats-server is needed").remove(0);
     let server = NatsServer::start(&bin).unwrap();
     let url = server.url();

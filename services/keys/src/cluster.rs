@@ -13,14 +13,13 @@ use crate::owned::Owned;
 use crate::persist::Admission;
 use async_nats::jetstream::kv::{Operation, Store};
 use futures::StreamExt;
-use leasehold_nats::kv::{compare_and_set, ensure_bucket, BucketSpec, CasOutcome};
-use leasehold_shared::keys::shards::{shard_of_action, Action, ShardBook};
-use leasehold_shared::subjects::{
+use leasehold_core::subjects::{
     keys_check, keys_member_key, keys_member_of_key, keys_shard_key, keys_shard_of_key, KEYS_SHARDS_BUCKET,
 };
-use leasehold_shared::wire::{
-    decode_keys_message, encode, MemberRecord, ShardRecord, MAX_MESSAGE_BYTES, SCHEMA_VERSION,
-};
+use leasehold_core::wire::{encode, MAX_MESSAGE_BYTES, SCHEMA_VERSION};
+use leasehold_nats::kv::{compare_and_set, ensure_bucket, BucketSpec, CasOutcome};
+use leasehold_per_key::shards::{shard_of_action, Action, ShardBook};
+use leasehold_per_key::wire::{decode_keys_message, MemberRecord, ShardRecord};
 use std::collections::HashMap;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};

@@ -2,7 +2,7 @@
 //!
 //! The per-user limiter, the product's other half: allow or reject each request against the
 //! caller's own limit (per user, per tenant tier), over HTTP ([`http`]) and NATS request/reply
-//! ([`nats`]). The decisions are [`leasehold_shared::keys`]' (exact sliding-window log or GCRA);
+//! ([`nats`]). The decisions are [`leasehold_per_key`]' (exact sliding-window log or GCRA);
 //! this crate reads the clock and moves requests.
 //!
 //! * [`access`]: who decides a key's tier, and who may use the admin endpoints.
@@ -31,8 +31,8 @@ pub mod tiers_sync;
 
 pub use limiter::{CheckError, KeyAnswer, KeyCheck, KeyLimiter};
 
+use leasehold_per_key::Tiers;
 use leasehold_process::clock::LeaseClock;
-use leasehold_shared::keys::Tiers;
 use std::future::IntoFuture;
 use std::time::Duration;
 

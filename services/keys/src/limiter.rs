@@ -9,14 +9,14 @@
 use crate::owned::{Owned, OwnedError};
 #[cfg(feature = "redis-baseline")]
 use crate::redis_backend::RedisBackend;
-use leasehold_shared::keys::table::Verdict;
-use leasehold_shared::keys::{shard_of, spec::check_key, KeyError, LimitSpec, Tiers};
+use leasehold_per_key::table::Verdict;
+use leasehold_per_key::{shard_of, spec::check_key, KeyError, LimitSpec, Tiers};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
-pub use leasehold_shared::wire::{KeyAnswer, KeyCheck};
+pub use leasehold_per_key::wire::{KeyAnswer, KeyCheck};
 
 /// Why a request got no allow/deny answer.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -121,7 +121,7 @@ impl KeyLimiter {
         let mut applied = store.applied.subscribe();
         let revision = store
             .kv
-            .put(leasehold_shared::subjects::KEYS_TIERS_KEY, body.into())
+            .put(leasehold_core::subjects::KEYS_TIERS_KEY, body.into())
             .await
             .map_err(|e| TiersError::NotStored(e.to_string()))?;
         let outcome = tokio::time::timeout(TIERS_APPLY_PATIENCE, applied.wait_for(|(r, _)| *r >= revision)).await;
@@ -245,7 +245,7 @@ impl KeyLimiter {
         let cache = self.denied_until.lock().unwrap_or_else(|p| p.into_inner());
         let until = *cache.get(&(key.to_string(), tier.to_string()))?;
         (until > now_ms).then(|| KeyAnswer {
-            v: leasehold_shared::wire::SCHEMA_VERSION,
+            v: leasehold_core::wire::SCHEMA_VERSION,
             allowed: false,
             key: key.into(),
             tier: tier.into(),
@@ -342,8 +342,8 @@ async fn forward(
 const HANDOVER_PATIENCE: Duration = Duration::from_millis(1_500);
 
 async fn forward_once(client: &async_nats::Client, shard: u32, req: &KeyCheck) -> Result<KeyAnswer, CheckError> {
-    let body = leasehold_shared::wire::encode(req);
-    let subject = leasehold_shared::subjects::keys_check(shard);
+    let body = leasehold_core::wire::encode(req);
+    let subject = leasehold_core::subjects::keys_check(shard);
     let reply = tokio::time::timeout(FORWARD_TIMEOUT, client.request(subject, body.into()))
         .await
         .map_err(|_| CheckError::Unavailable(format!("the owner of shard {shard} did not answer in time")))?
@@ -353,7 +353,7 @@ async fn forward_once(client: &async_nats::Client, shard: u32, req: &KeyCheck) -
 
 pub fn answer(key: &str, tier: String, v: Verdict, count: Option<u64>) -> KeyAnswer {
     KeyAnswer {
-        v: leasehold_shared::wire::SCHEMA_VERSION,
+        v: leasehold_core::wire::SCHEMA_VERSION,
         allowed: v.allowed,
         key: key.to_string(),
         tier,

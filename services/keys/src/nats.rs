@@ -6,8 +6,9 @@
 use crate::limiter::{answer, CheckError, KeyAnswer, KeyCheck, KeyLimiter};
 use crate::owned::{Owned, OwnedError};
 use futures::StreamExt;
-use leasehold_shared::keys::{shard_of, KeyError};
-use leasehold_shared::wire::{decode_keys_message, encode, KeyRefusal, WireError, SCHEMA_VERSION};
+use leasehold_core::wire::{encode, WireError, SCHEMA_VERSION};
+use leasehold_per_key::wire::{decode_keys_message, KeyRefusal};
+use leasehold_per_key::{shard_of, KeyError};
 
 /// How long a stopped shard's task waits for the end of what was buffered.
 const DRAIN_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);

@@ -7,9 +7,9 @@
 
 use crate::limiter::KeyCheck;
 use crate::persist::{Admission, Persister};
+use leasehold_per_key::table::{TableError, Verdict};
+use leasehold_per_key::{shard_of, KeyError, KeyTable, LimitSpec};
 use leasehold_process::clock::LeaseClock;
-use leasehold_shared::keys::table::{TableError, Verdict};
-use leasehold_shared::keys::{shard_of, KeyError, KeyTable, LimitSpec};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
@@ -227,7 +227,7 @@ impl Owned {
     }
 
     fn latest_restored(&self) -> Option<u64> {
-        self.table().states().filter_map(|(_, s)| leasehold_shared::keys::table::last_admission_ms(s)).max()
+        self.table().states().filter_map(|(_, s)| leasehold_per_key::table::last_admission_ms(s)).max()
     }
 
     pub fn keys_tracked(&self) -> usize {

@@ -16,10 +16,11 @@
 
 use async_nats::jetstream::{self, consumer, stream};
 use futures::StreamExt;
-use leasehold_shared::keys::store_clock::StoreClock;
-use leasehold_shared::subjects::{keys_admissions, keys_admissions_wildcard, KEYS_ADMISSIONS_STREAM as STREAM};
-pub use leasehold_shared::wire::Admission;
-use leasehold_shared::wire::{encode, AdmissionBatch, SCHEMA_VERSION};
+use leasehold_core::subjects::{keys_admissions, keys_admissions_wildcard, KEYS_ADMISSIONS_STREAM as STREAM};
+use leasehold_core::wire::{encode, SCHEMA_VERSION};
+use leasehold_per_key::store_clock::StoreClock;
+pub use leasehold_per_key::wire::Admission;
+use leasehold_per_key::wire::AdmissionBatch;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -2,8 +2,8 @@
 //! the architecture of envoy's ratelimit service. Same API, same exact sliding-window semantics
 //! (an admission at `t` counts while `t + W > now`), so the bench compares like with like.
 
-use leasehold_shared::keys::table::Verdict;
-use leasehold_shared::keys::{Algorithm, LimitSpec};
+use leasehold_per_key::table::Verdict;
+use leasehold_per_key::{Algorithm, LimitSpec};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 

@@ -20,7 +20,7 @@ pub struct Routes(Arc<RwLock<Arc<ShardRoutes>>>);
 
 impl Routes {
     pub fn set(&self, owners: Vec<Option<String>>) {
-        let routes = ShardRoutes { v: leasehold_shared::wire::SCHEMA_VERSION, shards: owners.len() as u32, owners };
+        let routes = ShardRoutes { v: leasehold_core::wire::SCHEMA_VERSION, shards: owners.len() as u32, owners };
         let mut current = self.0.write().unwrap_or_else(|p| p.into_inner());
         if current.owners != routes.owners {
             *current = Arc::new(routes);

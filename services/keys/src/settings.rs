@@ -3,8 +3,8 @@
 
 use crate::access::{AdminToken, Trust};
 use crate::persist::Durability;
+use leasehold_per_key::Tiers;
 use leasehold_process::SettingsError;
-use leasehold_shared::keys::Tiers;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -104,7 +104,7 @@ impl KeysSettings {
         if !(1..=4_096).contains(&self.shards) {
             return bad(format!("shards must be within 1..=4096, got {}", self.shards));
         }
-        let max_ttl = leasehold_shared::keys::shards::MAX_SHARD_TTL_MS;
+        let max_ttl = leasehold_per_key::shards::MAX_SHARD_TTL_MS;
         if !(100..=max_ttl).contains(&self.shard_ttl_ms) {
             return bad(format!("shard_ttl_ms must be within 100..={max_ttl}, got {}", self.shard_ttl_ms));
         }
@@ -119,7 +119,7 @@ impl KeysSettings {
             return bad(format!("replicas must be within 1..=5 (JetStream's), got {}", self.replicas));
         }
         if let Some(id) = &self.instance_id {
-            leasehold_shared::wire::check_id("instance_id", id).map_err(|e| SettingsError::Invalid(e.to_string()))?;
+            leasehold_core::wire::check_id("instance_id", id).map_err(|e| SettingsError::Invalid(e.to_string()))?;
         }
         if let Some(h) = &self.tier_header {
             if axum::http::HeaderName::from_bytes(h.as_bytes()).is_err() {

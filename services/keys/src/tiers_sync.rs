@@ -6,9 +6,9 @@ use crate::limiter::KeyLimiter;
 use async_nats::jetstream::kv::{Entry, Operation};
 use leasehold_nats::kv::{ensure_bucket, BucketSpec};
 use leasehold_nats::watch::keep_watching;
-use leasehold_shared::keys::Tiers;
+use leasehold_per_key::Tiers;
 
-use leasehold_shared::subjects::{KEYS_CONFIG_BUCKET as CONFIG_BUCKET, KEYS_TIERS_KEY as TIERS_KEY};
+use leasehold_core::subjects::{KEYS_CONFIG_BUCKET as CONFIG_BUCKET, KEYS_TIERS_KEY as TIERS_KEY};
 
 /// Adopt the stored tiers (or store ours if there are none) and follow every change.
 pub async fn start(js: &async_nats::jetstream::Context, limiter: &KeyLimiter, replicas: usize) -> Result<(), String> {

@@ -4,7 +4,7 @@
 
 use leasehold_keys::access::{AdminToken, Trust};
 use leasehold_keys::{KeyAnswer, KeyLimiter};
-use leasehold_shared::keys::{LimitSpec, Tiers};
+use leasehold_per_key::{LimitSpec, Tiers};
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -5,8 +5,8 @@
 
 use leasehold_keys::settings::KeysSettings;
 use leasehold_keys::{Mode, ServeOptions};
+use leasehold_per_key::Tiers;
 use leasehold_process::ConfigArgs;
-use leasehold_shared::keys::Tiers;
 use serde::Serialize;
 use std::process::ExitCode;
 

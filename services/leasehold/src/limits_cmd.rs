@@ -7,10 +7,10 @@
 mod put;
 
 use clap::{Args, Subcommand};
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::limits::{diff, format_amount, format_rate};
 use leasehold_nats::connect::jetstream;
 use leasehold_nats::limits_store::{self, RemoveOutcome, StoredLimit};
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::limits::{diff, format_amount, format_rate};
 use std::process::ExitCode;
 
 #[derive(Args)]
@@ -125,7 +125,7 @@ fn summary(c: &LimitConfig) -> String {
 }
 
 fn floors(c: &LimitConfig) -> String {
-    let one = |d: &leasehold_shared::coordinator::DcSpec| {
+    let one = |d: &leasehold_core::coordinator::DcSpec| {
         let burst = d.floor.burst_milli;
         let burst = if burst == 0 { String::new() } else { format!(" burst {}", format_amount(burst)) };
         format!("{}={}{burst}", d.name, format_rate(d.floor.rate_milli_per_s))
@@ -164,7 +164,7 @@ async fn ls(url: &crate::NatsArgs, replicas: usize) -> Result<(), Failure> {
 }
 
 async fn rm(url: &crate::NatsArgs, replicas: usize, name: &str, dry_run: bool) -> Result<(), Failure> {
-    leasehold_shared::subjects::limits_key(name).map_err(|e| Failure::Bad(format!("limit {name}: {e}")))?;
+    leasehold_core::subjects::limits_key(name).map_err(|e| Failure::Bad(format!("limit {name}: {e}")))?;
     let store = open(url, replicas).await?;
     let stored = limits_store::get(&store, name).await.map_err(failed)?;
     let stored = stored.ok_or_else(|| Failure::Failed(format!("no limit named {name}")))?;

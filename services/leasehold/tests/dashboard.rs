@@ -5,10 +5,10 @@
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
 use crate::support::one_dc;
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::quota::Quota;
 use leasehold_nats::connect::connect_until;
 use leasehold_nats_harness::{binaries, NatsServer};
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::quota::Quota;
 use serde_json::Value;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -53,7 +53,7 @@ async fn the_view_shows_leaders_leases_and_pods_and_a_takeover() {
         nats_url: url.clone(),
         id: Some(id.into()),
         leader_ttl_ms: 1_000,
-        limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
+        limits: vec![leasehold_core::limits::LimitDef::from_config(&limit)],
         ..Default::default()
     };
     let a = leasehold_coordinator::spawn(client().await.unwrap(), coordinator("coord-a"));

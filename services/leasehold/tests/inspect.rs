@@ -3,11 +3,11 @@
 
 use bytes::Bytes;
 use leasehold_coordinator::config::Settings;
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::quota::Quota;
+use leasehold_core::wire::{encode, DcReport};
 use leasehold_nats::connect::connect_until;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{encode, DcReport};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -24,14 +24,14 @@ async fn inspect_shows_the_leader_and_the_dc_leases() {
         id: Some("coord-x".into()),
         leader_ttl_ms: 1_500,
         replicas: 1,
-        limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
+        limits: vec![leasehold_core::limits::LimitDef::from_config(&limit)],
         ..Settings::default()
     };
     let mut coord = leasehold_coordinator::spawn(connect_until(&url, "c", deadline).await.unwrap(), settings);
     tokio::time::timeout(Duration::from_secs(10), coord.status.wait_for(|s| s.leading)).await.unwrap().unwrap();
     let publisher = connect_until(&url, "p", deadline).await.unwrap();
     let report = DcReport { pods_healthy: 2, ..DcReport::new("api", "bkk", "bkk-mgr", 1, 1, Quota::per_s(300, 0)) };
-    let batch = leasehold_shared::wire::DcReports::new("bkk", vec![report]);
+    let batch = leasehold_core::wire::DcReports::new("bkk", vec![report]);
     publisher.publish("lh.dc.bkk.report", Bytes::from(encode(&batch))).await.unwrap();
     publisher.flush().await.unwrap();
 
@@ -59,7 +59,7 @@ async fn inspect_shows_the_leader_and_the_dc_leases() {
     assert!(text.contains("coordinator leader: coord-x") && text.contains("dc bkk"), "{text}");
 
     // A DC manager and a pod: inspect names the DC's leader and hears the pod.
-    let mut m = leasehold_shared::dc_manager::DcManagerConfig::new("api", "bkk", "");
+    let mut m = leasehold_core::dc_manager::DcManagerConfig::new("api", "bkk", "");
     m.renew_interval_ms = 250;
     let dc = leasehold_dc_manager::config::Settings {
         nats_url: url.clone(),
@@ -124,13 +124,13 @@ async fn inspect_reads_the_hub_s_ledger_from_a_dc_s_own_cluster() {
         nats_url: hub_url.clone(),
         id: Some("coord-x".into()),
         leader_ttl_ms: 1_500,
-        limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
+        limits: vec![leasehold_core::limits::LimitDef::from_config(&limit)],
         ..Settings::default()
     };
     let _coord = leasehold_coordinator::spawn(topology.client(&topology.hub, "coordinator").await, settings);
     let (bkk, _) = topology.dc("bkk");
     let dc_url = LeafTopology::url(bkk);
-    let mut m = leasehold_shared::dc_manager::DcManagerConfig::new("api", "bkk", "");
+    let mut m = leasehold_core::dc_manager::DcManagerConfig::new("api", "bkk", "");
     m.renew_interval_ms = 250;
     let dc = leasehold_dc_manager::config::Settings {
         nats_url: dc_url.clone(),

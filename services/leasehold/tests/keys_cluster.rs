@@ -94,7 +94,7 @@ async fn tiers_change_everywhere_and_nats_reaches_the_owner() {
 
     // NATS request/reply on the key's shard subject: the owner answers, reads record nothing.
     let c = leasehold_nats::connect::connect(&server.url(), "test").await.unwrap();
-    let subject = leasehold_shared::subjects::keys_check(leasehold_shared::keys::shard_of("k", 64));
+    let subject = leasehold_core::subjects::keys_check(leasehold_per_key::shard_of("k", 64));
     let ask = |body: &'static str| {
         let (c, subject) = (c.clone(), subject.clone());
         async move {
@@ -111,7 +111,7 @@ async fn tiers_change_everywhere_and_nats_reaches_the_owner() {
     assert_eq!(refused["status"], 400);
     assert_eq!(refused["error"], "request: malformed JSON: expected ident at line 1 column 2", "said once");
     assert_eq!(ask(r#"{"key":"k","cost":0}"#).await["status"], 400);
-    let wrong_shard = leasehold_shared::subjects::keys_check((leasehold_shared::keys::shard_of("k", 64) + 1) % 64);
+    let wrong_shard = leasehold_core::subjects::keys_check((leasehold_per_key::shard_of("k", 64) + 1) % 64);
     let m = c.request(wrong_shard, r#"{"key":"k"}"#.into()).await.unwrap();
     let v: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
     assert_eq!(v["status"], 400, "a key sent to another shard's subject is refused: {v}");
@@ -199,7 +199,7 @@ async fn a_denial_remembered_by_a_forwarding_instance_holds_only_for_its_tier() 
 }
 
 async fn admissions_max_age(js: &async_nats::jetstream::Context) -> Option<Duration> {
-    let mut stream = js.get_stream(leasehold_shared::subjects::KEYS_ADMISSIONS_STREAM).await.ok()?;
+    let mut stream = js.get_stream(leasehold_core::subjects::KEYS_ADMISSIONS_STREAM).await.ok()?;
     Some(stream.info().await.unwrap().config.max_age)
 }
 
@@ -222,8 +222,8 @@ async fn the_admissions_stream_keeps_the_longest_window_whoever_created_it() {
 
     // An earlier deployment's stream keeps 5 s only.
     let short = async_nats::jetstream::stream::Config {
-        name: leasehold_shared::subjects::KEYS_ADMISSIONS_STREAM.into(),
-        subjects: vec![leasehold_shared::subjects::keys_admissions_wildcard()],
+        name: leasehold_core::subjects::KEYS_ADMISSIONS_STREAM.into(),
+        subjects: vec![leasehold_core::subjects::keys_admissions_wildcard()],
         max_age: Duration::from_secs(5),
         ..Default::default()
     };

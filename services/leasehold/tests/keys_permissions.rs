@@ -6,9 +6,9 @@
 
 use crate::support;
 
+use leasehold_core::subjects::{KEYS_CONFIG_BUCKET, KEYS_TIERS_KEY};
 use leasehold_nats::kv::{compare_and_set, CasOutcome};
 use leasehold_nats_harness::binaries;
-use leasehold_shared::subjects::{KEYS_CONFIG_BUCKET, KEYS_TIERS_KEY};
 use std::time::{Duration, Instant};
 use support::keys_instances::{
     client, count, post, put_tiers, start_with, stop_gracefully, tiers_file, tiers_of, wait_balanced, Instance,

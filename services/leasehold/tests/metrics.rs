@@ -3,10 +3,10 @@
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
 use crate::support::one_dc::{self, free_addr};
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::quota::Quota;
 use leasehold_nats::connect::connect_until;
 use leasehold_nats_harness::{binaries, NatsServer};
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::quota::Quota;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -63,7 +63,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
         nats_url: url.clone(),
         leader_ttl_ms: 1_000,
         http_listen: Some(coord_addr.clone()),
-        limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
+        limits: vec![leasehold_core::limits::LimitDef::from_config(&limit)],
         ..Default::default()
     };
     let _c = leasehold_coordinator::spawn(client().await.unwrap(), coord);
@@ -285,7 +285,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_key_limiter_serves_its_metrics_under_their_documented_names() {
-    use leasehold_shared::keys::{LimitSpec, Tiers};
+    use leasehold_per_key::{LimitSpec, Tiers};
     let tiers = Tiers {
         default_tier: "free".into(),
         tiers: [("free".to_string(), LimitSpec::sliding(1, 60_000))].into(),

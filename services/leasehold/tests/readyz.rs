@@ -4,10 +4,10 @@
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
 use crate::support::one_dc::{self, free_addr};
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::quota::Quota;
 use leasehold_nats::connect::connect_until;
 use leasehold_nats_harness::{binaries, NatsServer};
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::quota::Quota;
 use std::time::{Duration, Instant};
 
 const LEADER_TTL_MS: u64 = 1_000;
@@ -59,7 +59,7 @@ async fn every_service_says_when_it_is_ready_and_why_not() {
         id: Some(id.into()),
         leader_ttl_ms: LEADER_TTL_MS,
         http_listen: Some(addr.into()),
-        limits: vec![leasehold_shared::limits::LimitDef::from_config(&limit)],
+        limits: vec![leasehold_core::limits::LimitDef::from_config(&limit)],
         ..Default::default()
     };
     let a = leasehold_coordinator::spawn(client().await.unwrap(), coordinator("coord-a", &coord_a));

@@ -4,8 +4,8 @@
 use crate::kv::{compare_and_set, read, CasOutcome};
 use async_nats::jetstream::kv::Store;
 use bytes::Bytes;
-use leasehold_shared::dc_manager::TermRecords;
-use leasehold_shared::leadership::{KeyState, LeaderRequest, Leadership, LeadershipConfig, Transition, WriteOutcome};
+use leasehold_core::dc_manager::TermRecords;
+use leasehold_core::leadership::{KeyState, LeaderRequest, Leadership, LeadershipConfig, Transition, WriteOutcome};
 
 /// What a service's leader key holds and how its answers reach the [`Leadership`]: the holder's
 /// id alone ([`HolderId`], the coordinator's), or a DC manager's term record ([`TermRecords`]).

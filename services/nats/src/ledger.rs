@@ -1,13 +1,13 @@
 //! Reading the `lh_ledger` bucket: limits' records kept in groups
-//! ([`leasehold_shared::wire::LedgerGroup`], key `group.<n>`), several limits per key.
+//! ([`leasehold_core::wire::LedgerGroup`], key `group.<n>`), several limits per key.
 //!
 //! A record's revision is its group's: revisions are the bucket stream's sequence numbers, so
 //! they grow across keys too and order any two values of one limit's record.
 
 use crate::kv::{read, KvError};
 use async_nats::jetstream::kv::Store;
-use leasehold_shared::subjects::{self, ledger_group_key, ledger_group_of, ledger_group_of_key};
-use leasehold_shared::wire::{check_id, decode, LedgerGroup, LedgerRecord};
+use leasehold_core::subjects::{self, ledger_group_key, ledger_group_of, ledger_group_of_key};
+use leasehold_core::wire::{check_id, decode, LedgerGroup, LedgerRecord};
 use std::collections::BTreeMap;
 use thiserror::Error;
 

@@ -6,8 +6,8 @@
 
 use crate::kv::{compare_and_set, ensure_bucket, read, BucketSpec, CasOutcome, KvError};
 use async_nats::jetstream::{self, kv};
-use leasehold_shared::limits::LimitDef;
-use leasehold_shared::subjects::{limits_key, LIMITS_BUCKET};
+use leasehold_core::limits::LimitDef;
+use leasehold_core::subjects::{limits_key, LIMITS_BUCKET};
 
 /// Values kept per limit: the last few definitions, for `nats kv history lh_limits <limit>`.
 pub const LIMITS_HISTORY: i64 = 10;

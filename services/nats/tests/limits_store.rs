@@ -3,11 +3,11 @@
 //! an entry that is not a definition is reported, not skipped.
 
 use bytes::Bytes;
+use leasehold_core::limits::{DcDef, Floor, LimitDef, Rate, Tokens};
 use leasehold_nats::connect::jetstream;
 use leasehold_nats::kv::{compare_and_set, CasOutcome};
 use leasehold_nats::limits_store::{self, RemoveOutcome, StoredLimit};
 use leasehold_nats_harness::{binaries, wait, NatsServer};
-use leasehold_shared::limits::{DcDef, Floor, LimitDef, Rate, Tokens};
 
 fn def(name: &str, rate: &str) -> LimitDef {
     let mut d = LimitDef::new(name, Rate::parse(rate).unwrap(), Tokens { milli: 20_000 });

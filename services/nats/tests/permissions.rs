@@ -9,14 +9,14 @@
 use async_nats::jetstream::{consumer, stream, Context};
 use bytes::Bytes;
 use futures::StreamExt;
+use leasehold_core::subjects::{
+    keys_admissions, keys_admissions_wildcard, keys_check, KEYS_ADMISSIONS_STREAM, KEYS_CONFIG_BUCKET,
+    KEYS_SHARDS_BUCKET, KEYS_TIERS_KEY,
+};
 use leasehold_nats::auth;
 use leasehold_nats::connect::{connect_with_creds, jetstream};
 use leasehold_nats::kv::{compare_and_set, ensure_bucket, ensure_stream, read, BucketSpec, CasOutcome};
 use leasehold_nats_harness::binaries;
-use leasehold_shared::subjects::{
-    keys_admissions, keys_admissions_wildcard, keys_check, KEYS_ADMISSIONS_STREAM, KEYS_CONFIG_BUCKET,
-    KEYS_SHARDS_BUCKET, KEYS_TIERS_KEY,
-};
 use std::time::{Duration, Instant};
 
 use leasehold_nats_harness::prod_auth::{self, ProdAuth};

@@ -10,9 +10,9 @@
 
 use crate::limiter::Limiter;
 use crate::link::{FromLink, ToLink};
-use leasehold_shared::pod::{AppliedLease, PodConfig, PodCore};
-use leasehold_shared::quiet_reports::QuietReports;
-use leasehold_shared::wire::PodLease;
+use leasehold_core::pod::{AppliedLease, PodConfig, PodCore};
+use leasehold_core::quiet_reports::QuietReports;
+use leasehold_core::wire::PodLease;
 use std::collections::VecDeque;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};

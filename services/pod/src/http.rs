@@ -25,10 +25,10 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use leasehold_core::quota::Quota;
+use leasehold_core::wire::LeaseVersion;
 use leasehold_process::metrics;
 use leasehold_process::problem::problem;
-use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::LeaseVersion;
 use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -353,9 +353,9 @@ pub fn router_with(pod: Pod, more_metrics: Vec<Box<dyn prometheus_client::collec
 }
 
 /// Ready while not draining and every kept limit (the default one, and those kept for Envoy's
-/// configuration) has been leased since the agent started ([`leasehold_shared::readiness::agent`]).
+/// configuration) has been leased since the agent started ([`leasehold_core::readiness::agent`]).
 async fn ready(State(pod): State<Pod>) -> Response {
-    use leasehold_shared::readiness::Leased;
+    use leasehold_core::readiness::Leased;
     let now = pod.now_ns();
     let kept: Vec<(String, Leased)> = pod
         .kept_limits()
@@ -375,5 +375,5 @@ async fn ready(State(pod): State<Pod>) -> Response {
         .collect();
     let kept: Vec<(&str, Leased)> = kept.iter().map(|(l, leased)| (l.as_str(), *leased)).collect();
     let served = pod.limiters().len();
-    leasehold_process::health::answer(leasehold_shared::readiness::agent(pod.draining(), &kept, served))
+    leasehold_process::health::answer(leasehold_core::readiness::agent(pod.draining(), &kept, served))
 }

@@ -5,8 +5,8 @@
 
 use crate::queue::{WaitQueue, Waiter};
 use crate::striped::RequestCounts;
-use leasehold_shared::bucket::{BucketError, Decision, DenyReason, TokenBucket};
-use leasehold_shared::pod::IntervalCounters;
+use leasehold_core::bucket::{BucketError, Decision, DenyReason, TokenBucket};
+use leasehold_core::pod::IntervalCounters;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

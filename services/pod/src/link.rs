@@ -13,8 +13,8 @@
 //! waiting batch first.
 
 use futures::StreamExt;
-use leasehold_shared::subjects::{self, PodChannel};
-use leasehold_shared::wire::{
+use leasehold_core::subjects::{self, PodChannel};
+use leasehold_core::wire::{
     decode, encode_batches, LeaseReturn, PodLease, PodLeases, PodReport, ReturnAck, ReturnAcks,
 };
 use std::collections::{BTreeMap, BTreeSet};

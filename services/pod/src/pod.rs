@@ -7,9 +7,9 @@ use crate::driver::{self, DriverError, PodStatus};
 use crate::limiter::Limiter;
 use crate::link::{Link, ToLink};
 use crate::settings::PodSettings;
+use leasehold_core::bucket::TokenBucket;
+use leasehold_core::pod::PodConfig;
 use leasehold_process::clock::LeaseClock;
-use leasehold_shared::bucket::TokenBucket;
-use leasehold_shared::pod::PodConfig;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -145,7 +145,7 @@ impl Pod {
                 _ => Ok(s.limiter.clone()),
             };
         }
-        leasehold_shared::wire::check_id("limit", limit).map_err(|e| LimitError::BadName(e.to_string()))?;
+        leasehold_core::wire::check_id("limit", limit).map_err(|e| LimitError::BadName(e.to_string()))?;
         // Subscribed before the check: a drain signalled after it still wakes this limit's loop
         // (subscribed later, a drain signalled in between was never seen, and the drain waited
         // for the loop forever).

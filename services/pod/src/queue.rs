@@ -1,7 +1,7 @@
 //! The bounded wait queue: one FIFO per priority class, served highest class first.
 
 use crate::limiter::{Denial, Priority};
-use leasehold_shared::bucket::{Decision, DenyReason, TokenBucket};
+use leasehold_core::bucket::{Decision, DenyReason, TokenBucket};
 use std::collections::VecDeque;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -88,8 +88,8 @@ impl WaitQueue {
 #[cfg(test)]
 mod tests {
     use crate::limiter::{Denial, Limiter, Priority};
-    use leasehold_shared::bucket::TokenBucket;
-    use leasehold_shared::quota::Quota;
+    use leasehold_core::bucket::TokenBucket;
+    use leasehold_core::quota::Quota;
     use std::sync::Arc;
     use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! Agent settings: defaults → TOML file → environment (`LEASEHOLD_AGENT_*`), validated.
 
-use leasehold_shared::dc_manager::DEFAULT_HEARTBEAT_TIMEOUT_MS;
+use leasehold_core::dc_manager::DEFAULT_HEARTBEAT_TIMEOUT_MS;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -22,7 +22,7 @@ pub struct PodSettings {
     pub weight: f64,
     /// Demand report / heartbeat period.
     pub report_interval_ms: u64,
-    /// The longest a limit with nothing new goes without a report (`shared/src/quiet_reports.rs`):
+    /// The longest a limit with nothing new goes without a report (`shared/core/src/quiet_reports.rs`):
     /// a steady limit reports about this often, a new lease, no lease, errors, health or moved
     /// demand at once. 0: every period. At most 1,000: keep it below the DC manager's
     /// `heartbeat_timeout_ms` (1,500 ms) less a report period, or a quiet pod loses its share.
@@ -68,7 +68,7 @@ pub struct PodSettings {
     pub envoy_rlqs_bucket_key: String,
     /// How assignments are timed and sized (docs/ENVOY.md, "RLQS").
     #[serde(default)]
-    pub envoy_rlqs: leasehold_shared::envoy::RlqsTiming,
+    pub envoy_rlqs: leasehold_envoy::RlqsTiming,
 }
 
 impl Default for PodSettings {
@@ -81,7 +81,7 @@ impl Default for PodSettings {
             pod_id: None,
             weight: 1.0,
             report_interval_ms: 250,
-            max_quiet_report_ms: leasehold_shared::quiet_reports::DEFAULT_MAX_QUIET_MS,
+            max_quiet_report_ms: leasehold_core::quiet_reports::DEFAULT_MAX_QUIET_MS,
             queue_capacity: 1_024,
             drain_timeout_ms: 5_000,
             idle_release_ms: 60_000,
@@ -114,7 +114,7 @@ const MAX_KEYS_WINDOW_S: u64 = 31 * 86_400;
 /// The Envoy rate limit service as the settings ask for it: where it listens, the ratelimit
 /// configuration, and the per-key limiter's client (for per-value limits).
 #[cfg(feature = "envoy")]
-pub type EnvoyRls = (String, leasehold_shared::envoy::RlsConfig, Option<crate::envoy::KeysClient>);
+pub type EnvoyRls = (String, leasehold_envoy::RlsConfig, Option<crate::envoy::KeysClient>);
 
 /// The environment variables' prefix: `LEASEHOLD_AGENT_DC` sets `dc`.
 pub const ENV_PREFIX: &str = "LEASEHOLD_AGENT_";
@@ -156,7 +156,7 @@ impl PodSettings {
                 return bad(format!("the credential (nats_creds_file) is role {role:?}'s, not pod-{}'s", self.dc));
             }
         }
-        let max_weight = leasehold_shared::wire::MAX_POD_WEIGHT;
+        let max_weight = leasehold_core::wire::MAX_POD_WEIGHT;
         if !(self.weight.is_finite() && self.weight > 0.0 && self.weight <= max_weight) {
             // Above the wire's bound every report would be dropped as invalid: no lease, ever.
             return bad(format!("weight must be above 0 and at most {max_weight}, got {}", self.weight));
@@ -218,7 +218,7 @@ impl PodSettings {
         }
         let mut seen = std::collections::HashSet::new();
         for limit in &self.envoy_rlqs_limits {
-            leasehold_shared::wire::check_id("limit", limit)
+            leasehold_core::wire::check_id("limit", limit)
                 .map_err(|e| SettingsError::Invalid(format!("envoy_rlqs_limits: {e}")))?;
             if !seen.insert(limit) {
                 return bad(format!("envoy_rlqs_limits: {limit:?} is named twice"));

@@ -3,9 +3,9 @@
 
 use crate::limiter::{Denial, Limiter};
 use crate::SLICE_SLOTS;
+use leasehold_core::bucket::TokenBucket;
+use leasehold_core::quota::Quota;
 use leasehold_process::clock::LeaseClock;
-use leasehold_shared::bucket::TokenBucket;
-use leasehold_shared::quota::Quota;
 use std::sync::Arc;
 
 const S: u64 = 1_000_000_000;

@@ -10,7 +10,7 @@
 //! every stripe; each stripe only grows, so a sum never goes back.
 //!
 //! The same numbering gives each thread its slice of a limit's bucket
-//! ([`leasehold_shared::bucket::slices`]): [`thread_slot`] is a slot no other live thread holds.
+//! ([`leasehold_core::bucket::slices`]): [`thread_slot`] is a slot no other live thread holds.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;

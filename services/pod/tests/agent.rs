@@ -1,12 +1,12 @@
 //! The agent's HTTP API against a real nats-server, coordinator and DC manager: permits, 429 with
 //! `Retry-After` and the IETF RateLimit headers, and 400s that change nothing.
 
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::dc_manager::DcManagerConfig;
+use leasehold_core::quota::Quota;
 use leasehold_dc_manager::config::Settings as DcSettings;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::{Pod, PodSettings};
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::dc_manager::DcManagerConfig;
-use leasehold_shared::quota::Quota;
 use std::time::Duration;
 
 async fn client(url: &str) -> async_nats::Client {
@@ -21,7 +21,7 @@ async fn permits_denials_and_bad_input_over_http() {
     let mut limit = LimitConfig::new("api", Quota::per_s(10, 5), &[("bkk", Quota::per_s(2, 0))]);
     limit.renew_interval_ms = 200;
     limit.dc_ttl_ms = 2_000;
-    let _c = crate::many_limits::coordinator(&url, vec![leasehold_shared::limits::LimitDef::from_config(&limit)]).await;
+    let _c = crate::many_limits::coordinator(&url, vec![leasehold_core::limits::LimitDef::from_config(&limit)]).await;
     let mut m = DcManagerConfig::new("api", "bkk", "");
     m.renew_interval_ms = 200;
     let dc = DcSettings {

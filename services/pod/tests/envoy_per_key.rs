@@ -4,10 +4,10 @@
 
 use crate::envoy_rls::{agent, codes, request};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use leasehold_envoy::RlsConfig;
 use leasehold_nats_harness::free_port;
 use leasehold_nats_harness::{binaries, NatsServer};
 use leasehold_pod::envoy::{KeysClient, RateLimitServer};
-use leasehold_shared::envoy::RlsConfig;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +26,7 @@ descriptors:
 /// `x-leasehold-tier` (unless `trusting_the_header` is false), with `tiers` (name, limit per
 /// minute) besides its default (20 a minute).
 async fn keys_instance(tiers: &[(&str, u64)], trusting_the_header: bool) -> String {
-    use leasehold_shared::keys::{LimitSpec, Tiers};
+    use leasehold_per_key::{LimitSpec, Tiers};
     let mut t = Tiers::default();
     for (name, per_minute) in tiers {
         t.tiers.insert((*name).into(), LimitSpec::sliding(*per_minute, 60_000));

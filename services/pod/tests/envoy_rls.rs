@@ -9,14 +9,14 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::limits::LimitDef;
+use leasehold_core::quota::Quota;
+use leasehold_envoy::RlsConfig;
 use leasehold_nats_harness::envoy::{envoy_binary, Envoy};
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::envoy::{read_rls_config, KeysClient, RateLimitServer};
 use leasehold_pod::{Pod, PodSettings, PodStatus};
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::envoy::RlsConfig;
-use leasehold_shared::limits::LimitDef;
-use leasehold_shared::quota::Quota;
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;

@@ -5,11 +5,11 @@
 
 use crate::agent_process::AgentProcess;
 use crate::envoy_rls::{bootstrap, LIMIT, WITHIN};
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::limits::LimitDef;
+use leasehold_core::quota::Quota;
 use leasehold_nats_harness::envoy::{envoy_binary, Envoy};
 use leasehold_nats_harness::{binaries, wait, NatsServer};
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::limits::LimitDef;
-use leasehold_shared::quota::Quota;
 use std::time::{Duration, Instant};
 
 /// Calls `POST /call` through Envoy on `ingress` every `every` for `for_how_long`: (200s, 429s,

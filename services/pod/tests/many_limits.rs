@@ -4,14 +4,14 @@
 //! waits until it is admitted.
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::dc_manager::DcManagerConfig;
+use leasehold_core::limits::LimitDef;
+use leasehold_core::quota::Quota;
 use leasehold_dc_manager::config::Settings as DcSettings;
 use leasehold_dc_manager::manager::Status;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::{Pod, PodSettings, PodStatus, Priority};
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::dc_manager::DcManagerConfig;
-use leasehold_shared::limits::LimitDef;
-use leasehold_shared::quota::Quota;
 use std::time::{Duration, Instant};
 
 const WITHIN: Duration = Duration::from_secs(15);
@@ -221,12 +221,12 @@ async fn messages_do_not_multiply_with_limits() {
     let end = Instant::now() + window;
     while let Ok(Some(msg)) = tokio::time::timeout_at(end.into(), sub.next()).await {
         if msg.subject.ends_with(".report") {
-            let b: leasehold_shared::wire::PodReports = leasehold_shared::wire::decode(&msg.payload).unwrap();
+            let b: leasehold_core::wire::PodReports = leasehold_core::wire::decode(&msg.payload).unwrap();
             reports += 1;
             report_items.push(b.reports.len());
             b.reports.iter().for_each(|r| *per_limit.entry(r.limit.clone()).or_insert(0u32) += 1);
         } else if msg.subject.ends_with(".lease") {
-            let b: leasehold_shared::wire::PodLeases = leasehold_shared::wire::decode(&msg.payload).unwrap();
+            let b: leasehold_core::wire::PodLeases = leasehold_core::wire::decode(&msg.payload).unwrap();
             leases += 1;
             lease_items += b.leases.len();
         }

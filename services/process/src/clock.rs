@@ -62,7 +62,7 @@ impl LeaseClock {
     /// Now, in nanoseconds of this process's time base.
     #[inline]
     pub fn now_ns(&self) -> u64 {
-        leasehold_shared::expiry::skewed_ns(raw_ns().saturating_sub(self.origin_ns), self.offset_ns, self.drift_ppm)
+        leasehold_core::expiry::skewed_ns(raw_ns().saturating_sub(self.origin_ns), self.offset_ns, self.drift_ppm)
     }
 
     pub fn now_ms(&self) -> u64 {

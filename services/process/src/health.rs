@@ -1,11 +1,11 @@
 //! `/readyz` answers: 200 with the readiness as JSON when ready, 503 with it when not (what
 //! Kubernetes' readiness probes and a rolling upgrade wait for). The rules are the core's
-//! ([`leasehold_shared::readiness`]).
+//! ([`leasehold_core::readiness`]).
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use leasehold_shared::readiness::Readiness;
+use leasehold_core::readiness::Readiness;
 
 /// The HTTP answer for `readiness`.
 pub fn answer(readiness: Readiness) -> Response {

@@ -79,13 +79,13 @@ pub fn check_dc_service(
     (id_name, id): (&'static str, Option<&str>),
     clock_drift_ppm: i64,
 ) -> Result<(), SettingsError> {
-    let invalid = |e: leasehold_shared::wire::WireError| SettingsError::Invalid(e.to_string());
+    let invalid = |e: leasehold_core::wire::WireError| SettingsError::Invalid(e.to_string());
     if let Some(limit) = limit {
-        leasehold_shared::wire::check_id("limit", limit).map_err(invalid)?;
+        leasehold_core::wire::check_id("limit", limit).map_err(invalid)?;
     }
-    leasehold_shared::wire::check_id("dc", dc).map_err(invalid)?;
+    leasehold_core::wire::check_id("dc", dc).map_err(invalid)?;
     if let Some(id) = id {
-        leasehold_shared::wire::check_id(id_name, id).map_err(invalid)?;
+        leasehold_core::wire::check_id(id_name, id).map_err(invalid)?;
     }
     if clock_drift_ppm.abs() > 100_000 {
         return Err(SettingsError::Invalid(format!("clock_drift_ppm must be within ±100000, got {clock_drift_ppm}")));

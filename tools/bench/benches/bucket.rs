@@ -18,10 +18,10 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use governor::clock::FakeRelativeClock;
 use governor::{Quota as GQuota, RateLimiter};
+use leasehold_core::bucket::TokenBucket;
+use leasehold_core::quota::Quota;
 use leasehold_pod::{Limiter, SLICE_SLOTS};
 use leasehold_process::clock::LeaseClock;
-use leasehold_shared::bucket::TokenBucket;
-use leasehold_shared::quota::Quota;
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -19,10 +19,10 @@
 //! run: compare builds by running it on each, alternating.
 #![allow(clippy::disallowed_methods)] // a development tool: it measures real time on purpose (clippy.toml)
 
-use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput, LeasePacing};
-use leasehold_shared::quota::Quota;
-use leasehold_shared::sorted_map::PlaceHint;
-use leasehold_shared::wire::{self, DcLease, LeaseVersion, PodReport, PodReports, SCHEMA_VERSION};
+use leasehold_core::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput, LeasePacing};
+use leasehold_core::quota::Quota;
+use leasehold_core::sorted_map::PlaceHint;
+use leasehold_core::wire::{self, DcLease, LeaseVersion, PodReport, PodReports, SCHEMA_VERSION};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

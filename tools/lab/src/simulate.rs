@@ -50,7 +50,7 @@ pub fn run(a: SimulateArgs) -> Result<ExitCode, String> {
         threads,
         baseline_seeds: a.baseline_seeds,
         progress: !a.quiet,
-        emergency_per_dc: leasehold_shared::quota::Quota::per_s(a.emergency_per_dc, 0),
+        emergency_per_dc: leasehold_core::quota::Quota::per_s(a.emergency_per_dc, 0),
     };
     let (summary, results) = run_many(&opts)?;
     if a.per_seed {

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The `KnownBugs` switches of `leasehold_shared::bugs` this model can turn on (the negative
+/// The `KnownBugs` switches of `leasehold_core::bugs` this model can turn on (the negative
 /// controls). All off checks the cores as they are.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -31,8 +31,8 @@ impl BugSwitches {
             || self.term_ignores_predecessor_bounds
     }
 
-    pub fn known_bugs(&self) -> leasehold_shared::bugs::KnownBugs {
-        leasehold_shared::bugs::KnownBugs {
+    pub fn known_bugs(&self) -> leasehold_core::bugs::KnownBugs {
+        leasehold_core::bugs::KnownBugs {
             dc_falls_back_to_older_lease: self.dc_falls_back_to_older_lease,
             emergency_before_quiet_period: self.emergency_before_quiet_period,
             pod_ignores_incarnation: self.pod_ignores_incarnation,

@@ -5,7 +5,7 @@ use crate::config::ModelConfig;
 use crate::leaders::Replica;
 use crate::model;
 use crate::state::State;
-use leasehold_shared::quota::Quota;
+use leasehold_core::quota::Quota;
 use serde::{Deserialize, Serialize};
 
 /// Σ over pods of the lease each applies at this instant, on its own clock. Paused pods count:

@@ -16,9 +16,9 @@
 use crate::config::ModelConfig;
 use crate::model;
 use crate::state::State;
-use leasehold_shared::coordinator::next_epoch;
-use leasehold_shared::dc_manager::{PodLeaseBounds, TermRecords};
-use leasehold_shared::leadership::{KeyState, LeaderRequest, Leadership, LeadershipConfig, Transition, WriteOutcome};
+use leasehold_core::coordinator::next_epoch;
+use leasehold_core::dc_manager::{PodLeaseBounds, TermRecords};
+use leasehold_core::leadership::{KeyState, LeaderRequest, Leadership, LeadershipConfig, Transition, WriteOutcome};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //! standby manager each, pods, a coordinator with a standby) under bounded faults: message loss,
 //! duplication, reordering and delay, crashes, pauses, clock drift, a configuration change of the
 //! coordinator and a rolling restart of a DC's managers that lowers their `pod_ttl_ms`.
-//! The real cores from `leasehold-shared` make every decision; the ground-truth invariant (what
+//! The real cores from `leasehold-core` make every decision; the ground-truth invariant (what
 //! live pods may spend sums to at most R and B) is checked in every state.
 //!
 //! * [`config`]: what is modelled and the fault budgets; [`config::BugSwitches`] are the negative controls.

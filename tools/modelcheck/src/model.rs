@@ -3,12 +3,12 @@
 
 use crate::config::ModelConfig;
 use crate::state::Shadow;
-use leasehold_shared::coordinator::{CoordinatorCore, LimitConfig, Stored};
-use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput, FailMode, PodLeaseBounds, TermRecords};
-use leasehold_shared::expiry::ExpiryPolicy;
-use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
-use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{DcLease, DcReport, LedgerFence, LedgerRecord, PodLease, PodReport};
+use leasehold_core::coordinator::{CoordinatorCore, LimitConfig, Stored};
+use leasehold_core::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput, FailMode, PodLeaseBounds, TermRecords};
+use leasehold_core::expiry::ExpiryPolicy;
+use leasehold_core::pod::{IntervalCounters, PodConfig, PodCore};
+use leasehold_core::quota::Quota;
+use leasehold_core::wire::{DcLease, DcReport, LedgerFence, LedgerRecord, PodLease, PodReport};
 use std::fmt::{self, Write};
 
 pub const LIMIT: &str = "modelled-limit";

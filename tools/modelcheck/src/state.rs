@@ -2,12 +2,12 @@
 
 use crate::config::{FaultBudget, MsgKind};
 use crate::leaders::{Elector, LeaderKey};
-use leasehold_shared::coordinator::CoordinatorCore;
-use leasehold_shared::dc_manager::DcManagerCore;
-use leasehold_shared::expiry::skewed_ns;
-use leasehold_shared::pod::PodCore;
-use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{DcReport, LeaseVersion, LedgerRecord, PodLease, PodReport};
+use leasehold_core::coordinator::CoordinatorCore;
+use leasehold_core::dc_manager::DcManagerCore;
+use leasehold_core::expiry::skewed_ns;
+use leasehold_core::pod::PodCore;
+use leasehold_core::quota::Quota;
+use leasehold_core::wire::{DcReport, LeaseVersion, LedgerRecord, PodLease, PodReport};
 use std::sync::Arc;
 
 pub const NS_PER_MS: u64 = 1_000_000;

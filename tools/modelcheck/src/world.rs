@@ -6,8 +6,8 @@ use crate::config::ModelConfig;
 use crate::leaders::{Elector, LeaderKey, Replica};
 use crate::model;
 use crate::state::{Clock, CoordNode, Kv, ManagerNode, Msg, PodNode, Shadow, State, NS_PER_MS};
-use leasehold_shared::dc_manager::DcOutput;
-use leasehold_shared::wire::DcLease;
+use leasehold_core::dc_manager::DcOutput;
+use leasehold_core::wire::DcLease;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
 //! Per-node clocks: arbitrary offset, bounded rate drift. Nodes only ever see local time.
 
-use leasehold_shared::rng::SeededRng;
+use leasehold_core::rng::SeededRng;
 
 /// A node's monotonic clock: `local = base + (real − stopped) · (1 + drift)`, where `stopped` is
 /// the real time it did not count (only with a clock that stops while the machine is suspended,

@@ -1,6 +1,6 @@
 //! The seeded fault schedule.
 
-use leasehold_shared::rng::SeededRng;
+use leasehold_core::rng::SeededRng;
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]

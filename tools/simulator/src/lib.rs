@@ -1,6 +1,6 @@
 //! # Leasehold's deterministic simulator
 //!
-//! Runs the real `leasehold_shared` state machines — pods, DC managers, a coordinator and its
+//! Runs the real `leasehold_core` state machines — pods, DC managers, a coordinator and its
 //! standby — in virtual time against a strict upstream that counts every call, with seeded faults
 //! (crashes, GC pauses, joins/drains, partitions, leader crash/pause, message loss, duplication,
 //! reordering and delay, clock offset and drift). A run is a pure function of (scenario, seed):

@@ -3,7 +3,7 @@
 use crate::faults::FaultKind;
 use crate::scenario::Scenario;
 use crate::upstream::Upstream;
-use leasehold_shared::allocator::{allocate, AllocMode, Claim};
+use leasehold_core::allocator::{allocate, AllocMode, Claim};
 use std::collections::BTreeMap;
 
 const S: u64 = 1_000_000_000;
@@ -65,7 +65,7 @@ pub struct Metrics {
     pub lease_rejections: u64,
     pub drains_acked: u64,
     /// Largest amount by which what pods may spend exceeded R and B (best-effort mode only).
-    pub overshoot_max: leasehold_shared::quota::Quota,
+    pub overshoot_max: leasehold_core::quota::Quota,
     // Filled by `finish`.
     pub utilization: f64,
     pub liveness_utilization: Option<f64>,
@@ -115,7 +115,7 @@ impl Metrics {
             floors_vouched: 0,
             lease_rejections: 0,
             drains_acked: 0,
-            overshoot_max: leasehold_shared::quota::Quota::ZERO,
+            overshoot_max: leasehold_core::quota::Quota::ZERO,
             utilization: 0.0,
             liveness_utilization: None,
             upstream_calls: 0,
@@ -145,7 +145,7 @@ impl Metrics {
         self.first_breach.get_or_insert((now_ns as f64 / S as f64, msg));
     }
 
-    pub fn overshoot(&mut self, over: leasehold_shared::quota::Quota) {
+    pub fn overshoot(&mut self, over: leasehold_core::quota::Quota) {
         self.overshoot_max = self.overshoot_max.max(over);
     }
 

@@ -1,6 +1,6 @@
 //! The simulated network: per-link latency, and seeded loss, duplication, reordering and delay.
 
-use leasehold_shared::rng::SeededRng;
+use leasehold_core::rng::SeededRng;
 
 /// Which way a message travels (partitions cut both directions of a link).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -23,7 +23,7 @@ pub struct RunOptions {
     pub baseline_seeds: u64,
     pub progress: bool,
     /// Best-effort mode's emergency allowance per DC (zero: strict mode).
-    pub emergency_per_dc: leasehold_shared::quota::Quota,
+    pub emergency_per_dc: leasehold_core::quota::Quota,
 }
 
 fn sc_with(opts: &RunOptions, mut sc: Scenario) -> Scenario {

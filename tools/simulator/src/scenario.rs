@@ -1,7 +1,7 @@
 //! Scenarios: topology, limits, demand and timing. Numbers come from the seeds.
 
 use crate::upstream::HardLimit;
-use leasehold_shared::quota::Quota;
+use leasehold_core::quota::Quota;
 
 mod hidden_drop;
 mod limit_change;
@@ -59,7 +59,7 @@ pub struct Scenario {
     pub overloaded: bool,
     pub pod_report_ms: u64,
     /// The longest a pod's limit with nothing new goes without a report (the Rust pod's
-    /// `max_quiet_report_ms`, `shared/src/quiet_reports.rs`). 0, the scenarios' default: every
+    /// `max_quiet_report_ms`, `shared/core/src/quiet_reports.rs`). 0, the scenarios' default: every
     /// period, as the seeds recorded in tests (negative controls among them) were found with;
     /// `simulate::quiet_reports_*` runs the scenarios with the Rust pod's default.
     pub pod_quiet_ms: u64,
@@ -75,7 +75,7 @@ pub struct Scenario {
     pub max_clock_drift: f64,
     /// Replaces the expiry policy the nodes assume (tests use it to break the drift assumption
     /// on purpose and check that the checkers notice).
-    pub expiry_override: Option<leasehold_shared::expiry::ExpiryPolicy>,
+    pub expiry_override: Option<leasehold_core::expiry::ExpiryPolicy>,
     /// Pauses are machine suspends; with this on, a suspended node's clock stops meanwhile (as
     /// `CLOCK_MONOTONIC` does on Linux). A negative control: the services read a clock that
     /// counts suspension (`leasehold_process::clock`), which the default models.
@@ -83,14 +83,14 @@ pub struct Scenario {
     /// Best-effort mode: each DC may use this much on top of its floor once its lease expired.
     /// Zero means strict mode.
     pub emergency_per_dc: Quota,
-    /// Negative controls: bring back holes an audit found (see `leasehold_shared::bugs`).
-    pub bugs: leasehold_shared::bugs::KnownBugs,
+    /// Negative controls: bring back holes an audit found (see `leasehold_core::bugs`).
+    pub bugs: leasehold_core::bugs::KnownBugs,
     /// A fixed fault schedule instead of a seeded one (a named path through the failure space).
     pub fixed_faults: Vec<crate::faults::Fault>,
     /// The partner's own limit, lower than `hard` at times and never told (answers 429s).
     pub hidden: Option<crate::partner::HiddenLimit>,
     /// The limit follows upstream 429s (`LimitConfig.adaptive`).
-    pub adaptive: Option<leasehold_shared::adaptive::AdaptiveConfig>,
+    pub adaptive: Option<leasehold_core::adaptive::AdaptiveConfig>,
 }
 
 impl Scenario {
@@ -174,8 +174,8 @@ impl Scenario {
     /// Buckets refill on each pod's clock, which may run fast by δ (the assumed `max_drift`), so
     /// in true time a bucket refills `R·(1 + δ)`: the sizing includes that margin.
     pub fn leased_quota(&self) -> Quota {
-        use leasehold_shared::limits::sizing;
-        let drift = leasehold_shared::expiry::ExpiryPolicy::default().max_drift;
+        use leasehold_core::limits::sizing;
+        let drift = leasehold_core::expiry::ExpiryPolicy::default().max_drift;
         match self.hard {
             HardLimit::SlidingWindow { calls, window_ms } => {
                 // Keep B small (2% of the calls): the rest is rate.

@@ -5,10 +5,10 @@
 //! (`DcManagerCore::on_vouched_floor`).
 
 use super::Manager;
+use leasehold_core::dc_manager::{DcManagerCore, DcOutput};
+use leasehold_core::subjects;
+use leasehold_core::wire::{decode, encode, ConfirmedFloor, FloorConfirmations, LeaseVersion};
 use leasehold_nats::kv::{compare_and_set, read, CasOutcome};
-use leasehold_shared::dc_manager::{DcManagerCore, DcOutput};
-use leasehold_shared::subjects;
-use leasehold_shared::wire::{decode, encode, ConfirmedFloor, FloorConfirmations, LeaseVersion};
 use std::time::Duration;
 use tracing::warn;
 

@@ -5,8 +5,8 @@
 
 use super::{Manager, LEDGER_RETRY_NS};
 use crate::ledger_link::DirectRead;
-use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{LeaseVersion, LedgerRecord};
+use leasehold_core::quota::Quota;
+use leasehold_core::wire::{LeaseVersion, LedgerRecord};
 use tracing::{info, warn};
 
 impl Manager {

@@ -2,8 +2,8 @@
 //! limit's record (its rules, its floor, the newest DC lease addressed to this term).
 
 use super::Manager;
-use leasehold_shared::subjects;
-use leasehold_shared::wire::LedgerRecord;
+use leasehold_core::subjects;
+use leasehold_core::wire::LedgerRecord;
 use tracing::{debug, warn};
 
 impl Manager {
@@ -60,7 +60,7 @@ impl Manager {
                 self.outbox.push(out);
             }
             // The watch re-delivers the whole record: an already-applied lease is normal.
-            Err(leasehold_shared::holder::LeaseRejection::NotNewer { .. }) => {}
+            Err(leasehold_core::holder::LeaseRejection::NotNewer { .. }) => {}
             Err(e) => {
                 self.status.dc_leases_refused += 1;
                 warn!(limit, cause = %e, "DC lease refused");

@@ -1,11 +1,11 @@
 //! Per pod, where each item of its last report batch found its holder's view in its limit's core
-//! ([`DcManagerCore::on_pod_report_at`](leasehold_shared::dc_manager::DcManagerCore::on_pod_report_at)),
+//! ([`DcManagerCore::on_pod_report_at`](leasehold_core::dc_manager::DcManagerCore::on_pod_report_at)),
 //! by the item's position in the batch: a pod sends its limits in the same order each time, so
 //! the place found last time is where to look first. A place is only a hint (a wrong one costs the
 //! hashed lookup it spares), so nothing here needs to be exact: a pod not heard from for a minute
 //! is forgotten.
 
-use leasehold_shared::sorted_map::PlaceHint;
+use leasehold_core::sorted_map::PlaceHint;
 
 /// A pod unheard this long loses its places (so pods that came and went don't keep memory).
 const FORGET_AFTER_NS: u64 = 60_000_000_000;

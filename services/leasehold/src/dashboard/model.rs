@@ -7,8 +7,8 @@
 //! period into a bounded history; [`View::snapshot`] is what the page draws.
 
 use super::snapshot::{DcRow, Event, LimitCard, PodLimitRow, PodRow, Snapshot};
-use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{DcReports, LedgerFence, LedgerGroup, LedgerRecord, PodLeases, PodReports};
+use leasehold_core::quota::Quota;
+use leasehold_core::wire::{DcReports, LedgerFence, LedgerGroup, LedgerRecord, PodLeases, PodReports};
 use std::collections::{BTreeMap, VecDeque};
 
 /// A pod not heard from (report or lease) for this long is forgotten.
@@ -99,7 +99,7 @@ impl View {
 
     /// A key of `lh_leaders` was written (`value`) or deleted (`None`).
     pub fn on_leader_key(&mut self, key: &str, value: Option<&[u8]>, now_ms: u64) {
-        use leasehold_shared::subjects::{COORDINATOR_LEADER_KEY, LEDGER_FENCE_KEY};
+        use leasehold_core::subjects::{COORDINATOR_LEADER_KEY, LEDGER_FENCE_KEY};
         let id = value.map(|v| String::from_utf8_lossy(v).into_owned());
         if key == LEDGER_FENCE_KEY {
             let Some(Ok(fence)) = value.map(LedgerFence::parse) else { return };
@@ -113,7 +113,7 @@ impl View {
             }
             self.coordinator_leader = id;
         } else if let Some(dc) = key.strip_prefix("dc.") {
-            let id = value.map(leasehold_shared::dc_manager::TermRecord::holder_of);
+            let id = value.map(leasehold_core::dc_manager::TermRecord::holder_of);
             let before = self.dc_leaders.get(dc).cloned();
             if id != before {
                 self.event(now_ms, leader_text(&format!("DC {dc} manager"), before.as_deref(), id.as_deref()));

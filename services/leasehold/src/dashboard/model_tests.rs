@@ -1,5 +1,5 @@
 use super::*;
-use leasehold_shared::wire::{DcLease, DcReport, LeaseVersion, PodLease, PodReport};
+use leasehold_core::wire::{DcLease, DcReport, LeaseVersion, PodLease, PodReport};
 
 const SHOWN: Shown = Shown { limits_max: 50, pods_per_dc_max: 100 };
 

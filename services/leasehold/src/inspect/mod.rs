@@ -5,10 +5,10 @@
 mod pods;
 
 use clap::Args;
+use leasehold_core::subjects;
+use leasehold_core::wire::LedgerRecord;
 use leasehold_nats::connect::{jetstream, jetstream_in};
 use leasehold_nats::kv::{list_keys, open_bucket, read};
-use leasehold_shared::subjects;
-use leasehold_shared::wire::LedgerRecord;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -84,7 +84,7 @@ async fn collect(
         if let Ok(keys) = list_keys(&leaders).await {
             for key in keys {
                 if let (Some(dc), Ok(Some((_, id)))) = (key.strip_prefix("dc."), read(&leaders, &key).await) {
-                    let holder = leasehold_shared::dc_manager::TermRecord::holder_of(&id);
+                    let holder = leasehold_core::dc_manager::TermRecord::holder_of(&id);
                     state.dc_leaders.insert(dc.to_string(), holder);
                 }
             }

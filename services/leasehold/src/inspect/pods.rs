@@ -3,9 +3,9 @@
 //! Each message is a batch (protocol v2) covering every limit the pod uses.
 
 use futures::StreamExt;
+use leasehold_core::subjects;
+use leasehold_core::wire::{decode, decode_pod_reports, LeaseVersion, PodLeases};
 use leasehold_process::clock::LeaseClock;
-use leasehold_shared::subjects;
-use leasehold_shared::wire::{decode, decode_pod_reports, LeaseVersion, PodLeases};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,9 +1,9 @@
 //! `leasehold limits put FILE|NAME`: check, show the difference, write by compare-and-set.
 
 use super::{failed, open, stored_config, Failure};
+use leasehold_core::limits::{diff, DcDef, DefFormat, FailModeName, Floor, LimitDef, Rate, Tokens};
 use leasehold_nats::kv::CasOutcome;
 use leasehold_nats::limits_store::{self, StoredLimit};
-use leasehold_shared::limits::{diff, DcDef, DefFormat, FailModeName, Floor, LimitDef, Rate, Tokens};
 use std::path::Path;
 
 #[derive(clap::Args)]
@@ -75,7 +75,7 @@ pub async fn run(url: &crate::NatsArgs, replicas: usize, a: PutArgs) -> Result<(
             return Err(Failure::Bad(format!("{}: a definitions file ends in .toml or .json", a.target)))
         }
         None => {
-            leasehold_shared::subjects::limits_key(&a.target)
+            leasehold_core::subjects::limits_key(&a.target)
                 .map_err(|e| Failure::Bad(format!("limit {}: {e}", a.target)))?;
             if !a.has_flags() {
                 return Err(Failure::Bad(format!(

@@ -1,7 +1,7 @@
 //! One DC of limit "api" (DC "bkk") for in-process tests: a DC manager and a pod agent with short
 //! periods, and free loopback addresses for their HTTP listeners.
 
-use leasehold_shared::dc_manager::DcManagerConfig;
+use leasehold_core::dc_manager::DcManagerConfig;
 
 /// A loopback address nothing listens on now.
 pub fn free_addr() -> String {

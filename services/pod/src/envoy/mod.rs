@@ -1,7 +1,7 @@
 //! The agent as Envoy's rate limit service (feature `envoy`).
 //!
 //! * [`rls`]: `ShouldRateLimit` (RLS v3) answered from this pod's leases, configured with
-//!   envoyproxy/ratelimit's YAML ([`leasehold_shared::envoy::RlsConfig`]).
+//!   envoyproxy/ratelimit's YAML ([`leasehold_envoy::RlsConfig`]).
 //! * [`per_key`]: per-value descriptors asked of the per-key limiter (`leasehold keys`).
 //! * [`rlqs`]: `StreamRateLimitQuotas` (RLQS): the pod's leases lent to Envoy as token buckets.
 //! * [`serve_rls`], [`serve_rlqs`]: the gRPC servers on `envoy_rls_listen`, `envoy_rlqs_listen`.
@@ -16,7 +16,7 @@ pub use rls::{RateLimitServer, RlsCounters};
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
-use leasehold_shared::envoy::RlsConfig;
+use leasehold_envoy::RlsConfig;
 use std::path::Path;
 
 /// Reads the ratelimit configuration at `path`: one YAML file, or every `.yaml`/`.yml` file of a
@@ -183,12 +183,12 @@ mod tests {
         );
         assert_eq!(rlqs(None, &[]).envoy_rlqs().unwrap(), None);
         let slow = PodSettings {
-            envoy_rlqs: leasehold_shared::envoy::RlqsTiming { renew_every_ms: 900, ..Default::default() },
+            envoy_rlqs: leasehold_envoy::RlqsTiming { renew_every_ms: 900, ..Default::default() },
             ..rlqs(Some("127.0.0.1:8082"), &["a"])
         };
         let default_limit = PodSettings { limit: Some("a".into()), ..rlqs(Some("127.0.0.1:8082"), &["a"]) };
         let no_drift = PodSettings {
-            envoy_rlqs: leasehold_shared::envoy::RlqsTiming { clock_drift_percent: 0, ..Default::default() },
+            envoy_rlqs: leasehold_envoy::RlqsTiming { clock_drift_percent: 0, ..Default::default() },
             ..rlqs(Some("127.0.0.1:8082"), &["a"])
         };
         let cases = [

@@ -28,7 +28,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, UInt32Value};
-use leasehold_shared::envoy::{Assignment, BucketRef, RlqsPool, RlqsTiming};
+use leasehold_envoy::{Assignment, BucketRef, RlqsPool, RlqsTiming};
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -16,8 +16,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use leasehold_envoy::{DescriptorEntry, RlsConfig};
 use leasehold_pod::envoy::rls::{rate_limit_headers, retry_after_header};
-use leasehold_shared::envoy::{DescriptorEntry, RlsConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;

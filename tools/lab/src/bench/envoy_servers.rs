@@ -9,11 +9,11 @@ use crate::demo::procs::Procs;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::dc_manager::DcManagerConfig;
+use leasehold_core::limits::LimitDef;
+use leasehold_core::quota::Quota;
 use leasehold_nats_harness::{wait, NatsServer};
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::dc_manager::DcManagerConfig;
-use leasehold_shared::limits::LimitDef;
-use leasehold_shared::quota::Quota;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

@@ -103,7 +103,7 @@ pub async fn drive(spec: &LoadSpec, start: Instant) -> Vec<Observation> {
                 let name = format!("{prefix}{key}");
                 let owner = {
                     let owners = owners.read().unwrap_or_else(|p| p.into_inner());
-                    let shard = leasehold_shared::keys::shard_of(&name, owners.len().max(1) as u32) as usize;
+                    let shard = leasehold_per_key::shard_of(&name, owners.len().max(1) as u32) as usize;
                     owners.get(shard).copied().flatten().filter(|&o| !dead[o].load(Ordering::Relaxed))
                 };
                 let i = owner.unwrap_or_else(|| live[rng.random_range(0..live.len())]);

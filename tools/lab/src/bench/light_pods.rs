@@ -2,14 +2,14 @@
 //! connection, so that `bench control-plane` can put 10,000 pods on one DC manager from one
 //! process. Each pod sends one `PodReports` batch per report period (a steady demand) and puts
 //! the newest lease version it received per limit in `lease_in_use`. Like the Rust pod
-//! (`shared/src/quiet_reports.rs`), a limit reports at once when it has a new lease to confirm
+//! (`shared/core/src/quiet_reports.rs`), a limit reports at once when it has a new lease to confirm
 //! and otherwise every `QUIET_PERIODS + 1` periods (its demand never moves); a batch with no
 //! report is not sent. It enforces nothing (the bench measures the control plane, not
 //! admissions).
 
 use futures::StreamExt;
-use leasehold_shared::subjects::{self, PodChannel};
-use leasehold_shared::wire::{self, LeaseVersion, PodReport, PodReports};
+use leasehold_core::subjects::{self, PodChannel};
+use leasehold_core::wire::{self, LeaseVersion, PodReport, PodReports};
 use leasehold_sim::percentiles::Percentiles;
 use serde::Deserialize;
 use std::borrow::Cow;

@@ -6,8 +6,8 @@
 //! `docs/FAILURES.md`.)
 
 use futures::StreamExt;
-use leasehold_shared::subjects::{pods_wildcard, PodChannel};
-use leasehold_shared::wire::{self, LeaseReturn, LeaseReturns, PodReports, SCHEMA_VERSION};
+use leasehold_core::subjects::{pods_wildcard, PodChannel};
+use leasehold_core::wire::{self, LeaseReturn, LeaseReturns, PodReports, SCHEMA_VERSION};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -80,7 +80,7 @@ pub async fn run(url: String, limit: String, dc: String, mut stop: watch::Receiv
                     incarnation: sent.forged_returns + 1,
                     last_version: None,
                 };
-                if let Ok(subject) = leasehold_shared::subjects::pod(&dc, &ghost, PodChannel::Return) {
+                if let Ok(subject) = leasehold_core::subjects::pod(&dc, &ghost, PodChannel::Return) {
                     let body = wire::encode(&LeaseReturns::new(&dc, &ghost, vec![ret]));
                     if client.publish(subject, body.into()).await.is_ok() {
                         sent.forged_returns += 1;
@@ -95,7 +95,7 @@ pub async fn run(url: String, limit: String, dc: String, mut stop: watch::Receiv
                         r.offered = r.offered.max(1).saturating_mul(1_000);
                         r.queued = 1_000_000;
                     }
-                    let subject = leasehold_shared::subjects::pod(&dc, &batch.pod, PodChannel::Report);
+                    let subject = leasehold_core::subjects::pod(&dc, &batch.pod, PodChannel::Report);
                     if let (Ok(body), Ok(subject)) = (serde_json::to_vec(&batch), subject) {
                         if client.publish(subject, body.into()).await.is_ok() {
                             sent.forged_reports += 1;

@@ -78,12 +78,12 @@ impl World {
     async fn leader_of(&self, key: &str) -> Option<String> {
         let v = self.leaders.get(key).await.ok()??;
         // A DC's key holds a term record naming its holder; the coordinator's, the id alone.
-        Some(leasehold_shared::dc_manager::TermRecord::holder_of(&v))
+        Some(leasehold_core::dc_manager::TermRecord::holder_of(&v))
     }
 
     /// The hub node (index) leading the ledger's stream.
     async fn stream_leader(&self) -> Option<usize> {
-        let leader = self.stream_leader_name(leasehold_shared::subjects::LEDGER_BUCKET).await?;
+        let leader = self.stream_leader_name(leasehold_core::subjects::LEDGER_BUCKET).await?;
         leader.strip_prefix("hub-")?.parse::<usize>().ok().map(|n| n - 1)
     }
 
@@ -100,7 +100,7 @@ impl World {
     /// leaders again, so they take writes; remembers when in `store_back`.
     async fn wait_for_the_store(&mut self) -> String {
         let started = Instant::now();
-        let buckets = [leasehold_shared::subjects::LEADER_BUCKET, leasehold_shared::subjects::LEDGER_BUCKET];
+        let buckets = [leasehold_core::subjects::LEADER_BUCKET, leasehold_core::subjects::LEDGER_BUCKET];
         while started.elapsed() < STORE_BACK_WITHIN {
             let mut led = 0;
             for bucket in buckets {
@@ -121,7 +121,7 @@ impl World {
         let pod = self.slots[f.dc][f.pod].clone();
         Ok(match f.kind {
             FaultKind::KillCoordinatorLeader => {
-                let Some(l) = self.leader_of(leasehold_shared::subjects::COORDINATOR_LEADER_KEY).await else {
+                let Some(l) = self.leader_of(leasehold_core::subjects::COORDINATOR_LEADER_KEY).await else {
                     return Ok((Undo::Nothing, "no coordinator leader to kill".into()));
                 };
                 self.procs.kill(&l).await;

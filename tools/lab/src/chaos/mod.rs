@@ -82,7 +82,7 @@ async fn start_world(a: &ChaosArgs) -> Result<World, String> {
     let leaders_spec = leasehold_nats::kv::BucketSpec {
         history: 1,
         replicas: 3,
-        ..leasehold_nats::kv::BucketSpec::new(leasehold_shared::subjects::LEADER_BUCKET)
+        ..leasehold_nats::kv::BucketSpec::new(leasehold_core::subjects::LEADER_BUCKET)
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     let leaders = loop {
@@ -180,7 +180,7 @@ async fn chaos(a: ChaosArgs) -> Result<ExitCode, String> {
 /// The seeded fault schedule of the run.
 fn plan(a: &ChaosArgs) -> Vec<Fault> {
     let kinds = if a.faults.is_empty() { FaultKind::ALL.to_vec() } else { a.faults.clone() };
-    let pod_ttl_s = leasehold_shared::dc_manager::DcManagerConfig::new("", "", "").pod_ttl_ms as f64 / 1_000.0;
+    let pod_ttl_s = leasehold_core::dc_manager::DcManagerConfig::new("", "", "").pod_ttl_ms as f64 / 1_000.0;
     let plan = Plan {
         duration_s: a.duration_s as f64,
         warmup_s: WARMUP_S,

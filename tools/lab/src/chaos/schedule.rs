@@ -4,7 +4,7 @@
 //! Faults do not overlap: each is followed by a quiet stretch of three DC-lease TTLs (recovery is
 //! measured there) and a few seconds more (the fault-free level is measured there).
 
-use leasehold_shared::rng::SeededRng;
+use leasehold_core::rng::SeededRng;
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, clap::ValueEnum)]

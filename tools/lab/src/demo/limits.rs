@@ -4,7 +4,7 @@
 //! the demo applies live. Definitions are written the way people say them (`rate = "612/s"`).
 
 use super::{DCS, DC_TTL_MS, HARD_WINDOW_MS, JITTER_BUDGET_MS};
-use leasehold_shared::limits::{lease_lifetime_ms, DefFormat, LimitDef};
+use leasehold_core::limits::{lease_lifetime_ms, DefFormat, LimitDef};
 use std::path::Path;
 use std::time::Instant;
 
@@ -53,7 +53,7 @@ pub const PARTNER_LOWERED_CALLS: u64 = 700;
 /// (`JITTER_BUDGET_MS`), so R = (L − B) / (W·(1 + δ) + J), rounded down.
 pub fn rate_for(hard_calls: u64, burst: u64) -> u64 {
     let max_drift = MAX_DRIFT_PPM as f64 / 1_000_000.0;
-    leasehold_shared::limits::sizing::sliding_window_rate_per_s(
+    leasehold_core::limits::sizing::sliding_window_rate_per_s(
         hard_calls,
         HARD_WINDOW_MS,
         burst,

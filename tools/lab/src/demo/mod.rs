@@ -364,8 +364,8 @@ async fn start(a: &DemoArgs) -> Result<Running, String> {
         .await
         .map_err(|e| e.to_string())?;
     let js = jetstream(nats);
-    let ledger = js.get_key_value(leasehold_shared::subjects::LEDGER_BUCKET).await.map_err(|e| e.to_string())?;
-    let leaders = js.get_key_value(leasehold_shared::subjects::LEADER_BUCKET).await.map_err(|e| e.to_string())?;
+    let ledger = js.get_key_value(leasehold_core::subjects::LEDGER_BUCKET).await.map_err(|e| e.to_string())?;
+    let leaders = js.get_key_value(leasehold_core::subjects::LEADER_BUCKET).await.map_err(|e| e.to_string())?;
     let procs = Arc::new(tokio::sync::Mutex::new(procs));
     Ok(Running { _server: server, nats_url, procs, upstreams, agents, http, ledger, leaders })
 }

@@ -2,7 +2,7 @@
 //! coordinator leader, the upstream's counters; the live table and the summary's statistics.
 
 use async_nats::jetstream::kv::Store;
-use leasehold_shared::subjects;
+use leasehold_core::subjects;
 
 use serde::Deserialize;
 use std::time::{Duration, Instant};

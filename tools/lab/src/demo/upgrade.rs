@@ -98,7 +98,7 @@ async fn upgrade_all(cx: &Context, steps: &mut Vec<Step>) -> Result<(), String> 
         }
     }
     let pair = ["coord-a".to_string(), "coord-b".to_string()];
-    for step in replicas(cx, leasehold_shared::subjects::COORDINATOR_LEADER_KEY, &pair, "coordinator").await? {
+    for step in replicas(cx, leasehold_core::subjects::COORDINATOR_LEADER_KEY, &pair, "coordinator").await? {
         steps.push(step);
     }
     Ok(())
@@ -188,7 +188,7 @@ async fn replicas(cx: &Context, key: &str, pair: &[String; 2], role: &str) -> Re
 async fn leader_of(cx: &Context, key: &str) -> Option<String> {
     let v = cx.leaders.get(key).await.ok()??;
     // A DC's key holds a term record naming its holder; the coordinator's, the id alone.
-    Some(leasehold_shared::dc_manager::TermRecord::holder_of(&v))
+    Some(leasehold_core::dc_manager::TermRecord::holder_of(&v))
 }
 
 /// Poll `/readyz` of `addr` until it answers 200 with a body `f` accepts (bounded).

@@ -1,9 +1,9 @@
 //! Tests of `batch_items` in `tools/lab/src/bench/mod.rs`: the control-plane bench counts a
 //! batch's items without parsing it.
 
+use leasehold_core::quota::Quota;
+use leasehold_core::wire::{self, LeaseVersion, PodLease, PodLeases, PodReport, PodReports};
 use leasehold_lab::bench::batch_items;
-use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{self, LeaseVersion, PodLease, PodLeases, PodReport, PodReports};
 
 fn report(limit: &str) -> PodReport {
     PodReport {

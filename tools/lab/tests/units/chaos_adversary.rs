@@ -3,10 +3,10 @@
 //! nobody used any more and sent nothing, and no run noticed).
 #![allow(clippy::disallowed_methods)] // the fake pod's traffic runs for a measured while
 
+use leasehold_core::subjects::{pod, PodChannel};
+use leasehold_core::wire::{PodReport, PodReports};
 use leasehold_lab::chaos::adversary;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
-use leasehold_shared::subjects::{pod, PodChannel};
-use leasehold_shared::wire::{PodReport, PodReports};
 use std::time::{Duration, Instant};
 
 fn report() -> PodReports {

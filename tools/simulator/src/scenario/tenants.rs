@@ -10,8 +10,8 @@
 
 use super::{DcSim, Demand, Scenario};
 use crate::upstream::HardLimit;
-use leasehold_shared::quota::Quota;
-use leasehold_shared::rng::SeededRng;
+use leasehold_core::quota::Quota;
+use leasehold_core::rng::SeededRng;
 
 /// Tenants in the population; seeds past it wrap around.
 pub const TENANTS: u64 = 10_000;

@@ -1,8 +1,8 @@
 //! Invariants checked after every control step, and the periodic metrics sample.
 
 use super::{PodState, Policy, World, MS, S};
-use leasehold_shared::dc_manager::holder_key;
-use leasehold_shared::quota::Quota;
+use leasehold_core::dc_manager::holder_key;
+use leasehold_core::quota::Quota;
 
 impl World {
     /// Conservation, checked on ground truth (what pods may spend right now) and on the books.

@@ -4,14 +4,14 @@
 use super::leaders::Who;
 use super::{Ev, Msg, PodSlot, PodState, Policy, World, MS};
 use crate::net::Link;
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::dc_manager::{DcManagerConfig, DcOutput, PodLeaseBounds, TermRecords};
-use leasehold_shared::expiry::ExpiryPolicy;
-use leasehold_shared::holder::LeaseRejection;
-use leasehold_shared::pod::{IntervalCounters, PodConfig, PodCore};
-use leasehold_shared::quiet_reports::QuietReports;
-use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{DcLease, LedgerRecord};
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::dc_manager::{DcManagerConfig, DcOutput, PodLeaseBounds, TermRecords};
+use leasehold_core::expiry::ExpiryPolicy;
+use leasehold_core::holder::LeaseRejection;
+use leasehold_core::pod::{IntervalCounters, PodConfig, PodCore};
+use leasehold_core::quiet_reports::QuietReports;
+use leasehold_core::quota::Quota;
+use leasehold_core::wire::{DcLease, LedgerRecord};
 use std::rc::Rc;
 
 impl World {
@@ -34,7 +34,7 @@ impl World {
         c.expiry = self.expiry();
         c.bugs = self.sc.bugs;
         if !self.sc.emergency_per_dc.is_zero() {
-            c.fail_mode = leasehold_shared::dc_manager::FailMode::BestEffort { emergency: self.live.emergency_per_dc };
+            c.fail_mode = leasehold_core::dc_manager::FailMode::BestEffort { emergency: self.live.emergency_per_dc };
         }
         c
     }
@@ -113,7 +113,7 @@ impl World {
             Policy::StaticPerPod => {
                 let n: u64 = self.sc.dcs.iter().map(|d| d.pods as u64).sum();
                 let q = self.sc.quota;
-                let b = leasehold_shared::bucket::TokenBucket::new();
+                let b = leasehold_core::bucket::TokenBucket::new();
                 let local = slot.clock.local(self.now);
                 b.apply_lease(Quota::new(q.rate_milli_per_s / n, q.burst_milli / n), local + 36_000 * super::S, local)
                     .expect("static lease fits");
@@ -242,7 +242,7 @@ impl World {
     fn for_each_acting_mgr(
         &mut self,
         d: usize,
-        mut handle: impl FnMut(&mut leasehold_shared::dc_manager::DcManagerCore, u64) -> Vec<DcOutput>,
+        mut handle: impl FnMut(&mut leasehold_core::dc_manager::DcManagerCore, u64) -> Vec<DcOutput>,
     ) {
         if self.net.dc_reconnect_at[d] > self.now {
             return; // disconnected: published to it meanwhile is lost

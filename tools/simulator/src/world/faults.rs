@@ -2,7 +2,7 @@
 
 use super::{Ev, PodState, World, MS, S};
 use crate::faults::FaultKind;
-use leasehold_shared::quota::Quota;
+use leasehold_core::quota::Quota;
 
 impl World {
     fn pick_pod(&self, target: u64, want: impl Fn(PodState) -> bool) -> Option<usize> {
@@ -30,7 +30,7 @@ impl World {
         m.incarnation += 1;
         m.election = super::leaders::election(&id, self.sc.leader_ttl_ms, &bugs);
         m.records = records;
-        m.record_rules = leasehold_shared::dc_manager::RecordRules::with_bugs(bugs);
+        m.record_rules = leasehold_core::dc_manager::RecordRules::with_bugs(bugs);
         m.watched_floor = None;
         m.watch_lag_until = 0;
         let inc = m.incarnation;

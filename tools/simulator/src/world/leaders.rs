@@ -3,11 +3,11 @@
 //! slowed or lost); nothing here expires a key by itself.
 
 use super::{Ev, World, MS};
-use leasehold_shared::bugs::KnownBugs;
-use leasehold_shared::coordinator::{next_epoch, CoordinatorCore, Stored};
-use leasehold_shared::dc_manager::DcManagerCore;
-use leasehold_shared::leadership::{KeyState, LeaderRequest, Leadership, LeadershipConfig, Transition, WriteOutcome};
-use leasehold_shared::wire::LedgerFence;
+use leasehold_core::bugs::KnownBugs;
+use leasehold_core::coordinator::{next_epoch, CoordinatorCore, Stored};
+use leasehold_core::dc_manager::DcManagerCore;
+use leasehold_core::leadership::{KeyState, LeaderRequest, Leadership, LeadershipConfig, Transition, WriteOutcome};
+use leasehold_core::wire::LedgerFence;
 use std::collections::BTreeMap;
 
 /// Which replica a leadership operation belongs to.

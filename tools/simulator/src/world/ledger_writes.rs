@@ -16,9 +16,9 @@
 
 use super::{Ev, Msg, World, MS};
 use crate::net::Link;
-use leasehold_shared::coordinator::{judge_group_write, GroupReadBack, GroupWrite, GroupWriteAnswer};
-use leasehold_shared::subjects::ledger_group_of;
-use leasehold_shared::wire::{encode, LedgerGroup, LedgerRecord};
+use leasehold_core::coordinator::{judge_group_write, GroupReadBack, GroupWrite, GroupWriteAnswer};
+use leasehold_core::subjects::ledger_group_of;
+use leasehold_core::wire::{encode, LedgerGroup, LedgerRecord};
 use std::rc::Rc;
 
 /// Values the ledger bucket keeps per key (the services' `history: 5`).

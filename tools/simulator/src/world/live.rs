@@ -2,7 +2,7 @@
 //!
 //! New terms pick the settings up; the invariant checks read the limit in force from here.
 
-use leasehold_shared::quota::Quota;
+use leasehold_core::quota::Quota;
 
 /// What [`FaultKind::LimitChange`](crate::faults::FaultKind::LimitChange) changes: bits of its
 /// `target`.

@@ -1,6 +1,6 @@
 //! The discrete-event world: virtual time, one event heap, every node on its own clock.
 //!
-//! Nodes are the real `leasehold_shared` state machines ([`PodCore`], [`DcManagerCore`],
+//! Nodes are the real `leasehold_core` state machines ([`PodCore`], [`DcManagerCore`],
 //! [`CoordinatorCore`]); the world only moves messages, keeps the KV register, injects faults,
 //! sends admitted calls to the strict upstream and checks invariants after every control step.
 
@@ -24,9 +24,9 @@ use crate::metrics::Metrics;
 use crate::net::Network;
 use crate::scenario::Scenario;
 use crate::upstream::Upstream;
-use leasehold_shared::bucket::TokenBucket;
-use leasehold_shared::rng::SeededRng;
-use leasehold_shared::wire::{DcReport, LeaseReturn, LedgerRecord, PodLease, PodReport, ReturnAck};
+use leasehold_core::bucket::TokenBucket;
+use leasehold_core::rng::SeededRng;
+use leasehold_core::wire::{DcReport, LeaseReturn, LedgerRecord, PodLease, PodReport, ReturnAck};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::rc::Rc;
@@ -161,7 +161,7 @@ impl World {
                 let n = self.sc.dcs.len() as u64;
                 let b = TokenBucket::new();
                 let q = self.sc.quota;
-                let share = leasehold_shared::quota::Quota::new(q.rate_milli_per_s / n, q.burst_milli / n);
+                let share = leasehold_core::quota::Quota::new(q.rate_milli_per_s / n, q.burst_milli / n);
                 b.apply_lease(share, clock.local(0) + 36_000 * S, clock.local(0)).expect("static lease fits");
                 b
             });
@@ -194,7 +194,7 @@ impl World {
                         incarnation: 0,
                         send_on_wake: Vec::new(),
                         pause_after_write_ns: None,
-                        record_rules: leasehold_shared::dc_manager::RecordRules::with_bugs(self.sc.bugs),
+                        record_rules: leasehold_core::dc_manager::RecordRules::with_bugs(self.sc.bugs),
                         watched_floor: None,
                         watch_lag_until: 0,
                     });

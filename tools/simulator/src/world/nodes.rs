@@ -2,13 +2,13 @@
 //! stand-in, as the world keeps them.
 
 use crate::clock::NodeClock;
-use leasehold_shared::bucket::TokenBucket;
-use leasehold_shared::coordinator::CoordinatorCore;
-use leasehold_shared::dc_manager::{DcManagerCore, DcOutput};
-use leasehold_shared::pod::{IntervalCounters, PodCore};
-use leasehold_shared::quiet_reports::QuietReports;
-use leasehold_shared::quota::Quota;
-use leasehold_shared::wire::{LeaseVersion, LedgerFence, LedgerRecord};
+use leasehold_core::bucket::TokenBucket;
+use leasehold_core::coordinator::CoordinatorCore;
+use leasehold_core::dc_manager::{DcManagerCore, DcOutput};
+use leasehold_core::pod::{IntervalCounters, PodCore};
+use leasehold_core::quiet_reports::QuietReports;
+use leasehold_core::quota::Quota;
+use leasehold_core::wire::{LeaseVersion, LedgerFence, LedgerRecord};
 use std::collections::VecDeque;
 use std::rc::Rc;
 
@@ -40,9 +40,9 @@ pub(super) struct PodSlot {
 /// One DC manager replica: it leads the DC while its election says it may act.
 pub(super) struct MgrReplica {
     pub(super) clock: NodeClock,
-    pub(super) election: leasehold_shared::leadership::Leadership,
+    pub(super) election: leasehold_core::leadership::Leadership,
     /// What its writes of the DC's leader key say, and what its term inherits from them.
-    pub(super) records: leasehold_shared::dc_manager::TermRecords,
+    pub(super) records: leasehold_core::dc_manager::TermRecords,
     /// The state of its current term (a new term is a new holder).
     pub(super) core: Option<DcManagerCore>,
     pub(super) alive: bool,
@@ -55,7 +55,7 @@ pub(super) struct MgrReplica {
     /// with the write's answer arriving while it is frozen.
     pub(super) pause_after_write_ns: Option<u64>,
     /// What the process took from the ledger records it read (removal, pod rules), by revision.
-    pub(super) record_rules: leasehold_shared::dc_manager::RecordRules,
+    pub(super) record_rules: leasehold_core::dc_manager::RecordRules,
     /// The newest floor (by version) its ledger watch or a direct read gave the process.
     pub(super) watched_floor: Option<(Quota, LeaseVersion)>,
     /// Until then its ledger watch delivers nothing (a lagging watch; see `term_reads`).
@@ -97,7 +97,7 @@ pub(super) struct CoordSlot {
     pub(super) alive: bool,
     pub(super) paused_until: u64,
     pub(super) incarnation: u64,
-    pub(super) election: leasehold_shared::leadership::Leadership,
+    pub(super) election: leasehold_core::leadership::Leadership,
     pub(super) core: Option<CoordinatorCore>,
     /// KV revision of the ledger record this leader last wrote or read.
     pub(super) record_rev: u64,
@@ -106,7 +106,7 @@ pub(super) struct CoordSlot {
     pub(super) write_on_wake: bool,
     /// A limit change came while it was frozen: it applies it on waking (after that write), and
     /// the limit in force before the change (this) stays in force a full window from then.
-    pub(super) change_on_wake: Option<leasehold_shared::quota::Quota>,
+    pub(super) change_on_wake: Option<leasehold_core::quota::Quota>,
     /// As [`MgrReplica::pause_after_write_ns`].
     pub(super) pause_after_write_ns: Option<u64>,
 }

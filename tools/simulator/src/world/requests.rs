@@ -1,7 +1,7 @@
 //! The request path: arrivals, the pod's bounded wait queue, admission and the upstream call.
 
 use super::{Ev, PodState, Policy, World, MS, S};
-use leasehold_shared::bucket::Decision;
+use leasehold_core::bucket::Decision;
 
 enum Try {
     Admitted,

@@ -7,8 +7,8 @@
 //! the floor a term would wrongly fall back on (`KnownBugs::term_uses_watched_floor`).
 
 use super::World;
-use leasehold_shared::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput};
-use leasehold_shared::wire::LedgerRecord;
+use leasehold_core::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput};
+use leasehold_core::wire::LedgerRecord;
 
 impl World {
     /// Whether DC `d`'s managers can read the ledger now.

@@ -11,11 +11,11 @@ mod storm;
 
 use super::light_pods::Fleet;
 use super::runtimes::NamedRuntime;
+use leasehold_core::coordinator::LimitConfig;
+use leasehold_core::dc_manager::DcManagerConfig;
+use leasehold_core::quota::Quota;
 use leasehold_nats::connect::connect_until;
 use leasehold_nats_harness::{binaries, NatsServer};
-use leasehold_shared::coordinator::LimitConfig;
-use leasehold_shared::dc_manager::DcManagerConfig;
-use leasehold_shared::quota::Quota;
 use serde::Serialize;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -169,7 +169,7 @@ async fn start(a: &Args) -> Result<Running, String> {
     let names: Vec<String> = (0..a.limits).map(|i| format!("api-{i}")).collect();
     let defs: Vec<_> = names
         .iter()
-        .map(|n| leasehold_shared::limits::LimitDef::from_config(&LimitConfig::new(n, quota, &floors)))
+        .map(|n| leasehold_core::limits::LimitDef::from_config(&LimitConfig::new(n, quota, &floors)))
         .collect();
     let renew_ms = LimitConfig::new("api", Quota::per_s(1, 0), &[]).renew_interval_ms;
     let coord_rt = NamedRuntime::new("lh-coordinator")?;

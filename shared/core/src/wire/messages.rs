@@ -1,0 +1,446 @@
+use super::{check_id, check_ttl, WireError, WireMessage, SCHEMA_VERSION};
+use crate::quota::Quota;
+use compact_str::CompactString;
+use serde::{Deserialize, Serialize};
+
+/// Total order of leases from one issuer: a new leader's epoch outranks every older lease.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct LeaseVersion {
+    pub epoch: u64,
+    pub seq: u64,
+}
+
+impl LeaseVersion {
+    pub const fn new(epoch: u64, seq: u64) -> Self {
+        LeaseVersion { epoch, seq }
+    }
+}
+
+impl std::fmt::Display for LeaseVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "e{}v{}", self.epoch, self.seq)
+    }
+}
+
+fn v1() -> u32 {
+    SCHEMA_VERSION
+}
+
+/// A DC lease: the coordinator's grant to one DC manager instance (stored in the ledger record).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DcLease {
+    #[serde(default = "v1")]
+    pub v: u32,
+    pub limit: String,
+    pub dc: String,
+    /// The DC manager *instance* that holds it (a restarted manager is a new holder).
+    pub holder: String,
+    pub version: LeaseVersion,
+    pub lease_id: String,
+    /// Usable while the lease is valid, on top of the DC's reserved floor.
+    pub quota: Quota,
+    /// Reserved out of the global budget in advance; usable even after expiry (strict mode).
+    pub floor: Quota,
+    pub ttl_ms: u64,
+    /// Sequence number of the holder's report this lease answers: the holder's countdown starts
+    /// when it sent that report.
+    pub basis_seq: u64,
+}
+
+/// A pod sub-lease, cut by a DC manager from its DC lease.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PodLease {
+    #[serde(default = "v1")]
+    pub v: u32,
+    pub limit: CompactString,
+    pub dc: CompactString,
+    /// The pod that holds it.
+    pub pod: CompactString,
+    /// The pod process (incarnation) it is addressed to: the one whose report it answers.
+    pub incarnation: u64,
+    /// The DC manager instance that issued it.
+    pub issuer: CompactString,
+    pub version: LeaseVersion,
+    pub lease_id: CompactString,
+    pub quota: Quota,
+    pub ttl_ms: u64,
+    pub basis_seq: u64,
+    /// The limit was removed (`leasehold limits rm`: its record runs retired, capacity zero): the
+    /// pod answers its callers that the limit no longer exists instead of "rate limited".
+    /// Missing: false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub limit_removed: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// A pod's periodic demand report, which is also its heartbeat.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PodReport {
+    #[serde(default = "v1")]
+    pub v: u32,
+    pub limit: String,
+    pub dc: String,
+    pub pod: String,
+    /// Random number a pod process draws once at start. A pod restarted under the same id is a
+    /// new holder: its sequence numbers start again and leases answering the old process's
+    /// reports never apply to it. Never derived from a wall clock.
+    pub incarnation: u64,
+    pub seq: u64,
+    /// Length of the interval the counters cover.
+    pub interval_ms: u64,
+    /// Every request that wanted quota in the interval: admitted, rejected and still queued.
+    pub offered: u64,
+    pub admitted: u64,
+    pub rejected: u64,
+    pub queued: u64,
+    /// Upstream errors seen by the pod (5xx, and 429s an application reports as plain errors).
+    pub errors: u64,
+    /// Upstream calls answered 429 (Too Many Requests) in the interval, counted apart from
+    /// `errors`: the signal adaptive limits follow. Missing (older pods): 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub upstream_429: u64,
+    pub healthy: bool,
+    pub draining: bool,
+    /// Capacity weight for weighted splits (1.0 = a standard pod).
+    pub weight: f64,
+    /// The newest lease the pod has applied; the issuer may forget all older ones.
+    pub lease_in_use: Option<LeaseVersion>,
+    /// The pod's report periods this report stands for: 1, or for a quiet limit's report the
+    /// periods it left out plus this one (`shared/core/src/quiet_reports.rs`). The DC manager counts
+    /// it as that many demand samples and its calls as made over as many periods. Missing: 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub periods: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+/// Most `PodReport::periods`: 600,000 ms of the shortest period, 10 ms.
+pub const MAX_REPORT_PERIODS: u32 = 60_000;
+
+/// A DC manager's report to the coordinator (demand + heartbeat + lease ack).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DcReport {
+    #[serde(default = "v1")]
+    pub v: u32,
+    pub limit: String,
+    pub dc: String,
+    pub holder: String,
+    /// The epoch of the manager's leadership term: a report from an older term than the one the
+    /// coordinator already heard (a delayed message) never changes the DC's holder back.
+    #[serde(default)]
+    pub term: u64,
+    pub seq: u64,
+    /// EWMA-smoothed offered demand of the DC's healthy pods.
+    pub demand: Quota,
+    pub pods_healthy: u32,
+    /// The newest DC lease the manager is bound by; older ones may be forgotten by the issuer.
+    pub lease_in_use: Option<LeaseVersion>,
+    /// The largest floor the DC's pods may still be spending under, once the manager knows it
+    /// (none before every pod lease of earlier terms has expired). Once it fits the newest floor
+    /// the coordinator named, the coordinator stops reserving older, larger ones.
+    #[serde(default)]
+    pub floor_in_use: Option<Quota>,
+    /// The version of the newest floor the manager has taken (it never takes an older one). The
+    /// coordinator stops reserving older, larger floors only once this is at least the version
+    /// of the floor it names: a manager that has not yet read the newest floor may still move
+    /// to an older one it has not seen either. Missing: never confirms.
+    #[serde(default)]
+    pub floor_version: Option<LeaseVersion>,
+    /// Upstream calls (the pods' `admitted`) in the pod reports taken since the manager's last
+    /// DC report. Missing (older managers): 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub upstream_calls: u64,
+    /// Of those, calls answered 429 (the pods' `upstream_429`). Missing: 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub upstream_429: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl DcReport {
+    /// A report of `demand` from `holder`'s term `term` with one healthy pod and nothing in use or
+    /// confirmed yet (struct-update syntax fills in the rest).
+    pub fn new(limit: &str, dc: &str, holder: &str, term: u64, seq: u64, demand: Quota) -> Self {
+        DcReport {
+            v: SCHEMA_VERSION,
+            limit: limit.into(),
+            dc: dc.into(),
+            holder: holder.into(),
+            term,
+            seq,
+            demand,
+            pods_healthy: 1,
+            lease_in_use: None,
+            floor_in_use: None,
+            floor_version: None,
+            upstream_calls: 0,
+            upstream_429: 0,
+        }
+    }
+}
+
+/// A holder gives back its lease for good (graceful drain). Idempotent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LeaseReturn {
+    #[serde(default = "v1")]
+    pub v: u32,
+    pub limit: String,
+    pub dc: String,
+    pub holder: String,
+    /// The holder process (the pod's `incarnation`) that gives its leases back.
+    pub incarnation: u64,
+    /// The holder has stopped using every lease and will apply no further one.
+    pub last_version: Option<LeaseVersion>,
+}
+
+/// The issuer's confirmation of a [`LeaseReturn`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReturnAck {
+    #[serde(default = "v1")]
+    pub v: u32,
+    pub limit: String,
+    pub dc: String,
+    pub holder: String,
+    pub incarnation: u64,
+}
+
+/// The coordinator's durable ledger for one limit: one KV key, written only by compare-and-set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LedgerRecord {
+    #[serde(default = "v1")]
+    pub v: u32,
+    pub limit: String,
+    /// Leadership epoch of the writer; a new leader writes a higher one.
+    pub epoch: u64,
+    pub writer: String,
+    /// Every DC lease that may still be in use, superseded ones included.
+    pub leases: Vec<DcLease>,
+    /// Each DC's reserved floor. A DC manager uses no floor but the one named here (a term
+    /// that has not read the record yet uses none).
+    #[serde(default)]
+    pub floors: std::collections::BTreeMap<String, Quota>,
+    /// The version of each floor in `floors`: a DC manager takes a floor only from a newer
+    /// version than the one it uses (a delayed record never brings an older floor back).
+    /// Missing: `(epoch, 0)`.
+    #[serde(default)]
+    pub floor_versions: std::collections::BTreeMap<String, LeaseVersion>,
+    /// What the coordinator reserves for each DC's floor: at least `floors`, and more while the
+    /// DC has not confirmed it no longer uses an older, larger floor. Missing: `floors`.
+    #[serde(default)]
+    pub floors_reserved: std::collections::BTreeMap<String, Quota>,
+    /// The writer's capacity (R and B). Missing (older writers): unknown.
+    #[serde(default)]
+    pub capacity: Option<Quota>,
+    /// Per holder, the version below which the writer counted its leases as inherited (cut under
+    /// a larger, earlier capacity). A new leader whose capacity is at least `capacity` adopts the
+    /// others as lasting; one with a smaller capacity, or reading a record without `capacity`,
+    /// adopts every lease as inherited.
+    #[serde(default)]
+    pub inherited_below: std::collections::BTreeMap<String, LeaseVersion>,
+    /// Per DC, the largest floor a lost record may have named (from the fence), reserved apart
+    /// from the DC's own floor until the DC confirms a floor named since the loss. Missing: none.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub lost_floors: std::collections::BTreeMap<String, Quota>,
+    /// Set while the writer was still waiting out a lost record's DC leases: the longest TTL it
+    /// waits for. A leader resuming from this record waits a full such lifetime from its own
+    /// takeover. Missing: no wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_wait_dc_ttl_ms: Option<u64>,
+    /// Per DC, the DC-manager replica whose reports the writer last accepted and its
+    /// leadership term (`DcReport.term`): a leader resuming from this record refuses reports of
+    /// earlier terms, as the writer did. Missing: not known (older writers).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub dc_holders: std::collections::BTreeMap<String, DcHolder>,
+    /// An adaptive limit's effective R (milli-requests/s) when the writer ran it below the
+    /// configured R: a leader resuming from this record starts from it rather than from the
+    /// configured R. Missing: the configured R.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive_rate_milli_per_s: Option<u64>,
+    /// The writer's clock margins: how long it counts a lease past its TTL. A term that must
+    /// run the limit from its record alone (its definition unreadable) counts with these.
+    /// Missing: not known (older writers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiry: Option<crate::expiry::ExpiryPolicy>,
+    /// How DC managers split and fail over the limit's pod leases, from its definition
+    /// (`split`, `fail_mode`, each DC's `emergency`). Missing: each DC manager's own settings.
+    #[serde(default, skip_serializing_if = "crate::dc_manager::PodRules::is_empty")]
+    pub pod_rules: crate::dc_manager::PodRules,
+}
+
+/// A DC's current DC-manager replica as the coordinator knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DcHolder {
+    pub holder: String,
+    pub term: u64,
+}
+
+impl LedgerRecord {
+    /// A record of `limit` by `writer` at `epoch` with nothing on it (struct-update syntax fills
+    /// in the rest).
+    pub fn empty(limit: &str, epoch: u64, writer: &str) -> Self {
+        LedgerRecord {
+            v: SCHEMA_VERSION,
+            limit: limit.into(),
+            epoch,
+            writer: writer.into(),
+            leases: Vec::new(),
+            floors: Default::default(),
+            floor_versions: Default::default(),
+            floors_reserved: Default::default(),
+            capacity: None,
+            inherited_below: Default::default(),
+            lost_floors: Default::default(),
+            lost_wait_dc_ttl_ms: None,
+            dc_holders: Default::default(),
+            adaptive_rate_milli_per_s: None,
+            expiry: None,
+            pod_rules: Default::default(),
+        }
+    }
+
+    /// The writer runs the limit retired (removed from `lh_limits`): capacity zero and no floor.
+    pub fn limit_removed(&self) -> bool {
+        self.capacity == Some(Quota::ZERO) && self.floors.values().all(|f| *f == Quota::ZERO)
+    }
+
+    /// DC `dc`'s floor as this record names it, with its version.
+    pub fn floor_of(&self, dc: &str) -> Option<(Quota, LeaseVersion)> {
+        let floor = *self.floors.get(dc)?;
+        Some((floor, self.floor_versions.get(dc).copied().unwrap_or(LeaseVersion::new(self.epoch, 0))))
+    }
+
+    /// What the coordinator that wrote this record reserved for DC `dc`'s floor.
+    pub fn floor_reserved(&self, dc: &str) -> Option<Quota> {
+        let floor = *self.floors.get(dc)?;
+        Some(self.floors_reserved.get(dc).map_or(floor, |r| r.max(floor)))
+    }
+}
+
+fn check_quota(field: &'static str, q: &Quota) -> Result<(), WireError> {
+    // 10^12 milli = 10^9 requests/s: far beyond any real limit, keeps sums overflow-free.
+    const MAX: u64 = 1_000_000_000_000;
+    if q.rate_milli_per_s > MAX || q.burst_milli > MAX {
+        return Err(WireError::Invalid { field, reason: "amount above 10^9".into() });
+    }
+    Ok(())
+}
+
+impl WireMessage for DcLease {
+    fn validate(&self) -> Result<(), WireError> {
+        check_id("limit", &self.limit)?;
+        check_id("dc", &self.dc)?;
+        check_id("holder", &self.holder)?;
+        check_id("lease_id", &self.lease_id)?;
+        check_quota("quota", &self.quota)?;
+        check_quota("floor", &self.floor)?;
+        check_ttl(self.ttl_ms)
+    }
+}
+
+impl WireMessage for PodLease {
+    fn validate(&self) -> Result<(), WireError> {
+        check_id("limit", &self.limit)?;
+        check_id("dc", &self.dc)?;
+        check_id("pod", &self.pod)?;
+        check_id("issuer", &self.issuer)?;
+        check_id("lease_id", &self.lease_id)?;
+        check_quota("quota", &self.quota)?;
+        check_ttl(self.ttl_ms)
+    }
+}
+
+impl WireMessage for PodReport {
+    fn validate(&self) -> Result<(), WireError> {
+        check_id("limit", &self.limit)?;
+        check_id("dc", &self.dc)?;
+        check_id("pod", &self.pod)?;
+        if self.interval_ms == 0 || self.interval_ms > 600_000 {
+            return Err(WireError::Invalid {
+                field: "interval_ms",
+                reason: format!("{} not in 1..=600000", self.interval_ms),
+            });
+        }
+        if self.periods == 0 || self.periods > MAX_REPORT_PERIODS {
+            let reason = format!("{} not in 1..={MAX_REPORT_PERIODS}", self.periods);
+            return Err(WireError::Invalid { field: "periods", reason });
+        }
+        if !(self.weight.is_finite() && self.weight > 0.0 && self.weight <= super::MAX_POD_WEIGHT) {
+            let reason = format!("{} not in (0, {}]", self.weight, super::MAX_POD_WEIGHT);
+            return Err(WireError::Invalid { field: "weight", reason });
+        }
+        // Counters are per interval; anything claiming more than 10^9 requests/s is not real.
+        let cap = self.interval_ms.saturating_mul(1_000_000);
+        let counters = [
+            ("offered", self.offered),
+            ("admitted", self.admitted),
+            ("rejected", self.rejected),
+            ("upstream_429", self.upstream_429),
+        ];
+        for (field, n) in counters {
+            if n > cap {
+                return Err(WireError::Invalid { field, reason: format!("{n} is above 10^9/s") });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl WireMessage for DcReport {
+    fn validate(&self) -> Result<(), WireError> {
+        check_id("limit", &self.limit)?;
+        check_id("dc", &self.dc)?;
+        check_id("holder", &self.holder)?;
+        check_quota("demand", &self.demand)?;
+        self.floor_in_use.as_ref().map_or(Ok(()), |f| check_quota("floor_in_use", f))
+    }
+}
+
+impl WireMessage for LeaseReturn {
+    fn validate(&self) -> Result<(), WireError> {
+        check_id("limit", &self.limit)?;
+        check_id("dc", &self.dc)?;
+        check_id("holder", &self.holder)
+    }
+}
+
+impl WireMessage for ReturnAck {
+    fn validate(&self) -> Result<(), WireError> {
+        check_id("limit", &self.limit)?;
+        check_id("dc", &self.dc)?;
+        check_id("holder", &self.holder)
+    }
+}
+
+impl WireMessage for LedgerRecord {
+    fn validate(&self) -> Result<(), WireError> {
+        check_id("limit", &self.limit)?;
+        check_id("writer", &self.writer)?;
+        if self.leases.len() > 1_024 {
+            return Err(WireError::Invalid { field: "leases", reason: "more than 1024 entries".into() });
+        }
+        if let Some(ttl_ms) = self.lost_wait_dc_ttl_ms {
+            check_ttl(ttl_ms)?;
+        }
+        for (field, floors) in
+            [("floors", &self.floors), ("floors_reserved", &self.floors_reserved), ("lost_floors", &self.lost_floors)]
+        {
+            floors.iter().try_for_each(|(dc, f)| {
+                check_id(field, dc)?;
+                check_quota(field, f)
+            })?;
+        }
+        self.floor_versions.keys().try_for_each(|dc| check_id("floor_versions", dc))?;
+        self.leases.iter().try_for_each(WireMessage::validate)
+    }
+}

@@ -1,0 +1,3 @@
+//! The Envoy rules' tests, in one binary.
+
+mod shipped_rlqs;
