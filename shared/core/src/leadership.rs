@@ -96,11 +96,9 @@ pub struct LeadershipConfig {
     /// at the next answer. Default two TTLs; the services use the TTL plus their request timeout,
     /// so one lost read never restarts a wait and an outage of every NATS server nearly always does.
     pub sight_gap_ms: u64,
-    /// Negative controls only: freshness from the reply instead of the send (see [`crate::bugs`]).
-    pub bug_fresh_from_reply: bool,
-    /// Negative controls only: a read that shows an unknown write has not landed (yet) forgets
-    /// it, so when it lands later a later write's send is credited for it (see [`crate::bugs`]).
-    pub bug_forgets_unresolved_writes: bool,
+    /// Negative controls only: `leader_fresh_from_reply` (freshness from the reply instead of the
+    /// send) and `leader_forgets_unresolved_writes` (see [`crate::bugs`]).
+    pub bugs: crate::bugs::KnownBugs,
 }
 
 impl LeadershipConfig {
@@ -111,8 +109,7 @@ impl LeadershipConfig {
             ttl_ms,
             act_fraction: Self::DEFAULT_ACT_FRACTION,
             sight_gap_ms: ttl_ms.saturating_mul(2),
-            bug_fresh_from_reply: false,
-            bug_forgets_unresolved_writes: false,
+            bugs: crate::bugs::KnownBugs::default(),
         }
     }
 
@@ -188,8 +185,7 @@ pub struct Leadership {
     act_ns: u64,
     renew_every_ns: u64,
     sight_gap_ns: u64,
-    bug_fresh_from_reply: bool,
-    bug_forgets_unresolved_writes: bool,
+    bugs: crate::bugs::KnownBugs,
     role: Role,
     /// The write in flight and when it was sent (at most one at a time).
     in_flight: Option<(LeaderRequest, u64)>,
@@ -210,8 +206,7 @@ impl Leadership {
             act_ns: cfg.act_ns(),
             renew_every_ns: cfg.renew_every_ns(),
             sight_gap_ns: cfg.sight_gap_ms.saturating_mul(NS_PER_MS),
-            bug_fresh_from_reply: cfg.bug_fresh_from_reply,
-            bug_forgets_unresolved_writes: cfg.bug_forgets_unresolved_writes,
+            bugs: cfg.bugs,
             role: Role::Follower { seen: None, unresolved: None },
             in_flight: None,
             last_write_sent_ns: None,
@@ -306,7 +301,7 @@ impl Leadership {
     /// The answer to the write in flight.
     pub fn on_write(&mut self, outcome: WriteOutcome, now_ns: u64) -> Option<Transition> {
         let Some((LeaderRequest::Write { expected_revision }, sent_ns)) = self.in_flight.take() else { return None };
-        let from_ns = if self.bug_fresh_from_reply { now_ns } else { sent_ns };
+        let from_ns = if self.bugs.leader_fresh_from_reply() { now_ns } else { sent_ns };
         if outcome != WriteOutcome::Unknown {
             self.answered_ns = Some(now_ns);
         }
@@ -372,7 +367,7 @@ impl Leadership {
         let mine = matches!(&state, KeyState::Held { holder, .. } if *holder == self.me);
         let stored = state.revision();
         let act_ns = self.act_ns;
-        let forget = self.bug_forgets_unresolved_writes;
+        let forget = self.bugs.leader_forgets_unresolved_writes();
         match &mut self.role {
             Role::Leader { revision, acts_until_ns, unresolved, .. } => {
                 if mine && stored.is_some_and(|r| r >= *revision) {

@@ -100,7 +100,7 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
 
     /// Bring back the behaviours `bugs` names (negative-control tests only).
     pub fn with_bugs(mut self, bugs: &crate::bugs::KnownBugs) -> Self {
-        self.reuse_inherited = bugs.renewal_reuses_inherited_claim;
+        self.reuse_inherited = bugs.renewal_reuses_inherited_claim();
         self
     }
 

@@ -124,7 +124,7 @@ impl PodCore {
     /// Apply a lease message. The countdown starts when the report it answers was sent.
     pub fn on_lease(&mut self, lease: &PodLease, now_ns: u64) -> Result<(), LeaseRejection> {
         if lease.pod != self.cfg.pod
-            || (lease.incarnation != self.cfg.incarnation && !self.cfg.bugs.pod_ignores_incarnation)
+            || (lease.incarnation != self.cfg.incarnation && !self.cfg.bugs.pod_ignores_incarnation())
             || lease.dc != self.cfg.dc
             || lease.limit != self.cfg.limit
         {

@@ -126,7 +126,7 @@ impl RlqsPool {
             // A lease after none (or after a lapse) starts empty, as the pod's bucket does.
             self.reserve_milli = 0;
         }
-        let largest = self.lease.map(|(q, _)| q).filter(|_| self.bugs.rlqs_keeps_largest_lease);
+        let largest = self.lease.map(|(q, _)| q).filter(|_| self.bugs.rlqs_keeps_largest_lease());
         self.lease = lease.filter(|&(_, expires)| expires > now_ns).map(|(q, e)| (largest.map_or(q, |m| m.max(q)), e));
         if let Some(l) = self.lease.filter(|l| !self.counted.contains(l)) {
             self.counted.push(l);
@@ -283,7 +283,7 @@ impl RlqsPool {
             }
             (Some(c), _) if renew_due => {
                 let arrives_ns = now_ns + timing.margin_ns();
-                if arrives_ns > c.safe_until_ns && !self.bugs.rlqs_late_renewal_free {
+                if arrives_ns > c.safe_until_ns && !self.bugs.rlqs_late_renewal_free() {
                     // It may find the object expired: Envoy would start a new, full bucket, while
                     // workers may still drain the old one until it surely ends.
                     let old_end = self.live.get_mut(c.live_id)?.end_ns;
@@ -331,7 +331,7 @@ impl RlqsPool {
         // ratio while lagging workers still drain the old one): its tokens come out of G too.
         let settled_ns = trial.items.iter().filter_map(|l| l.lagging_until_ns).max().unwrap_or(now_ns);
         let rate = self.claim(settled_ns.saturating_sub(1).max(now_ns)).rate_milli_per_s;
-        let burst_debit = if self.bugs.rlqs_new_bucket_unpaid { 0 } else { need.burst_milli };
+        let burst_debit = if self.bugs.rlqs_new_bucket_unpaid() { 0 } else { need.burst_milli };
         let overlap = trial.over_rate_milli(&self.live, rate, now_ns);
         let debit = burst_debit.saturating_add(overlap);
         if debit > self.reserve_milli {

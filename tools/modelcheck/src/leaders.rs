@@ -112,7 +112,7 @@ impl Elector {
     /// A process that just started: it has read nothing yet.
     pub fn fresh(id: &str, ttl_ms: u64, records: Option<TermRecords>, cfg: &ModelConfig) -> Self {
         let mut config = LeadershipConfig::new(ttl_ms);
-        config.bug_fresh_from_reply = cfg.bugs.leader_fresh_from_reply;
+        config.bugs.leader_fresh_from_reply = cfg.bugs.leader_fresh_from_reply;
         Elector { election: Leadership::new(id, config), records, held: None, armed: None }
     }
 

@@ -31,7 +31,7 @@ pub mod partner;
 pub mod percentiles;
 pub mod report;
 pub mod scenario;
-pub mod sliding_window;
+pub use leasehold_judge as sliding_window;
 pub mod upstream;
 pub mod world;
 

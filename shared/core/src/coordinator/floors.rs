@@ -144,13 +144,13 @@ impl CoordinatorCore {
             }
             let key = floor_holder(&dc);
             let quota =
-                if self.cfg.bugs.floor_change_at_once { want } else { self.ledger.grantable(&key, want, now_ns) };
+                if self.cfg.bugs.floor_change_at_once() { want } else { self.ledger.grantable(&key, want, now_ns) };
             if named == Some(quota) {
                 continue; // no room yet
             }
             self.next_seq += 1;
             let version = LeaseVersion::new(self.epoch(), self.next_seq);
-            if self.cfg.bugs.floor_change_at_once {
+            if self.cfg.bugs.floor_change_at_once() {
                 // The old rule: the configured floor is in force at once, the old one forgotten.
                 self.ledger.adopt(&key, LeaseEntry { version, quota, live_until_ns: NEVER });
                 let _ = self.ledger.confirm_in_use(&key, version, now_ns);
@@ -167,7 +167,7 @@ impl CoordinatorCore {
     /// older ones stop counting (after the egress spread).
     pub(super) fn confirm_floor(&mut self, dc: &str, in_use: Quota, taken: Option<LeaseVersion>, now_ns: u64) {
         let Some((named, version)) = self.floor_named(dc) else { return };
-        let seen = taken.is_some_and(|t| t >= version) || self.cfg.bugs.floor_confirmed_by_amount;
+        let seen = taken.is_some_and(|t| t >= version) || self.cfg.bugs.floor_confirmed_by_amount();
         if in_use.fits_in(&named) && seen {
             let release_at = self.cfg.expiry.released_until_ns(now_ns);
             let _ = self.ledger.confirm_in_use(&floor_holder(dc), version, release_at);

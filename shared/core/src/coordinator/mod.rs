@@ -137,7 +137,7 @@ impl CoordinatorCore {
                 None
             }
             // Nothing in it can be trusted to be the newest: as for a lost record.
-            Stored::Behind(_, fence) if !c.cfg.bugs.record_behind_fence_trusted => {
+            Stored::Behind(_, fence) if !c.cfg.bugs.record_behind_fence_trusted() => {
                 c.wait_out_fenced_records(fence, now_ns);
                 None
             }

@@ -89,7 +89,7 @@ impl CoordinatorCore {
                 self.issue_from_ns = self.issue_from_ns.max(cfg.expiry.issuer_live_until_ns(now_ns, ttl_ms));
             }
         }
-        if shrank && cfg.bugs.reconfigure_forgets_leases {
+        if shrank && cfg.bugs.reconfigure_forgets_leases() {
             self.ledger = crate::ledger::Ledger::new(cfg.quota, self.epoch());
             self.leases.clear();
         }

@@ -44,7 +44,7 @@ impl CoordinatorCore {
     /// Records the fence vouches for are missing: wait out the DC leases they may have named
     /// and count the floors they may have named apart, as `resume` describes.
     pub(super) fn wait_out_fenced_records(&mut self, fence: &LedgerFence, now_ns: u64) {
-        let earlier_dc_ttl_ms = if self.cfg.bugs.lost_record_waits_own_ttl { 0 } else { fence.dc_ttl_ms_max };
+        let earlier_dc_ttl_ms = if self.cfg.bugs.lost_record_waits_own_ttl() { 0 } else { fence.dc_ttl_ms_max };
         self.wait_out_lost_record(earlier_dc_ttl_ms, now_ns);
         if let Some(floors) = fence.floors_of(&self.cfg.limit) {
             self.adopt_lost_floors(floors);

@@ -25,7 +25,7 @@ impl DcManagerCore {
 
     /// Use `floor` if `version` is newer than the floor's in use; true if the floor changed.
     pub(super) fn take_floor(&mut self, floor: Quota, version: LeaseVersion) -> bool {
-        let newer = self.floor_version.is_none_or(|v| version > v) || self.cfg.bugs.dc_takes_any_floor;
+        let newer = self.floor_version.is_none_or(|v| version > v) || self.cfg.bugs.dc_takes_any_floor();
         if !newer {
             return false;
         }
@@ -61,7 +61,7 @@ impl DcManagerCore {
         let first_end = counted.iter().map(|l| l.expires_at_ns).min().unwrap_or(now_ns);
         let outlive = self.ledger.outstanding(first_end);
         let fits = outstanding.fits_in(&self.floor.saturating_add(counted_quota))
-            && (self.cfg.bugs.ack_by_amount_only || outlive.fits_in(&self.floor));
+            && (self.cfg.bugs.ack_by_amount_only() || outlive.fits_in(&self.floor));
         self.floor_bound = if fits { self.floor } else { self.floor_bound.max(self.floor) };
         Some(self.floor_bound)
     }

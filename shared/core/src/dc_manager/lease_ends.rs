@@ -21,7 +21,7 @@ impl DcManagerCore {
     /// whose end has passed on this clock backs nothing: the coordinator may stop counting it at
     /// any instant. During the quiet period the floor counts as zero, as in the budget.
     pub(super) fn room_at_dc_lease_ends(&self, pod: &HolderKey, live_until_ns: u64, now_ns: u64) -> Quota {
-        if self.cfg.bugs.pod_lease_outlives_counted_dc_lease {
+        if self.cfg.bugs.pod_lease_outlives_counted_dc_lease() {
             return Quota::new(u64::MAX, u64::MAX);
         }
         let floor = if now_ns < self.floor_usable_from_ns { Quota::ZERO } else { self.floor };

@@ -286,7 +286,7 @@ impl DcManagerCore {
     /// under: once a newer lease arrived the older ones may already be reported superseded and
     /// re-granted elsewhere, so when the newest expires the DC falls to its floor, never back.
     pub fn current_lease(&self, now_ns: u64) -> Option<&HeldDcLease> {
-        if self.cfg.bugs.dc_falls_back_to_older_lease {
+        if self.cfg.bugs.dc_falls_back_to_older_lease() {
             return self.held.iter().rev().find(|l| l.expires_at_ns > now_ns);
         }
         self.held.last().filter(|l| l.expires_at_ns > now_ns)
@@ -302,7 +302,7 @@ impl DcManagerCore {
             Some(l) => (floor.saturating_add(l.quota), Some(l.expires_at_ns)),
             None => match self.cfg.fail_mode {
                 FailMode::BestEffort { emergency }
-                    if !self.ledger_unread && (!quiet || self.cfg.bugs.emergency_before_quiet_period) =>
+                    if !self.ledger_unread && (!quiet || self.cfg.bugs.emergency_before_quiet_period()) =>
                 {
                     (floor.saturating_add(emergency), None)
                 }
@@ -347,7 +347,7 @@ impl DcManagerCore {
         }
         self.fence.check(lease.version)?;
         let sent = self.sent.sent_at(lease.basis_seq).ok_or(LeaseRejection::UnknownBasis(lease.basis_seq))?;
-        let anchor_ns = if self.cfg.bugs.dc_lease_counts_from_receipt { now_ns } else { sent };
+        let anchor_ns = if self.cfg.bugs.dc_lease_counts_from_receipt() { now_ns } else { sent };
         let expires_at_ns = anchor_ns.saturating_add(lease.ttl_ms.saturating_mul(NS_PER_MS));
         if expires_at_ns <= now_ns {
             return Err(LeaseRejection::AlreadyExpired);

@@ -36,7 +36,7 @@ impl RecordRules {
     /// than the last taken for its limit. Returns whether it was taken.
     pub fn take(&mut self, revision: u64, rec: &LedgerRecord) -> bool {
         let older = self.limits.get(&rec.limit).is_some_and(|t| t.revision >= revision);
-        if older && !self.bugs.record_rules_take_any_revision {
+        if older && !self.bugs.record_rules_take_any_revision() {
             return false;
         }
         let taken = Taken { revision, removed: rec.limit_removed(), rules: rec.pod_rules.clone() };

@@ -18,11 +18,11 @@ impl DcManagerCore {
         // outlive it: a takeover that shortened `dc_ttl_ms`).
         // During the quiet period the floor is not this term's to count: earlier terms' pods
         // may still spend all of it.
-        let quiet = now_ns < self.floor_usable_from_ns && !self.cfg.bugs.ack_by_amount_only;
+        let quiet = now_ns < self.floor_usable_from_ns && !self.cfg.bugs.ack_by_amount_only();
         let floor = if quiet { Quota::ZERO } else { self.floor };
         let covers = |l: &&HeldDcLease| {
             outstanding.fits_in(&floor.saturating_add(l.quota))
-                && (self.cfg.bugs.ack_by_amount_only
+                && (self.cfg.bugs.ack_by_amount_only()
                     || self.ledger.outstanding(l.expires_at_ns.max(now_ns)).fits_in(&floor))
         };
         if let Some(l) = self.held.iter().rev().find(covers) {

@@ -131,18 +131,12 @@ pub struct TermRecords {
     seen: Option<Option<PodLeaseBounds>>,
     term: Option<Inherited>,
     /// Negative control: a successor waits only its own bounds (see [`crate::bugs`]).
-    bug_ignores_predecessor: bool,
+    bugs: crate::bugs::KnownBugs,
 }
 
 impl TermRecords {
     pub fn new(own: PodLeaseBounds, leader_ttl_ms: u64, bugs: &crate::bugs::KnownBugs) -> Self {
-        TermRecords {
-            own,
-            leader_ttl_ms,
-            seen: None,
-            term: None,
-            bug_ignores_predecessor: bugs.term_ignores_predecessor_bounds,
-        }
+        TermRecords { own, leader_ttl_ms, seen: None, term: None, bugs: *bugs }
     }
 
     /// The value a write of the key sends at `now_ns` (a claim or a renewal).
@@ -170,7 +164,7 @@ impl TermRecords {
 
     /// The predecessor as the last read showed it (never read: unknown).
     fn predecessor(&self) -> Option<PodLeaseBounds> {
-        if self.bug_ignores_predecessor {
+        if self.bugs.term_ignores_predecessor_bounds() {
             return None;
         }
         self.seen.unwrap_or(Some(PodLeaseBounds::unknown(self.own)))

@@ -28,7 +28,7 @@ impl DcManagerCore {
     /// The term could not read the ledger record directly: use no floor and no emergency
     /// allowance until [`on_ledger_read`](Self::on_ledger_read).
     pub fn await_ledger_read(&mut self) {
-        self.ledger_unread = !self.cfg.bugs.term_uses_watched_floor;
+        self.ledger_unread = !self.cfg.bugs.term_uses_watched_floor();
     }
 
     /// Whether the term still waits for its first direct read of the ledger.
@@ -62,7 +62,7 @@ impl DcManagerCore {
     /// What the next report confirms: the floor version in use, capped by what is persisted.
     pub(super) fn confirmable_floor_version(&self) -> Option<LeaseVersion> {
         match self.confirm_cap {
-            Some(cap) if !self.cfg.bugs.floor_confirmed_unpersisted => self.floor_version.min(cap),
+            Some(cap) if !self.cfg.bugs.floor_confirmed_unpersisted() => self.floor_version.min(cap),
             _ => self.floor_version,
         }
     }

@@ -253,7 +253,10 @@ fn at_most_one_replica_acts_through_slow_replies_losses_and_stalls() {
 
 #[test]
 fn negative_control_freshness_from_the_reply_lets_two_replicas_act() {
-    let cfg = LeadershipConfig { bug_fresh_from_reply: true, ..LeadershipConfig::new(TTL_MS) };
+    let cfg = LeadershipConfig {
+        bugs: crate::bugs::KnownBugs { leader_fresh_from_reply: true, ..Default::default() },
+        ..LeadershipConfig::new(TTL_MS)
+    };
     let caught = (1..=STORM_SEEDS).find(|&seed| stormy_run(seed, cfg).0.is_some());
     assert!(caught.is_some(), "slow replies must break the old rule in some seed");
 }

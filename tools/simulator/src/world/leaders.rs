@@ -70,8 +70,8 @@ fn coordinator_key_state(entry: Option<(u64, Vec<u8>)>) -> KeyState {
 
 pub(super) fn election(id: &str, ttl_ms: u64, bugs: &KnownBugs) -> Leadership {
     let mut cfg = LeadershipConfig::new(ttl_ms);
-    cfg.bug_fresh_from_reply = bugs.leader_fresh_from_reply;
-    cfg.bug_forgets_unresolved_writes = bugs.leader_forgets_unresolved_writes;
+    cfg.bugs.leader_fresh_from_reply = bugs.leader_fresh_from_reply;
+    cfg.bugs.leader_forgets_unresolved_writes = bugs.leader_forgets_unresolved_writes;
     Leadership::new(id, cfg)
 }
 

@@ -41,7 +41,10 @@ fn a_renewal_that_landed_after_a_read_missed_it_never_extends_a_later_renewals_t
 
 #[test]
 fn negative_control_forgetting_an_unresolved_write_lets_two_replicas_act() {
-    let cfg = LeadershipConfig { bug_forgets_unresolved_writes: true, ..LeadershipConfig::new(1_000) };
+    let cfg = LeadershipConfig {
+        bugs: crate::bugs::KnownBugs { leader_forgets_unresolved_writes: true, ..Default::default() },
+        ..LeadershipConfig::new(1_000)
+    };
     assert!(renewal_landing_after_a_read(cfg).is_some(), "the old rule went unnoticed");
 }
 

@@ -1,6 +1,7 @@
 //! The strict upstream's sliding-window judge: an exact counter over admitted calls, used by the
-//! simulator's [`Upstream`](crate::upstream::Upstream) in virtual time and by the mock upstream
-//! (`leasehold-mock-upstream`) in real time. Sans I/O: every call takes `now_ns`.
+//! simulator's upstream (`leasehold-sim`) in virtual time and by the mock upstream
+//! (`leasehold-mock-upstream`) in real time. Sans I/O: every call takes `now_ns`. A crate of its
+//! own so that the mock upstream needs nothing of the simulator.
 //!
 //! A call at `t` is admitted when fewer than `limit` calls were admitted in `(t − window, t]`;
 //! otherwise it is rejected (and not counted in the window). Memory: one `u64` per call admitted
