@@ -1,4 +1,5 @@
-//! A 128-bit fingerprint of a state's canonical encoding, for the visited set.
+//! A 128-bit fingerprint of a state's canonical encoding (XXH3-128), for the visited set: a
+//! collision would silently prune a state, so the hash is a well-studied one, not a home-made one.
 //!
 //! The cores keep some fields private; the encoding uses what they expose (ledgers, views,
 //! applied leases, records; the whole `Leadership` state through its `Debug`) plus the driver's
@@ -21,31 +22,8 @@ pub fn fingerprint(cfg: &ModelConfig, s: &State) -> u128 {
         let mut buf = b.borrow_mut();
         buf.clear();
         encode(cfg, s, &mut *buf).expect("writing to a String never fails");
-        hash128(buf.as_bytes())
+        xxhash_rust::xxh3::xxh3_128(buf.as_bytes())
     })
-}
-
-/// Two independent 64-bit multiply-xorshift streams over 8-byte words (fast, well mixed).
-fn hash128(bytes: &[u8]) -> u128 {
-    const K1: u64 = 0x9e37_79b9_7f4a_7c15;
-    const K2: u64 = 0xc2b2_ae3d_27d4_eb4f;
-    let (mut a, mut b) = (0x243f_6a88_85a3_08d3u64 ^ bytes.len() as u64, 0x1319_8a2e_0370_7344u64);
-    let mix = |h: u64, w: u64, k: u64| {
-        let x = (h ^ w).wrapping_mul(k);
-        x ^ (x >> 29)
-    };
-    let mut chunks = bytes.chunks_exact(8);
-    for c in &mut chunks {
-        let w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
-        a = mix(a, w, K1);
-        b = mix(b.rotate_left(23), w, K2);
-    }
-    let mut tail = [0u8; 8];
-    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
-    let w = u64::from_le_bytes(tail);
-    a = mix(mix(a, w, K1), 0, K2);
-    b = mix(mix(b, w, K2), 0, K1);
-    ((a as u128) << 64) | b as u128
 }
 
 fn encode(cfg: &ModelConfig, s: &State, w: &mut dyn Write) -> fmt::Result {

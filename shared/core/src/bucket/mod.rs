@@ -26,6 +26,7 @@
 //! so the bucket and the slices together never hold more than the lease's burst.
 
 use crate::quota::{Quota, MILLI};
+use crossbeam_utils::CachePadded;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Mutex;
 use thiserror::Error;
@@ -99,16 +100,13 @@ struct ParamSlot {
     slice_tokens: AtomicU64,
 }
 
-#[repr(align(64))]
-struct Padded<T>(T);
-
 pub struct TokenBucket {
-    state: Padded<AtomicU64>,
-    slots: Padded<[ParamSlot; 2]>,
+    state: CachePadded<AtomicU64>,
+    slots: CachePadded<[ParamSlot; 2]>,
     /// Serialises renewals; holds the last chain number handed out.
     renew: Mutex<u64>,
     /// One slice per thread slot (empty: a bucket without slices).
-    slices: Box<[slices::Slice]>,
+    slices: Box<[CachePadded<slices::Slice>]>,
 }
 
 struct Hot {
@@ -145,10 +143,10 @@ impl TokenBucket {
     /// their own ([`slices`]); `slots` = 0 is [`new`](Self::new).
     pub fn with_slices(slots: usize) -> Self {
         TokenBucket {
-            state: Padded(AtomicU64::new(0)),
-            slots: Padded(Default::default()),
+            state: CachePadded::new(AtomicU64::new(0)),
+            slots: CachePadded::new(Default::default()),
             renew: Mutex::new(0),
-            slices: (0..slots).map(|_| slices::Slice::default()).collect(),
+            slices: (0..slots).map(|_| CachePadded::new(slices::Slice::default())).collect(),
         }
     }
 
@@ -159,7 +157,7 @@ impl TokenBucket {
         const _: () = assert!(std::mem::size_of::<ParamSlot>() == 64 && GEN_SHIFT == 48);
         let offset = ((state >> 42) & 64) as usize;
         // SAFETY: `slots` is two consecutive 64-byte `ParamSlot`s and `offset` is 0 or 64.
-        unsafe { &*(self.slots.0.as_ptr() as *const u8).add(offset).cast::<ParamSlot>() }
+        unsafe { &*(self.slots.as_ptr() as *const u8).add(offset).cast::<ParamSlot>() }
     }
 
     /// The four fields every decision needs; the rest only on the slow path.
@@ -178,7 +176,7 @@ impl TokenBucket {
 
     #[inline]
     fn read_slot(&self, generation: u64) -> Params {
-        let s = &self.slots.0[(generation & 1) as usize];
+        let s = &self.slots[(generation & 1) as usize];
         let p = Params {
             origin_ns: s.origin_ns.load(Ordering::Acquire),
             token_ns: s.token_ns.load(Ordering::Acquire),
@@ -204,7 +202,7 @@ impl TokenBucket {
     #[inline]
     pub fn try_acquire(&self, cost: u32, now_ns: u64) -> Result<Decision, BucketError> {
         let cost_milli = cost as u64 * MILLI;
-        let mut current = self.state.0.load(Ordering::Acquire);
+        let mut current = self.state.load(Ordering::Acquire);
         loop {
             let generation = current >> GEN_SHIFT;
             // Fast path: a live lease (expiry 0 = none) and enough tokens.
@@ -221,7 +219,7 @@ impl TokenBucket {
                     }
                     // Same generation bits, new offset (new_tat < 2^48: within tolerance of now).
                     let next = current - tat + new_tat;
-                    match self.state.0.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+                    match self.state.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
                         Ok(_) => return Ok(Decision::Granted),
                         Err(seen) => current = seen,
                     }
@@ -239,14 +237,14 @@ impl TokenBucket {
             match Self::decide(&p, current & OFFSET_MASK, cost, cost_milli, now_ns) {
                 Verdict::Take(new_offset) => {
                     let next = (generation << GEN_SHIFT) | new_offset;
-                    match self.state.0.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+                    match self.state.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
                         Ok(_) => return Ok(Decision::Granted),
                         Err(seen) => current = seen,
                     }
                 }
                 other => {
                     // A denial must also be based on one consistent generation.
-                    let again = self.state.0.load(Ordering::Acquire);
+                    let again = self.state.load(Ordering::Acquire);
                     if again != current {
                         current = again;
                         continue;
@@ -285,7 +283,7 @@ impl TokenBucket {
 
     /// How long until `cost` tokens could be taken (0 = now); `None` when not under this lease.
     pub fn retry_after(&self, cost: u32, now_ns: u64) -> Result<Option<u64>, BucketError> {
-        let current = self.state.0.load(Ordering::Acquire);
+        let current = self.state.load(Ordering::Acquire);
         let p = self.read_slot(current >> GEN_SHIFT);
         match Self::decide(&p, current & OFFSET_MASK, cost, cost as u64 * MILLI, now_ns) {
             Verdict::Take(_) => Ok(Some(0)),
@@ -307,7 +305,7 @@ impl TokenBucket {
 
     /// The lease in force and the balance at `now_ns`.
     pub fn view(&self, now_ns: u64) -> BucketView {
-        let current = self.state.0.load(Ordering::Acquire);
+        let current = self.state.load(Ordering::Acquire);
         let p = self.read_slot(current >> GEN_SHIFT);
         let slice_reserve_milli = slices::reserve_milli(p.slice_tokens, self.slices.len());
         BucketView {
@@ -335,7 +333,7 @@ impl TokenBucket {
             )));
         }
         let mut chains = self.renew.lock().unwrap_or_else(|p| p.into_inner());
-        let mut current = self.state.0.load(Ordering::Acquire);
+        let mut current = self.state.load(Ordering::Acquire);
         loop {
             let generation = current >> GEN_SHIFT;
             let old = self.read_slot(generation);
@@ -350,7 +348,7 @@ impl TokenBucket {
                 && slice_tokens >= old.slice_tokens;
             let chain = if continues { old.chain } else { *chains + 1 };
             let next_gen = (generation + 1) & 0xFFFF;
-            let slot = &self.slots.0[(next_gen & 1) as usize];
+            let slot = &self.slots[(next_gen & 1) as usize];
             slot.origin_ns.store(now_ns, Ordering::Release);
             slot.token_ns.store(token_ns, Ordering::Release);
             slot.tolerance_ns.store(tolerance_ns, Ordering::Release);
@@ -366,7 +364,7 @@ impl TokenBucket {
             let debt_ns = (debt_milli as u128 * token_ns as u128).div_ceil(MILLI as u128) as u64;
             let tat = debt_ns.min(tolerance_ns);
             let next = (next_gen << GEN_SHIFT) | tat;
-            match self.state.0.compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire) {
+            match self.state.compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
                     *chains = chains.max(chain);
                     return Ok(());

@@ -78,9 +78,8 @@ pub fn reserve_milli(slice_tokens: u64, slots: usize) -> u64 {
     slice_tokens * slots as u64 * MILLI
 }
 
-/// One slot's stock. Only its owner writes it; a line of its own (two: adjacent-line
-/// prefetchers pull pairs).
-#[repr(align(128))]
+/// One slot's stock. Only its owner writes it; the bucket keeps each in a `CachePadded` line
+/// of its own.
 #[derive(Default)]
 pub(super) struct Slice {
     /// The chain the stock belongs to (0: none; chains start at 1).
@@ -132,13 +131,13 @@ impl TokenBucket {
     /// (the state word is the same before and after the reads).
     #[inline(always)]
     fn live_slice(&self, now_ns: u64) -> Option<LiveSlice> {
-        let before = self.state.0.load(Ordering::Acquire);
+        let before = self.state.load(Ordering::Acquire);
         let p = self.slot_of(before);
         let expires_at_ns = p.expires_at_ns.load(Ordering::Acquire);
         let chain = p.chain.load(Ordering::Acquire);
         let slice_tokens = p.slice_tokens.load(Ordering::Acquire);
         fence(Ordering::Acquire);
-        let after = self.state.0.load(Ordering::Relaxed);
+        let after = self.state.load(Ordering::Relaxed);
         if (before ^ after) >> GEN_SHIFT != 0 || now_ns >= expires_at_ns || slice_tokens == 0 {
             return None;
         }
@@ -167,7 +166,7 @@ impl TokenBucket {
     /// they were taken under (the compare-and-swap checks it is still the one in force).
     fn take_for_slice(&self, tokens: u64, now_ns: u64) -> Option<LiveSlice> {
         let cost = u32::try_from(tokens).ok()?;
-        let mut current = self.state.0.load(Ordering::Acquire);
+        let mut current = self.state.load(Ordering::Acquire);
         loop {
             let generation = current >> GEN_SHIFT;
             let p = self.read_slot(generation);
@@ -175,7 +174,7 @@ impl TokenBucket {
                 return None;
             };
             let next = (generation << GEN_SHIFT) | offset;
-            match self.state.0.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+            match self.state.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Some(LiveSlice { chain: p.chain, slice_tokens: p.slice_tokens }),
                 Err(seen) => current = seen,
             }
@@ -196,7 +195,7 @@ impl TokenBucket {
     /// (no cap at the slice size): what the safety condition counts.
     #[cfg(test)]
     fn slices_held(&self) -> u64 {
-        let p = self.read_slot(self.state.0.load(Ordering::Acquire) >> GEN_SHIFT);
+        let p = self.read_slot(self.state.load(Ordering::Acquire) >> GEN_SHIFT);
         self.slices
             .iter()
             .filter(|s| s.chain.load(Ordering::Relaxed) == p.chain)
