@@ -4,7 +4,7 @@
 //! on the coordinator's books.
 
 use leasehold_core::bugs::KnownBugs;
-use leasehold_sim::faults::{Fault, FaultKind};
+use leasehold_sim::faults::{Fault, ScheduledFault, Victim};
 use leasehold_sim::{run_scenario, Policy, Scenario};
 
 struct Outcome {
@@ -18,15 +18,10 @@ struct Outcome {
 
 /// `scenario` with the leader's ledger writes unanswered from 50 s for 40 s, each landing
 /// `late_ms` later (if nothing was written meanwhile).
-fn run(mut sc: Scenario, bugs: KnownBugs, seed: u64, late_ms: f64) -> Outcome {
+fn run(mut sc: Scenario, bugs: KnownBugs, seed: u64, late_ms: u64) -> Outcome {
     sc.bugs = bugs;
-    sc.fixed_faults = vec![Fault {
-        at_s: 50.0,
-        kind: FaultKind::LedgerWritesUnanswered,
-        duration_s: 40.0,
-        target: 0,
-        amount: late_ms,
-    }];
+    let fault = Fault::LedgerWritesUnanswered { late_ms };
+    sc.fixed_faults = vec![ScheduledFault::new(50.0, 40.0, Victim::Everyone, fault)];
     let r = run_scenario(sc, seed, Policy::Leasehold);
     Outcome {
         violations: r.violations,
@@ -50,7 +45,7 @@ fn a_leader_whose_ledger_writes_land_late_keeps_its_term_and_the_limit() {
         ("tenant-shift", Scenario::tenant_shift()),
     ];
     for (name, sc) in cases {
-        for late_ms in [800.0, 2_500.0, 5_000.0] {
+        for late_ms in [800, 2_500, 5_000] {
             for seed in 1..=2 {
                 let o = run(sc.clone(), KnownBugs::default(), seed, late_ms);
                 let at = format!("{name}, {late_ms} ms late, seed {seed}");
@@ -74,11 +69,10 @@ fn a_leader_whose_ledger_writes_land_late_keeps_its_term_and_the_limit() {
 #[test]
 fn the_simulator_catches_a_dc_lease_counted_from_its_late_receipt() {
     let bugs = KnownBugs { dc_lease_counts_from_receipt: true, ..KnownBugs::default() };
-    let per_seed: Vec<u64> =
-        (1..=8).map(|seed| run(Scenario::tenant_shift(), bugs, seed, 5_000.0).violations).collect();
+    let per_seed: Vec<u64> = (1..=8).map(|seed| run(Scenario::tenant_shift(), bugs, seed, 5_000).violations).collect();
     println!("violations per seed with DC leases counted from receipt: {per_seed:?}");
     assert!(per_seed.iter().sum::<u64>() > 0);
     let fixed: Vec<u64> =
-        (1..=8).map(|seed| run(Scenario::tenant_shift(), KnownBugs::default(), seed, 5_000.0).violations).collect();
+        (1..=8).map(|seed| run(Scenario::tenant_shift(), KnownBugs::default(), seed, 5_000).violations).collect();
     assert_eq!(fixed, vec![0; 8]);
 }

@@ -169,22 +169,22 @@ fn the_simulator_catches_a_leader_that_trusts_a_record_behind_the_fence() {
 /// newer record comes. A manager of Europe also crashes and restarts during the cut. A removed
 /// limit runs strict: nothing once its leases end, emergency allowance included.
 fn removal_then_replays_and_cuts(bugs: KnownBugs, seed: u64) -> u64 {
-    use leasehold_sim::faults::{Fault, FaultKind};
-    use leasehold_sim::world::{limit_change_target, CHANGE_REMOVE};
+    use leasehold_sim::faults::{Fault, LimitEdit, ScheduledFault, Victim};
     let mut sc = Scenario::limit_change();
     sc.bugs = bugs;
     sc.emergency_per_dc = Quota::per_s(50, 4);
     sc.duration_s = 100;
-    let fault = |at_s, kind, duration_s, target| Fault { at_s, kind, duration_s, target, amount: 1.0 };
+    let on_dc = |at_s, fault, duration_s, dc| ScheduledFault::new(at_s, duration_s, Victim::Dc(dc), fault);
+    let removal = Fault::LimitChange { change: LimitEdit::Remove, by_restart: false };
     // The judge holds a DC to nothing from 31 s after it read the removal (two DC-lease and
     // two pod-lease lifetimes, and a second), until the cut heals.
     sc.fixed_faults = vec![
-        fault(20.0, FaultKind::LimitChange, 70.0, limit_change_target(CHANGE_REMOVE, 0)),
-        fault(20.5, FaultKind::DcManagerReconnect, 0.3, 0),
-        fault(20.81, FaultKind::PartitionDcCoordinator, 40.0, 0),
-        fault(20.6, FaultKind::DcManagerReconnect, 0.3, 1),
-        fault(20.91, FaultKind::PartitionDcCoordinator, 40.0, 1),
-        fault(30.0, FaultKind::DcManagerCrash, 5.0, 1),
+        ScheduledFault::new(20.0, 70.0, Victim::Everyone, removal),
+        on_dc(20.5, Fault::DcManagerReconnect, 0.3, 0),
+        on_dc(20.81, Fault::PartitionDcCoordinator, 40.0, 0),
+        on_dc(20.6, Fault::DcManagerReconnect, 0.3, 1),
+        on_dc(20.91, Fault::PartitionDcCoordinator, 40.0, 1),
+        ScheduledFault::new(30.0, 5.0, Victim::LeadingManager { dc: 1 }, Fault::DcManagerCrash),
     ];
     let r = run_scenario(sc, seed, Policy::Leasehold);
     assert!(r.record_replays >= 3, "seed {seed}: the watches were not replayed: {}", r.record_replays);
@@ -213,19 +213,19 @@ fn the_simulator_catches_record_rules_taken_from_an_older_revision() {
 /// rest) while DC 0's standby's ledger watch lags (15–60 s). Violations, terms begun unread, and
 /// floors vouched for by DC 0's floor confirmations.
 fn standby_takes_over_in_a_cut(bugs: KnownBugs, seed: u64, floor_move: bool) -> (u64, u64, u64) {
-    use leasehold_sim::faults::{Fault, FaultKind};
-    use leasehold_sim::world::{limit_change_target, CHANGE_FLOORS};
+    use leasehold_sim::faults::{Fault, LimitEdit, ScheduledFault, Victim};
     let mut sc = Scenario::limit_change();
     sc.bugs = bugs;
     sc.duration_s = 90;
-    let fault = |at_s, kind, duration_s, target, amount| Fault { at_s, kind, duration_s, target, amount };
     sc.fixed_faults = vec![
-        fault(30.0, FaultKind::PartitionDcCoordinator, 25.0, 0, 0.0),
-        fault(31.0, FaultKind::DcManagerCrash, 5.0, 0, 0.0),
+        ScheduledFault::new(30.0, 25.0, Victim::Dc(0), Fault::PartitionDcCoordinator),
+        ScheduledFault::new(31.0, 5.0, Victim::LeadingManager { dc: 0 }, Fault::DcManagerCrash),
     ];
     if floor_move {
-        sc.fixed_faults.push(fault(15.0, FaultKind::WatchLag, 45.0, 0, 0.0));
-        sc.fixed_faults.push(fault(20.0, FaultKind::LimitChange, 60.0, limit_change_target(CHANGE_FLOORS, 0), 0.2));
+        sc.fixed_faults.push(ScheduledFault::new(15.0, 45.0, Victim::Dc(0), Fault::WatchLag));
+        let floor = LimitEdit::Scale { rate: false, burst: false, floor_from: Some(0), scale: 0.2 };
+        let change = Fault::LimitChange { change: floor, by_restart: false };
+        sc.fixed_faults.push(ScheduledFault::new(20.0, 60.0, Victim::Everyone, change));
     }
     let r = run_scenario(sc, seed, Policy::Leasehold);
     (r.violations, r.terms_without_ledger, r.floors_vouched)

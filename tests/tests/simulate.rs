@@ -54,7 +54,7 @@ fn chaos_holds_the_limit_through_every_fault_and_recovers() {
     assert_eq!(s.violations, 0, "failing seeds {:?}", s.failing_seeds);
     assert!(s.faults_injected_min >= 20, "{}", s.faults_injected_min);
     assert!(s.virtual_s_per_seed_min >= 600);
-    for k in FaultKind::ALL {
+    for k in FaultKind::RANDOM_SCHEDULE_KINDS {
         assert!(s.faults_by_kind.get(&k).copied().unwrap_or(0) > 0, "{k:?} never injected");
     }
     assert!(s.fenced_writes > 0, "a paused leader's late write must be fenced at least once");
@@ -88,7 +88,7 @@ fn storm_holds_the_limit_while_faults_overlap() {
     assert_eq!(s.violations, 0, "failing seeds {:?}: {s:?}", s.failing_seeds);
     // chaos injects about 40 faults per seed (one every ~12 s); storm one every ~3 s.
     assert!(s.faults_injected_min >= 100, "{}", s.faults_injected_min);
-    for k in FaultKind::ALL {
+    for k in FaultKind::RANDOM_SCHEDULE_KINDS {
         assert!(s.faults_by_kind.get(&k).copied().unwrap_or(0) > 0, "{k:?} never injected");
     }
     assert!(s.offered_over_limit >= 0.9, "{}", s.offered_over_limit);

@@ -16,7 +16,8 @@
 //! * [`net`], [`clock`]: the network and per-node clocks.
 //! * [`upstream`]: the strict judge; [`sliding_window`]: its sliding-window rule, which the mock
 //!   upstream serves too.
-//! * [`faults`]: the seeded fault schedule.
+//! * [`faults`]: the faults, each with its victim and parameters, and the seeded schedule that
+//!   draws them.
 //! * [`metrics`], [`report`]: what a run measured, and the summary over seeds.
 //! * [`percentiles`]: the one percentile definition of every tool (nearest rank, hdrhistogram).
 //! * [`chart`]: the follow-the-sun SVG.

@@ -86,7 +86,7 @@ pub struct Scenario {
     /// Negative controls: bring back holes an audit found (see `leasehold_core::bugs`).
     pub bugs: leasehold_core::bugs::KnownBugs,
     /// A fixed fault schedule instead of a seeded one (a named path through the failure space).
-    pub fixed_faults: Vec<crate::faults::Fault>,
+    pub fixed_faults: Vec<crate::faults::ScheduledFault>,
     /// The partner's own limit, lower than `hard` at times and never told (answers 429s).
     pub hidden: Option<crate::partner::HiddenLimit>,
     /// The limit follows upstream 429s (`LimitConfig.adaptive`).
@@ -299,24 +299,23 @@ impl Scenario {
     /// Europe gets the difference; then BKK is cut off from the coordinator, so its newest lease
     /// expires while the older, larger one it replaced would still be valid.
     pub fn rolling_restart() -> Self {
-        use crate::faults::{Fault, FaultKind};
+        use crate::faults::{Fault, Rollout, ScheduledFault, Victim};
         // Six cycles of 40 s; the cut comes at a different offset after each restart, so one of
         // them lands between the new leader's first lease and the old lease's end.
         let cycles = 6;
         let (mut bkk, mut europe, mut faults) = (vec![(0.0, 950.0)], vec![(0.0, 60.0)], Vec::new());
-        let fault = |at_s, kind, duration_s, amount| Fault { at_s, kind, duration_s, target: 0, amount };
+        let rollout = Fault::ConfigChange { ttl_scale: 0.3, restarted: Rollout::Coordinators, dc_ttl_only: false };
         for k in 0..cycles {
             let t = 40.0 + 40.0 * k as f64;
             let (heavy, light) = if k % 2 == 0 { (&mut europe, &mut bkk) } else { (&mut bkk, &mut europe) };
             heavy.push((t + 1.0, 950.0));
             light.push((t + 1.0, 60.0));
-            // Shrink (target 0: the coordinator restarts), then grow back 20 s later.
-            faults.push(fault(t, FaultKind::ConfigChange, 1.0, 0.3));
-            faults.push(fault(t + 20.0, FaultKind::ConfigChange, 1.0, 0.3));
+            // Shrink (the coordinator leader restarts), then grow back 20 s later.
+            faults.push(ScheduledFault::new(t, 1.0, Victim::Everyone, rollout));
+            faults.push(ScheduledFault::new(t + 20.0, 1.0, Victim::Everyone, rollout));
             let dc = if k % 2 == 0 { 0 } else { 1 };
-            let mut cut = fault(t + 5.0 + 0.5 * k as f64, FaultKind::PartitionDcCoordinator, 12.0, 0.0);
-            cut.target = dc;
-            faults.push(cut);
+            let cut = Fault::PartitionDcCoordinator;
+            faults.push(ScheduledFault::new(t + 5.0 + 0.5 * k as f64, 12.0, Victim::Dc(dc), cut));
         }
         faults.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
         let duration_s = 40 + 40 * cycles + 20;

@@ -3,8 +3,7 @@
 //! coordinator, with every DC over its share, so any quota the change creates is spent.
 
 use super::{Demand, Scenario};
-use crate::faults::{Fault, FaultKind};
-use crate::world::{limit_change_target, CHANGE_BURST, CHANGE_BY_RESTART, CHANGE_FLOORS, CHANGE_RATE, CHANGE_REMOVE};
+use crate::faults::{Fault, LimitEdit, ScheduledFault, Victim};
 
 /// One cycle of the path: seconds between two changes.
 const CYCLE_S: f64 = 60.0;
@@ -26,12 +25,15 @@ impl Scenario {
     /// later, applied live (19) and by restarting the coordinators (20), with no DC cut off (a
     /// cut-off DC keeps spending its floor: the documented exception).
     pub fn limit_change() -> Self {
-        let fault = |at_s, kind, duration_s, target, amount| Fault { at_s, kind, duration_s, target, amount };
-        let change = |at_s, duration_s, parts, giver, amount| {
-            fault(at_s, FaultKind::LimitChange, duration_s, limit_change_target(parts, giver), amount)
+        let cut = |at_s, dc: u64, duration_s| {
+            ScheduledFault::new(at_s, duration_s, Victim::Dc(dc as usize), Fault::PartitionDcCoordinator)
         };
-        let cut = |at_s, dc, duration_s| fault(at_s, FaultKind::PartitionDcCoordinator, duration_s, dc, 0.0);
-        let limit = CHANGE_RATE | CHANGE_BURST;
+        let change = |at_s, duration_s, change, by_restart| {
+            ScheduledFault::new(at_s, duration_s, Victim::Everyone, Fault::LimitChange { change, by_restart })
+        };
+        // R and B go down to `scale`; floor moves from `giver` (it keeps `scale` of its floor).
+        let limit = |scale| LimitEdit::Scale { rate: true, burst: true, floor_from: None, scale };
+        let floor = |giver, scale| LimitEdit::Scale { rate: false, burst: false, floor_from: Some(giver), scale };
         let mut faults = Vec::new();
         for k in 0..CYCLES {
             let t = 30.0 + CYCLE_S * k as f64;
@@ -39,33 +41,33 @@ impl Scenario {
             // first six again with the change applied live by the leading term.
             if k >= 18 {
                 // The limit is removed (live, then by restart) and defined again 20 s later.
-                let how = if k == 18 { 0 } else { CHANGE_BY_RESTART };
-                faults.push(change(t, 20.0, CHANGE_REMOVE | how, 0, 1.0));
+                faults.push(change(t, 20.0, LimitEdit::Remove, k != 18));
                 continue;
             }
-            let (arm, how) = if k < 12 { (k, CHANGE_BY_RESTART) } else { (k - 12, 0) };
-            let change = |at_s, duration_s, parts, giver, amount| change(at_s, duration_s, parts | how, giver, amount);
+            let (arm, by_restart) = if k < 12 { (k, true) } else { (k - 12, false) };
+            let change = |at_s, duration_s, edit| change(at_s, duration_s, edit, by_restart);
             let k = arm;
             match k {
                 0 | 1 => {
                     faults.push(cut(t - 2.0, k, 30.0));
-                    faults.push(change(t, 40.0, CHANGE_FLOORS, k as usize, 0.2));
+                    faults.push(change(t, 40.0, floor(k as usize, 0.2)));
                 }
                 2 | 3 => {
-                    faults.push(change(t, 20.0, limit, 0, 0.6));
+                    faults.push(change(t, 20.0, limit(0.6)));
                     faults.push(cut(t + 1.0 + 2.0 * (k - 2) as f64, k - 2, 12.0));
                 }
                 4 => {
                     faults.push(cut(t - 2.0, 0, 30.0));
-                    faults.push(change(t, 20.0, limit | CHANGE_FLOORS, 0, 0.6));
+                    let both = LimitEdit::Scale { rate: true, burst: true, floor_from: Some(0), scale: 0.6 };
+                    faults.push(change(t, 20.0, both));
                 }
-                5 => faults.push(change(t, 20.0, CHANGE_FLOORS, 0, 0.2)),
+                5 => faults.push(change(t, 20.0, floor(0, 0.2))),
                 _ => {
                     // BKK cannot confirm its smaller lease (a pod cut off from its manager
                     // keeps its old, larger one), Europe is cut off after the new leader's
                     // first renewals: BKK is offered everything while its old claim stands.
-                    faults.push(change(t, 30.0, limit, 0, 0.6));
-                    faults.push(fault(t + 1.0, FaultKind::PartitionPodDc, 10.0, 0, 0.0));
+                    faults.push(change(t, 30.0, limit(0.6)));
+                    faults.push(ScheduledFault::new(t + 1.0, 10.0, Victim::PodUp { pick: 0 }, Fault::PartitionPodDc));
                     faults.push(cut(t + 3.0 + 0.5 * (k - 6) as f64, 1, 15.0));
                 }
             }

@@ -3,7 +3,7 @@
 //! rate in the seconds after each kill against its share before it ([`failover_costs`]).
 
 use super::{Demand, Scenario};
-use crate::faults::{Fault, FaultKind};
+use crate::faults::{Fault, ScheduledFault, Victim};
 
 /// Seconds between two kills, and how many.
 pub const KILL_EVERY_S: u64 = 60;
@@ -14,12 +14,9 @@ impl Scenario {
     /// (its standby claims the DC a leader TTL later; the dead one comes back 5 s after).
     pub fn manager_failover() -> Self {
         let faults = (1..=KILLS)
-            .map(|k| Fault {
-                at_s: (k * KILL_EVERY_S) as f64,
-                kind: FaultKind::DcManagerCrash,
-                duration_s: 5.0,
-                target: 0,
-                amount: 0.0,
+            .map(|k| {
+                let at_s = (k * KILL_EVERY_S) as f64;
+                ScheduledFault::new(at_s, 5.0, Victim::LeadingManager { dc: 0 }, Fault::DcManagerCrash)
             })
             .collect();
         let busy = || Demand::Steps(vec![(0.0, 1_350.0)]);

@@ -5,7 +5,7 @@
 //! in the leader key says, not by its own new settings (see `dc_manager/term_record.rs`).
 
 use super::{Demand, Scenario};
-use crate::faults::{Fault, FaultKind};
+use crate::faults::{Fault, Rollout, ScheduledFault, Victim};
 
 /// One cycle of the path: seconds between two lowerings.
 const CYCLE_S: f64 = 80.0;
@@ -18,19 +18,20 @@ impl Scenario {
     /// managers of every DC restart with `pod_ttl_ms` and E at 30% (standbys first, then the
     /// leader); 40 s later another rolling restart brings them back.
     pub fn ttl_lowering() -> Self {
-        let fault = |at_s, kind, duration_s, target, amount| Fault { at_s, kind, duration_s, target, amount };
         let mut faults = Vec::new();
+        // Standbys first, then each DC's leader (`world::faults`, ConfigChange).
+        let rollout = Fault::ConfigChange { ttl_scale: 0.3, restarted: Rollout::DcManagers, dc_ttl_only: false };
         for k in 0..CYCLES {
             let t = 20.0 + CYCLE_S * k as f64;
             let dc = k % 2;
-            faults.push(fault(t, FaultKind::PartitionDcCoordinator, 60.0, dc, 0.0));
+            faults.push(ScheduledFault::new(t, 60.0, Victim::Dc(dc as usize), Fault::PartitionDcCoordinator));
             // Pods are numbered DC by DC, four each: the first two of the cut-off DC.
             for pod in 0..2 {
-                faults.push(fault(t + 19.5, FaultKind::PartitionPodDc, 30.0, dc * 4 + pod, 0.0));
+                let victim = Victim::PodUp { pick: dc * 4 + pod };
+                faults.push(ScheduledFault::new(t + 19.5, 30.0, victim, Fault::PartitionPodDc));
             }
-            // Odd targets restart the DC managers (`world::faults`, ConfigChange).
-            faults.push(fault(t + 20.0, FaultKind::ConfigChange, 1.0, 1, 0.3));
-            faults.push(fault(t + 60.0, FaultKind::ConfigChange, 1.0, 1, 0.3));
+            faults.push(ScheduledFault::new(t + 20.0, 1.0, Victim::Everyone, rollout));
+            faults.push(ScheduledFault::new(t + 60.0, 1.0, Victim::Everyone, rollout));
         }
         faults.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
         let busy = || Demand::Steps(vec![(0.0, 1_350.0)]);

@@ -4,34 +4,6 @@
 
 use leasehold_core::quota::Quota;
 
-/// What [`FaultKind::LimitChange`](crate::faults::FaultKind::LimitChange) changes: bits of its
-/// `target`.
-pub const CHANGE_RATE: u64 = 1;
-pub const CHANGE_BURST: u64 = 2;
-pub const CHANGE_FLOORS: u64 = 4;
-/// Set in a limit change's `target`: the coordinators restart with the new definition (a new
-/// term). Clear: the leading term applies it in place, as the service follows `lh_limits`.
-pub const CHANGE_BY_RESTART: u64 = 1 << 40;
-/// Set in a limit change's `target`: the limit is removed (and defined again when the fault
-/// heals) instead of changed.
-pub const CHANGE_REMOVE: u64 = 1 << 41;
-
-/// Which parts a limit change with `target` changes (its low 3 bits; 0 means all), and the DC
-/// that gives up floor when floors move (to the next DC): `target / 8`.
-pub fn limit_change_parts(target: u64, dcs: usize) -> (u64, usize) {
-    let parts = match target % 8 {
-        0 => CHANGE_RATE | CHANGE_BURST | CHANGE_FLOORS,
-        p => p,
-    };
-    (parts, (((target & !(CHANGE_BY_RESTART | CHANGE_REMOVE)) / 8) % dcs as u64) as usize)
-}
-
-/// The `target` of a limit change of `parts` (with [`CHANGE_BY_RESTART`] if set) with `giver`
-/// giving up floor.
-pub fn limit_change_target(parts: u64, giver: usize) -> u64 {
-    (parts & 7) + 8 * giver as u64 + (parts & (CHANGE_BY_RESTART | CHANGE_REMOVE))
-}
-
 #[derive(Clone, Debug)]
 pub(super) struct LiveConfig {
     pub dc_ttl_ms: u64,
@@ -116,17 +88,5 @@ mod tests {
         l.set_quota(Quota::per_s(100, 14), 3_000, 13_000); // a raise, but B 20 is still in force
         assert_eq!(l.limit_in_force(12_000), Quota::per_s(100, 20));
         assert_eq!(l.limit_in_force(13_000), Quota::per_s(100, 14));
-    }
-
-    #[test]
-    fn every_change_target_changes_something() {
-        for t in 0..64 {
-            let (parts, giver) = limit_change_parts(t, 3);
-            assert!((1..=7).contains(&parts) && giver < 3);
-        }
-        assert_eq!(limit_change_parts(limit_change_target(CHANGE_FLOORS, 2), 3), (CHANGE_FLOORS, 2));
-        let restart = limit_change_target(CHANGE_FLOORS | CHANGE_BY_RESTART, 2);
-        assert_eq!(limit_change_parts(restart, 3), (CHANGE_FLOORS, 2), "the restart bit names no giver");
-        assert_ne!(restart & CHANGE_BY_RESTART, 0);
     }
 }

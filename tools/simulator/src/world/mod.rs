@@ -14,12 +14,8 @@ mod nodes;
 mod requests;
 mod term_reads;
 
-pub use live::{
-    limit_change_parts, limit_change_target, CHANGE_BURST, CHANGE_BY_RESTART, CHANGE_FLOORS, CHANGE_RATE, CHANGE_REMOVE,
-};
-
 use crate::clock::NodeClock;
-use crate::faults::Fault;
+use crate::faults::ScheduledFault;
 use crate::metrics::Metrics;
 use crate::net::Network;
 use crate::scenario::Scenario;
@@ -102,7 +98,9 @@ pub struct World {
     leader_keys: leaders::LeaderKeys,
     leader_ops: Vec<Option<leaders::LeaderOp>>,
     upstream: Upstream,
-    faults: Vec<Fault>,
+    faults: Vec<ScheduledFault>,
+    /// Whom each applied fault struck, by fault index (`None`: not applied).
+    struck: Vec<Option<faults::Struck>>,
     pub metrics: Metrics,
 }
 
@@ -113,7 +111,7 @@ impl World {
         let faults = if !sc.fixed_faults.is_empty() && policy == Policy::Leasehold {
             sc.fixed_faults.clone()
         } else if sc.chaos && policy == Policy::Leasehold {
-            crate::faults::schedule(&mut rng.fork(2), sc.fault_from_s, sc.fault_until_s, sc.fault_pace())
+            crate::faults::schedule(&mut rng.fork(2), sc.dcs.len(), sc.fault_from_s, sc.fault_until_s, sc.fault_pace())
         } else {
             Vec::new()
         };
@@ -142,6 +140,7 @@ impl World {
             leader_keys: Default::default(),
             leader_ops: Vec::new(),
             upstream,
+            struck: vec![None; faults.len()],
             faults,
             metrics,
             sc,
@@ -321,7 +320,7 @@ impl World {
         events
     }
 
-    pub fn faults(&self) -> &[Fault] {
+    pub fn faults(&self) -> &[ScheduledFault] {
         &self.faults
     }
 

@@ -89,12 +89,12 @@ impl World {
     }
 
     /// `FaultKind::WatchLag`: DC `d`'s first replica that does not lead lags until `until`;
-    /// its target, `d * 16 + r`.
-    pub(super) fn lag_standby_watch(&mut self, d: usize, until: u64) -> Option<u64> {
+    /// that replica.
+    pub(super) fn lag_standby_watch(&mut self, d: usize, until: u64) -> Option<usize> {
         let r =
             (0..self.dcs[d].mgrs.len()).find(|&r| self.dcs[d].mgrs[r].alive && self.dcs[d].mgrs[r].core.is_none())?;
         self.dcs[d].mgrs[r].watch_lag_until = until;
-        Some((d * 16 + r) as u64)
+        Some(r)
     }
 
     /// The lagging watch catches up: it delivers the kept history (a real watch delivers what it
