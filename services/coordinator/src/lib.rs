@@ -4,26 +4,23 @@
 //! clock in one place, receives DC reports on `lh.dc.*.report` (a batch per DC
 //! manager report, an item per limit), and keeps the DC leases
 //! in the `lh_ledger` KV bucket, one record per limit kept in groups of limits (64 keys, see
-//! `writes.rs`), each group written only by compare-and-set. Any
+//! `leader/writes.rs`), each group written only by compare-and-set. Any
 //! number of replicas may run; the one holding the `lh_leaders` key leads (see [`leader`]).
 //! The limits are data: every definition in the `lh_limits` bucket, followed live (see
-//! [`definitions`]); the configuration file's `[[limits]]` only seed it.
+//! [`leader::definitions`]); the configuration file's `[[limits]]` only seed it.
 //!
 //! ## Layout
 //! * [`config`]: settings (figment: defaults → TOML → env), validated at start.
-//! * [`leader`]: leadership, takeover with ledger resume, fenced writes.
-//! * [`definitions`]: the limits' definitions from `lh_limits`, applied live by a leading term.
+//! * [`leader`]: leadership, takeover with ledger resume, fenced writes (`leader/writes.rs`), the
+//!   status it serves, and the limits' definitions applied live ([`leader::definitions`]).
 //! * [`run`]: the event loop; [`spawn`] for tests and embedding.
 
 pub mod config;
-pub mod definitions;
 mod http;
 pub mod leader;
-mod status;
-mod writes;
 
-use definitions::Definitions;
 use futures::StreamExt;
+use leader::definitions::Definitions;
 use leader::{Leader, Status};
 use leasehold_core::subjects;
 use leasehold_nats::connect::jetstream;

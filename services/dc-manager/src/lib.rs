@@ -18,7 +18,6 @@ pub mod inbound;
 pub mod ledger_link;
 pub mod manager;
 pub(crate) mod outbox;
-mod status;
 
 use futures::StreamExt;
 use leasehold_core::subjects::{self, PodChannel};

@@ -31,11 +31,12 @@ use tracing::{debug, info, warn};
 
 use crate::config::Settings;
 use crate::outbox::Outbox;
-pub use crate::status::{LimitStatus, Status};
+pub use status::{LimitStatus, Status};
 
 mod floor_confirmations;
 mod ledger_reads;
 mod records;
+mod status;
 mod view_places;
 use async_nats::jetstream::kv::Store;
 

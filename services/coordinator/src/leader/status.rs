@@ -1,6 +1,6 @@
 //! What a coordinator replica is doing, for tests, metrics, `/v1/status` and `inspect`.
 
-use crate::leader::Leader;
+use super::Leader;
 use leasehold_core::quota::Quota;
 use std::collections::BTreeMap;
 

@@ -36,8 +36,12 @@ use tracing::{info, warn};
 
 use async_nats::jetstream::kv::Store;
 
-use crate::definitions::Definitions;
-pub use crate::status::{LimitBooks, Status};
+pub mod definitions;
+mod status;
+mod writes;
+
+use definitions::Definitions;
+pub use status::{LimitBooks, Status};
 
 pub(crate) struct LimitState {
     pub(crate) core: CoordinatorCore,

@@ -24,7 +24,7 @@
 //! `max_payload` lowered) is not written: its limits get no new leases, and
 //! `leasehold_coordinator_ledger_groups_oversized_total` counts it.
 
-use crate::leader::Leader;
+use super::Leader;
 use bytes::Bytes;
 use futures::StreamExt;
 use leasehold_core::coordinator::{judge_group_write, GroupReadBack, GroupWrite, GroupWriteAnswer};

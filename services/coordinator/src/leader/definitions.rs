@@ -18,8 +18,8 @@
 //! A takeover re-reads every definition first ([`Definitions::sync`]): a term never starts from
 //! a definition older than one its predecessor applied (the watch may lag).
 
+use super::{resume_logged, Leader};
 use crate::config::Settings;
-use crate::leader::{resume_logged, Leader};
 use leasehold_core::coordinator::{LimitConfig, Stored};
 use leasehold_core::wire::LedgerRecord;
 use leasehold_nats::limits_store::LimitEvent;

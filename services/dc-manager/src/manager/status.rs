@@ -1,7 +1,7 @@
 //! What a DC manager replica is doing, for tests, metrics, `/v1/status` and `inspect`: the
 //! process as a whole, and each limit it serves.
 
-use crate::manager::Manager;
+use super::Manager;
 use leasehold_core::dc_manager::{DcCounters, FailMode, SplitMode};
 use std::collections::BTreeMap;
 
