@@ -20,7 +20,6 @@ pub mod http;
 pub mod limiter;
 mod link;
 mod pod;
-mod queue;
 pub mod settings;
 #[cfg(test)]
 mod slice_tests;

@@ -3,10 +3,12 @@
 //! [`crate::driver`]). Every request counts as use of the limit: it restarts a loop given back
 //! when idle.
 
-use crate::queue::{WaitQueue, Waiter};
+mod queue;
+
 use crate::striped::RequestCounts;
 use leasehold_core::bucket::{BucketError, Decision, DenyReason, TokenBucket};
 use leasehold_core::pod::IntervalCounters;
+use queue::{WaitQueue, Waiter};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

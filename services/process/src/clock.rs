@@ -87,31 +87,12 @@ pub fn wall_ms() -> u64 {
 #[cfg(target_os = "linux")]
 #[inline]
 fn raw_ns() -> u64 {
-    crate::tsc_clock::now_ns(boottime_ns)
-}
-
-/// `CLOCK_BOOTTIME` read from the kernel (its vDSO).
-#[cfg(target_os = "linux")]
-pub(crate) fn boottime_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_BOOTTIME exists since Linux 2.6.39.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-    if rc != 0 {
-        // A kernel older than 2.6.39: the monotonic clock is all there is (suspend not counted).
-        return monotonic_ns();
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    crate::tsc_clock::now_ns(crate::kernel_clock::boottime_ns)
 }
 
 #[cfg(not(target_os = "linux"))]
 fn raw_ns() -> u64 {
-    monotonic_ns()
-}
-
-#[allow(clippy::disallowed_methods)] // the platform clock, read here only
-fn monotonic_ns() -> u64 {
-    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+    crate::kernel_clock::monotonic_ns()
 }
 
 #[cfg(test)]

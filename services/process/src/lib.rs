@@ -12,6 +12,7 @@
 pub mod allocator;
 pub mod clock;
 pub mod health;
+mod kernel_clock;
 pub mod metrics;
 pub mod problem;
 pub mod settings;

@@ -245,7 +245,7 @@ fn bracketed() -> (u64, u64, u64) {
     (0..50)
         .map(|_| {
             let before = rdtsc();
-            let ns = crate::clock::boottime_ns();
+            let ns = crate::kernel_clock::boottime_ns();
             (before, ns, rdtsc())
         })
         .min_by_key(|(before, _, after)| after.wrapping_sub(*before))
@@ -315,9 +315,9 @@ mod tests {
                 s.spawn(|| {
                     let mut last = 0;
                     for i in 0..2_000_000u64 {
-                        let before = crate::clock::boottime_ns();
-                        let fast = now_ns(crate::clock::boottime_ns);
-                        let after = crate::clock::boottime_ns();
+                        let before = crate::kernel_clock::boottime_ns();
+                        let fast = now_ns(crate::kernel_clock::boottime_ns);
+                        let after = crate::kernel_clock::boottime_ns();
                         assert!(fast <= after, "reading {i}: {fast} ahead of CLOCK_BOOTTIME {after}");
                         assert!(fast + 1_000 >= before, "reading {i}: {fast} more than 1 µs behind {before}");
                         assert!(fast >= last, "reading {i}: went back from {last} to {fast}");
@@ -332,7 +332,7 @@ mod tests {
     /// Anchor this thread (a real anchoring), then move its anchor to `tsc` and `ns`.
     #[cfg(target_os = "linux")]
     fn set_anchor(tsc: u64, ns: u64) {
-        now_ns(crate::clock::boottime_ns);
+        now_ns(crate::kernel_clock::boottime_ns);
         let mut a = ANCHOR.with(Cell::get);
         (a.tsc, a.ns) = (tsc, ns);
         ANCHOR.with(|c| c.set(a));
@@ -349,8 +349,8 @@ mod tests {
         let went_back = tsc_went_back();
         // An anchor in the TSC's future, at an old time: extrapolating would read far behind.
         set_anchor(u64::MAX - 1, 5);
-        let before = crate::clock::boottime_ns();
-        let reading = now_ns(crate::clock::boottime_ns);
+        let before = crate::kernel_clock::boottime_ns();
+        let reading = now_ns(crate::kernel_clock::boottime_ns);
         assert!(reading >= before, "{reading} < {before}: extrapolated from an anchor ahead of the TSC");
         assert_eq!(tsc_went_back(), went_back + 1);
     }
@@ -366,8 +366,8 @@ mod tests {
         // The anchor as a thread idle through a suspend holds it: in its window, its time long past.
         set_anchor(rdtsc(), 5);
         GENERATION.fetch_add(1, Relaxed);
-        let before = crate::clock::boottime_ns();
-        let reading = now_ns(crate::clock::boottime_ns);
+        let before = crate::kernel_clock::boottime_ns();
+        let reading = now_ns(crate::kernel_clock::boottime_ns);
         assert!(reading >= before, "{reading} < {before}: extrapolated from an anchor of an older generation");
     }
 }

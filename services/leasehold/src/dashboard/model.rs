@@ -6,7 +6,7 @@
 //! without NATS or a clock. [`View::tick`] samples each DC's demand, allocation and use once a
 //! period into a bounded history; [`View::snapshot`] is what the page draws.
 
-use super::snapshot::{DcRow, Event, LimitCard, PodLimitRow, PodRow, Snapshot};
+use super::snapshot::{DcRow, Event, LimitCard, PodLimitRow, PodRow, Sample, Snapshot};
 use leasehold_core::quota::Quota;
 use leasehold_core::wire::{DcReports, LedgerFence, LedgerGroup, LedgerRecord, PodLeases, PodReports};
 use std::collections::{BTreeMap, VecDeque};
@@ -23,15 +23,6 @@ pub const EVENTS_KEPT: usize = 50;
 pub struct Shown {
     pub limits_max: usize,
     pub pods_per_dc_max: usize,
-}
-
-/// One sample of a DC's numbers for a limit (tokens per second).
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
-pub struct Sample {
-    pub at_ms: u64,
-    pub demand_per_s: f64,
-    pub allocated_per_s: f64,
-    pub used_per_s: f64,
 }
 
 #[derive(Clone, Debug)]

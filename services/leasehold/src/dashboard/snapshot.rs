@@ -2,7 +2,6 @@
 //! page draws, as JSON. Rates in tokens per second, ages in seconds, times in milliseconds on
 //! the view's clock (`now_ms`). Documented in docs/PROTOCOL.md, "The live view".
 
-use super::model::Sample;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -83,4 +82,13 @@ pub struct PodLimitRow {
 pub struct Event {
     pub at_ms: u64,
     pub text: String,
+}
+
+/// One sample of a DC's numbers for a limit (tokens per second).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Sample {
+    pub at_ms: u64,
+    pub demand_per_s: f64,
+    pub allocated_per_s: f64,
+    pub used_per_s: f64,
 }

@@ -2,7 +2,7 @@
 
 use crate::ewma::Ewma;
 use crate::expiry::NS_PER_MS;
-use crate::quota::{Quota, MILLI};
+use crate::quota::MILLI;
 use crate::sorted_map::{PlaceHint, SortedMap};
 use crate::wire::{LeaseVersion, PodReport};
 
@@ -122,7 +122,7 @@ pub struct Pods {
     upstream_calls: u64,
     upstream_429: u64,
     /// How the driver reads the reports (its drops, how far it has read), as last noted.
-    reading: ReportReading,
+    pub(super) reading: ReportReading,
     /// No view is silent long enough to be forgotten before this (a lower bound: a view's
     /// `last_seen_ns` only moves forward, a new view lowers it, and each sweep makes it exact),
     /// so [`Pods::forget_silent`], called at every tick, sweeps only when one may be.
@@ -212,17 +212,6 @@ impl Pods {
     /// `upstream_429`); the count starts again.
     pub fn take_upstream(&mut self) -> (u64, u64) {
         (std::mem::take(&mut self.upstream_calls), std::mem::take(&mut self.upstream_429))
-    }
-
-    /// Pods that get a share in the next split (fresh heartbeat, healthy, not draining), by
-    /// their place in [`Pods::views`] (key order), and their targets in a split of `budget`: one
-    /// pass over the views, and no key copied (a DC manager of 1,000 limits splits 100,000 pods'
-    /// shares a second at 100 pods).
-    pub fn eligible_targets(&self, cfg: &DcManagerConfig, now_ns: u64, budget: Quota) -> Vec<(usize, Quota)> {
-        let eligible: Vec<(usize, &PodView)> =
-            self.views.values().enumerate().filter(|(_, v)| v.eligible(cfg, now_ns, self.reading)).collect();
-        let targets = super::targets::split_views(budget, eligible.iter().map(|(_, v)| *v), cfg.split);
-        eligible.into_iter().map(|(i, _)| i).zip(targets).collect()
     }
 
     /// The [`Pods::eligible`] pods' keys and views, in key order, without copying a key.

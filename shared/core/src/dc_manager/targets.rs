@@ -2,10 +2,23 @@
 //! allocator's water-fill), bursts rounded to whole tokens, and a rate only for pods that hold
 //! one.
 
-use super::pods::PodView;
-use super::SplitMode;
+use super::pods::{PodView, Pods};
+use super::{DcManagerConfig, SplitMode};
 use crate::allocator::{allocate, AllocMode, Claim};
 use crate::quota::{Quota, MILLI};
+
+impl Pods {
+    /// Pods that get a share in the next split (fresh heartbeat, healthy, not draining), by
+    /// their place in [`Pods::views`] (key order), and their targets in a split of `budget`: one
+    /// pass over the views, and no key copied (a DC manager of 1,000 limits splits 100,000 pods'
+    /// shares a second at 100 pods).
+    pub fn eligible_targets(&self, cfg: &DcManagerConfig, now_ns: u64, budget: Quota) -> Vec<(usize, Quota)> {
+        let eligible: Vec<(usize, &PodView)> =
+            self.views.values().enumerate().filter(|(_, v)| v.eligible(cfg, now_ns, self.reading)).collect();
+        let targets = split_views(budget, eligible.iter().map(|(_, v)| *v), cfg.split);
+        eligible.into_iter().map(|(i, _)| i).zip(targets).collect()
+    }
+}
 
 /// `parts` (milli-tokens, summing to at most `budget_milli`) rounded to whole tokens: each part
 /// rounded down, then the budget's whole tokens left over handed out one each, largest

@@ -1,6 +1,6 @@
 //! The bounded wait queue: one FIFO per priority class, served highest class first.
 
-use crate::limiter::{Denial, Priority};
+use super::{Denial, Priority};
 use leasehold_core::bucket::{Decision, DenyReason, TokenBucket};
 use std::collections::VecDeque;
 use std::time::Duration;
