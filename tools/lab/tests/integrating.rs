@@ -1,7 +1,8 @@
 //! docs/INTEGRATING.md and README's "How a service uses it", run as printed: `leasehold-lab dev`
 //! (the stack `scripts/dev` starts) as real processes, then every `curl` line of their `sh` blocks
 //! and the pod library's example, each judged against the answer the comment under it names.
-//! The stack listens on free ports here; the doc's addresses are replaced by them.
+//! The stack listens on free ports here; the doc's addresses are replaced by them. Step 5's
+//! block (Envoy) is run by `integrating_envoy.rs`.
 #![allow(clippy::disallowed_methods)] // the stack's readiness and the commands' durations are real time
 
 use std::io::{BufRead, BufReader};
@@ -11,24 +12,33 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// The dev stack's limit: R per second and B (tools/lab/src/dev.rs).
-const RATE_PER_S: f64 = 100.0;
-const BURST: f64 = 20.0;
+const DEV_LIMIT: Limit = Limit { rate_per_s: 100.0, burst: 20.0 };
 /// The addresses the docs print, which the stack here does not take.
 const DOC_AGENT: &str = "127.0.0.1:9090";
 const DOC_KEYS: &str = "127.0.0.1:8090";
 
-fn repo() -> PathBuf {
+/// The section of docs/INTEGRATING.md whose block `integrating_envoy.rs` runs.
+pub(crate) const ENVOY_SECTION: &str = "## 5. Behind Envoy";
+
+/// A limit's refill rate per second and its burst.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limit {
+    pub rate_per_s: f64,
+    pub burst: f64,
+}
+
+pub(crate) fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// The stack, stopped with SIGTERM (as Ctrl-C would) when dropped.
-struct Dev {
+pub(crate) struct Dev {
     child: Child,
     lines: mpsc::Receiver<String>,
 }
 
 impl Dev {
-    fn start(out_dir: &Path) -> Dev {
+    pub(crate) fn start(out_dir: &Path) -> Dev {
         let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold-lab"))
             .args(["dev", "--agent-listen", "127.0.0.1:0", "--keys-listen", "127.0.0.1:0", "--out-dir"])
             .arg(out_dir)
@@ -47,7 +57,7 @@ impl Dev {
     }
 
     /// Lines printed until `last` (included), within `within`.
-    fn read_until(&self, last: &str, within: Duration) -> Vec<String> {
+    pub(crate) fn read_until(&self, last: &str, within: Duration) -> Vec<String> {
         let deadline = Instant::now() + within;
         let mut seen = Vec::new();
         while let Some(left) = deadline.checked_duration_since(Instant::now()) {
@@ -65,7 +75,7 @@ impl Dev {
         panic!("no {last:?} within {within:?}; printed:\n{}", seen.join("\n"));
     }
 
-    fn stop(&mut self) -> Option<i32> {
+    pub(crate) fn stop(&mut self) -> Option<i32> {
         let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
@@ -88,61 +98,86 @@ impl Drop for Dev {
 }
 
 /// The word after `label` on the line that has it: `dev: agent  http://ADDR  (…)` → `ADDR`.
-fn printed(lines: &[String], label: &str) -> String {
+pub(crate) fn printed(lines: &[String], label: &str) -> String {
     let line = lines.iter().find(|l| l.starts_with(label)).unwrap_or_else(|| panic!("no {label:?} in {lines:?}"));
     let word = line[label.len()..].split_whitespace().next().expect("an address");
     word.trim_start_matches("http://").to_string()
 }
 
-/// A command of a doc's `sh` blocks and the comment line under it, if any.
+/// A command of a doc's `sh` blocks (its `\`-continued lines joined), the comment line under it
+/// if any, and the `## ` section it is in.
 #[derive(Debug)]
-struct DocCommand {
-    doc: &'static str,
-    line: String,
-    expect: Option<String>,
+pub(crate) struct DocCommand {
+    pub doc: &'static str,
+    pub section: String,
+    pub line: String,
+    pub expect: Option<String>,
 }
 
-/// The commands of `doc`'s ```sh blocks that start with one of `starts`.
-fn commands(doc: &'static str, starts: &[&str]) -> Vec<DocCommand> {
+/// Every command of `doc`'s ```sh blocks.
+pub(crate) fn sh_commands(doc: &'static str) -> Vec<DocCommand> {
     let text = std::fs::read_to_string(repo().join(doc)).unwrap_or_else(|e| panic!("{doc}: {e}"));
     let mut out = Vec::new();
-    let mut in_sh = false;
+    let (mut in_sh, mut section) = (false, String::new());
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
-        let t = line.trim();
+        let mut t = line.trim().to_string();
         if t.starts_with("```") {
             in_sh = !in_sh && t == "```sh";
             continue;
         }
-        if in_sh && starts.iter().any(|s| t.starts_with(s)) {
+        if !in_sh {
+            if t.starts_with("## ") {
+                section = t;
+            }
+            continue;
+        }
+        while let Some(head) = t.strip_suffix('\\') {
+            let next = lines.next().unwrap_or_else(|| panic!("{doc}: a block ends after {t:?}"));
+            t = format!("{} {}", head.trim_end(), next.trim());
+        }
+        if !t.is_empty() && !t.starts_with('#') {
             let expect = lines.peek().map(|n| n.trim()).filter(|n| n.starts_with('#')).map(String::from);
-            out.push(DocCommand { doc, line: t.to_string(), expect });
+            out.push(DocCommand { doc, section: section.clone(), line: t, expect });
         }
     }
     out
 }
 
-/// The first HTTP status code a comment names (`# 200 …` → 200).
-fn expected_status(c: &DocCommand) -> u16 {
-    let comment =
-        c.expect.as_deref().unwrap_or_else(|| panic!("{}: no `# <status> …` comment under {}", c.doc, c.line));
-    comment
-        .split(|ch: char| !ch.is_ascii_digit())
-        .find(|w| w.len() == 3)
-        .and_then(|w| w.parse().ok())
-        .unwrap_or_else(|| panic!("{}: the comment {comment:?} names no status", c.doc))
+/// The commands of `doc`'s ```sh blocks that start with one of `starts`, but not step 5's.
+fn commands(doc: &'static str, starts: &[&str]) -> Vec<DocCommand> {
+    let mut all = sh_commands(doc);
+    all.retain(|c| c.section != ENVOY_SECTION && starts.iter().any(|s| c.line.starts_with(s)));
+    all
 }
 
-/// Run `line` with `sh`, the docs' addresses replaced by the stack's: its stdout, and how long it took.
-fn run_sh(line: &str, agent: &str, keys: &str, nats_url: &str) -> (String, Duration) {
-    let line = line.replace(DOC_AGENT, agent).replace(DOC_KEYS, keys);
+/// The HTTP status codes a comment names, in order (`# 200 …, then 429 …` → [200, 429]).
+fn named_statuses(c: &DocCommand) -> Vec<u16> {
+    let comment =
+        c.expect.as_deref().unwrap_or_else(|| panic!("{}: no `# <status> …` comment under {}", c.doc, c.line));
+    let codes: Vec<u16> = comment
+        .split(|ch: char| !ch.is_ascii_digit())
+        .filter(|w| w.len() == 3)
+        .filter_map(|w| w.parse().ok())
+        .filter(|code| (100..600).contains(code))
+        .collect();
+    assert!(!codes.is_empty(), "{}: the comment {comment:?} names no status", c.doc);
+    codes
+}
+
+/// The number a comment gives after `label` (`Retry-After: 1`, `burst (20)`), if it has one.
+fn named_number(c: &DocCommand, label: &str) -> Option<u64> {
+    let rest = c.expect.as_deref()?.split(label).nth(1)?;
+    rest.trim_start_matches([' ', ':', '(']).split(|ch: char| !ch.is_ascii_digit()).next()?.parse().ok()
+}
+
+/// Run `line` with `sh` in the repository, each `(doc's text, this run's)` of `replace` replaced
+/// and `env` set: its stdout, and how long it took.
+pub(crate) fn run_sh(line: &str, replace: &[(&str, &str)], env: &[(&str, &str)]) -> (String, Duration) {
+    let line = replace.iter().fold(line.to_string(), |l, (doc, here)| l.replace(doc, here));
     let started = Instant::now();
-    let out = Command::new("sh")
-        .args(["-c", &line])
-        .env("LEASEHOLD_NATS_URL", nats_url)
-        .current_dir(repo())
-        .output()
-        .expect("sh runs");
+    let out =
+        Command::new("sh").args(["-c", &line]).envs(env.iter().copied()).current_dir(repo()).output().expect("sh runs");
     let took = started.elapsed();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{line}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
@@ -151,7 +186,7 @@ fn run_sh(line: &str, agent: &str, keys: &str, nats_url: &str) -> (String, Durat
 
 /// A `curl -si` answer: its status, and its headers and body.
 fn judge_full_answer(c: &DocCommand, out: &str) {
-    let want = expected_status(c);
+    let want = named_statuses(c)[0];
     let status: u16 = out.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     assert_eq!(status, want, "{}: {}\n{out}", c.doc, c.line);
     let lower = out.to_ascii_lowercase();
@@ -167,17 +202,34 @@ fn judge_full_answer(c: &DocCommand, out: &str) {
     }
 }
 
-/// `-w '%{http_code} %header{retry-after}\n'` over many requests to the agent: grants first, then
-/// 429s with a Retry-After of at least 1 s, and never more grants than R·T + B.
-fn judge_codes(c: &DocCommand, out: &str, took: Duration) {
+/// `-w '%{http_code} %header{retry-after}\n'` over many requests under `limit`, as the comment
+/// under them says (`# 200 for the burst (20), then 429 with Retry-After: 1`): the first status
+/// it names first (at least the burst it names of them in a row), then the second with the
+/// Retry-After it names (at least 1 s if none), nothing else, and never more grants than R·T + B.
+/// The grants and denials.
+pub(crate) fn judge_codes(c: &DocCommand, out: &str, took: Duration, limit: Limit) -> (usize, usize) {
+    let (grant, deny) = match named_statuses(c)[..] {
+        [grant, deny] => (grant.to_string(), deny.to_string()),
+        ref named => panic!("{}: the comment under {} names {named:?}, not two statuses", c.doc, c.line),
+    };
     let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
-    assert_eq!(lines.first().and_then(|l| l.first()).copied(), Some("200"), "{}\n{out}", c.line);
-    let granted = lines.iter().filter(|l| l[0] == "200").count() as f64;
-    let denied: Vec<_> = lines.iter().filter(|l| l[0] == "429").collect();
-    assert_eq!(granted as usize + denied.len(), lines.len(), "only 200 and 429: {out}");
+    assert_eq!(lines.first().and_then(|l| l.first()).copied(), Some(grant.as_str()), "{}\n{out}", c.line);
+    let granted = lines.iter().filter(|l| l[0] == grant).count();
+    let denied: Vec<_> = lines.iter().filter(|l| l[0] == deny).collect();
+    assert_eq!(granted + denied.len(), lines.len(), "only {grant} and {deny}: {out}");
     assert!(!denied.is_empty(), "{}: the burst was never spent\n{out}", c.line);
-    assert!(denied.iter().all(|l| l.get(1).and_then(|s| s.parse::<u64>().ok()).is_some_and(|s| s >= 1)), "{out}");
-    assert!(granted <= BURST + RATE_PER_S * took.as_secs_f64() + 1.0, "{granted} granted in {took:?}\n{out}");
+    let retry_after = |l: &&Vec<&str>| l.get(1).and_then(|s| s.parse::<u64>().ok());
+    match named_number(c, "Retry-After") {
+        Some(s) => assert!(denied.iter().all(|l| retry_after(l) == Some(s)), "Retry-After: {s}, says the doc\n{out}"),
+        None => assert!(denied.iter().all(|l| retry_after(l).is_some_and(|s| s >= 1)), "{out}"),
+    }
+    if let Some(burst) = named_number(c, "burst") {
+        let in_a_row = lines.iter().take_while(|l| l[0] == grant).count() as u64;
+        assert!(in_a_row >= burst, "{}: {in_a_row} granted in a row, the doc says {burst}\n{out}", c.line);
+    }
+    let most = limit.burst + limit.rate_per_s * took.as_secs_f64() + 1.0;
+    assert!(granted as f64 <= most, "{granted} granted in {took:?} under {limit:?}\n{out}");
+    (granted, denied.len())
 }
 
 /// The pod library's example, built by `cargo test` beside this test (target/release/examples).
@@ -202,13 +254,14 @@ fn judge_example(c: &DocCommand, nats_url: &str) {
     let name = c.line.split("--example ").nth(1).and_then(|r| r.split_whitespace().next()).expect("--example NAME");
     let args = c.line.split(" -- ").nth(1).unwrap_or("");
     let line = format!("'{}' {args}", example_binary(name).display());
-    let (out, took) = run_sh(&line, DOC_AGENT, DOC_KEYS, nats_url);
+    let (out, took) = run_sh(&line, &[], &[("LEASEHOLD_NATS_URL", nats_url)]);
     assert!(out.contains("holds a lease of partner-api"), "{out}");
     let total = out.lines().find(|l| l.starts_with("total: ")).unwrap_or_else(|| panic!("no total: {out}"));
     let words: Vec<&str> = total.split_whitespace().collect();
     let (granted, denied): (f64, u64) = (words[1].parse().unwrap(), words[3].parse().unwrap());
     assert!(granted >= 1.0 && denied >= 1, "it asks 5x the limit: some granted, some denied\n{out}");
-    assert!(granted <= BURST + RATE_PER_S * took.as_secs_f64(), "{granted} granted in {took:?}\n{out}");
+    let most = DEV_LIMIT.burst + DEV_LIMIT.rate_per_s * took.as_secs_f64();
+    assert!(granted <= most, "{granted} granted in {took:?}\n{out}");
     assert_eq!(out.lines().filter(|l| l.starts_with("second ")).count(), 3, "{out}");
     assert!(out.contains("drained (acknowledged: true)"), "{out}");
 }
@@ -230,9 +283,10 @@ fn the_integration_examples_run_as_printed_against_the_dev_stack() {
         if c.line.starts_with("cargo run ") {
             judge_example(c, &nats_url);
         } else {
-            let (out, took) = run_sh(&c.line, &agent, &keys, &nats_url);
+            let replace = [(DOC_AGENT, agent.as_str()), (DOC_KEYS, keys.as_str())];
+            let (out, took) = run_sh(&c.line, &replace, &[("LEASEHOLD_NATS_URL", &nats_url)]);
             if c.line.contains("%{http_code}") {
-                judge_codes(c, &out, took);
+                judge_codes(c, &out, took, DEV_LIMIT);
             } else {
                 judge_full_answer(c, &out);
             }

@@ -8,6 +8,7 @@ mod demo;
 mod docs;
 mod envoy_bench;
 mod integrating;
+mod integrating_envoy;
 mod keys_bench;
 mod outage_bench;
 mod units;
