@@ -1,4 +1,4 @@
-//! A hand-driven world of real cores for the review-round tests: per DC one manager term and its
+//! A hand-driven world of real cores for the rule tests: per DC one manager term and its
 //! pods (a pod may be cut off from its manager, or deaf to it), the coordinator fed by the test.
 
 use super::{manager_with_bugs, pod, secs, MS, S};
