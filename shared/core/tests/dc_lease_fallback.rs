@@ -12,8 +12,8 @@ use crate::support;
 use support::scripted::{bkk_with_scripted_pods as dc, Drive, PODS};
 use support::{MS, S};
 
-/// A newer DC lease that expires before an older, larger one (FINDINGS F1). The manager must fall to
-/// its floor when the newest lease expires, never back to the lease it replaced (and acked).
+/// A newer DC lease that expires before an older, larger one (FINDINGS F1). The manager must fall
+/// to its floor when the newest lease expires, never back to the lease it replaced (and acked).
 #[test]
 fn a_dc_manager_never_falls_back_to_a_lease_it_replaced_when_the_newer_one_expires_first() {
     let (after_expiry, floor, fell_back) = newer_lease_expires_first(KnownBugs::default());

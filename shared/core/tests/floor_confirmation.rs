@@ -210,12 +210,12 @@ fn a_raised_floor_is_named_only_once_the_leases_that_used_its_room_are_released(
     assert_eq!(b.record().floors["eu"], Quota::per_s(90, 0), "the raise is granted once there is room");
 }
 
-/// Storm seed 187 (us-eu-ap; FINDINGS F51): R, B and the floors go down while no coordinator leads; the new
-/// term's books name the us DC's lowered floor (12.029/s) beside the old one (20/s), which the
-/// DC has not confirmed and keeps spending: floors never end by themselves. The old floor's
-/// excess must stay out of every grant's room until the DC confirms, or pods spend above the
-/// limit for as long as it stays unconfirmed ("pods may spend 305.717/s … above the limit in
-/// force 297.749/s").
+/// Storm seed 187 (us-eu-ap; FINDINGS F51): R, B and the floors go down while no coordinator leads;
+/// the new term's books name the us DC's lowered floor (12.029/s) beside the old one (20/s), which
+/// the DC has not confirmed and keeps spending: floors never end by themselves. The old floor's
+/// excess must stay out of every grant's room until the DC confirms, or pods spend above the limit
+/// for as long as it stays unconfirmed ("pods may spend 305.717/s … above the limit in force
+/// 297.749/s").
 #[test]
 fn a_lowered_floor_not_yet_confirmed_keeps_its_room_from_every_grant() {
     let spent = lowered_floor_then_grant();
@@ -252,11 +252,11 @@ fn lowered_floor_then_grant() -> Quota {
     grant.saturating_add(Quota::per_s(20, 2))
 }
 
-/// Storm seed 368 (bkk-europe; FINDINGS F52): once Europe confirms its lowered floor, the old one stops
-/// counting an egress spread later: no longer never-expiring, it was taken for a lasting lease
-/// again and the self-check saw "lasting leases 966.000/s burst 14.195 exceed capacity 966.000/s
-/// burst 12.926" although nothing was spent above the limit (the checker's mistake). An entry
-/// below its holder's newest never-expiring one is on its way out, confirmed or not.
+/// Storm seed 368 (bkk-europe; FINDINGS F52): once Europe confirms its lowered floor, the old one
+/// stops counting an egress spread later: no longer never-expiring, it was taken for a lasting
+/// lease again and the self-check saw "lasting leases 966.000/s burst 14.195 exceed capacity
+/// 966.000/s burst 12.926" although nothing was spent above the limit (the checker's mistake). An
+/// entry below its holder's newest never-expiring one is on its way out, confirmed or not.
 #[test]
 fn a_lowered_floor_confirmed_is_on_its_way_out_for_the_self_check() {
     use leasehold_core::ledger::{LeaseEntry, Ledger, NEVER};

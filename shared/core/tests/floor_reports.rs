@@ -85,11 +85,11 @@ fn a_manager_reports_the_old_floor_until_its_pods_fit_the_new_one() {
     assert_eq!(floor_reported(&m.tick(t + 3 * S)), Some(Some(Quota::per_s(20, 2))));
 }
 
-/// Storm seed 136, reduced (FINDINGS F11): a new manager term reads floor 50 and is still in its quiet period
-/// at its first reports (`floor_in_use: None`); once the quiet period is over a pod report makes
-/// it cut a 50/s pod lease from the floor, and the lowered floor (20) arrives before its next
-/// report. The pod still holds 50 until it confirms a smaller lease: the report must say 50, or
-/// the coordinator stops reserving the old floor while the pod spends it.
+/// Storm seed 136, reduced (FINDINGS F11): a new manager term reads floor 50 and is still in its
+/// quiet period at its first reports (`floor_in_use: None`); once the quiet period is over a pod
+/// report makes it cut a 50/s pod lease from the floor, and the lowered floor (20) arrives before
+/// its next report. The pod still holds 50 until it confirms a smaller lease: the report must say
+/// 50, or the coordinator stops reserving the old floor while the pod spends it.
 #[test]
 fn a_floor_used_between_two_reports_is_reported_after_it_is_lowered() {
     let mut m = manager(KnownBugs::default());

@@ -243,9 +243,9 @@ fn negative_control_renewing_at_an_inherited_claim_carries_the_old_limit_past_it
     assert!(!books_ok, "the ledger's own check must see it too");
 }
 
-/// Storm seed 72 (after `LimitChange` joined the schedule), reduced (FINDINGS F10): R drops (term 2 inherits
-/// term 1's leases and renews Europe within the new R), then a plain takeover without any change
-/// (term 3) while Europe is cut off. Term 3 must count Europe's term-2 lease as lasting, not
+/// Storm seed 72 (after `LimitChange` joined the schedule), reduced (FINDINGS F10): R drops (term 2
+/// inherits term 1's leases and renews Europe within the new R), then a plain takeover without any
+/// change (term 3) while Europe is cut off. Term 3 must count Europe's term-2 lease as lasting, not
 /// inherited: else it renews BKK at its inherited level beside it, and once term 1's leases are
 /// gone the DCs hold more than the new R.
 fn takeover_after_a_shrink(bugs: KnownBugs) -> Quota {

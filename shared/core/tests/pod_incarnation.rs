@@ -9,9 +9,9 @@ use leasehold_core::wire::{LeaseVersion, PodLease};
 
 use crate::support::MS;
 
-/// A pod restarted under the same id (FINDINGS F3), its wall clock stepped back. Its sequence numbers
-/// repeat the old process's, so a late lease that answered the old process's report N would be
-/// timed from the new process's send of N. The incarnation tells them apart.
+/// A pod restarted under the same id (FINDINGS F3), its wall clock stepped back. Its sequence
+/// numbers repeat the old process's, so a late lease that answered the old process's report N would
+/// be timed from the new process's send of N. The incarnation tells them apart.
 #[test]
 fn a_pod_restarted_under_the_same_id_never_applies_a_lease_that_answered_its_previous_life() {
     assert_eq!(late_lease_after_restart(KnownBugs::default()), Err(LeaseRejection::NotMine));

@@ -87,7 +87,7 @@ pub fn manager(dc: &str, instance: &str, epoch: u64, now: u64) -> DcManagerCore 
     manager_with_bugs(dc, instance, epoch, now, KnownBugs::default())
 }
 
-/// As [`manager`], with holes an audit found brought back (negative controls).
+/// As [`manager`], with holes of docs/FINDINGS.md brought back (negative controls).
 pub fn manager_with_bugs(dc: &str, instance: &str, epoch: u64, now: u64, bugs: KnownBugs) -> DcManagerCore {
     let mut cfg = DcManagerConfig::new("api", dc, instance);
     cfg.bugs = bugs;
@@ -152,7 +152,7 @@ pub fn floor_burst(
     config
 }
 
-/// As [`config`], with holes an audit found brought back.
+/// As [`config`], with holes of docs/FINDINGS.md brought back.
 pub fn config_with_bugs(
     quota: Quota,
     bkk_floor: u64,

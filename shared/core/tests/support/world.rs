@@ -41,7 +41,7 @@ impl Dc {
         Dc::with_bugs(name, instance, epoch, now, KnownBugs::default())
     }
 
-    /// As [`Dc::new`], with holes an audit found brought back in the manager.
+    /// As [`Dc::new`], with holes of docs/FINDINGS.md brought back in the manager.
     pub fn with_bugs(name: &'static str, instance: &str, epoch: u64, now: u64, bugs: KnownBugs) -> Self {
         let ids = [format!("{name}-p1"), format!("{name}-p2")];
         Dc::with_pods(name, manager_with_bugs(name, instance, epoch, now, bugs), &[&ids[0], &ids[1]])
