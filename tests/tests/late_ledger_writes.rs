@@ -65,7 +65,8 @@ fn a_leader_whose_ledger_writes_land_late_keeps_its_term_and_the_limit() {
 
 /// Stored late, a DC lease must still count down from the report it answers. A DC manager that
 /// counts it from when it read it spends it past its end on the coordinator's books, where the
-/// other DCs' growth already took it (tenant-shift moves 420/s between regions every 120 s).
+/// other DCs' growth already took it (tenant-shift moves 420/s between regions every 120 s;
+/// FINDINGS F47).
 #[test]
 fn the_simulator_catches_a_dc_lease_counted_from_its_late_receipt() {
     let bugs = KnownBugs { dc_lease_counts_from_receipt: true, ..KnownBugs::default() };

@@ -38,7 +38,7 @@ fn uncoordinated_baseline_breaks_the_limit_in_chaos_and_storm() {
     }
 }
 
-/// A hole an audit found, brought back by its switch, must be caught by some seed of `storm`
+/// A hole of docs/FINDINGS.md, brought back by its switch, must be caught by some seed of `storm`
 /// (whose runs report 0 violations with every switch off).
 fn storm_breaches_with(bugs: KnownBugs, emergency: Quota, seeds: std::ops::RangeInclusive<u64>) -> u64 {
     seeds
@@ -51,14 +51,15 @@ fn storm_breaches_with(bugs: KnownBugs, emergency: Quota, seeds: std::ops::Range
         .sum()
 }
 
+/// A new best-effort term spends E before the old term's pod leases end (FINDINGS F2).
 #[test]
 fn the_simulator_catches_the_emergency_allowance_before_the_quiet_period() {
     let bugs = KnownBugs { emergency_before_quiet_period: true, ..KnownBugs::default() };
     assert!(storm_breaches_with(bugs, Quota::per_s(50, 4), 10..=10) > 0);
 }
 
-/// Hole 3: a crash-looping pod applies a lease meant for its previous process (flushed late by a
-/// manager that reconnected) and times it from its own report of the same number.
+/// FINDINGS F3: a crash-looping pod applies a lease meant for its previous process (flushed late
+/// by a manager that reconnected) and times it from its own report of the same number.
 #[test]
 fn the_simulator_catches_a_pod_that_applies_another_processs_lease() {
     let bugs = KnownBugs { pod_ignores_incarnation: true, ..KnownBugs::default() };
@@ -69,8 +70,8 @@ fn the_simulator_catches_a_pod_that_applies_another_processs_lease() {
     assert!(storm_breaches_with(bugs, Quota::ZERO, 24..=24) > 0);
 }
 
-/// Hole 4: a manager frozen right after sending its renewal reads the answer when it wakes and,
-/// timing its term from that answer, acts beside the standby that took over.
+/// FINDINGS F4: a manager frozen right after sending its renewal reads the answer when it wakes
+/// and, timing its term from that answer, acts beside the standby that took over.
 #[test]
 fn the_simulator_catches_a_leader_that_times_its_term_from_the_reply() {
     let bugs = KnownBugs { leader_fresh_from_reply: true, ..KnownBugs::default() };
@@ -78,7 +79,8 @@ fn the_simulator_catches_a_leader_that_times_its_term_from_the_reply() {
 }
 
 /// A machine suspended with a clock that stops meanwhile (Linux's CLOCK_MONOTONIC, what
-/// `std::time::Instant` reads) wakes with its lease or term looking as fresh as before.
+/// `std::time::Instant` reads) wakes with its lease or term looking as fresh as before
+/// (FINDINGS F9).
 #[test]
 fn the_simulator_catches_clocks_that_stop_while_the_machine_is_suspended() {
     let breaches: u64 = (1..=2)
@@ -91,20 +93,20 @@ fn the_simulator_catches_clocks_that_stop_while_the_machine_is_suspended() {
     assert!(breaches > 0, "suspensions that stop clocks went unnoticed");
 }
 
-/// Hole 8: a pod's claim from the larger DC lease licenses a share of the smaller one that
-/// outlives it (found by storm seed 23 at b92f8eb; see shared/core/tests/carried_claim.rs).
+/// FINDINGS F8: a pod's claim from the larger DC lease licenses a share of the smaller one that
+/// outlives it (found by storm seed 23; see shared/core/tests/inherited_claims.rs).
 #[test]
 fn the_simulator_catches_a_grant_licensed_by_a_claim_that_ends_first() {
     let bugs = KnownBugs { renewal_reuses_inherited_claim: true, ..KnownBugs::default() };
     assert!(storm_breaches_with(bugs, Quota::ZERO, 1..=5) > 0);
 }
 
-/// Hole 1 end to end: a rolling restart lowers dc_ttl_ms while demand moves, then the DC that
+/// FINDINGS F1 end to end: a rolling restart lowers dc_ttl_ms while demand moves, then the DC that
 /// gave up share is cut off. The old rule goes back to the larger lease it replaced. Since the
 /// ack rule also nests in time (a manager acks the new, shorter lease only once no pod lease
-/// cut under the old one outlives it), the coordinator keeps counting the old lease on this
+/// cut under the old one outlives it: F19), the coordinator keeps counting the old lease on this
 /// path, so the old fallback rule breaks the limit here only together with the old ack rule
-/// (the core test `audit_holes::a_dc_manager_never_falls_back_…` catches it alone).
+/// (the core test `dc_lease_fallback::a_dc_manager_never_falls_back_…` catches it alone).
 #[test]
 fn the_rolling_restart_path_breaks_the_old_lease_rule_and_holds_with_the_new_one() {
     let run = |bugs: KnownBugs| {
@@ -121,7 +123,8 @@ fn the_rolling_restart_path_breaks_the_old_lease_rule_and_holds_with_the_new_one
 /// Reconfiguration end to end: rolling restarts lower R and B or move floor while a DC is cut
 /// off (`Scenario::limit_change`). Each old rule lets pods spend above the limit in force:
 /// forgetting a floor a cut-off DC still spends, renewing at the level of a lease that predates
-/// the lower limit, or (applied live) starting the books afresh at the lower limit.
+/// the lower limit, or (applied live) starting the books afresh at the lower limit (FINDINGS F12,
+/// F8, F30).
 #[test]
 fn the_limit_change_path_breaks_each_old_reconfiguration_rule_and_holds_with_the_new_ones() {
     let run = |bugs: KnownBugs, seed: u64| {
@@ -147,13 +150,14 @@ fn the_limit_change_path_breaks_each_old_reconfiguration_rule_and_holds_with_the
     }
 }
 
+/// A floor lowered or moved away from a cut-off DC stops counting at once (FINDINGS F12).
 #[test]
 fn the_simulator_catches_a_floor_change_at_once() {
     let bugs = KnownBugs { floor_change_at_once: true, ..KnownBugs::default() };
     assert!(storm_breaches_with(bugs, Quota::ZERO, 1..=2) > 0);
 }
 
-/// Seventh review: a crash that loses the ledger bucket's tail leaves an earlier term's record.
+/// FINDINGS F26: a crash that loses the ledger bucket's tail leaves an earlier term's record.
 /// Trusted as the newest, its leases are renewed at once while the lost term's leases are still
 /// spent.
 #[test]
@@ -198,7 +202,7 @@ fn a_removed_limit_runs_strict_through_replayed_ledger_watches_and_cuts() {
 }
 
 /// The record's rules taken from any revision: a replayed, older record brings the removed
-/// limit's best-effort allowance back.
+/// limit's best-effort allowance back (FINDINGS F34).
 #[test]
 fn the_simulator_catches_record_rules_taken_from_an_older_revision() {
     let bugs = KnownBugs { record_rules_take_any_revision: true, ..KnownBugs::default() };
@@ -253,7 +257,7 @@ fn a_standby_that_takes_over_in_a_cut_keeps_the_floor_its_dc_vouches_for() {
 
 /// A term that cannot read the ledger falls back on the floor its lagging watch delivered (the
 /// code before this rule, without the DC's confirmations): the floor DC 0 gave up is spent by
-/// DC 0 and DC 1 at once.
+/// DC 0 and DC 1 at once (FINDINGS F36).
 #[test]
 fn the_simulator_catches_a_term_that_uses_its_watched_floor() {
     let bugs = KnownBugs { term_uses_watched_floor: true, ..KnownBugs::default() };
@@ -263,7 +267,7 @@ fn the_simulator_catches_a_term_that_uses_its_watched_floor() {
 }
 
 /// The leader confirms its smaller floor without writing it to the DC's confirmations: they
-/// still name the older, larger floor, and the standby runs on it.
+/// still name the older, larger floor, and the standby runs on it (FINDINGS F37).
 #[test]
 fn the_simulator_catches_a_floor_confirmed_before_it_is_written() {
     let bugs = KnownBugs { floor_confirmed_unpersisted: true, ..KnownBugs::default() };
@@ -276,7 +280,7 @@ fn the_simulator_catches_a_floor_confirmed_before_it_is_written() {
 /// 6 s) and E while a DC runs on its floor with pods cut off from their manager
 /// (`Scenario::ttl_lowering`). A new term that waits out only its own, shorter pod TTL gives the
 /// floor again while the old term's pods still spend it; one that waits what its predecessor's
-/// record says holds, in strict and best-effort mode.
+/// record says holds, in strict and best-effort mode (FINDINGS F48).
 #[test]
 fn the_ttl_lowering_path_breaks_a_term_that_waits_only_its_own_pod_ttl() {
     let run = |bugs: KnownBugs, emergency: Quota, seed: u64| {

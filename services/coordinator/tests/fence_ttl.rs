@@ -1,4 +1,4 @@
-//! Tenth outside review: a coordinator that took over with no definition (fresh lh_limits) wrote
+//! FINDINGS F31: a coordinator that took over with no definition (fresh lh_limits) wrote
 //! a fence with dc_ttl_ms_max = 0, and a limit added live never raised it (covering() left 0
 //! "unknown"), so a later term finding the record lost waited only its own TTL. The fence now
 //! goes up to the longest DC lease before a record holds it (this failed before the fix).

@@ -1,6 +1,6 @@
 //! Per-key windows across owners whose wall clocks disagree: an owner 5 s behind admits keys to
 //! their limit, then hands its shards over (or crashes); the new owner, with a true clock, must
-//! keep those admissions in the window for the whole window, not 5 s less (issue 12, item 6).
+//! keep those admissions in the window for the whole window, not 5 s less (docs/FINDINGS.md#f59).
 //! Waiting for real time to pass is the point here: every wait is on the clock, to a deadline.
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 

@@ -1,7 +1,7 @@
-//! A bucket's keys listed from the other side of a gateway (issue 14: `leasehold inspect`
-//! pointed at a server of the other cluster never returned). Two single-server clusters, A and
-//! B, joined by a gateway; the bucket lives in A; B's client lists it with one stream-info
-//! request (`kv::list_keys`). The hang itself was not reproduced here: on the shipped
+//! A bucket's keys listed from the other side of a gateway (`leasehold inspect` pointed at a
+//! server of the other cluster never returned). Two single-server clusters, A and B, joined by
+//! a gateway; the bucket lives in A; B's client lists it with one stream-info request
+//! (`kv::list_keys`). The hang itself was not reproduced here: on the shipped
 //! two-cluster topology (`nats/prod`, by hand) the consumer-based `keys()` of `async-nats` took
 //! 1.0 s from the far cluster (5–8 ms from the near one; its first delivery is lost and
 //! recovered), `list_keys` 2–3 ms from either.

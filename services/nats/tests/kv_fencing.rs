@@ -92,7 +92,7 @@ async fn a_write_that_times_out_is_unknown_and_may_land_later() {
 
 /// Reads must come from the stream leader: a direct get may be answered by a lagging replica,
 /// and a DC manager starting a term from a stale record would spend a floor already given away
-/// (seventh outside review: 1,600/s against 1,000/s). New buckets allow no direct gets, and a
+/// (FINDINGS F27: 1,600/s against 1,000/s). New buckets allow no direct gets, and a
 /// bucket that does (an earlier version made it so) is changed when opened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn buckets_answer_reads_from_the_stream_leader_only() {

@@ -10,7 +10,7 @@
 //! * [`wire`]: every message and stored record, versioned JSON, panic-free decoding.
 //! * [`bucket`]: the pod's lock-free token bucket.
 //! * [`ewma`], [`allocator`]: demand smoothing and splitting a grant among children.
-//! * [`bugs`]: switches that bring back holes found by an audit, for negative-control tests.
+//! * [`bugs`]: switches that bring back the holes of docs/FINDINGS.md, for negative controls.
 //! * [`leadership`]: leadership terms through a compare-and-set key, measured from send time.
 //! * [`ledger`]: the conservation ledger — the safety property lives here.
 //! * [`holder`]: what a lease holder keeps (send log, version fence).

@@ -1,8 +1,8 @@
 //! A seeded, deterministic adversary for the real `DcManagerCore` (and real `PodCore`s) against
-//! a local oracle of what the coordinator may stop counting (written by the ninth outside
-//! review, which found no hole with it: about 14,000 seeds). A regression net with negative
-//! controls: each control brings back a known hole and must be caught. The adversary plays the
-//! coordinator for one DC:
+//! a local oracle of what the coordinator may stop counting (written by an outside review of
+//! the counted-ends rule, which found no hole with it in about 14,000 seeds: docs/FINDINGS.md#f29).
+//! A regression net with negative controls: each control brings back a known hole and must be
+//! caught. The adversary plays the coordinator for one DC:
 //! * DC leases with arbitrary quotas (0–1,000/s) and TTLs (2–16 s, so ends arrive out of
 //!   version order, as after a takeover that changed `dc_ttl_ms`), answering any of the last
 //!   seven reports (old bases), delayed up to 3 s, 10% lost, carrying the floor named when

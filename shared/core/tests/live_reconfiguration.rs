@@ -10,6 +10,7 @@ use leasehold_core::quota::Quota;
 use leasehold_core::wire::{DcReport, LeaseVersion};
 
 use crate::support;
+use support::api_limit as cfg;
 use support::config_with_bugs;
 use support::{Held, MS, S};
 
@@ -196,4 +197,26 @@ fn a_dc_dropped_from_the_definition_gives_its_floor_back_once_it_confirms_zero()
     a.on_dc_report(&report("eu", seq + 1, None, Some((Quota::ZERO, version))), t0 + S);
     assert_eq!(a.floor_reserved("eu", t0 + 2 * S), Quota::ZERO, "its room is the limit's again");
     assert_eq!(a.ledger().check(t0 + 2 * S), Ok(()));
+}
+
+/// `LimitConfig::from_record` (a term running a limit whose definition it cannot use) counted
+/// with fixed margins (drift 5 %, grace 1 s, egress 1 s), whatever the record's writer ran with;
+/// the record now carries its writer's expiry policy (FINDINGS F33).
+#[test]
+fn a_limit_run_from_its_record_counts_with_its_writers_margins() {
+    let mut writer = cfg(1_000, 10_000);
+    writer.expiry.max_drift = 0.2;
+    writer.expiry.egress_spread_ms = 2_000;
+    let a = CoordinatorCore::new(writer.clone(), "coord-a", 1);
+    let held = LimitConfig::from_record(&a.record());
+    let w = writer.expiry.issuer_live_until_ns(0, 10_000);
+    let h = held.expiry.issuer_live_until_ns(0, held.dc_ttl_ms);
+    println!(
+        "writer counts a lease for {:.2}s, from_record for {:.2}s; releases held {} ms vs {} ms",
+        w as f64 / 1e9,
+        h as f64 / 1e9,
+        writer.expiry.egress_spread_ms,
+        held.expiry.egress_spread_ms
+    );
+    assert!(h >= w, "from_record counts a lease {:.2}s shorter than its writer", (w - h) as f64 / 1e9);
 }

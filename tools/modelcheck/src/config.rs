@@ -9,15 +9,15 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct BugSwitches {
-    /// Hole 1: a DC manager falls back to an older, larger DC lease when its newest expires.
+    /// FINDINGS F1: a DC manager falls back to an older, larger DC lease when its newest expires.
     pub dc_falls_back_to_older_lease: bool,
-    /// Hole 2: a new best-effort DC-manager term spends E before the quiet period ends.
+    /// FINDINGS F2: a new best-effort DC-manager term spends E before the quiet period ends.
     pub emergency_before_quiet_period: bool,
-    /// Hole 3: a pod applies leases addressed to an earlier process with its id.
+    /// FINDINGS F3: a pod applies leases addressed to an earlier process with its id.
     pub pod_ignores_incarnation: bool,
-    /// Hole 4: a leader times its term from when its write's reply arrived, not from the send.
+    /// FINDINGS F4: a leader times its term from when its write's reply arrived, not from the send.
     pub leader_fresh_from_reply: bool,
-    /// Hole 5: a new DC-manager term waits out only its own pod-lease bounds, not the longer
+    /// FINDINGS F48: a new DC-manager term waits out only its own pod-lease bounds, not the longer
     /// ones its predecessor's term record carried.
     pub term_ignores_predecessor_bounds: bool,
 }

@@ -15,13 +15,13 @@ pub const NAMES: &[&str] = &[
     "ttl-lowering",
 ];
 
-/// The negative controls: (preset name, the hole it brings back).
+/// The negative controls: (preset name, the hole it brings back, by its docs/FINDINGS.md entry).
 pub const CONTROLS: &[(&str, &str)] = &[
-    ("older-lease", "hole 1: a DC manager falls back to an older, larger DC lease"),
-    ("emergency-quiet", "hole 2: a new best-effort term spends E before the quiet period"),
-    ("pod-incarnation", "hole 3: a restarted pod applies its previous process's late lease"),
-    ("term-from-reply", "hole 4: a leader times its term from a late reply and acts beside its successor"),
-    ("ttl-lowering", "hole 5: a new DC-manager term waits only its own pod TTL, not its predecessor's longer one"),
+    ("older-lease", "F1: a DC manager falls back to an older, larger DC lease"),
+    ("emergency-quiet", "F2: a new best-effort term spends E before the quiet period"),
+    ("pod-incarnation", "F3: a restarted pod applies its previous process's late lease"),
+    ("term-from-reply", "F4: a leader times its term from a late reply and acts beside its successor"),
+    ("ttl-lowering", "F48: a new DC-manager term waits only its own pod TTL, not its predecessor's longer one"),
 ];
 
 pub fn by_name(name: &str) -> Option<ModelConfig> {
@@ -106,7 +106,7 @@ pub fn best_effort() -> ModelConfig {
     ModelConfig { emergency_milli: Some((5_000, 1_000)), ..ci() }
 }
 
-/// Hole 1. One coordinator process (no standby), one pod per DC, 1 s ticks, in-order delivery.
+/// FINDINGS F1. One coordinator process (no standby), one pod per DC, 1 s ticks, in-order delivery.
 /// The explorer may restart the leader with `dc_ttl_ms` 10 s → 6 s, move demand from DC 0 to
 /// DC 1 and crash the leader: DC 0's newest (smaller, 6 s) lease then expires before the older,
 /// larger 10 s one it replaced, whose share DC 1 already holds.
@@ -142,7 +142,7 @@ pub fn older_lease() -> ModelConfig {
     }
 }
 
-/// Hole 2. Best-effort mode with floors that nearly fill R (45 + 45 of 100) and E above the
+/// FINDINGS F2. Best-effort mode with floors that nearly fill R (45 + 45 of 100) and E above the
 /// floor, so the documented bound R + Σ E has little slack; one coordinator process. Once the
 /// leader crashes both DCs run on floor + E; then DC 0's manager crashes and its standby takes
 /// over after 1 s, while the old term's 3 s pod leases are still live.
@@ -168,7 +168,7 @@ pub fn emergency_quiet() -> ModelConfig {
     }
 }
 
-/// Hole 3. A cold start (pods' sequence numbers are still small), faults on pod 0 only: a
+/// FINDINGS F3. A cold start (pods' sequence numbers are still small), faults on pod 0 only: a
 /// reorder, a long pause (4 s) and a crash. A lease that answered the first process's report 1
 /// is held while the pod is frozen; the pod then restarts under the same id and sends its own
 /// report 1, and the late lease arrives: its countdown now starts seconds after it was issued.
@@ -187,7 +187,7 @@ pub fn pod_incarnation() -> ModelConfig {
     }
 }
 
-/// Hole 4. 2 DCs × 1 pod, in-order delivery, faults only on leader-key writes: one answer
+/// FINDINGS F4. 2 DCs × 1 pod, in-order delivery, faults only on leader-key writes: one answer
 /// `slow_leader_reply_ticks` (1.5 s) late and one write that times out, landed or not. A DC
 /// manager whose renewal is answered late has stopped acting when the standby, having seen the
 /// key unchanged for the TTL (1 s), claims; timing its term from the late answer, it acts again
@@ -204,7 +204,7 @@ pub fn term_from_reply() -> ModelConfig {
     }
 }
 
-/// Hole 5. Strict mode, floors that nearly fill R (45 + 45 of 100), one coordinator process:
+/// FINDINGS F48. Strict mode, floors that nearly fill R (45 + 45 of 100), one coordinator process:
 /// once it crashes both DCs run on their floors, DC 0's term A cutting 6 s pod leases from it.
 /// Pod 0 freezes holding its lease (its reports stop), and a rolling restart lowers DC 0's
 /// `pod_ttl_ms` to 1.5 s: the standby restarts with it, the leader goes down, and the standby's

@@ -73,37 +73,37 @@ fn control_fires_only_with_its_switch(preset: &str, max_states: usize, max_actio
     assert!(fixed.states > out.states, "the fixed run explored past the point the buggy one failed");
 }
 
-/// Hole 1: restart with a shorter DC-lease TTL, demand moves, DC 0's reports are lost: DC 0's
+/// FINDINGS F1: restart with a shorter DC-lease TTL, demand moves, DC 0's reports are lost: DC 0's
 /// newest lease expires first and the manager falls back to the older, larger one.
 #[test]
 fn finds_the_older_lease_fallback() {
     control_fires_only_with_its_switch("older-lease", 40_000, 80);
 }
 
-/// Hole 2: coordinator down, both DCs on floor + E, DC 0's manager crashes; its standby spends E
-/// while the old term's pod leases (with floor + E in them) are still live.
+/// FINDINGS F2: coordinator down, both DCs on floor + E, DC 0's manager crashes; its standby
+/// spends E while the old term's pod leases (with floor + E in them) are still live.
 #[test]
 fn finds_the_emergency_allowance_spent_during_the_quiet_period() {
     control_fires_only_with_its_switch("emergency-quiet", 20_000, 80);
 }
 
-/// Hole 3: pod 0 restarts under the same id and applies a lease that answered its previous
+/// FINDINGS F3: pod 0 restarts under the same id and applies a lease that answered its previous
 /// process's report 1.
 #[test]
 fn finds_a_restarted_pod_applying_its_previous_processs_lease() {
     control_fires_only_with_its_switch("pod-incarnation", 80_000, 120);
 }
 
-/// Hole 4: a DC manager's renewal is answered late; timing its term from that answer, it acts
+/// FINDINGS F4: a DC manager's renewal is answered late; timing its term from that answer, it acts
 /// again beside the standby that claimed meanwhile.
 #[test]
 fn finds_a_leader_timing_its_term_from_a_late_reply() {
     control_fires_only_with_its_switch("term-from-reply", 20_000, 40);
 }
 
-/// Hole 5: coordinator down, both DCs on their floors; pod 0 freezes holding term A's 6 s floor
-/// lease, and a rolling restart lowers DC 0's `pod_ttl_ms` to 1.5 s. Term B, timing its wait by
-/// its own TTL rather than A's term record, gives pod 1 the whole floor while pod 0's runs on.
+/// FINDINGS F48: coordinator down, both DCs on their floors; pod 0 freezes holding term A's 6 s
+/// floor lease, and a rolling restart lowers DC 0's `pod_ttl_ms` to 1.5 s. Term B, timing its wait
+/// by its own TTL rather than A's term record, gives pod 1 the whole floor while pod 0's runs on.
 #[test]
 fn finds_a_term_that_waits_only_its_own_lowered_pod_ttl() {
     control_fires_only_with_its_switch("ttl-lowering", 100_000, 130);

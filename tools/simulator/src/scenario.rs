@@ -83,7 +83,7 @@ pub struct Scenario {
     /// Best-effort mode: each DC may use this much on top of its floor once its lease expired.
     /// Zero means strict mode.
     pub emergency_per_dc: Quota,
-    /// Negative controls: bring back holes an audit found (see `leasehold_core::bugs`).
+    /// Negative controls: bring back the holes of docs/FINDINGS.md (see `leasehold_core::bugs`).
     pub bugs: leasehold_core::bugs::KnownBugs,
     /// A fixed fault schedule instead of a seeded one (a named path through the failure space).
     pub fixed_faults: Vec<crate::faults::ScheduledFault>,
@@ -294,7 +294,7 @@ impl Scenario {
         }
     }
 
-    /// The path an audit used to break the limit: demand moves from BKK to Europe while a rolling
+    /// The path an audit used to break the limit (docs/FINDINGS.md#f1): demand moves from BKK to Europe while a rolling
     /// restart lowers `dc_ttl_ms` to 30% (10 s → 3 s); BKK acks its new, smaller lease and
     /// Europe gets the difference; then BKK is cut off from the coordinator, so its newest lease
     /// expires while the older, larger one it replaced would still be valid.

@@ -215,7 +215,7 @@ mod tests {
         LimitEvent { key: key.into(), revision, def: Some(Ok(LimitDef::from_config(&cfg))) }
     }
 
-    /// Found by the tenth outside review: a refused definition left the one before in force, so a
+    /// FINDINGS F33: a refused definition left the one before in force, so a
     /// replica that refused a lowered limit (its own `leader_ttl_ms` makes it invalid) could take
     /// over and grant the old, higher limit for good.
     #[test]

@@ -66,7 +66,7 @@ impl CoordinatorCore {
     /// A lost floor counts in the total but not among what lasts (`Ledger::adopt_outgoing`),
     /// so without this a DC dropped from the definition, whose lost floor no report of its
     /// ever releases, had its floor's room taken by the others' renewals after R went down
-    /// (found by review).
+    /// (FINDINGS F40).
     pub(super) fn floor_dcs(&self) -> Vec<String> {
         let mut dcs: Vec<String> =
             self.ledger.holders().filter_map(|h| floor_dc(h).or_else(|| lost_floor_dc(h))).map(String::from).collect();

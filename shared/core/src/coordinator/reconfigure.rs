@@ -84,7 +84,7 @@ impl CoordinatorCore {
         if cfg.expiry != self.cfg.expiry {
             self.recount_under(&cfg, now_ns);
             // A lost record's leases are not on the books: wait them out under the new policy
-            // too, from now (found by review: a wider drift bound did not lengthen the wait).
+            // too, from now (FINDINGS F32: a wider drift bound did not lengthen the wait).
             if let Some(ttl_ms) = self.lost_wait_dc_ttl_ms.filter(|_| now_ns < self.issue_from_ns) {
                 self.issue_from_ns = self.issue_from_ns.max(cfg.expiry.issuer_live_until_ns(now_ns, ttl_ms));
             }

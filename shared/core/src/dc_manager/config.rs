@@ -119,7 +119,8 @@ pub struct DcManagerConfig {
     /// before it uses the floor or the emergency allowance. Never an operator setting.
     #[serde(skip)]
     pub inherited: Option<super::PodLeaseBounds>,
-    /// Negative controls only: brings back holes an audit found. Never read from a file.
+    /// Negative controls only: brings back holes listed in docs/FINDINGS.md. Never read from a
+    /// file.
     #[serde(skip)]
     pub bugs: crate::bugs::KnownBugs,
 }

@@ -281,9 +281,9 @@ pub(super) mod tests {
         }
     }
 
-    /// Found by the second review: calls were prorated by `interval_ms`, so a pod whose own
-    /// period is 1 s had three quarters of its calls dropped. Only a report standing for several
-    /// periods (a quiet limit's) counts the calls of one.
+    /// Found by a review of quiet reports (FINDINGS F67): calls were prorated by `interval_ms`, so
+    /// a pod whose own period is 1 s had three quarters of its calls dropped. Only a report
+    /// standing for several periods (a quiet limit's) counts the calls of one.
     #[test]
     fn a_report_counts_its_calls_over_the_periods_it_stands_for() {
         let cfg = DcManagerConfig::new("l", "bkk", "m");

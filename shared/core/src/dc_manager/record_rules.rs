@@ -92,7 +92,7 @@ mod tests {
 
     #[test]
     fn an_older_record_read_after_a_newer_one_changes_nothing() {
-        // Found by review: the newest record (the removal) read directly when a core starts,
+        // FINDINGS F34: the newest record (the removal) read directly when a core starts,
         // then the watch, opened again, replays the key's history from an older version.
         let base = DcManagerConfig::new("api", "bkk", "m");
         let mut r = RecordRules::default();

@@ -192,7 +192,7 @@ mod tests {
         let known = unknown.covering(&record).expect("an unknown TTL is raised too");
         assert_eq!(known.dc_ttl_ms_max, 20_000);
         let none_yet = LedgerFence::raised(None, 1, 0).covering(&record).expect("a first term without limits");
-        assert_eq!(none_yet.dc_ttl_ms_max, 20_000, "found by review: a term with no definitions raised 0");
+        assert_eq!(none_yet.dc_ttl_ms_max, 20_000, "FINDINGS F31: a term with no definitions raised 0");
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Pieces the review-round tests share: time units, a hand-driven DC's newest lease, real pods
+//! Pieces the rule tests share: time units, a hand-driven DC's newest lease, real pods
 //! and DC managers as the services configure them, a world of them (`world`) and a manager with
 //! scripted pods (`scripted`). Each test file uses what it needs.
 #![allow(dead_code)]
@@ -87,7 +87,7 @@ pub fn manager(dc: &str, instance: &str, epoch: u64, now: u64) -> DcManagerCore 
     manager_with_bugs(dc, instance, epoch, now, KnownBugs::default())
 }
 
-/// As [`manager`], with holes an audit found brought back (negative controls).
+/// As [`manager`], with holes of docs/FINDINGS.md brought back (negative controls).
 pub fn manager_with_bugs(dc: &str, instance: &str, epoch: u64, now: u64, bugs: KnownBugs) -> DcManagerCore {
     let mut cfg = DcManagerConfig::new("api", dc, instance);
     cfg.bugs = bugs;
@@ -152,7 +152,7 @@ pub fn floor_burst(
     config
 }
 
-/// As [`config`], with holes an audit found brought back.
+/// As [`config`], with holes of docs/FINDINGS.md brought back.
 pub fn config_with_bugs(
     quota: Quota,
     bkk_floor: u64,
@@ -189,4 +189,24 @@ impl Held {
             .filter(|(l, at)| at + l.ttl_ms * MS > now)
             .fold(Quota::ZERO, |s, (l, _)| s.saturating_add(l.quota))
     }
+}
+
+/// Limit `api` of `rate` per second (burst 20) over BKK and Europe without floors, with DC leases
+/// of `dc_ttl_ms`.
+pub fn api_limit(rate: u64, dc_ttl_ms: u64) -> leasehold_core::coordinator::LimitConfig {
+    config_with_dc_ttl(Quota::per_s(rate, 20), 0, 0, dc_ttl_ms)
+}
+
+/// A first leader with `before`, both DCs asking for everything; the record it leaves behind.
+pub fn first_term(before: leasehold_core::coordinator::LimitConfig) -> leasehold_core::wire::LedgerRecord {
+    let mut a = leasehold_core::coordinator::CoordinatorCore::new(before, "coord-a", 1);
+    a.on_dc_report(&dc_report("bkk", 1, None, None), 0);
+    a.on_dc_report(&dc_report("eu", 1, None, None), 0);
+    assert_eq!(a.tick(0).len(), 2);
+    a.record()
+}
+
+/// The floor `rec` names for `dc` and its version, for a test's log.
+pub fn named_floor(rec: &leasehold_core::wire::LedgerRecord, dc: &str) -> Option<(String, String)> {
+    rec.floor_of(dc).map(|(f, v)| (f.to_string(), v.to_string()))
 }

@@ -1,11 +1,14 @@
 //! A DC manager whose pods the test plays by hand (no `PodCore`): their reports are written from
 //! counters, and the newest pod lease sent to each is kept as what it holds.
 
-use leasehold_core::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput};
+use leasehold_core::bugs::KnownBugs;
+use leasehold_core::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput, FailMode};
 use leasehold_core::holder::LeaseRejection;
 use leasehold_core::quota::Quota;
 use leasehold_core::wire::{DcLease, LeaseVersion, PodLease, PodReport};
 use std::collections::BTreeMap;
+
+use super::MS;
 
 /// A hand-written report of pod `pod` of BKK (limit `api`, 250 ms interval, weight 1): it offered
 /// `offered` and admitted `admitted` of it (the rest rejected), and acks `ack`.
@@ -114,5 +117,67 @@ impl ScriptedDc {
         let r = pod_report(pod, self.incarnation, *seq, self.counters, healthy, in_use);
         let out = self.core.on_pod_report(&r, now);
         self.absorb(out);
+    }
+}
+
+/// BKK's manager `instance` (pod leases of 2 s) that has read `floor`, with scripted pods that
+/// report every 250 ms (offered 500, admitted 100) and keep the newest lease they were sent.
+pub fn bkk_with_scripted_pods(mode: FailMode, floor: Quota, instance: &str, now: u64, bugs: KnownBugs) -> ScriptedDc {
+    let mut cfg = DcManagerConfig::new("api", "bkk", instance);
+    cfg.fail_mode = mode;
+    cfg.bugs = bugs;
+    cfg.pod_ttl_ms = 2_000;
+    ScriptedDc::new(cfg, floor, now, 7, (500, 100))
+}
+
+/// The two pods the [`Drive`] tests run.
+pub const PODS: [&str; 2] = ["p1", "p2"];
+
+/// How the tests drive a [`ScriptedDc`] through time.
+pub trait Drive {
+    /// The manager's report to the coordinator at `now`: its sequence number.
+    fn report_seq(&mut self, now: u64) -> u64;
+    /// Σ of the pod leases issued at or after `since` (what pods may spend after that instant).
+    fn issued_since(&self, since: u64, issued_at: &BTreeMap<String, u64>) -> Quota;
+    /// Run pods and ticks from `from` to `to`; returns the largest Σ of leases issued after `since`.
+    fn run(&mut self, pods: &[&str], from: u64, to: u64, since: u64) -> Quota;
+}
+
+impl Drive for ScriptedDc {
+    fn report_seq(&mut self, now: u64) -> u64 {
+        let out = self.core.tick(now);
+        let seq = report_seq_of(&out);
+        self.absorb(out);
+        seq.expect("a tick always reports")
+    }
+
+    fn issued_since(&self, since: u64, issued_at: &BTreeMap<String, u64>) -> Quota {
+        self.held
+            .iter()
+            .filter(|(p, _)| issued_at.get(*p).is_some_and(|t| *t >= since))
+            .fold(Quota::ZERO, |s, (_, l)| s.saturating_add(l.quota))
+    }
+
+    fn run(&mut self, pods: &[&str], from: u64, to: u64, since: u64) -> Quota {
+        let mut issued_at: BTreeMap<String, u64> = BTreeMap::new();
+        let mut worst = Quota::ZERO;
+        let mut t = from;
+        while t < to {
+            let before: BTreeMap<String, LeaseVersion> =
+                self.held.iter().map(|(p, l)| (p.clone(), l.version)).collect();
+            for pod in pods {
+                self.report(pod, t, true, true);
+            }
+            let out = self.core.tick(t);
+            self.absorb(out);
+            for (p, l) in &self.held {
+                if before.get(p) != Some(&l.version) {
+                    issued_at.insert(p.clone(), t);
+                }
+            }
+            worst = worst.max(self.issued_since(since, &issued_at));
+            t += 250 * MS;
+        }
+        worst
     }
 }

@@ -1,4 +1,4 @@
-//! A hand-driven world of real cores for the review-round tests: per DC one manager term and its
+//! A hand-driven world of real cores for the rule tests: per DC one manager term and its
 //! pods (a pod may be cut off from its manager, or deaf to it), the coordinator fed by the test.
 
 use super::{manager_with_bugs, pod, secs, MS, S};
@@ -41,7 +41,7 @@ impl Dc {
         Dc::with_bugs(name, instance, epoch, now, KnownBugs::default())
     }
 
-    /// As [`Dc::new`], with holes an audit found brought back in the manager.
+    /// As [`Dc::new`], with holes of docs/FINDINGS.md brought back in the manager.
     pub fn with_bugs(name: &'static str, instance: &str, epoch: u64, now: u64, bugs: KnownBugs) -> Self {
         let ids = [format!("{name}-p1"), format!("{name}-p2")];
         Dc::with_pods(name, manager_with_bugs(name, instance, epoch, now, bugs), &[&ids[0], &ids[1]])

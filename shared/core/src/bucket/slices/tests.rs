@@ -199,9 +199,9 @@ fn threads_on_slots_of_their_own_never_spend_more_than_the_bucket_held() {
     assert!(matches!(b.try_acquire(1, S), Ok(Decision::Denied { .. })));
 }
 
-/// An audit's trace: a renewal that lowers the slice size (here to none) hides stock above it;
-/// a later renewal of the same run of leases that raises it must not bring that stock back
-/// while the bucket itself has meanwhile refilled to the larger capacity.
+/// An outside review's trace (FINDINGS F41): a renewal that lowers the slice size (here to none)
+/// hides stock above it; a later renewal of the same run of leases that raises it must not bring
+/// that stock back while the bucket itself has meanwhile refilled to the larger capacity.
 #[test]
 fn stock_hidden_by_a_smaller_slice_never_comes_back() {
     let fast = Quota::per_s(1_000_000, 100_000);

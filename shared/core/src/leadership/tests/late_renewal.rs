@@ -1,4 +1,4 @@
-//! A renewal that lands after the read meant to resolve it (found by the second outside review),
+//! A renewal that lands after the read meant to resolve it (docs/FINDINGS.md#f14),
 //! on a compare-and-set register of the leader key.
 
 use super::*;

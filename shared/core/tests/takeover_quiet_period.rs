@@ -1,14 +1,16 @@
-//! Terms carry their settings: a DC-manager term waits out the pod leases of the terms before
-//! it by the bounds *they* published in the DC's leader key, whatever its own settings say.
-//! Two real terms (leadership, term records and `DcManagerCore`) of one DC, strict, with the
-//! coordinators silent: the DC runs on its floor alone.
+//! A new DC-manager term uses neither its DC's floor nor the emergency allowance E before every
+//! pod lease of earlier terms may have ended (docs/FINDINGS.md#f2), and it waits them out by the
+//! bounds *they* published in the DC's leader key, whatever its own settings say
+//! (docs/FINDINGS.md#f48). The term-record tests run two real terms (leadership, term records and
+//! `DcManagerCore`) of one DC, strict, with the coordinators silent: the DC runs on its floor
+//! alone.
 
 use leasehold_core::bugs::KnownBugs;
-use leasehold_core::dc_manager::{DcManagerConfig, PodLeaseBounds, TermRecords, POD_TTL_MS_MAX};
+use leasehold_core::dc_manager::{DcManagerConfig, FailMode, PodLeaseBounds, TermRecords, POD_TTL_MS_MAX};
 use leasehold_core::leadership::{LeaderRequest, Leadership, LeadershipConfig, WriteOutcome};
 use leasehold_core::quota::Quota;
 
-use crate::support::scripted::ScriptedDc;
+use crate::support::scripted::{bkk_with_scripted_pods as dc, Drive, ScriptedDc, PODS};
 use crate::support::{MS, S};
 
 const TICK: u64 = 250 * MS;
@@ -148,4 +150,29 @@ fn a_predecessor_whose_value_names_only_its_holder_is_waited_out_for_the_longest
     let first = h.second_term_first_grant.expect("term B serves the floor after the longest TTL");
     assert!(first >= h.first_term_lease_ends, "{first} < {}", h.first_term_lease_ends);
     assert!(first >= 28 * S + POD_TTL_MS_MAX * MS, "term B waited less than {POD_TTL_MS_MAX} ms: {first}");
+}
+
+/// Best-effort mode (FINDINGS F2). A new manager term must not hand out the emergency allowance
+/// before the previous term's pod leases (which may include it) have expired.
+#[test]
+fn a_new_best_effort_term_waits_before_it_hands_out_the_emergency_allowance() {
+    let floor = Quota::per_s(100, 2);
+    let e = Quota::per_s(100, 2);
+    let mode = FailMode::BestEffort { emergency: e };
+    let mut dc = dc(mode, floor, "bkk-mgr-e9", 0, KnownBugs::default());
+    let quiet = dc.run(&PODS, 0, 2 * S, 0);
+    assert!(
+        quiet.is_zero(),
+        "a new term gave {quiet} within the previous term's pod-lease lifetime (floor + E may still be in use)"
+    );
+    let later = dc.run(&PODS, 2 * S, 6 * S, 3 * S);
+    assert_eq!(later, floor.saturating_add(e), "after the quiet period the floor and E are usable");
+}
+
+#[test]
+fn negative_control_the_old_rule_hands_out_the_emergency_allowance_at_once() {
+    let e = Quota::per_s(100, 2);
+    let bugs = KnownBugs { emergency_before_quiet_period: true, ..KnownBugs::default() };
+    let mut dc = dc(FailMode::BestEffort { emergency: e }, Quota::per_s(100, 2), "m", 0, bugs);
+    assert_eq!(dc.run(&PODS, 0, 2 * S, 0), e, "the old rule spends E during the quiet period");
 }

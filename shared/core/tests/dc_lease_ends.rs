@@ -1,17 +1,120 @@
-//! Holes an eighth outside review found, each driven through the real sans-I/O cores and
-//! asserting the safe outcome (so each test fails while the hole is open).
+//! A DC manager's grant keeps, from now on and at the end of every DC lease the coordinator may
+//! still count, the pod leases still admitting then within the floor and the DC leases still
+//! running then; a DC lease whose end has passed on the manager's clock backs nothing
+//! (`dc_manager/lease_ends.rs`; docs/FINDINGS.md#f25, docs/FINDINGS.md#f29). Each test drives
+//! the real cores and asserts the safe outcome.
 //!
-//! Numbers are in whole requests per second (rate); times are explicit `now_ns` values on one
-//! clock (no skew). The ground truth is what the real pods may spend: the sum of their applied,
-//! unexpired leases (`PodCore::applied`).
+//! Numbers are in whole requests per second (rate) and tokens (burst); times are explicit
+//! `now_ns` values on one clock (no skew). The ground truth is what the real pods may spend:
+//! the sum of their applied, unexpired leases (`PodCore::applied`).
 
+use leasehold_core::bugs::KnownBugs;
 use leasehold_core::coordinator::CoordinatorCore;
 use leasehold_core::quota::Quota;
 use leasehold_core::wire::{DcLease, DcReport};
 
 use crate::support;
-use support::world::{print_run, sample_held, Dc};
-use support::{config, counted_dc_leases, manager, pods_applied, secs, MS, S};
+use support::world::{print_run, sample, sample_held, step_two_dcs, Dc};
+use support::{config, config_with_dc_ttl, counted_dc_leases, floor_burst, manager, pods_applied, secs, MS, S};
+
+// -------------------------------------------------------------------------------------------
+// A pod lease cut from the floor alone (no DC lease current) outlives a later, shorter DC
+// lease whose room a renewal reused: the DC's pods hold more than the coordinator counts
+// -------------------------------------------------------------------------------------------
+
+/// R = 1,000/s, B = 20; floors BKK 0, Europe 600; `dc_ttl_ms` = 3,000 (the simulator's own
+/// rolling restart lowers it to 30% of 10 s), pod leases 5,000 ms (the managers' default).
+/// Nothing relates the two settings (they live in different services), and nothing nests a pod
+/// lease cut while the DC holds no DC lease.
+///
+/// 1. Europe is busy, BKK idle: Europe holds DC leases of 400/s. Europe is cut off from the
+///    coordinator at 8 s; at 10 s BKK turns busy and Europe's demand drops.
+/// 2. ~11 s: Europe's last DC lease ends and its manager falls to the floor: p1 and p2 get
+///    300/s each for a full pod TTL (no DC lease to nest in): until 16 s. At 11.25 s p1 is cut
+///    off from its manager (a pod partition; it keeps spending its lease, as it may).
+/// 3. 11.5 s: Europe reconnects and gets DC lease e1v26 of 200/s at 12 s (the coordinator counts
+///    it until 15.28 s). Budget 800: p2 gets 400/s (p1's unreceived grant holds the rest).
+///    Europe's pods: 300 + 400 = 700 (within 800).
+/// 4. 13 s: Europe's DC lease shrinks to 0 (e1v29). Budget 600; every pod lease is inherited
+///    and p2 is renewed at its 400/s claim (`Ledger::grantable`: up to the current claim; the
+///    lasting room is 600 since p1's lease counts as inherited). Europe's pods hold 700 against
+///    floor 600 + 0. The manager acks neither e1v29 (700 > 600) nor e1v26 (p1's lease outlives
+///    it) — but e1v26 needs no ack to stop counting: it expires on the coordinator at 15.28 s.
+/// 5. From then on the coordinator counts Europe at 600 + 0 and grants BKK 400/s (15.5 s) while
+///    p1 still holds its floor lease until 16 s: 700 + 400 = 1,100/s against 1,000/s.
+///
+/// At fault: the manager's ledger (`Ledger::grantable`/`grant` after `set_capacity` shrinks:
+/// "inherited" leases) assumes an inherited pod lease ends before the capacity it was counted
+/// against stops being counted upstream. A pod lease cut from the floor alone (`pass` with no
+/// current DC lease: the full `pod_ttl_ms`, nested in nothing) outlives a later, shorter DC
+/// lease whose room a renewal leaned on beside it.
+#[test]
+fn a_pod_lease_cut_from_the_floor_alone_never_outlives_the_dc_lease_a_renewal_leaned_on() {
+    let (worst, q) = floor_lease_outlives(KnownBugs::default());
+    assert!(worst.fits_in(&q), "BKK's and Europe's pods held {worst} > {q}");
+}
+
+/// Negative control: grants within the budget of the moment only break the limit here.
+#[test]
+fn pod_leases_granted_within_the_momentary_budget_only_break_the_limit_here() {
+    let bugs = KnownBugs { pod_lease_outlives_counted_dc_lease: true, ..KnownBugs::default() };
+    let (worst, q) = floor_lease_outlives(bugs);
+    assert!(!worst.fits_in(&q), "held at most {worst}");
+}
+
+/// Runs the scenario above with `bugs` in the DC managers. Returns the most the pods ever held,
+/// and the limit.
+fn floor_lease_outlives(bugs: KnownBugs) -> (Quota, Quota) {
+    let q = Quota::per_s(1_000, 20);
+    // Europe's floor holds a token for each of its pods: a pod lease needs one to admit.
+    let cfg = || floor_burst(config_with_dc_ttl(q, 0, 600, 3_000), "eu", 4);
+    let mut log = Vec::new();
+    let mut coord = CoordinatorCore::new(cfg(), "coord1", 1);
+    let mut bkk = Dc::with_bugs("bkk", "bkk-mgr-a", 1, 0, bugs);
+    let mut eu = Dc::with_bugs("eu", "eu-mgr-a", 1, 0, bugs);
+    assert_eq!(eu.mgr.config().pod_ttl_ms, 5_000, "the default pod lease TTL");
+    bkk.offer(0);
+    bkk.on_record(&coord, 0);
+    eu.on_record(&coord, 0);
+    let (cut_from, demand_moves, p1_cut, cut_until, end) = (8 * S, 10 * S, 11_250 * MS, 11_500 * MS, 20 * S);
+    let (mut t, mut worst) = (0u64, Quota::ZERO);
+    while t < end {
+        if t == demand_moves {
+            bkk.offer(2_000);
+            eu.offer(20);
+        }
+        if t == p1_cut {
+            log.push(format!(
+                "{:6.3}s p1 cut off from its manager holding {:?}",
+                secs(t),
+                eu.pods[0].applied(t).map(|a| (a.quota.to_string(), a.version.to_string(), secs(a.expires_at_ns)))
+            ));
+            eu.pod_cut[0] = true;
+        }
+        step_two_dcs(&mut coord, &mut bkk, &mut eu, (cut_from..cut_until).contains(&t), t);
+        if (11 * S..17 * S).contains(&t) && t.is_multiple_of(S / 2) {
+            let eu_leases = counted_dc_leases(&coord, "eu", t);
+            let pods = pods_applied(&eu.pods, t);
+            log.push(format!(
+                "{:6.3}s coordinator counts europe: floor {}/s + DC leases {:?}; europe's pods {:?}; bkk's pods {}",
+                secs(t),
+                coord.floor_reserved("eu", t).rate_milli_per_s / 1_000,
+                eu_leases,
+                pods,
+                bkk.pods_hold(t)
+            ));
+        }
+        sample(&bkk, &eu, t, q, &mut worst, &mut log);
+        t += 250 * MS;
+    }
+    print_run(&log, worst, q);
+    (worst, q)
+}
+
+// -------------------------------------------------------------------------------------------
+// A renewal just after a DC lease ended (manager clock) leans on a pod claim that lease
+// backed, beside an inherited pod lease: `room_at_dc_lease_ends` skips the ended lease
+// -------------------------------------------------------------------------------------------
 
 /// A DC of manager term `<name>-mgr-a` and idle pods `<name>-p`, `<name>-q`. Each pod has its own
 /// demand and health flag, and may be deaf to the manager (leases lost; its reports still arrive).
@@ -66,11 +169,6 @@ fn eu_books(coord: &CoordinatorCore, eu: &Dc, bkk: &Dc, t: u64) -> String {
         bkk.pods_hold(t).rate_milli_per_s / 1_000
     )
 }
-
-// -------------------------------------------------------------------------------------------
-// 1. A renewal just after a DC lease ended (manager clock) leans on a pod claim that lease
-//    backed, beside an inherited pod lease: `room_at_dc_lease_ends` skips the ended lease
-// -------------------------------------------------------------------------------------------
 
 /// R = 1,000/s, B = 20, no floors, every TTL at its default (DC 10 s, pod 5 s, grace 100 ms),
 /// egress spread 150 ms, Equal split. Europe has pods p (400/s of demand) and q (2,000/s); BKK is

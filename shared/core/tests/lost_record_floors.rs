@@ -1,28 +1,24 @@
-//! A leader that finds the ledger record lost (`Stored::Lost`: the fence shows a record was
-//! written) waits one DC-lease lifetime before it issues, and names and counts floors only as far
-//! as the lost record's live leases allow. Holes the fifth and sixth outside reviews found, each
-//! driven through the real sans-I/O cores and asserting the safe outcome (so each test fails
-//! while the hole is open).
+//! A leader that finds the ledger record lost reserves for each DC the largest floor any record
+//! named (the fence's `floors_max`) under a holder of its own until that DC confirms a floor named
+//! since, names every floor zero until its wait is over, and never counts the lost floor as room
+//! for raising a DC's floor; a lost floor stays out of the others' share even for a DC dropped
+//! from the definition (docs/FINDINGS.md#f18, docs/FINDINGS.md#f22, docs/FINDINGS.md#f23,
+//! docs/FINDINGS.md#f40). Each test drives the real cores and asserts the safe outcome.
 //!
 //! Numbers are in whole requests per second (rate) and tokens (burst); times are explicit
 //! `now_ns` values on one clock (no skew).
 
-use leasehold_core::coordinator::{CoordinatorCore, Stored};
+use leasehold_core::coordinator::{CoordinatorCore, LimitConfig, Stored};
 use leasehold_core::quota::Quota;
-use leasehold_core::wire::{LedgerFence, LedgerRecord};
+use leasehold_core::wire::LedgerFence;
 
 use crate::support;
 use support::world::{deliver, print_run, sample, sample_bkk_and, Dc};
-use support::{config, secs, MS, S};
-
-/// The floor `rec` names for `dc` and its version, for a test's log.
-fn named_floor(rec: &LedgerRecord, dc: &str) -> Option<(String, String)> {
-    rec.floor_of(dc).map(|(f, v)| (f.to_string(), v.to_string()))
-}
+use support::{config, dc_report, floor_burst, named_floor, secs, MS, S};
 
 // -------------------------------------------------------------------------------------------
-// 1. A leader that finds the ledger record lost names, during its wait, a floor the lost record
-//    no longer named (the fence's historical maximum), while the lost record's DC leases live
+// A leader that finds the ledger record lost names, during its wait, a floor the lost record
+// no longer named (the fence's historical maximum), while the lost record's DC leases live
 // -------------------------------------------------------------------------------------------
 
 /// R = 1,000/s. Term 1 of the coordinator runs with floors BKK 400, Europe 500 (the fence
@@ -132,8 +128,8 @@ fn a_leader_without_a_record_names_no_floor_above_what_the_lost_record_named_dur
 }
 
 // -------------------------------------------------------------------------------------------
-// 2. After a lost record's wait, a floor is raised up to the fence's historical maximum because
-//    that maximum (reserved at e0v0) counts as the floor holder's own claim
+// After a lost record's wait, a floor is raised up to the fence's historical maximum because
+// that maximum (reserved at e0v0) counts as the floor holder's own claim
 // -------------------------------------------------------------------------------------------
 
 /// R = 1,000/s. Term 1 runs with floors BKK 800, Europe 200 (the fence records them). Term 2
@@ -216,92 +212,121 @@ fn a_floor_raised_after_a_lost_records_wait_never_counts_the_fences_historical_m
 }
 
 // -------------------------------------------------------------------------------------------
-// 3. A leader that resumes from a record written during a lost record's wait does not wait:
-//    the wait is not on record, so a crash during it ends it
+// A lost ledger record and floors (storm seed 27 once records could be lost: FINDINGS F18).
 // -------------------------------------------------------------------------------------------
 
-/// R = 1,000/s, floors BKK 200, Europe 200. Term 1 gives BKK (busy) a 600 DC lease; Europe is
-/// idle. At 12 s term 1's record is lost and BKK is cut off from the coordinator (its manager
-/// keeps spending its DC lease until it ends, ~22 s, as it may). Term 2 finds the record lost and
-/// rightly waits until ~22.35 s; it writes its record at once (no leases, floors named zero,
-/// reserved 200 each). Term 2 crashes at 14 s. Term 3 resumes from *term 2's record*
-/// (`Stored::Record`), so it does not wait: it names the floors again at once and, Europe now
-/// being busy, gives Europe a 600 DC lease while BKK's pods still spend term 1's 600.
+/// Term A names BKK's floor 400; BKK is cut off and keeps spending it. The record is lost and
+/// term B starts with BKK's floor lowered to 200 and Europe's raised from 0 to 300. From the
+/// fence alone, B must keep counting BKK's 400 until BKK confirms the lower floor, and must name
+/// no floor above zero while the lost record's leases may still be live.
 #[test]
-fn a_leader_resuming_from_a_record_written_during_a_lost_records_wait_still_waits_it_out() {
+fn a_leader_without_a_record_counts_the_largest_floors_the_fence_says_were_named() {
     let q = Quota::per_s(1_000, 20);
-    let cfg = || config(q, 200, 200);
-    let mut log = Vec::new();
-    let mut coord = CoordinatorCore::new(cfg(), "coord1", 1);
-    let mut fence = LedgerFence::raised(None, 1, 10_000);
-    if let Some(f) = fence.covering(&coord.record()) {
-        fence = f;
+    let a = CoordinatorCore::new(config(q, 400, 0), "coord-a", 1);
+    let fence = LedgerFence::raised(None, 1, a.config().dc_ttl_ms);
+    let fence = fence.covering(&a.record()).expect("the first record names floors");
+    let after = config(q, 200, 300);
+    let t0 = 5 * S;
+    let fence = LedgerFence::raised(Some(&fence), 2, after.dc_ttl_ms);
+    let mut b = CoordinatorCore::resume(after, "coord-b", 2, Stored::classify("api", None, Some(&fence)), t0);
+    assert_eq!(b.floor_reserved("bkk", t0), Quota::per_s(400, 0), "the floor BKK may still spend counts");
+    let named = |b: &CoordinatorCore, dc| b.floor_named(dc).map_or(Quota::ZERO, |(f, _)| f);
+    let mut t = t0;
+    while t < b.issues_from_ns() {
+        b.tick(t);
+        // Nothing is named above zero: a new manager term must not take a floor the lost
+        // record may no longer have named while its DC leases are still live.
+        assert!(named(&b, "eu").is_zero(), "Europe's floor went up to {} during the wait", named(&b, "eu"));
+        assert!(named(&b, "bkk").is_zero(), "BKK's floor was named {} during the wait", named(&b, "bkk"));
+        t += 250 * MS;
     }
+    b.tick(t);
+    assert_eq!(named(&b, "eu"), Quota::per_s(300, 0), "raised once the wait is over");
+    assert_eq!(named(&b, "bkk"), Quota::per_s(200, 0));
+    // The lost record's 400 is reserved apart from the 200 named now, until BKK confirms.
+    assert_eq!(b.floor_reserved("bkk", t), Quota::per_s(600, 0), "until BKK confirms");
+    // BKK comes back and reports the floor B names: only then does its 400 stop counting.
+    let named = b.floor_named("bkk");
+    b.on_dc_report(&dc_report("bkk", 1, None, named), t);
+    assert_eq!(b.floor_reserved("bkk", t + S), Quota::per_s(200, 0));
+}
+
+// -------------------------------------------------------------------------------------------
+// A lost record's floor of a DC no longer in the definition (found by an outside review of the
+// change that made a lost floor count in the total but not among what lasts: FINDINGS F40).
+//
+// R = 1,000/s; floors BKK 100, Europe 200. Term 1 names both; Europe's manager takes its floor
+// of 200 and spends it from then on. Europe is dropped from the definition and term 1's record
+// is lost at 5 s: term 2 (BKK only) finds no record below the fence, so it counts the fence's
+// floors as lost floors (Europe 200, BKK 100) and waits a DC-lease lifetime. Europe's reports
+// are never heard again (it is not in the definition), so its lost floor stays. BKK is busy
+// and grows into the rest. At 25 s R goes down to 800/s: every DC lease is inherited, and a
+// renewal at the inherited level is bounded only by what lasts. Europe's 200 must still be kept
+// out of BKK's share: from one DC-lease lifetime after the change, BKK's pods and Europe's
+// floor hold at most 800/s.
+// -------------------------------------------------------------------------------------------
+
+fn bkk_only(quota: Quota) -> LimitConfig {
+    let mut c = LimitConfig::new("api", quota, &[("bkk", Quota::per_s(100, 2))]);
+    c.expiry.egress_spread_ms = 150;
+    c.validate().expect("a valid configuration");
+    c
+}
+
+#[test]
+fn a_dropped_dcs_lost_floor_stays_out_of_the_others_share_after_the_limit_is_lowered() {
+    let q = Quota::per_s(1_000, 20);
+    let lowered = Quota::per_s(800, 20);
+    let mut log = Vec::new();
+    // Each floor holds a token for each of its DC's two pods.
+    let c1 = CoordinatorCore::new(floor_burst(floor_burst(config(q, 100, 200), "bkk", 2), "eu", 2), "coord1", 1);
+    let fence = LedgerFence::raised(None, 1, 10_000);
+    let fence = fence.covering(&c1.record()).unwrap_or(fence);
+    let mut coord = c1;
     let mut bkk = Dc::new("bkk", "bkk-mgr-a", 1, 0);
     let mut eu = Dc::new("eu", "eu-mgr-a", 1, 0);
-    eu.offer(0);
     bkk.on_record(&coord, 0);
     eu.on_record(&coord, 0);
-    let (loss, crash, end) = (12 * S, 14 * S, 26 * S);
+    let (loss, lower, judge_from, end) = (5 * S, 25 * S, 40 * S, 60 * S);
     let (mut t, mut worst) = (0u64, Quota::ZERO);
     while t < end {
         if t == loss {
+            coord = CoordinatorCore::resume(bkk_only(q), "coord2", 2, Stored::Lost(&fence), t);
             log.push(format!(
-                "{:6.3}s term 1's record lost; bkk cut off; bkk's DC lease {:?}; pods hold bkk {} eu {}",
-                secs(t),
-                bkk.mgr.current_lease(t).map(|l| (l.version.to_string(), l.quota.to_string(), secs(l.expires_at_ns))),
-                bkk.pods_hold(t),
-                eu.pods_hold(t),
-            ));
-            coord = CoordinatorCore::resume(cfg(), "coord2", 2, Stored::Lost(&fence), t);
-            log.push(format!("{:6.3}s term 2 (record lost) issues from {:.3}s", secs(t), secs(coord.issues_from_ns())));
-            eu.offer(2_000);
-        }
-        if t == crash {
-            let rec2 = coord.record();
-            log.push(format!(
-                "{:6.3}s term 2 crashes; its record names bkk {:?} eu {:?}, {} leases",
-                secs(t),
-                named_floor(&rec2, "bkk"),
-                named_floor(&rec2, "eu"),
-                rec2.leases.len()
-            ));
-            coord = CoordinatorCore::resume(cfg(), "coord3", 3, Stored::Record(&rec2), t);
-            log.push(format!(
-                "{:6.3}s term 3 resumes from it; issues from {:.3}s",
+                "{:6.3}s record lost; term 2 (BKK only) issues from {:.3}s",
                 secs(t),
                 secs(coord.issues_from_ns())
             ));
         }
-        let cut = t >= loss;
-        let mut reports = eu.step(t);
-        let bkk_reports = bkk.step(t);
-        if !cut {
-            reports.extend(bkk_reports);
+        if t == lower {
+            coord.reconfigure(bkk_only(lowered), t).expect("same limit");
+            log.push(format!("{:6.3}s R lowered to 800/s", secs(t)));
         }
-        if cut {
-            deliver(&mut coord, reports, &mut [&mut eu], t);
-        } else {
-            deliver(&mut coord, reports, &mut [&mut eu, &mut bkk], t);
+        let reports = bkk.step(t);
+        let eu_reports = eu.step(t);
+        if t < loss {
+            deliver(&mut coord, eu_reports, &mut [&mut eu], t);
         }
+        deliver(&mut coord, reports, &mut [&mut bkk], t);
         if t.is_multiple_of(S) {
             let out = coord.tick(t);
-            for l in &out {
-                log.push(format!("{:6.3}s {} gets DC lease {} {}", secs(t), l.dc, l.version, l.quota));
-            }
-            eu.on_dc_leases(&out, t);
-            eu.on_record(&coord, t);
-            if !cut {
-                bkk.on_dc_leases(&out, t);
-                bkk.on_record(&coord, t);
-            }
-            if let Some(f) = fence.covering(&coord.record()) {
-                fence = f;
+            bkk.on_dc_leases(&out, t);
+            bkk.on_record(&coord, t);
+            if t < loss {
+                eu.on_dc_leases(&out, t);
+                eu.on_record(&coord, t);
             }
         }
-        sample(&bkk, &eu, t, q, &mut worst, &mut log);
+        if t >= judge_from {
+            sample(&bkk, &eu, t, lowered, &mut worst, &mut log);
+        }
         t += 250 * MS;
     }
-    print_run(&log, worst, q);
-    assert!(worst.fits_in(&q), "BKK's and Europe's pods held {worst} > {q}");
+    print_run(&log, worst, lowered);
+    assert!(
+        eu.pods_hold(end - S).rate_milli_per_s >= 190_000,
+        "Europe still spends its floor: {}",
+        eu.pods_hold(end - S)
+    );
+    assert!(worst.fits_in(&lowered), "BKK's pods and Europe's floor held {worst} > {lowered}");
 }

@@ -1,24 +1,27 @@
-//! Holes a third outside review found, each driven through the real sans-I/O cores and asserting
-//! the safe outcome (so each test fails while the hole is open).
+//! A DC manager acks a DC lease (and reports a lowered floor in use) only once the pod leases
+//! that may outlive that DC lease on the coordinator's books fit the floor alone, and during its
+//! quiet period a new term counts no floor as cover at all: nesting holds in time across acks
+//! (docs/FINDINGS.md#f19, docs/FINDINGS.md#f21). Each test drives the real cores through the path
+//! that broke the limit and asserts the safe outcome.
 //!
 //! Numbers are in whole requests per second (rate) and tokens (burst); times are explicit
 //! `now_ns` values on one clock (no skew) unless a test says so.
 
 use leasehold_core::bugs::KnownBugs;
 use leasehold_core::coordinator::{CoordinatorCore, LimitConfig, Stored};
-use leasehold_core::leadership::{KeyState, LeaderRequest, Leadership, LeadershipConfig, Transition, WriteOutcome};
 use leasehold_core::quota::Quota;
 use leasehold_core::wire::{DcLease, DcReport, LeaseVersion};
 
 use crate::support;
-use support::world::{log_dc_leases, print_run, sample_bkk_and, Dc};
-use support::{config_with_dc_ttl, floor_burst, manager_with_bugs, secs, Newest, MS, S};
+use support::world::{log_dc_leases, print_run, sample_bkk_and, sample_held, Dc};
+use support::{config, config_with_dc_ttl, floor_burst, manager, manager_with_bugs, secs, Newest, MS, S};
 
 // -------------------------------------------------------------------------------------------
 // Shared pieces
 // -------------------------------------------------------------------------------------------
 
-fn config(quota: Quota, dc_ttl_ms: u64) -> LimitConfig {
+/// Limit `api` of `quota` without floors, with DC leases of `dc_ttl_ms`.
+fn config_with_ttl(quota: Quota, dc_ttl_ms: u64) -> LimitConfig {
     config_with_dc_ttl(quota, 0, 0, dc_ttl_ms)
 }
 
@@ -45,8 +48,16 @@ fn reach(out: &[DcLease], eu: &mut Newest, bkk: &mut Dc, bkk_linked: bool, t: u6
     }
 }
 
+/// A term of BKK's manager started at `now` and the pods that talk to it, each offering 250 per
+/// report (each may be cut off from it).
+fn term(instance: &str, epoch: u64, now: u64, pods: &[&str]) -> Dc {
+    let mut term = Dc::with_pods("bkk", manager("bkk", instance, epoch, now), pods);
+    term.offer(250);
+    term
+}
+
 // -------------------------------------------------------------------------------------------
-// 1. A DC lease acked although pod leases cut under the older one outlive it
+// A DC lease acked although pod leases cut under the older one outlive it
 // -------------------------------------------------------------------------------------------
 
 /// A rolling restart lowers `dc_ttl_ms` from 10 s to 3 s (as the simulator's `rolling-restart`
@@ -79,7 +90,7 @@ fn negative_control_acking_by_amount_alone_lets_older_pod_leases_outlive_the_ack
 /// The most BKK's pods and Europe held together, and the limit.
 fn ack_after_a_takeover_that_shortens_the_dc_ttl(bugs: KnownBugs) -> (Quota, Quota) {
     let q = Quota::per_s(1_000, 20);
-    let mut coord = CoordinatorCore::new(config(q, 10_000), "coord-a", 1);
+    let mut coord = CoordinatorCore::new(config_with_ttl(q, 10_000), "coord-a", 1);
     let mut bkk = bkk(Quota::ZERO, LeaseVersion::new(1, 1), [500, 0], bugs);
     let mut eu = Newest::default();
     let mut log = Vec::new();
@@ -87,7 +98,7 @@ fn ack_after_a_takeover_that_shortens_the_dc_ttl(bugs: KnownBugs) -> (Quota, Quo
     let (takeover, end) = (S, 8 * S);
     while t < end {
         if t == takeover {
-            let after = config(q, 3_000);
+            let after = config_with_ttl(q, 3_000);
             coord = CoordinatorCore::resume(after, "coord-b", 2, Stored::Record(&coord.record()), t);
             log.push(format!("{:6.3}s term B (dc_ttl_ms 3,000) takes over", secs(t)));
         }
@@ -123,67 +134,8 @@ fn ack_after_a_takeover_that_shortens_the_dc_ttl(bugs: KnownBugs) -> (Quota, Quo
 }
 
 // -------------------------------------------------------------------------------------------
-// 2. Leadership: a replica re-elected by a read of its own earlier term's key
-// -------------------------------------------------------------------------------------------
-
-/// Replica A leads (revision 1) and resigns (the coordinator service resigns when it cannot
-/// read the ledger or raise the fence at takeover, or steps down after a ledger conflict): the
-/// key still names A at revision 1. A and B both see revision 1 unchanged for a TTL and claim
-/// it. A's claim times out; A's read shows the key still at revision 1, naming A. A takes that
-/// as its claim having landed and acts under epoch 1 again, although its claim has not landed
-/// (and never will): B's claim lands as revision 2 and B acts too.
-///
-/// The rule at fault: `Leadership::on_read` (follower branch) elects on `mine` alone, without
-/// checking that the stored revision is past the revision the pending claim expected.
-#[test]
-fn a_replica_whose_claim_is_pending_is_not_elected_by_a_read_of_its_own_earlier_term() {
-    let cfg = LeadershipConfig::new(1_000);
-    let mut a = Leadership::new("a", cfg);
-    let mut b = Leadership::new("b", cfg);
-    let held = |revision: u64, holder: &str| KeyState::Held { revision, holder: holder.into() };
-
-    // A claims the absent key and leads at revision 1.
-    assert_eq!(a.poll(0), Some(LeaderRequest::Read));
-    a.on_read(KeyState::Absent, 0);
-    assert_eq!(a.poll(600 * MS), Some(LeaderRequest::Read));
-    a.on_read(KeyState::Absent, 600 * MS);
-    assert_eq!(a.poll(1_000 * MS), Some(LeaderRequest::Write { expected_revision: None }));
-    assert_eq!(a.on_write(WriteOutcome::Written { revision: 1 }, 1_010 * MS), Some(Transition::Elected { epoch: 1 }));
-    // A resigns; the key keeps naming A at revision 1.
-    assert!(matches!(a.resign("the ledger cannot be read"), Some(Transition::Deposed { .. })));
-
-    // B (a follower all along) and A see revision 1 unchanged.
-    assert_eq!(b.poll(1_050 * MS), Some(LeaderRequest::Read));
-    b.on_read(held(1, "a"), 1_050 * MS);
-    assert_eq!(a.poll(1_100 * MS), Some(LeaderRequest::Read));
-    a.on_read(held(1, "a"), 1_100 * MS);
-    // They keep reading it.
-    for r in [&mut a, &mut b] {
-        assert_eq!(r.poll(1_600 * MS), Some(LeaderRequest::Read));
-        r.on_read(held(1, "a"), 1_600 * MS);
-    }
-
-    // Both claim revision 1 after a full TTL.
-    assert_eq!(b.poll(2_100 * MS), Some(LeaderRequest::Write { expected_revision: Some(1) }));
-    assert_eq!(a.poll(2_100 * MS), Some(LeaderRequest::Write { expected_revision: Some(1) }));
-    // A's driver gives up on its claim; its read shows the key still at revision 1 (A's old term).
-    assert_eq!(a.abandon(2_500 * MS), None);
-    assert_eq!(a.poll(2_500 * MS), Some(LeaderRequest::Read));
-    let a_after_read = a.on_read(held(1, "a"), 2_510 * MS);
-    println!("A's read of revision 1 (its old term) while its claim is pending: {a_after_read:?}");
-    // B's claim lands (revision 2); A's can no longer land.
-    assert_eq!(b.on_write(WriteOutcome::Written { revision: 2 }, 2_520 * MS), Some(Transition::Elected { epoch: 2 }));
-
-    let now = 2_530 * MS;
-    let acting: Vec<(&str, u64)> =
-        [("a", &a), ("b", &b)].iter().filter_map(|(n, r)| r.acting_epoch(now).map(|e| (*n, e))).collect();
-    println!("acting at {:.3}s: {acting:?}", secs(now));
-    assert!(acting.len() <= 1, "two replicas act at once: {acting:?}");
-}
-
-// -------------------------------------------------------------------------------------------
-// 3. A lowered floor confirmed while pod leases cut from the old floor outlive the DC lease
-//    that covered them
+// A lowered floor confirmed while pod leases cut from the old floor outlive the DC lease
+// that covered them
 // -------------------------------------------------------------------------------------------
 
 /// BKK's floor is 400 and BKK is cut off from the coordinator: its manager splits the floor
@@ -269,4 +221,112 @@ fn floor_confirmed_while_floor_leases_outlive_the_dc_lease(bugs: KnownBugs) -> (
     }
     print_run(&log, worst, q);
     (worst, q)
+}
+
+// -------------------------------------------------------------------------------------------
+// A new DC-manager term acks a smaller DC lease by counting on the floor during its quiet
+// period, while the previous term's pods still spend that floor
+// -------------------------------------------------------------------------------------------
+
+/// BKK's floor is 400. BKK's link to the coordinator is down until 7 s, so term A of its
+/// manager splits the floor alone between pods `p1` and `p2` (200 + 200, 5 s leases, the last
+/// renewed at 6 s: until 11 s). At 7 s A crashes, the link heals and term B takes over; `p1`
+/// and `p2` have lost their link to BKK's managers (a pod↔DC partition) and keep spending A's
+/// floor leases. During its quiet period (until ~12.3 s) B uses no floor, only its DC lease,
+/// which it splits between `p3` and `p4`: 500 at 8.5 s (250 each until 13.5 s). At 9 s Europe
+/// asks for more: the coordinator shrinks BKK's lease to 300; as it reaches B, `p3` and `p4` are
+/// cut off from B and keep their 500. B's report at 9.25 s acks the 300 lease, because 500 fits
+/// "floor (400) + 300" and no pod lease outlives it; the coordinator stops counting the 500 lease
+/// and at 9.5 s grows Europe to 300. The floor that "covers" `p3` and `p4` is the one `p1` and
+/// `p2` spend: 400 + 500 + 300 = 1,200/s against 1,000/s from 9.5 s to 11 s.
+///
+/// The rule at fault: `DcManagerCore::report` (the `covers` closure, dc_manager/mod.rs) counts
+/// the floor as cover for this term's pods even before `floor_usable_from_ns`, when pods of an
+/// earlier term may still spend all of it.
+#[test]
+fn a_new_term_never_counts_the_floor_as_cover_for_an_ack_during_its_quiet_period() {
+    let q = Quota::per_s(1_000, 20);
+    let mut coord = CoordinatorCore::new(config(q, 400, 0), "coord", 1);
+    let (floor, fv) = coord.record().floor_of("bkk").expect("named");
+    let mut a = term("bkk-mgr-a", 1, 0, &["p1", "p2"]);
+    a.mgr.on_floor(floor, fv, 0);
+    let crash = 7 * S;
+    let mut b: Option<Dc> = None;
+    let mut eu = Newest::default();
+    let mut log = Vec::new();
+    let (mut eu_seq, mut worst, mut t) = (0u64, Quota::ZERO, 0u64);
+    let end = 14 * S;
+    while t < end {
+        if t < crash {
+            // Term A never hears from the coordinator (its DC link is down): floor only.
+            a.step(t);
+        }
+        if t == crash {
+            a.pod_cut = vec![true, true];
+            log.push(format!(
+                "{:6.3}s term A crashes; p1, p2 (holding {} from the floor, until {:.3}s) lose their link to BKK's managers",
+                secs(t),
+                a.pods_hold(t),
+                secs(a.pods[0].applied(t).map_or(0, |l| l.expires_at_ns))
+            ));
+            let mut term_b = term("bkk-mgr-b", 2, t, &["p3", "p4"]);
+            term_b.mgr.on_floor(floor, fv, t);
+            b = Some(term_b);
+        }
+        if let Some(b) = b.as_mut() {
+            for r in b.step(t) {
+                log.push(format!(
+                    "{:6.3}s term B reports lease_in_use {:?} floor_in_use {:?}; coordinator reserves {} for BKK's floor",
+                    secs(t),
+                    r.lease_in_use.map(|v| v.to_string()),
+                    r.floor_in_use.map(|f| f.to_string()),
+                    coord.floor_reserved("bkk", t)
+                ));
+                let out = coord.on_dc_report(&r, t);
+                for l in &out {
+                    log.push(format!("{:6.3}s   -> {} gets DC lease {} {}", secs(t), l.dc, l.version, l.quota));
+                }
+                b.on_dc_leases(&out, t);
+                eu.absorb("eu", &out, t);
+            }
+        }
+        eu_seq += 1;
+        let eu_demand = if t < 9 * S { 100 } else { 2_000 };
+        let out = coord.on_dc_report(&eu_report_asking(eu_seq, eu.version(), eu_demand), t);
+        for l in &out {
+            log.push(format!("{:6.3}s   europe's report -> {} gets DC lease {} {}", secs(t), l.dc, l.version, l.quota));
+        }
+        eu.absorb("eu", &out, t);
+        if let Some(b) = b.as_mut() {
+            b.on_dc_leases(&out, t);
+        }
+        if t.is_multiple_of(S) {
+            let out = coord.tick(t);
+            log_dc_leases(&out, t, &mut log);
+            if let Some(b) = b.as_mut() {
+                let shrinks = out.iter().any(|l| l.dc == "bkk" && t >= 9 * S);
+                if shrinks && !b.pod_cut[0] {
+                    // p3 and p4 are cut off from B as the smaller lease arrives.
+                    b.pod_cut = vec![true, true];
+                    log.push(format!(
+                        "{:6.3}s p3, p4 (holding {} until {:.3}s) are cut off from term B",
+                        secs(t),
+                        b.pods_hold(t),
+                        secs(b.pods[0].applied(t).map_or(0, |l| l.expires_at_ns))
+                    ));
+                }
+                b.on_dc_leases(&out, t);
+            }
+            eu.absorb("eu", &out, t);
+        }
+        sample_held(t, 250 * MS, q, &mut worst, &mut log, |now| {
+            let (term_a, term_b) = (a.pods_hold(now), b.as_ref().map_or(Quota::ZERO, |b| b.pods_hold(now)));
+            let europe = eu.spendable(now);
+            let parts = format!("p1+p2 (term A) hold {term_a}, p3+p4 (term B) hold {term_b}, europe's lease {europe}");
+            (term_a.saturating_add(term_b).saturating_add(europe), parts)
+        });
+        t += 250 * MS;
+    }
+    print_run(&log, worst, q);
+    assert!(worst.fits_in(&q), "BKK's pods and Europe held {worst} > {q}");
 }
