@@ -31,13 +31,13 @@
 
 mod adopt;
 mod check;
-mod holder;
+mod holder_leases;
 mod totals;
 
 use crate::quota::Quota;
 use crate::sorted_map::{PlaceHint, SortedMap};
 use crate::wire::LeaseVersion;
-use holder::{claims_of, HolderLeases, Rooms};
+use holder_leases::{claims_of, HolderLeases, Rooms};
 use std::hash::Hash;
 use thiserror::Error;
 use totals::{Sum, Totals, TotalsCache};

@@ -13,7 +13,7 @@
 //! * [`bugs`]: switches that bring back the holes of docs/FINDINGS.md, for negative controls.
 //! * [`leadership`]: leadership terms through a compare-and-set key, measured from send time.
 //! * [`ledger`]: the conservation ledger — the safety property lives here.
-//! * [`holder`]: what a lease holder keeps (send log, version fence).
+//! * [`lease_intake`]: what a lease holder keeps (send log, version fence).
 //! * [`pod`], [`dc_manager`], [`coordinator`]: the three layers as sans-I/O state machines.
 //! * [`limits`]: limits as data: definitions in human units (`"976/s"`) for the `lh_limits` bucket.
 //! * [`readiness`]: what each service's `/readyz` answers, and why.
@@ -21,7 +21,7 @@
 //! * [`rng`]: seeded randomness.
 //! * [`sorted_map`]: a map in key order with hashed lookups (the ledgers' holders, the pod views).
 
-pub mod adaptive;
+pub mod aimd;
 pub mod allocator;
 pub mod bucket;
 pub mod bugs;
@@ -30,7 +30,7 @@ pub mod dc_manager;
 
 pub mod ewma;
 pub mod expiry;
-pub mod holder;
+pub mod lease_intake;
 
 pub mod leadership;
 pub mod ledger;

@@ -3,7 +3,7 @@
 
 use crate::bucket::TokenBucket;
 use crate::expiry::NS_PER_MS;
-use crate::holder::{LeaseFence, LeaseRejection, SentLog};
+use crate::lease_intake::{LeaseFence, LeaseRejection, SentLog};
 use crate::quota::Quota;
 use crate::wire::{LeaseReturn, LeaseVersion, PodLease, PodReport, ReturnAck, SCHEMA_VERSION};
 use std::sync::Arc;

@@ -1,10 +1,10 @@
-//! Adaptive limits on the coordinator (`leasehold_core::adaptive`), driven through the real
+//! Adaptive limits on the coordinator (`leasehold_core::aimd`), driven through the real
 //! core: 429s the DCs report lower the effective R through the safe-shrink path (no instant sees
 //! Σ above the configured R, and from one DC-lease lifetime after a decrease none sees it above
 //! the effective R), it never goes above the configured R nor below Σ floors, the durable record
 //! carries it and a new leader resumes from it.
 
-use leasehold_core::adaptive::AdaptiveConfig;
+use leasehold_core::aimd::AdaptiveConfig;
 use leasehold_core::coordinator::{CoordinatorCore, LimitConfig, Stored};
 use leasehold_core::quota::Quota;
 use leasehold_core::wire::{DcLease, DcReport, LeaseVersion};

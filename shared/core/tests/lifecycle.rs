@@ -3,7 +3,7 @@
 
 use leasehold_core::coordinator::{CoordinatorCore, LimitConfig, Stored};
 use leasehold_core::dc_manager::{holder_key, DcManagerConfig, DcOutput, FailMode};
-use leasehold_core::holder::LeaseRejection;
+use leasehold_core::lease_intake::LeaseRejection;
 use leasehold_core::quota::Quota;
 use leasehold_core::wire::{DcReport, LeaseReturn, LeaseVersion};
 

@@ -321,7 +321,7 @@ fn the_protocol_s_examples_are_valid_definitions() {
 
 #[test]
 fn an_adaptive_limit_round_trips_and_its_defaults_and_typos_are_handled() {
-    use leasehold_core::adaptive::AdaptiveConfig;
+    use leasehold_core::aimd::AdaptiveConfig;
     let text = "limit = \"api\"\nrate = \"966/s\"\nburst = 20\nadaptive = { decrease_factor = 0.8, min_calls = 50 }\n[[dcs]]\nname = \"bkk\"\n";
     let def = one(text, DefFormat::Toml).unwrap();
     let config = def.to_config().unwrap();

@@ -2,7 +2,7 @@
 //! id: every process draws its own incarnation, and leases name it (docs/FINDINGS.md#f3).
 
 use leasehold_core::bugs::KnownBugs;
-use leasehold_core::holder::LeaseRejection;
+use leasehold_core::lease_intake::LeaseRejection;
 use leasehold_core::pod::{IntervalCounters, PodConfig, PodCore};
 use leasehold_core::quota::Quota;
 use leasehold_core::wire::{LeaseVersion, PodLease};

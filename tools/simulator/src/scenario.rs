@@ -90,7 +90,7 @@ pub struct Scenario {
     /// The partner's own limit, lower than `hard` at times and never told (answers 429s).
     pub hidden: Option<crate::partner::HiddenLimit>,
     /// The limit follows upstream 429s (`LimitConfig.adaptive`).
-    pub adaptive: Option<leasehold_core::adaptive::AdaptiveConfig>,
+    pub adaptive: Option<leasehold_core::aimd::AdaptiveConfig>,
 }
 
 impl Scenario {

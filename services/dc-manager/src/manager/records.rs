@@ -60,7 +60,7 @@ impl Manager {
                 self.outbox.push(out);
             }
             // The watch re-delivers the whole record: an already-applied lease is normal.
-            Err(leasehold_core::holder::LeaseRejection::NotNewer { .. }) => {}
+            Err(leasehold_core::lease_intake::LeaseRejection::NotNewer { .. }) => {}
             Err(e) => {
                 self.status.dc_leases_refused += 1;
                 warn!(limit, cause = %e, "DC lease refused");

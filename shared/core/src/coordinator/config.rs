@@ -1,4 +1,4 @@
-use crate::adaptive::AdaptiveConfig;
+use crate::aimd::AdaptiveConfig;
 use crate::allocator::AllocMode;
 use crate::bugs::KnownBugs;
 use crate::dc_manager::{FailRule, PodRules};
@@ -52,7 +52,7 @@ pub struct LimitConfig {
     pub min_burst_per_pod_milli: u64,
     #[serde(default)]
     pub expiry: ExpiryPolicy,
-    /// Follow upstream 429s with an effective R below `quota`'s (see [`crate::adaptive`]).
+    /// Follow upstream 429s with an effective R below `quota`'s (see [`crate::aimd`]).
     /// Missing: R is the configured one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<AdaptiveConfig>,

@@ -13,7 +13,7 @@
 //! (`floors.rs`): a lowered floor counts until its DC confirms it no longer uses the old one, a
 //! raised one waits for headroom. A raised R or B applies at once.
 
-mod adaptive;
+mod adaptive_limit;
 mod config;
 mod floors;
 mod group_write;
@@ -71,7 +71,7 @@ pub struct CoordinatorCore {
     lost_wait_dc_ttl_ms: Option<u64>,
     counters: CoordinatorCounters,
     /// An adaptive limit's state (`cfg.adaptive`).
-    adaptive: Option<adaptive::Adaptive>,
+    adaptive: Option<adaptive_limit::Adaptive>,
 }
 
 impl CoordinatorCore {
@@ -88,7 +88,7 @@ impl CoordinatorCore {
     fn empty(cfg: LimitConfig, writer: &str, epoch: u64, adaptive_rate_milli: Option<u64>) -> Self {
         let dcs = cfg.dcs.iter().map(|d| (d.name.clone(), DcView::default())).collect();
         let interval = cfg.min_realloc_interval_ms * NS_PER_MS;
-        let adaptive = adaptive::Adaptive::for_config(&cfg, adaptive_rate_milli);
+        let adaptive = adaptive_limit::Adaptive::for_config(&cfg, adaptive_rate_milli);
         let capacity = adaptive.as_ref().map_or(cfg.quota, |a| a.capacity(cfg.quota));
         CoordinatorCore {
             rate_split: Rebalancer::new(cfg.hysteresis, interval),

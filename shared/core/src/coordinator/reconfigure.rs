@@ -76,7 +76,7 @@ impl CoordinatorCore {
         if cfg.limit != self.cfg.limit {
             return Err(ReconfigureError::OtherLimit { limit: self.cfg.limit.clone(), got: cfg.limit });
         }
-        let adaptive = super::adaptive::Adaptive::reconfigured(self.adaptive.as_ref(), &cfg);
+        let adaptive = super::adaptive_limit::Adaptive::reconfigured(self.adaptive.as_ref(), &cfg);
         let before = self.effective_quota();
         let shrank = !self.cfg.quota.fits_in(&cfg.quota);
         self.ledger.expire(now_ns);

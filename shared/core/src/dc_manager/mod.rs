@@ -43,7 +43,7 @@ pub use record_rules::RecordRules;
 pub use term_record::{PodLeaseBounds, TermRecord, TermRecords, POD_TTL_MS_MAX};
 
 use crate::expiry::NS_PER_MS;
-use crate::holder::{LeaseFence, LeaseRejection, SentLog};
+use crate::lease_intake::{LeaseFence, LeaseRejection, SentLog};
 use crate::ledger::Ledger;
 use crate::quota::Quota;
 use crate::wire::{DcLease, DcReport, LeaseVersion, PodLease, ReturnAck};

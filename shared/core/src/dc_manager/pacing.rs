@@ -68,8 +68,8 @@ struct PodMail {
 }
 
 /// A pod applies a lease only while the report it answers is among its last
-/// [`crate::holder::SentLog::LEN`] (64): no lease waits longer than a quarter of that.
-const MAX_HOLD_REPORTS: u64 = crate::holder::SentLog::LEN as u64 / 4;
+/// [`crate::lease_intake::SentLog::LEN`] (64): no lease waits longer than a quarter of that.
+const MAX_HOLD_REPORTS: u64 = crate::lease_intake::SentLog::LEN as u64 / 4;
 
 impl PodMail {
     /// File `lease` under its holder: a newer lease replaces an older one still pending.

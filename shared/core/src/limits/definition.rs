@@ -5,7 +5,7 @@ use super::floor;
 pub use super::floor::Floor;
 use super::pod_rules::{self, FailModeName};
 use super::rate::{format_amount, format_rate, Rate, Tokens};
-use crate::adaptive::AdaptiveConfig;
+use crate::aimd::AdaptiveConfig;
 use crate::allocator::AllocMode;
 use crate::coordinator::{DcSpec, LimitConfig};
 use crate::dc_manager::SplitMode;

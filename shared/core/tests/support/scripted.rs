@@ -3,7 +3,7 @@
 
 use leasehold_core::bugs::KnownBugs;
 use leasehold_core::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput, FailMode};
-use leasehold_core::holder::LeaseRejection;
+use leasehold_core::lease_intake::LeaseRejection;
 use leasehold_core::quota::Quota;
 use leasehold_core::wire::{DcLease, LeaseVersion, PodLease, PodReport};
 use std::collections::BTreeMap;

@@ -5,7 +5,7 @@ use super::{manager_with_bugs, pod, secs, MS, S};
 use leasehold_core::bugs::KnownBugs;
 use leasehold_core::coordinator::CoordinatorCore;
 use leasehold_core::dc_manager::{DcManagerCore, DcOutput};
-use leasehold_core::holder::LeaseRejection;
+use leasehold_core::lease_intake::LeaseRejection;
 use leasehold_core::pod::{IntervalCounters, PodCore};
 use leasehold_core::quota::Quota;
 use leasehold_core::wire::{DcLease, DcReport, PodLease};

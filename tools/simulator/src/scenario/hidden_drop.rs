@@ -4,7 +4,7 @@
 
 use super::{Demand, Scenario};
 use crate::partner::HiddenLimit;
-use leasehold_core::adaptive::AdaptiveConfig;
+use leasehold_core::aimd::AdaptiveConfig;
 
 /// When the partner's real limit falls from 1,000 to [`HIDDEN_LOW`] calls/s, and when it returns.
 pub const HIDDEN_DROP_S: f64 = 60.0;

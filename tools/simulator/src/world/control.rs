@@ -7,7 +7,7 @@ use crate::net::Link;
 use leasehold_core::coordinator::LimitConfig;
 use leasehold_core::dc_manager::{DcManagerConfig, DcOutput, PodLeaseBounds, TermRecords};
 use leasehold_core::expiry::ExpiryPolicy;
-use leasehold_core::holder::LeaseRejection;
+use leasehold_core::lease_intake::LeaseRejection;
 use leasehold_core::pod::{IntervalCounters, PodConfig, PodCore};
 use leasehold_core::quiet_reports::QuietReports;
 use leasehold_core::quota::Quota;

@@ -1,4 +1,4 @@
-//! An adaptive limit on the coordinator's books (see [`crate::adaptive`]): the DC reports'
+//! An adaptive limit on the coordinator's books (see [`crate::aimd`]): the DC reports'
 //! upstream calls and 429s are summed per renew period, the [`Aimd`] turns them into an
 //! effective R, and a changed one is taken through the same path as a limit changed live
 //! ([`CoordinatorCore::take_capacity`]): a decrease shrinks the books at once (every DC lease
@@ -6,7 +6,7 @@
 //! the configured one. The record carries the effective R so the next leader resumes from it.
 
 use super::{CoordinatorCore, LimitConfig};
-use crate::adaptive::{Aimd, UpstreamSample};
+use crate::aimd::{Aimd, UpstreamSample};
 use crate::expiry::NS_PER_S;
 use crate::quota::Quota;
 use crate::wire::DcReport;
