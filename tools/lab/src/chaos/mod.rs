@@ -5,7 +5,7 @@
 //! The last stdout line is one JSON object; the exit code is non-zero if the limit was exceeded.
 
 pub mod adversary;
-mod faults;
+mod inject;
 pub mod judge;
 pub mod report;
 pub mod schedule;
@@ -14,7 +14,7 @@ mod topology;
 use crate::demo::load::{start_diurnal, Load};
 use crate::demo::procs::Procs;
 use crate::demo::{observe, DCS, HARD_CALLS, PODS_PER_DC};
-use faults::{agent_env, World};
+use inject::{agent_env, World};
 use leasehold_nats::connect::{connect_until, jetstream};
 use leasehold_nats_harness::binaries;
 use report::{LogEntry, Step};
@@ -230,7 +230,7 @@ async fn drive(
     let mut store_back_at_s = vec![None; schedule.len()];
     let mut applied = 0;
     let mut pending = schedule.iter().cloned().peekable();
-    let mut active: Option<(Fault, faults::Undo)> = None;
+    let mut active: Option<(Fault, inject::Undo)> = None;
     let mut injected: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let mut last_row = 0;

@@ -6,7 +6,7 @@
 
 mod checks;
 mod control;
-mod faults;
+mod inject;
 mod leaders;
 mod ledger_writes;
 mod live;
@@ -100,7 +100,7 @@ pub struct World {
     upstream: Upstream,
     faults: Vec<ScheduledFault>,
     /// Whom each applied fault struck, by fault index (`None`: not applied).
-    struck: Vec<Option<faults::Struck>>,
+    struck: Vec<Option<inject::Struck>>,
     pub metrics: Metrics,
 }
 
