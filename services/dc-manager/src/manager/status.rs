@@ -33,7 +33,7 @@ pub struct Status {
     /// looked, if none was).
     pub report_read_lag_ms: u64,
     /// Valid pod report batches read by serde_json rather than the manager's own reader (an
-    /// extra field, an escaped string, a number written otherwise: `shared/core/src/wire/report_json.rs`).
+    /// extra field, an escaped string, a number written otherwise: `shared/core/src/wire/fast/report_json.rs`).
     pub report_batches_read_by_serde: u64,
     pub publish_failures: u64,
     /// Every limit this term serves.

@@ -5,22 +5,18 @@
 //! unknown schema versions, and validates field ranges.
 
 mod batch;
+mod fast;
 mod fence;
 mod floor_confirmations;
-
-mod lease_json;
 mod ledger_group;
 mod messages;
-mod report_json;
-mod swar;
 
 pub use batch::*;
+pub use fast::report_json::{decode_pod_reports, decode_pod_reports_saying_how, ReportsReadBy};
 pub use fence::LedgerFence;
 pub use floor_confirmations::{ConfirmedFloor, FloorConfirmations};
-
 pub use ledger_group::{FittedGroup, LedgerGroup, FRESH_GROWTH, MAX_LEDGER_GROUP_BYTES};
 pub use messages::*;
-pub use report_json::{decode_pod_reports, decode_pod_reports_saying_how, ReportsReadBy};
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use thiserror::Error;

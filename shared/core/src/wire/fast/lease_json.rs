@@ -4,12 +4,12 @@
 //! 100,000 of them a second at 100 pods; serde's field keys, each escaped as it is written, and
 //! its per-field calls were most of that.
 
-use super::batch::write_json_str;
-use super::PodLease;
+use super::json_str::write_json_str;
+use crate::wire::PodLease;
 
 impl PodLease {
     /// Appends this lease's JSON to `out`.
-    pub(super) fn encode_json_into(&self, out: &mut Vec<u8>) {
+    pub(in crate::wire) fn encode_json_into(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"v\":");
         write_u64(out, u64::from(self.v));
         out.extend_from_slice(b",\"limit\":");

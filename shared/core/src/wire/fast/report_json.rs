@@ -10,7 +10,9 @@
 //! goes, a missing version, broken JSON) is left to serde ([`decode_pod_reports`] falls back),
 //! so every batch gets serde's answer: the same value, or the same refusal.
 
-use super::{decode, LeaseVersion, PodReport, PodReports, WireError, WireMessage, MAX_BATCH_ITEMS, PROTOCOL_VERSION};
+use crate::wire::{
+    decode, LeaseVersion, PodReport, PodReports, WireError, WireMessage, MAX_BATCH_ITEMS, PROTOCOL_VERSION,
+};
 
 /// [`decode`]`::<PodReports>`, read by [`read_pod_reports`] where it can.
 pub fn decode_pod_reports(bytes: &[u8]) -> Result<PodReports, WireError> {
@@ -92,7 +94,7 @@ const LEASE_VERSION_KEYS: Keys<2> = Keys::new([b"epoch", b"seq"]);
 
 fn read_report(c: &mut Cursor<'_>) -> Option<PodReport> {
     let mut r = PodReport {
-        v: super::SCHEMA_VERSION,
+        v: crate::wire::SCHEMA_VERSION,
         limit: String::new(),
         dc: String::new(),
         pod: String::new(),
