@@ -25,20 +25,20 @@ impl DcManagerCore {
 
     /// Use `floor` if `version` is newer than the floor's in use; true if the floor changed.
     pub(super) fn take_floor(&mut self, floor: Quota, version: LeaseVersion) -> bool {
-        let newer = self.floor_version.is_none_or(|v| version > v) || self.cfg.bugs.dc_takes_any_floor();
+        let newer = self.floors.version.is_none_or(|v| version > v) || self.cfg.bugs.dc_takes_any_floor();
         if !newer {
             return false;
         }
-        self.floor_version = Some(version);
-        std::mem::replace(&mut self.floor, floor) != floor
+        self.floors.version = Some(version);
+        std::mem::replace(&mut self.floors.amount, floor) != floor
     }
 
     /// A pass is about to cut pod leases from the floor in use: it bounds what the pods may
     /// spend from now on, whether or not a report goes out before the floor changes again (a
     /// term's first passes after its quiet period run before any report names a floor).
     pub(super) fn note_floor_spent(&mut self, now_ns: u64) {
-        if now_ns >= self.floor_usable_from_ns {
-            self.floor_bound = self.floor_bound.max(self.floor);
+        if now_ns >= self.floors.usable_from_ns {
+            self.floors.bound = self.floors.bound.max(self.floors.amount);
         }
     }
 
@@ -48,21 +48,22 @@ impl DcManagerCore {
     /// coordinator still counts (the acked one and newer) and those that outlive the first of
     /// these DC leases fit the floor alone; until then the larger floor before.
     pub(super) fn floor_in_use(&mut self, outstanding: Quota, now_ns: u64) -> Option<Quota> {
-        if now_ns < self.floor_usable_from_ns {
+        if now_ns < self.floors.usable_from_ns {
             return None;
         }
         let counted: Vec<_> = self
+            .dc_leases
             .held
             .iter()
-            .filter(|l| l.expires_at_ns > now_ns && self.acked.is_none_or(|a| l.version >= a))
+            .filter(|l| l.expires_at_ns > now_ns && self.dc_leases.acked.is_none_or(|a| l.version >= a))
             .collect();
         let counted_quota = counted.iter().fold(Quota::ZERO, |m, l| m.max(l.quota));
         // Pod leases that outlive the DC leases counted beside the floor must fit the floor.
         let first_end = counted.iter().map(|l| l.expires_at_ns).min().unwrap_or(now_ns);
         let outlive = self.ledger.outstanding(first_end);
-        let fits = outstanding.fits_in(&self.floor.saturating_add(counted_quota))
-            && (self.cfg.bugs.ack_by_amount_only() || outlive.fits_in(&self.floor));
-        self.floor_bound = if fits { self.floor } else { self.floor_bound.max(self.floor) };
-        Some(self.floor_bound)
+        let fits = outstanding.fits_in(&self.floors.amount.saturating_add(counted_quota))
+            && (self.cfg.bugs.ack_by_amount_only() || outlive.fits_in(&self.floors.amount));
+        self.floors.bound = if fits { self.floors.amount } else { self.floors.bound.max(self.floors.amount) };
+        Some(self.floors.bound)
     }
 }

@@ -24,11 +24,11 @@ impl DcManagerCore {
         if self.cfg.bugs.pod_lease_outlives_counted_dc_lease() {
             return Quota::new(u64::MAX, u64::MAX);
         }
-        let floor = if now_ns < self.floor_usable_from_ns { Quota::ZERO } else { self.floor };
+        let floor = if now_ns < self.floors.usable_from_ns { Quota::ZERO } else { self.floors.amount };
         let egress_ns = self.cfg.expiry.egress_spread_ms * NS_PER_MS;
         // Leases older than the one acked are released upstream: they back nothing. (Walked
         // again each time rather than collected: this runs for every pod of every pass.)
-        let counted = || self.held.iter().filter(|l| self.acked.is_none_or(|a| l.version >= a));
+        let counted = || self.dc_leases.held.iter().filter(|l| self.dc_leases.acked.is_none_or(|a| l.version >= a));
         let room_after = |at_ns: u64, counted_then: Quota| {
             let others = self.ledger.outstanding(at_ns).saturating_sub(self.ledger.holder_claim(pod, at_ns));
             counted_then.saturating_sub(others)

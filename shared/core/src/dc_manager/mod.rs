@@ -24,6 +24,7 @@ mod floors;
 mod holder_key;
 mod lease_ends;
 mod pacing;
+mod parts;
 mod pod_messages;
 mod pods;
 mod record_rules;
@@ -48,6 +49,7 @@ use crate::ledger::Ledger;
 use crate::quota::Quota;
 use crate::wire::{DcLease, DcReport, LeaseVersion, PodLease, ReturnAck};
 use compact_str::CompactString;
+use parts::{DcLeaseBook, FloorState, PassState};
 use pods::Pods;
 
 /// Smallest growth (share of the target) worth an event-driven lease between renewals.
@@ -113,46 +115,20 @@ pub struct DcManagerCore {
     cfg: DcManagerConfig,
     pods: Pods,
     ledger: Ledger<HolderKey>,
-    held: Vec<HeldDcLease>,
-    fence: LeaseFence,
-    sent: SentLog,
-    floor: Quota,
-    /// The version of `floor` (a floor from a record, or the DC lease that carried it): an older
-    /// one is never taken again.
-    floor_version: Option<LeaseVersion>,
-    /// The largest floor this term's pod leases may still rely on (`DcReport.floor_in_use`).
-    floor_bound: Quota,
-    /// The floor may be used from then on (a previous instance's floor leases have expired).
-    floor_usable_from_ns: u64,
+    /// The DC leases this term holds, and what taking them safely needs.
+    dc_leases: DcLeaseBook,
+    /// The floor the coordinator named, and what this term may still rely on.
+    floors: FloorState,
     next_seq: u64,
-    acked: Option<LeaseVersion>,
-    last_pass_ns: Option<u64>,
-    /// The budget the last full split divided and the TTL it gave (full, or cut short to nest in
-    /// a DC lease about to end): a DC lease that changes neither needs no split of its own.
-    last_full: Option<(Quota, u64)>,
-    /// When [`DcManagerCore::tick`] last ran.
-    last_tick_ns: Option<u64>,
-    /// The last split or growth check of any kind (joins and growth wait `event_pass_gap_ms`).
-    last_work_ns: Option<u64>,
-    /// A holder never issued a lease reported no lease in use since the last full split.
-    join_waiting: bool,
-    /// A report since the last split or growth check may let some pod grow.
-    growth_waiting: bool,
-    /// The last split or growth pass left an eligible pod below its target by a step worth
-    /// growing (its grant held back by room others' older leases still take).
-    shortfall: bool,
+    /// When splits ran, and what waits for the next one.
+    passes: PassState,
     counters: DcCounters,
     /// The limit's record runs retired (the limit was removed): said in every pod lease.
     limit_removed: bool,
     /// The term has not read the limit's ledger record directly yet (see `unread.rs`).
     ledger_unread: bool,
-    /// The newest floor version the driver has persisted in the DC's `FloorConfirmations`: a
-    /// report confirms no newer one (`None`: the driver persists nothing, no cap).
-    confirm_cap: Option<Option<LeaseVersion>>,
     /// What every pod lease of this core names, made once.
     lease_names: LeaseNames,
-    /// Where a report's holder key is written (kept, so a report allocates none).
-    holder_key_buf: HolderKey,
 }
 
 /// The names a core's pod leases carry, kept as they carry them (inline up to 24 bytes: a DC
@@ -187,28 +163,25 @@ impl DcManagerCore {
             cfg,
             pods: Pods::default(),
             ledger,
-            held: Vec::new(),
-            fence: LeaseFence::default(),
-            sent: SentLog::new(1),
-            floor: Quota::ZERO,
-            floor_version: None,
-            floor_bound: Quota::ZERO,
-            floor_usable_from_ns: quiet_ns,
+            dc_leases: DcLeaseBook {
+                held: Vec::new(),
+                fence: LeaseFence::default(),
+                sent: SentLog::new(1),
+                acked: None,
+            },
+            floors: FloorState {
+                amount: Quota::ZERO,
+                version: None,
+                bound: Quota::ZERO,
+                usable_from_ns: quiet_ns,
+                confirm_cap: None,
+            },
             next_seq: 0,
-            acked: None,
-            last_pass_ns: None,
-            last_full: None,
-            last_tick_ns: None,
-            last_work_ns: None,
-            join_waiting: false,
-            growth_waiting: false,
-            shortfall: false,
+            passes: PassState::default(),
             counters: DcCounters::default(),
             limit_removed: false,
             ledger_unread: false,
-            confirm_cap: None,
             lease_names,
-            holder_key_buf: HolderKey::default(),
         }
     }
 
@@ -216,7 +189,7 @@ impl DcManagerCore {
     /// issued from now on tell the pods (they grant nothing either way).
     pub fn set_limit_removed(&mut self, removed: bool) {
         if removed != self.limit_removed {
-            self.last_full = None; // the next DC lease tells the pods at once
+            self.passes.last_full = None; // the next DC lease tells the pods at once
         }
         self.limit_removed = removed;
     }
@@ -225,7 +198,7 @@ impl DcManagerCore {
     /// A new split applies from the next pass; the fail mode from the next budget.
     pub fn set_policy(&mut self, split: SplitMode, fail_mode: FailMode) {
         if (split, fail_mode) != (self.cfg.split, self.cfg.fail_mode) {
-            self.last_full = None; // the next DC lease splits by the new rule at once
+            self.passes.last_full = None; // the next DC lease splits by the new rule at once
         }
         self.cfg.split = split;
         self.cfg.fail_mode = fail_mode;
@@ -287,17 +260,17 @@ impl DcManagerCore {
     /// re-granted elsewhere, so when the newest expires the DC falls to its floor, never back.
     pub fn current_lease(&self, now_ns: u64) -> Option<&HeldDcLease> {
         if self.cfg.bugs.dc_falls_back_to_older_lease() {
-            return self.held.iter().rev().find(|l| l.expires_at_ns > now_ns);
+            return self.dc_leases.held.iter().rev().find(|l| l.expires_at_ns > now_ns);
         }
-        self.held.last().filter(|l| l.expires_at_ns > now_ns)
+        self.dc_leases.held.last().filter(|l| l.expires_at_ns > now_ns)
     }
 
     /// What the pods may share at `now_ns`, and the instant pod leases must end by (if nested).
     pub fn budget(&self, now_ns: u64) -> (Quota, Option<u64>) {
         // Before the quiet period ends, pods of an earlier term may still spend the floor (and,
         // in best-effort mode, the emergency allowance): this term uses neither.
-        let quiet = now_ns < self.floor_usable_from_ns;
-        let floor = if quiet { Quota::ZERO } else { self.floor };
+        let quiet = now_ns < self.floors.usable_from_ns;
+        let floor = if quiet { Quota::ZERO } else { self.floors.amount };
         match self.current_lease(now_ns) {
             Some(l) => (floor.saturating_add(l.quota), Some(l.expires_at_ns)),
             None => match self.cfg.fail_mode {
@@ -332,7 +305,7 @@ impl DcManagerCore {
         let renewal_due = self.renewal_due(now_ns, self.cfg.renew_interval_ms * NS_PER_MS);
         let lasting_ms = self.cfg.pod_ttl_ms.min(self.cfg.renew_interval_ms.saturating_mul(3));
         let budget = self.budget(now_ns).0;
-        if !renewal_due && self.last_full.is_some_and(|(b, ttl_ms)| b == budget && ttl_ms >= lasting_ms) {
+        if !renewal_due && self.passes.last_full.is_some_and(|(b, ttl_ms)| b == budget && ttl_ms >= lasting_ms) {
             return Ok(Vec::new());
         }
         self.counters.passes_full_dc_lease += 1;
@@ -345,19 +318,19 @@ impl DcManagerCore {
         if lease.holder != self.cfg.instance || lease.dc != self.cfg.dc || lease.limit != self.cfg.limit {
             return Err(LeaseRejection::NotMine);
         }
-        self.fence.check(lease.version)?;
-        let sent = self.sent.sent_at(lease.basis_seq).ok_or(LeaseRejection::UnknownBasis(lease.basis_seq))?;
+        self.dc_leases.fence.check(lease.version)?;
+        let sent = self.dc_leases.sent.sent_at(lease.basis_seq).ok_or(LeaseRejection::UnknownBasis(lease.basis_seq))?;
         let anchor_ns = if self.cfg.bugs.dc_lease_counts_from_receipt() { now_ns } else { sent };
         let expires_at_ns = anchor_ns.saturating_add(lease.ttl_ms.saturating_mul(NS_PER_MS));
         if expires_at_ns <= now_ns {
             return Err(LeaseRejection::AlreadyExpired);
         }
-        self.fence.accept(lease.version);
+        self.dc_leases.fence.accept(lease.version);
         // The floor it carries was the newest when the lease was issued (a lower version).
         self.take_floor(lease.floor, lease.version);
         // Older leases stay listed only for the ack rule in `report`; they are never spent again.
-        self.held.retain(|h| h.expires_at_ns > now_ns);
-        self.held.push(HeldDcLease {
+        self.dc_leases.held.retain(|h| h.expires_at_ns > now_ns);
+        self.dc_leases.held.push(HeldDcLease {
             version: lease.version,
             quota: lease.quota,
             expires_at_ns,
@@ -368,7 +341,7 @@ impl DcManagerCore {
 
     /// No full split has run in the last `renew_ns` (or none ever).
     fn renewal_due(&self, now_ns: u64, renew_ns: u64) -> bool {
-        self.last_pass_ns.is_none_or(|t| now_ns.saturating_sub(t) >= renew_ns)
+        self.passes.last_full_ns.is_none_or(|t| now_ns.saturating_sub(t) >= renew_ns)
     }
 
     /// Call every report interval: sends the DC report, and renews pod leases when due.
@@ -376,8 +349,8 @@ impl DcManagerCore {
     /// the time since the previous tick: a tick landing a little early still renews, instead of
     /// the next one a whole tick late.
     pub fn tick(&mut self, now_ns: u64) -> Vec<DcOutput> {
-        let half_tick_ns = self.last_tick_ns.map_or(0, |t| now_ns.saturating_sub(t) / 2);
-        self.last_tick_ns = Some(now_ns);
+        let half_tick_ns = self.passes.last_tick_ns.map_or(0, |t| now_ns.saturating_sub(t) / 2);
+        self.passes.last_tick_ns = Some(now_ns);
         let renew_ns = (self.cfg.renew_interval_ms * NS_PER_MS).saturating_sub(half_tick_ns);
         let due = self.renewal_due(now_ns, renew_ns);
         let mut out = if due { self.pass(now_ns, Pass::Full) } else { self.waiting_pass(now_ns) };

@@ -5,6 +5,11 @@ use super::{DcManagerCore, DcOutput, HolderKey, ReportOutcome, SplitMode};
 use crate::sorted_map::PlaceHint;
 use crate::wire::{LeaseReturn, PodReport, ReturnAck, SCHEMA_VERSION};
 
+thread_local! {
+    /// The holder key a report is looked up by, reused from report to report.
+    static REPORT_KEY: std::cell::Cell<HolderKey> = std::cell::Cell::new(HolderKey::default());
+}
+
 impl DcManagerCore {
     /// A pod's demand report / heartbeat.
     pub fn on_pod_report(&mut self, r: &PodReport, now_ns: u64) -> Vec<DcOutput> {
@@ -22,13 +27,16 @@ impl DcManagerCore {
             self.counters.reports_foreign += 1;
             return Vec::new();
         }
-        // The key into the buffer the core keeps: no allocation, a pod id longer than the 24
-        // bytes kept inline included (a Kubernetes pod's name often is).
-        let mut holder = std::mem::take(&mut self.holder_key_buf);
-        holder.set(&r.pod, r.incarnation);
-        let out = self.on_holder_report(&holder, view_place, r, now_ns);
-        self.holder_key_buf = holder;
-        out
+        // The key into a buffer kept for it: no allocation, a pod id longer than the 24 bytes
+        // kept inline included (a Kubernetes pod's name often is). Scratch, not state: it is
+        // the thread's, not the core's.
+        REPORT_KEY.with(|key| {
+            let mut holder = key.take();
+            holder.set(&r.pod, r.incarnation);
+            let out = self.on_holder_report(&holder, view_place, r, now_ns);
+            key.replace(holder);
+            out
+        })
     }
 
     /// [`on_pod_report`](Self::on_pod_report) of a report of this DC and limit, from `holder`.
@@ -79,9 +87,9 @@ impl DcManagerCore {
         // falling silent frees its share at the next renewal. Both wait for the gap (see
         // `event_pass_gap_ms`).
         if !sent_a_lease && r.lease_in_use.is_none() {
-            self.join_waiting = true;
-        } else if self.shortfall || share_changed || self.cfg.split == SplitMode::Demand {
-            self.growth_waiting = true;
+            self.passes.join_waiting = true;
+        } else if self.passes.shortfall || share_changed || self.cfg.split == SplitMode::Demand {
+            self.passes.growth_waiting = true;
         }
         self.waiting_pass_unless_recent(now_ns)
     }
@@ -123,7 +131,7 @@ impl DcManagerCore {
         self.pods.views.remove(&holder);
         // Its share is free at once; the others grow into it with the next split, which waits
         // for the gap as a join does (a drain of many pods costs O(pods) per gap).
-        self.growth_waiting = true;
+        self.passes.growth_waiting = true;
         let mut out = self.waiting_pass_unless_recent(now_ns);
         out.push(ack);
         out

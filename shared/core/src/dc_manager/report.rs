@@ -18,19 +18,19 @@ impl DcManagerCore {
         // outlive it: a takeover that shortened `dc_ttl_ms`).
         // During the quiet period the floor is not this term's to count: earlier terms' pods
         // may still spend all of it.
-        let quiet = now_ns < self.floor_usable_from_ns && !self.cfg.bugs.ack_by_amount_only();
-        let floor = if quiet { Quota::ZERO } else { self.floor };
+        let quiet = now_ns < self.floors.usable_from_ns && !self.cfg.bugs.ack_by_amount_only();
+        let floor = if quiet { Quota::ZERO } else { self.floors.amount };
         let covers = |l: &&HeldDcLease| {
             outstanding.fits_in(&floor.saturating_add(l.quota))
                 && (self.cfg.bugs.ack_by_amount_only()
                     || self.ledger.outstanding(l.expires_at_ns.max(now_ns)).fits_in(&floor))
         };
-        if let Some(l) = self.held.iter().rev().find(covers) {
-            self.acked = Some(self.acked.map_or(l.version, |a| a.max(l.version)));
+        if let Some(l) = self.dc_leases.held.iter().rev().find(covers) {
+            self.dc_leases.acked = Some(self.dc_leases.acked.map_or(l.version, |a| a.max(l.version)));
         }
         let floor_in_use = self.floor_in_use(outstanding, now_ns);
         let (eligible, demand_milli) = self.pods.eligible_count_and_demand_milli(&self.cfg, now_ns);
-        let seq = self.sent.record(now_ns);
+        let seq = self.dc_leases.sent.record(now_ns);
         let (upstream_calls, upstream_429) = self.pods.take_upstream();
         DcReport {
             v: SCHEMA_VERSION,
@@ -41,7 +41,7 @@ impl DcManagerCore {
             seq,
             demand: Quota::new(demand_milli, 0),
             pods_healthy: eligible as u32,
-            lease_in_use: self.acked,
+            lease_in_use: self.dc_leases.acked,
             floor_in_use,
             floor_version: self.confirmable_floor_version(),
             upstream_calls,

@@ -13,7 +13,7 @@ impl DcManagerCore {
     /// `event_pass_gap_ms` (then the next report after the gap, or the next tick, runs it).
     pub(super) fn waiting_pass_unless_recent(&mut self, now_ns: u64) -> Vec<DcOutput> {
         let gap_ns = self.cfg.event_pass_gap_ms.saturating_mul(NS_PER_MS);
-        if self.last_work_ns.is_some_and(|t| now_ns.saturating_sub(t) < gap_ns) {
+        if self.passes.last_work_ns.is_some_and(|t| now_ns.saturating_sub(t) < gap_ns) {
             return Vec::new();
         }
         self.waiting_pass(now_ns)
@@ -22,15 +22,15 @@ impl DcManagerCore {
     /// The split that joins or growth wait for: a full one if a pod joined, else a growth-only
     /// one if some pod can grow.
     pub(super) fn waiting_pass(&mut self, now_ns: u64) -> Vec<DcOutput> {
-        if self.join_waiting {
+        if self.passes.join_waiting {
             self.counters.passes_full_join += 1;
             return self.pass(now_ns, Pass::Full);
         }
-        if !self.growth_waiting {
+        if !self.passes.growth_waiting {
             return Vec::new();
         }
-        self.growth_waiting = false;
-        self.last_work_ns = Some(now_ns);
+        self.passes.growth_waiting = false;
+        self.passes.last_work_ns = Some(now_ns);
         self.counters.growth_checks += 1;
         if self.someone_can_grow(now_ns) {
             return self.pass(now_ns, Pass::GrowthOnly);
@@ -97,26 +97,26 @@ impl DcManagerCore {
     /// only to pods that can grow by a worthwhile step (`GrowthOnly`, between renewals).
     pub(super) fn pass(&mut self, now_ns: u64, kind: Pass) -> Vec<DcOutput> {
         if kind == Pass::Full {
-            self.last_pass_ns = Some(now_ns);
-            self.join_waiting = false;
+            self.passes.last_full_ns = Some(now_ns);
+            self.passes.join_waiting = false;
             self.counters.passes_full += 1;
         } else {
             self.counters.passes_growth += 1;
         }
-        self.growth_waiting = false;
-        self.last_work_ns = Some(now_ns);
+        self.passes.growth_waiting = false;
+        self.passes.last_work_ns = Some(now_ns);
         self.ledger.expire(now_ns);
         let (budget, _) = self.budget(now_ns);
         self.note_floor_spent(now_ns);
         self.ledger.set_capacity(budget);
         let Some((ttl_ms, live_until)) = self.grant_terms(now_ns) else {
             // Nothing issued: any pod may be below its target.
-            self.shortfall = true;
-            self.last_full = None;
+            self.passes.shortfall = true;
+            self.passes.last_full = None;
             return Vec::new();
         };
         if kind == Pass::Full {
-            self.last_full = Some((budget, ttl_ms));
+            self.passes.last_full = Some((budget, ttl_ms));
         }
         // Shrinking pods first, so their freed share is visible before others grow.
         // (Places in the views: nothing in the pass adds or removes a view.)
@@ -126,23 +126,23 @@ impl DcManagerCore {
             (t.rate_milli_per_s as i128 - claim.rate_milli_per_s as i128, t.burst_milli)
         });
         let mut out = Vec::with_capacity(order.len());
-        self.shortfall = false;
+        self.passes.shortfall = false;
         for (i, target) in order {
             let Some((pod, view)) = self.pods.views.get_index(i) else { continue };
             if kind == Pass::GrowthOnly && !self.worth_growing(pod, target, now_ns) {
                 // Judged by its newest lease: an older, larger one counts only until it
                 // confirms the newer, and its confirmation must then let it grow.
-                self.shortfall |= below_by_a_step(self.ledger.holder_newest(pod, now_ns), target);
+                self.passes.shortfall |= below_by_a_step(self.ledger.holder_newest(pod, now_ns), target);
                 continue;
             }
             let (pod_name, incarnation, basis_seq) = (pod.pod().clone(), view.incarnation, view.last_seq);
             let quota = self.grantable(pod, target, live_until, now_ns);
             let version = LeaseVersion::new(self.cfg.epoch, self.next_seq + 1);
-            self.shortfall |= below_by_a_step(quota, target);
+            self.passes.shortfall |= below_by_a_step(quota, target);
             let granted = self.ledger.grant(pod, quota, version, live_until, now_ns);
             self.next_seq += 1;
             if granted.is_err() {
-                self.shortfall = true;
+                self.passes.shortfall = true;
                 continue;
             }
             if let Some(view) = self.pods.views.get_index_mut(i) {

@@ -39,14 +39,14 @@ impl DcManagerCore {
     /// The newest floor version the driver has written to the DC's `FloorConfirmations` (`None`:
     /// none): reports confirm no newer one. Drivers that keep no confirmations never call it.
     pub fn cap_floor_confirmation(&mut self, persisted: Option<LeaseVersion>) {
-        self.confirm_cap = Some(persisted);
+        self.floors.confirm_cap = Some(persisted);
     }
 
     /// The floor (and version) this term would confirm but may not yet: the driver writes it to
     /// the DC's `FloorConfirmations`, then raises the cap.
     pub fn floor_to_persist(&self) -> Option<(Quota, LeaseVersion)> {
-        let cap = self.confirm_cap?;
-        self.floor_version.filter(|v| cap.is_none_or(|c| *v > c)).map(|v| (self.floor, v))
+        let cap = self.floors.confirm_cap?;
+        self.floors.version.filter(|v| cap.is_none_or(|c| *v > c)).map(|v| (self.floors.amount, v))
     }
 
     /// A term awaiting its first direct read runs on the floor its DC's `FloorConfirmations`
@@ -61,9 +61,9 @@ impl DcManagerCore {
 
     /// What the next report confirms: the floor version in use, capped by what is persisted.
     pub(super) fn confirmable_floor_version(&self) -> Option<LeaseVersion> {
-        match self.confirm_cap {
-            Some(cap) if !self.cfg.bugs.floor_confirmed_unpersisted() => self.floor_version.min(cap),
-            _ => self.floor_version,
+        match self.floors.confirm_cap {
+            Some(cap) if !self.cfg.bugs.floor_confirmed_unpersisted() => self.floors.version.min(cap),
+            _ => self.floors.version,
         }
     }
 
