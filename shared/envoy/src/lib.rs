@@ -12,5 +12,5 @@ mod rlqs_timing;
 pub mod rls_config;
 
 pub use rlqs_pool::{Assignment, BucketRef, EnvoyTokenBucket, RlqsPool, RlqsTiming};
-pub use rlqs_timing::least_drift_percent;
-pub use rls_config::{ConfiguredLimit, DescriptorEntry, RlsConfig, RlsConfigError, Unit};
+pub use rlqs_timing::{least_drift_percent, RlqsTimingError};
+pub use rls_config::{ConfiguredLimit, DescriptorEntry, RlsConfig, RlsConfigError, RlsRule, Unit};

@@ -33,12 +33,40 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// A configuration that can't be used; nothing of it is applied.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{file}: {reason}")]
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {rule}")]
 pub struct RlsConfigError {
     /// The file (or source name) it came from.
     pub file: String,
-    pub reason: String,
+    #[source]
+    pub rule: RlsRule,
+}
+
+/// The rule of ratelimit's configuration a file breaks.
+#[derive(Debug, thiserror::Error)]
+pub enum RlsRule {
+    #[error("not a ratelimit config: {0}")]
+    NotRatelimitConfig(#[source] serde_saphyr::Error),
+    #[error("config file cannot have empty domain")]
+    EmptyDomain,
+    #[error("duplicate domain '{0}' in config file")]
+    DuplicateDomain(String),
+    #[error("{at}: descriptor has empty key")]
+    EmptyKey { at: String },
+    #[error("duplicate descriptor composite key '{key}'")]
+    DuplicateKey { key: String },
+    #[error("{key}: should not specify rate limit unit when unlimited")]
+    UnitWhenUnlimited { key: String },
+    #[error("{key}: invalid rate limit unit '{unit}'")]
+    InvalidUnit { key: String, unit: String },
+    #[error("{key}: should not have an empty replaces entry")]
+    EmptyReplaces { key: String },
+    #[error("{key}: replaces should not contain name of same descriptor")]
+    ReplacesItself { key: String },
+    #[error("{key}: its limit id {id:?} is {len} bytes, more than {max}; shorten the domain, keys or values")]
+    LimitIdTooLong { key: String, id: String, len: usize, max: usize },
+    #[error("duplicate descriptor composite key '{key}' (also '{other}'): one limit id {id:?}")]
+    SameLimitId { key: String, other: String, id: String },
 }
 
 /// A limit's time unit, as `RateLimitResponse.RateLimit.Unit` numbers it.
@@ -246,14 +274,13 @@ impl RlsConfig {
     pub fn parse<'a>(files: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<RlsConfig, RlsConfigError> {
         let mut config = RlsConfig::default();
         for (file, text) in files {
-            let bad = |reason: String| RlsConfigError { file: file.to_string(), reason };
-            let root: YamlRoot =
-                serde_saphyr::from_str(text).map_err(|e| bad(format!("not a ratelimit config: {e}")))?;
+            let bad = |rule: RlsRule| RlsConfigError { file: file.to_string(), rule };
+            let root: YamlRoot = serde_saphyr::from_str(text).map_err(|e| bad(RlsRule::NotRatelimitConfig(e)))?;
             if root.domain.is_empty() {
-                return Err(bad("config file cannot have empty domain".into()));
+                return Err(bad(RlsRule::EmptyDomain));
             }
             if config.domains.contains_key(&root.domain) {
-                return Err(bad(format!("duplicate domain '{}' in config file", root.domain)));
+                return Err(bad(RlsRule::DuplicateDomain(root.domain)));
             }
             let mut node = Node::default();
             let mut limit_id = String::new();
@@ -265,10 +292,10 @@ impl RlsConfig {
         Ok(config)
     }
 
-    fn load(&mut self, parent: &mut Node, path: &Path, descriptors: Vec<YamlDescriptor>) -> Result<(), String> {
+    fn load(&mut self, parent: &mut Node, path: &Path, descriptors: Vec<YamlDescriptor>) -> Result<(), RlsRule> {
         for d in descriptors {
             if d.key.is_empty() {
-                return Err(format!("{}: descriptor has empty key", path.full_key));
+                return Err(RlsRule::EmptyKey { at: path.full_key.clone() });
             }
             let composite = if d.value.is_empty() { d.key.clone() } else { format!("{}_{}", d.key, d.value) };
             let full_key = format!("{}.{composite}", path.full_key);
@@ -278,7 +305,7 @@ impl RlsConfig {
             let here = Path { full_key, limit_id, per_value };
             let mut node = Node { limit: self.limit_of(&here, d.rate_limit, d.shadow_mode)?, ..Node::default() };
             self.load(&mut node, &here, d.descriptors)?;
-            let duplicate = || Err(format!("duplicate descriptor composite key '{}'", here.full_key));
+            let duplicate = || Err(RlsRule::DuplicateKey { key: here.full_key.clone() });
             match d.value.strip_suffix('*') {
                 _ if d.value.is_empty() => {
                     if parent.any.contains_key(&d.key) {
@@ -310,23 +337,23 @@ impl RlsConfig {
         at: &Path,
         rate_limit: Option<YamlRateLimit>,
         shadow_mode: bool,
-    ) -> Result<Option<Arc<ConfiguredLimit>>, String> {
+    ) -> Result<Option<Arc<ConfiguredLimit>>, RlsRule> {
         let Some(r) = rate_limit else { return Ok(None) };
         let key = &at.full_key;
         let unit = match (r.unlimited, r.unit.as_str(), Unit::parse(&r.unit)) {
             (true, "", _) => None,
-            (true, _, _) => return Err(format!("{key}: should not specify rate limit unit when unlimited")),
+            (true, _, _) => return Err(RlsRule::UnitWhenUnlimited { key: key.clone() }),
             (false, _, Some(unit)) => Some(unit),
-            (false, u, None) => return Err(format!("{key}: invalid rate limit unit '{u}'")),
+            (false, u, None) => return Err(RlsRule::InvalidUnit { key: key.clone(), unit: u.to_string() }),
         };
         let name = Some(r.name).filter(|n| !n.is_empty());
         let mut replaces = Vec::with_capacity(r.replaces.len());
         for rep in r.replaces {
             if rep.name.is_empty() {
-                return Err(format!("{key}: should not have an empty replaces entry"));
+                return Err(RlsRule::EmptyReplaces { key: key.clone() });
             }
             if Some(&rep.name) == name.as_ref() {
-                return Err(format!("{key}: replaces should not contain name of same descriptor"));
+                return Err(RlsRule::ReplacesItself { key: key.clone() });
             }
             replaces.push(rep.name);
         }
@@ -334,17 +361,12 @@ impl RlsConfig {
         let id = at.limit_id.clone();
         if per_unit.is_some() {
             if id.len() > leasehold_core::wire::MAX_ID_LEN {
-                return Err(format!(
-                    "{key}: its limit id {id:?} is {} bytes, more than {}; shorten the domain, keys or values",
-                    id.len(),
-                    leasehold_core::wire::MAX_ID_LEN
-                ));
+                let (len, max) = (id.len(), leasehold_core::wire::MAX_ID_LEN);
+                return Err(RlsRule::LimitIdTooLong { key: key.clone(), id, len, max });
             }
             if let Some(other) = self.full_keys.insert(id.clone(), key.clone()) {
                 // `a_b` + `c` and `a` + `b_c` make one composite key, as in ratelimit.
-                return Err(format!(
-                    "duplicate descriptor composite key '{key}' (also '{other}'): one limit id {id:?}"
-                ));
+                return Err(RlsRule::SameLimitId { key: key.clone(), other, id });
             }
         }
         let (limit, tier) = match (per_unit, at.per_value) {
