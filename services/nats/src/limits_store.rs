@@ -6,7 +6,7 @@
 
 use crate::kv::{compare_and_set, ensure_bucket, read, BucketSpec, CasOutcome, KvError};
 use async_nats::jetstream::{self, kv};
-use leasehold_core::limits::LimitDef;
+use leasehold_core::limits::{LimitDef, LimitDefError};
 use leasehold_core::subjects::{limits_key, LIMITS_BUCKET};
 
 /// Values kept per limit: the last few definitions, for `nats kv history lh_limits <limit>`.
@@ -19,7 +19,16 @@ pub struct StoredLimit {
     pub key: String,
     pub revision: u64,
     /// The definition, or why the value is not one (including a name that differs from its key).
-    pub def: Result<LimitDef, String>,
+    pub def: Result<LimitDef, StoredDefError>,
+}
+
+/// Why a stored value is not a definition of its key's limit.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum StoredDefError {
+    #[error(transparent)]
+    Definition(#[from] LimitDefError),
+    #[error("the key {key} holds a definition of limit {limit}")]
+    OtherLimit { key: String, limit: String },
 }
 
 /// What a removal did.
@@ -43,11 +52,11 @@ fn key_of(name: &str) -> Result<String, KvError> {
 }
 
 fn decode(key: &str, revision: u64, bytes: &[u8]) -> StoredLimit {
-    let def = LimitDef::from_json(bytes).map_err(|e| e.to_string()).and_then(|def| {
+    let def = LimitDef::from_json(bytes).map_err(StoredDefError::from).and_then(|def| {
         if def.limit == key {
             Ok(def)
         } else {
-            Err(format!("the key {key} holds a definition of limit {}", def.limit))
+            Err(StoredDefError::OtherLimit { key: key.into(), limit: def.limit })
         }
     });
     StoredLimit { key: key.into(), revision, def }
@@ -140,7 +149,7 @@ pub struct LimitEvent {
     pub key: String,
     pub revision: u64,
     /// The definition (or why the value is not one); `None`: removed.
-    pub def: Option<Result<LimitDef, String>>,
+    pub def: Option<Result<LimitDef, StoredDefError>>,
 }
 
 impl From<StoredLimit> for LimitEvent {
