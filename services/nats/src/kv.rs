@@ -83,9 +83,11 @@ pub async fn open_bucket(js: &jetstream::Context, bucket: &str) -> Result<kv::St
 }
 
 /// Create the stream if it does not exist (retried like [`ensure_bucket`]).
-pub async fn ensure_stream(js: &jetstream::Context, config: stream::Config) -> Result<(), String> {
-    with_retries(|| async { js.get_or_create_stream(config.clone()).await.map(|_| ()).map_err(|e| e.to_string()) })
-        .await
+pub async fn ensure_stream(
+    js: &jetstream::Context,
+    config: stream::Config,
+) -> Result<(), jetstream::context::CreateStreamError> {
+    with_retries(|| async { js.get_or_create_stream(config.clone()).await.map(|_| ()) }).await
 }
 
 /// A server that just started (or a busy one) may time out or not have JetStream ready yet: try
