@@ -64,7 +64,7 @@ pub fn run(program: &str, a: LimitsArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     let result = crate::block_on(async {
-        Ok(match a.command {
+        Ok::<_, crate::CommandError>(match a.command {
             LimitsCommand::Put(p) => put::run(url, a.replicas, p).await,
             LimitsCommand::Get { name, json } => get(url, a.replicas, &name, json).await,
             LimitsCommand::Ls => ls(url, a.replicas).await,
@@ -77,7 +77,11 @@ pub fn run(program: &str, a: LimitsArgs) -> ExitCode {
             eprintln!("{program}: {e}");
             ExitCode::from(2)
         }
-        Ok(Err(Failure::Failed(e))) | Err(e) => {
+        Ok(Err(Failure::Failed(e))) => {
+            eprintln!("{program}: {e}");
+            ExitCode::from(1)
+        }
+        Err(e) => {
             eprintln!("{program}: {e}");
             ExitCode::from(1)
         }
