@@ -46,7 +46,7 @@ pub struct RlsConfigError {
 #[derive(Debug, thiserror::Error)]
 pub enum RlsRule {
     #[error("not a ratelimit config: {0}")]
-    NotRatelimitConfig(#[source] serde_saphyr::Error),
+    NotRatelimitConfig(#[source] Box<serde_saphyr::Error>),
     #[error("config file cannot have empty domain")]
     EmptyDomain,
     #[error("duplicate domain '{0}' in config file")]
@@ -275,7 +275,8 @@ impl RlsConfig {
         let mut config = RlsConfig::default();
         for (file, text) in files {
             let bad = |rule: RlsRule| RlsConfigError { file: file.to_string(), rule };
-            let root: YamlRoot = serde_saphyr::from_str(text).map_err(|e| bad(RlsRule::NotRatelimitConfig(e)))?;
+            let root: YamlRoot =
+                serde_saphyr::from_str(text).map_err(|e| bad(RlsRule::NotRatelimitConfig(Box::new(e))))?;
             if root.domain.is_empty() {
                 return Err(bad(RlsRule::EmptyDomain));
             }
