@@ -48,7 +48,7 @@ pub async fn open(js: &jetstream::Context, replicas: usize) -> Result<kv::Store,
 }
 
 fn key_of(name: &str) -> Result<String, KvError> {
-    limits_key(name).map_err(|e| KvError::Read { key: name.into(), reason: e.to_string() })
+    limits_key(name).map_err(|e| KvError::Read { key: name.into(), source: e.into() })
 }
 
 fn decode(key: &str, revision: u64, bytes: &[u8]) -> StoredLimit {
@@ -97,7 +97,7 @@ pub async fn remove(store: &kv::Store, name: &str, expected_revision: Option<u64
         Err(e) => match e.kind() {
             kv::DeleteErrorKind::WrongLastRevision => Ok(RemoveOutcome::Conflict),
             kv::DeleteErrorKind::TimedOut => Ok(RemoveOutcome::Unknown),
-            _ => Err(KvError::Write { key, reason: e.to_string() }),
+            _ => Err(KvError::Write { key, source: e.into() }),
         },
     }
 }
@@ -124,7 +124,7 @@ pub async fn seed(store: &kv::Store, defs: &[LimitDef]) -> Result<Seeded, KvErro
             }
             Ok(Some(_)) => continue,
             Ok(None) => {}
-            Err(e) => return Err(KvError::Read { key, reason: e.to_string() }),
+            Err(e) => return Err(KvError::Read { key, source: e.into() }),
         }
         match put(store, def, None).await? {
             CasOutcome::Written { .. } => seeded.created.push(def.limit.clone()),
@@ -134,8 +134,8 @@ pub async fn seed(store: &kv::Store, defs: &[LimitDef]) -> Result<Seeded, KvErro
                 Some((_, value)) if value == def.to_json() => seeded.created.push(def.limit.clone()),
                 Some(_) => {}
                 None => {
-                    let reason = "timed out, and it may still be applied".to_string();
-                    return Err(KvError::Write { key: def.limit.clone(), reason });
+                    let source = "timed out, and it may still be applied".into();
+                    return Err(KvError::Write { key: def.limit.clone(), source });
                 }
             },
         }
