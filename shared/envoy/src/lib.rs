@@ -10,6 +10,7 @@ mod rlqs_live;
 pub mod rlqs_pool;
 mod rlqs_timing;
 pub mod rls_config;
+mod rls_error;
 
 pub use rlqs_pool::{Assignment, BucketRef, EnvoyTokenBucket, RlqsPool, RlqsTiming};
 pub use rlqs_timing::{least_drift_percent, RlqsTimingError};
