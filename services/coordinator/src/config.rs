@@ -2,7 +2,8 @@
 //! validated before anything starts.
 
 use leasehold_core::coordinator::LimitConfig;
-use leasehold_core::limits::LimitDef;
+use leasehold_core::limits::{LimitDef, LimitDefError};
+use leasehold_nats::limits_store::StoredDefError;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -71,23 +72,40 @@ impl Settings {
             return Err(ConfigError::Invalid("a limit is configured twice".into()));
         }
         for def in &self.limits {
-            self.limit_config(def).map_err(ConfigError::Invalid)?;
+            self.limit_config(def).map_err(|e| ConfigError::Refused(Box::new(e)))?;
         }
         Ok(())
     }
 
     /// `def` as this coordinator can run it: valid, and timed so that DCs ride through a
     /// failover of this coordinator. The one check of every definition, from the file or KV.
-    pub fn limit_config(&self, def: &LimitDef) -> Result<LimitConfig, String> {
-        let l = def.to_config().map_err(|e| e.to_string())?;
+    pub fn limit_config(&self, def: &LimitDef) -> Result<LimitConfig, LimitConfigError> {
+        let l = def.to_config()?;
         if self.leader_ttl_ms <= l.renew_interval_ms || self.leader_ttl_ms * 2 > l.dc_ttl_ms {
-            return Err(format!(
-                "limit {}: leader_ttl_ms ({}) must exceed renew_interval_ms ({}) and be at most half of dc_ttl_ms ({}), so DCs ride through a failover",
-                l.limit, self.leader_ttl_ms, l.renew_interval_ms, l.dc_ttl_ms
-            ));
+            return Err(LimitConfigError::LeaderTtl {
+                limit: l.limit,
+                leader_ttl_ms: self.leader_ttl_ms,
+                renew_interval_ms: l.renew_interval_ms,
+                dc_ttl_ms: l.dc_ttl_ms,
+            });
         }
         Ok(l)
     }
+}
+
+/// Why this coordinator cannot run a definition.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum LimitConfigError {
+    /// The stored value is not a definition of its limit.
+    #[error(transparent)]
+    Stored(#[from] StoredDefError),
+    /// The definition is not valid.
+    #[error(transparent)]
+    Definition(#[from] LimitDefError),
+    #[error(
+        "limit {limit}: leader_ttl_ms ({leader_ttl_ms}) must exceed renew_interval_ms ({renew_interval_ms}) and be at most half of dc_ttl_ms ({dc_ttl_ms}), so DCs ride through a failover"
+    )]
+    LeaderTtl { limit: String, leader_ttl_ms: u64, renew_interval_ms: u64, dc_ttl_ms: u64 },
 }
 
 #[cfg(test)]

@@ -35,10 +35,18 @@ use tracing::info;
 pub enum CoordinatorError {
     #[error(transparent)]
     Kv(#[from] KvError),
-    #[error("cannot subscribe to {subject}: {reason}")]
-    Subscribe { subject: String, reason: String },
-    #[error("cannot listen on {addr}: {reason}")]
-    Listen { addr: String, reason: String },
+    #[error("cannot subscribe to {subject}: {source}")]
+    Subscribe {
+        subject: String,
+        #[source]
+        source: async_nats::SubscribeError,
+    },
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Run until `shutdown` turns true. `status` receives every change of [`Status`].
@@ -61,15 +69,13 @@ pub async fn run(
     )
     .await?;
     let subject = subjects::dc_reports_wildcard();
-    let mut reports = client
-        .subscribe(subject.clone())
-        .await
-        .map_err(|e| CoordinatorError::Subscribe { subject, reason: e.to_string() })?;
+    let mut reports =
+        client.subscribe(subject.clone()).await.map_err(|source| CoordinatorError::Subscribe { subject, source })?;
     let clock = leasehold_process::clock::LeaseClock::start();
     if let Some(addr) = settings.http_listen.clone() {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
-            .map_err(|e| CoordinatorError::Listen { addr: addr.clone(), reason: e.to_string() })?;
+            .map_err(|source| CoordinatorError::Listen { addr: addr.clone(), source })?;
         if let Ok(local) = listener.local_addr() {
             // On stdout, as the agent does: the bound address when asked for port 0.
             println!("coordinator listening on {local}");

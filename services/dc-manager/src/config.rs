@@ -89,7 +89,7 @@ impl Settings {
         let m = &self.manager;
         let limit = (!self.serves_every_limit()).then_some(m.limit.as_str());
         leasehold_process::check_dc_service(limit, &m.dc, ("id", self.id.as_deref()), self.clock_drift_ppm)?;
-        self.manager.validate().map_err(ConfigError::Invalid)?;
+        self.manager.validate()?;
         if self.report_interval_ms == 0 || self.report_interval_ms > self.manager.renew_interval_ms {
             return bad(format!(
                 "report_interval_ms ({}) must be positive and at most renew_interval_ms ({})",

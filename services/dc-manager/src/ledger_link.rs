@@ -35,20 +35,31 @@ impl LedgerLink {
     }
 
     /// Every group as the bucket holds it now, within [`DIRECT_READ_TIMEOUT`].
-    async fn read_all(&self) -> Result<LedgerContents, String> {
+    async fn read_all(&self) -> Result<LedgerContents, DirectReadError> {
         let read = async {
-            let store = self.store().await.map_err(|e| e.to_string())?;
-            leasehold_nats::ledger::read_all(store).await.map_err(|e| e.to_string())
+            let store = self.store().await?;
+            Ok(leasehold_nats::ledger::read_all(store).await?)
         };
         match tokio::time::timeout(DIRECT_READ_TIMEOUT, read).await {
             Ok(r) => r,
-            Err(_) => Err(format!("no answer within {DIRECT_READ_TIMEOUT:?}")),
+            Err(_) => Err(DirectReadError::Timeout(DIRECT_READ_TIMEOUT)),
         }
     }
 }
 
+/// Why a direct read of every group failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DirectReadError {
+    #[error(transparent)]
+    Open(#[from] KvError),
+    #[error(transparent)]
+    Read(#[from] leasehold_nats::ledger::LedgerError),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+}
+
 /// A direct read of every group, asked for by a term (its epoch) and answered with that epoch.
-pub type DirectRead = (u64, Result<LedgerContents, String>);
+pub type DirectRead = (u64, Result<LedgerContents, DirectReadError>);
 
 /// A task that reads every group when asked (a term's epoch on the returned sender) and answers
 /// on the returned receiver, so that a slow or cut link to the hub never holds up the manager's

@@ -32,10 +32,18 @@ use tokio::sync::watch;
 pub enum DcManagerError {
     #[error(transparent)]
     Kv(#[from] KvError),
-    #[error("cannot subscribe to {subject}: {reason}")]
-    Subscribe { subject: String, reason: String },
-    #[error("cannot listen on {addr}: {reason}")]
-    Listen { addr: String, reason: String },
+    #[error("cannot subscribe to {subject}: {source}")]
+    Subscribe {
+        subject: String,
+        #[source]
+        source: async_nats::SubscribeError,
+    },
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Run until `shutdown` turns true. `status` receives every change of [`Status`].
@@ -61,10 +69,7 @@ pub async fn run(
         let client = client.clone();
         let subject = subjects::pods_wildcard(&dc, channel).expect("validated");
         async move {
-            client
-                .subscribe(subject.clone())
-                .await
-                .map_err(|e| DcManagerError::Subscribe { subject, reason: e.to_string() })
+            client.subscribe(subject.clone()).await.map_err(|source| DcManagerError::Subscribe { subject, source })
         }
     };
     let reports = subscribe(PodChannel::Report).await?;
@@ -80,7 +85,7 @@ pub async fn run(
     if let Some(addr) = settings.http_listen.clone() {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
-            .map_err(|e| DcManagerError::Listen { addr: addr.clone(), reason: e.to_string() })?;
+            .map_err(|source| DcManagerError::Listen { addr: addr.clone(), source })?;
         if let Ok(local) = listener.local_addr() {
             // On stdout, as the agent does: the bound address when asked for port 0.
             println!("dc-manager listening on {local}");

@@ -30,19 +30,19 @@ pub struct AdminToken(String);
 impl AdminToken {
     /// A token of at least [`MIN_ADMIN_TOKEN_CHARS`] visible ASCII characters (what a bearer
     /// header can carry), or why not (without the token).
-    pub fn new(token: String) -> Result<Self, String> {
+    pub fn new(token: String) -> Result<Self, BadAdminToken> {
         let token = AdminToken(token);
         token.check()?;
         Ok(token)
     }
 
     /// Whether it is one [`AdminToken::new`] would take (a deserialized one is checked here).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), BadAdminToken> {
         if self.0.chars().count() < MIN_ADMIN_TOKEN_CHARS {
-            return Err(format!("admin_token must be at least {MIN_ADMIN_TOKEN_CHARS} characters"));
+            return Err(BadAdminToken::TooShort);
         }
         if !self.0.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err("admin_token must be visible ASCII characters (no spaces)".into());
+            return Err(BadAdminToken::NotVisibleAscii);
         }
         Ok(())
     }
@@ -51,6 +51,15 @@ impl AdminToken {
     fn matches(&self, presented: &[u8]) -> bool {
         self.0.as_bytes().ct_eq(presented).into()
     }
+}
+
+/// Why a token cannot be the admin token (it is never part of the message).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BadAdminToken {
+    #[error("admin_token must be at least {MIN_ADMIN_TOKEN_CHARS} characters")]
+    TooShort,
+    #[error("admin_token must be visible ASCII characters (no spaces)")]
+    NotVisibleAscii,
 }
 
 impl std::fmt::Debug for AdminToken {
@@ -171,7 +180,7 @@ mod tests {
         let t = AdminToken::new("s3cret-s3cret-s3cret".into()).unwrap();
         assert_eq!(format!("{t:?}"), "AdminToken(***)");
         assert_eq!(format!("{:?}", Trust { admin_token: Some(t), ..Trust::default() }).matches("s3cret").count(), 0);
-        let err = AdminToken::new("short".into()).unwrap_err();
+        let err = AdminToken::new("short".into()).unwrap_err().to_string();
         assert!(err.contains("16") && !err.contains("short"), "{err}");
         assert!(AdminToken::new("sixteen chars ok".into()).is_err(), "a space");
     }

@@ -10,14 +10,14 @@
 
 use crate::limiter::KeyLimiter;
 use crate::owned::Owned;
-use crate::persist::Admission;
+use crate::persist::{Admission, PersistError};
 use async_nats::jetstream::kv::{Operation, Store};
 use futures::StreamExt;
 use leasehold_core::subjects::{
     keys_check, keys_member_key, keys_member_of_key, keys_shard_key, keys_shard_of_key, KEYS_SHARDS_BUCKET,
 };
 use leasehold_core::wire::{encode, MAX_MESSAGE_BYTES, SCHEMA_VERSION};
-use leasehold_nats::kv::{compare_and_set, ensure_bucket, BucketSpec, CasOutcome};
+use leasehold_nats::kv::{compare_and_set, ensure_bucket, BucketSpec, CasOutcome, KvError};
 use leasehold_per_key::shards::{shard_of_action, Action, ShardBook};
 use leasehold_per_key::wire::{decode_keys_message, MemberRecord, ShardRecord};
 use std::collections::HashMap;
@@ -40,7 +40,7 @@ pub fn random_instance_id() -> String {
 
 enum Event {
     Entry { key: String, revision: u64, value: Option<bytes::Bytes> },
-    Restored { shard: u32, generation: u64, result: Result<Vec<Admission>, String> },
+    Restored { shard: u32, generation: u64, result: Result<Vec<Admission>, PersistError> },
 }
 
 struct Driver {
@@ -66,10 +66,10 @@ pub async fn run(
     limiter: KeyLimiter,
     options: ClusterOptions,
     mut stop: watch::Receiver<bool>,
-) -> Result<(), String> {
+) -> Result<(), KvError> {
     let js = leasehold_nats::connect::jetstream(client.clone());
     let spec = BucketSpec { replicas: options.replicas, ..BucketSpec::new(KEYS_SHARDS_BUCKET) };
-    let kv = ensure_bucket(&js, &spec).await.map_err(|e| e.to_string())?;
+    let kv = ensure_bucket(&js, &spec).await?;
     tracing::info!(instance = %options.instance_id, "joining the cluster");
     let (tx, mut rx) = mpsc::channel(4_096);
     tokio::spawn(watch_bucket(kv.clone(), tx.clone()));
@@ -308,11 +308,7 @@ impl Driver {
         tokio::spawn(async move {
             let mut admissions = Vec::new();
             let result = match owned.persister() {
-                Some(p) => p
-                    .replay(shard, || owned.now_epoch_ms(), |a| admissions.push(a))
-                    .await
-                    .map(|_| admissions)
-                    .map_err(|e| e.to_string()),
+                Some(p) => p.replay(shard, || owned.now_epoch_ms(), |a| admissions.push(a)).await.map(|_| admissions),
                 None => Ok(admissions),
             };
             let _ = tx.send(Event::Restored { shard, generation, result }).await;

@@ -162,13 +162,28 @@ struct ReadQuery {
     tier: Option<String>,
 }
 
-/// The key from the path and the query, or the 400 problem's detail for either.
+/// A request's path, query or `cost` that cannot be read: the 400 problem's detail.
+#[derive(Debug, thiserror::Error)]
+enum BadRequest {
+    #[error("{}", .0.body_text())]
+    Path(#[source] PathRejection),
+    #[error("{}", .0.body_text())]
+    Query(#[source] QueryRejection),
+    #[error("cost must be a positive integer, got {given:?}")]
+    Cost {
+        given: String,
+        #[source]
+        source: std::num::ParseIntError,
+    },
+}
+
+/// The key from the path and the query, or why either cannot be read.
 fn key_and_query<Q>(
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<Q>, QueryRejection>,
-) -> Result<(String, Q), String> {
-    let Path(key) = path.map_err(|e| e.body_text())?;
-    let Query(q) = query.map_err(|e| e.body_text())?;
+) -> Result<(String, Q), BadRequest> {
+    let Path(key) = path.map_err(BadRequest::Path)?;
+    let Query(q) = query.map_err(BadRequest::Query)?;
     Ok((key, q))
 }
 
@@ -221,11 +236,11 @@ fn respond(app: &App, result: Result<KeyAnswer, CheckError>) -> Response {
     }
 }
 
-/// The `cost` parameter (default 1), or the 400 problem's detail.
-fn parse_cost(v: Option<&String>) -> Result<u64, String> {
+/// The `cost` parameter (default 1), or why it cannot be read.
+fn parse_cost(v: Option<&String>) -> Result<u64, BadRequest> {
     match v {
         None => Ok(1),
-        Some(s) => s.parse::<u64>().map_err(|_| format!("cost must be a positive integer, got {s:?}")),
+        Some(s) => s.parse::<u64>().map_err(|source| BadRequest::Cost { given: s.clone(), source }),
     }
 }
 
@@ -238,7 +253,7 @@ async fn record(
 ) -> Response {
     let (key, q) = match key_and_query(path, query) {
         Ok(kq) => kq,
-        Err(detail) => return bad_request(detail),
+        Err(e) => return bad_request(e.to_string()),
     };
     if !body.is_ok_and(|b| b.is_empty()) {
         // Its fields would be ignored: `{"cost": 3}` recorded at cost 1.
@@ -249,7 +264,7 @@ async fn record(
     }
     let cost = match parse_cost(q.cost.as_ref()) {
         Ok(c) => c,
-        Err(d) => return bad_request(d),
+        Err(e) => return bad_request(e.to_string()),
     };
     let tier = match app.trust.tier(&gateway, q.tier) {
         Ok(t) => t,
@@ -301,7 +316,7 @@ async fn read(
 ) -> Response {
     let (key, q) = match key_and_query(path, query) {
         Ok(kq) => kq,
-        Err(detail) => return bad_request(detail),
+        Err(e) => return bad_request(e.to_string()),
     };
     let tier = match app.trust.tier(&gateway, q.tier) {
         Ok(t) => t,

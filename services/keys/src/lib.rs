@@ -79,40 +79,68 @@ pub struct ServeOptions {
 
 /// Serve HTTP (and, in cluster mode, the owned shards on NATS) until SIGINT/SIGTERM, then hand
 /// the shards over. Prints `listening on <addr>` once bound.
-pub async fn serve(o: ServeOptions) -> Result<(), String> {
+pub async fn serve(o: ServeOptions) -> Result<(), ServeError> {
     serve_until(o, leasehold_process::stop_on_signal()).await
 }
 
+/// Why the limiter could not start, or stopped other than as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The listener's address, or the HTTP server, failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Tiers(#[from] leasehold_per_key::KeyError),
+    #[cfg(feature = "redis-baseline")]
+    #[error(transparent)]
+    Redis(#[from] redis_backend::RedisError),
+    #[error(transparent)]
+    Persist(#[from] persist::PersistError),
+    #[error(transparent)]
+    TiersSync(#[from] tiers_sync::StartError),
+    #[error(transparent)]
+    Cluster(#[from] leasehold_nats::kv::KvError),
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+    /// The cluster driver ended (`cause`: why, if it failed) though no stop was asked.
+    #[error("left the cluster unexpectedly: {}", .cause.as_ref().map(|c| c.to_string()).unwrap_or_default())]
+    LeftCluster { cause: Option<Box<ServeError>> },
+}
+
 /// [`serve`] until `stop` turns true.
-pub async fn serve_until(o: ServeOptions, stop: tokio::sync::watch::Receiver<bool>) -> Result<(), String> {
-    let listener =
-        tokio::net::TcpListener::bind(&o.listen).await.map_err(|e| format!("cannot listen on {}: {e}", o.listen))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+pub async fn serve_until(o: ServeOptions, stop: tokio::sync::watch::Receiver<bool>) -> Result<(), ServeError> {
+    let listener = tokio::net::TcpListener::bind(&o.listen)
+        .await
+        .map_err(|source| ServeError::Listen { addr: o.listen.clone(), source })?;
+    let addr = listener.local_addr()?;
     let mut cluster_task = None;
     let clock = LeaseClock::start_skewed(o.clock_offset_ms, 0);
     let limiter = match o.mode {
         Mode::Standalone => {
             let owned = owned::Owned::new(64, o.max_keys, None, true, clock);
             let backend = limiter::Backend::Owned { owned, nats: None };
-            KeyLimiter::new(backend, o.tiers, o.max_in_flight, u64::MAX).map_err(|e| e.to_string())?
+            KeyLimiter::new(backend, o.tiers, o.max_in_flight, u64::MAX)?
         }
         #[cfg(feature = "redis-baseline")]
         Mode::Redis { url } => {
             let backend = limiter::Backend::Redis(redis_backend::RedisBackend::connect(&url).await?);
-            KeyLimiter::new(backend, o.tiers, o.max_in_flight, u64::MAX).map_err(|e| e.to_string())?
+            KeyLimiter::new(backend, o.tiers, o.max_in_flight, u64::MAX)?
         }
         Mode::Cluster { nats, shards, shard_ttl_ms, durability, retention_ms, replicas, instance_id } => {
             // Refused before anything is created: the stream must not be set up for a window the
             // tiers would then exceed.
-            limiter::check_tiers(&o.tiers, retention_ms).map_err(|e| e.to_string())?;
+            limiter::check_tiers(&o.tiers, retention_ms)?;
             let js = leasehold_nats::connect::jetstream(nats.clone());
-            let persister = persist::Persister::start(js.clone(), durability, retention_ms, replicas)
-                .await
-                .map_err(|e| e.to_string())?;
+            let persister = persist::Persister::start(js.clone(), durability, retention_ms, replicas).await?;
             let owned = owned::Owned::new(shards, o.max_keys, Some(persister), false, clock);
             let backend = limiter::Backend::Owned { owned: owned.clone(), nats: Some(nats.clone()) };
-            let limiter =
-                KeyLimiter::new(backend, o.tiers, o.max_in_flight, retention_ms).map_err(|e| e.to_string())?;
+            let limiter = KeyLimiter::new(backend, o.tiers, o.max_in_flight, retention_ms)?;
             tiers_sync::start(&js, &limiter, replicas).await?;
             let options = cluster::ClusterOptions { instance_id, shard_ttl_ms, replicas, http: addr.to_string() };
             let (l, s) = (limiter.clone(), stop.clone());
@@ -150,12 +178,12 @@ pub async fn serve_until(o: ServeOptions, stop: tokio::sync::watch::Receiver<boo
         // A stop and the driver's end seen at once is a planned stop (drain, then exit cleanly).
         biased;
         _ = stop.wait_for(|s| *s) => {}
-        ended = &mut http => return ended.map_err(|e| e.to_string())?.map_err(|e| e.to_string()),
+        ended = &mut http => return Ok(ended??),
         // The cluster driver never ends on its own: an instance that owns nothing must not go on
         // answering as if it were a member.
         ended = cluster_ended => {
-            let cause = ended.map_err(|e| e.to_string()).and_then(|r| r).err().unwrap_or_default();
-            return Err(format!("left the cluster unexpectedly: {cause}"));
+            let cause = ended.map_err(ServeError::from).and_then(|r| Ok(r?)).err().map(Box::new);
+            return Err(ServeError::LeftCluster { cause });
         }
     }
     // A planned exit: say so, hand the shards over while still answering (forwarding to their new
@@ -164,11 +192,11 @@ pub async fn serve_until(o: ServeOptions, stop: tokio::sync::watch::Receiver<boo
     tracing::info!(drain_ms = o.drain_ms, "stopping: draining");
     let drained = tokio::time::sleep(Duration::from_millis(o.drain_ms));
     if let Some(task) = cluster_task {
-        task.await.map_err(|e| e.to_string())??;
+        task.await??;
     }
     drained.await;
     let _ = close.send(true);
-    http.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
+    Ok(http.await??)
 }
 
 /// Once a second: which keys took more than `hot_key_rps` requests here; sweep idle keys.

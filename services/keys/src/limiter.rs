@@ -141,9 +141,9 @@ impl KeyLimiter {
     }
 
     /// The store's document at `revision` was applied here (`Ok`) or refused here (`Err`).
-    pub fn note_tiers_applied(&self, revision: u64, result: Result<(), String>) {
+    pub fn note_tiers_applied(&self, revision: u64, result: Result<(), crate::tiers_sync::TiersRefused>) {
         if let Some(store) = self.tiers_store.get() {
-            store.applied.send_replace((revision, result.err()));
+            store.applied.send_replace((revision, result.err().map(|e| e.to_string())));
         }
     }
 
@@ -199,7 +199,7 @@ impl KeyLimiter {
         match &self.backend {
             #[cfg(feature = "redis-baseline")]
             Backend::Redis(r) => {
-                let v = r.check(&req.key, &spec, req.cost).await.map_err(CheckError::Unavailable)?;
+                let v = r.check(&req.key, &spec, req.cost).await.map_err(|e| CheckError::Unavailable(e.to_string()))?;
                 Ok(answer(&req.key, tier, v, None))
             }
             Backend::Owned { owned, nats } => {
@@ -226,7 +226,7 @@ impl KeyLimiter {
         match &self.backend {
             #[cfg(feature = "redis-baseline")]
             Backend::Redis(r) => {
-                let (count, v) = r.peek(key, &spec).await.map_err(CheckError::Unavailable)?;
+                let (count, v) = r.peek(key, &spec).await.map_err(|e| CheckError::Unavailable(e.to_string()))?;
                 Ok(answer(key, name, v, Some(count)))
             }
             Backend::Owned { owned, nats } => {

@@ -34,14 +34,19 @@ pub enum Durability {
     ZeroLoss,
 }
 
+/// A `durability` setting that names no mode.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("durability must be zero-loss or interval:<1..60000 ms>, got {0:?}")]
+pub struct BadDurability(pub String);
+
 impl std::str::FromStr for Durability {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = BadDurability;
+    fn from_str(s: &str) -> Result<Self, BadDurability> {
         match s {
             "zero-loss" => Ok(Durability::ZeroLoss),
             other => match other.strip_prefix("interval:").and_then(|ms| ms.parse::<u64>().ok()) {
                 Some(ms) if (1..=60_000).contains(&ms) => Ok(Durability::Interval { persist_interval_ms: ms }),
-                _ => Err(format!("durability must be zero-loss or interval:<1..60000 ms>, got {s:?}")),
+                _ => Err(BadDurability(s.to_string())),
             },
         }
     }
@@ -65,6 +70,8 @@ pub struct Persister {
 pub enum PersistError {
     #[error("cannot create stream {STREAM}: {0}")]
     Stream(String),
+    #[error("cannot create stream {STREAM}: {0}")]
+    Create(#[source] async_nats::jetstream::context::CreateStreamError),
     #[error("stream {STREAM} keeps admissions {kept_ms} ms, less than --retention-ms {retention_ms}, and cannot be raised: {reason}")]
     Retention { kept_ms: u128, retention_ms: u64, reason: String },
     #[error("cannot replay shard {shard}: {reason}")]
@@ -113,7 +120,7 @@ impl Persister {
             storage: stream::StorageType::File,
             ..Default::default()
         };
-        leasehold_nats::kv::ensure_stream(&js, config.clone()).await.map_err(PersistError::Stream)?;
+        leasehold_nats::kv::ensure_stream(&js, config.clone()).await.map_err(PersistError::Create)?;
         keep_at_least(&js, config).await?;
         let p = Persister { js, durability, pending: Arc::default(), wake: Arc::default() };
         tokio::spawn(p.clone().flush_loop());

@@ -58,13 +58,34 @@ fn redis_key(key: &str) -> String {
     format!("lh:keys:{key}")
 }
 
+/// Why the Redis baseline could not connect or answer.
+#[derive(Debug, thiserror::Error)]
+pub enum RedisError {
+    #[error("bad Redis URL {url}: {source}")]
+    BadUrl {
+        url: String,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("cannot connect to Redis at {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("the Redis baseline implements the sliding log only")]
+    NotSlidingLog,
+    #[error("Redis: {0}")]
+    Script(#[source] redis::RedisError),
+}
+
 impl RedisBackend {
-    pub async fn connect(url: &str) -> Result<Self, String> {
-        let client = redis::Client::open(url).map_err(|e| format!("bad Redis URL {url}: {e}"))?;
+    pub async fn connect(url: &str) -> Result<Self, RedisError> {
+        let client = redis::Client::open(url).map_err(|source| RedisError::BadUrl { url: url.into(), source })?;
         let connection = client
             .get_multiplexed_async_connection()
             .await
-            .map_err(|e| format!("cannot connect to Redis at {url}: {e}"))?;
+            .map_err(|source| RedisError::Connect { url: url.into(), source })?;
         Ok(RedisBackend {
             connection,
             check: Arc::new(redis::Script::new(CHECK)),
@@ -74,14 +95,14 @@ impl RedisBackend {
         })
     }
 
-    fn sliding_only(spec: &LimitSpec) -> Result<(), String> {
+    fn sliding_only(spec: &LimitSpec) -> Result<(), RedisError> {
         match spec.algorithm {
             Algorithm::SlidingLog => Ok(()),
-            Algorithm::Gcra => Err("the Redis baseline implements the sliding log only".into()),
+            Algorithm::Gcra => Err(RedisError::NotSlidingLog),
         }
     }
 
-    pub async fn check(&self, key: &str, spec: &LimitSpec, cost: u64) -> Result<Verdict, String> {
+    pub async fn check(&self, key: &str, spec: &LimitSpec, cost: u64) -> Result<Verdict, RedisError> {
         Self::sliding_only(spec)?;
         let nonce = format!("{}-{}", self.nonce_prefix, self.nonce.fetch_add(1, Ordering::Relaxed));
         let mut con = self.connection.clone();
@@ -95,7 +116,7 @@ impl RedisBackend {
             .arg(nonce)
             .invoke_async(&mut con)
             .await
-            .map_err(|e| format!("Redis: {e}"))?;
+            .map_err(RedisError::Script)?;
         let at = |i: usize| r.get(i).copied().unwrap_or(0).max(0) as u64;
         Ok(Verdict {
             allowed: at(0) == 1,
@@ -107,7 +128,7 @@ impl RedisBackend {
         })
     }
 
-    pub async fn peek(&self, key: &str, spec: &LimitSpec) -> Result<(u64, Verdict), String> {
+    pub async fn peek(&self, key: &str, spec: &LimitSpec) -> Result<(u64, Verdict), RedisError> {
         Self::sliding_only(spec)?;
         let mut con = self.connection.clone();
         let r: Vec<i64> = self
@@ -117,7 +138,7 @@ impl RedisBackend {
             .arg(spec.window_ms)
             .invoke_async(&mut con)
             .await
-            .map_err(|e| format!("Redis: {e}"))?;
+            .map_err(RedisError::Script)?;
         let count = r.first().copied().unwrap_or(0).max(0) as u64;
         let reset_ms = r.get(1).copied().unwrap_or(0).max(0) as u64;
         let v = Verdict {

@@ -108,7 +108,7 @@ impl KeysSettings {
         if !(100..=max_ttl).contains(&self.shard_ttl_ms) {
             return bad(format!("shard_ttl_ms must be within 100..={max_ttl}, got {}", self.shard_ttl_ms));
         }
-        self.durability().map_err(SettingsError::Invalid)?;
+        self.durability().map_err(|e| SettingsError::Refused(Box::new(e)))?;
         if self.drain_ms > 600_000 {
             return bad(format!("drain_ms must be at most 600000, got {}", self.drain_ms));
         }
@@ -130,12 +130,12 @@ impl KeysSettings {
             return bad(format!("clock_offset_ms must be within ±{MAX_CLOCK_OFFSET_MS}, got {}", self.clock_offset_ms));
         }
         if let Some(t) = &self.admin_token {
-            t.check().map_err(SettingsError::Invalid)?;
+            t.check().map_err(|e| SettingsError::Refused(Box::new(e)))?;
         }
         Ok(())
     }
 
-    pub fn durability(&self) -> Result<Durability, String> {
+    pub fn durability(&self) -> Result<Durability, crate::persist::BadDurability> {
         self.durability.parse()
     }
 

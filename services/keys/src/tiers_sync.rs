@@ -4,23 +4,27 @@
 
 use crate::limiter::KeyLimiter;
 use async_nats::jetstream::kv::{Entry, Operation};
-use leasehold_nats::kv::{ensure_bucket, BucketSpec};
+use leasehold_nats::kv::{ensure_bucket, BucketSpec, KvError};
 use leasehold_nats::watch::keep_watching;
-use leasehold_per_key::Tiers;
+use leasehold_per_key::{KeyError, Tiers};
 
 use leasehold_core::subjects::{KEYS_CONFIG_BUCKET as CONFIG_BUCKET, KEYS_TIERS_KEY as TIERS_KEY};
 
 /// Adopt the stored tiers (or store ours if there are none) and follow every change.
-pub async fn start(js: &async_nats::jetstream::Context, limiter: &KeyLimiter, replicas: usize) -> Result<(), String> {
+pub async fn start(
+    js: &async_nats::jetstream::Context,
+    limiter: &KeyLimiter,
+    replicas: usize,
+) -> Result<(), StartError> {
     let spec = BucketSpec { replicas, ..BucketSpec::new(CONFIG_BUCKET) };
-    let store = ensure_bucket(js, &spec).await.map_err(|e| e.to_string())?;
+    let store = ensure_bucket(js, &spec).await?;
     // The payload limit, less room for the KV message's headers.
     let max_bytes = js.client().server_info().max_payload.saturating_sub(4_096);
     limiter.attach_tiers_store(store.clone(), max_bytes);
-    match leasehold_nats::kv::read(&store, TIERS_KEY).await.map_err(|e| e.to_string())? {
+    match leasehold_nats::kv::read(&store, TIERS_KEY).await? {
         Some((revision, body)) => apply(limiter, &body, revision),
         None => {
-            let body = serde_json::to_vec(&limiter.tiers()).map_err(|e| e.to_string())?;
+            let body = serde_json::to_vec(&limiter.tiers())?;
             let _ = store.create(TIERS_KEY, body.into()).await;
         }
     }
@@ -38,12 +42,30 @@ pub async fn start(js: &async_nats::jetstream::Context, limiter: &KeyLimiter, re
     Ok(())
 }
 
+/// Why the cluster's tiers could not be followed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Kv(#[from] KvError),
+    #[error(transparent)]
+    Encode(#[from] serde_json::Error),
+}
+
+/// Why this instance refused a stored tiers document.
+#[derive(Debug, thiserror::Error)]
+pub enum TiersRefused {
+    #[error(transparent)]
+    Unreadable(#[from] serde_json::Error),
+    #[error(transparent)]
+    Invalid(#[from] KeyError),
+}
+
 fn apply(limiter: &KeyLimiter, body: &[u8], revision: u64) {
-    let result = serde_json::from_slice::<Tiers>(body).map_err(|e| e.to_string()).and_then(|t| {
+    let result = serde_json::from_slice::<Tiers>(body).map_err(TiersRefused::from).and_then(|t| {
         if t == limiter.tiers() {
             return Ok(());
         }
-        limiter.set_tiers(t).map_err(|e| e.to_string())
+        Ok(limiter.set_tiers(t)?)
     });
     if let Err(e) = &result {
         tracing::warn!(cause = %e, revision, "ignoring invalid tiers in {CONFIG_BUCKET}/{TIERS_KEY}");

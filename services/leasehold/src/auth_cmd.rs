@@ -76,11 +76,11 @@ fn now_s() -> u64 {
     leasehold_process::clock::wall_ms() / 1_000
 }
 
-pub fn run(args: AuthArgs) -> Result<ExitCode, String> {
+pub fn run(args: AuthArgs) -> Result<ExitCode, crate::CommandError> {
     match args.command {
         AuthCommand::Setup { roles, dcs, dir } => {
             let toml = std::fs::read_to_string(&roles).map_err(|e| format!("{}: {e}", roles.display()))?;
-            let report = auth::setup(&dir, &toml, &dcs, now_s()).map_err(|e| e.to_string())?;
+            let report = auth::setup(&dir, &toml, &dcs, now_s())?;
             println!("account {}: {}", auth::ACCOUNT_NAME, report.account_public_key);
             println!("include in every server: {}", report.resolver_conf.display());
             for creds in &report.creds {
@@ -95,14 +95,14 @@ pub fn run(args: AuthArgs) -> Result<ExitCode, String> {
             let now = now_s();
             let (key, at, who) = match (creds, user) {
                 (Some(path), _) => {
-                    let c = auth::read_creds_file(&path).map_err(|e| e.to_string())?;
+                    let c = auth::read_creds_file(&path)?;
                     // Issued at or before: the issuer's clock may be ahead of this one.
                     (c.public_key, now.max(c.issued_at_s), c.name)
                 }
                 (None, Some(user)) => (user.clone(), now, user),
                 (None, None) => return Err("give --creds or --user".into()),
             };
-            let resolver = auth::revoke(&dir, &key, at, now).map_err(|e| e.to_string())?;
+            let resolver = auth::revoke(&dir, &key, at, now)?;
             println!("revoked {who} ({key}); reload every server to apply {}", resolver.display());
             Ok(ExitCode::SUCCESS)
         }
@@ -111,10 +111,10 @@ pub fn run(args: AuthArgs) -> Result<ExitCode, String> {
                 (Some(key), Some(account)) => auth::issue_with_key(&key, &account, &role, &name, now_s()),
                 _ => auth::issue(&dir, &role, &name, now_s()),
             };
-            let creds = creds.map_err(|e| e.to_string())?;
+            let creds = creds?;
             match out {
                 None => print!("{creds}"),
-                Some(path) => auth::write_file(&path, &creds, true).map_err(|e| e.to_string())?,
+                Some(path) => auth::write_file(&path, &creds, true)?,
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -115,9 +115,9 @@ struct Loaded {
 }
 
 /// Load and check the settings and read the tiers before anything starts.
-fn load(a: KeysArgs) -> Result<Loaded, String> {
-    let settings = KeysSettings::load(a.config.file(), &a).map_err(|e| e.to_string())?;
-    let tiers = settings.tiers().map_err(|e| e.to_string())?;
+fn load(a: KeysArgs) -> Result<Loaded, leasehold_process::SettingsError> {
+    let settings = KeysSettings::load(a.config.file(), &a)?;
+    let tiers = settings.tiers()?;
     Ok(Loaded {
         settings,
         tiers,
@@ -136,13 +136,12 @@ fn standalone_or_redis(_: &Loaded) -> Mode {
     Mode::Standalone
 }
 
-async fn serve(l: Loaded) -> Result<(), String> {
+async fn serve(l: Loaded) -> Result<(), crate::CommandError> {
     let s = &l.settings;
     let mode = match &s.nats_url {
         Some(url) => Mode::Cluster {
             nats: leasehold_nats::connect::connect_with_creds(url, s.nats_creds_file.as_deref(), "leasehold-keys")
-                .await
-                .map_err(|e| e.to_string())?,
+                .await?,
             shards: s.shards,
             shard_ttl_ms: s.shard_ttl_ms,
             durability: s.durability()?,
@@ -163,5 +162,5 @@ async fn serve(l: Loaded) -> Result<(), String> {
         mode,
         clock_offset_ms: s.clock_offset_ms,
     };
-    leasehold_keys::serve(options).await
+    Ok(leasehold_keys::serve(options).await?)
 }

@@ -70,7 +70,7 @@ pub fn run(program: &str, command: ServiceCommand) -> ExitCode {
 
 /// The exit code of a command's result: its own on success; on failure the cause as one line
 /// on stderr, prefixed with `program`, and 2.
-pub fn exit(program: &str, result: Result<ExitCode, String>) -> ExitCode {
+pub fn exit<E: std::fmt::Display>(program: &str, result: Result<ExitCode, E>) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
@@ -82,13 +82,36 @@ pub fn exit(program: &str, result: Result<ExitCode, String>) -> ExitCode {
 
 /// Run a command's async body on the runtime every command uses (2 worker threads, the
 /// machine's size).
-pub fn block_on<T>(body: impl std::future::Future<Output = Result<T, String>>) -> Result<T, String> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+pub fn block_on<T, E: From<RuntimeError>>(body: impl std::future::Future<Output = Result<T, E>>) -> Result<T, E> {
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(RuntimeError)?;
     rt.block_on(body)
+}
+
+/// A command's failure, printed as one line ([`exit`]).
+pub type CommandError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The runtime every command uses could not start.
+#[derive(Debug)]
+pub struct RuntimeError(pub std::io::Error);
+
+impl std::fmt::Display for RuntimeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot start the runtime: {}", self.0)
+    }
+}
+
+impl std::error::Error for RuntimeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// For the lab's commands, whose failures are still text.
+impl From<RuntimeError> for String {
+    fn from(e: RuntimeError) -> String {
+        e.to_string()
+    }
 }
 
 /// Where an operator's command connects: `--nats-url` (default: `$LEASEHOLD_NATS_URL`, else
@@ -116,17 +139,15 @@ impl NatsArgs {
     }
 
     /// The credentials file, if any, is readable and one (a bad setting: exit 2).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), leasehold_process::SettingsError> {
         let creds = self.creds_file();
-        leasehold_process::check_creds_file(creds.as_deref()).map_err(|e| e.to_string())
+        leasehold_process::check_creds_file(creds.as_deref())
     }
 
     /// A client named `name`.
-    pub async fn connect(&self, name: &str) -> Result<async_nats::Client, String> {
+    pub async fn connect(&self, name: &str) -> Result<async_nats::Client, leasehold_nats::connect::ConnectError> {
         let creds = self.creds_file();
-        leasehold_nats::connect::connect_with_creds(&self.url(), creds.as_deref(), name)
-            .await
-            .map_err(|e| e.to_string())
+        leasehold_nats::connect::connect_with_creds(&self.url(), creds.as_deref(), name).await
     }
 }
 

@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use leasehold_core::coordinator::LimitConfig;
 use leasehold_core::limits::{diff, format_amount, format_rate};
 use leasehold_nats::connect::jetstream;
-use leasehold_nats::limits_store::{self, RemoveOutcome, StoredLimit};
+use leasehold_nats::limits_store::{self, RemoveOutcome, StoredDefError, StoredLimit};
 use std::process::ExitCode;
 
 #[derive(Args)]
@@ -64,7 +64,7 @@ pub fn run(program: &str, a: LimitsArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     let result = crate::block_on(async {
-        Ok(match a.command {
+        Ok::<_, crate::CommandError>(match a.command {
             LimitsCommand::Put(p) => put::run(url, a.replicas, p).await,
             LimitsCommand::Get { name, json } => get(url, a.replicas, &name, json).await,
             LimitsCommand::Ls => ls(url, a.replicas).await,
@@ -77,7 +77,11 @@ pub fn run(program: &str, a: LimitsArgs) -> ExitCode {
             eprintln!("{program}: {e}");
             ExitCode::from(2)
         }
-        Ok(Err(Failure::Failed(e))) | Err(e) => {
+        Ok(Err(Failure::Failed(e))) => {
+            eprintln!("{program}: {e}");
+            ExitCode::from(1)
+        }
+        Err(e) => {
             eprintln!("{program}: {e}");
             ExitCode::from(1)
         }
@@ -91,8 +95,8 @@ pub(crate) async fn open(nats: &crate::NatsArgs, replicas: usize) -> Result<asyn
 }
 
 /// The stored definition as a configuration, or why it is none.
-pub(crate) fn stored_config(stored: &StoredLimit) -> Result<LimitConfig, String> {
-    stored.def.as_ref().map_err(Clone::clone).and_then(|d| d.to_config().map_err(|e| e.to_string()))
+pub(crate) fn stored_config(stored: &StoredLimit) -> Result<LimitConfig, StoredDefError> {
+    stored.def.as_ref().map_err(Clone::clone).and_then(|d| Ok(d.to_config()?))
 }
 
 async fn get(url: &crate::NatsArgs, replicas: usize, name: &str, json: bool) -> Result<(), Failure> {

@@ -31,16 +31,35 @@ impl BucketSpec {
     }
 }
 
+/// The cause of a [`KvError`]: the client's error of the call that failed.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
 #[derive(Debug, Error)]
 pub enum KvError {
-    #[error("cannot create or open stream KV_{bucket}: {reason}")]
-    Stream { bucket: String, reason: String },
-    #[error("cannot open KV bucket {bucket}: {reason}")]
-    Open { bucket: String, reason: String },
-    #[error("cannot read key {key}: {reason}")]
-    Read { key: String, reason: String },
-    #[error("write to key {key} failed: {reason}")]
-    Write { key: String, reason: String },
+    #[error("cannot create or open stream KV_{bucket}: {source}")]
+    Stream {
+        bucket: String,
+        #[source]
+        source: Cause,
+    },
+    #[error("cannot open KV bucket {bucket}: {source}")]
+    Open {
+        bucket: String,
+        #[source]
+        source: Cause,
+    },
+    #[error("cannot read key {key}: {source}")]
+    Read {
+        key: String,
+        #[source]
+        source: Cause,
+    },
+    #[error("write to key {key} failed: {source}")]
+    Write {
+        key: String,
+        #[source]
+        source: Cause,
+    },
 }
 
 /// Create the bucket's stream if it does not exist, then open the bucket.
@@ -61,17 +80,19 @@ pub async fn ensure_bucket(js: &jetstream::Context, spec: &BucketSpec) -> Result
         ..Default::default()
     };
     with_retries(|| async {
-        let stream_error = |e: String| KvError::Stream { bucket: spec.name.clone(), reason: e };
-        let stream = js.get_or_create_stream(config.clone()).await.map_err(|e| stream_error(e.to_string()))?;
+        let stream_error = |source: Cause| KvError::Stream { bucket: spec.name.clone(), source };
+        let stream = js.get_or_create_stream(config.clone()).await.map_err(|e| stream_error(e.into()))?;
         // A bucket created by an earlier version (or by hand) may allow direct gets: turn them off.
         if stream.cached_info().config.allow_direct {
             let mut updated = stream.cached_info().config.clone();
             updated.allow_direct = false;
-            js.update_stream(updated).await.map_err(|e| stream_error(format!("turning direct gets off: {e}")))?;
+            js.update_stream(updated)
+                .await
+                .map_err(|e| stream_error(format!("turning direct gets off: {e}").into()))?;
         }
         js.get_key_value(spec.name.clone())
             .await
-            .map_err(|e| KvError::Open { bucket: spec.name.clone(), reason: e.to_string() })
+            .map_err(|e| KvError::Open { bucket: spec.name.clone(), source: e.into() })
     })
     .await
 }
@@ -79,13 +100,15 @@ pub async fn ensure_bucket(js: &jetstream::Context, spec: &BucketSpec) -> Result
 /// Open a bucket someone else creates (the coordinator creates the ledger in its own cluster):
 /// once, without creating it or retrying.
 pub async fn open_bucket(js: &jetstream::Context, bucket: &str) -> Result<kv::Store, KvError> {
-    js.get_key_value(bucket).await.map_err(|e| KvError::Open { bucket: bucket.into(), reason: e.to_string() })
+    js.get_key_value(bucket).await.map_err(|e| KvError::Open { bucket: bucket.into(), source: e.into() })
 }
 
 /// Create the stream if it does not exist (retried like [`ensure_bucket`]).
-pub async fn ensure_stream(js: &jetstream::Context, config: stream::Config) -> Result<(), String> {
-    with_retries(|| async { js.get_or_create_stream(config.clone()).await.map(|_| ()).map_err(|e| e.to_string()) })
-        .await
+pub async fn ensure_stream(
+    js: &jetstream::Context,
+    config: stream::Config,
+) -> Result<(), jetstream::context::CreateStreamError> {
+    with_retries(|| async { js.get_or_create_stream(config.clone()).await.map(|_| ()) }).await
 }
 
 /// A server that just started (or a busy one) may time out or not have JetStream ready yet: try
@@ -119,7 +142,7 @@ pub async fn read(store: &kv::Store, key: &str) -> Result<Option<(u64, Bytes)>, 
     match store.entry(key).await {
         Ok(Some(e)) if e.operation == kv::Operation::Put => Ok(Some((e.revision, e.value))),
         Ok(_) => Ok(None),
-        Err(e) => Err(KvError::Read { key: key.into(), reason: e.to_string() }),
+        Err(e) => Err(KvError::Read { key: key.into(), source: e.into() }),
     }
 }
 
@@ -130,15 +153,14 @@ pub async fn read(store: &kv::Store, key: &str) -> Result<Option<(u64, Bytes)>, 
 /// three times and the listing never ended (`leasehold inspect` against the other cluster).
 pub async fn list_keys(store: &kv::Store) -> Result<Vec<String>, KvError> {
     use futures::TryStreamExt;
-    let failed = |e: String| KvError::Read { key: format!("{} (listing keys)", store.name), reason: e };
-    let subjects =
-        store.stream.info_with_subjects(format!("{}>", store.prefix)).await.map_err(|e| failed(e.to_string()))?;
+    let failed = |source: Cause| KvError::Read { key: format!("{} (listing keys)", store.name), source };
+    let subjects = store.stream.info_with_subjects(format!("{}>", store.prefix)).await.map_err(|e| failed(e.into()))?;
     let mut keys: Vec<String> = subjects
         .map_ok(|(subject, _)| subject.strip_prefix(store.prefix.as_str()).map(str::to_string))
         .try_filter_map(|key| async move { Ok(key) })
         .try_collect()
         .await
-        .map_err(|e| failed(e.to_string()))?;
+        .map_err(|e| failed(e.into()))?;
     keys.sort();
     Ok(keys)
 }
@@ -156,7 +178,7 @@ pub async fn compare_and_set(
             Err(e) => match e.kind() {
                 kv::CreateErrorKind::AlreadyExists => Ok(CasOutcome::Conflict),
                 kv::CreateErrorKind::Publish | kv::CreateErrorKind::Ack => Ok(CasOutcome::Unknown),
-                _ => Err(KvError::Write { key: key.into(), reason: e.to_string() }),
+                _ => Err(KvError::Write { key: key.into(), source: e.into() }),
             },
         },
         Some(revision) => match store.update(key, value, revision).await {
@@ -164,7 +186,7 @@ pub async fn compare_and_set(
             Err(e) => match e.kind() {
                 kv::UpdateErrorKind::WrongLastRevision => Ok(CasOutcome::Conflict),
                 kv::UpdateErrorKind::TimedOut => Ok(CasOutcome::Unknown),
-                _ => Err(KvError::Write { key: key.into(), reason: e.to_string() }),
+                _ => Err(KvError::Write { key: key.into(), source: e.into() }),
             },
         },
     }

@@ -15,10 +15,16 @@ use thiserror::Error;
 pub enum LedgerError {
     #[error(transparent)]
     Kv(#[from] KvError),
-    #[error("cannot list {bucket}: {reason}", bucket = subjects::LEDGER_BUCKET)]
-    List { reason: String },
-    #[error("ledger key {key} is unreadable: {reason}")]
-    Unreadable { key: String, reason: String },
+    #[error("cannot list {bucket}: {0}", bucket = subjects::LEDGER_BUCKET)]
+    List(#[source] KvError),
+    #[error("ledger key {key} is unreadable: {source}")]
+    Unreadable {
+        key: String,
+        #[source]
+        source: leasehold_core::wire::WireError,
+    },
+    #[error("ledger key {key} is unreadable: it holds group {group}")]
+    OtherGroup { key: String, group: u32 },
 }
 
 /// Everything in the bucket: each group with its revision, the records of a version that kept
@@ -40,11 +46,9 @@ impl LedgerContents {
 
 /// Decode a group read from `key`.
 pub fn decode_group(key: &str, bytes: &[u8]) -> Result<LedgerGroup, LedgerError> {
-    let group =
-        decode::<LedgerGroup>(bytes).map_err(|e| LedgerError::Unreadable { key: key.into(), reason: e.to_string() })?;
+    let group = decode::<LedgerGroup>(bytes).map_err(|source| LedgerError::Unreadable { key: key.into(), source })?;
     if ledger_group_of_key(key) != Some(group.group) {
-        let reason = format!("it holds group {}", group.group);
-        return Err(LedgerError::Unreadable { key: key.into(), reason });
+        return Err(LedgerError::OtherGroup { key: key.into(), group: group.group });
     }
     Ok(group)
 }
@@ -77,7 +81,7 @@ const READ_ALL_CONCURRENCY: usize = 16;
 /// one is an error: never act on a ledger read in part).
 pub async fn read_all(store: &Store) -> Result<LedgerContents, LedgerError> {
     use futures::StreamExt;
-    let keys = crate::kv::list_keys(store).await.map_err(|e| LedgerError::List { reason: e.to_string() })?;
+    let keys = crate::kv::list_keys(store).await.map_err(LedgerError::List)?;
     let mut contents = LedgerContents::default();
     let (wanted, other): (Vec<String>, Vec<String>) =
         keys.into_iter().partition(|k| ledger_group_of_key(k).is_some() || check_id("limit", k).is_ok());
@@ -98,7 +102,7 @@ pub async fn read_all(store: &Store) -> Result<LedgerContents, LedgerError> {
             }
             None => {
                 let rec = decode::<LedgerRecord>(&bytes)
-                    .map_err(|e| LedgerError::Unreadable { key: key.clone(), reason: e.to_string() })?;
+                    .map_err(|source| LedgerError::Unreadable { key: key.clone(), source })?;
                 contents.legacy.insert(key, (rev, rec));
             }
         }

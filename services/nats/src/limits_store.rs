@@ -6,7 +6,7 @@
 
 use crate::kv::{compare_and_set, ensure_bucket, read, BucketSpec, CasOutcome, KvError};
 use async_nats::jetstream::{self, kv};
-use leasehold_core::limits::LimitDef;
+use leasehold_core::limits::{LimitDef, LimitDefError};
 use leasehold_core::subjects::{limits_key, LIMITS_BUCKET};
 
 /// Values kept per limit: the last few definitions, for `nats kv history lh_limits <limit>`.
@@ -19,7 +19,16 @@ pub struct StoredLimit {
     pub key: String,
     pub revision: u64,
     /// The definition, or why the value is not one (including a name that differs from its key).
-    pub def: Result<LimitDef, String>,
+    pub def: Result<LimitDef, StoredDefError>,
+}
+
+/// Why a stored value is not a definition of its key's limit.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum StoredDefError {
+    #[error(transparent)]
+    Definition(#[from] LimitDefError),
+    #[error("the key {key} holds a definition of limit {limit}")]
+    OtherLimit { key: String, limit: String },
 }
 
 /// What a removal did.
@@ -39,15 +48,15 @@ pub async fn open(js: &jetstream::Context, replicas: usize) -> Result<kv::Store,
 }
 
 fn key_of(name: &str) -> Result<String, KvError> {
-    limits_key(name).map_err(|e| KvError::Read { key: name.into(), reason: e.to_string() })
+    limits_key(name).map_err(|e| KvError::Read { key: name.into(), source: e.into() })
 }
 
 fn decode(key: &str, revision: u64, bytes: &[u8]) -> StoredLimit {
-    let def = LimitDef::from_json(bytes).map_err(|e| e.to_string()).and_then(|def| {
+    let def = LimitDef::from_json(bytes).map_err(StoredDefError::from).and_then(|def| {
         if def.limit == key {
             Ok(def)
         } else {
-            Err(format!("the key {key} holds a definition of limit {}", def.limit))
+            Err(StoredDefError::OtherLimit { key: key.into(), limit: def.limit })
         }
     });
     StoredLimit { key: key.into(), revision, def }
@@ -88,7 +97,7 @@ pub async fn remove(store: &kv::Store, name: &str, expected_revision: Option<u64
         Err(e) => match e.kind() {
             kv::DeleteErrorKind::WrongLastRevision => Ok(RemoveOutcome::Conflict),
             kv::DeleteErrorKind::TimedOut => Ok(RemoveOutcome::Unknown),
-            _ => Err(KvError::Write { key, reason: e.to_string() }),
+            _ => Err(KvError::Write { key, source: e.into() }),
         },
     }
 }
@@ -115,7 +124,7 @@ pub async fn seed(store: &kv::Store, defs: &[LimitDef]) -> Result<Seeded, KvErro
             }
             Ok(Some(_)) => continue,
             Ok(None) => {}
-            Err(e) => return Err(KvError::Read { key, reason: e.to_string() }),
+            Err(e) => return Err(KvError::Read { key, source: e.into() }),
         }
         match put(store, def, None).await? {
             CasOutcome::Written { .. } => seeded.created.push(def.limit.clone()),
@@ -125,8 +134,8 @@ pub async fn seed(store: &kv::Store, defs: &[LimitDef]) -> Result<Seeded, KvErro
                 Some((_, value)) if value == def.to_json() => seeded.created.push(def.limit.clone()),
                 Some(_) => {}
                 None => {
-                    let reason = "timed out, and it may still be applied".to_string();
-                    return Err(KvError::Write { key: def.limit.clone(), reason });
+                    let source = "timed out, and it may still be applied".into();
+                    return Err(KvError::Write { key: def.limit.clone(), source });
                 }
             },
         }
@@ -140,7 +149,7 @@ pub struct LimitEvent {
     pub key: String,
     pub revision: u64,
     /// The definition (or why the value is not one); `None`: removed.
-    pub def: Option<Result<LimitDef, String>>,
+    pub def: Option<Result<LimitDef, StoredDefError>>,
 }
 
 impl From<StoredLimit> for LimitEvent {

@@ -90,7 +90,7 @@ async fn unreadable_entries_are_listed_and_seeding_never_overwrites() {
         let keys: Vec<&str> = listed.iter().map(|l| l.key.as_str()).collect();
         assert_eq!(keys, ["broken", "misfiled", "partner-api"], "{who}: sorted, none skipped");
         assert!(listed[0].def.is_err(), "{who}");
-        assert!(listed[1].def.as_ref().unwrap_err().contains("holds a definition of limit other"), "{who}");
+        assert!(listed[1].def.as_ref().unwrap_err().to_string().contains("holds a definition of limit other"), "{who}");
         let hand = listed[2].def.as_ref().unwrap();
         assert_eq!(listed[2].revision, r_hand);
         assert_eq!(hand.to_config().unwrap().quota.rate_milli_per_s, 976_000, "{who}");

@@ -79,7 +79,7 @@ async fn upstream_error(State(pod): State<Pod>, Query(q): Query<UpstreamErrorQue
             let detail = format!("status must be 429 or a 5xx, got {}", q.status.unwrap_or_default());
             return problem(StatusCode::BAD_REQUEST, "invalid parameter", detail);
         }
-        Some(Err(d)) => return problem(StatusCode::BAD_REQUEST, "invalid parameter", d),
+        Some(Err(e)) => return problem(StatusCode::BAD_REQUEST, "invalid parameter", e.to_string()),
     };
     let limiter = match limiter_for(&pod, q.limit.as_deref()) {
         Ok(l) => l,
@@ -95,12 +95,21 @@ async fn upstream_error(State(pod): State<Pod>, Query(q): Query<UpstreamErrorQue
     StatusCode::NO_CONTENT.into_response()
 }
 
-/// A query parameter as an integer in `0..=max`, or the 400 problem's detail.
-fn parse_u64(name: &str, v: Option<&String>, default: u64, max: u64) -> Result<u64, String> {
+/// A query parameter that is not an integer in `0..=max`: the 400 problem's detail.
+#[derive(Debug, thiserror::Error)]
+#[error("{name} must be an integer in 0..={max}, got {given:?}")]
+struct BadParameter {
+    name: &'static str,
+    max: u64,
+    given: String,
+}
+
+/// A query parameter as an integer in `0..=max`.
+fn parse_u64(name: &'static str, v: Option<&String>, default: u64, max: u64) -> Result<u64, BadParameter> {
     let Some(v) = v else { return Ok(default) };
     match v.parse::<u64>() {
         Ok(n) if n <= max => Ok(n),
-        _ => Err(format!("{name} must be an integer in 0..={max}, got {v:?}")),
+        _ => Err(BadParameter { name, max, given: v.clone() }),
     }
 }
 
@@ -129,11 +138,11 @@ struct Granted {
 async fn acquire(State(pod): State<Pod>, Query(q): Query<AcquireQuery>) -> Response {
     let cost = match parse_u64("cost", q.cost.as_ref(), 1, u32::MAX as u64) {
         Ok(c) => c as u32,
-        Err(d) => return problem(StatusCode::BAD_REQUEST, "invalid parameter", d),
+        Err(e) => return problem(StatusCode::BAD_REQUEST, "invalid parameter", e.to_string()),
     };
     let max_wait_ms = match parse_u64("max_wait_ms", q.max_wait_ms.as_ref(), 0, MAX_WAIT_MS) {
         Ok(w) => w,
-        Err(d) => return problem(StatusCode::BAD_REQUEST, "invalid parameter", d),
+        Err(e) => return problem(StatusCode::BAD_REQUEST, "invalid parameter", e.to_string()),
     };
     let priority = match q.priority.as_deref() {
         None | Some("high") => Priority::High,

@@ -34,49 +34,77 @@ pub use striped::SLICE_SLOTS;
 /// The agent process: connect, start the pod, serve HTTP, drain on SIGTERM/SIGINT.
 /// Prints a one-line cause and exits non-zero on failure (2: bad settings).
 pub fn agent_main(args: leasehold_process::ConfigArgs) -> std::process::ExitCode {
-    leasehold_process::main("leasehold agent", || PodSettings::load(args.file()).map_err(|e| e.to_string()), run_agent)
+    leasehold_process::main("leasehold agent", || PodSettings::load(args.file()), run_agent)
 }
 
-async fn bind(listen: &str) -> Result<tokio::net::TcpListener, String> {
-    tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))
+/// Why the agent could not start, or stopped other than on SIGTERM/SIGINT.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A listener's own address could not be read.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Connect(#[from] leasehold_nats::connect::ConnectError),
+    #[error(transparent)]
+    Settings(#[from] leasehold_process::SettingsError),
+    #[cfg(feature = "envoy")]
+    #[error(transparent)]
+    Lend(#[from] envoy::rlqs::LendError),
+    #[cfg(feature = "envoy")]
+    #[error(transparent)]
+    Envoy(#[from] envoy::EnvoyServiceError),
+    /// An Envoy service's task ended on a panic.
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+    #[error("an Envoy service stopped")]
+    EnvoyStopped,
+    #[error(transparent)]
+    Drain(#[from] driver::DriverError),
+}
+
+async fn bind(listen: &str) -> Result<tokio::net::TcpListener, AgentError> {
+    tokio::net::TcpListener::bind(listen).await.map_err(|source| AgentError::Listen { addr: listen.into(), source })
 }
 
 /// The address an Envoy service listens on; plaintext and unauthenticated, so whoever reaches it
 /// can spend the quota: a warning beyond loopback.
 #[cfg(feature = "envoy")]
-fn local_addr(listener: &tokio::net::TcpListener, what: &str) -> Result<std::net::SocketAddr, String> {
-    let local = listener.local_addr().map_err(|e| e.to_string())?;
+fn local_addr(listener: &tokio::net::TcpListener, what: &str) -> Result<std::net::SocketAddr, AgentError> {
+    let local = listener.local_addr()?;
     if !local.ip().is_loopback() {
         tracing::warn!(%local, "the Envoy {what} listens beyond loopback");
     }
     Ok(local)
 }
 
-async fn run_agent(settings: PodSettings) -> Result<(), String> {
-    let listener = tokio::net::TcpListener::bind(&settings.http_listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", settings.http_listen))?;
+async fn run_agent(settings: PodSettings) -> Result<(), AgentError> {
+    let listener = bind(&settings.http_listen).await?;
     let client = leasehold_nats::connect::connect_with_creds(
         &settings.nats_url,
         settings.nats_creds_file.as_deref(),
         "leasehold-agent",
     )
-    .await
-    .map_err(|e| e.to_string())?;
-    let envoy_rls = settings.envoy_rls().map_err(|e| e.to_string())?;
+    .await?;
+    let envoy_rls = settings.envoy_rls()?;
     let rls_listener = match &envoy_rls {
         Some((listen, _, _)) => Some(bind(listen).await?),
         None => None,
     };
-    let rlqs_listener = match settings.envoy_rlqs().map_err(|e| e.to_string())? {
+    let rlqs_listener = match settings.envoy_rlqs()? {
         Some(listen) => Some(bind(&listen).await?),
         None => None,
     };
     let pod = Pod::start(client, &settings);
-    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let local = listener.local_addr()?;
     println!("pod {} listening on {local}", pod.id);
     let mut metrics = Vec::new();
-    let mut envoy_tasks = tokio::task::JoinSet::new();
+    let mut envoy_tasks = tokio::task::JoinSet::<Result<(), AgentError>>::new();
     #[cfg(feature = "envoy")]
     if let (Some((_, config, keys)), Some(rls_listener)) = (envoy_rls, rls_listener) {
         let rls_local = local_addr(&rls_listener, "rate limit service")?;
@@ -89,7 +117,8 @@ async fn run_agent(settings: PodSettings) -> Result<(), String> {
         );
         let server = envoy::RateLimitServer::new(pod.clone(), std::sync::Arc::new(config), keys);
         metrics.push(envoy::rls::metrics(server.counters.clone()));
-        envoy_tasks.spawn(envoy::on_own_thread("lh-envoy-rls", rls_listener, |l| envoy::serve_rls(l, server)));
+        let rls = envoy::on_own_thread("lh-envoy-rls", rls_listener, |l| envoy::serve_rls(l, server));
+        envoy_tasks.spawn(async move { Ok(rls.await?) });
     }
     #[cfg(feature = "envoy")]
     if let Some(rlqs_listener) = rlqs_listener {
@@ -105,7 +134,8 @@ async fn run_agent(settings: PodSettings) -> Result<(), String> {
             settings.envoy_rlqs_limits.join(", ")
         );
         metrics.push(envoy::rlqs::metrics(server.counters.clone()));
-        envoy_tasks.spawn(envoy::on_own_thread("lh-envoy-rlqs", rlqs_listener, |l| envoy::serve_rlqs(l, server)));
+        let rlqs = envoy::on_own_thread("lh-envoy-rlqs", rlqs_listener, |l| envoy::serve_rlqs(l, server));
+        envoy_tasks.spawn(async move { Ok(rlqs.await?) });
     }
     #[cfg(not(feature = "envoy"))]
     let _ = (envoy_rls, rls_listener, rlqs_listener, &mut envoy_tasks);
@@ -113,7 +143,7 @@ async fn run_agent(settings: PodSettings) -> Result<(), String> {
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     let envoy_stopped = async {
         match envoy_tasks.join_next().await {
-            Some(r) => r.map_err(|e| e.to_string()).and_then(|r| r),
+            Some(r) => r.map_err(AgentError::from).and_then(|r| r),
             None => std::future::pending().await,
         }
     };
@@ -121,11 +151,11 @@ async fn run_agent(settings: PodSettings) -> Result<(), String> {
         _ = leasehold_process::shutdown_signal() => {}
         stopped = envoy_stopped => {
             stopped?;
-            return Err("an Envoy service stopped".into());
+            return Err(AgentError::EnvoyStopped);
         }
     }
     tracing::info!("draining");
-    let acked = pod.drain().await.map_err(|e| e.to_string())?;
+    let acked = pod.drain().await?;
     server.abort();
     println!("drained (acknowledged: {acked})");
     Ok(())

@@ -271,7 +271,8 @@ impl PodSettings {
         let timeout = std::time::Duration::from_millis(self.envoy_keys_timeout_ms);
         let keys = match (&self.envoy_keys_url, config.tiers().keys().next()) {
             (Some(url), _) => Some(
-                crate::envoy::KeysClient::new(url, &self.envoy_keys_tier_header, timeout).map_err(SettingsError::Invalid)?,
+                crate::envoy::KeysClient::new(url, &self.envoy_keys_tier_header, timeout)
+                    .map_err(|e| SettingsError::Refused(Box::new(e)))?,
             ),
             (None, Some(first)) => {
                 return bad(format!(

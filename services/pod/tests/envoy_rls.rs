@@ -312,6 +312,6 @@ fn the_shipped_ratelimit_config_and_a_directory_of_them_load() {
     let config = read_rls_config(&dir.join("ratelimit.yaml")).expect("the shipped config");
     assert_eq!(config.limits().keys().collect::<Vec<_>>(), [LIMIT]);
     // The directory holds the bootstrap too, which is no ratelimit config: named in the error.
-    let e = read_rls_config(&dir).expect_err("the bootstrap is not a ratelimit config");
+    let e = read_rls_config(&dir).expect_err("the bootstrap is not a ratelimit config").to_string();
     assert!(e.contains("rls-bootstrap.yaml") && e.contains("not a ratelimit config"), "{e}");
 }

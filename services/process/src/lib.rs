@@ -68,7 +68,7 @@ pub fn check_creds_file(path: Option<&Path>) -> Result<(), SettingsError> {
     let Some(path) = path else { return Ok(()) };
     match leasehold_nats::auth::read_creds_file(path) {
         Ok(_) => Ok(()),
-        Err(e) => Err(SettingsError::Invalid(format!("nats_creds_file: {e}"))),
+        Err(e) => Err(SettingsError::CredsFile(e)),
     }
 }
 
@@ -80,13 +80,12 @@ pub fn check_dc_service(
     (id_name, id): (&'static str, Option<&str>),
     clock_drift_ppm: i64,
 ) -> Result<(), SettingsError> {
-    let invalid = |e: leasehold_core::wire::WireError| SettingsError::Invalid(e.to_string());
     if let Some(limit) = limit {
-        leasehold_core::wire::check_id("limit", limit).map_err(invalid)?;
+        leasehold_core::wire::check_id("limit", limit)?;
     }
-    leasehold_core::wire::check_id("dc", dc).map_err(invalid)?;
+    leasehold_core::wire::check_id("dc", dc)?;
     if let Some(id) = id {
-        leasehold_core::wire::check_id(id_name, id).map_err(invalid)?;
+        leasehold_core::wire::check_id(id_name, id)?;
     }
     if clock_drift_ppm.abs() > 100_000 {
         return Err(SettingsError::Invalid(format!("clock_drift_ppm must be within ±100000, got {clock_drift_ppm}")));
@@ -131,9 +130,15 @@ pub fn init_logging() {
 }
 
 /// Run a service process: `load` its settings, then `run` them.
-pub fn main<S, Fut>(name: &str, load: impl FnOnce() -> Result<S, String>, run: impl FnOnce(S) -> Fut) -> ExitCode
+pub fn main<S, LoadError, RunError, Fut>(
+    name: &str,
+    load: impl FnOnce() -> Result<S, LoadError>,
+    run: impl FnOnce(S) -> Fut,
+) -> ExitCode
 where
-    Fut: Future<Output = Result<(), String>>,
+    LoadError: std::fmt::Display,
+    RunError: std::fmt::Display,
+    Fut: Future<Output = Result<(), RunError>>,
 {
     let settings = match load() {
         Ok(s) => s,
@@ -168,15 +173,16 @@ where
 /// A NATS service process ([`main`]): connect to its NATS URL (with its `.creds` file, if any) as
 /// `client_name`, then
 /// `run(client, settings, status, shutdown)` until SIGTERM/SIGINT.
-pub fn nats_main<S, St, E, Fut>(
+pub fn nats_main<S, St, LoadError, E, Fut>(
     name: &str,
     client_name: &'static str,
-    load: impl FnOnce() -> Result<S, String>,
+    load: impl FnOnce() -> Result<S, LoadError>,
     nats: impl FnOnce(&S) -> (String, Option<PathBuf>),
     run: impl FnOnce(async_nats::Client, S, watch::Sender<St>, watch::Receiver<bool>) -> Fut,
 ) -> ExitCode
 where
     St: Default,
+    LoadError: std::fmt::Display,
     E: std::fmt::Display,
     Fut: Future<Output = Result<(), E>>,
 {
@@ -184,10 +190,19 @@ where
         let (url, creds_file) = nats(&settings);
         let client = leasehold_nats::connect::connect_with_creds(&url, creds_file.as_deref(), client_name)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(NatsServiceError::Connect)?;
         let (status, _) = watch::channel(St::default());
-        run(client, settings, status, stop_on_signal()).await.map_err(|e| e.to_string())
+        run(client, settings, status, stop_on_signal()).await.map_err(NatsServiceError::Run)
     })
+}
+
+/// Why a NATS service process ([`nats_main`]) stopped: it could not connect, or its run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NatsServiceError<E: std::fmt::Display> {
+    #[error("{0}")]
+    Connect(#[source] leasehold_nats::connect::ConnectError),
+    #[error("{0}")]
+    Run(E),
 }
 
 /// Show `now` to the status watchers, waking them only if it changed.

@@ -22,6 +22,18 @@ pub enum SettingsError {
     Load(String),
     #[error("configuration: {0}")]
     Invalid(String),
+    /// A setting that breaks a rule of the lease core.
+    #[error("configuration: {0}")]
+    Rule(#[from] leasehold_core::InvalidSetting),
+    /// An id setting (a limit, a DC, an instance) that is not a usable id.
+    #[error("configuration: {0}")]
+    Id(#[from] leasehold_core::wire::WireError),
+    /// A `nats_creds_file` that cannot be read.
+    #[error("configuration: nats_creds_file: {0}")]
+    CredsFile(#[source] leasehold_nats::auth::AuthError),
+    /// A setting a service's own rules refuse (such as a definition the coordinator cannot run).
+    #[error("configuration: {0}")]
+    Refused(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// Defaults, then the TOML `file` (which must exist if given), then `<env_prefix>*` variables;

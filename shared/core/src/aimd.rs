@@ -68,7 +68,7 @@ impl Default for AdaptiveConfig {
 }
 
 impl AdaptiveConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), crate::InvalidSetting> {
         let fractions = [
             ("decrease_factor", self.decrease_factor),
             ("accepted_fraction", self.accepted_fraction),
@@ -81,11 +81,11 @@ impl AdaptiveConfig {
         ];
         for (name, x) in fractions {
             if !(x.is_finite() && x > 0.0 && x <= 1.0) {
-                return Err(format!("adaptive.{name}: {x} not in (0, 1]"));
+                return Err(crate::InvalidSetting::AdaptiveFraction { name, value: x });
             }
         }
         if self.decrease_factor >= 1.0 || self.max_step_down >= 1.0 {
-            return Err("adaptive: decrease_factor and max_step_down must be below 1".into());
+            return Err(crate::InvalidSetting::AdaptiveDecreaseNotBelowOne);
         }
         Ok(())
     }

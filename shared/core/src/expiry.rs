@@ -61,9 +61,9 @@ impl ExpiryPolicy {
         fit_ms.min(wanted_ttl_ms)
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), crate::InvalidSetting> {
         if !(0.0..0.5).contains(&self.max_drift) || !self.max_drift.is_finite() {
-            return Err(format!("max_drift must be in [0, 0.5), got {}", self.max_drift));
+            return Err(crate::InvalidSetting::MaxDrift(self.max_drift));
         }
         Ok(())
     }

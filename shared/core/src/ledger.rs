@@ -31,6 +31,7 @@
 
 mod adopt;
 mod check;
+pub use check::BooksError;
 mod holder_leases;
 mod totals;
 

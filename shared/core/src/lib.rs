@@ -40,6 +40,9 @@ pub mod quiet_reports;
 pub mod quota;
 pub mod readiness;
 pub mod rng;
+pub mod setting;
 pub mod sorted_map;
 pub mod subjects;
 pub mod wire;
+
+pub use setting::InvalidSetting;

@@ -10,7 +10,8 @@ mod rlqs_live;
 pub mod rlqs_pool;
 mod rlqs_timing;
 pub mod rls_config;
+mod rls_error;
 
 pub use rlqs_pool::{Assignment, BucketRef, EnvoyTokenBucket, RlqsPool, RlqsTiming};
-pub use rlqs_timing::least_drift_percent;
-pub use rls_config::{ConfiguredLimit, DescriptorEntry, RlsConfig, RlsConfigError, Unit};
+pub use rlqs_timing::{least_drift_percent, RlqsTimingError};
+pub use rls_config::{ConfiguredLimit, DescriptorEntry, RlsConfig, RlsConfigError, RlsRule, Unit};

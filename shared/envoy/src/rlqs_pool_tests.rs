@@ -317,7 +317,7 @@ fn a_renewal_arrives_before_its_predecessor_can_expire() {
     let t = RlqsTiming::default();
     t.validate().unwrap();
     let too_slow = RlqsTiming { renew_every_ms: 600, ..t };
-    assert!(too_slow.validate().unwrap_err().contains("earliest expiry"));
+    assert!(too_slow.validate().unwrap_err().to_string().contains("earliest expiry"));
     assert_eq!(t.ttl_within(0, 500 * MS + 2_030 * MS), 2);
     assert_eq!(t.ttl_within(0, 500 * MS + 2_000 * MS), 1, "drift leaves less than 2 s");
     assert_eq!(t.ttl_within(0, 1_400 * MS), 0);

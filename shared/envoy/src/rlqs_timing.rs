@@ -45,36 +45,52 @@ impl Default for RlqsTiming {
     }
 }
 
+/// A [`RlqsTiming`] setting that breaks its rule.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RlqsTimingError {
+    #[error("ttl_s must be 1..=3600 whole seconds (got {0})")]
+    TtlS(u32),
+    #[error("delivery_margin_ms and renew_every_ms must be at least 1")]
+    ZeroPeriod,
+    #[error(
+        "renew_every_ms + delivery_margin_ms ({renewal_ms} ms) must stay below a 1 s assignment's earliest expiry ({earliest_expiry_ms} ms)"
+    )]
+    RenewalTooLate { renewal_ms: u64, earliest_expiry_ms: u64 },
+    #[error("clock_drift_percent must be at most 10 (got {0})")]
+    DriftAboveTen(u32),
+    #[error(
+        "clock_drift_percent ({percent}%) is below the limits' max_drift ({least}%, the default): Envoy's clock may drift that much from the agent's"
+    )]
+    DriftBelowLimits { percent: u32, least: u32 },
+    #[error("reserve_percent must be 1..=90 (got {0})")]
+    ReservePercent(u32),
+}
+
 impl RlqsTiming {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), RlqsTimingError> {
         if !(1..=3_600).contains(&self.ttl_s) {
-            return Err(format!("ttl_s must be 1..=3600 whole seconds (got {})", self.ttl_s));
+            return Err(RlqsTimingError::TtlS(self.ttl_s));
         }
         if self.delivery_margin_ms == 0 || self.renew_every_ms == 0 {
-            return Err("delivery_margin_ms and renew_every_ms must be at least 1".into());
+            return Err(RlqsTimingError::ZeroPeriod);
         }
         // A renewal must surely arrive before the previous assignment can expire.
         let earliest_expiry_ms = 1_000 * (100 - self.clock_drift_percent.min(99) as u64) / 100;
         if self.renew_every_ms + self.delivery_margin_ms >= earliest_expiry_ms {
-            return Err(format!(
-                "renew_every_ms + delivery_margin_ms ({} ms) must stay below a 1 s assignment's earliest expiry ({earliest_expiry_ms} ms)",
-                self.renew_every_ms + self.delivery_margin_ms
-            ));
+            let renewal_ms = self.renew_every_ms + self.delivery_margin_ms;
+            return Err(RlqsTimingError::RenewalTooLate { renewal_ms, earliest_expiry_ms });
         }
         if self.clock_drift_percent > 10 {
-            return Err(format!("clock_drift_percent must be at most 10 (got {})", self.clock_drift_percent));
+            return Err(RlqsTimingError::DriftAboveTen(self.clock_drift_percent));
         }
         // The agent cannot read the lent limits' `max_drift` (pod leases do not carry it, pod
         // credentials cannot read `lh_limits`), so it refuses what is below the default one.
         let least = least_drift_percent(leasehold_core::expiry::ExpiryPolicy::default().max_drift);
         if self.clock_drift_percent < least {
-            return Err(format!(
-                "clock_drift_percent ({}%) is below the limits' max_drift ({least}%, the default): Envoy's clock may drift that much from the agent's",
-                self.clock_drift_percent
-            ));
+            return Err(RlqsTimingError::DriftBelowLimits { percent: self.clock_drift_percent, least });
         }
         if !(1..=90).contains(&self.reserve_percent) {
-            return Err(format!("reserve_percent must be 1..=90 (got {})", self.reserve_percent));
+            return Err(RlqsTimingError::ReservePercent(self.reserve_percent));
         }
         Ok(())
     }
@@ -112,7 +128,7 @@ mod tests {
     #[test]
     fn an_assumed_drift_below_the_limits_default_max_drift_is_refused() {
         let zero = RlqsTiming { clock_drift_percent: 0, ..Default::default() };
-        let e = zero.validate().expect_err("0% drift accepted");
+        let e = zero.validate().expect_err("0% drift accepted").to_string();
         assert!(e.contains("clock_drift_percent (0%)") && e.contains("max_drift (1%"), "{e}");
         assert_eq!(RlqsTiming::default().validate(), Ok(()));
         assert_eq!(RlqsTiming { clock_drift_percent: 5, ..Default::default() }.validate(), Ok(()));

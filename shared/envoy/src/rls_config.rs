@@ -32,14 +32,7 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-/// A configuration that can't be used; nothing of it is applied.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{file}: {reason}")]
-pub struct RlsConfigError {
-    /// The file (or source name) it came from.
-    pub file: String,
-    pub reason: String,
-}
+pub use crate::rls_error::{RlsConfigError, RlsRule};
 
 /// A limit's time unit, as `RateLimitResponse.RateLimit.Unit` numbers it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -246,14 +239,14 @@ impl RlsConfig {
     pub fn parse<'a>(files: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<RlsConfig, RlsConfigError> {
         let mut config = RlsConfig::default();
         for (file, text) in files {
-            let bad = |reason: String| RlsConfigError { file: file.to_string(), reason };
+            let bad = |rule: RlsRule| RlsConfigError { file: file.to_string(), rule };
             let root: YamlRoot =
-                serde_saphyr::from_str(text).map_err(|e| bad(format!("not a ratelimit config: {e}")))?;
+                serde_saphyr::from_str(text).map_err(|e| bad(RlsRule::NotRatelimitConfig(Box::new(e))))?;
             if root.domain.is_empty() {
-                return Err(bad("config file cannot have empty domain".into()));
+                return Err(bad(RlsRule::EmptyDomain));
             }
             if config.domains.contains_key(&root.domain) {
-                return Err(bad(format!("duplicate domain '{}' in config file", root.domain)));
+                return Err(bad(RlsRule::DuplicateDomain(root.domain)));
             }
             let mut node = Node::default();
             let mut limit_id = String::new();
@@ -265,10 +258,10 @@ impl RlsConfig {
         Ok(config)
     }
 
-    fn load(&mut self, parent: &mut Node, path: &Path, descriptors: Vec<YamlDescriptor>) -> Result<(), String> {
+    fn load(&mut self, parent: &mut Node, path: &Path, descriptors: Vec<YamlDescriptor>) -> Result<(), RlsRule> {
         for d in descriptors {
             if d.key.is_empty() {
-                return Err(format!("{}: descriptor has empty key", path.full_key));
+                return Err(RlsRule::EmptyKey { at: path.full_key.clone() });
             }
             let composite = if d.value.is_empty() { d.key.clone() } else { format!("{}_{}", d.key, d.value) };
             let full_key = format!("{}.{composite}", path.full_key);
@@ -278,7 +271,7 @@ impl RlsConfig {
             let here = Path { full_key, limit_id, per_value };
             let mut node = Node { limit: self.limit_of(&here, d.rate_limit, d.shadow_mode)?, ..Node::default() };
             self.load(&mut node, &here, d.descriptors)?;
-            let duplicate = || Err(format!("duplicate descriptor composite key '{}'", here.full_key));
+            let duplicate = || Err(RlsRule::DuplicateKey { key: here.full_key.clone() });
             match d.value.strip_suffix('*') {
                 _ if d.value.is_empty() => {
                     if parent.any.contains_key(&d.key) {
@@ -310,23 +303,23 @@ impl RlsConfig {
         at: &Path,
         rate_limit: Option<YamlRateLimit>,
         shadow_mode: bool,
-    ) -> Result<Option<Arc<ConfiguredLimit>>, String> {
+    ) -> Result<Option<Arc<ConfiguredLimit>>, RlsRule> {
         let Some(r) = rate_limit else { return Ok(None) };
         let key = &at.full_key;
         let unit = match (r.unlimited, r.unit.as_str(), Unit::parse(&r.unit)) {
             (true, "", _) => None,
-            (true, _, _) => return Err(format!("{key}: should not specify rate limit unit when unlimited")),
+            (true, _, _) => return Err(RlsRule::UnitWhenUnlimited { key: key.clone() }),
             (false, _, Some(unit)) => Some(unit),
-            (false, u, None) => return Err(format!("{key}: invalid rate limit unit '{u}'")),
+            (false, u, None) => return Err(RlsRule::InvalidUnit { key: key.clone(), unit: u.to_string() }),
         };
         let name = Some(r.name).filter(|n| !n.is_empty());
         let mut replaces = Vec::with_capacity(r.replaces.len());
         for rep in r.replaces {
             if rep.name.is_empty() {
-                return Err(format!("{key}: should not have an empty replaces entry"));
+                return Err(RlsRule::EmptyReplaces { key: key.clone() });
             }
             if Some(&rep.name) == name.as_ref() {
-                return Err(format!("{key}: replaces should not contain name of same descriptor"));
+                return Err(RlsRule::ReplacesItself { key: key.clone() });
             }
             replaces.push(rep.name);
         }
@@ -334,17 +327,12 @@ impl RlsConfig {
         let id = at.limit_id.clone();
         if per_unit.is_some() {
             if id.len() > leasehold_core::wire::MAX_ID_LEN {
-                return Err(format!(
-                    "{key}: its limit id {id:?} is {} bytes, more than {}; shorten the domain, keys or values",
-                    id.len(),
-                    leasehold_core::wire::MAX_ID_LEN
-                ));
+                let (len, max) = (id.len(), leasehold_core::wire::MAX_ID_LEN);
+                return Err(RlsRule::LimitIdTooLong { key: key.clone(), id, len, max });
             }
             if let Some(other) = self.full_keys.insert(id.clone(), key.clone()) {
                 // `a_b` + `c` and `a` + `b_c` make one composite key, as in ratelimit.
-                return Err(format!(
-                    "duplicate descriptor composite key '{key}' (also '{other}'): one limit id {id:?}"
-                ));
+                return Err(RlsRule::SameLimitId { key: key.clone(), other, id });
             }
         }
         let (limit, tier) = match (per_unit, at.per_value) {

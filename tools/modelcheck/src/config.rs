@@ -285,7 +285,7 @@ impl ModelConfig {
         if self.max_carry_over > self.max_in_flight {
             return bad("max_carry_over must not exceed max_in_flight".into());
         }
-        crate::model::validate_core_configs(self).map_err(ConfigError)
+        crate::model::validate_core_configs(self).map_err(|e| ConfigError(e.to_string()))
     }
 
     /// Requests each pod of DC `dc` offers per report at `tick`.

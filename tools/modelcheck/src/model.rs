@@ -90,7 +90,7 @@ pub fn manager_config(cfg: &ModelConfig, dc: usize, epoch: u64, settings: Manage
 }
 
 /// Checks the cores' own validation of the configurations the model will build.
-pub fn validate_core_configs(cfg: &ModelConfig) -> Result<(), String> {
+pub fn validate_core_configs(cfg: &ModelConfig) -> Result<(), leasehold_core::InvalidSetting> {
     limit_config(cfg, cfg.dc_ttl_ms, cfg.rate_milli_per_s).validate()?;
     limit_config(cfg, cfg.changed_dc_ttl_ms, cfg.rate_milli_per_s).validate()?;
     if cfg.faults.limit_lowerings > 0 {

@@ -19,7 +19,7 @@
 //! a definition older than one its predecessor applied (the watch may lag).
 
 use super::{resume_logged, Leader};
-use crate::config::Settings;
+use crate::config::{LimitConfigError, Settings};
 use leasehold_core::coordinator::{LimitConfig, Stored};
 use leasehold_core::wire::LedgerRecord;
 use leasehold_nats::limits_store::LimitEvent;
@@ -31,7 +31,7 @@ use tracing::{info, warn};
 pub enum Change {
     Defined(Box<LimitConfig>),
     Removed(String),
-    Refused(String),
+    Refused(LimitConfigError),
 }
 
 /// The definitions this replica follows, with the checks every one passes.
@@ -94,7 +94,7 @@ impl Definitions {
             }
             Some(def) => def,
         };
-        match def.and_then(|d| self.settings.limit_config(&d)) {
+        match def.map_err(LimitConfigError::from).and_then(|d| self.settings.limit_config(&d)) {
             Ok(cfg) => {
                 self.refused.remove(&e.key);
                 self.defined.insert(e.key, cfg.clone());
@@ -104,7 +104,7 @@ impl Definitions {
                 // Not the one before: after a takeover the record's capacity and floors rule
                 // (another replica may have accepted and applied it; see `config_for`).
                 self.defined.remove(&e.key);
-                self.refused.insert(e.key.clone(), cause.clone());
+                self.refused.insert(e.key.clone(), cause.to_string());
                 Some(Change::Refused(cause))
             }
         }

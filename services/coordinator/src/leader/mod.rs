@@ -179,27 +179,24 @@ impl Leader {
     }
 
     /// The ledger fence and its revision, if written. `Err` when it cannot be read or parsed.
-    async fn read_fence(&self) -> Result<Option<(u64, LedgerFence)>, String> {
-        match read(&self.leaders, subjects::LEDGER_FENCE_KEY).await {
-            Ok(None) => Ok(None),
-            Ok(Some((rev, bytes))) => LedgerFence::parse(&bytes)
-                .map(|f| Some((rev, f)))
-                .map_err(|e| format!("the {} key is unreadable: {e}", subjects::LEDGER_FENCE_KEY)),
-            Err(e) => Err(e.to_string()),
+    async fn read_fence(&self) -> Result<Option<(u64, LedgerFence)>, LedgerReadError> {
+        match read(&self.leaders, subjects::LEDGER_FENCE_KEY).await? {
+            None => Ok(None),
+            Some((rev, bytes)) => Ok(Some((rev, LedgerFence::parse(&bytes).map_err(LedgerReadError::Fence)?))),
         }
     }
 
     /// `limit`'s record, if any. `Err` when its group cannot be read or decoded, or when the
     /// group is not at the revision this term knows (someone else wrote it): never lead on a
     /// ledger we cannot read (its leases would go uncounted).
-    pub(crate) async fn read_record(&self, limit: &str) -> Result<Option<LedgerRecord>, String> {
+    pub(crate) async fn read_record(&self, limit: &str) -> Result<Option<LedgerRecord>, LedgerReadError> {
         let (revision, record) = leasehold_nats::ledger::read_record(&self.ledger, limit)
             .await
-            .map_err(|e| format!("limit {limit}: cannot read its ledger record: {e}"))?;
+            .map_err(|source| LedgerReadError::Record { limit: limit.into(), source })?;
         let group = ledger_group_of(limit);
         let known = self.leadership.as_ref().and_then(|t| t.groups.get(&group).copied());
         if revision != known {
-            return Err(format!("ledger group {group} was written by someone else"));
+            return Err(LedgerReadError::GroupWrittenElsewhere { group });
         }
         Ok(record)
     }
@@ -331,4 +328,21 @@ pub(crate) fn resume_logged(cfg: LimitConfig, id: &str, epoch: u64, stored: Stor
     }
     let fresh = matches!(stored, Stored::Fresh);
     LimitState { core: CoordinatorCore::resume(cfg, id, epoch, stored, now), stored: !fresh }
+}
+
+/// Why a term cannot rely on what it reads of the ledger (its fence, or a limit's record).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LedgerReadError {
+    #[error(transparent)]
+    Kv(#[from] leasehold_nats::kv::KvError),
+    #[error("the {key} key is unreadable: {0}", key = subjects::LEDGER_FENCE_KEY)]
+    Fence(#[source] leasehold_core::wire::WireError),
+    #[error("limit {limit}: cannot read its ledger record: {source}")]
+    Record {
+        limit: String,
+        #[source]
+        source: leasehold_nats::ledger::LedgerError,
+    },
+    #[error("ledger group {group} was written by someone else")]
+    GroupWrittenElsewhere { group: u32 },
 }

@@ -53,31 +53,31 @@ pub struct DashboardArgs {
 }
 
 impl DashboardArgs {
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), crate::CommandError> {
         if !(1..=3_600).contains(&self.history_s) {
-            return Err(format!("--history-s must be within 1..=3600, got {}", self.history_s));
+            return Err(format!("--history-s must be within 1..=3600, got {}", self.history_s).into());
         }
         if !(1..=10_000).contains(&self.limits_shown) {
-            return Err(format!("--limits-shown must be within 1..=10000, got {}", self.limits_shown));
+            return Err(format!("--limits-shown must be within 1..=10000, got {}", self.limits_shown).into());
         }
         if self.pods_shown > 10_000 {
-            return Err(format!("--pods-shown must be at most 10000, got {}", self.pods_shown));
+            return Err(format!("--pods-shown must be at most 10000, got {}", self.pods_shown).into());
         }
         Ok(())
     }
 }
 
-pub fn run(a: DashboardArgs) -> Result<ExitCode, String> {
+pub fn run(a: DashboardArgs) -> Result<ExitCode, crate::CommandError> {
     a.check()?;
     leasehold_process::init_logging();
     crate::block_on(serve(a))
 }
 
-async fn serve(a: DashboardArgs) -> Result<ExitCode, String> {
+async fn serve(a: DashboardArgs) -> Result<ExitCode, crate::CommandError> {
     let client = a.nats.connect("leasehold-dashboard").await?;
     let listener =
         tokio::net::TcpListener::bind(&a.listen).await.map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
-    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let local = listener.local_addr()?;
     let (tx, rx) = watch::channel(Arc::new(String::from("{}")));
     let shown = Shown { limits_max: a.limits_shown, pods_per_dc_max: a.pods_shown };
     let history_len = (a.history_s * 1_000 / PERIOD_MS) as usize;
@@ -126,7 +126,7 @@ struct Feeds {
 }
 
 impl Feeds {
-    async fn open(client: &async_nats::Client) -> Result<Feeds, String> {
+    async fn open(client: &async_nats::Client) -> Result<Feeds, crate::CommandError> {
         let js = jetstream(client.clone());
         let leaders = follow_when_there(js.clone(), subjects::LEADER_BUCKET);
         let ledger = follow_when_there(js, subjects::LEDGER_BUCKET);

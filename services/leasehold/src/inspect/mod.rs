@@ -50,12 +50,12 @@ struct State {
     pods: BTreeMap<String, pods::PodView>,
 }
 
-pub fn run(a: InspectArgs) -> Result<ExitCode, String> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+pub fn run(a: InspectArgs) -> Result<ExitCode, crate::CommandError> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let state =
         rt.block_on(collect(&a.nats, a.ledger_domain.as_deref(), std::time::Duration::from_millis(a.listen_ms)))?;
     if a.json {
-        println!("{}", serde_json::to_string(&state).map_err(|e| e.to_string())?);
+        println!("{}", serde_json::to_string(&state)?);
     } else {
         print_text(&state);
     }
@@ -66,7 +66,7 @@ async fn collect(
     nats: &crate::NatsArgs,
     ledger_domain: Option<&str>,
     listen: std::time::Duration,
-) -> Result<State, String> {
+) -> Result<State, crate::CommandError> {
     let client = nats.connect("leasehold-inspect").await?;
     let (own, hub) = (jetstream(client.clone()), jetstream_in(client.clone(), ledger_domain));
     // Read-only: a bucket that does not exist is reported, never created.
@@ -96,7 +96,7 @@ async fn collect(
             state.unreadable.push(format!("{key}: not a ledger group (a per-limit record of an older version)"));
             continue;
         }
-        if let Some((revision, bytes)) = read(&ledger, &key).await.map_err(|e| e.to_string())? {
+        if let Some((revision, bytes)) = read(&ledger, &key).await? {
             match leasehold_nats::ledger::decode_group(&key, &bytes) {
                 Ok(group) => {
                     for record in group.records {

@@ -40,7 +40,10 @@ pub struct LeaseSeen {
 }
 
 /// Pods seen on `lh.pod.>` during `listen`, keyed by pod id.
-pub async fn listen(client: &async_nats::Client, listen: Duration) -> Result<BTreeMap<String, PodView>, String> {
+pub async fn listen(
+    client: &async_nats::Client,
+    listen: Duration,
+) -> Result<BTreeMap<String, PodView>, crate::CommandError> {
     let subject = format!("{}.pod.>", subjects::PREFIX);
     let mut sub = client.subscribe(subject.clone()).await.map_err(|e| format!("cannot subscribe to {subject}: {e}"))?;
     // Each pod with when its last report arrived (ns on this command's clock).

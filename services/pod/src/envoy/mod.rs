@@ -21,16 +21,20 @@ use std::path::Path;
 
 /// Reads the ratelimit configuration at `path`: one YAML file, or every `.yaml`/`.yml` file of a
 /// directory (not its subdirectories), in name order. The error is one line naming the file.
-pub fn read_rls_config(path: &Path) -> Result<RlsConfig, String> {
+pub fn read_rls_config(path: &Path) -> Result<RlsConfig, RlsConfigFileError> {
+    let unreadable = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RlsConfigFileError::Unreadable { path, source }
+    };
     let files: Vec<std::path::PathBuf> = if path.is_dir() {
-        let entries = std::fs::read_dir(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let entries = std::fs::read_dir(path).map_err(unreadable(path))?;
         let mut files: Vec<_> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
             .collect();
         files.sort();
         if files.is_empty() {
-            return Err(format!("{}: no .yaml or .yml file in it", path.display()));
+            return Err(RlsConfigFileError::NoYaml(path.to_path_buf()));
         }
         files
     } else {
@@ -38,10 +42,58 @@ pub fn read_rls_config(path: &Path) -> Result<RlsConfig, String> {
     };
     let mut texts = Vec::with_capacity(files.len());
     for f in &files {
-        let text = std::fs::read_to_string(f).map_err(|e| format!("cannot read {}: {e}", f.display()))?;
+        let text = std::fs::read_to_string(f).map_err(unreadable(f))?;
         texts.push((f.display().to_string(), text));
     }
-    RlsConfig::parse(texts.iter().map(|(n, t)| (n.as_str(), t.as_str()))).map_err(|e| e.to_string())
+    Ok(RlsConfig::parse(texts.iter().map(|(n, t)| (n.as_str(), t.as_str())))?)
+}
+
+/// Why the ratelimit configuration could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RlsConfigFileError {
+    #[error("cannot read {}: {source}", .path.display())]
+    Unreadable {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: no .yaml or .yml file in it", .0.display())]
+    NoYaml(std::path::PathBuf),
+    #[error(transparent)]
+    Parse(#[from] leasehold_envoy::RlsConfigError),
+}
+
+/// Why an Envoy service could not start, or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvoyServiceError {
+    /// Its listener could not be moved to its thread (`name`: the thread).
+    #[error("{name}: {source}")]
+    Listener {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{name}: cannot start its runtime: {source}")]
+    Runtime {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{name}: cannot start its thread: {source}")]
+    Thread {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The listener could not be taken up by its thread's runtime.
+    #[error(transparent)]
+    Register(std::io::Error),
+    #[error("{0} stopped on a bug")]
+    Bug(String),
+    #[error("the Envoy rate limit service stopped: {0}")]
+    Rls(#[source] tonic::transport::Error),
+    #[error("the Envoy rate limit quota service stopped: {0}")]
+    Rlqs(#[source] tonic::transport::Error),
 }
 
 /// Runs `serve` on `listener` on a thread of its own, named `name`, on a single-threaded runtime,
@@ -50,12 +102,16 @@ pub fn read_rls_config(path: &Path) -> Result<RlsConfig, String> {
 /// shared runtime, each call's task woke another worker thread, and the agent spent about 74 µs
 /// of CPU per RLS call at 2,000 calls/s, a quarter of it switching threads (`bench envoy`, perf).
 /// The pod's loops stay on the runtime that started the pod.
-pub async fn on_own_thread<F, Fut>(name: &str, listener: tokio::net::TcpListener, serve: F) -> Result<(), String>
+pub async fn on_own_thread<F, Fut>(
+    name: &str,
+    listener: tokio::net::TcpListener,
+    serve: F,
+) -> Result<(), EnvoyServiceError>
 where
     F: FnOnce(tokio::net::TcpListener) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = Result<(), String>>,
+    Fut: std::future::Future<Output = Result<(), EnvoyServiceError>>,
 {
-    let listener = listener.into_std().map_err(|e| format!("{name}: {e}"))?;
+    let listener = listener.into_std().map_err(|source| EnvoyServiceError::Listener { name: name.into(), source })?;
     let (done_tx, done) = tokio::sync::oneshot::channel();
     let thread_name = name.to_string();
     std::thread::Builder::new()
@@ -64,35 +120,36 @@ where
             let served = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .map_err(|e| format!("{thread_name}: cannot start its runtime: {e}"))
+                .map_err(|source| EnvoyServiceError::Runtime { name: thread_name, source })
                 .and_then(|runtime| {
                     runtime.block_on(async move {
-                        let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+                        let listener =
+                            tokio::net::TcpListener::from_std(listener).map_err(EnvoyServiceError::Register)?;
                         serve(listener).await
                     })
                 });
             let _ = done_tx.send(served);
         })
-        .map_err(|e| format!("{name}: cannot start its thread: {e}"))?;
-    done.await.unwrap_or_else(|_| Err(format!("{name} stopped on a bug")))
+        .map_err(|source| EnvoyServiceError::Thread { name: name.into(), source })?;
+    done.await.unwrap_or_else(|_| Err(EnvoyServiceError::Bug(name.into())))
 }
 
 /// Serves `ShouldRateLimit` on `listener` until the future is dropped.
-pub async fn serve_rls(listener: tokio::net::TcpListener, server: RateLimitServer) -> Result<(), String> {
+pub async fn serve_rls(listener: tokio::net::TcpListener, server: RateLimitServer) -> Result<(), EnvoyServiceError> {
     tonic::transport::Server::builder()
         .add_service(RateLimitServiceServer::new(server))
         .serve_with_incoming(incoming(listener))
         .await
-        .map_err(|e| format!("the Envoy rate limit service stopped: {e}"))
+        .map_err(EnvoyServiceError::Rls)
 }
 
 /// Serves `StreamRateLimitQuotas` on `listener` until the future is dropped.
-pub async fn serve_rlqs(listener: tokio::net::TcpListener, server: RlqsServer) -> Result<(), String> {
+pub async fn serve_rlqs(listener: tokio::net::TcpListener, server: RlqsServer) -> Result<(), EnvoyServiceError> {
     tonic::transport::Server::builder()
         .add_service(RateLimitQuotaServiceServer::new(server))
         .serve_with_incoming(incoming(listener))
         .await
-        .map_err(|e| format!("the Envoy rate limit quota service stopped: {e}"))
+        .map_err(EnvoyServiceError::Rlqs)
 }
 
 /// Unlabelled counters of a service, read at a scrape: (name, help, count).

@@ -53,20 +53,39 @@ struct Answer {
     retry_after_ms: Option<u64>,
 }
 
+/// Why a [`KeysClient`] cannot be made from the settings.
+#[derive(Debug, thiserror::Error)]
+pub enum KeysClientError {
+    #[error("envoy_keys_url {url:?}: {source}")]
+    Unparsable {
+        url: String,
+        #[source]
+        source: <reqwest::Url as std::str::FromStr>::Err,
+    },
+    #[error("envoy_keys_url {0:?}: an http:// or https:// URL is needed")]
+    NotHttp(String),
+    #[error("envoy_keys_tier_header {header:?}: {source}")]
+    BadTierHeader {
+        header: String,
+        #[source]
+        source: reqwest::header::InvalidHeaderName,
+    },
+    #[error("cannot make the per-key limiter's HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+}
+
 impl KeysClient {
     /// `base_url` is a keys instance or a balancer in front of them (`http://keys:8090`).
-    pub fn new(base_url: &str, tier_header: &str, timeout: Duration) -> Result<KeysClient, String> {
-        let base = reqwest::Url::parse(base_url).map_err(|e| format!("envoy_keys_url {base_url:?}: {e}"))?;
+    pub fn new(base_url: &str, tier_header: &str, timeout: Duration) -> Result<KeysClient, KeysClientError> {
+        let base = reqwest::Url::parse(base_url)
+            .map_err(|source| KeysClientError::Unparsable { url: base_url.into(), source })?;
         if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
-            return Err(format!("envoy_keys_url {base_url:?}: an http:// or https:// URL is needed"));
+            return Err(KeysClientError::NotHttp(base_url.into()));
         }
         let tier_header = reqwest::header::HeaderName::from_bytes(tier_header.as_bytes())
-            .map_err(|e| format!("envoy_keys_tier_header {tier_header:?}: {e}"))?;
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| format!("cannot make the per-key limiter's HTTP client: {e}"))?;
+            .map_err(|source| KeysClientError::BadTierHeader { header: tier_header.into(), source })?;
+        let http =
+            reqwest::Client::builder().timeout(timeout).tcp_nodelay(true).build().map_err(KeysClientError::Client)?;
         Ok(KeysClient { http, base, tier_header })
     }
 

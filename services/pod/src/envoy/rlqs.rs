@@ -90,6 +90,11 @@ struct Shared {
     counters: Arc<RlqsCounters>,
 }
 
+/// A limit of `envoy_rlqs_limits` that cannot be lent to Envoy.
+#[derive(Debug, thiserror::Error)]
+#[error("envoy_rlqs_limits: {0}")]
+pub struct LendError(#[source] pub crate::LimitError);
+
 /// The RLQS service; cheap to clone.
 #[derive(Clone)]
 pub struct RlqsServer {
@@ -99,11 +104,11 @@ pub struct RlqsServer {
 
 impl RlqsServer {
     /// Lends `limits` (kept from now on, [`Pod::lend`]) and starts deciding every [`TICK`].
-    pub fn new(pod: Pod, limits: &[String], bucket_key: &str, timing: RlqsTiming) -> Result<RlqsServer, String> {
+    pub fn new(pod: Pod, limits: &[String], bucket_key: &str, timing: RlqsTiming) -> Result<RlqsServer, LendError> {
         let now = pod.now_ns();
         let mut lent = BTreeMap::new();
         for limit in limits {
-            let limiter = pod.lend(limit).map_err(|e| format!("envoy_rlqs_limits: {e}"))?;
+            let limiter = pod.lend(limit).map_err(LendError)?;
             let pool = RlqsPool::new(timing, Default::default(), now);
             lent.insert(limit.clone(), Lent { limiter, pool, unreported: (0, 0) });
         }

@@ -4,6 +4,7 @@ use crate::bugs::KnownBugs;
 use crate::dc_manager::{FailRule, PodRules};
 use crate::expiry::ExpiryPolicy;
 use crate::quota::Quota;
+use crate::InvalidSetting;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -111,31 +112,37 @@ impl LimitConfig {
         self.dcs.iter().fold(Quota::ZERO, |s, d| s.saturating_add(d.floor))
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
         self.expiry.validate()?;
+        let invalid = |rule| Err(InvalidSetting::of_limit(&self.limit, rule));
         if let Some(a) = &self.adaptive {
-            a.validate().map_err(|e| format!("limit {}: {e}", self.limit))?;
+            if let Err(rule) = a.validate() {
+                return invalid(rule);
+            }
         }
         if self.quota.rate_milli_per_s == 0 {
-            return Err(format!("limit {}: rate must be positive", self.limit));
+            return invalid(InvalidSetting::RateNotPositive);
         }
         if self.dcs.is_empty() {
-            return Err(format!("limit {}: no data centers configured", self.limit));
+            return invalid(InvalidSetting::NoDcs);
         }
         if !self.floors().fits_in(&self.quota) {
-            return Err(format!("limit {}: DC floors {} exceed the limit {}", self.limit, self.floors(), self.quota));
+            return invalid(InvalidSetting::FloorsExceedLimit { floors: self.floors(), quota: self.quota });
         }
         if self.renew_interval_ms == 0 || self.dc_ttl_ms <= self.renew_interval_ms {
-            return Err(format!("limit {}: dc_ttl_ms must exceed renew_interval_ms > 0", self.limit));
+            return invalid(InvalidSetting::DcTtlNotAboveRenew {
+                dc_ttl_ms: self.dc_ttl_ms,
+                renew_interval_ms: self.renew_interval_ms,
+            });
         }
         let mut names: Vec<&str> = self.dcs.iter().map(|d| d.name.as_str()).collect();
         names.sort_unstable();
         if names.windows(2).any(|w| w[0] == w[1]) {
-            return Err(format!("limit {}: a DC is listed twice", self.limit));
+            return invalid(InvalidSetting::DcListedTwice);
         }
         if let Some(FailRule::BestEffort { emergency }) = &self.pods.fail_mode {
             if let Some(dc) = emergency.keys().find(|dc| names.binary_search(&dc.as_str()).is_err()) {
-                return Err(format!("limit {}: an emergency allowance names DC {dc}, which is not listed", self.limit));
+                return invalid(InvalidSetting::EmergencyDcNotListed { dc: dc.clone() });
             }
         }
         Ok(())

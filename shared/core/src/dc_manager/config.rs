@@ -1,6 +1,7 @@
 use crate::allocator::AllocMode;
 use crate::expiry::ExpiryPolicy;
 use crate::quota::Quota;
+use crate::InvalidSetting;
 use serde::{Deserialize, Serialize};
 
 /// How a DC lease is divided among healthy pods.
@@ -164,35 +165,31 @@ impl DcManagerConfig {
         AllocMode::WaterFill
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
         self.expiry.validate()?;
         if self.pod_ttl_ms > super::POD_TTL_MS_MAX {
-            return Err(format!(
-                "pod_ttl_ms ({}) must be at most {} (a successor that cannot read its predecessor's term record waits that long)",
-                self.pod_ttl_ms,
-                super::POD_TTL_MS_MAX
-            ));
+            return Err(InvalidSetting::PodTtlAboveMax { pod_ttl_ms: self.pod_ttl_ms, max_ms: super::POD_TTL_MS_MAX });
         }
         if self.renew_interval_ms == 0 || self.pod_ttl_ms <= self.renew_interval_ms {
-            return Err(format!(
-                "pod_ttl_ms ({}) must exceed renew_interval_ms ({}) > 0",
-                self.pod_ttl_ms, self.renew_interval_ms
-            ));
+            return Err(InvalidSetting::PodTtlNotAboveRenew {
+                pod_ttl_ms: self.pod_ttl_ms,
+                renew_interval_ms: self.renew_interval_ms,
+            });
         }
         if self.event_pass_gap_ms > self.renew_interval_ms {
-            return Err(format!(
-                "event_pass_gap_ms ({}) must be at most renew_interval_ms ({})",
-                self.event_pass_gap_ms, self.renew_interval_ms
-            ));
+            return Err(InvalidSetting::EventPassGapAboveRenew {
+                event_pass_gap_ms: self.event_pass_gap_ms,
+                renew_interval_ms: self.renew_interval_ms,
+            });
         }
         if self.heartbeat_timeout_after_drops_ms > FORGET_SILENT_AFTER_MS {
-            return Err(format!(
-                "heartbeat_timeout_after_drops_ms ({}) must be at most {FORGET_SILENT_AFTER_MS} (a pod silent that long is forgotten)",
-                self.heartbeat_timeout_after_drops_ms
-            ));
+            return Err(InvalidSetting::HeartbeatAfterDropsAboveMax {
+                timeout_ms: self.heartbeat_timeout_after_drops_ms,
+                max_ms: FORGET_SILENT_AFTER_MS,
+            });
         }
         if !(0.0..=1.0).contains(&self.ewma_alpha) || self.ewma_alpha == 0.0 {
-            return Err(format!("ewma_alpha must be in (0, 1], got {}", self.ewma_alpha));
+            return Err(InvalidSetting::EwmaAlpha(self.ewma_alpha));
         }
         Ok(())
     }

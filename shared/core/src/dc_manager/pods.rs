@@ -329,7 +329,7 @@ pub(super) mod tests {
         assert_eq!(short_eligible(21 * S + S / 2 + 1), 0);
         let mut bad = cfg.clone();
         bad.heartbeat_timeout_after_drops_ms = 60_001;
-        assert!(bad.validate().unwrap_err().contains("heartbeat_timeout_after_drops_ms"));
+        assert!(bad.validate().unwrap_err().to_string().contains("heartbeat_timeout_after_drops_ms"));
     }
 
     /// Found by `bench control-plane` (100 pods × 1,000 limits × 2 DCs), after the rule above: a

@@ -4,7 +4,7 @@
 use super::floor;
 pub use super::floor::Floor;
 use super::pod_rules::{self, FailModeName};
-use super::rate::{format_amount, format_rate, Rate, Tokens};
+use super::rate::{Rate, Tokens};
 use crate::aimd::AdaptiveConfig;
 use crate::allocator::AllocMode;
 use crate::coordinator::{DcSpec, LimitConfig};
@@ -12,20 +12,25 @@ use crate::dc_manager::SplitMode;
 use crate::expiry::ExpiryPolicy;
 use crate::quota::Quota;
 use crate::wire::check_id;
+use crate::InvalidSetting;
 use serde::{Deserialize, Deserializer, Serialize};
 use thiserror::Error;
 
 /// The schema version this build reads and writes.
 pub const LIMIT_DEF_VERSION: u32 = 1;
 
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[derive(Debug, Error, Clone, PartialEq)]
 pub enum LimitDefError {
     /// The text is not a definition (syntax, a misspelt field, a value of the wrong form).
     #[error("{0}")]
     Parse(String),
     /// A definition that reads but cannot run.
-    #[error("limit {limit}: {reason}")]
-    Invalid { limit: String, reason: String },
+    #[error("limit {limit}: {rule}")]
+    Invalid {
+        limit: String,
+        #[source]
+        rule: InvalidSetting,
+    },
 }
 
 /// One limit, as stored in the `lh_limits` bucket (JSON) and accepted in TOML files.
@@ -124,35 +129,34 @@ impl DefFormat {
 impl LimitDef {
     /// The exact configuration, validated as the coordinator validates it.
     pub fn to_config(&self) -> Result<LimitConfig, LimitDefError> {
-        let invalid = |reason: String| LimitDefError::Invalid { limit: self.limit.clone(), reason };
-        check_id("limit", &self.limit).map_err(|e| invalid(format!("bad name {:?}: {e}", self.limit)))?;
+        let invalid = |rule: InvalidSetting| LimitDefError::Invalid { limit: self.limit.clone(), rule };
+        check_id("limit", &self.limit)
+            .map_err(|source| invalid(InvalidSetting::BadName { name: self.limit.clone(), source }))?;
         if self.v != LIMIT_DEF_VERSION {
-            return Err(invalid(format!(
-                "schema version {} is not supported (this build reads {LIMIT_DEF_VERSION})",
-                self.v
-            )));
+            return Err(invalid(InvalidSetting::SchemaVersion { found: self.v, reads: LIMIT_DEF_VERSION }));
         }
         let quota = match (&self.rate, &self.burst, &self.quota) {
             (Some(rate), Some(burst), None) => Quota::new(rate.milli_per_s(), burst.milli),
             (None, None, Some(quota)) => *quota,
-            (_, _, Some(_)) => return Err(invalid("give either rate and burst or quota, not both".into())),
-            (None, _, None) => return Err(invalid("rate is missing (such as rate = \"976/s\")".into())),
-            (Some(_), None, None) => return Err(invalid("burst is missing (such as burst = 20)".into())),
+            (_, _, Some(_)) => return Err(invalid(InvalidSetting::RateAndQuota)),
+            (None, _, None) => return Err(invalid(InvalidSetting::RateMissing)),
+            (Some(_), None, None) => return Err(invalid(InvalidSetting::BurstMissing)),
         };
         let mut dcs = Vec::with_capacity(self.dcs.len());
         for dc in &self.dcs {
-            check_id("dc", &dc.name).map_err(|e| invalid(format!("bad DC name {:?}: {e}", dc.name)))?;
+            check_id("dc", &dc.name)
+                .map_err(|source| invalid(InvalidSetting::BadDcName { name: dc.name.clone(), source }))?;
             let floor = floor::exact(dc, quota).map_err(invalid)?;
             if !dc.weight.is_finite() || dc.weight <= 0.0 {
-                return Err(invalid(format!("DC {}: weight must be a positive number, got {}", dc.name, dc.weight)));
+                return Err(invalid(InvalidSetting::DcWeight { dc: dc.name.clone(), weight: dc.weight }));
             }
             dcs.push(DcSpec { name: dc.name.clone(), floor, weight: dc.weight });
         }
         if !(0.0..1.0).contains(&self.reserve) {
-            return Err(invalid(format!("reserve must be in [0, 1), got {}", self.reserve)));
+            return Err(invalid(InvalidSetting::Reserve(self.reserve)));
         }
         if !(0.0..=1.0).contains(&self.hysteresis) {
-            return Err(invalid(format!("hysteresis must be in [0, 1], got {}", self.hysteresis)));
+            return Err(invalid(InvalidSetting::Hysteresis(self.hysteresis)));
         }
         let mut config = LimitConfig::new(&self.limit, quota, &[]);
         config.dcs = dcs;
@@ -167,23 +171,17 @@ impl LimitDef {
         config.expiry = self.expiry;
         config.adaptive = self.adaptive.clone();
         config.pods = pod_rules::from_def(self).map_err(invalid)?;
-        if let Some(reason) = floor::unusable(&config) {
-            return Err(invalid(reason));
+        if let Some(rule) = floor::unusable(&config) {
+            return Err(invalid(rule));
         }
         // Said in human units (validate says it in exact ones); a zero rate is validate's to report.
         let floors = config.floors();
         if quota.rate_milli_per_s > 0 && !floors.fits_in(&quota) {
-            return Err(invalid(format!(
-                "the DCs' floors ({} burst {}) exceed the limit ({} burst {})",
-                format_rate(floors.rate_milli_per_s),
-                format_amount(floors.burst_milli),
-                format_rate(quota.rate_milli_per_s),
-                format_amount(quota.burst_milli)
-            )));
+            return Err(invalid(InvalidSetting::DefFloorsExceedLimit { floors, quota }));
         }
-        config.validate().map_err(|e| {
-            let prefix = format!("limit {}: ", self.limit);
-            invalid(e.strip_prefix(&prefix).unwrap_or(&e).to_string())
+        config.validate().map_err(|e| match e {
+            InvalidSetting::Limit { limit, rule } if limit == self.limit => invalid(*rule),
+            e => invalid(e),
         })?;
         Ok(config)
     }

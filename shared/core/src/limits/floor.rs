@@ -2,9 +2,10 @@
 //! the legacy exact quota; and the rule that a floor with a rate must be able to admit a call.
 
 use super::definition::{DcDef, ExactQuota};
-use super::rate::{format_amount, format_rate, Rate};
+use super::rate::Rate;
 use crate::coordinator::LimitConfig;
 use crate::quota::{Quota, MILLI};
+use crate::InvalidSetting;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -23,28 +24,20 @@ impl Default for Floor {
 }
 
 /// `dc`'s floor in exact units under the limit `limit` (its burst defaulted when not given).
-pub(super) fn exact(dc: &DcDef, limit: Quota) -> Result<Quota, String> {
+pub(super) fn exact(dc: &DcDef, limit: Quota) -> Result<Quota, InvalidSetting> {
     match (&dc.floor, dc.floor_burst) {
         (Floor::Rate(rate), Some(burst)) => Ok(Quota::new(rate.milli_per_s(), burst.milli)),
         (Floor::Rate(rate), None) => Ok(with_default_burst(Quota::new(rate.milli_per_s(), 0), limit)),
         (Floor::Exact(floor), None) => Ok(with_default_burst(*floor, limit)),
-        (Floor::Exact(_), Some(_)) => {
-            Err(format!("DC {}: floor_burst goes with a rate floor such as \"50/s\"", dc.name))
-        }
+        (Floor::Exact(_), Some(_)) => Err(InvalidSetting::FloorBurstWithoutRate { dc: dc.name.clone() }),
     }
 }
 
 /// Why a floor of `config` can never admit a call, if one cannot: a rate with less than one
 /// whole token of burst.
-pub(super) fn unusable(config: &LimitConfig) -> Option<String> {
+pub(super) fn unusable(config: &LimitConfig) -> Option<InvalidSetting> {
     let dc = config.dcs.iter().find(|d| d.floor.rate_milli_per_s > 0 && d.floor.burst_milli < MILLI)?;
-    Some(format!(
-        "DC {}: a floor of {} with burst {} can never admit a call: each pod serving on it needs \
-         a whole token (give floor_burst = 1 or more, one per pod that should serve on the floor)",
-        dc.name,
-        format_rate(dc.floor.rate_milli_per_s),
-        format_amount(dc.floor.burst_milli)
-    ))
+    Some(InvalidSetting::FloorCannotAdmit { dc: dc.name.clone(), floor: dc.floor })
 }
 
 /// A floor's burst when none is given: a rate floor without one (or a legacy exact floor with

@@ -19,6 +19,7 @@ use super::rate::{Rate, Tokens};
 use crate::coordinator::LimitConfig;
 use crate::dc_manager::{FailRule, PodRules};
 use crate::quota::Quota;
+use crate::InvalidSetting;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -31,21 +32,21 @@ pub enum FailModeName {
 }
 
 /// The exact rules of `def` (validated: an `emergency` goes with `best-effort`).
-pub fn from_def(def: &LimitDef) -> Result<PodRules, String> {
+pub fn from_def(def: &LimitDef) -> Result<PodRules, InvalidSetting> {
     let mut emergency = BTreeMap::new();
     for dc in &def.dcs {
         let allowance = match (&dc.emergency, dc.emergency_burst) {
             (None, None) => continue,
-            (None, Some(_)) => return Err(format!("DC {}: emergency_burst goes with an emergency rate", dc.name)),
+            (None, Some(_)) => return Err(InvalidSetting::EmergencyBurstWithoutRate { dc: dc.name.clone() }),
             (Some(rate), burst) => Quota::new(rate.milli_per_s(), burst.unwrap_or_default().milli),
         };
         if def.fail_mode != Some(FailModeName::BestEffort) {
-            return Err(format!("DC {}: an emergency allowance goes with fail_mode = \"best-effort\"", dc.name));
+            return Err(InvalidSetting::EmergencyWithoutBestEffort { dc: dc.name.clone() });
         }
         emergency.insert(dc.name.clone(), allowance);
     }
     if def.fail_mode == Some(FailModeName::BestEffort) && emergency.is_empty() {
-        return Err("fail_mode = \"best-effort\" needs an emergency allowance (such as emergency = \"20/s\") on at least one DC".into());
+        return Err(InvalidSetting::BestEffortWithoutEmergency);
     }
     let fail_mode = def.fail_mode.map(|mode| match mode {
         FailModeName::Strict => FailRule::Strict,

@@ -37,7 +37,7 @@ pub const MAX_POD_WEIGHT: f64 = 1_000.0;
 /// Longest lease TTL accepted on the wire (one hour).
 pub const MAX_TTL_MS: u64 = 3_600_000;
 
-#[derive(Debug, Error, PartialEq)]
+#[derive(Clone, Debug, Error, PartialEq)]
 pub enum WireError {
     #[error("message is {len} bytes, more than the {max} allowed")]
     Oversized { len: usize, max: usize },
