@@ -3,5 +3,6 @@
 //! former test file; `cargo nextest` still runs every test in its own process.
 
 mod late_ledger_writes;
+mod module_imports;
 mod negative_controls;
 mod simulate;

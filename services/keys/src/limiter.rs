@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
+use leasehold_per_key::wire::{decode_keys_message, KeyRefusal};
 pub use leasehold_per_key::wire::{KeyAnswer, KeyCheck};
 
 /// Why a request got no allow/deny answer.
@@ -141,7 +142,7 @@ impl KeyLimiter {
     }
 
     /// The store's document at `revision` was applied here (`Ok`) or refused here (`Err`).
-    pub fn note_tiers_applied(&self, revision: u64, result: Result<(), crate::tiers_sync::TiersRefused>) {
+    pub fn note_tiers_applied(&self, revision: u64, result: Result<(), TiersRefused>) {
         if let Some(store) = self.tiers_store.get() {
             store.applied.send_replace((revision, result.err().map(|e| e.to_string())));
         }
@@ -283,6 +284,15 @@ struct TiersStore {
 /// How long `PUT /v1/tiers` waits for the stored document to come back through the watch.
 const TIERS_APPLY_PATIENCE: Duration = Duration::from_secs(5);
 
+/// Why this instance refused a stored tiers document.
+#[derive(Debug, thiserror::Error)]
+pub enum TiersRefused {
+    #[error(transparent)]
+    Unreadable(#[from] serde_json::Error),
+    #[error(transparent)]
+    Invalid(#[from] KeyError),
+}
+
 /// Why a tiers change was not made.
 #[derive(Debug, thiserror::Error)]
 pub enum TiersError {
@@ -348,8 +358,24 @@ async fn forward_once(client: &async_nats::Client, shard: u32, req: &KeyCheck) -
         .await
         .map_err(|_| CheckError::Unavailable(format!("the owner of shard {shard} did not answer in time")))?
         .map_err(|_| CheckError::Unavailable(format!("shard {shard} has no owner right now; retry")))?;
-    crate::nats::decode_reply(&reply.payload)
+    decode_reply(&reply.payload)
 }
+/// The owner's reply, as the forwarding instance's answer or error.
+pub fn decode_reply(payload: &[u8]) -> Result<KeyAnswer, CheckError> {
+    if let Ok(a) = decode_keys_message::<KeyAnswer>(payload, MAX_REPLY_BYTES) {
+        return Ok(a);
+    }
+    let refusal = decode_keys_message::<KeyRefusal>(payload, MAX_REPLY_BYTES)
+        .map_err(|e| CheckError::Unavailable(format!("unreadable reply from the owner: {e}")))?;
+    Err(match refusal.status {
+        400 => CheckError::Input(KeyError::Malformed(refusal.error)),
+        429 => CheckError::Overloaded(refusal.error),
+        _ => CheckError::Unavailable(refusal.error),
+    })
+}
+
+/// Largest reply accepted from an owner.
+const MAX_REPLY_BYTES: usize = 8_192;
 
 pub fn answer(key: &str, tier: String, v: Verdict, count: Option<u64>) -> KeyAnswer {
     KeyAnswer {

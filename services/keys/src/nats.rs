@@ -102,20 +102,3 @@ async fn send(client: &async_nats::Client, reply: async_nats::Subject, a: Result
     };
     let _ = client.publish(reply, body.into()).await;
 }
-
-/// The owner's reply, as the forwarding instance's answer or error.
-pub fn decode_reply(payload: &[u8]) -> Result<KeyAnswer, CheckError> {
-    if let Ok(a) = decode_keys_message::<KeyAnswer>(payload, MAX_REPLY_BYTES) {
-        return Ok(a);
-    }
-    let refusal = decode_keys_message::<KeyRefusal>(payload, MAX_REPLY_BYTES)
-        .map_err(|e| CheckError::Unavailable(format!("unreadable reply from the owner: {e}")))?;
-    Err(match refusal.status {
-        400 => CheckError::Input(KeyError::Malformed(refusal.error)),
-        429 => CheckError::Overloaded(refusal.error),
-        _ => CheckError::Unavailable(refusal.error),
-    })
-}
-
-/// Largest reply accepted from an owner.
-const MAX_REPLY_BYTES: usize = 8_192;

@@ -5,9 +5,9 @@
 //! through the admission stream; kept non-decreasing here), the ownership gate uses this
 //! process's monotonic clock (lease arithmetic must not jump).
 
-use crate::limiter::KeyCheck;
 use crate::persist::{Admission, Persister};
 use leasehold_per_key::table::{TableError, Verdict};
+use leasehold_per_key::wire::KeyCheck;
 use leasehold_per_key::{shard_of, KeyError, KeyTable, LimitSpec};
 use leasehold_process::clock::LeaseClock;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -2,11 +2,11 @@
 //! instance (or `nats kv put lh_keys_config tiers …`) changes every instance's limits, without a
 //! restart. An invalid document is logged and ignored: the limits in force stay.
 
-use crate::limiter::KeyLimiter;
+use crate::limiter::{KeyLimiter, TiersRefused};
 use async_nats::jetstream::kv::{Entry, Operation};
 use leasehold_nats::kv::{ensure_bucket, BucketSpec, KvError};
 use leasehold_nats::watch::keep_watching;
-use leasehold_per_key::{KeyError, Tiers};
+use leasehold_per_key::Tiers;
 
 use leasehold_core::subjects::{KEYS_CONFIG_BUCKET as CONFIG_BUCKET, KEYS_TIERS_KEY as TIERS_KEY};
 
@@ -49,15 +49,6 @@ pub enum StartError {
     Kv(#[from] KvError),
     #[error(transparent)]
     Encode(#[from] serde_json::Error),
-}
-
-/// Why this instance refused a stored tiers document.
-#[derive(Debug, thiserror::Error)]
-pub enum TiersRefused {
-    #[error(transparent)]
-    Unreadable(#[from] serde_json::Error),
-    #[error(transparent)]
-    Invalid(#[from] KeyError),
 }
 
 fn apply(limiter: &KeyLimiter, body: &[u8], revision: u64) {

@@ -8,12 +8,13 @@ use super::rate::{Rate, Tokens};
 use crate::aimd::AdaptiveConfig;
 use crate::allocator::AllocMode;
 use crate::coordinator::{DcSpec, LimitConfig};
-use crate::dc_manager::SplitMode;
+use crate::dc_manager::{FailRule, PodRules, SplitMode};
 use crate::expiry::ExpiryPolicy;
 use crate::quota::Quota;
 use crate::wire::check_id;
 use crate::InvalidSetting;
 use serde::{Deserialize, Deserializer, Serialize};
+use std::collections::BTreeMap;
 use thiserror::Error;
 
 /// The schema version this build reads and writes.
@@ -49,7 +50,7 @@ pub struct LimitDef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<Tokens>,
     /// Legacy exact form of `rate` and `burst`.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "exact_quota")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "floor::exact_quota")]
     pub quota: Option<Quota>,
     pub dcs: Vec<DcDef>,
     #[serde(default = "defaults::dc_ttl_ms")]
@@ -146,7 +147,7 @@ impl LimitDef {
         for dc in &self.dcs {
             check_id("dc", &dc.name)
                 .map_err(|source| invalid(InvalidSetting::BadDcName { name: dc.name.clone(), source }))?;
-            let floor = floor::exact(dc, quota).map_err(invalid)?;
+            let floor = floor::exact(&dc.name, &dc.floor, dc.floor_burst, quota).map_err(invalid)?;
             if !dc.weight.is_finite() || dc.weight <= 0.0 {
                 return Err(invalid(InvalidSetting::DcWeight { dc: dc.name.clone(), weight: dc.weight }));
             }
@@ -170,7 +171,7 @@ impl LimitDef {
         config.min_burst_per_pod_milli = self.min_burst_per_pod_milli;
         config.expiry = self.expiry;
         config.adaptive = self.adaptive.clone();
-        config.pods = pod_rules::from_def(self).map_err(invalid)?;
+        config.pods = pod_rules_of(self).map_err(invalid)?;
         if let Some(rule) = floor::unusable(&config) {
             return Err(invalid(rule));
         }
@@ -335,22 +336,28 @@ mod defaults {
     }
 }
 
-/// The legacy `{ rate_milli_per_s, burst_milli }`, misspelt fields refused.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct ExactQuota {
-    rate_milli_per_s: u64,
-    burst_milli: u64,
-}
-
-impl From<ExactQuota> for Quota {
-    fn from(q: ExactQuota) -> Quota {
-        Quota::new(q.rate_milli_per_s, q.burst_milli)
+/// The exact rules of `def` (validated: an `emergency` goes with `best-effort`).
+fn pod_rules_of(def: &LimitDef) -> Result<PodRules, InvalidSetting> {
+    let mut emergency = BTreeMap::new();
+    for dc in &def.dcs {
+        let allowance = match (&dc.emergency, dc.emergency_burst) {
+            (None, None) => continue,
+            (None, Some(_)) => return Err(InvalidSetting::EmergencyBurstWithoutRate { dc: dc.name.clone() }),
+            (Some(rate), burst) => Quota::new(rate.milli_per_s(), burst.unwrap_or_default().milli),
+        };
+        if def.fail_mode != Some(FailModeName::BestEffort) {
+            return Err(InvalidSetting::EmergencyWithoutBestEffort { dc: dc.name.clone() });
+        }
+        emergency.insert(dc.name.clone(), allowance);
     }
-}
-
-fn exact_quota<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Quota>, D::Error> {
-    ExactQuota::deserialize(d).map(|q| Some(q.into()))
+    if def.fail_mode == Some(FailModeName::BestEffort) && emergency.is_empty() {
+        return Err(InvalidSetting::BestEffortWithoutEmergency);
+    }
+    let fail_mode = def.fail_mode.map(|mode| match mode {
+        FailModeName::Strict => FailRule::Strict,
+        FailModeName::BestEffort => FailRule::BestEffort { emergency },
+    });
+    Ok(PodRules { split: def.split, fail_mode })
 }
 
 /// [`ExpiryPolicy`] with misspelt fields refused.

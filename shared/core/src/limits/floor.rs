@@ -1,8 +1,7 @@
 //! A DC's floor as a definition gives it: a rate (with `floor_burst` tokens, or a default), or
 //! the legacy exact quota; and the rule that a floor with a rate must be able to admit a call.
 
-use super::definition::{DcDef, ExactQuota};
-use super::rate::Rate;
+use super::rate::{Rate, Tokens};
 use crate::coordinator::LimitConfig;
 use crate::quota::{Quota, MILLI};
 use crate::InvalidSetting;
@@ -23,13 +22,19 @@ impl Default for Floor {
     }
 }
 
-/// `dc`'s floor in exact units under the limit `limit` (its burst defaulted when not given).
-pub(super) fn exact(dc: &DcDef, limit: Quota) -> Result<Quota, InvalidSetting> {
-    match (&dc.floor, dc.floor_burst) {
+/// DC `dc`'s `floor` (and `floor_burst`) in exact units under the limit `limit` (its burst
+/// defaulted when not given).
+pub(super) fn exact(
+    dc: &str,
+    floor: &Floor,
+    floor_burst: Option<Tokens>,
+    limit: Quota,
+) -> Result<Quota, InvalidSetting> {
+    match (floor, floor_burst) {
         (Floor::Rate(rate), Some(burst)) => Ok(Quota::new(rate.milli_per_s(), burst.milli)),
         (Floor::Rate(rate), None) => Ok(with_default_burst(Quota::new(rate.milli_per_s(), 0), limit)),
         (Floor::Exact(floor), None) => Ok(with_default_burst(*floor, limit)),
-        (Floor::Exact(_), Some(_)) => Err(InvalidSetting::FloorBurstWithoutRate { dc: dc.name.clone() }),
+        (Floor::Exact(_), Some(_)) => Err(InvalidSetting::FloorBurstWithoutRate { dc: dc.to_string() }),
     }
 }
 
@@ -84,4 +89,22 @@ impl<'de> Deserialize<'de> for Floor {
         }
         d.deserialize_any(FloorVisitor)
     }
+}
+
+/// The legacy `{ rate_milli_per_s, burst_milli }`, misspelt fields refused.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ExactQuota {
+    rate_milli_per_s: u64,
+    burst_milli: u64,
+}
+
+impl From<ExactQuota> for Quota {
+    fn from(q: ExactQuota) -> Quota {
+        Quota::new(q.rate_milli_per_s, q.burst_milli)
+    }
+}
+
+pub(super) fn exact_quota<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Quota>, D::Error> {
+    ExactQuota::deserialize(d).map(|q| Some(q.into()))
 }

@@ -6,7 +6,7 @@
 //! * [`definition`]: [`LimitDef`], the stored document, and its conversion to
 //!   [`crate::coordinator::LimitConfig`].
 //! * [`floor`]: a DC's floor as written, its default burst, and the rule that it can admit a call.
-//! * [`pod_rules`]: the definition's `split`, `fail_mode` and `emergency`, which DC managers
+//! * [`pod_rules`]: the `split`, `fail_mode` and `emergency` a definition names, which DC managers
 //!   read from the limit's ledger record.
 //! * [`diff`]: what changing a definition does, one line per field.
 //! * [`sizing`]: the lease that keeps an upstream's hard limit (sliding window or token bucket).

@@ -14,14 +14,11 @@
 //! A rule left out is each DC manager's own setting. With `best-effort`, a DC without an
 //! `emergency` runs strict; the limit's documented overshoot is the sum of the allowances.
 
-use super::definition::LimitDef;
 use super::rate::{Rate, Tokens};
 use crate::coordinator::LimitConfig;
-use crate::dc_manager::{FailRule, PodRules};
+use crate::dc_manager::FailRule;
 use crate::quota::Quota;
-use crate::InvalidSetting;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
 /// A definition's `fail_mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,30 +26,6 @@ use std::collections::BTreeMap;
 pub enum FailModeName {
     Strict,
     BestEffort,
-}
-
-/// The exact rules of `def` (validated: an `emergency` goes with `best-effort`).
-pub fn from_def(def: &LimitDef) -> Result<PodRules, InvalidSetting> {
-    let mut emergency = BTreeMap::new();
-    for dc in &def.dcs {
-        let allowance = match (&dc.emergency, dc.emergency_burst) {
-            (None, None) => continue,
-            (None, Some(_)) => return Err(InvalidSetting::EmergencyBurstWithoutRate { dc: dc.name.clone() }),
-            (Some(rate), burst) => Quota::new(rate.milli_per_s(), burst.unwrap_or_default().milli),
-        };
-        if def.fail_mode != Some(FailModeName::BestEffort) {
-            return Err(InvalidSetting::EmergencyWithoutBestEffort { dc: dc.name.clone() });
-        }
-        emergency.insert(dc.name.clone(), allowance);
-    }
-    if def.fail_mode == Some(FailModeName::BestEffort) && emergency.is_empty() {
-        return Err(InvalidSetting::BestEffortWithoutEmergency);
-    }
-    let fail_mode = def.fail_mode.map(|mode| match mode {
-        FailModeName::Strict => FailRule::Strict,
-        FailModeName::BestEffort => FailRule::BestEffort { emergency },
-    });
-    Ok(PodRules { split: def.split, fail_mode })
 }
 
 /// `config`'s fail mode as a definition names it.
@@ -84,7 +57,8 @@ pub fn describe(allowance: Quota) -> String {
 mod tests {
     use super::*;
     use crate::dc_manager::SplitMode;
-    use crate::limits::DefFormat;
+    use crate::limits::{DefFormat, LimitDef};
+    use std::collections::BTreeMap;
 
     fn parse(text: &str) -> LimitDef {
         LimitDef::parse_file_text(text, DefFormat::Toml).expect("parses").remove(0)
