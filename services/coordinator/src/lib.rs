@@ -10,14 +10,14 @@
 //! [`leader::definitions`]); the configuration file's `[[limits]]` only seed it.
 //!
 //! ## Layout
-//! * [`config`]: settings (figment: defaults → TOML → env), validated at start.
+//! * [`settings`]: settings (figment: defaults → TOML → env), validated at start.
 //! * [`leader`]: leadership, takeover with ledger resume, fenced writes (`leader/writes.rs`), the
 //!   status it serves, and the limits' definitions applied live ([`leader::definitions`]).
 //! * [`run`]: the event loop; [`spawn`] for tests and embedding.
 
-pub mod config;
 mod http;
 pub mod leader;
+pub mod settings;
 
 use futures::StreamExt;
 use leader::definitions::Definitions;
@@ -52,7 +52,7 @@ pub enum CoordinatorError {
 /// Run until `shutdown` turns true. `status` receives every change of [`Status`].
 pub async fn run(
     client: async_nats::Client,
-    settings: config::Settings,
+    settings: settings::Settings,
     status: watch::Sender<Status>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), CoordinatorError> {
@@ -157,7 +157,7 @@ async fn read_definitions(
 /// A running coordinator: watch its status, stop it, or crash it.
 pub type Handle = leasehold_process::Handle<Status, CoordinatorError>;
 
-pub fn spawn(client: async_nats::Client, settings: config::Settings) -> Handle {
+pub fn spawn(client: async_nats::Client, settings: settings::Settings) -> Handle {
     leasehold_process::spawn(|status, shutdown| run(client, settings, status, shutdown))
 }
 
@@ -167,7 +167,7 @@ pub fn main(args: leasehold_process::ConfigArgs) -> std::process::ExitCode {
     leasehold_process::nats_main(
         "leasehold coordinator",
         "leasehold-coordinator",
-        || config::load(args.file()).map_err(|e| e.to_string()),
+        || settings::load(args.file()).map_err(|e| e.to_string()),
         |s| (s.nats_url.clone(), s.nats_creds_file.clone()),
         run,
     )

@@ -3,8 +3,8 @@
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
 use bytes::Bytes;
-use leasehold_coordinator::config::Settings;
 use leasehold_coordinator::leader::Status;
+use leasehold_coordinator::settings::Settings;
 use leasehold_coordinator::{spawn, Handle};
 use leasehold_core::coordinator::LimitConfig;
 use leasehold_core::quota::Quota;

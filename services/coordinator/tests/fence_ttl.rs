@@ -4,7 +4,7 @@
 //! goes up to the longest DC lease before a record holds it (this failed before the fix).
 #![allow(clippy::disallowed_methods)]
 
-use leasehold_coordinator::config::Settings;
+use leasehold_coordinator::settings::Settings;
 use leasehold_coordinator::spawn;
 use leasehold_core::coordinator::LimitConfig;
 use leasehold_core::limits::LimitDef;

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use futures::StreamExt;
-use leasehold_coordinator::config::Settings;
+use leasehold_coordinator::settings::Settings;
 use leasehold_coordinator::spawn;
 use leasehold_core::coordinator::LimitConfig;
 use leasehold_core::limits::LimitDef;

@@ -5,8 +5,8 @@
 //! waited a full failover.
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
-use leasehold_coordinator::config::Settings;
 use leasehold_coordinator::leader::Status;
+use leasehold_coordinator::settings::Settings;
 use leasehold_coordinator::spawn;
 use leasehold_core::coordinator::LimitConfig;
 use leasehold_core::quota::Quota;

@@ -12,12 +12,12 @@
 //!   [`outbox`]);
 //! * optional HTTP: `/metrics` (Prometheus) and `/v1/status` (JSON).
 
-pub mod config;
 mod http;
 pub mod inbound;
 pub mod ledger_link;
 pub mod manager;
 pub(crate) mod outbox;
+pub mod settings;
 
 use futures::StreamExt;
 use leasehold_core::subjects::{self, PodChannel};
@@ -49,7 +49,7 @@ pub enum DcManagerError {
 /// Run until `shutdown` turns true. `status` receives every change of [`Status`].
 pub async fn run(
     client: async_nats::Client,
-    settings: config::Settings,
+    settings: settings::Settings,
     status: watch::Sender<Status>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), DcManagerError> {
@@ -142,7 +142,7 @@ const STATUS_GAP_NS: u64 = 50_000_000;
 /// A running DC manager: watch its status, stop it, or crash it.
 pub type Handle = leasehold_process::Handle<Status, DcManagerError>;
 
-pub fn spawn(client: async_nats::Client, settings: config::Settings) -> Handle {
+pub fn spawn(client: async_nats::Client, settings: settings::Settings) -> Handle {
     leasehold_process::spawn(|status, shutdown| run(client, settings, status, shutdown))
 }
 
@@ -152,7 +152,7 @@ pub fn main(args: leasehold_process::ConfigArgs) -> std::process::ExitCode {
     leasehold_process::nats_main(
         "leasehold dc-manager",
         "leasehold-dc-manager",
-        || config::load(args.file()).map_err(|e| e.to_string()),
+        || settings::load(args.file()).map_err(|e| e.to_string()),
         |s| (s.nats_url.clone(), s.nats_creds_file.clone()),
         run,
     )

@@ -29,8 +29,8 @@ use leasehold_process::clock::LeaseClock;
 use std::collections::BTreeMap;
 use tracing::{debug, info, warn};
 
-use crate::config::Settings;
 use crate::outbox::Outbox;
+use crate::settings::Settings;
 pub use status::{LimitStatus, Status};
 
 mod floor_confirmations;

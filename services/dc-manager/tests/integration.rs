@@ -2,8 +2,8 @@
 //! instead of one per file (each repeats the dependencies' generic code). Each module is one
 //! former test file; `cargo nextest` still runs every test in its own process.
 
-mod config;
 mod inbound;
 mod many_limits;
 mod partition;
 mod pods;
+mod settings;

@@ -13,13 +13,13 @@
 //! demand again.
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
-use leasehold_coordinator::config::Settings as CoordSettings;
+use leasehold_coordinator::settings::Settings as CoordSettings;
 use leasehold_core::coordinator::LimitConfig;
 use leasehold_core::dc_manager::DcManagerConfig;
 use leasehold_core::limits::LimitDef;
 use leasehold_core::quota::Quota;
-use leasehold_dc_manager::config::Settings;
 use leasehold_dc_manager::manager::Status;
+use leasehold_dc_manager::settings::Settings;
 use leasehold_nats_harness::leaf_topology::LeafTopology;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::{Limiter, Pod, PodSettings};

@@ -2,12 +2,12 @@
 //! lease-expiry fail-safe, DC manager failover, and bad messages counted, never obeyed.
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
-use leasehold_coordinator::config::Settings as CoordSettings;
+use leasehold_coordinator::settings::Settings as CoordSettings;
 use leasehold_core::coordinator::LimitConfig;
 use leasehold_core::dc_manager::{DcManagerConfig, PodLeaseBounds, TermRecord};
 use leasehold_core::quota::Quota;
-use leasehold_dc_manager::config::Settings;
 use leasehold_dc_manager::manager::Status;
+use leasehold_dc_manager::settings::Settings;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::{Denial, Pod, PodSettings, PodStatus};
 use std::time::{Duration, Instant};

@@ -40,8 +40,8 @@ pub enum ServiceCommand {
 pub fn parse_with_settings_help<C: clap::Parser>() -> C {
     type SettingsHelp = fn() -> String;
     let services: [(&str, SettingsHelp); 4] = [
-        ("coordinator", leasehold_coordinator::config::settings_help),
-        ("dc-manager", leasehold_dc_manager::config::settings_help),
+        ("coordinator", leasehold_coordinator::settings::settings_help),
+        ("dc-manager", leasehold_dc_manager::settings::settings_help),
         ("agent", leasehold_pod::settings::PodSettings::help),
         ("keys", leasehold_keys::settings::KeysSettings::help),
     ];

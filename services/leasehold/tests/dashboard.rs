@@ -49,7 +49,7 @@ async fn the_view_shows_leaders_leases_and_pods_and_a_takeover() {
     let mut limit = LimitConfig::new("api", Quota::per_s(100, 10), &[("bkk", Quota::per_s(10, 2))]);
     limit.renew_interval_ms = 200;
     limit.dc_ttl_ms = 2_000;
-    let coordinator = |id: &str| leasehold_coordinator::config::Settings {
+    let coordinator = |id: &str| leasehold_coordinator::settings::Settings {
         nats_url: url.clone(),
         id: Some(id.into()),
         leader_ttl_ms: 1_000,

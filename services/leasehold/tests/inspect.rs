@@ -2,7 +2,7 @@
 #![allow(clippy::disallowed_methods)] // tests measure real time against deadlines (clippy.toml)
 
 use bytes::Bytes;
-use leasehold_coordinator::config::Settings;
+use leasehold_coordinator::settings::Settings;
 use leasehold_core::coordinator::LimitConfig;
 use leasehold_core::quota::Quota;
 use leasehold_core::wire::{encode, DcReport};
@@ -61,7 +61,7 @@ async fn inspect_shows_the_leader_and_the_dc_leases() {
     // A DC manager and a pod: inspect names the DC's leader and hears the pod.
     let mut m = leasehold_core::dc_manager::DcManagerConfig::new("api", "bkk", "");
     m.renew_interval_ms = 250;
-    let dc = leasehold_dc_manager::config::Settings {
+    let dc = leasehold_dc_manager::settings::Settings {
         nats_url: url.clone(),
         id: Some("bkk-mgr-x".into()),
         leader_ttl_ms: 1_500,
@@ -132,7 +132,7 @@ async fn inspect_reads_the_hub_s_ledger_from_a_dc_s_own_cluster() {
     let dc_url = LeafTopology::url(bkk);
     let mut m = leasehold_core::dc_manager::DcManagerConfig::new("api", "bkk", "");
     m.renew_interval_ms = 250;
-    let dc = leasehold_dc_manager::config::Settings {
+    let dc = leasehold_dc_manager::settings::Settings {
         nats_url: dc_url.clone(),
         id: Some("bkk-mgr-x".into()),
         leader_ttl_ms: 1_500,

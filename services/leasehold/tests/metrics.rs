@@ -59,7 +59,7 @@ async fn coordinator_dc_manager_agent_and_upstream_serve_metrics() {
     let mut limit = LimitConfig::new("api", Quota::per_s(100, 10), &[("bkk", Quota::per_s(10, 0))]);
     limit.renew_interval_ms = 200;
     limit.dc_ttl_ms = 2_000;
-    let coord = leasehold_coordinator::config::Settings {
+    let coord = leasehold_coordinator::settings::Settings {
         nats_url: url.clone(),
         leader_ttl_ms: 1_000,
         http_listen: Some(coord_addr.clone()),

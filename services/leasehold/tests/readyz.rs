@@ -54,7 +54,7 @@ async fn every_service_says_when_it_is_ready_and_why_not() {
     let mut limit = LimitConfig::new("api", Quota::per_s(100, 10), &[("bkk", Quota::per_s(10, 2))]);
     limit.renew_interval_ms = 200;
     limit.dc_ttl_ms = 2_000;
-    let coordinator = |id: &str, addr: &str| leasehold_coordinator::config::Settings {
+    let coordinator = |id: &str, addr: &str| leasehold_coordinator::settings::Settings {
         nats_url: url.clone(),
         id: Some(id.into()),
         leader_ttl_ms: LEADER_TTL_MS,

@@ -4,7 +4,7 @@
 use leasehold_core::coordinator::LimitConfig;
 use leasehold_core::dc_manager::DcManagerConfig;
 use leasehold_core::quota::Quota;
-use leasehold_dc_manager::config::Settings as DcSettings;
+use leasehold_dc_manager::settings::Settings as DcSettings;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::{Pod, PodSettings};
 use std::time::Duration;

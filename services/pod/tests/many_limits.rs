@@ -8,8 +8,8 @@ use leasehold_core::coordinator::LimitConfig;
 use leasehold_core::dc_manager::DcManagerConfig;
 use leasehold_core::limits::LimitDef;
 use leasehold_core::quota::Quota;
-use leasehold_dc_manager::config::Settings as DcSettings;
 use leasehold_dc_manager::manager::Status;
+use leasehold_dc_manager::settings::Settings as DcSettings;
 use leasehold_nats_harness::{binaries, wait, NatsServer};
 use leasehold_pod::{Pod, PodSettings, PodStatus, Priority};
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ fn limit(name: &str, rate_per_s: u64, floor_per_s: u64) -> LimitDef {
 
 /// A coordinator (one replica) defining `limits`.
 pub(crate) async fn coordinator(url: &str, limits: Vec<LimitDef>) -> leasehold_coordinator::Handle {
-    let coord = leasehold_coordinator::config::Settings {
+    let coord = leasehold_coordinator::settings::Settings {
         nats_url: url.into(),
         id: Some("coord".into()),
         leader_ttl_ms: 1_000,

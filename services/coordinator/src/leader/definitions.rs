@@ -19,7 +19,7 @@
 //! a definition older than one its predecessor applied (the watch may lag).
 
 use super::{resume_logged, Leader};
-use crate::config::{LimitConfigError, Settings};
+use crate::settings::{LimitConfigError, Settings};
 use leasehold_core::coordinator::{LimitConfig, Stored};
 use leasehold_core::wire::LedgerRecord;
 use leasehold_nats::limits_store::LimitEvent;

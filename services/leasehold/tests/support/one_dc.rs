@@ -10,10 +10,10 @@ pub fn free_addr() -> String {
 }
 
 /// A DC manager of "api" in "bkk" on `url`, renewing every 200 ms, its HTTP on `http_listen`.
-pub fn dc_manager(url: &str, leader_ttl_ms: u64, http_listen: &str) -> leasehold_dc_manager::config::Settings {
+pub fn dc_manager(url: &str, leader_ttl_ms: u64, http_listen: &str) -> leasehold_dc_manager::settings::Settings {
     let mut m = DcManagerConfig::new("api", "bkk", "");
     m.renew_interval_ms = 200;
-    leasehold_dc_manager::config::Settings {
+    leasehold_dc_manager::settings::Settings {
         nats_url: url.into(),
         leader_ttl_ms,
         report_interval_ms: 100,

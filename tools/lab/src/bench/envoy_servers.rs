@@ -64,7 +64,7 @@ impl Servers {
                 LimitDef::from_config(&limit)
             })
             .collect();
-        let coord = leasehold_coordinator::config::Settings {
+        let coord = leasehold_coordinator::settings::Settings {
             nats_url: url.clone(),
             id: Some("coord".into()),
             replicas: 1,
@@ -72,7 +72,7 @@ impl Servers {
             ..Default::default()
         };
         let coordinator = leasehold_coordinator::spawn(wait::client(&url, "coordinator").await, coord);
-        let dc = leasehold_dc_manager::config::Settings {
+        let dc = leasehold_dc_manager::settings::Settings {
             nats_url: url.clone(),
             manager: DcManagerConfig::new("", DC, ""),
             ..Default::default()

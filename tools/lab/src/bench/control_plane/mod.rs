@@ -173,7 +173,7 @@ async fn start(a: &Args) -> Result<Running, String> {
         .collect();
     let renew_ms = LimitConfig::new("api", Quota::per_s(1, 0), &[]).renew_interval_ms;
     let coord_rt = NamedRuntime::new("lh-coordinator")?;
-    let coord = leasehold_coordinator::config::Settings {
+    let coord = leasehold_coordinator::settings::Settings {
         nats_url: url.clone(),
         id: Some("coord".into()),
         limits: defs,
@@ -190,7 +190,8 @@ async fn start(a: &Args) -> Result<Running, String> {
         let rt = NamedRuntime::new(&format!("lh-dc-manager{i}"))?;
         let manager = DcManagerConfig::new("*", dc, "");
         dc_renew_ms = manager.renew_interval_ms;
-        let settings = leasehold_dc_manager::config::Settings { nats_url: url.clone(), manager, ..Default::default() };
+        let settings =
+            leasehold_dc_manager::settings::Settings { nats_url: url.clone(), manager, ..Default::default() };
         let client = connect_in(&rt, &url, "dc-manager").await?;
         let handle = {
             let _in_rt = rt.rt.enter();

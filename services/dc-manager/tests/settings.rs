@@ -1,7 +1,7 @@
 //! The shipped example configuration loads; bad settings are refused with a clear message.
 
 use leasehold_core::dc_manager::{FailMode, SplitMode};
-use leasehold_dc_manager::config::{load, Settings};
+use leasehold_dc_manager::settings::{load, Settings};
 use std::path::Path;
 
 #[test]
