@@ -174,7 +174,7 @@ async fn status_json(State(status): State<watch::Receiver<Status>>) -> Json<Stat
 
 /// `clock` is the replica's (its status's times are readings of it); a standby whose view of
 /// the leader key is older than `max_view_age_ms` is not ready.
-pub fn router(status: watch::Receiver<Status>, clock: LeaseClock, max_view_age_ms: u64) -> Router {
+pub(crate) fn router(status: watch::Receiver<Status>, clock: LeaseClock, max_view_age_ms: u64) -> Router {
     let view = status.clone();
     let ready = move || {
         let replica = view.borrow().replica;

@@ -208,7 +208,7 @@ async fn status_json(State(v): State<View>) -> Json<StatusBody> {
 
 /// `clock` is the replica's (its status's times are readings of it); a standby whose view of
 /// the leader key is older than `max_view_age_ms` is not ready.
-pub fn router(
+pub(crate) fn router(
     status: watch::Receiver<Status>,
     limit: String,
     dc: String,

@@ -91,7 +91,7 @@ impl Driver {
 
     /// Serve the limit until the pod drains: hold a lease while the limit is used, give it back
     /// when idle, start again (as a new holder) at the next request. True: every return acked.
-    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<bool, DriverError> {
+    pub(crate) async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<bool, DriverError> {
         loop {
             // Random per start, never from a clock: see the module's comment.
             self.config.incarnation = uuid::Uuid::new_v4().as_u64_pair().0;

@@ -77,7 +77,7 @@ struct Collecting {
 
 impl Link {
     /// Run until every sender of `rx` is gone (the pod is dropped) — or forever, when aborted.
-    pub async fn run(self, mut rx: mpsc::UnboundedReceiver<ToLink>) {
+    pub(crate) async fn run(self, mut rx: mpsc::UnboundedReceiver<ToLink>) {
         let subject = |ch| subjects::pod(&self.dc, &self.pod, ch).expect("validated at start");
         let mut leases = self.subscribe(subject(PodChannel::Lease)).await;
         let mut acks = self.subscribe(subject(PodChannel::Ack)).await;

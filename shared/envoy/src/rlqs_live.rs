@@ -30,12 +30,12 @@ pub(super) struct LiveSet {
 
 impl LiveSet {
     /// What may flow and be held at `t`: per group, its lagging objects plus its largest other.
-    pub fn at(&self, t: u64) -> Quota {
+    pub(crate) fn at(&self, t: u64) -> Quota {
         self.per_group(t, true)
     }
 
     /// [`at`](Self::at) once every lag has settled: each group's largest object.
-    pub fn lasting(&self, t: u64) -> Quota {
+    pub(crate) fn lasting(&self, t: u64) -> Quota {
         self.per_group(t, false)
     }
 
@@ -53,7 +53,7 @@ impl LiveSet {
     }
 
     /// The first instant after `from` and at most `until` at which [`at`](Self::at) may change.
-    pub fn next_event(&self, from: u64, until: u64) -> Option<u64> {
+    pub(crate) fn next_event(&self, from: u64, until: u64) -> Option<u64> {
         let ends = self.items.iter().map(|l| l.end_ns);
         let lags = self.items.iter().filter_map(|l| l.lagging_until_ns);
         ends.chain(lags).filter(|&e| e > from && e <= until).min()
@@ -61,7 +61,7 @@ impl LiveSet {
 
     /// Milli-tokens by which this set may flow faster than `rate`, beyond what `before` (the
     /// set without the latest change) already flows, from `now_ns` until every lag settles.
-    pub fn over_rate_milli(&self, before: &LiveSet, rate: u64, now_ns: u64) -> u64 {
+    pub(crate) fn over_rate_milli(&self, before: &LiveSet, rate: u64, now_ns: u64) -> u64 {
         let last = self.items.iter().filter_map(|l| l.lagging_until_ns).max().unwrap_or(now_ns);
         let (mut at, mut total) = (now_ns, 0u128);
         while at < last {
@@ -75,11 +75,11 @@ impl LiveSet {
         total.div_ceil(1_000_000_000) as u64
     }
 
-    pub fn get_mut(&mut self, id: u64) -> Option<&mut Live> {
+    pub(crate) fn get_mut(&mut self, id: u64) -> Option<&mut Live> {
         self.items.iter_mut().find(|l| l.id == id)
     }
 
-    pub fn contains_live(&self, id: u64, now_ns: u64) -> bool {
+    pub(crate) fn contains_live(&self, id: u64, now_ns: u64) -> bool {
         self.items.iter().any(|l| l.id == id && l.end_ns > now_ns)
     }
 }

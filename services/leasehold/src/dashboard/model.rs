@@ -12,15 +12,15 @@ use leasehold_core::wire::{DcReports, LedgerFence, LedgerGroup, LedgerRecord, Po
 use std::collections::{BTreeMap, VecDeque};
 
 /// A pod not heard from (report or lease) for this long is forgotten.
-pub const FORGET_POD_AFTER_MS: u64 = 30_000;
+pub(super) const FORGET_POD_AFTER_MS: u64 = 30_000;
 /// A pod's report older than this no longer counts towards its DC's use.
-pub const REPORT_FRESH_MS: u64 = 3_000;
+pub(super) const REPORT_FRESH_MS: u64 = 3_000;
 /// Takeovers and fence raises kept for the page.
-pub const EVENTS_KEPT: usize = 50;
+pub(super) const EVENTS_KEPT: usize = 50;
 
 /// Sizes of what [`View::snapshot`] returns, so the page stays small at 10,000 pods or limits.
 #[derive(Clone, Copy, Debug)]
-pub struct Shown {
+pub(super) struct Shown {
     pub limits_max: usize,
     pub pods_per_dc_max: usize,
 }
@@ -51,7 +51,7 @@ struct Pod {
 
 /// Everything heard so far. See the module docs.
 #[derive(Debug)]
-pub struct View {
+pub(super) struct View {
     history_len: usize,
     coordinator_leader: Option<String>,
     dc_leaders: BTreeMap<String, String>,
@@ -67,7 +67,7 @@ pub struct View {
 
 impl View {
     /// An empty view keeping `history_len` samples per limit and DC.
-    pub fn new(history_len: usize) -> Self {
+    pub(super) fn new(history_len: usize) -> Self {
         View {
             history_len: history_len.max(1),
             coordinator_leader: None,
@@ -89,7 +89,7 @@ impl View {
     }
 
     /// A key of `lh_leaders` was written (`value`) or deleted (`None`).
-    pub fn on_leader_key(&mut self, key: &str, value: Option<&[u8]>, now_ms: u64) {
+    pub(super) fn on_leader_key(&mut self, key: &str, value: Option<&[u8]>, now_ms: u64) {
         use leasehold_core::subjects::{COORDINATOR_LEADER_KEY, LEDGER_FENCE_KEY};
         let id = value.map(|v| String::from_utf8_lossy(v).into_owned());
         if key == LEDGER_FENCE_KEY {
@@ -117,7 +117,7 @@ impl View {
     }
 
     /// Ledger group `group` now holds `records` (`None`: the group's key was deleted).
-    pub fn on_ledger_group(&mut self, group: u32, records: Option<LedgerGroup>, now_ms: u64) {
+    pub(super) fn on_ledger_group(&mut self, group: u32, records: Option<LedgerGroup>, now_ms: u64) {
         let mut fresh: BTreeMap<String, LedgerRecord> =
             records.map(|g| g.records.into_iter().map(|r| (r.limit.clone(), r)).collect()).unwrap_or_default();
         let gone: Vec<String> = self
@@ -145,7 +145,7 @@ impl View {
         }
     }
 
-    pub fn on_dc_reports(&mut self, batch: &DcReports, now_ms: u64) {
+    pub(super) fn on_dc_reports(&mut self, batch: &DcReports, now_ms: u64) {
         for r in &batch.reports {
             let heard =
                 DcHeard { demand: r.demand, pods_healthy: r.pods_healthy, holder: r.holder.clone(), at_ms: now_ms };
@@ -153,7 +153,7 @@ impl View {
         }
     }
 
-    pub fn on_pod_reports(&mut self, batch: &PodReports, now_ms: u64) {
+    pub(super) fn on_pod_reports(&mut self, batch: &PodReports, now_ms: u64) {
         let pod = self.pods.entry(batch.pod.clone()).or_default();
         pod.dc = batch.dc.clone();
         pod.heard_at_ms = now_ms;
@@ -166,7 +166,7 @@ impl View {
         }
     }
 
-    pub fn on_pod_leases(&mut self, batch: &PodLeases, now_ms: u64) {
+    pub(super) fn on_pod_leases(&mut self, batch: &PodLeases, now_ms: u64) {
         let pod = self.pods.entry(batch.pod.clone()).or_default();
         pod.dc = batch.dc.clone();
         pod.heard_at_ms = now_ms;
@@ -178,7 +178,7 @@ impl View {
     }
 
     /// Forget silent pods and take one [`Sample`] of every limit and DC.
-    pub fn tick(&mut self, now_ms: u64) {
+    pub(super) fn tick(&mut self, now_ms: u64) {
         self.pods.retain(|_, p| now_ms.saturating_sub(p.heard_at_ms) < FORGET_POD_AFTER_MS);
         let mut keys: Vec<(String, String)> = self.dcs.keys().cloned().collect();
         for (limit, (_, record)) in &self.records {
@@ -221,7 +221,7 @@ impl View {
     }
 
     /// The picture the page draws, `shown` bounding its size.
-    pub fn snapshot(&self, now_ms: u64, shown: Shown) -> Snapshot {
+    pub(super) fn snapshot(&self, now_ms: u64, shown: Shown) -> Snapshot {
         let ago = |t: Option<u64>| t.map(|t| now_ms.saturating_sub(t) as f64 / 1_000.0);
         let mut limits: Vec<LimitCard> = Vec::new();
         let mut names: Vec<&String> = self.records.keys().collect();
@@ -319,7 +319,7 @@ fn leader_text(role: &str, before: Option<&str>, now: Option<&str>) -> String {
 
 /// Σ of what a record counts: each holder's largest DC lease, and each DC's reserved floor
 /// (what a coordinator taking over from this record counts from its first instant).
-pub fn on_record(record: &LedgerRecord) -> Quota {
+pub(super) fn on_record(record: &LedgerRecord) -> Quota {
     let mut per_holder: BTreeMap<&str, Quota> = BTreeMap::new();
     for l in &record.leases {
         let q = per_holder.entry(l.holder.as_str()).or_default();

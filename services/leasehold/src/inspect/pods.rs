@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 #[derive(Serialize, Default, Clone)]
-pub struct PodView {
+pub(super) struct PodView {
     pub dc: String,
     /// Milliseconds since its last heartbeat, at the end of the listening window.
     pub last_heartbeat_ms_ago: Option<u64>,
@@ -20,7 +20,7 @@ pub struct PodView {
 }
 
 #[derive(Serialize, Default, Clone)]
-pub struct PodLimitView {
+pub(super) struct PodLimitView {
     pub healthy: Option<bool>,
     pub draining: Option<bool>,
     /// Requests offered and admitted per second, from its last report.
@@ -31,7 +31,7 @@ pub struct PodLimitView {
 }
 
 #[derive(Serialize, Clone)]
-pub struct LeaseSeen {
+pub(super) struct LeaseSeen {
     pub version: LeaseVersion,
     pub issuer: String,
     pub rate_per_s: f64,
@@ -40,7 +40,7 @@ pub struct LeaseSeen {
 }
 
 /// Pods seen on `lh.pod.>` during `listen`, keyed by pod id.
-pub async fn listen(
+pub(super) async fn listen(
     client: &async_nats::Client,
     listen: Duration,
 ) -> Result<BTreeMap<String, PodView>, crate::CommandError> {
@@ -90,7 +90,7 @@ pub async fn listen(
         .collect())
 }
 
-pub fn print_text(pods: &BTreeMap<String, PodView>) {
+pub(super) fn print_text(pods: &BTreeMap<String, PodView>) {
     if pods.is_empty() {
         println!("no pods heard");
     }

@@ -7,7 +7,7 @@ use leasehold_nats::limits_store::{self, StoredLimit};
 use std::path::Path;
 
 #[derive(clap::Args)]
-pub struct PutArgs {
+pub(super) struct PutArgs {
     /// A `.toml` or `.json` file of definitions, or the name of the limit the flags define.
     target: String,
     /// R, such as 976/s, 30000/min, 1000/10s (rounded down to milli-tokens per second).
@@ -47,7 +47,7 @@ impl PutArgs {
     }
 }
 
-pub async fn run(url: &crate::NatsArgs, replicas: usize, a: PutArgs) -> Result<(), Failure> {
+pub(super) async fn run(url: &crate::NatsArgs, replicas: usize, a: PutArgs) -> Result<(), Failure> {
     let path = Path::new(&a.target);
     let from_file = DefFormat::from_path(path).map(|format| (path, format));
     // Check what can be checked before connecting: files and flags.

@@ -1,2 +1,2 @@
-pub mod keys_instances;
-pub mod one_dc;
+pub(crate) mod keys_instances;
+pub(crate) mod one_dc;

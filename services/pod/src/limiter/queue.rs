@@ -19,20 +19,20 @@ pub(crate) struct WaitQueue {
 }
 
 impl WaitQueue {
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         WaitQueue { capacity, high: VecDeque::new(), low: VecDeque::new() }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.high.len() + self.low.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Queue a waiter, or hand it back when the queue is full.
-    pub fn push(&mut self, priority: Priority, w: Waiter) -> Result<(), Waiter> {
+    pub(crate) fn push(&mut self, priority: Priority, w: Waiter) -> Result<(), Waiter> {
         if self.len() >= self.capacity {
             return Err(w);
         }
@@ -44,7 +44,7 @@ impl WaitQueue {
     }
 
     /// Grant what the bucket allows, in order; time out late waiters. Returns when to look again.
-    pub fn serve(&mut self, bucket: &TokenBucket, now_ns: u64) -> Option<u64> {
+    pub(crate) fn serve(&mut self, bucket: &TokenBucket, now_ns: u64) -> Option<u64> {
         for q in [&mut self.high, &mut self.low] {
             q.retain_mut(|w| {
                 if w.deadline_ns > now_ns && !w.reply.is_closed() {

@@ -67,22 +67,22 @@ pub struct LimitConfig {
 }
 
 mod defaults {
-    pub fn dc_ttl_ms() -> u64 {
+    pub(super) fn dc_ttl_ms() -> u64 {
         10_000
     }
-    pub fn renew_interval_ms() -> u64 {
+    pub(super) fn renew_interval_ms() -> u64 {
         1_000
     }
-    pub fn report_timeout_ms() -> u64 {
+    pub(super) fn report_timeout_ms() -> u64 {
         3_000
     }
-    pub fn hysteresis() -> f64 {
+    pub(super) fn hysteresis() -> f64 {
         0.02
     }
-    pub fn min_realloc_interval_ms() -> u64 {
+    pub(super) fn min_realloc_interval_ms() -> u64 {
         1_000
     }
-    pub fn min_burst_per_pod_milli() -> u64 {
+    pub(super) fn min_burst_per_pod_milli() -> u64 {
         1_000
     }
 }

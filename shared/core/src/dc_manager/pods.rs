@@ -114,7 +114,7 @@ pub enum ReportOutcome {
 }
 
 #[derive(Clone, Debug, Default)]
-pub struct Pods {
+pub(super) struct Pods {
     /// In key order (splits go through them so), found by hash.
     pub views: SortedMap<HolderKey, PodView>,
     /// Upstream calls and 429s in the reports accepted since the last DC report (see
@@ -132,7 +132,13 @@ pub struct Pods {
 impl Pods {
     /// `r`, from the holder whose key ([`holder_key`]) is `holder`.
     #[cfg(test)]
-    pub fn observe(&mut self, holder: &HolderKey, r: &PodReport, cfg: &DcManagerConfig, now_ns: u64) -> ReportOutcome {
+    pub(super) fn observe(
+        &mut self,
+        holder: &HolderKey,
+        r: &PodReport,
+        cfg: &DcManagerConfig,
+        now_ns: u64,
+    ) -> ReportOutcome {
         self.observe_unless_closed(holder, &mut PlaceHint::default(), r, cfg, now_ns, || false)
     }
 
@@ -141,7 +147,7 @@ impl Pods {
     /// no view is made for a closed holder), so a known holder's report skips the question. The
     /// view is looked for first at `*view_place` ([`SortedMap::place_from`]), which is left at
     /// the view's place (until a view is added or removed).
-    pub fn observe_unless_closed(
+    pub(super) fn observe_unless_closed(
         &mut self,
         holder: &HolderKey,
         view_place: &mut PlaceHint,
@@ -197,25 +203,25 @@ impl Pods {
     /// The driver dropped a report batch unread at `at_ns` (any pod's: the rule does not ask
     /// whose, see docs/PROTOCOL.md): pods last heard before then get
     /// `heartbeat_timeout_after_drops_ms`.
-    pub fn note_reports_dropped(&mut self, at_ns: u64) {
+    pub(super) fn note_reports_dropped(&mut self, at_ns: u64) {
         self.reading.dropped_at_ns = self.reading.dropped_at_ns.max(Some(at_ns));
     }
 
     /// The driver has read (or dropped) every report batch that arrived before `at_ns`: the
     /// arrival of the oldest one it has queued unread, or the time it looked when none was. A
     /// pod's silence counts only up to then; the latest noting stands until the next.
-    pub fn note_reports_read_through(&mut self, at_ns: u64) {
+    pub(super) fn note_reports_read_through(&mut self, at_ns: u64) {
         self.reading.read_through_ns = Some(at_ns);
     }
 
     /// Upstream calls and 429s counted since the last call (for `DcReport.upstream_calls` and
     /// `upstream_429`); the count starts again.
-    pub fn take_upstream(&mut self) -> (u64, u64) {
+    pub(super) fn take_upstream(&mut self) -> (u64, u64) {
         (std::mem::take(&mut self.upstream_calls), std::mem::take(&mut self.upstream_429))
     }
 
     /// The [`Pods::eligible`] pods' keys and views, in key order, without copying a key.
-    pub fn eligible_views<'a>(
+    pub(super) fn eligible_views<'a>(
         &'a self,
         cfg: &'a DcManagerConfig,
         now_ns: u64,
@@ -224,12 +230,12 @@ impl Pods {
     }
 
     /// How many pods are eligible, and Σ their smoothed demand (milli-requests per second).
-    pub fn eligible_count_and_demand_milli(&self, cfg: &DcManagerConfig, now_ns: u64) -> (usize, u64) {
+    pub(super) fn eligible_count_and_demand_milli(&self, cfg: &DcManagerConfig, now_ns: u64) -> (usize, u64) {
         self.eligible_views(cfg, now_ns).fold((0, 0), |(n, d), (_, v)| (n + 1, d + v.demand.value() as u64))
     }
 
     /// Drop pods not heard from for a long time (their leases are tracked by the ledger).
-    pub fn forget_silent(&mut self, now_ns: u64) {
+    pub(super) fn forget_silent(&mut self, now_ns: u64) {
         if now_ns < self.forget_due_ns {
             return;
         }

@@ -12,7 +12,7 @@ impl Pods {
     /// their place in [`Pods::views`] (key order), and their targets in a split of `budget`: one
     /// pass over the views, and no key copied (a DC manager of 1,000 limits splits 100,000 pods'
     /// shares a second at 100 pods).
-    pub fn eligible_targets(&self, cfg: &DcManagerConfig, now_ns: u64, budget: Quota) -> Vec<(usize, Quota)> {
+    pub(super) fn eligible_targets(&self, cfg: &DcManagerConfig, now_ns: u64, budget: Quota) -> Vec<(usize, Quota)> {
         let eligible: Vec<(usize, &PodView)> =
             self.views.values().enumerate().filter(|(_, v)| v.eligible(cfg, now_ns, self.reading)).collect();
         let targets = split_views(budget, eligible.iter().map(|(_, v)| *v), cfg.split);
@@ -25,7 +25,7 @@ impl Pods {
 /// remainder first (ties in order). A bucket admits a call of cost 1 only with a whole token of
 /// burst, so a fraction of one is useless to a pod; this way at most a fraction of one token of
 /// the whole budget goes unused, not a fraction per pod.
-pub fn whole_tokens(parts: &[u64], budget_milli: u64) -> Vec<u64> {
+pub(super) fn whole_tokens(parts: &[u64], budget_milli: u64) -> Vec<u64> {
     let mut out: Vec<u64> = parts.iter().map(|p| p / MILLI * MILLI).collect();
     let mut left = (budget_milli / MILLI).saturating_sub(out.iter().sum::<u64>() / MILLI);
     let mut order: Vec<usize> = (0..parts.len()).collect();

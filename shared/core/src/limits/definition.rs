@@ -310,28 +310,28 @@ mod defaults {
     fn base() -> LimitConfig {
         LimitConfig::new("", Quota::ZERO, &[])
     }
-    pub fn v() -> u32 {
+    pub(super) fn v() -> u32 {
         super::LIMIT_DEF_VERSION
     }
-    pub fn weight() -> f64 {
+    pub(super) fn weight() -> f64 {
         1.0
     }
-    pub fn dc_ttl_ms() -> u64 {
+    pub(super) fn dc_ttl_ms() -> u64 {
         base().dc_ttl_ms
     }
-    pub fn renew_interval_ms() -> u64 {
+    pub(super) fn renew_interval_ms() -> u64 {
         base().renew_interval_ms
     }
-    pub fn report_timeout_ms() -> u64 {
+    pub(super) fn report_timeout_ms() -> u64 {
         base().report_timeout_ms
     }
-    pub fn hysteresis() -> f64 {
+    pub(super) fn hysteresis() -> f64 {
         base().hysteresis
     }
-    pub fn min_realloc_interval_ms() -> u64 {
+    pub(super) fn min_realloc_interval_ms() -> u64 {
         base().min_realloc_interval_ms
     }
-    pub fn min_burst_per_pod_milli() -> u64 {
+    pub(super) fn min_burst_per_pod_milli() -> u64 {
         base().min_burst_per_pod_milli
     }
 }

@@ -3,8 +3,8 @@
 //! scripted pods (`scripted`). Each test file uses what it needs.
 #![allow(dead_code)]
 
-pub mod scripted;
-pub mod world;
+pub(crate) mod scripted;
+pub(crate) mod world;
 
 use leasehold_core::bugs::KnownBugs;
 use leasehold_core::dc_manager::{DcManagerConfig, DcManagerCore};
@@ -12,12 +12,12 @@ use leasehold_core::pod::{PodConfig, PodCore};
 use leasehold_core::quota::Quota;
 use leasehold_core::wire::{DcLease, DcReport, LeaseVersion};
 
-pub const MS: u64 = 1_000_000;
-pub const S: u64 = 1_000_000_000;
+pub(crate) const MS: u64 = 1_000_000;
+pub(crate) const S: u64 = 1_000_000_000;
 
 /// A report from `<dc>-mgr` (term 1, 4 healthy pods) asking `demand_per_s`, bound by `ack`, and
 /// confirming `floor` (the floor its pods may still spend under, and the newest floor's version).
-pub fn dc_report_asking(
+pub(crate) fn dc_report_asking(
     dc: &str,
     seq: u64,
     ack: Option<LeaseVersion>,
@@ -34,21 +34,26 @@ pub fn dc_report_asking(
 }
 
 /// [`dc_report_asking`] 2,000/s: more than any DC gets.
-pub fn dc_report(dc: &str, seq: u64, ack: Option<LeaseVersion>, floor: Option<(Quota, LeaseVersion)>) -> DcReport {
+pub(crate) fn dc_report(
+    dc: &str,
+    seq: u64,
+    ack: Option<LeaseVersion>,
+    floor: Option<(Quota, LeaseVersion)>,
+) -> DcReport {
     dc_report_asking(dc, seq, ack, floor, 2_000)
 }
 
-pub fn secs(ns: u64) -> f64 {
+pub(crate) fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
 /// The newest DC lease a hand-driven DC received, and the send time of the report it answers
 /// (the holder's countdown starts there; no skew: one clock).
 #[derive(Default, Clone)]
-pub struct Newest(pub Option<(DcLease, u64)>);
+pub(crate) struct Newest(pub Option<(DcLease, u64)>);
 
 impl Newest {
-    pub fn absorb(&mut self, dc: &str, leases: &[DcLease], basis_sent_at: u64) {
+    pub(crate) fn absorb(&mut self, dc: &str, leases: &[DcLease], basis_sent_at: u64) {
         for l in leases.iter().filter(|l| l.dc == dc) {
             if self.0.as_ref().is_none_or(|(o, _)| l.version > o.version) {
                 self.0 = Some((l.clone(), basis_sent_at));
@@ -56,12 +61,12 @@ impl Newest {
         }
     }
 
-    pub fn version(&self) -> Option<LeaseVersion> {
+    pub(crate) fn version(&self) -> Option<LeaseVersion> {
         self.0.as_ref().map(|(l, _)| l.version)
     }
 
     /// What the DC may spend under its newest DC lease at `now` (holder's countdown).
-    pub fn spendable(&self, now: u64) -> Quota {
+    pub(crate) fn spendable(&self, now: u64) -> Quota {
         match &self.0 {
             Some((l, sent)) if sent + l.ttl_ms * MS > now => l.quota,
             _ => Quota::ZERO,
@@ -70,7 +75,7 @@ impl Newest {
 }
 
 /// A real pod of limit `api` in DC `dc`.
-pub fn pod(dc: &str, name: &str) -> PodCore {
+pub(crate) fn pod(dc: &str, name: &str) -> PodCore {
     let cfg = PodConfig {
         limit: "api".into(),
         dc: dc.into(),
@@ -83,12 +88,12 @@ pub fn pod(dc: &str, name: &str) -> PodCore {
 }
 
 /// A real DC manager term of limit `api`.
-pub fn manager(dc: &str, instance: &str, epoch: u64, now: u64) -> DcManagerCore {
+pub(crate) fn manager(dc: &str, instance: &str, epoch: u64, now: u64) -> DcManagerCore {
     manager_with_bugs(dc, instance, epoch, now, KnownBugs::default())
 }
 
 /// As [`manager`], with holes of docs/FINDINGS.md brought back (negative controls).
-pub fn manager_with_bugs(dc: &str, instance: &str, epoch: u64, now: u64, bugs: KnownBugs) -> DcManagerCore {
+pub(crate) fn manager_with_bugs(dc: &str, instance: &str, epoch: u64, now: u64, bugs: KnownBugs) -> DcManagerCore {
     let mut cfg = DcManagerConfig::new("api", dc, instance);
     cfg.bugs = bugs;
     cfg.epoch = epoch;
@@ -98,7 +103,7 @@ pub fn manager_with_bugs(dc: &str, instance: &str, epoch: u64, now: u64, bugs: K
 }
 
 /// The DC leases the coordinator still counts for DC `dc` at `t`, for a test's log.
-pub fn counted_dc_leases(coord: &leasehold_core::coordinator::CoordinatorCore, dc: &str, t: u64) -> Vec<String> {
+pub(crate) fn counted_dc_leases(coord: &leasehold_core::coordinator::CoordinatorCore, dc: &str, t: u64) -> Vec<String> {
     let prefix = format!("{dc}-");
     coord
         .ledger()
@@ -111,7 +116,7 @@ pub fn counted_dc_leases(coord: &leasehold_core::coordinator::CoordinatorCore, d
 }
 
 /// What each pod may spend at `t` ("-": nothing), for a test's log.
-pub fn pods_applied(pods: &[PodCore], t: u64) -> Vec<String> {
+pub(crate) fn pods_applied(pods: &[PodCore], t: u64) -> Vec<String> {
     pods.iter()
         .map(|p| {
             p.applied(t).map_or("-".into(), |a| {
@@ -122,12 +127,12 @@ pub fn pods_applied(pods: &[PodCore], t: u64) -> Vec<String> {
 }
 
 /// Limit `api` over BKK and Europe with these floors (rate/s), egress spread 150 ms.
-pub fn config(quota: Quota, bkk_floor: u64, eu_floor: u64) -> leasehold_core::coordinator::LimitConfig {
+pub(crate) fn config(quota: Quota, bkk_floor: u64, eu_floor: u64) -> leasehold_core::coordinator::LimitConfig {
     config_with_bugs(quota, bkk_floor, eu_floor, KnownBugs::default())
 }
 
 /// As [`config`], with DC leases of `dc_ttl_ms`.
-pub fn config_with_dc_ttl(
+pub(crate) fn config_with_dc_ttl(
     quota: Quota,
     bkk_floor: u64,
     eu_floor: u64,
@@ -141,7 +146,7 @@ pub fn config_with_dc_ttl(
 
 /// `config` with DC `dc`'s floor holding `tokens` of burst (one per pod that serves on it: a
 /// pod lease cut from a floor without a whole token admits nothing, so the DC manager cuts none).
-pub fn floor_burst(
+pub(crate) fn floor_burst(
     mut config: leasehold_core::coordinator::LimitConfig,
     dc: &str,
     tokens: u64,
@@ -153,7 +158,7 @@ pub fn floor_burst(
 }
 
 /// As [`config`], with holes of docs/FINDINGS.md brought back.
-pub fn config_with_bugs(
+pub(crate) fn config_with_bugs(
     quota: Quota,
     bkk_floor: u64,
     eu_floor: u64,
@@ -169,21 +174,21 @@ pub fn config_with_bugs(
 
 /// The newest lease each DC received, and when.
 #[derive(Default)]
-pub struct Held(pub std::collections::BTreeMap<String, (DcLease, u64)>);
+pub(crate) struct Held(pub std::collections::BTreeMap<String, (DcLease, u64)>);
 
 impl Held {
-    pub fn absorb(&mut self, leases: Vec<DcLease>, now: u64) {
+    pub(crate) fn absorb(&mut self, leases: Vec<DcLease>, now: u64) {
         for l in leases {
             self.0.insert(l.dc.clone(), (l, now));
         }
     }
 
-    pub fn version(&self, dc: &str) -> Option<LeaseVersion> {
+    pub(crate) fn version(&self, dc: &str) -> Option<LeaseVersion> {
         self.0.get(dc).map(|(l, _)| l.version)
     }
 
     /// Σ of the newest lease each DC holds at `now` (unexpired: countdown from the grant).
-    pub fn spendable(&self, now: u64) -> Quota {
+    pub(crate) fn spendable(&self, now: u64) -> Quota {
         self.0
             .values()
             .filter(|(l, at)| at + l.ttl_ms * MS > now)
@@ -193,12 +198,12 @@ impl Held {
 
 /// Limit `api` of `rate` per second (burst 20) over BKK and Europe without floors, with DC leases
 /// of `dc_ttl_ms`.
-pub fn api_limit(rate: u64, dc_ttl_ms: u64) -> leasehold_core::coordinator::LimitConfig {
+pub(crate) fn api_limit(rate: u64, dc_ttl_ms: u64) -> leasehold_core::coordinator::LimitConfig {
     config_with_dc_ttl(Quota::per_s(rate, 20), 0, 0, dc_ttl_ms)
 }
 
 /// A first leader with `before`, both DCs asking for everything; the record it leaves behind.
-pub fn first_term(before: leasehold_core::coordinator::LimitConfig) -> leasehold_core::wire::LedgerRecord {
+pub(crate) fn first_term(before: leasehold_core::coordinator::LimitConfig) -> leasehold_core::wire::LedgerRecord {
     let mut a = leasehold_core::coordinator::CoordinatorCore::new(before, "coord-a", 1);
     a.on_dc_report(&dc_report("bkk", 1, None, None), 0);
     a.on_dc_report(&dc_report("eu", 1, None, None), 0);
@@ -207,6 +212,6 @@ pub fn first_term(before: leasehold_core::coordinator::LimitConfig) -> leasehold
 }
 
 /// The floor `rec` names for `dc` and its version, for a test's log.
-pub fn named_floor(rec: &leasehold_core::wire::LedgerRecord, dc: &str) -> Option<(String, String)> {
+pub(crate) fn named_floor(rec: &leasehold_core::wire::LedgerRecord, dc: &str) -> Option<(String, String)> {
     rec.floor_of(dc).map(|(f, v)| (f.to_string(), v.to_string()))
 }

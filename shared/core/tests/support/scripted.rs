@@ -12,7 +12,7 @@ use super::MS;
 
 /// A hand-written report of pod `pod` of BKK (limit `api`, 250 ms interval, weight 1): it offered
 /// `offered` and admitted `admitted` of it (the rest rejected), and acks `ack`.
-pub fn pod_report(
+pub(crate) fn pod_report(
     pod: &str,
     incarnation: u64,
     seq: u64,
@@ -43,7 +43,7 @@ pub fn pod_report(
 }
 
 /// The sequence number of the manager's report among `out`, if it sent one.
-pub fn report_seq_of(out: &[DcOutput]) -> Option<u64> {
+pub(crate) fn report_seq_of(out: &[DcOutput]) -> Option<u64> {
     out.iter().find_map(|o| match o {
         DcOutput::Report(r) => Some(r.seq),
         _ => None,
@@ -51,7 +51,7 @@ pub fn report_seq_of(out: &[DcOutput]) -> Option<u64> {
 }
 
 /// BKK's manager (configured by `cfg`, limit `api`) and its scripted pods.
-pub struct ScriptedDc {
+pub(crate) struct ScriptedDc {
     pub core: DcManagerCore,
     /// The floor it read at its start (version e1v0), carried by the DC leases it is given.
     pub floor: Quota,
@@ -67,14 +67,14 @@ pub struct ScriptedDc {
 }
 
 impl ScriptedDc {
-    pub fn new(cfg: DcManagerConfig, floor: Quota, now: u64, incarnation: u64, counters: (u64, u64)) -> Self {
+    pub(crate) fn new(cfg: DcManagerConfig, floor: Quota, now: u64, incarnation: u64, counters: (u64, u64)) -> Self {
         let mut core = DcManagerCore::new(cfg, now);
         core.on_floor(floor, LeaseVersion::new(1, 0), now);
         ScriptedDc { core, floor, incarnation, counters, pod_seq: BTreeMap::new(), held: BTreeMap::new(), dc_leases: 0 }
     }
 
     /// Give the manager a DC lease of `quota` for `ttl_ms`, answering its report `basis_seq`.
-    pub fn dc_lease(
+    pub(crate) fn dc_lease(
         &mut self,
         quota: Quota,
         ttl_ms: u64,
@@ -101,7 +101,7 @@ impl ScriptedDc {
     }
 
     /// Keep the pod leases among `out` as what their pods hold.
-    pub fn absorb(&mut self, out: Vec<DcOutput>) {
+    pub(crate) fn absorb(&mut self, out: Vec<DcOutput>) {
         for o in out {
             if let DcOutput::PodLease(l) = o {
                 self.held.insert(l.pod.to_string(), l);
@@ -110,7 +110,7 @@ impl ScriptedDc {
     }
 
     /// Pod `pod` reports at `now`; `ack`: it reports the newest lease it holds as in use.
-    pub fn report(&mut self, pod: &str, now: u64, healthy: bool, ack: bool) {
+    pub(crate) fn report(&mut self, pod: &str, now: u64, healthy: bool, ack: bool) {
         let seq = self.pod_seq.entry(pod.into()).or_default();
         *seq += 1;
         let in_use = if ack { self.held.get(pod).map(|l| l.version) } else { None };
@@ -122,7 +122,13 @@ impl ScriptedDc {
 
 /// BKK's manager `instance` (pod leases of 2 s) that has read `floor`, with scripted pods that
 /// report every 250 ms (offered 500, admitted 100) and keep the newest lease they were sent.
-pub fn bkk_with_scripted_pods(mode: FailMode, floor: Quota, instance: &str, now: u64, bugs: KnownBugs) -> ScriptedDc {
+pub(crate) fn bkk_with_scripted_pods(
+    mode: FailMode,
+    floor: Quota,
+    instance: &str,
+    now: u64,
+    bugs: KnownBugs,
+) -> ScriptedDc {
     let mut cfg = DcManagerConfig::new("api", "bkk", instance);
     cfg.fail_mode = mode;
     cfg.bugs = bugs;
@@ -131,10 +137,10 @@ pub fn bkk_with_scripted_pods(mode: FailMode, floor: Quota, instance: &str, now:
 }
 
 /// The two pods the [`Drive`] tests run.
-pub const PODS: [&str; 2] = ["p1", "p2"];
+pub(crate) const PODS: [&str; 2] = ["p1", "p2"];
 
 /// How the tests drive a [`ScriptedDc`] through time.
-pub trait Drive {
+pub(crate) trait Drive {
     /// The manager's report to the coordinator at `now`: its sequence number.
     fn report_seq(&mut self, now: u64) -> u64;
     /// Σ of the pod leases issued at or after `since` (what pods may spend after that instant).

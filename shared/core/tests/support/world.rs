@@ -11,7 +11,7 @@ use leasehold_core::quota::Quota;
 use leasehold_core::wire::{DcLease, DcReport, PodLease};
 
 /// One DC manager term and its pods.
-pub struct Dc {
+pub(crate) struct Dc {
     pub name: &'static str,
     pub mgr: DcManagerCore,
     pub pods: Vec<PodCore>,
@@ -28,7 +28,7 @@ pub struct Dc {
 }
 
 /// A pod lease the manager sent at `at`, and what became of it.
-pub struct Sent {
+pub(crate) struct Sent {
     pub at: u64,
     pub lease: PodLease,
     /// `None`: lost on the way (the pod is cut off or deaf); else the pod's answer.
@@ -37,18 +37,18 @@ pub struct Sent {
 
 impl Dc {
     /// Pods `<name>-p1` and `<name>-p2`, each offering 2,000/s.
-    pub fn new(name: &'static str, instance: &str, epoch: u64, now: u64) -> Self {
+    pub(crate) fn new(name: &'static str, instance: &str, epoch: u64, now: u64) -> Self {
         Dc::with_bugs(name, instance, epoch, now, KnownBugs::default())
     }
 
     /// As [`Dc::new`], with holes of docs/FINDINGS.md brought back in the manager.
-    pub fn with_bugs(name: &'static str, instance: &str, epoch: u64, now: u64, bugs: KnownBugs) -> Self {
+    pub(crate) fn with_bugs(name: &'static str, instance: &str, epoch: u64, now: u64, bugs: KnownBugs) -> Self {
         let ids = [format!("{name}-p1"), format!("{name}-p2")];
         Dc::with_pods(name, manager_with_bugs(name, instance, epoch, now, bugs), &[&ids[0], &ids[1]])
     }
 
     /// Manager `mgr` and real pods `pod_ids` of DC `name`, each offering 2,000/s, healthy, linked.
-    pub fn with_pods(name: &'static str, mgr: DcManagerCore, pod_ids: &[&str]) -> Self {
+    pub(crate) fn with_pods(name: &'static str, mgr: DcManagerCore, pod_ids: &[&str]) -> Self {
         let n = pod_ids.len();
         Dc {
             name,
@@ -63,12 +63,12 @@ impl Dc {
     }
 
     /// Every pod offers `per_report` from now on.
-    pub fn offer(&mut self, per_report: u64) {
+    pub(crate) fn offer(&mut self, per_report: u64) {
         self.offered.iter_mut().for_each(|o| *o = per_report);
     }
 
     /// Deliver the manager's output: pod leases to the pods that can hear it; its reports back.
-    pub fn route(&mut self, out: Vec<DcOutput>, now: u64) -> Vec<DcReport> {
+    pub(crate) fn route(&mut self, out: Vec<DcOutput>, now: u64) -> Vec<DcReport> {
         let mut reports = Vec::new();
         for o in out {
             match o {
@@ -89,7 +89,7 @@ impl Dc {
     }
 
     /// The pods that are not cut off report, then the manager ticks: the manager's reports.
-    pub fn step(&mut self, now: u64) -> Vec<DcReport> {
+    pub(crate) fn step(&mut self, now: u64) -> Vec<DcReport> {
         let mut reports = Vec::new();
         for i in 0..self.pods.len() {
             if self.pod_cut[i] {
@@ -107,7 +107,7 @@ impl Dc {
     }
 
     /// Give the manager DC lease `l` if it is this DC's (else nothing happens): its answer.
-    pub fn on_dc_lease(&mut self, l: &DcLease, now: u64) -> Result<(), LeaseRejection> {
+    pub(crate) fn on_dc_lease(&mut self, l: &DcLease, now: u64) -> Result<(), LeaseRejection> {
         if l.dc != self.name {
             return Ok(());
         }
@@ -117,14 +117,14 @@ impl Dc {
     }
 
     /// Give the manager this DC's leases among `leases` (a refused one changes nothing).
-    pub fn on_dc_leases(&mut self, leases: &[DcLease], now: u64) {
+    pub(crate) fn on_dc_leases(&mut self, leases: &[DcLease], now: u64) {
         for l in leases {
             let _ = self.on_dc_lease(l, now);
         }
     }
 
     /// The manager reads the coordinator's record: the floor it names for this DC.
-    pub fn on_record(&mut self, coord: &CoordinatorCore, now: u64) {
+    pub(crate) fn on_record(&mut self, coord: &CoordinatorCore, now: u64) {
         if let Some((f, v)) = coord.record().floor_of(self.name) {
             let out = self.mgr.on_floor(f, v, now);
             self.route(out, now);
@@ -132,13 +132,13 @@ impl Dc {
     }
 
     /// What the pods may spend at `now`: the sum of their applied, unexpired leases.
-    pub fn pods_hold(&self, now: u64) -> Quota {
+    pub(crate) fn pods_hold(&self, now: u64) -> Quota {
         self.pods.iter().filter_map(|p| p.applied(now)).fold(Quota::ZERO, |s, a| s.saturating_add(a.quota))
     }
 }
 
 /// Feed one batch of reports to the coordinator and the DC leases it answers with to `dcs`.
-pub fn deliver(coord: &mut CoordinatorCore, reports: Vec<DcReport>, dcs: &mut [&mut Dc], t: u64) {
+pub(crate) fn deliver(coord: &mut CoordinatorCore, reports: Vec<DcReport>, dcs: &mut [&mut Dc], t: u64) {
     for r in reports {
         let out = coord.on_dc_report(&r, t);
         for d in dcs.iter_mut() {
@@ -149,7 +149,7 @@ pub fn deliver(coord: &mut CoordinatorCore, reports: Vec<DcReport>, dcs: &mut [&
 
 /// Every 10 ms from `t` for `step_ns`: what `held(now)` sums to, and a description of its parts.
 /// The most ever held goes to `worst`; each new excess over `limit` to the log.
-pub fn sample_held(
+pub(crate) fn sample_held(
     t: u64,
     step_ns: u64,
     limit: Quota,
@@ -169,7 +169,7 @@ pub fn sample_held(
 
 /// [`sample_held`] over a 250 ms step: BKK's pods and what `eu(now)` says Europe holds
 /// (`eu_holds` names it in the log: "europe's pods hold", "europe's lease").
-pub fn sample_bkk_and(
+pub(crate) fn sample_bkk_and(
     bkk: &Dc,
     eu_holds: &str,
     eu: impl Fn(u64) -> Quota,
@@ -185,14 +185,20 @@ pub fn sample_bkk_and(
 }
 
 /// Sample what both DCs' pods hold every 10 ms of the 250 ms step starting at `t`.
-pub fn sample(bkk: &Dc, eu: &Dc, t: u64, q: Quota, worst: &mut Quota, log: &mut Vec<String>) {
+pub(crate) fn sample(bkk: &Dc, eu: &Dc, t: u64, q: Quota, worst: &mut Quota, log: &mut Vec<String>) {
     sample_bkk_and(bkk, "europe's pods hold", |now| eu.pods_hold(now), t, q, worst, log);
 }
 
 /// One 250 ms step of BKK, Europe and the coordinator: pods report, managers tick, reports reach
 /// the coordinator (Europe's not while `eu_cut`), and on whole seconds the coordinator ticks and
 /// its DC leases and record reach the DCs. Returns the DC leases of the tick.
-pub fn step_two_dcs(coord: &mut CoordinatorCore, bkk: &mut Dc, eu: &mut Dc, eu_cut: bool, t: u64) -> Vec<DcLease> {
+pub(crate) fn step_two_dcs(
+    coord: &mut CoordinatorCore,
+    bkk: &mut Dc,
+    eu: &mut Dc,
+    eu_cut: bool,
+    t: u64,
+) -> Vec<DcLease> {
     let mut reports = bkk.step(t);
     let eu_reports = eu.step(t);
     if eu_cut {
@@ -215,14 +221,14 @@ pub fn step_two_dcs(coord: &mut CoordinatorCore, bkk: &mut Dc, eu: &mut Dc, eu_c
 }
 
 /// Log the DC leases a coordinator tick issued at `t`, with their TTL.
-pub fn log_dc_leases(out: &[DcLease], t: u64, log: &mut Vec<String>) {
+pub(crate) fn log_dc_leases(out: &[DcLease], t: u64, log: &mut Vec<String>) {
     for l in out {
         log.push(format!("{:6.3}s {} gets DC lease {} {} ttl {} ms", secs(t), l.dc, l.version, l.quota, l.ttl_ms));
     }
 }
 
 /// Print a run's log and the most its pods ever held.
-pub fn print_run(log: &[String], worst: Quota, limit: Quota) {
+pub(crate) fn print_run(log: &[String], worst: Quota, limit: Quota) {
     for l in log {
         println!("{l}");
     }

@@ -133,7 +133,7 @@ struct Summary {
     duration_s: u64,
 }
 
-pub fn run(a: Args) -> Result<ExitCode, String> {
+pub(super) fn run(a: Args) -> Result<ExitCode, String> {
     if a.duration_s == 0 || a.clients == 0 || a.rounds == 0 {
         return Err("--duration-s, --clients and --rounds must be positive".into());
     }

@@ -21,7 +21,7 @@ pub struct ServeArgs {
 }
 
 /// Answer every call `OK` until killed.
-pub fn serve(a: ServeArgs) -> Result<ExitCode, String> {
+pub(super) fn serve(a: ServeArgs) -> Result<ExitCode, String> {
     serve_rls_on_one_thread("the floor RLS", &a.listen, async { Ok(RateLimitServiceServer::new(AlwaysOk)) })
 }
 

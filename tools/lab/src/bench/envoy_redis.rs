@@ -36,7 +36,7 @@ pub struct ServeArgs {
 }
 
 /// Serve the Redis design's RLS until killed.
-pub fn serve(a: ServeArgs) -> Result<ExitCode, String> {
+pub(super) fn serve(a: ServeArgs) -> Result<ExitCode, String> {
     let text = std::fs::read_to_string(&a.config).map_err(|e| format!("cannot read {}: {e}", a.config.display()))?;
     let name = a.config.display().to_string();
     let config = Arc::new(RlsConfig::parse([(name.as_str(), text.as_str())]).map_err(|e| e.to_string())?);
@@ -47,7 +47,7 @@ pub fn serve(a: ServeArgs) -> Result<ExitCode, String> {
 }
 
 #[derive(Clone)]
-pub struct RedisRateLimit {
+pub(super) struct RedisRateLimit {
     config: Arc<RlsConfig>,
     redis: redis::aio::MultiplexedConnection,
 }

@@ -65,7 +65,7 @@ pub struct Args {
 
 const SHARDS: u32 = 64;
 
-pub fn run(a: Args) -> Result<ExitCode, String> {
+pub(super) fn run(a: Args) -> Result<ExitCode, String> {
     if a.instances == 0 || a.instances > 16 || a.duration_s == 0 || a.keys == 0 || a.clients == 0 {
         return Err("--instances must be 1..=16; --duration-s, --keys and --clients positive".into());
     }
@@ -349,13 +349,13 @@ async fn progress(start: Instant, duration: Duration, what: &str) {
 /// What a crash can lose in `interval` mode: the admissions since the owner's last stored flush,
 /// so at most every admission (of any owner) answered in the last interval plus 100 ms for the
 /// publish before the kill. Each lost admission lets at most one more in: over-admissions ≤ this.
-pub fn loss_bound(obs: &[Observation], killed_at_us: u64, interval_ms: u64) -> usize {
+pub(super) fn loss_bound(obs: &[Observation], killed_at_us: u64, interval_ms: u64) -> usize {
     let from = killed_at_us.saturating_sub((interval_ms + 100) * 1_000);
     obs.iter().filter(|o| o.status == 200 && o.sent_us <= killed_at_us && o.received_us >= from).count()
 }
 
 /// From the kill on: when the last request that reached a live instance went unanswered.
-pub fn recovery_ms(obs: &[Observation], killed: u8, killed_at_us: u64) -> u64 {
+pub(super) fn recovery_ms(obs: &[Observation], killed: u8, killed_at_us: u64) -> u64 {
     obs.iter()
         .filter(|o| o.instance != killed && o.sent_us >= killed_at_us && (o.status == 503 || o.status == 0))
         .map(|o| (o.received_us - killed_at_us) / 1_000)

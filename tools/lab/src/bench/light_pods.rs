@@ -76,7 +76,7 @@ struct LeaseItemView<'a> {
 }
 
 /// The pods, their report tasks and the one subscription that reads every pod's leases.
-pub struct Fleet {
+pub(super) struct Fleet {
     books: Arc<Mutex<Books>>,
     limits: Arc<Vec<String>>,
     report_interval: Duration,
@@ -84,7 +84,7 @@ pub struct Fleet {
 }
 
 /// Join times of a set of pods: from its first report to holding a lease of every limit.
-pub struct Joined {
+pub(super) struct Joined {
     pub held: usize,
     pub of: usize,
     pub latency_ms: Percentiles,
@@ -92,7 +92,7 @@ pub struct Joined {
 
 impl Fleet {
     /// A fleet reading every pod's leases (`lh.pod.*.*.lease`) on `leases`.
-    pub async fn new(
+    pub(super) async fn new(
         leases: async_nats::Client,
         limits: Vec<String>,
         report_interval: Duration,
@@ -112,7 +112,7 @@ impl Fleet {
     }
 
     /// Start `ids` (pod ids in `dc`) on `client`, their reports spread over one period.
-    pub fn add(&mut self, client: async_nats::Client, dc: &str, ids: Vec<String>) {
+    pub(super) fn add(&mut self, client: async_nats::Client, dc: &str, ids: Vec<String>) {
         let now = Instant::now();
         let n = ids.len().max(1) as u32;
         let mut keys = Vec::with_capacity(ids.len());
@@ -145,22 +145,22 @@ impl Fleet {
     }
 
     /// Record lease gaps from now on (the joins before are not steady state).
-    pub fn start_measuring(&self) {
+    pub(super) fn start_measuring(&self) {
         let mut books = self.books.lock().expect("fleet books");
         books.measuring = true;
         books.lease_gap_us = Percentiles::new();
     }
 
-    pub fn lease_gap_us(&self) -> Percentiles {
+    pub(super) fn lease_gap_us(&self) -> Percentiles {
         self.books.lock().expect("fleet books").lease_gap_us.clone()
     }
 
-    pub fn malformed(&self) -> u64 {
+    pub(super) fn malformed(&self) -> u64 {
         self.books.lock().expect("fleet books").malformed
     }
 
     /// How many of `ids` in `dc` hold a lease of every limit, and how long each took.
-    pub fn joined(&self, dc: &str, ids: &[String]) -> Joined {
+    pub(super) fn joined(&self, dc: &str, ids: &[String]) -> Joined {
         let books = self.books.lock().expect("fleet books");
         let mut latency_ms = Percentiles::new();
         let mut held = 0;

@@ -8,13 +8,13 @@ use tokio::runtime::{Builder, Runtime};
 const WORKERS: usize = 2;
 
 /// A runtime whose threads are all named `name` (at most 15 bytes: the kernel's `comm`).
-pub struct NamedRuntime {
+pub(super) struct NamedRuntime {
     pub name: String,
     pub rt: Runtime,
 }
 
 impl NamedRuntime {
-    pub fn new(name: &str) -> Result<Self, String> {
+    pub(super) fn new(name: &str) -> Result<Self, String> {
         let rt = Builder::new_multi_thread()
             .worker_threads(WORKERS)
             .thread_name(name)
@@ -25,18 +25,18 @@ impl NamedRuntime {
     }
 
     /// User + system CPU seconds its threads have used so far (`None` off Linux).
-    pub fn cpu_seconds(&self) -> Option<f64> {
+    pub(super) fn cpu_seconds(&self) -> Option<f64> {
         threads_cpu_seconds(&self.name)
     }
 
     /// Stop its tasks without waiting (callable from async code, unlike dropping it).
-    pub fn stop(self) {
+    pub(super) fn stop(self) {
         self.rt.shutdown_background();
     }
 }
 
 /// CPU seconds used so far by this process's threads named `name`.
-pub fn threads_cpu_seconds(name: &str) -> Option<f64> {
+pub(super) fn threads_cpu_seconds(name: &str) -> Option<f64> {
     let mut total = None;
     for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
         let dir = task.path();

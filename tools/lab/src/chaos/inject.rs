@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// The running system the faults act on.
-pub struct World {
+pub(super) struct World {
     pub procs: Procs,
     pub topology: Topology,
     /// Per DC: the agents the load sends to (name → address).
@@ -37,7 +37,7 @@ pub struct World {
 const STORE_BACK_WITHIN: Duration = Duration::from_secs(60);
 
 /// What applying a fault did, to undo it.
-pub enum Undo {
+pub(super) enum Undo {
     Respawn { name: String, dc: usize, agent: bool },
     Replace { dc: usize, slot: usize },
     Continue(String),
@@ -116,7 +116,7 @@ impl World {
     }
 
     /// Inject `f`; returns how to heal it and a line for the log.
-    pub async fn apply(&mut self, f: &Fault) -> Result<(Undo, String), String> {
+    pub(super) async fn apply(&mut self, f: &Fault) -> Result<(Undo, String), String> {
         let dc = DCS[f.dc];
         let pod = self.slots[f.dc][f.pod].clone();
         Ok(match f.kind {
@@ -182,7 +182,7 @@ impl World {
         })
     }
 
-    pub async fn heal(&mut self, undo: Undo) -> Result<String, String> {
+    pub(super) async fn heal(&mut self, undo: Undo) -> Result<String, String> {
         Ok(match undo {
             Undo::Respawn { name, dc, agent } => {
                 let addr = self.procs.respawn(&name, agent).await?;
@@ -241,7 +241,7 @@ impl World {
 }
 
 /// An agent's environment: its DC's link into NATS, its name, and an optional clock skew.
-pub fn agent_env(url: &str, dc: &str, name: &str, skew: Option<(u64, i64)>) -> Vec<(&'static str, String)> {
+pub(super) fn agent_env(url: &str, dc: &str, name: &str, skew: Option<(u64, i64)>) -> Vec<(&'static str, String)> {
     let mut env = vec![
         ("LEASEHOLD_AGENT_NATS_URL", url.to_string()),
         ("LEASEHOLD_AGENT_LIMIT", LIMIT.to_string()),

@@ -10,7 +10,7 @@ use leasehold_nats_harness::free_port;
 use leasehold_nats_harness::{LinkProxy, NatsServer};
 use std::path::Path;
 
-pub struct Topology {
+pub(super) struct Topology {
     pub hub: Vec<NatsServer>,
     proxies: Vec<LinkProxy>,
 }
@@ -35,7 +35,7 @@ fn hub_config(i: usize, cluster_ports: &[u16]) -> String {
 const HUB_START_ATTEMPTS: usize = 3;
 
 impl Topology {
-    pub async fn start(binary: &Path, dcs: usize) -> Result<Self, String> {
+    pub(super) async fn start(binary: &Path, dcs: usize) -> Result<Self, String> {
         let mut hub = start_hub(binary).await;
         for attempt in 2..=HUB_START_ATTEMPTS {
             match hub {
@@ -56,7 +56,7 @@ impl Topology {
     }
 
     /// Each hub node: alive or not, and its last log lines (for an error message).
-    pub fn diagnosis(&mut self) -> String {
+    pub(super) fn diagnosis(&mut self) -> String {
         let nodes: Vec<String> = self
             .hub
             .iter_mut()
@@ -70,20 +70,20 @@ impl Topology {
     }
 
     /// Every hub node's client URL, comma-separated (clients fail over between them).
-    pub fn hub_urls(&self) -> String {
+    pub(super) fn hub_urls(&self) -> String {
         self.hub.iter().map(|s| s.url()).collect::<Vec<_>>().join(",")
     }
 
     /// The DC's way into NATS: its link proxy.
-    pub fn dc_url(&self, dc: usize) -> String {
+    pub(super) fn dc_url(&self, dc: usize) -> String {
         format!("nats://127.0.0.1:{}", self.proxies[dc].port())
     }
 
-    pub fn partition(&self, dc: usize) {
+    pub(super) fn partition(&self, dc: usize) {
         self.proxies[dc].cut();
     }
 
-    pub fn heal(&self, dc: usize) {
+    pub(super) fn heal(&self, dc: usize) {
         self.proxies[dc].heal();
     }
 }

@@ -15,7 +15,7 @@ use std::time::Instant;
 const FOLLOWS_MIN_CORRELATION: f64 = 0.8;
 
 /// What happened to the processes.
-pub struct Outcome {
+pub(super) struct Outcome {
     /// Children that exited without being killed by the demo.
     pub crashed: Vec<String>,
     pub failover_s: Option<f64>,
@@ -85,7 +85,7 @@ struct Leased {
     burst: u64,
 }
 
-pub fn summarize(
+pub(super) fn summarize(
     a: &DemoArgs,
     bins: &[Bins],
     alloc: &[Vec<Option<Vec<f64>>>],

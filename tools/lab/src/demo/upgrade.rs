@@ -26,7 +26,7 @@ const READY_WITHIN: Duration = Duration::from_secs(30);
 /// How long a SIGTERMed process may take to exit (an agent drains for up to 5 s).
 const EXIT_WITHIN: Duration = Duration::from_secs(15);
 
-pub struct Context {
+pub(super) struct Context {
     pub procs: Arc<tokio::sync::Mutex<Procs>>,
     pub http: reqwest::Client,
     pub leaders: Store,
@@ -39,7 +39,7 @@ pub struct Context {
 
 /// What the upgrade did, for the summary.
 #[derive(Serialize, Default)]
-pub struct Report {
+pub(super) struct Report {
     pub binary: String,
     pub started_at_s: f64,
     pub steps: Vec<Step>,
@@ -50,7 +50,7 @@ pub struct Report {
 }
 
 #[derive(Serialize)]
-pub struct Step {
+pub(super) struct Step {
     pub process: String,
     pub role: String,
     /// From its SIGTERM until its replacement was ready.
@@ -61,7 +61,7 @@ pub struct Step {
     pub runs: String,
 }
 
-pub async fn run(at_s: u64, cx: Context) -> Report {
+pub(super) async fn run(at_s: u64, cx: Context) -> Report {
     tokio::time::sleep_until((cx.start + Duration::from_secs(at_s)).into()).await;
     let began = Instant::now();
     let mut report = Report {

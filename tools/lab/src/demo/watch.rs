@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// What the demo watched while the load ran.
-pub struct Watched {
+pub(super) struct Watched {
     /// Per limit, per second: each DC's allocation (floor + newest DC lease), when the ledger was
     /// readable.
     pub alloc: Vec<Vec<Option<Vec<f64>>>>,
@@ -18,7 +18,7 @@ pub struct Watched {
 }
 
 /// Watch until the load's day ends. `loads` are the limits' loads, in [`LIMITS`] order.
-pub async fn watch(a: &DemoArgs, running: &mut Running, loads: &[Arc<Load>]) -> Watched {
+pub(super) async fn watch(a: &DemoArgs, running: &mut Running, loads: &[Arc<Load>]) -> Watched {
     let seconds = a.duration_s as usize + 2;
     let mut w = Watched { alloc: vec![vec![None; seconds]; LIMITS.len()], failover_s: None, new_leader: None };
     let mut killed: Option<(String, Instant)> = None;

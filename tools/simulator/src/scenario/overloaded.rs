@@ -10,7 +10,7 @@ use super::{Demand, Scenario};
 use serde::Serialize;
 
 /// "Overloaded" means a total offered demand of at least this many times the limit.
-pub const OVERLOAD_FACTOR: f64 = 1.5;
+pub(super) const OVERLOAD_FACTOR: f64 = 1.5;
 
 /// Every DC is heavy this long, then one DC is light for [`LIGHT_S`], and so on.
 const HEAVY_S: f64 = 60.0;

@@ -29,7 +29,7 @@ const BUSIEST_SHARE: f64 = 0.7;
 
 /// What a tenant bought: requests per second and burst, by its rank in the population.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Tier {
+pub(super) struct Tier {
     pub name: &'static str,
     pub rate_per_s: u64,
     pub burst: u64,
@@ -37,7 +37,7 @@ pub struct Tier {
 
 /// Ranks below 100 (the top 1%) bought 30,000/min with a burst of 6,000 (seed 004's tenant);
 /// those below 1,000 a tenth of that; everyone else a hundredth.
-pub fn tier(rank: u64) -> Tier {
+pub(super) fn tier(rank: u64) -> Tier {
     match rank * 100 / TENANTS {
         0 => Tier { name: "enterprise", rate_per_s: 500, burst: 6_000 },
         1..=9 => Tier { name: "business", rate_per_s: 50, burst: 600 },
@@ -46,12 +46,12 @@ pub fn tier(rank: u64) -> Tier {
 }
 
 /// The tenant a seed runs: ranks 1..=TENANTS.
-pub fn rank(seed: u64) -> u64 {
+pub(super) fn rank(seed: u64) -> u64 {
     (seed.max(1) - 1) % TENANTS + 1
 }
 
 /// Tenant `rank`'s offered demand over all regions, requests per second.
-pub fn offered_per_s(rank: u64) -> f64 {
+pub(super) fn offered_per_s(rank: u64) -> f64 {
     PEAK_PER_S / (rank as f64).powf(ZIPF_S)
 }
 

@@ -24,7 +24,13 @@ pub(super) struct LiveConfig {
 }
 
 impl LiveConfig {
-    pub fn new(dc_ttl_ms: u64, pod_ttl_ms: u64, emergency_per_dc: Quota, quota: Quota, floors: Vec<Quota>) -> Self {
+    pub(super) fn new(
+        dc_ttl_ms: u64,
+        pod_ttl_ms: u64,
+        emergency_per_dc: Quota,
+        quota: Quota,
+        floors: Vec<Quota>,
+    ) -> Self {
         LiveConfig {
             dc_ttl_ms,
             pod_ttl_ms,
@@ -39,7 +45,7 @@ impl LiveConfig {
 
     /// The limit no instant may see exceeded: the current R and B, or any larger one replaced
     /// less than one transition window ago.
-    pub fn limit_in_force(&self, now_ns: u64) -> Quota {
+    pub(super) fn limit_in_force(&self, now_ns: u64) -> Quota {
         self.superseded.iter().filter(|(until, _)| *until > now_ns).fold(self.quota, |m, (_, q)| m.max(*q))
     }
 
@@ -48,7 +54,7 @@ impl LiveConfig {
     /// `window_end_ns` (one DC-lease lifetime, stretched) when any part goes down. Back-to-back
     /// changes each restart the window: the new leader inherits every lease still out, those cut
     /// under a limit whose own window has not ended included.
-    pub fn set_quota(&mut self, quota: Quota, now_ns: u64, window_end_ns: u64) {
+    pub(super) fn set_quota(&mut self, quota: Quota, now_ns: u64, window_end_ns: u64) {
         let in_force = self.limit_in_force(now_ns);
         self.superseded.retain(|(until, _)| *until > now_ns);
         if !in_force.fits_in(&quota) {
@@ -59,7 +65,7 @@ impl LiveConfig {
 
     /// Keep `quota` in force until `until_ns` (a leader that applied a lower limit late may have
     /// cut leases under the old one until it did).
-    pub fn hold_until(&mut self, quota: Quota, until_ns: u64) {
+    pub(super) fn hold_until(&mut self, quota: Quota, until_ns: u64) {
         if !quota.fits_in(&self.quota) {
             self.superseded.push((until_ns, quota));
         }

@@ -52,7 +52,7 @@ pub struct Args {
     nats_url: Option<String>,
 }
 
-pub fn run(a: Args) -> Result<ExitCode, String> {
+pub(super) fn run(a: Args) -> Result<ExitCode, String> {
     if a.pods == 0 || a.pods > MAX_PODS_PER_DC || a.pods + a.join_storm > MAX_PODS_PER_DC {
         return Err(format!("--pods (plus --join-storm) must be within 1..={MAX_PODS_PER_DC} per DC"));
     }
@@ -74,7 +74,7 @@ pub(super) struct PeriodsMs {
 
 impl Running {
     /// The nats-server the bench started, if it started one.
-    pub fn nats_server_pid(&self) -> Option<u32> {
+    pub(super) fn nats_server_pid(&self) -> Option<u32> {
         self._server.as_ref()?.pid()
     }
 }

@@ -35,7 +35,7 @@ fn write(path: &std::path::Path, text: &str) -> Result<String, String> {
     Ok(path.display().to_string())
 }
 
-pub async fn run(a: &Args) -> Result<Run, String> {
+pub(super) async fn run(a: &Args) -> Result<Run, String> {
     let out = a.out_dir.join("leasehold");
     std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let bin = binaries().map_err(|e| format!("{e} (bench outage starts its own nats-server)"))?;

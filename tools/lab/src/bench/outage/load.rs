@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 /// When each admission was learnt of, since the load started.
 #[derive(Clone, Default)]
-pub struct Admissions(Arc<Mutex<Vec<Duration>>>);
+pub(crate) struct Admissions(Arc<Mutex<Vec<Duration>>>);
 
 impl Admissions {
-    pub fn note(&self, at: Duration) {
+    pub(crate) fn note(&self, at: Duration) {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).push(at);
     }
 
@@ -21,18 +21,18 @@ impl Admissions {
         v
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// Admissions per second in `[from, to)`.
-    pub fn rate_between(&self, from: Duration, to: Duration) -> f64 {
+    pub(crate) fn rate_between(&self, from: Duration, to: Duration) -> f64 {
         let n = self.sorted().iter().filter(|t| **t >= from && **t < to).count();
         n as f64 / (to - from).as_secs_f64().max(1e-9)
     }
 
     /// The most admissions in any window of `width` (sliding over every admission).
-    pub fn max_in_window(&self, width: Duration) -> usize {
+    pub(crate) fn max_in_window(&self, width: Duration) -> usize {
         let v = self.sorted();
         let mut first = 0;
         let mut most = 0;
@@ -46,7 +46,7 @@ impl Admissions {
     }
 
     /// Admissions in each whole second of the run.
-    pub fn per_second(&self, total: Duration) -> Vec<usize> {
+    pub(crate) fn per_second(&self, total: Duration) -> Vec<usize> {
         let mut by_s = vec![0; total.as_secs().max(1) as usize];
         for t in self.sorted() {
             if let Some(n) = by_s.get_mut(t.as_secs() as usize) {
@@ -59,7 +59,7 @@ impl Admissions {
 
 /// Run `clients` callers for `total` from `start`, each calling `ask` once per `pace` (a call
 /// that takes longer delays only its own caller); every `true` answer is an admission.
-pub async fn drive<F, Fut>(clients: usize, pace: Duration, start: Instant, total: Duration, ask: F) -> Admissions
+pub(super) async fn drive<F, Fut>(clients: usize, pace: Duration, start: Instant, total: Duration, ask: F) -> Admissions
 where
     F: Fn() -> Fut + Clone + Send + 'static,
     Fut: Future<Output = bool> + Send,

@@ -77,7 +77,7 @@ impl Args {
     }
 }
 
-pub fn run(a: Args) -> Result<ExitCode, String> {
+pub(super) fn run(a: Args) -> Result<ExitCode, String> {
     a.check()?;
     leasehold::block_on(async move {
         let bound = (a.rate_per_s + a.burst) as f64;
@@ -107,7 +107,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
 
 /// One design's run: its admissions, when the outage began (since the load started), and what
 /// it said of itself during the outage.
-pub struct Run {
+pub(super) struct Run {
     pub admissions: Admissions,
     pub outage_at: Duration,
     pub total: Duration,
@@ -117,7 +117,7 @@ pub struct Run {
 
 /// The agents at the outage's midpoint: how many answered `/readyz` 503, and how many showed a
 /// lease unrenewed for longer than the shipped stale-lease alert allows (their metrics).
-pub struct Degraded {
+pub(super) struct Degraded {
     pub not_ready: usize,
     pub stale: usize,
     pub agents: usize,

@@ -31,7 +31,7 @@ async fn connect(url: &str) -> Result<redis::aio::MultiplexedConnection, String>
     }
 }
 
-pub async fn run(a: &Args, fail_open: bool) -> Result<Run, String> {
+pub(super) async fn run(a: &Args, fail_open: bool) -> Result<Run, String> {
     let port =
         std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
     let mut redis_server = start_redis(port).await?;
