@@ -68,6 +68,7 @@ impl Default for AdaptiveConfig {
 }
 
 impl AdaptiveConfig {
+    /// Checks that every fraction is in (0, 1] and the decreases are below 1.
     pub fn validate(&self) -> Result<(), crate::InvalidSetting> {
         let fractions = [
             ("decrease_factor", self.decrease_factor),
@@ -94,7 +95,9 @@ impl AdaptiveConfig {
 /// What the pods saw of the upstream in one renew period, over every DC.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct UpstreamSample {
+    /// Upstream calls in the period (the pods' admissions).
     pub calls: u64,
+    /// Of those, calls answered 429.
     pub upstream_429: u64,
     /// Calls the upstream accepted (not answered 429) per second, while it answered 429s (the
     /// reports that carried 429s; all reports if none did).
@@ -135,10 +138,12 @@ impl Aimd {
         a
     }
 
+    /// The effective R, in milli-requests per second.
     pub fn effective_milli(&self) -> u64 {
         self.effective_milli
     }
 
+    /// Its settings.
     pub fn config(&self) -> &AdaptiveConfig {
         &self.cfg
     }

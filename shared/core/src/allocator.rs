@@ -13,10 +13,13 @@
 
 use serde::{Deserialize, Serialize};
 
+/// How a grant is split among children.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AllocMode {
+    /// In proportion to demand (times weight), after the floors.
     Proportional,
+    /// Demand-capped weighted max-min, the rest by demand and weight (the default).
     #[default]
     WaterFill,
 }
@@ -24,12 +27,16 @@ pub enum AllocMode {
 /// One child's claim, in milli-units of whatever is being split.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Claim {
+    /// The child's smoothed demand, in milli-units.
     pub demand_milli: u64,
+    /// The child's weight (1.0 = standard; not a positive number counts as 1).
     pub weight: f64,
+    /// What the child is given first, whatever its demand, in milli-units.
     pub floor_milli: u64,
 }
 
 impl Claim {
+    /// A claim of `demand_milli` with weight 1 and no floor.
     pub fn new(demand_milli: u64) -> Self {
         Claim { demand_milli, weight: 1.0, floor_milli: 0 }
     }
@@ -145,12 +152,15 @@ fn water_fill(capacity: u64, want: &[u64], weights: &[f64]) -> Vec<u64> {
 pub struct Rebalancer {
     /// Minimum change of any child's share, as a fraction of the capacity, that triggers a change.
     pub hysteresis: f64,
+    /// Minimum time between two changes, in nanoseconds.
     pub min_interval_ns: u64,
     current: Vec<u64>,
     last_change_ns: Option<u64>,
 }
 
 impl Rebalancer {
+    /// No split yet: a later one is kept unless a share moves by more than `hysteresis` and the
+    /// last change is at least `min_interval_ns` old.
     pub fn new(hysteresis: f64, min_interval_ns: u64) -> Self {
         Rebalancer { hysteresis, min_interval_ns, current: Vec::new(), last_change_ns: None }
     }

@@ -5,12 +5,14 @@
 //! period of 250 ms and α = 0.3, a step in demand is 90% absorbed after ⌈ln 0.1 / ln 0.7⌉ = 7
 //! samples ≈ 1.75 s.
 
+/// An exponentially weighted moving average of non-negative samples.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Ewma {
     alpha: f64,
     value: Option<f64>,
 }
 
+/// Default `α`.
 pub const DEFAULT_ALPHA: f64 = 0.3;
 
 impl Ewma {
@@ -45,10 +47,12 @@ impl Ewma {
         next
     }
 
+    /// The average (0 before the first sample).
     pub fn value(&self) -> f64 {
         self.value.unwrap_or(0.0)
     }
 
+    /// Its `α`, as clamped.
     pub fn alpha(&self) -> f64 {
         self.alpha
     }

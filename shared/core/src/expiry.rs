@@ -15,9 +15,13 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Nanoseconds per millisecond.
 pub const NS_PER_MS: u64 = 1_000_000;
+/// Nanoseconds per second.
 pub const NS_PER_S: u64 = 1_000_000_000;
 
+/// How long issuers and holders count a lease, with margins for clock drift, processing and
+/// latency.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ExpiryPolicy {
@@ -61,6 +65,7 @@ impl ExpiryPolicy {
         fit_ms.min(wanted_ttl_ms)
     }
 
+    /// Checks that `max_drift` is in [0, 0.5).
     pub fn validate(&self) -> Result<(), crate::InvalidSetting> {
         if !(0.0..0.5).contains(&self.max_drift) || !self.max_drift.is_finite() {
             return Err(crate::InvalidSetting::MaxDrift(self.max_drift));

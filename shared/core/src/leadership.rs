@@ -45,8 +45,15 @@ use crate::expiry::NS_PER_MS;
 /// What a read of the leader key found.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum KeyState {
+    /// No one holds the key.
     Absent,
-    Held { revision: u64, holder: String },
+    /// The key holds a claim.
+    Held {
+        /// The key's revision.
+        revision: u64,
+        /// The replica id it names.
+        holder: String,
+    },
 }
 
 impl KeyState {
@@ -62,14 +69,21 @@ impl KeyState {
 /// an update conditional on that revision. The value written is this replica's id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LeaderRequest {
+    /// Read the key.
     Read,
-    Write { expected_revision: Option<u64> },
+    /// Write the key: a create when `expected_revision` is `None`, else conditional on it.
+    Write {
+        /// The revision the key must have for the write to land (`None`: absent).
+        expected_revision: Option<u64>,
+    },
 }
 
 /// The answer to a [`LeaderRequest::Write`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WriteOutcome {
+    /// The write landed.
     Written {
+        /// The key's revision it produced.
         revision: u64,
     },
     /// The expected revision did not match: someone else wrote the key.
@@ -82,13 +96,22 @@ pub enum WriteOutcome {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Transition {
     /// A new term begins with this epoch: build fresh state for it.
-    Elected { epoch: u64 },
+    Elected {
+        /// The term's epoch: the revision of its winning claim.
+        epoch: u64,
+    },
     /// The term is over: drop everything the term held.
-    Deposed { reason: &'static str },
+    Deposed {
+        /// Why the term ended.
+        reason: &'static str,
+    },
 }
 
+/// The settings of a [`Leadership`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LeadershipConfig {
+    /// The leader key's lifetime, in milliseconds: a follower claims after seeing the key unchanged
+    /// this long.
     pub ttl_ms: u64,
     /// Share of the TTL a leader acts for after sending its last landed write.
     pub act_fraction: f64,
@@ -102,8 +125,11 @@ pub struct LeadershipConfig {
 }
 
 impl LeadershipConfig {
+    /// Default `act_fraction`.
     pub const DEFAULT_ACT_FRACTION: f64 = 0.6;
 
+    /// Settings for a TTL of `ttl_ms` milliseconds, the rest their defaults (a sight gap of two
+    /// TTLs).
     pub fn new(ttl_ms: u64) -> Self {
         LeadershipConfig {
             ttl_ms,
@@ -121,6 +147,7 @@ impl LeadershipConfig {
         (self.ttl_ns() as f64 * self.act_fraction) as u64
     }
 
+    /// How often a leader renews, in nanoseconds: a quarter of the TTL.
     pub fn renew_every_ns(&self) -> u64 {
         self.ttl_ns() / 4
     }
@@ -199,6 +226,7 @@ pub struct Leadership {
 }
 
 impl Leadership {
+    /// Replica `me`'s state machine, starting as a follower.
     pub fn new(me: &str, cfg: LeadershipConfig) -> Self {
         Leadership {
             me: me.into(),
@@ -216,6 +244,7 @@ impl Leadership {
         }
     }
 
+    /// This replica's id.
     pub fn id(&self) -> &str {
         &self.me
     }

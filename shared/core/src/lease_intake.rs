@@ -7,18 +7,35 @@ use thiserror::Error;
 /// Why a holder ignored a lease message. Every rejection is counted by the drivers.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum LeaseRejection {
+    /// The lease names another holder, limit or DC.
     #[error("addressed to another holder, limit or DC")]
     NotMine,
     #[error("epoch {got} is below the highest seen {seen}")]
-    StaleEpoch { got: u64, seen: u64 },
+    /// The lease's epoch is below the highest seen.
+    StaleEpoch {
+        /// The lease's epoch.
+        got: u64,
+        /// The highest epoch seen.
+        seen: u64,
+    },
     #[error("version {got} is not newer than {current}")]
-    NotNewer { got: LeaseVersion, current: LeaseVersion },
+    /// The lease's version is not newer than the current one.
+    NotNewer {
+        /// The lease's version.
+        got: LeaseVersion,
+        /// The current version.
+        current: LeaseVersion,
+    },
+    /// The lease answers a report (by sequence number) this holder did not send recently.
     #[error("answers report {0}, which this holder did not send recently")]
     UnknownBasis(u64),
+    /// The lease had already expired when it arrived.
     #[error("already expired on arrival")]
     AlreadyExpired,
+    /// The holder is draining and applies no more leases.
     #[error("holder is draining and applies no more leases")]
     Draining,
+    /// The bucket refused the lease's parameters (its reason).
     #[error("lease parameters rejected by the bucket: {0}")]
     Unusable(String),
 }
@@ -32,6 +49,7 @@ pub struct SentLog {
 }
 
 impl SentLog {
+    /// How many sends the ring keeps.
     pub const LEN: usize = 64;
 
     /// `first_seq` lets a restarted holder avoid reusing sequence numbers it may have sent.
@@ -49,11 +67,14 @@ impl SentLog {
         seq
     }
 
+    /// When report `seq` was sent, in nanoseconds on the holder's clock, if it is still in the
+    /// ring.
     pub fn sent_at(&self, seq: u64) -> Option<u64> {
         let i = (seq % Self::LEN as u64) as usize;
         (self.seqs[i] == seq).then_some(self.times_ns[i])
     }
 
+    /// The last sequence number recorded (one below the first before any send).
     pub fn last_seq(&self) -> u64 {
         self.next_seq - 1
     }
@@ -67,6 +88,8 @@ pub struct LeaseFence {
 }
 
 impl LeaseFence {
+    /// Whether lease version `v` passes the fence: its epoch not below the highest seen, and newer
+    /// than the current.
     pub fn check(&self, v: LeaseVersion) -> Result<(), LeaseRejection> {
         if v.epoch < self.highest_epoch {
             return Err(LeaseRejection::StaleEpoch { got: v.epoch, seen: self.highest_epoch });
@@ -77,11 +100,13 @@ impl LeaseFence {
         }
     }
 
+    /// Takes version `v`: raises the highest epoch seen and the current version.
     pub fn accept(&mut self, v: LeaseVersion) {
         self.highest_epoch = self.highest_epoch.max(v.epoch);
         self.current = Some(self.current.map_or(v, |c| c.max(v)));
     }
 
+    /// The newest version accepted.
     pub fn current(&self) -> Option<LeaseVersion> {
         self.current
     }

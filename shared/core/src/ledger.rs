@@ -47,28 +47,53 @@ use totals::{Sum, Totals, TotalsCache};
 /// newer one).
 pub const NEVER: u64 = u64::MAX;
 
+/// One lease on the books.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseEntry {
+    /// The lease's version.
     pub version: LeaseVersion,
+    /// The rate and burst it grants.
     pub quota: Quota,
     /// Issuer clock: until when the holder may still be using it.
     pub live_until_ns: u64,
 }
 
+/// Why the ledger refused a change.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum LedgerError {
     #[error("epoch {got} is not the ledger's epoch {current}")]
-    WrongEpoch { got: u64, current: u64 },
+    /// The epoch given is not the ledger's.
+    WrongEpoch {
+        /// The epoch given.
+        got: u64,
+        /// The ledger's epoch.
+        current: u64,
+    },
     #[error("version {got} is not above the holder's last version {last}")]
-    VersionNotIncreasing { got: LeaseVersion, last: LeaseVersion },
+    /// The version given is not above the holder's last.
+    VersionNotIncreasing {
+        /// The version given.
+        got: LeaseVersion,
+        /// The holder's last version.
+        last: LeaseVersion,
+    },
     #[error("grant {wanted} exceeds the headroom {headroom}")]
-    ExceedsHeadroom { wanted: Quota, headroom: Quota },
+    /// The grant does not fit the headroom.
+    ExceedsHeadroom {
+        /// The grant asked for.
+        wanted: Quota,
+        /// What the ledger may still hand out.
+        headroom: Quota,
+    },
+    /// The holder returned its lease for good: it gets no further one.
     #[error("holder returned its lease for good")]
     HolderClosed,
+    /// No lease with this version is outstanding.
     #[error("no lease with version {0} is outstanding")]
     UnknownVersion(LeaseVersion),
 }
 
+/// The conservation ledger of one issuer: every lease its holders may still use.
 #[derive(Clone, Debug)]
 pub struct Ledger<H: Ord + Hash + Clone> {
     capacity: Quota,
@@ -87,6 +112,7 @@ pub struct Ledger<H: Ord + Hash + Clone> {
 }
 
 impl<H: Ord + Hash + Clone> Ledger<H> {
+    /// An empty ledger that may hand out `capacity`, at `epoch`.
     pub fn new(capacity: Quota, epoch: u64) -> Self {
         Ledger {
             capacity,
@@ -105,6 +131,7 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
         self
     }
 
+    /// What the ledger may hand out.
     pub fn capacity(&self) -> Quota {
         self.capacity
     }
@@ -122,6 +149,7 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
         self.capacity = capacity;
     }
 
+    /// The ledger's epoch.
     pub fn epoch(&self) -> u64 {
         self.epoch
     }
@@ -163,6 +191,7 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
         self.holders.get_or_insert_with(holder, || holder.clone(), HolderLeases::default)
     }
 
+    /// What `holder`'s leases claim at `now_ns` (zero if it has none on the books).
     pub fn holder_claim(&self, holder: &H, now_ns: u64) -> Quota {
         self.holders.get(holder).map(|h| h.claim(now_ns)).unwrap_or_default()
     }
@@ -372,6 +401,7 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
         self.holders.contains_key(holder)
     }
 
+    /// Whether `holder` has returned its lease for good (a closed marker is on the books).
     pub fn is_closed(&self, holder: &H) -> bool {
         self.holders.get(holder).is_some_and(|h| h.closed_until_ns.is_some())
     }
@@ -402,6 +432,7 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
         self.holders.iter().flat_map(|(k, h)| h.entries.iter().map(move |e| (k, e)))
     }
 
+    /// Every holder on the books, in key order.
     pub fn holders(&self) -> impl Iterator<Item = &H> {
         self.holders.keys()
     }

@@ -8,14 +8,18 @@ use crate::quota::Quota;
 use crate::wire::{LeaseReturn, LeaseVersion, PodLease, PodReport, ReturnAck, SCHEMA_VERSION};
 use std::sync::Arc;
 
+/// A pod's settings for one limit.
 #[derive(Clone, Debug)]
 pub struct PodConfig {
+    /// The limit's name.
     pub limit: String,
+    /// The pod's DC.
     pub dc: String,
     /// The pod's id (its NATS subjects are named by it).
     pub pod: String,
     /// Drawn at random once per process start (see [`PodReport::incarnation`]).
     pub incarnation: u64,
+    /// Capacity weight for weighted splits (1.0 = a standard pod).
     pub weight: f64,
     /// Negative controls only (see [`crate::bugs`]).
     pub bugs: crate::bugs::KnownBugs,
@@ -24,9 +28,13 @@ pub struct PodConfig {
 /// Counters for one report interval, gathered by the driver.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IntervalCounters {
+    /// Requests that wanted quota in the interval, whatever became of them.
     pub offered: u64,
+    /// Permits granted in the interval.
     pub admitted: u64,
+    /// Requests denied in the interval.
     pub rejected: u64,
+    /// Requests waiting for a permit when the report is built (a gauge).
     pub queued: u64,
     /// Upstream errors other than 429s the driver counts apart (`upstream_429`).
     pub errors: u64,
@@ -37,10 +45,13 @@ pub struct IntervalCounters {
 /// The lease the bucket currently enforces.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AppliedLease {
+    /// The lease's version.
     pub version: LeaseVersion,
+    /// The rate and burst it grants.
     pub quota: Quota,
     /// Pod clock.
     pub expires_at_ns: u64,
+    /// The DC manager term that issued it (its holder id).
     pub issuer: String,
     /// The process the lease was addressed to (this one's incarnation, unless a known bug is on):
     /// the issuer counts it under that holder.
@@ -100,10 +111,12 @@ impl PodCore {
         self.confirms = false;
     }
 
+    /// Its settings.
     pub fn config(&self) -> &PodConfig {
         &self.cfg
     }
 
+    /// The token bucket that enforces the lease.
     pub fn bucket(&self) -> &Arc<TokenBucket> {
         &self.bucket
     }
@@ -113,10 +126,12 @@ impl PodCore {
         self.applied.as_ref().filter(|a| a.expires_at_ns > now_ns)
     }
 
+    /// Whether the pod has started draining ([`Self::drain`]): it applies no more leases.
     pub fn is_draining(&self) -> bool {
         self.draining
     }
 
+    /// Whether the issuer confirmed the pod's return: the pod may exit.
     pub fn is_drained(&self) -> bool {
         self.drained
     }

@@ -20,8 +20,10 @@ pub struct Quota {
 }
 
 impl Quota {
+    /// No rate, no burst.
     pub const ZERO: Quota = Quota { rate_milli_per_s: 0, burst_milli: 0 };
 
+    /// A rate in milli-tokens per second and a burst in milli-tokens.
     pub const fn new(rate_milli_per_s: u64, burst_milli: u64) -> Self {
         Quota { rate_milli_per_s, burst_milli }
     }
@@ -31,14 +33,17 @@ impl Quota {
         Quota::new(rate_per_s * MILLI, burst * MILLI)
     }
 
+    /// The rate, in tokens per second.
     pub fn rate_per_s(&self) -> f64 {
         self.rate_milli_per_s as f64 / MILLI as f64
     }
 
+    /// The burst, in tokens.
     pub fn burst(&self) -> f64 {
         self.burst_milli as f64 / MILLI as f64
     }
 
+    /// Component-wise sum, saturating.
     pub fn saturating_add(self, o: Quota) -> Quota {
         Quota::new(
             self.rate_milli_per_s.saturating_add(o.rate_milli_per_s),
@@ -46,6 +51,7 @@ impl Quota {
         )
     }
 
+    /// Component-wise difference, saturating at zero.
     pub fn saturating_sub(self, o: Quota) -> Quota {
         Quota::new(
             self.rate_milli_per_s.saturating_sub(o.rate_milli_per_s),
@@ -68,6 +74,7 @@ impl Quota {
         self.rate_milli_per_s <= o.rate_milli_per_s && self.burst_milli <= o.burst_milli
     }
 
+    /// True when both components are zero.
     pub fn is_zero(&self) -> bool {
         self.rate_milli_per_s == 0 && self.burst_milli == 0
     }

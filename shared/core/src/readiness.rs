@@ -14,11 +14,14 @@
 use crate::leadership::Leadership;
 use serde::Serialize;
 
+/// What `/readyz` answers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Readiness {
+    /// Whether the service is ready.
     pub ready: bool,
     /// `leader`, `standby` or `agent`.
     pub role: &'static str,
+    /// Why, in words.
     pub reason: String,
 }
 

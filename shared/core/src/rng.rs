@@ -1,11 +1,13 @@
 //! A small seeded RNG (SplitMix64): deterministic across platforms, no dependencies.
 
+/// A seeded SplitMix64 generator.
 #[derive(Clone, Debug)]
 pub struct SeededRng {
     state: u64,
 }
 
 impl SeededRng {
+    /// The generator for `seed`.
     pub fn new(seed: u64) -> Self {
         SeededRng { state: seed ^ 0x9E37_79B9_7F4A_7C15 }
     }
@@ -15,6 +17,7 @@ impl SeededRng {
         SeededRng::new(self.next_u64() ^ salt.wrapping_mul(0xD1B5_4A32_D192_ED03))
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.state;
@@ -36,6 +39,7 @@ impl SeededRng {
         lo + self.next_u64() % (hi - lo + 1)
     }
 
+    /// True with probability `p`.
     pub fn chance(&mut self, p: f64) -> bool {
         self.next_f64() < p
     }

@@ -23,6 +23,7 @@ use std::hash::Hash;
 
 type Hasher = foldhash::fast::RandomState;
 
+/// A map in key order with hashed lookups.
 #[derive(Clone, Debug)]
 pub struct SortedMap<K, V> {
     /// Invariant: its keys are in ascending order.
@@ -36,26 +37,32 @@ impl<K, V> Default for SortedMap<K, V> {
 }
 
 impl<K: Hash + Ord, V> SortedMap<K, V> {
+    /// An empty map.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// The number of entries.
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
+    /// Whether it has no entries.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
 
+    /// The value of `key`.
     pub fn get<Q: ?Sized + Hash + Equivalent<K>>(&self, key: &Q) -> Option<&V> {
         self.map.get(key)
     }
 
+    /// The value of `key`, to change.
     pub fn get_mut<Q: ?Sized + Hash + Equivalent<K>>(&mut self, key: &Q) -> Option<&mut V> {
         self.map.get_mut(key)
     }
 
+    /// Whether `key` is in the map.
     pub fn contains_key<Q: ?Sized + Hash + Equivalent<K>>(&self, key: &Q) -> bool {
         self.map.contains_key(key)
     }

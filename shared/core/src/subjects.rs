@@ -9,9 +9,13 @@
 
 use crate::wire::{check_id, WireError};
 
+/// The prefix of every subject.
 pub const PREFIX: &str = "lh";
+/// The KV bucket of the coordinator's ledger groups.
 pub const LEDGER_BUCKET: &str = "lh_ledger";
+/// The KV bucket of the leader keys (and the ledger fence, the floor confirmations).
 pub const LEADER_BUCKET: &str = "lh_leaders";
+/// The coordinator's leader key, in [`LEADER_BUCKET`].
 pub const COORDINATOR_LEADER_KEY: &str = "coordinator";
 /// In the leader bucket (a different stream from the ledger): the highest epoch under which a
 /// ledger record may have been written. A missing record below a fence was lost, not never made.
@@ -21,11 +25,13 @@ pub const LEDGER_FENCE_KEY: &str = "ledger-fence";
 pub const KEYS_CHECK_PREFIX: &str = "lh.keys.check";
 /// Per-key limiter: the stream of admissions, one subject per shard.
 pub const KEYS_ADMISSIONS_STREAM: &str = "LH_KEYS_ADM";
+/// Per-key limiter: the admissions' subjects, `<prefix>.<shard>`.
 pub const KEYS_ADMISSIONS_PREFIX: &str = "lh.keys.adm";
 /// Per-key limiter: shard ownership and members.
 pub const KEYS_SHARDS_BUCKET: &str = "lh_keys_shards";
 /// Per-key limiter: the cluster's tiers document.
 pub const KEYS_CONFIG_BUCKET: &str = "lh_keys_config";
+/// Per-key limiter: the tiers document's key, in [`KEYS_CONFIG_BUCKET`].
 pub const KEYS_TIERS_KEY: &str = "tiers";
 /// Limits as data: one [`crate::limits::LimitDef`] (JSON) per limit, keyed by its name.
 pub const LIMITS_BUCKET: &str = "lh_limits";
@@ -33,8 +39,11 @@ pub const LIMITS_BUCKET: &str = "lh_limits";
 /// One subject of the protocol: its pattern (placeholders in `<>`), who sends, what.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SubjectEntry {
+    /// The subject, placeholders in `<>`.
     pub pattern: &'static str,
+    /// Who sends to whom.
     pub direction: &'static str,
+    /// The message it carries.
     pub message: &'static str,
 }
 
@@ -60,8 +69,11 @@ pub const SUBJECTS: &[SubjectEntry] = &[
 /// One KV key: bucket, key pattern, value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvEntry {
+    /// The KV bucket.
     pub bucket: &'static str,
+    /// The key, placeholders in `<>`.
     pub key: &'static str,
+    /// The value it holds.
     pub value: &'static str,
 }
 
@@ -116,9 +128,13 @@ pub fn keys_member_of_key(key: &str) -> Option<&str> {
 /// Which per-pod subject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PodChannel {
+    /// `lh.pod.<dc>.<pod>.report`: pod → DC manager.
     Report,
+    /// `lh.pod.<dc>.<pod>.return`: pod → DC manager.
     Return,
+    /// `lh.pod.<dc>.<pod>.lease`: DC manager → pod.
     Lease,
+    /// `lh.pod.<dc>.<pod>.ack`: DC manager → pod.
     Ack,
 }
 

@@ -40,7 +40,13 @@ const MAX_SPAN_NS: u64 = 1 << 47;
 #[derive(Clone, Copy, Debug, Error, PartialEq, Eq)]
 pub enum BucketError {
     #[error("cost {cost} can never fit: the current capacity is {capacity_milli} milli-tokens")]
-    CostExceedsCapacity { cost: u32, capacity_milli: u64 },
+    /// The cost exceeds the lease's burst capacity.
+    CostExceedsCapacity {
+        /// The request's cost, in tokens.
+        cost: u32,
+        /// The capacity, in milli-tokens.
+        capacity_milli: u64,
+    },
 }
 
 /// Lease parameters the bucket cannot represent.
@@ -48,6 +54,7 @@ pub enum BucketError {
 #[error("lease parameters out of range: {0}")]
 pub struct LeaseParamsError(pub String);
 
+/// Why a request was denied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DenyReason {
     /// Not enough tokens yet; `retry_after_ns` says when there will be.
@@ -58,13 +65,23 @@ pub enum DenyReason {
     NoLease,
 }
 
+/// The bucket's answer to a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {
+    /// The request may go.
     Granted,
-    Denied { reason: DenyReason, retry_after_ns: Option<u64> },
+    /// The request may not go.
+    Denied {
+        /// Why.
+        reason: DenyReason,
+        /// How long until enough tokens refill, in nanoseconds: only when the bucket is empty and
+        /// they refill before the lease expires.
+        retry_after_ns: Option<u64>,
+    },
 }
 
 impl Decision {
+    /// Whether the request was granted.
     pub fn is_granted(&self) -> bool {
         matches!(self, Decision::Granted)
     }
@@ -75,6 +92,7 @@ impl Decision {
 pub struct BucketView {
     /// The lease's rate and burst, as applied.
     pub quota: Quota,
+    /// When the lease expires, on the pod's clock in nanoseconds.
     pub expires_at_ns: u64,
     /// The bucket's own balance (not counting tokens already in slices).
     pub balance_milli: u64,
@@ -100,6 +118,7 @@ struct ParamSlot {
     slice_tokens: AtomicU64,
 }
 
+/// The pod's lock-free token bucket (GCRA), enforcing the lease in force.
 pub struct TokenBucket {
     state: CachePadded<AtomicU64>,
     slots: CachePadded<[ParamSlot; 2]>,

@@ -7,12 +7,15 @@ use crate::quota::Quota;
 use crate::InvalidSetting;
 use serde::{Deserialize, Serialize};
 
+/// One data center of a limit, as the coordinator runs it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DcSpec {
+    /// The DC's name.
     pub name: String,
     /// Reserved out of the global budget for this DC at all times (its partition fallback).
     #[serde(default)]
     pub floor: Quota,
+    /// The DC's weight in the split (default 1).
     #[serde(default = "one")]
     pub weight: f64,
 }
@@ -25,17 +28,23 @@ fn one() -> f64 {
 /// are required; the rest default to the values of [`LimitConfig::new`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LimitConfig {
+    /// The limit's name.
     pub limit: String,
     /// R and B: the global refill rate and burst.
     pub quota: Quota,
+    /// The data centers that share the limit.
     pub dcs: Vec<DcSpec>,
+    /// Lifetime of a DC lease, in milliseconds (default 10,000).
     #[serde(default = "defaults::dc_ttl_ms")]
     pub dc_ttl_ms: u64,
+    /// How often the coordinator ticks, in milliseconds (default 1,000; the leader ticks at its
+    /// limits' shortest).
     #[serde(default = "defaults::renew_interval_ms")]
     pub renew_interval_ms: u64,
     /// A DC silent for longer gets no renewal (its lease then expires).
     #[serde(default = "defaults::report_timeout_ms")]
     pub report_timeout_ms: u64,
+    /// How the limit is split among the DCs (default water-fill).
     #[serde(default)]
     pub alloc_mode: AllocMode,
     /// Fraction of the allocatable budget held back from every DC (0 by default: the ledger,
@@ -45,12 +54,14 @@ pub struct LimitConfig {
     /// Minimum change of a DC's share, as a fraction of the capacity, that triggers a re-split.
     #[serde(default = "defaults::hysteresis")]
     pub hysteresis: f64,
+    /// Minimum time between two re-splits, in milliseconds (default 1,000).
     #[serde(default = "defaults::min_realloc_interval_ms")]
     pub min_realloc_interval_ms: u64,
     /// Each DC's burst share is at least this many milli-tokens per healthy pod (so a pod can
     /// always take a cost-1 request), when the budget allows.
     #[serde(default = "defaults::min_burst_per_pod_milli")]
     pub min_burst_per_pod_milli: u64,
+    /// The coordinator's clock margins for DC leases.
     #[serde(default)]
     pub expiry: ExpiryPolicy,
     /// Follow upstream 429s with an effective R below `quota`'s (see [`crate::aimd`]).
@@ -88,6 +99,7 @@ mod defaults {
 }
 
 impl LimitConfig {
+    /// Limit `limit` of `quota` over `dcs` (name and floor each), every other setting its default.
     pub fn new(limit: &str, quota: Quota, dcs: &[(&str, Quota)]) -> Self {
         LimitConfig {
             limit: limit.into(),
@@ -108,10 +120,12 @@ impl LimitConfig {
         }
     }
 
+    /// The sum of the DCs' floors.
     pub fn floors(&self) -> Quota {
         self.dcs.iter().fold(Quota::ZERO, |s, d| s.saturating_add(d.floor))
     }
 
+    /// Checks every rule of the configuration.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
         self.expiry.validate()?;
         let invalid = |rule| Err(InvalidSetting::of_limit(&self.limit, rule));

@@ -26,7 +26,9 @@ use crate::wire::{decode, LedgerGroup};
 /// The answer to the compare-and-set itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GroupWriteAnswer {
+    /// The write landed.
     Written {
+        /// The group's revision it produced.
         revision: u64,
     },
     /// The expected revision did not match.
@@ -40,9 +42,13 @@ pub enum GroupWriteAnswer {
 pub enum GroupReadBack<'a> {
     /// The read failed too.
     Unreadable,
+    /// The group has no value.
     Absent,
+    /// The group as stored.
     Stored {
+        /// Its revision.
         revision: u64,
+        /// Its value.
         bytes: &'a [u8],
     },
 }
@@ -51,9 +57,15 @@ pub enum GroupReadBack<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GroupWrite {
     /// This write is stored at `revision`.
-    Landed { revision: u64 },
+    Landed {
+        /// The group's revision.
+        revision: u64,
+    },
     /// An earlier write of this term is stored at `revision` (not this one): write on it next.
-    Adopted { revision: u64 },
+    Adopted {
+        /// The group's revision.
+        revision: u64,
+    },
     /// Not known yet: keep the expected revision, and count the write's records as stored (the
     /// write may land later).
     Unresolved,

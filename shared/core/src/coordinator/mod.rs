@@ -33,26 +33,39 @@ use crate::quota::Quota;
 use crate::wire::{DcHolder, DcLease, DcReport, LeaseVersion, LedgerRecord, SCHEMA_VERSION};
 use std::collections::BTreeMap;
 
+/// What the coordinator knows of one DC.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DcView {
+    /// The DC-manager replica whose reports it accepts (none before the first).
     pub holder: Option<String>,
     /// The leadership term of `holder` (its reports' `term`).
     pub holder_term: u64,
+    /// The DC's demand rate from its last report, in milli-requests per second.
     pub demand_milli: u64,
+    /// How many of the DC's pods are healthy, from its last report.
     pub pods_healthy: u32,
+    /// When its last report was accepted, on the coordinator's clock in nanoseconds.
     pub last_report_ns: Option<u64>,
+    /// The `seq` of its last accepted report.
     pub last_seq: u64,
     /// Current target after hysteresis.
     pub target: Quota,
 }
 
+/// Counters for metrics and tests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CoordinatorCounters {
+    /// DC leases issued.
     pub leases_issued: u64,
+    /// DC reports refused: of another limit or an unknown DC, duplicates, or of an earlier manager
+    /// term.
     pub reports_rejected: u64,
+    /// Reports whose `lease_in_use` the ledger could not confirm.
     pub acks_unknown: u64,
 }
 
+/// The coordinator's state for one limit, sans I/O: takes DC reports, issues DC leases, keeps the
+/// ledger.
 #[derive(Clone)]
 pub struct CoordinatorCore {
     cfg: LimitConfig,
@@ -171,22 +184,27 @@ impl CoordinatorCore {
         c
     }
 
+    /// The leadership epoch it writes under.
     pub fn epoch(&self) -> u64 {
         self.ledger.epoch()
     }
 
+    /// The limit's configuration.
     pub fn config(&self) -> &LimitConfig {
         &self.cfg
     }
 
+    /// Its books of DC leases, by holder.
     pub fn ledger(&self) -> &Ledger<String> {
         &self.ledger
     }
 
+    /// What it knows of each DC, by name.
     pub fn dcs(&self) -> &BTreeMap<String, DcView> {
         &self.dcs
     }
 
+    /// Its counters.
     pub fn counters(&self) -> &CoordinatorCounters {
         &self.counters
     }

@@ -28,7 +28,13 @@ use crate::quota::Quota;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ReconfigureError {
     #[error("definition of limit {got} given to the books of limit {limit}")]
-    OtherLimit { limit: String, got: String },
+    /// The definition is of another limit.
+    OtherLimit {
+        /// The limit the term runs.
+        limit: String,
+        /// The limit the definition names.
+        got: String,
+    },
 }
 
 impl LimitConfig {

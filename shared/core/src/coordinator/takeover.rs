@@ -14,6 +14,7 @@ pub fn next_epoch(stored_epoch_max: u64, fence_epoch: Option<u64>, claim_revisio
 /// What a new leader found in durable storage for one limit.
 #[derive(Clone, Copy, Debug)]
 pub enum Stored<'a> {
+    /// The limit's record.
     Record(&'a LedgerRecord),
     /// No record, and the fence shows none was ever written (or there is no fence): a first start.
     Fresh,

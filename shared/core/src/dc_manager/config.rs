@@ -25,7 +25,10 @@ pub enum FailMode {
     #[default]
     Strict,
     /// Floor plus an explicit emergency allowance outside the budget; overshoot ≤ Σ allowances.
-    BestEffort { emergency: Quota },
+    BestEffort {
+        /// The allowance, used beyond the floor and outside the limit.
+        emergency: Quota,
+    },
 }
 
 /// How a limit's DC managers run its pod leases, as the limit's definition says (`split`,
@@ -34,8 +37,10 @@ pub enum FailMode {
 /// manager takes from its own settings.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PodRules {
+    /// How to divide the DC lease among the pods. Missing: the DC manager's own setting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split: Option<SplitMode>,
+    /// What the pods may use once the DC lease ended. Missing: the DC manager's own setting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fail_mode: Option<FailRule>,
 }
@@ -44,15 +49,18 @@ pub struct PodRules {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "mode")]
 pub enum FailRule {
+    /// Every DC: the floor only.
     Strict,
     /// Each listed DC may use its emergency allowance after its DC lease ends; a DC not listed
     /// runs strict.
     BestEffort {
+        /// Per DC, its emergency allowance.
         emergency: std::collections::BTreeMap<String, Quota>,
     },
 }
 
 impl PodRules {
+    /// Whether the definition sets no rule (every DC manager uses its own settings).
     pub fn is_empty(&self) -> bool {
         *self == PodRules::default()
     }
@@ -75,18 +83,22 @@ impl PodRules {
 /// Default `heartbeat_timeout_ms`: a pod not heard from for longer gets no share in a split.
 pub const DEFAULT_HEARTBEAT_TIMEOUT_MS: u64 = 1_500;
 
+/// The settings of a DC manager core for one limit.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DcManagerConfig {
     /// The limit this core serves (a DC manager's settings: the one limit it serves; none or
     /// `"*"`: every limit).
     #[serde(default)]
     pub limit: String,
+    /// The DC it manages.
     pub dc: String,
     /// This manager instance (a restart is a new DC-lease holder).
     pub instance: String,
     /// Fencing epoch for pod leases (from the DC's leader election).
     pub epoch: u64,
+    /// Lifetime of a pod lease, in milliseconds.
     pub pod_ttl_ms: u64,
+    /// How often a pod's lease is renewed, in milliseconds.
     pub renew_interval_ms: u64,
     /// A pod silent for longer is excluded from the next split (its lease is not revoked).
     pub heartbeat_timeout_ms: u64,
@@ -102,12 +114,17 @@ pub struct DcManagerConfig {
     pub heartbeat_timeout_after_drops_ms: u64,
     /// A pod whose upstream errors exceed this share of its admissions is excluded.
     pub max_error_ratio: f64,
+    /// How to divide the DC lease among the pods.
     pub split: SplitMode,
+    /// Smoothing factor of the pods' demand (EWMA α, in (0, 1]).
     pub ewma_alpha: f64,
+    /// The manager's clock margins for pod leases.
     pub expiry: ExpiryPolicy,
+    /// What the pods may use once the DC lease ended unrenewed.
     pub fail_mode: FailMode,
     /// Shortest pod lease worth issuing; below it (parent about to expire) pods keep what they have.
     pub min_pod_ttl_ms: u64,
+    /// Most pods the manager keeps track of; a new pod beyond them is refused.
     pub max_pods: usize,
     /// Joins and growth are batched: a pod's report triggers a split of its own only if no split
     /// (or growth check) ran in the last `event_pass_gap_ms`; otherwise it waits for the next
@@ -138,6 +155,8 @@ fn default_heartbeat_timeout_after_drops_ms() -> u64 {
 pub const FORGET_SILENT_AFTER_MS: u64 = 60_000;
 
 impl DcManagerConfig {
+    /// Settings for limit `limit` in DC `dc` as instance `instance`, every other setting its
+    /// default.
     pub fn new(limit: &str, dc: &str, instance: &str) -> Self {
         DcManagerConfig {
             limit: limit.into(),
@@ -161,10 +180,12 @@ impl DcManagerConfig {
         }
     }
 
+    /// How the DC lease is split among pods: always water-fill.
     pub fn alloc_mode(&self) -> AllocMode {
         AllocMode::WaterFill
     }
 
+    /// Checks every rule of the settings.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
         self.expiry.validate()?;
         if self.pod_ttl_ms > super::POD_TTL_MS_MAX {

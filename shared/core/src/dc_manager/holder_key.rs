@@ -17,6 +17,7 @@ pub struct HolderKey {
 }
 
 impl HolderKey {
+    /// The key of `pod`'s process `incarnation`.
     pub fn new(pod: &str, incarnation: u64) -> Self {
         HolderKey { pod: CompactString::new(pod), incarnation }
     }
@@ -34,6 +35,7 @@ impl HolderKey {
         &self.pod
     }
 
+    /// The pod process's incarnation.
     pub fn incarnation(&self) -> u64 {
         self.incarnation
     }

@@ -64,33 +64,48 @@ enum Pass {
 /// Something the driver must send.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DcOutput {
+    /// A pod lease, to publish to its pod.
     PodLease(PodLease),
+    /// A DC report, to publish to the coordinator.
     Report(DcReport),
+    /// The confirmation of a pod's return, to publish to the pod.
     ReturnAck(ReturnAck),
 }
 
+/// A DC lease this manager term holds.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HeldDcLease {
+    /// The lease's version.
     pub version: LeaseVersion,
+    /// The rate and burst it grants.
     pub quota: Quota,
     /// This manager's clock.
     pub expires_at_ns: u64,
+    /// The lease's id, for logs and audits.
     pub lease_id: String,
 }
 
 /// Counters for metrics and tests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DcCounters {
+    /// Pod leases issued.
     pub pod_leases_issued: u64,
+    /// Pod reports ignored: not newer than the holder's last, or from a holder that returned its
+    /// lease.
     pub reports_stale: u64,
+    /// Pod reports and returns ignored for naming another DC or limit.
     pub reports_foreign: u64,
+    /// Reports of new pods refused because the manager already tracks `max_pods`.
     pub reports_over_capacity: u64,
+    /// DC leases refused.
     pub dc_leases_rejected: u64,
     /// DC leases taken, and the sum of their ages when taken: the time since the DC report each
     /// answers was sent (a lease counts from then, so a late one is short: on a loaded machine
     /// they came 5–7 s after their reports, with 10 s to live).
     pub dc_leases_accepted: u64,
+    /// The sum of the taken DC leases' ages when taken, in milliseconds (see `dc_leases_accepted`).
     pub dc_lease_age_ms_total: u64,
+    /// Lease returns taken from pods.
     pub returns: u64,
     /// Of `returns`, those naming a holder this core had no view of and no lease on its books
     /// for: acknowledged, and nothing kept (a pod chooses the incarnation it names).
@@ -103,6 +118,7 @@ pub struct DcCounters {
     /// Of `passes_full`, those a DC lease ran (its budget or TTL differed from the last split's,
     /// or the renewal was overdue), and those a joining pod's report ran.
     pub passes_full_dc_lease: u64,
+    /// Of `passes_full`, those a joining pod's report ran.
     pub passes_full_join: u64,
     /// Event-driven passes that only let pods grow.
     pub passes_growth: u64,
@@ -110,6 +126,8 @@ pub struct DcCounters {
     pub growth_checks: u64,
 }
 
+/// A DC manager term's state for one limit, sans I/O: takes DC leases and pod reports, issues pod
+/// leases and DC reports.
 #[derive(Clone)]
 pub struct DcManagerCore {
     cfg: DcManagerConfig,
@@ -204,18 +222,22 @@ impl DcManagerCore {
         self.cfg.fail_mode = fail_mode;
     }
 
+    /// The settings it runs with.
     pub fn config(&self) -> &DcManagerConfig {
         &self.cfg
     }
 
+    /// Its counters.
     pub fn counters(&self) -> &DcCounters {
         &self.counters
     }
 
+    /// Its books of pod leases.
     pub fn ledger(&self) -> &Ledger<HolderKey> {
         &self.ledger
     }
 
+    /// Every pod it has a view of, with that view.
     pub fn pods(&self) -> impl Iterator<Item = (&HolderKey, &PodView)> {
         self.pods.views.iter()
     }

@@ -148,6 +148,8 @@ impl PodMail {
     }
 }
 
+/// When a DC manager sends each pod its new leases: together, at most once per renew interval (see
+/// the module docs).
 #[derive(Debug)]
 pub struct LeasePacing {
     min_gap_ns: u64,

@@ -31,15 +31,24 @@ impl ReportReading {
     }
 }
 
+/// What the manager knows of one pod holder.
 #[derive(Clone, Debug)]
 pub struct PodView {
+    /// The pod process's incarnation.
     pub incarnation: u64,
+    /// Smoothed offered demand, in milli-requests per second.
     pub demand: Ewma,
+    /// When its last accepted report arrived, on the manager's clock in nanoseconds.
     pub last_seen_ns: u64,
+    /// The `seq` of its last accepted report (0 before the first).
     pub last_seq: u64,
+    /// `healthy` of its last report.
     pub healthy: bool,
+    /// `draining` of its last report.
     pub draining: bool,
+    /// `weight` of its last report.
     pub weight: f64,
+    /// Upstream errors per admission in its last report (0 under 10 admissions).
     pub error_ratio: f64,
     /// This core has issued the holder a lease since it first (or, after forgetting it, last)
     /// heard from it: a report without a lease in use is no longer a join (the lease may still
@@ -95,11 +104,13 @@ impl PodView {
     }
 }
 
+/// What became of a pod report.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ReportOutcome {
     /// `share_changed`: what the holder's share of a split depends on besides demand (whether
     /// it is eligible, its weight) changed with this report, or the holder is new.
     Accepted {
+        /// Whether the holder's share inputs changed, or the holder is new.
         share_changed: bool,
         /// [`PodView::sent_a_lease`] of the holder.
         sent_a_lease: bool,
@@ -107,7 +118,9 @@ pub enum ReportOutcome {
         /// ([`PodView::confirmed`], now set to it): the ledger must hear of it.
         to_confirm: Option<LeaseVersion>,
     },
+    /// Not newer than the holder's last accepted report: ignored.
     Stale,
+    /// A new holder, and the manager already tracks `max_pods`: refused.
     TooManyPods,
     /// The holder has no view and its lease was returned for good (the ledger closed it).
     Closed,

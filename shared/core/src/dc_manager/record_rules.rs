@@ -20,6 +20,7 @@ struct Taken {
     rules: PodRules,
 }
 
+/// The newest removal and pod rules taken per limit from the ledger records, by revision.
 #[derive(Clone, Debug, Default)]
 pub struct RecordRules {
     limits: BTreeMap<String, Taken>,

@@ -29,7 +29,9 @@ pub const POD_TTL_MS_MAX: u64 = 60_000;
 /// its issue, on the issuer's clock.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PodLeaseBounds {
+    /// Lifetime of a pod lease, in milliseconds.
     pub pod_ttl_ms: u64,
+    /// The clock margins the lifetime is stretched by.
     pub expiry: ExpiryPolicy,
 }
 
@@ -67,6 +69,7 @@ impl PodLeaseBounds {
 /// The value of a DC's leader key.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TermRecord {
+    /// Schema version.
     pub v: u32,
     /// The replica that wrote it (what [`Leadership`] compares with its own id).
     pub holder: String,
@@ -79,6 +82,7 @@ pub struct TermRecord {
 }
 
 impl TermRecord {
+    /// The record as the JSON written to the key.
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("a term record always serializes")
     }
@@ -135,6 +139,7 @@ pub struct TermRecords {
 }
 
 impl TermRecords {
+    /// This replica's own bounds and leader TTL (in milliseconds), with `bugs` switched on.
     pub fn new(own: PodLeaseBounds, leader_ttl_ms: u64, bugs: &crate::bugs::KnownBugs) -> Self {
         TermRecords { own, leader_ttl_ms, seen: None, term: None, bugs: *bugs }
     }

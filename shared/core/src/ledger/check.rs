@@ -11,13 +11,38 @@ use thiserror::Error;
 pub enum BooksError {
     /// The remembered sums (`kept`, debug-printed) differ from the books (`books`).
     #[error("remembered sums {kept} differ from the books {books}")]
-    RememberedSums { kept: String, books: String },
+    RememberedSums {
+        /// The remembered sums.
+        kept: String,
+        /// The sums of the books.
+        books: String,
+    },
     #[error("{on_books} closed markers on the books, {counted} counted")]
-    ClosedMarkers { on_books: usize, counted: usize },
+    /// The count of closed markers kept differs from those on the books.
+    ClosedMarkers {
+        /// Closed markers on the books.
+        on_books: usize,
+        /// Closed markers counted.
+        counted: usize,
+    },
     #[error("lasting leases {lasting} exceed capacity {capacity}")]
-    LastingOverCapacity { lasting: Quota, capacity: Quota },
+    /// The lasting (not inherited) leases exceed the capacity.
+    LastingOverCapacity {
+        /// The lasting leases' sum (less lowered floors on their way out).
+        lasting: Quota,
+        /// The capacity.
+        capacity: Quota,
+    },
     #[error("outstanding {outstanding} exceeds capacity {capacity} (inherited ceiling {ceiling})")]
-    OutstandingOverBound { outstanding: Quota, capacity: Quota, ceiling: Quota },
+    /// The outstanding leases exceed the larger of the capacity and the inherited ceiling.
+    OutstandingOverBound {
+        /// Every outstanding lease's sum.
+        outstanding: Quota,
+        /// The capacity.
+        capacity: Quota,
+        /// The most the total may reach while inherited leases are live.
+        ceiling: Quota,
+    },
 }
 
 impl<H: Ord + Hash + Clone> Ledger<H> {

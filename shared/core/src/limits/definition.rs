@@ -20,6 +20,7 @@ use thiserror::Error;
 /// The schema version this build reads and writes.
 pub const LIMIT_DEF_VERSION: u32 = 1;
 
+/// Why a limit definition was refused.
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum LimitDefError {
     /// The text is not a definition (syntax, a misspelt field, a value of the wrong form).
@@ -28,7 +29,9 @@ pub enum LimitDefError {
     /// A definition that reads but cannot run.
     #[error("limit {limit}: {rule}")]
     Invalid {
+        /// The limit's name.
         limit: String,
+        /// The rule broken.
         #[source]
         rule: InvalidSetting,
     },
@@ -42,33 +45,47 @@ pub enum LimitDefError {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitDef {
+    /// Schema version: 1.
     #[serde(default = "defaults::v")]
     pub v: u32,
+    /// The limit's name.
     pub limit: String,
+    /// R: the global refill rate (such as `"976/s"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<Rate>,
+    /// B: the global burst, in tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<Tokens>,
     /// Legacy exact form of `rate` and `burst`.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "floor::exact_quota")]
     pub quota: Option<Quota>,
+    /// The data centers that share the limit.
     pub dcs: Vec<DcDef>,
+    /// Lifetime of a DC lease, in milliseconds (default 10,000).
     #[serde(default = "defaults::dc_ttl_ms")]
     pub dc_ttl_ms: u64,
+    /// How often the coordinator ticks, in milliseconds (default 1,000).
     #[serde(default = "defaults::renew_interval_ms")]
     pub renew_interval_ms: u64,
+    /// A DC silent for longer, in milliseconds, gets no renewal (default 3,000).
     #[serde(default = "defaults::report_timeout_ms")]
     pub report_timeout_ms: u64,
+    /// How the coordinator splits the limit among the DCs (default water-fill).
     #[serde(default)]
     pub alloc_mode: AllocMode,
+    /// Fraction of the allocatable budget held back from every DC (default 0).
     #[serde(default)]
     pub reserve: f64,
+    /// Minimum change of a DC's share, as a fraction of the capacity, that triggers a re-split.
     #[serde(default = "defaults::hysteresis")]
     pub hysteresis: f64,
+    /// Minimum time between two re-splits, in milliseconds (default 1,000).
     #[serde(default = "defaults::min_realloc_interval_ms")]
     pub min_realloc_interval_ms: u64,
+    /// Each DC's burst share is at least this many milli-tokens per healthy pod, when B allows.
     #[serde(default = "defaults::min_burst_per_pod_milli")]
     pub min_burst_per_pod_milli: u64,
+    /// The coordinator's clock margins for DC leases.
     #[serde(default, deserialize_with = "strict_expiry")]
     pub expiry: ExpiryPolicy,
     /// Opt in to following upstream 429s (`adaptive = {}` for the defaults; fractions, see
@@ -90,6 +107,7 @@ pub struct LimitDef {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DcDef {
+    /// The DC's name.
     pub name: String,
     /// Reserved for this DC at all times: a rate (`"50/s"`), or the legacy exact
     /// `{ rate_milli_per_s, burst_milli }`.
@@ -98,6 +116,7 @@ pub struct DcDef {
     /// Burst tokens reserved with the floor (only with a rate `floor`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub floor_burst: Option<Tokens>,
+    /// The DC's weight in the split (default 1).
     #[serde(default = "defaults::weight")]
     pub weight: f64,
     /// With `fail_mode = "best-effort"`: what this DC's pods may use, beyond the floor and
@@ -112,7 +131,9 @@ pub struct DcDef {
 /// The file formats [`LimitDef::parse_file_text`] reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DefFormat {
+    /// TOML (`.toml`).
     Toml,
+    /// JSON (`.json`).
     Json,
 }
 
@@ -240,6 +261,7 @@ impl LimitDef {
         serde_json::from_slice(bytes).map_err(|e| LimitDefError::Parse(e.to_string()))
     }
 
+    /// The definition as the JSON stored in the `lh_limits` bucket.
     pub fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("a LimitDef always serializes")
     }

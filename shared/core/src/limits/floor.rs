@@ -12,7 +12,9 @@ use std::fmt;
 /// A DC's floor: a rate, or the legacy exact quota (which carries its own burst).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Floor {
+    /// A rate; its burst is `floor_burst`, or a default when not given.
     Rate(Rate),
+    /// The legacy exact `{ rate_milli_per_s, burst_milli }`.
     Exact(Quota),
 }
 

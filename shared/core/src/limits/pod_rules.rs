@@ -24,7 +24,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FailModeName {
+    /// `strict`: after the DC lease ends, the floor only.
     Strict,
+    /// `best-effort`: after the DC lease ends, the floor and the DC's emergency allowance.
     BestEffort,
 }
 

@@ -18,20 +18,51 @@ const RATE_FORMS: &str = "write <amount>/<period>, such as \"976/s\", \"30000/mi
 /// What an amount looks like, quoted in every amount error.
 const AMOUNT_FORMS: &str = "write a whole or decimal number with at most 3 decimals, such as 20 or 0.5";
 
+/// Why a rate or an amount as written was refused.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum ValueError {
     #[error("{input:?} is not a rate: {RATE_FORMS}")]
-    NotARate { input: String },
+    /// The text is not of a rate's form.
+    NotARate {
+        /// The text given.
+        input: String,
+    },
     #[error("{input:?}: unknown period {unit:?}: {RATE_FORMS}")]
-    UnknownPeriod { input: String, unit: String },
+    /// The rate's period is not a known unit.
+    UnknownPeriod {
+        /// The text given.
+        input: String,
+        /// The unit given.
+        unit: String,
+    },
     #[error("{input:?}: the period is zero: {RATE_FORMS}")]
-    ZeroPeriod { input: String },
+    /// The rate's period is zero.
+    ZeroPeriod {
+        /// The text given.
+        input: String,
+    },
     #[error("{input:?} is not an amount ({reason}): {AMOUNT_FORMS}")]
-    NotAnAmount { input: String, reason: &'static str },
+    /// The text is not an amount.
+    NotAnAmount {
+        /// The text given.
+        input: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     #[error("{input:?} is not a rate (its amount: {reason}): {RATE_FORMS}")]
-    RateAmount { input: String, reason: &'static str },
+    /// The rate's amount is not an amount.
+    RateAmount {
+        /// The text given.
+        input: String,
+        /// What is wrong with the amount.
+        reason: &'static str,
+    },
     #[error("{input:?} is too large (at most {} per second or tokens)", u64::MAX / MILLI)]
-    TooLarge { input: String },
+    /// The value does not fit in milli-units.
+    TooLarge {
+        /// The text given.
+        input: String,
+    },
 }
 
 /// `"20"`, `"0.5"`, `" 6000 "` → milli-tokens. At most 3 decimals, no sign, no exponent.
@@ -117,6 +148,7 @@ pub struct Rate {
 }
 
 impl Rate {
+    /// Parses a rate as written (such as `"976/s"`).
     pub fn parse(text: &str) -> Result<Rate, ValueError> {
         Ok(Rate { milli_per_s: parse_rate(text)?, text: text.trim().to_string() })
     }
@@ -126,6 +158,7 @@ impl Rate {
         Rate { text: format_rate(milli_per_s), milli_per_s }
     }
 
+    /// The exact value, in milli-units per second.
     pub fn milli_per_s(&self) -> u64 {
         self.milli_per_s
     }
@@ -184,10 +217,12 @@ impl<'de> Deserialize<'de> for Rate {
 /// binary fraction ever stands for it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Tokens {
+    /// The number, in milli-tokens.
     pub milli: u64,
 }
 
 impl Tokens {
+    /// Parses an amount as written (such as `"20"` or `"0.5"`).
     pub fn parse(text: &str) -> Result<Tokens, ValueError> {
         parse_amount(text).map(|milli| Tokens { milli })
     }

@@ -67,7 +67,9 @@ fn check_items<T: BatchItem>(field: &'static str, items: &[T], dc: &str, pod: Op
 pub trait BatchItem: WireMessage {
     /// The batch's field that carries these items (`reports`, `leases`, `returns`, `acks`).
     const FIELD: &'static str;
+    /// The limit, DC and (pod items) pod the item names.
     fn names(&self) -> (&str, &str, Option<&str>);
+    /// The item's schema version (its `v`).
     fn version(&self) -> u32;
     /// Appends the item's JSON to `out`: what `serde_json::to_vec` writes.
     fn write_json(&self, out: &mut Vec<u8>) {
@@ -93,14 +95,19 @@ macro_rules! pod_batch {
         $(#[$doc])*
         #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
         pub struct $name {
+            /// Protocol version: 2.
             #[serde(default = "v2")]
             pub v: u32,
+            /// The DC of every item.
             pub dc: String,
+            /// The pod of every item.
             pub pod: String,
+            /// The items, one per limit.
             pub $items: Vec<$item>,
         }
 
         impl $name {
+            /// A batch of `dc`'s pod `pod` carrying the items, at the current protocol version.
             pub fn new(dc: &str, pod: &str, $items: Vec<$item>) -> Self {
                 $name { v: PROTOCOL_VERSION, dc: dc.into(), pod: pod.into(), $items }
             }
@@ -157,13 +164,17 @@ pod_batch!(
 /// serves (several batches when more than [`MAX_BATCH_ITEMS`]). Subject `lh.dc.<dc>.report`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DcReports {
+    /// Protocol version: 2.
     #[serde(default = "v2")]
     pub v: u32,
+    /// The manager's DC.
     pub dc: String,
+    /// The reports, one per limit.
     pub reports: Vec<DcReport>,
 }
 
 impl DcReports {
+    /// A batch of `dc`'s reports at the current protocol version.
     pub fn new(dc: &str, reports: Vec<DcReport>) -> Self {
         DcReports { v: PROTOCOL_VERSION, dc: dc.into(), reports }
     }

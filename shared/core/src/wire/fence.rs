@@ -15,6 +15,7 @@ fn v1() -> u32 {
 /// every record that may exist or have existed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LedgerFence {
+    /// Schema version: 1.
     #[serde(default = "v1")]
     pub v: u32,
     /// The highest coordinator epoch under which a ledger record may have been written.

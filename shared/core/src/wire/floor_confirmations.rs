@@ -16,8 +16,10 @@ fn v1() -> u32 {
 /// read the ledger may run on it (`DcManagerCore::on_vouched_floor`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FloorConfirmations {
+    /// Schema version: 1.
     #[serde(default = "v1")]
     pub v: u32,
+    /// Per limit, the newest floor confirmed.
     pub floors: BTreeMap<String, ConfirmedFloor>,
 }
 
@@ -25,7 +27,9 @@ pub struct FloorConfirmations {
 /// carried it: then the lease's version).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConfirmedFloor {
+    /// The floor.
     pub floor: Quota,
+    /// Its version.
     pub version: LeaseVersion,
 }
 

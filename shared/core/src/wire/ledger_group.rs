@@ -19,9 +19,11 @@ pub const FRESH_GROWTH: usize = 3;
 /// One ledger group: its records, one per limit, sorted by limit.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LedgerGroup {
+    /// Schema version.
     pub v: u32,
     /// The group's number: every record's limit hashes to it.
     pub group: u32,
+    /// The group's records, one per limit, sorted by limit.
     pub records: Vec<LedgerRecord>,
 }
 
@@ -79,6 +81,7 @@ impl LedgerGroup {
 /// A group cut to fit its size ([`LedgerGroup::fit`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct FittedGroup {
+    /// The group as cut to fit.
     pub group: LedgerGroup,
     /// The group encoded: what is written.
     pub bytes: Vec<u8>,

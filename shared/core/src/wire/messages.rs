@@ -6,11 +6,14 @@ use serde::{Deserialize, Serialize};
 /// Total order of leases from one issuer: a new leader's epoch outranks every older lease.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct LeaseVersion {
+    /// The issuer's leadership epoch when it cut the lease.
     pub epoch: u64,
+    /// Counts the issuer's grants within the epoch.
     pub seq: u64,
 }
 
 impl LeaseVersion {
+    /// The version `seq` of epoch `epoch`.
     pub const fn new(epoch: u64, seq: u64) -> Self {
         LeaseVersion { epoch, seq }
     }
@@ -29,18 +32,24 @@ fn v1() -> u32 {
 /// A DC lease: the coordinator's grant to one DC manager instance (stored in the ledger record).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DcLease {
+    /// Schema version: 1.
     #[serde(default = "v1")]
     pub v: u32,
+    /// The limit's name.
     pub limit: String,
+    /// The DC the lease is for.
     pub dc: String,
     /// The DC manager *instance* that holds it (a restarted manager is a new holder).
     pub holder: String,
+    /// The lease's version, from the coordinator's epoch.
     pub version: LeaseVersion,
+    /// The lease's id, for logs and audits.
     pub lease_id: String,
     /// Usable while the lease is valid, on top of the DC's reserved floor.
     pub quota: Quota,
     /// Reserved out of the global budget in advance; usable even after expiry (strict mode).
     pub floor: Quota,
+    /// Lifetime in milliseconds, counted from the send time of report `basis_seq`.
     pub ttl_ms: u64,
     /// Sequence number of the holder's report this lease answers: the holder's countdown starts
     /// when it sent that report.
@@ -50,9 +59,12 @@ pub struct DcLease {
 /// A pod sub-lease, cut by a DC manager from its DC lease.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PodLease {
+    /// Schema version: 1.
     #[serde(default = "v1")]
     pub v: u32,
+    /// The limit's name.
     pub limit: CompactString,
+    /// The pod's DC.
     pub dc: CompactString,
     /// The pod that holds it.
     pub pod: CompactString,
@@ -60,10 +72,15 @@ pub struct PodLease {
     pub incarnation: u64,
     /// The DC manager instance that issued it.
     pub issuer: CompactString,
+    /// The lease's version: the issuing term's epoch and its count of grants of the limit.
     pub version: LeaseVersion,
+    /// The lease's id, `<issuer>-<epoch>-<seq>`, for logs and audits.
     pub lease_id: CompactString,
+    /// The rate and burst the pod may use while the lease is valid.
     pub quota: Quota,
+    /// Lifetime in milliseconds, counted from the pod's send time of report `basis_seq`.
     pub ttl_ms: u64,
+    /// Sequence number of the pod's report this lease answers.
     pub basis_seq: u64,
     /// The limit was removed (`leasehold limits rm`: its record runs retired, capacity zero): the
     /// pod answers its callers that the limit no longer exists instead of "rate limited".
@@ -79,22 +96,31 @@ fn is_false(b: &bool) -> bool {
 /// A pod's periodic demand report, which is also its heartbeat.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PodReport {
+    /// Schema version: 1.
     #[serde(default = "v1")]
     pub v: u32,
+    /// The limit's name.
     pub limit: String,
+    /// The pod's DC.
     pub dc: String,
+    /// The pod's id.
     pub pod: String,
     /// Random number a pod process draws once at start. A pod restarted under the same id is a
     /// new holder: its sequence numbers start again and leases answering the old process's
     /// reports never apply to it. Never derived from a wall clock.
     pub incarnation: u64,
+    /// Strictly increasing per incarnation; the manager ignores a report not above the last it
+    /// took.
     pub seq: u64,
     /// Length of the interval the counters cover.
     pub interval_ms: u64,
     /// Every request that wanted quota in the interval: admitted, rejected and still queued.
     pub offered: u64,
+    /// Permits granted in the interval.
     pub admitted: u64,
+    /// Requests denied in the interval.
     pub rejected: u64,
+    /// Requests waiting for a permit when the report was built (a gauge).
     pub queued: u64,
     /// Upstream errors seen by the pod (5xx, and 429s an application reports as plain errors).
     pub errors: u64,
@@ -102,7 +128,9 @@ pub struct PodReport {
     /// `errors`: the signal adaptive limits follow. Missing (older pods): 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub upstream_429: u64,
+    /// The pod's own view of its health: `false` leaves it out of the next split.
     pub healthy: bool,
+    /// The pod is draining: `true` leaves it out of the next split.
     pub draining: bool,
     /// Capacity weight for weighted splits (1.0 = a standard pod).
     pub weight: f64,
@@ -129,18 +157,24 @@ pub const MAX_REPORT_PERIODS: u32 = 60_000;
 /// A DC manager's report to the coordinator (demand + heartbeat + lease ack).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DcReport {
+    /// Schema version: 1.
     #[serde(default = "v1")]
     pub v: u32,
+    /// The limit's name.
     pub limit: String,
+    /// The manager's DC.
     pub dc: String,
+    /// The DC manager term's holder id.
     pub holder: String,
     /// The epoch of the manager's leadership term: a report from an older term than the one the
     /// coordinator already heard (a delayed message) never changes the DC's holder back.
     #[serde(default)]
     pub term: u64,
+    /// The report's sequence number: a DC lease answering it names it as `basis_seq`.
     pub seq: u64,
     /// EWMA-smoothed offered demand of the DC's healthy pods.
     pub demand: Quota,
+    /// Number of the DC's pods the manager counts as healthy.
     pub pods_healthy: u32,
     /// The newest DC lease the manager is bound by; older ones may be forgotten by the issuer.
     pub lease_in_use: Option<LeaseVersion>,
@@ -193,10 +227,14 @@ impl DcReport {
 /// A holder gives back its lease for good (graceful drain). Idempotent.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LeaseReturn {
+    /// Schema version: 1.
     #[serde(default = "v1")]
     pub v: u32,
+    /// The limit's name.
     pub limit: String,
+    /// The holder's DC.
     pub dc: String,
+    /// The holder that gives its leases back.
     pub holder: String,
     /// The holder process (the pod's `incarnation`) that gives its leases back.
     pub incarnation: u64,
@@ -207,22 +245,30 @@ pub struct LeaseReturn {
 /// The issuer's confirmation of a [`LeaseReturn`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReturnAck {
+    /// Schema version: 1.
     #[serde(default = "v1")]
     pub v: u32,
+    /// The limit's name.
     pub limit: String,
+    /// The holder's DC.
     pub dc: String,
+    /// The holder whose return is confirmed.
     pub holder: String,
+    /// The holder process (incarnation) whose return is confirmed.
     pub incarnation: u64,
 }
 
 /// The coordinator's durable ledger for one limit: one KV key, written only by compare-and-set.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LedgerRecord {
+    /// Schema version: 1.
     #[serde(default = "v1")]
     pub v: u32,
+    /// The limit's name.
     pub limit: String,
     /// Leadership epoch of the writer; a new leader writes a higher one.
     pub epoch: u64,
+    /// The coordinator instance that wrote the record.
     pub writer: String,
     /// Every DC lease that may still be in use, superseded ones included.
     pub leases: Vec<DcLease>,
@@ -281,7 +327,9 @@ pub struct LedgerRecord {
 /// A DC's current DC-manager replica as the coordinator knows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DcHolder {
+    /// The DC-manager replica's holder id.
     pub holder: String,
+    /// Its leadership term (`DcReport.term`).
     pub term: u64,
 }
 

@@ -37,18 +37,39 @@ pub const MAX_POD_WEIGHT: f64 = 1_000.0;
 /// Longest lease TTL accepted on the wire (one hour).
 pub const MAX_TTL_MS: u64 = 3_600_000;
 
+/// Why bytes were refused as a message.
 #[derive(Clone, Debug, Error, PartialEq)]
 pub enum WireError {
     #[error("message is {len} bytes, more than the {max} allowed")]
-    Oversized { len: usize, max: usize },
+    /// The message is larger than allowed.
+    Oversized {
+        /// Its length, in bytes.
+        len: usize,
+        /// The most allowed, in bytes.
+        max: usize,
+    },
+    /// The bytes are not JSON of the message's shape (serde's error).
     #[error("malformed JSON: {0}")]
     Malformed(String),
+    /// The message has no `"v"` field.
     #[error("missing schema version field \"v\"")]
     MissingVersion,
     #[error("unsupported schema version {found} (this build speaks {speaks})")]
-    UnsupportedVersion { found: u64, speaks: u32 },
+    /// The message's `"v"` is not the one this build speaks.
+    UnsupportedVersion {
+        /// The version found.
+        found: u64,
+        /// The version this build speaks.
+        speaks: u32,
+    },
     #[error("invalid field {field}: {reason}")]
-    Invalid { field: &'static str, reason: String },
+    /// A field breaks its rules.
+    Invalid {
+        /// The field's name.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// Implemented by every message: field-range checks run after parsing.
@@ -57,6 +78,7 @@ pub trait WireMessage: Serialize + DeserializeOwned {
     const VERSION: u32 = SCHEMA_VERSION;
     /// Largest encoding accepted by [`decode`].
     const MAX_BYTES: usize = MAX_MESSAGE_BYTES;
+    /// Checks the fields' ranges after parsing.
     fn validate(&self) -> Result<(), WireError>;
 }
 
@@ -73,6 +95,7 @@ pub fn decode<T: WireMessage>(bytes: &[u8]) -> Result<T, WireError> {
 /// What a message without `"v"` is.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum MissingVersion {
+    /// Refused as malformed.
     Refused,
     /// Messages that predate the field (the per-key ones): version 1.
     ReadAsV1,
