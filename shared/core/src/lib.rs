@@ -21,6 +21,10 @@
 //! * [`rng`]: seeded randomness.
 //! * [`sorted_map`]: a map in key order with hashed lookups (the ledgers' holders, the pod views).
 
+// Every public item documented: the core is the contract the services, simulator and model
+// checker share (a package cannot add to `[workspace.lints]`, so the lint is switched on here).
+#![warn(missing_docs)]
+
 pub mod aimd;
 pub mod allocator;
 pub mod bucket;
