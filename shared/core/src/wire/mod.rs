@@ -9,6 +9,7 @@ mod fast;
 mod fence;
 mod floor_confirmations;
 mod ledger_group;
+mod ledger_record;
 mod messages;
 
 pub use batch::*;
@@ -16,6 +17,7 @@ pub use fast::report_json::{decode_pod_reports, decode_pod_reports_saying_how, R
 pub use fence::LedgerFence;
 pub use floor_confirmations::{ConfirmedFloor, FloorConfirmations};
 pub use ledger_group::{FittedGroup, LedgerGroup, FRESH_GROWTH, MAX_LEDGER_GROUP_BYTES};
+pub use ledger_record::{DcHolder, LedgerRecord};
 pub use messages::*;
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
