@@ -1,14 +1,11 @@
 //! The ledger fence: one key in the leader bucket (a different stream from the ledger) that
 //! outlives a lost ledger record and says what such a record may have held.
 
+use super::messages::v1;
 use super::{check_id, decode, LedgerRecord, WireError, WireMessage, MAX_TTL_MS, SCHEMA_VERSION};
 use crate::quota::Quota;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-
-fn v1() -> u32 {
-    SCHEMA_VERSION
-}
 
 /// Written by every new coordinator leader before its first record, and again before any record
 /// that names a floor above what it holds (compare-and-set on the fence's revision), so it bounds
