@@ -41,12 +41,8 @@ pub enum CoordinatorError {
         #[source]
         source: async_nats::SubscribeError,
     },
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        addr: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Listen(#[from] leasehold_process::ListenError),
 }
 
 /// Run until `shutdown` turns true. `status` receives every change of [`Status`].
@@ -73,9 +69,7 @@ pub async fn run(
         client.subscribe(subject.clone()).await.map_err(|source| CoordinatorError::Subscribe { subject, source })?;
     let clock = leasehold_process::clock::LeaseClock::start();
     if let Some(addr) = settings.http_listen.clone() {
-        let listener = tokio::net::TcpListener::bind(&addr)
-            .await
-            .map_err(|source| CoordinatorError::Listen { addr: addr.clone(), source })?;
+        let listener = leasehold_process::bind(&addr).await?;
         if let Ok(local) = listener.local_addr() {
             // On stdout, as the agent does: the bound address when asked for port 0.
             println!("coordinator listening on {local}");

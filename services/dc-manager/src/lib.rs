@@ -38,12 +38,8 @@ pub enum DcManagerError {
         #[source]
         source: async_nats::SubscribeError,
     },
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        addr: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Listen(#[from] leasehold_process::ListenError),
 }
 
 /// Run until `shutdown` turns true. `status` receives every change of [`Status`].
@@ -83,9 +79,7 @@ pub async fn run(
     let max_age_ns = settings.inbound_reports_max_age_ms.saturating_mul(leasehold_core::expiry::NS_PER_MS);
     let mut reports = inbound::BoundedInbound::new(reports, settings.inbound_reports_max_bytes, max_age_ns, clock);
     if let Some(addr) = settings.http_listen.clone() {
-        let listener = tokio::net::TcpListener::bind(&addr)
-            .await
-            .map_err(|source| DcManagerError::Listen { addr: addr.clone(), source })?;
+        let listener = leasehold_process::bind(&addr).await?;
         if let Ok(local) = listener.local_addr() {
             // On stdout, as the agent does: the bound address when asked for port 0.
             println!("dc-manager listening on {local}");

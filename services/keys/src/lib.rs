@@ -86,12 +86,8 @@ pub async fn serve(o: ServeOptions) -> Result<(), ServeError> {
 /// Why the limiter could not start, or stopped other than as asked.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        addr: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Listen(#[from] leasehold_process::ListenError),
     /// The listener's address, or the HTTP server, failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -115,9 +111,7 @@ pub enum ServeError {
 
 /// [`serve`] until `stop` turns true.
 pub async fn serve_until(o: ServeOptions, stop: tokio::sync::watch::Receiver<bool>) -> Result<(), ServeError> {
-    let listener = tokio::net::TcpListener::bind(&o.listen)
-        .await
-        .map_err(|source| ServeError::Listen { addr: o.listen.clone(), source })?;
+    let listener = leasehold_process::bind(&o.listen).await?;
     let addr = listener.local_addr()?;
     let mut cluster_task = None;
     let clock = LeaseClock::start_skewed(o.clock_offset_ms, 0);

@@ -40,12 +40,8 @@ pub fn agent_main(args: leasehold_process::ConfigArgs) -> std::process::ExitCode
 /// Why the agent could not start, or stopped other than on SIGTERM/SIGINT.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        addr: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Listen(#[from] leasehold_process::ListenError),
     /// A listener's own address could not be read.
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -69,7 +65,7 @@ pub enum AgentError {
 }
 
 async fn bind(listen: &str) -> Result<tokio::net::TcpListener, AgentError> {
-    tokio::net::TcpListener::bind(listen).await.map_err(|source| AgentError::Listen { addr: listen.into(), source })
+    Ok(leasehold_process::bind(listen).await?)
 }
 
 /// The address an Envoy service listens on; plaintext and unauthenticated, so whoever reaches it

@@ -62,6 +62,21 @@ impl ConfigArgs {
     }
 }
 
+/// A server's listener could not be bound: the address, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr}: {source}")]
+pub struct ListenError {
+    pub addr: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Binds `addr` for a service's HTTP server, naming the address when it cannot (every service
+/// says it the same way).
+pub async fn bind(addr: &str) -> Result<tokio::net::TcpListener, ListenError> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|source| ListenError { addr: addr.into(), source })
+}
+
 /// A `nats_creds_file` setting, if any, names a readable NATS credentials file (checked before
 /// anything starts, so a wrong path is a bad setting, not a failure to connect).
 pub fn check_creds_file(path: Option<&Path>) -> Result<(), SettingsError> {

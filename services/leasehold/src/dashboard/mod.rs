@@ -75,8 +75,7 @@ pub fn run(a: DashboardArgs) -> Result<ExitCode, crate::CommandError> {
 
 async fn serve(a: DashboardArgs) -> Result<ExitCode, crate::CommandError> {
     let client = a.nats.connect("leasehold-dashboard").await?;
-    let listener =
-        tokio::net::TcpListener::bind(&a.listen).await.map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
+    let listener = leasehold_process::bind(&a.listen).await?;
     let local = listener.local_addr()?;
     let (tx, rx) = watch::channel(Arc::new(String::from("{}")));
     let shown = Shown { limits_max: a.limits_shown, pods_per_dc_max: a.pods_shown };
