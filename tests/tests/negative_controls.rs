@@ -51,11 +51,14 @@ fn storm_breaches_with(bugs: KnownBugs, emergency: Quota, seeds: std::ops::Range
         .sum()
 }
 
-/// A new best-effort term spends E before the old term's pod leases end (FINDINGS F2).
+/// A new best-effort term spends E before the old term's pod leases end (FINDINGS F2). Since a
+/// new term continues its pods' leases (counting them in its own books) and gets its first DC
+/// lease at once, the hole shows only while it has no DC lease and for pods it cannot continue:
+/// storm seed 31 (1 of seeds 1–40; the model checker's `emergency-quiet` preset finds it at once).
 #[test]
 fn the_simulator_catches_the_emergency_allowance_before_the_quiet_period() {
     let bugs = KnownBugs { emergency_before_quiet_period: true, ..KnownBugs::default() };
-    assert!(storm_breaches_with(bugs, Quota::per_s(50, 4), 10..=10) > 0);
+    assert!(storm_breaches_with(bugs, Quota::per_s(50, 4), 31..=31) > 0);
 }
 
 /// FINDINGS F3: a crash-looping pod applies a lease meant for its previous process (flushed late
@@ -304,16 +307,42 @@ fn the_ttl_lowering_path_breaks_a_term_that_waits_only_its_own_pod_ttl() {
 }
 
 /// What a DC-manager failover costs the DC (`Scenario::manager_failover`: its leader killed four
-/// times under load): never an excess, and never more than one DC-lease lifetime (10 s, the
-/// coordinator counting the old term's DC lease until it ends) of the DC's share.
+/// times under load): never an excess, and at most one renew period of the DC's share. The new
+/// term answers for its predecessor's DC lease at the coordinator and continues its pods'
+/// leases, so the pods keep spending what they validly hold until it can grant.
 #[test]
-fn a_manager_failover_costs_at_most_a_dc_lease_lifetime_and_never_exceeds_the_limit() {
+fn a_manager_failover_costs_at_most_one_renew_period_and_never_exceeds_the_limit() {
     use leasehold_sim::scenario::manager_failover::run_failovers;
     for seed in 1..=2 {
         let (violations, costs) = run_failovers(Scenario::manager_failover(), seed);
         let lost: Vec<f64> = costs.iter().map(|c| (c.lost_renew_periods * 10.0).round() / 10.0).collect();
         println!("seed {seed}: lost renew periods per kill {lost:?}");
         assert_eq!(violations, 0, "seed {seed}");
-        assert!(costs.iter().all(|c| c.lost_renew_periods <= 10.0), "seed {seed}: {costs:?}");
+        assert!(costs.iter().all(|c| c.lost_renew_periods <= 1.0), "seed {seed}: {costs:?}");
     }
+}
+
+/// A term that lets the coordinator move its predecessor's DC leases under it but does not
+/// count its predecessor's pod leases hands their share out again while old pods it cannot reach
+/// still spend it: two of BKK's pods are cut off from their manager around each kill, so they
+/// are never continued (FINDINGS F69). Counted, their share waits for their leases to end.
+#[test]
+fn the_simulator_catches_a_successor_that_does_not_count_its_predecessors_leases() {
+    use leasehold_sim::faults::{Fault, ScheduledFault, Victim};
+    use leasehold_sim::scenario::manager_failover::{run_failovers, KILLS, KILL_EVERY_S};
+    let mut sc = Scenario::manager_failover();
+    for k in 1..=KILLS {
+        let at_s = (k * KILL_EVERY_S) as f64 - 0.5;
+        for pick in [0, 1] {
+            sc.fixed_faults.push(ScheduledFault::new(at_s, 7.0, Victim::PodUp { pick }, Fault::PartitionPodDc));
+        }
+    }
+    for seed in 1..=2 {
+        let (violations, _) = run_failovers(sc.clone(), seed);
+        assert_eq!(violations, 0, "seed {seed}");
+    }
+    sc.bugs = KnownBugs { successor_ignores_predecessor_leases: true, ..KnownBugs::default() };
+    let per_seed: Vec<u64> = (1..=2).map(|seed| run_failovers(sc.clone(), seed).0).collect();
+    println!("violations per seed with the predecessor's leases not counted: {per_seed:?}");
+    assert!(per_seed.iter().sum::<u64>() > 0);
 }

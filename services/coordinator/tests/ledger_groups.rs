@@ -209,6 +209,7 @@ async fn a_per_limit_record_of_an_older_version_is_resumed_into_its_group() {
         floor: Quota::per_s(5, 0),
         ttl_ms: 60_000,
         basis_seq: 1,
+        predecessor: None,
     };
     let mut old = LedgerRecord::empty("api", 3, "old-coord");
     old.capacity = Some(Quota::per_s(100, 10));

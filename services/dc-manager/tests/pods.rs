@@ -211,6 +211,7 @@ fn first_report(pod: &str, incarnation: u64, seq: u64) -> leasehold_core::wire::
         weight: 1.0,
         lease_in_use: None,
         periods: 1,
+        held: None,
     }
 }
 

@@ -147,5 +147,10 @@ known_bugs! {
         /// docs/FINDINGS.md#f50). Applied by the caller of `judge_group_write` (it passes the
         /// term's own epoch as the fence's).
         pub adoption_ignores_fence,
+        /// A DC-manager term says it answers for its predecessor's pod leases, so the
+        /// coordinator moves the predecessor's DC leases under it, but it does not count them
+        /// in its own books: it hands the predecessor's share out again while the old term's
+        /// pods still spend it (docs/FINDINGS.md#f69).
+        pub successor_ignores_predecessor_leases,
     }
 }

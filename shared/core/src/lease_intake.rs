@@ -35,6 +35,9 @@ pub enum LeaseRejection {
     /// The holder is draining and applies no more leases.
     #[error("holder is draining and applies no more leases")]
     Draining,
+    /// A continuation of a lease the holder no longer uses (or never confirms leases).
+    #[error("continues lease {0}, which is not the lease in use")]
+    NotContinued(LeaseVersion),
     /// The bucket refused the lease's parameters (its reason).
     #[error("lease parameters rejected by the bucket: {0}")]
     Unusable(String),

@@ -5,7 +5,7 @@ use crate::bucket::TokenBucket;
 use crate::expiry::NS_PER_MS;
 use crate::lease_intake::{LeaseFence, LeaseRejection, SentLog};
 use crate::quota::Quota;
-use crate::wire::{LeaseReturn, LeaseVersion, PodLease, PodReport, ReturnAck, SCHEMA_VERSION};
+use crate::wire::{HeldLease, LeaseReturn, LeaseVersion, PodLease, PodReport, ReturnAck, SCHEMA_VERSION};
 use std::sync::Arc;
 
 /// A pod's settings for one limit.
@@ -136,7 +136,9 @@ impl PodCore {
         self.drained
     }
 
-    /// Apply a lease message. The countdown starts when the report it answers was sent.
+    /// Apply a lease message. The countdown starts when the report it answers was sent. A
+    /// continuation ([`PodLease::continues`]) applies only while the lease it continues is the
+    /// one in use and unexpired, and then at most that lease's quota and never past its end.
     pub fn on_lease(&mut self, lease: &PodLease, now_ns: u64) -> Result<(), LeaseRejection> {
         if lease.pod != self.cfg.pod
             || (lease.incarnation != self.cfg.incarnation && !self.cfg.bugs.pod_ignores_incarnation())
@@ -154,13 +156,19 @@ impl PodCore {
         if expires_at_ns <= now_ns {
             return Err(LeaseRejection::AlreadyExpired);
         }
-        self.bucket
-            .apply_lease(lease.quota, expires_at_ns, now_ns)
-            .map_err(|e| LeaseRejection::Unusable(e.to_string()))?;
+        let (quota, expires_at_ns) = match lease.continues {
+            None => (lease.quota, expires_at_ns),
+            Some(v) => {
+                let held = self.applied(now_ns).filter(|a| a.version == v && self.confirms);
+                let held = held.ok_or(LeaseRejection::NotContinued(v))?;
+                (lease.quota.min(held.quota), expires_at_ns.min(held.expires_at_ns))
+            }
+        };
+        self.bucket.apply_lease(quota, expires_at_ns, now_ns).map_err(|e| LeaseRejection::Unusable(e.to_string()))?;
         self.fence.accept(lease.version);
         self.applied = Some(AppliedLease {
             version: lease.version,
-            quota: lease.quota,
+            quota,
             expires_at_ns,
             issuer: lease.issuer.to_string(),
             incarnation: lease.incarnation,
@@ -203,8 +211,16 @@ impl PodCore {
             draining: self.draining,
             weight: self.cfg.weight,
             lease_in_use: self.lease_in_use(),
+            held: self.held(now_ns),
             periods: 1,
         }
+    }
+
+    /// What the next report would put in `held`: the lease in use and its time left, unless
+    /// this pod never confirms (a lease lent out is not one a new term may continue).
+    pub fn held(&self, now_ns: u64) -> Option<HeldLease> {
+        let a = self.applied(now_ns).filter(|_| self.confirms)?;
+        Some(HeldLease { quota: a.quota, left_ms: (a.expires_at_ns - now_ns) / NS_PER_MS })
     }
 
     /// Stop spending at once and give the lease back. Call again to resend until acknowledged.
@@ -254,6 +270,7 @@ mod tests {
             ttl_ms: 5_000,
             basis_seq,
             limit_removed: false,
+            continues: None,
         }
     }
 
@@ -331,5 +348,42 @@ mod tests {
             holder: "p1".into(),
             incarnation: 7
         }));
+    }
+
+    #[test]
+    fn a_continuation_applies_only_to_the_lease_in_use_and_never_beyond_it() {
+        let mut p = pod();
+        let r = p.report(0, IntervalCounters::default(), true);
+        p.on_lease(&lease(LeaseVersion::new(1, 5), r.seq), MS).unwrap();
+        let c = IntervalCounters::default();
+        let r2 = p.report(1_000 * MS, c, true);
+        let held = r2.held.expect("a confirming pod says what it holds");
+        assert_eq!((held.quota, held.left_ms), (Quota::per_s(100, 10), 4_000));
+        // A new term continues 1:5 with more quota and a longer TTL: capped at what 1:5 grants.
+        let mut next = lease(LeaseVersion::new(2, 1), r2.seq);
+        next.continues = Some(LeaseVersion::new(1, 5));
+        next.quota = Quota::per_s(300, 30);
+        p.on_lease(&next, 1_100 * MS).unwrap();
+        let a = p.applied(1_100 * MS).unwrap();
+        assert_eq!((a.quota, a.expires_at_ns), (Quota::per_s(100, 10), 5_000 * MS));
+        // An older term's lease is refused from now on (the epoch fence).
+        assert!(matches!(
+            p.on_lease(&lease(LeaseVersion::new(1, 6), r2.seq), 1_200 * MS),
+            Err(LeaseRejection::StaleEpoch { .. })
+        ));
+        // A continuation of a lease no longer in use is refused.
+        let mut stale = lease(LeaseVersion::new(3, 1), r2.seq);
+        stale.continues = Some(LeaseVersion::new(1, 5));
+        assert_eq!(p.on_lease(&stale, 1_300 * MS), Err(LeaseRejection::NotContinued(LeaseVersion::new(1, 5))));
+        // A lending pod (never confirms) says nothing and refuses continuations.
+        let mut lending = pod();
+        lending.never_confirm();
+        let r = lending.report(0, c, true);
+        lending.on_lease(&lease(LeaseVersion::new(1, 5), r.seq), MS).unwrap();
+        let r = lending.report(MS, c, true);
+        assert_eq!(r.held, None);
+        let mut cont = lease(LeaseVersion::new(2, 1), r.seq);
+        cont.continues = Some(LeaseVersion::new(1, 5));
+        assert!(lending.on_lease(&cont, 2 * MS).is_err());
     }
 }

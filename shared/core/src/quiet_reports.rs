@@ -8,7 +8,9 @@
 //! lease) and delays what the manager learns. So a limit reports at once whenever what it would
 //! say matters: its first report, a newly applied lease to confirm (`lease_in_use`: the manager
 //! stops counting the older ones), no lease in force (it needs one), a change of health, a drain,
-//! demand that moved (the rate offered since the last report against the last report's, beyond
+//! a lease in force with less than two quiet stretches left (it went unrenewed: a new manager term
+//! continues it only if it hears in time what the pod holds), demand that moved (the rate
+//! offered since the last report against the last report's, beyond
 //! [`DEMAND_MOVED_RATIO`] and [`DEMAND_MOVED_SLACK_PER_S`]), the report before failed to publish
 //! ([`QuietReports::resend_next`]), and every period while upstream errors or 429s were seen in
 //! the last [`ERRORS_KEEP_REPORTING_MS`] (adaptive limits read each DC report's calls and 429s as
@@ -113,11 +115,14 @@ impl QuietReports {
         let elapsed_ms = (now_ns.saturating_sub(core.counting_since_ns()) / NS_PER_MS).max(1);
         // Silent until the next tick too would pass the bound (half a period of tick jitter).
         let silence_ends = elapsed_ms + self.report_interval_ms / 2 >= self.max_quiet_ms;
+        // A lease running low has gone unrenewed (a manager failing over): a new term continues
+        // it only if it hears what it holds in time (`PodReport::held`).
+        let low_ns = 2 * self.max_quiet_ms * NS_PER_MS;
         if silence_ends
             || self.resend
             || now_ns < self.loud_until_ns
             || core.is_draining()
-            || core.applied(now_ns).is_none()
+            || core.applied(now_ns).is_none_or(|a| a.expires_at_ns.saturating_sub(now_ns) < low_ns)
             || core.lease_in_use() != last.lease_in_use
             || healthy != last.healthy
         {

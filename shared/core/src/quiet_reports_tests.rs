@@ -32,6 +32,7 @@ fn lease(seq: u64, basis_seq: u64) -> PodLease {
         ttl_ms: 5_000,
         basis_seq,
         limit_removed: false,
+        continues: None,
     }
 }
 
@@ -173,4 +174,20 @@ fn demand_moved_needs_both_the_ratio_and_the_slack() {
     assert!(!demand_moved(1_000.0, 1_254.0));
     assert!(demand_moved(1_000.0, 1_254.1));
     assert!(demand_moved(1_254.1, 1_000.0), "symmetric");
+}
+
+/// A lease that went unrenewed (its manager failing over) is reported every period once it has
+/// less than two quiet stretches left: a new term continues it only if it hears what the pod
+/// holds before it ends.
+#[test]
+fn a_lease_running_low_is_reported_every_period() {
+    let mut q = quiet();
+    let mut p = pod();
+    let first = q.tick(&mut p, 0, offered(5), true).unwrap();
+    p.on_lease(&lease(1, first.seq), MS).unwrap(); // ends at 5 s
+                                                   // Quiet while 2 s or more are left (up to 2.75 s): about one report a second.
+    let quiet_ticks = sent_ticks(&mut q, &mut p, 2, 10, 5);
+    assert!(quiet_ticks.len() <= 4 && quiet_ticks.windows(2).any(|w| w[1] - w[0] >= 4), "{quiet_ticks:?}");
+    // Under 2 s left (after 3 s): every period.
+    assert_eq!(sent_ticks(&mut q, &mut p, 13, 6, 5), vec![13, 14, 15, 16, 17, 18]);
 }

@@ -27,6 +27,7 @@ fn report(limit: &str, pod: &str, incarnation: u64) -> PodReport {
         weight: 1.0,
         lease_in_use: None,
         periods: 1,
+        held: None,
     }
 }
 
@@ -125,6 +126,7 @@ fn encoded_batches_are_the_batches_encode_writes() {
             floor_version: None,
             upstream_calls: 0,
             upstream_429: 0,
+            counts_predecessor: false,
         })
         .collect();
     let encoded = encode_batches(&dc_reports, 1024 * 1024);

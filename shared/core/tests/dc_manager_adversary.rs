@@ -228,6 +228,7 @@ fn run(seed: u64, mode: Mode, verbose: bool) -> Option<String> {
                 floor,
                 ttl_ms: ttl,
                 basis_seq: bseq,
+                predecessor: None,
             };
             log.push(format!(
                 "{:.3} coord issues {} {} ends {:.3}",

@@ -120,6 +120,7 @@ impl World {
             floor: Quota::ZERO,
             ttl_ms: 6_000,
             basis_seq: self.last_report_seq,
+            predecessor: None,
         };
         self.log.push(format!("{:6.3}s DC lease {version} {quota}", t as f64 / 1e9));
         let out = self.dc.mgr.on_dc_lease(&lease, t).expect("manager applies the DC lease");

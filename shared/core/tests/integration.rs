@@ -28,6 +28,7 @@ mod pod_incarnation;
 mod protocol_doc;
 mod rolled_back_records;
 mod shipped_sizing;
+mod succession;
 mod support;
 mod takeover_quiet_period;
 mod whole_tokens;

@@ -48,6 +48,7 @@ fn late_lease_after_restart(bugs: KnownBugs) -> Result<(), LeaseRejection> {
         ttl_ms: 1_000,
         basis_seq: first.seq,
         limit_removed: false,
+        continues: None,
     };
     let mut new = PodCore::new(cfg(0x9e3), 800 * MS);
     let again = new.report(900 * MS, IntervalCounters::default(), true);

@@ -21,6 +21,7 @@ fn dc_lease() -> DcLease {
         floor: Quota::per_s(50, 0),
         ttl_ms: 10_000,
         basis_seq: 991,
+        predecessor: None,
     }
 }
 
@@ -49,6 +50,7 @@ fn pod_lease_roundtrip() {
         ttl_ms: 5_000,
         basis_seq: 12,
         limit_removed: true,
+        continues: None,
     });
 }
 
@@ -73,6 +75,7 @@ fn pod_report_roundtrip() {
         weight: 1.5,
         lease_in_use: Some(v(1, 16)),
         periods: 1,
+        held: None,
     });
 }
 
@@ -92,6 +95,7 @@ fn dc_report_roundtrip() {
         floor_version: Some(LeaseVersion::new(4, 2)),
         upstream_calls: 180,
         upstream_429: 9,
+        counts_predecessor: false,
     });
 }
 
@@ -137,7 +141,8 @@ fn ledger_record_roundtrip() {
         inherited_below: [("bkk-mgr-e2".to_string(), v(3, 5))].into(),
         lost_floors: [("eu".to_string(), Quota::per_s(300, 0))].into(),
         lost_wait_dc_ttl_ms: Some(10_000),
-        dc_holders: [("bkk".to_string(), DcHolder { holder: "bkk-mgr-e2".into(), term: 4 })].into(),
+        dc_holders: [("bkk".to_string(), DcHolder { holder: "bkk-mgr-e2".into(), term: 4, predecessor: None })].into(),
+        counted_under: [("bkk-mgr-e1".to_string(), "bkk-mgr-e2".to_string())].into(),
         adaptive_rate_milli_per_s: Some(570_000),
         expiry: Some(leasehold_core::expiry::ExpiryPolicy::default()),
         pod_rules: PodRules {

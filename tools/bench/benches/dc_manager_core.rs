@@ -146,6 +146,7 @@ impl Dc {
                     floor: Quota::per_s(100, 100),
                     ttl_ms: DC_TTL_MS,
                     basis_seq,
+                    predecessor: None,
                 };
                 if let Ok(out) = self.cores[i].on_dc_lease(&lease, now) {
                     self.route(i, out);
@@ -179,6 +180,7 @@ impl Dc {
                 weight: 1.0,
                 lease_in_use: self.held.get(&(p, l)).copied(),
                 periods: 4,
+                held: None,
             })
             .collect();
         let payload = wire::encode(&PodReports::new(DC, &self.pods[p], reports));

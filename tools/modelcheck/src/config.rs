@@ -153,6 +153,10 @@ pub struct ModelConfig {
     pub faults: FaultBudget,
     /// Pods that may crash or pause (empty: all). Narrows a negative control's search.
     pub faulty_pods: Vec<usize>,
+    /// The pods are of the protocol before continuations: their reports do not say what they
+    /// hold (`PodReport::held`), so a new manager term waits their leases out rather than
+    /// continuing them.
+    pub legacy_pods: bool,
     /// Kinds of message that may be lost, duplicated or reordered (empty: all).
     pub faulty_messages: Vec<MsgKind>,
     /// The DC managers' `event_pass_gap_ms`. 0 (the default here): every report that calls for
@@ -217,6 +221,7 @@ impl Default for ModelConfig {
                 leader_timeouts: 0,
             },
             faulty_pods: Vec::new(),
+            legacy_pods: false,
             faulty_messages: Vec::new(),
             bugs: BugSwitches::default(),
         }

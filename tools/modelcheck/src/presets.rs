@@ -145,7 +145,9 @@ pub fn older_lease() -> ModelConfig {
 /// FINDINGS F2. Best-effort mode with floors that nearly fill R (45 + 45 of 100) and E above the
 /// floor, so the documented bound R + Σ E has little slack; one coordinator process. Once the
 /// leader crashes both DCs run on floor + E; then DC 0's manager crashes and its standby takes
-/// over after 1 s, while the old term's 3 s pod leases are still live.
+/// over after 1 s, while the old term's 3 s pod leases are still live. The pods are legacy ones
+/// (no `held`): pods the new term continues are counted in its books, so with continuations it
+/// takes a further fault (a pod it cannot reach) to show the hole.
 pub fn emergency_quiet() -> ModelConfig {
     ModelConfig {
         rate_milli_per_s: 100_000,
@@ -164,6 +166,7 @@ pub fn emergency_quiet() -> ModelConfig {
         max_carry_over: 0,
         faults: FaultBudget { total: 2, coordinator_crashes: 1, manager_crashes: 1, ..FaultBudget::default() },
         bugs: BugSwitches { emergency_before_quiet_period: true, ..BugSwitches::default() },
+        legacy_pods: true,
         ..ModelConfig::default()
     }
 }

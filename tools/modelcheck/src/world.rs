@@ -172,7 +172,10 @@ impl State {
             }
             let now = pod.clock.local(real);
             let offered = cfg.offered_per_report(pod.dc, t, self.demand_shifted);
-            let report = model::pod_report(Arc::make_mut(&mut pod.core), &mut pod.shadow, now, offered);
+            let mut report = model::pod_report(Arc::make_mut(&mut pod.core), &mut pod.shadow, now, offered);
+            if cfg.legacy_pods {
+                report.held = None;
+            }
             let dc = pod.dc;
             self.push(cfg, Msg::PodReport { dc, report: Arc::new(report) });
         }

@@ -30,7 +30,7 @@ use crate::allocator::{allocate, Claim, Rebalancer};
 use crate::expiry::NS_PER_MS;
 use crate::ledger::{LeaseEntry, Ledger};
 use crate::quota::Quota;
-use crate::wire::{DcHolder, DcLease, DcReport, LeaseVersion, LedgerRecord, SCHEMA_VERSION};
+use crate::wire::{DcHolder, DcLease, DcReport, LeaseVersion, LedgerRecord, PredecessorLeases, SCHEMA_VERSION};
 use std::collections::BTreeMap;
 
 /// What the coordinator knows of one DC.
@@ -50,6 +50,10 @@ pub struct DcView {
     pub last_seq: u64,
     /// Current target after hysteresis.
     pub target: Quota,
+    /// The newest DC lease of an earlier manager term moved under `holder` (its report said
+    /// `counts_predecessor`), and that term: while any lease up to it is live, the DC's leases
+    /// say how much (`DcLease::predecessor`).
+    pub predecessor: Option<(LeaseVersion, u64)>,
 }
 
 /// Counters for metrics and tests.
@@ -169,10 +173,12 @@ impl CoordinatorCore {
             let kept = rec.capacity.is_some_and(|cap| cap.fits_in(&c.ledger.capacity()));
             for l in &rec.leases {
                 let live_until_ns = c.cfg.expiry.issuer_live_until_ns(now_ns, l.ttl_ms);
-                let inherited = !kept || rec.inherited_below.get(&l.holder).is_some_and(|b| l.version < *b);
+                // Under the later term that answers for it, if the writer moved it there.
+                let counted = rec.counted_under.get(&l.holder).unwrap_or(&l.holder);
+                let inherited = !kept || rec.inherited_below.get(counted).is_some_and(|b| l.version < *b);
                 let entry = LeaseEntry { version: l.version, quota: l.quota, live_until_ns };
-                c.ledger.adopt_as(&l.holder, entry, inherited);
-                c.leases.insert((l.holder.clone(), l.version), l.clone());
+                c.ledger.adopt_as(counted, entry, inherited);
+                c.leases.insert((counted.clone(), l.version), l.clone());
                 if let Some(v) = c.dcs.get_mut(&l.dc) {
                     v.holder = Some(l.holder.clone());
                 }
@@ -233,7 +239,17 @@ impl CoordinatorCore {
             dc_holders: self
                 .dcs
                 .iter()
-                .filter_map(|(dc, v)| Some((dc.clone(), DcHolder { holder: v.holder.clone()?, term: v.holder_term })))
+                .filter_map(|(dc, v)| {
+                    let holder =
+                        DcHolder { holder: v.holder.clone()?, term: v.holder_term, predecessor: v.predecessor };
+                    Some((dc.clone(), holder))
+                })
+                .collect(),
+            counted_under: self
+                .leases
+                .iter()
+                .filter(|((counted, _), l)| *counted != l.holder)
+                .map(|((counted, _), l)| (l.holder.clone(), counted.clone()))
                 .collect(),
             adaptive_rate_milli_per_s: self.adaptive_record(),
             expiry: Some(self.cfg.expiry),
@@ -273,12 +289,16 @@ impl CoordinatorCore {
             return Vec::new();
         }
         let previous_report_ns = view.last_report_ns;
+        // A newer term that answers for its predecessor's pod leases takes its DC leases over.
+        let old_term = view.holder_term;
+        let succeeded = view.holder.take().filter(|_| !same_holder && r.counts_predecessor && r.term > old_term);
         view.holder = Some(r.holder.clone());
         view.holder_term = r.term;
         view.demand_milli = r.demand.rate_milli_per_s;
         view.pods_healthy = r.pods_healthy;
         view.last_report_ns = Some(now_ns);
         view.last_seq = r.seq;
+        let succeeded = succeeded.map(|old| self.move_leases(&r.dc, &old, old_term, &r.holder)).is_some();
         if let Some(v) = r.lease_in_use {
             if self.ledger.confirm_in_use(&r.holder, v, self.cfg.expiry.released_until_ns(now_ns)).is_err() {
                 self.counters.acks_unknown += 1;
@@ -288,7 +308,43 @@ impl CoordinatorCore {
             self.confirm_floor(&r.dc, f, r.floor_version, now_ns);
         }
         self.note_upstream(r, previous_report_ns, now_ns);
-        self.grow_starved(now_ns)
+        let mut leases = self.grow_starved(now_ns);
+        // A term that took its predecessor's leases over holds none of its own yet: it gets one
+        // now rather than at the next tick (its pods' leases run out meanwhile).
+        if succeeded && !leases.iter().any(|l| l.dc == r.dc) {
+            leases.extend(self.issue(&r.dc, now_ns));
+        }
+        leases
+    }
+
+    /// The DC's earlier term `old` (of term `old_term`) is succeeded by `new`, which answers for
+    /// its pod leases: its DC leases move under `new` (see [`DcView::predecessor`]).
+    fn move_leases(&mut self, dc: &str, old: &str, old_term: u64, new: &str) {
+        let Some(newest) = self.ledger.move_holder(&old.to_string(), &new.to_string()) else { return };
+        let moved: Vec<(String, LeaseVersion)> = self.leases.keys().filter(|(h, _)| h == old).cloned().collect();
+        for key in moved {
+            let lease = self.leases.remove(&key).expect("listed");
+            self.leases.insert((new.to_string(), key.1), lease);
+        }
+        self.dcs.get_mut(dc).expect("reporting").predecessor = Some((newest, old_term));
+    }
+
+    /// What `holder`'s leases up to the version in `predecessor` (an earlier term's, moved under
+    /// it) still live at `now_ns` grant at most, and that term.
+    fn predecessor(
+        &self,
+        holder: &String,
+        predecessor: Option<(LeaseVersion, u64)>,
+        now_ns: u64,
+    ) -> Option<PredecessorLeases> {
+        let (through, term) = predecessor?;
+        let quota = self
+            .ledger
+            .entries()
+            .filter(|(h, e)| *h == holder && e.version <= through && e.live_until_ns > now_ns)
+            .map(|(_, e)| e.quota)
+            .reduce(Quota::max)?;
+        Some(PredecessorLeases { quota, term })
     }
 
     fn prune_leases(&mut self) {
@@ -423,6 +479,7 @@ impl CoordinatorCore {
             floor,
             ttl_ms: self.cfg.dc_ttl_ms,
             basis_seq: v.last_seq,
+            predecessor: self.predecessor(&holder, v.predecessor, now_ns),
         };
         self.counters.leases_issued += 1;
         self.leases.insert((holder, version), lease.clone());

@@ -68,6 +68,7 @@ impl CoordinatorCore {
             if let Some(h) = rec.dc_holders.get(dc) {
                 view.holder = Some(h.holder.clone());
                 view.holder_term = h.term;
+                view.predecessor = h.predecessor;
             } else if let Some(newest) = rec.leases.iter().filter(|l| &l.dc == dc).max_by_key(|l| l.version) {
                 view.holder = Some(newest.holder.clone());
             }

@@ -22,6 +22,12 @@ impl HolderKey {
         HolderKey { pod: CompactString::new(pod), incarnation }
     }
 
+    /// The books' entry for what this term answers for of its predecessors' pod leases
+    /// (`succession.rs`): an empty pod id, which no report or return may name.
+    pub fn predecessor() -> Self {
+        HolderKey::default()
+    }
+
     /// Makes this key name `pod`'s `incarnation`, in the room it has (a key reused for every
     /// report allocates only for a longer pod id than it held before).
     pub fn set(&mut self, pod: &str, incarnation: u64) {

@@ -30,6 +30,7 @@ mod pods;
 mod record_rules;
 mod report;
 mod split_pass;
+mod succession;
 mod targets;
 mod term_record;
 mod unread;
@@ -41,6 +42,7 @@ pub use holder_key::{holder_key, HolderKey};
 pub use pacing::LeasePacing;
 pub use pods::{PodView, ReportOutcome, ReportReading};
 pub use record_rules::RecordRules;
+pub use succession::Continuation;
 pub use term_record::{PodLeaseBounds, TermRecord, TermRecords, POD_TTL_MS_MAX};
 
 use crate::expiry::NS_PER_MS;
@@ -51,6 +53,7 @@ use crate::wire::{DcLease, DcReport, LeaseVersion, PodLease, ReturnAck};
 use compact_str::CompactString;
 use parts::{DcLeaseBook, FloorState, PassState};
 use pods::Pods;
+use succession::Succession;
 
 /// Smallest growth (share of the target) worth an event-driven lease between renewals.
 pub const MIN_GROWTH_STEP: f64 = 0.01;
@@ -124,6 +127,10 @@ pub struct DcCounters {
     pub passes_growth: u64,
     /// Checks whether some pod could grow between renewals (each a pass over the pods).
     pub growth_checks: u64,
+    /// Continuations of an earlier term's pod leases sent (`succession.rs`).
+    pub continuations_issued: u64,
+    /// Of those, confirmed in use by their pods.
+    pub continuations_confirmed: u64,
 }
 
 /// A DC manager term's state for one limit, sans I/O: takes DC leases and pod reports, issues pod
@@ -137,6 +144,8 @@ pub struct DcManagerCore {
     dc_leases: DcLeaseBook,
     /// The floor the coordinator named, and what this term may still rely on.
     floors: FloorState,
+    /// What this term answers for of its predecessors' pod leases.
+    succession: Succession,
     next_seq: u64,
     /// When splits ran, and what waits for the next one.
     passes: PassState,
@@ -194,6 +203,7 @@ impl DcManagerCore {
                 usable_from_ns: quiet_ns,
                 confirm_cap: None,
             },
+            succession: Succession::default(),
             next_seq: 0,
             passes: PassState::default(),
             counters: DcCounters::default(),
@@ -350,6 +360,7 @@ impl DcManagerCore {
         self.dc_leases.fence.accept(lease.version);
         // The floor it carries was the newest when the lease was issued (a lower version).
         self.take_floor(lease.floor, lease.version);
+        self.take_predecessor(lease.predecessor, now_ns);
         // Older leases stay listed only for the ack rule in `report`; they are never spent again.
         self.dc_leases.held.retain(|h| h.expires_at_ns > now_ns);
         self.dc_leases.held.push(HeldDcLease {

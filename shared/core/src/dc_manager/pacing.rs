@@ -257,6 +257,7 @@ mod tests {
             ttl_ms: 5_000,
             basis_seq: 1,
             limit_removed: false,
+            continues: None,
         }
     }
 

@@ -23,7 +23,8 @@ impl DcManagerCore {
     pub fn on_pod_report_at(&mut self, view_place: &mut PlaceHint, r: &PodReport, now_ns: u64) -> Vec<DcOutput> {
         // (The names as the leases carry them, inline in the core: the config's are a cold heap
         // block by the time a report comes.)
-        if self.lease_names.dc != r.dc.as_str() || self.lease_names.limit != r.limit.as_str() {
+        // (An empty pod id names the predecessor's entry in the books: `HolderKey::predecessor`.)
+        if self.lease_names.dc != r.dc.as_str() || self.lease_names.limit != r.limit.as_str() || r.pod.is_empty() {
             self.counters.reports_foreign += 1;
             return Vec::new();
         }
@@ -63,6 +64,10 @@ impl DcManagerCore {
                 return Vec::new();
             }
         };
+        // A continuation confirmed is counted as the pod's own lease (`succession.rs`).
+        if let Some(v) = r.lease_in_use {
+            self.settle_continuation(view_place.0, holder, v, now_ns);
+        }
         // A version confirmed before is not asked again: its older leases already end by then,
         // and no older one is granted after it. Unknown versions (a forged or pre-restart ack)
         // change nothing, and are asked again if named again (a version may be issued later).
@@ -86,17 +91,22 @@ impl DcManagerCore {
         // share (health, weight, back from silence) or, with a `demand` split, its demand. A pod
         // falling silent frees its share at the next renewal. Both wait for the gap (see
         // `event_pass_gap_ms`).
+        let mut out = match self.continuation_for(view_place.0, now_ns) {
+            Some(Some(continuation)) => vec![continuation],
+            _ => Vec::new(),
+        };
         if !sent_a_lease && r.lease_in_use.is_none() {
             self.passes.join_waiting = true;
         } else if self.passes.shortfall || share_changed || self.cfg.split == SplitMode::Demand {
             self.passes.growth_waiting = true;
         }
-        self.waiting_pass_unless_recent(now_ns)
+        out.extend(self.waiting_pass_unless_recent(now_ns));
+        out
     }
 
     /// A pod returns its lease for good (graceful drain). Idempotent; always acknowledged.
     pub fn on_lease_return(&mut self, r: &LeaseReturn, now_ns: u64) -> Vec<DcOutput> {
-        if r.dc != self.cfg.dc || r.limit != self.cfg.limit {
+        if r.dc != self.cfg.dc || r.limit != self.cfg.limit || r.holder.is_empty() {
             self.counters.reports_foreign += 1;
             return Vec::new();
         }

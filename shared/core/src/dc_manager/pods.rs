@@ -4,9 +4,10 @@ use crate::ewma::Ewma;
 use crate::expiry::NS_PER_MS;
 use crate::quota::MILLI;
 use crate::sorted_map::{PlaceHint, SortedMap};
-use crate::wire::{LeaseVersion, PodReport};
+use crate::wire::{HeldLease, LeaseVersion, PodReport};
 
 use super::config::DcManagerConfig;
+use super::succession::Continuation;
 use super::HolderKey;
 
 /// A pod not heard from this long is forgotten ([`Pods::forget_silent`]).
@@ -60,6 +61,11 @@ pub struct PodView {
     pub confirmed: Option<LeaseVersion>,
     /// Where the ledger last found the holder (`Ledger::confirm_in_use_at`).
     pub ledger_place: PlaceHint,
+    /// The lease in use and what it holds, as its last accepted report said (`held`; only a pod
+    /// that honours continuations says it).
+    pub held: Option<(LeaseVersion, HeldLease)>,
+    /// A continuation this term sent it, not yet confirmed (`succession.rs`).
+    pub continuation: Option<Continuation>,
 }
 
 impl PodView {
@@ -95,6 +101,8 @@ impl PodView {
             sent_a_lease: false,
             confirmed: None,
             ledger_place: PlaceHint::default(),
+            held: None,
+            continuation: None,
         }
     }
 
@@ -204,6 +212,7 @@ impl Pods {
         self.upstream_calls = self.upstream_calls.saturating_add(calls);
         // A pod cannot see more 429s than it made calls (a bad report counts as many as calls).
         self.upstream_429 = self.upstream_429.saturating_add(r.upstream_429.min(calls));
+        v.held = r.lease_in_use.zip(r.held);
         let to_confirm = r.lease_in_use.filter(|&in_use| v.confirmed != Some(in_use));
         v.confirmed = r.lease_in_use.or(v.confirmed);
         ReportOutcome::Accepted {
@@ -297,6 +306,7 @@ pub(super) mod tests {
             weight: 1.0,
             lease_in_use: None,
             periods,
+            held: None,
         }
     }
 

@@ -46,6 +46,7 @@ impl DcManagerCore {
             floor_version: self.confirmable_floor_version(),
             upstream_calls,
             upstream_429,
+            counts_predecessor: true,
         }
     }
 }

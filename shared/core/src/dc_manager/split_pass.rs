@@ -128,6 +128,11 @@ impl DcManagerCore {
         let mut out = Vec::with_capacity(order.len());
         self.passes.shortfall = false;
         for (i, target) in order {
+            // A pod still on an earlier term's lease is continued, not granted (`succession.rs`).
+            if let Some(continuation) = self.continuation_for(i, now_ns) {
+                out.extend(continuation);
+                continue;
+            }
             let Some((pod, view)) = self.pods.views.get_index(i) else { continue };
             if kind == Pass::GrowthOnly && !self.worth_growing(pod, target, now_ns) {
                 // Judged by its newest lease: an older, larger one counts only until it
@@ -162,6 +167,7 @@ impl DcManagerCore {
                 ttl_ms,
                 basis_seq,
                 limit_removed: self.limit_removed,
+                continues: None,
             }));
         }
         out
@@ -170,7 +176,7 @@ impl DcManagerCore {
 
 /// `<instance>-<epoch>-<seq>` from its `prefix` (`<instance>-<epoch>-`), without the formatting
 /// machinery: a DC manager of 1,000 limits names 100,000 leases a second at 100 pods.
-fn lease_id(prefix: &str, seq: u64) -> CompactString {
+pub(super) fn lease_id(prefix: &str, seq: u64) -> CompactString {
     let mut digits = itoa::Buffer::new();
     let seq = digits.format(seq);
     let mut id = CompactString::with_capacity(prefix.len() + seq.len());
@@ -247,6 +253,7 @@ mod tests {
                                 floor,
                                 ttl_ms: rng.range_u64(200, 3_000),
                                 basis_seq,
+                                predecessor: None,
                             };
                             let _ = core.on_dc_lease(&lease, now);
                         }

@@ -45,4 +45,20 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
         self.totals.forget();
         self.holders.get_mut(holder).expect("just adopted").outgoing = true;
     }
+
+    /// Moves every lease of `from` under `to` (a DC's successive manager terms, when the newer
+    /// says it answers for the older's pod leases): `to` claims the larger of its own and the
+    /// moved leases from now on, and its confirmation of a newer version releases them. The
+    /// newest version moved, if any.
+    pub fn move_holder(&mut self, from: &H, to: &H) -> Option<LeaseVersion> {
+        let moved = self.holders.remove(from)?;
+        self.totals.forget();
+        let newest = moved.entries.iter().map(|e| e.version).max();
+        self.closed_markers -= usize::from(moved.closed_until_ns.is_some());
+        let h = self.holder_mut(to);
+        h.last_version = h.last_version.max(moved.last_version);
+        h.inherited_below = h.inherited_below.max(moved.inherited_below);
+        h.entries.extend(moved.entries);
+        newest
+    }
 }

@@ -179,6 +179,7 @@ mod tests {
             floor: Quota::ZERO,
             ttl_ms,
             basis_seq: 1,
+            predecessor: None,
         };
         let mut record = LedgerRecord::empty("api", 1, "c");
         record.leases = vec![lease(10_000)];

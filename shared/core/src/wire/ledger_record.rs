@@ -56,6 +56,11 @@ pub struct LedgerRecord {
     /// earlier terms, as the writer did. Missing: not known (older writers).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub dc_holders: std::collections::BTreeMap<String, DcHolder>,
+    /// Per holder named in `leases`, the holder its leases are counted under when not itself:
+    /// a later term of the same DC that answers for it (`DcReport::counts_predecessor`). A
+    /// leader resuming from this record counts them there too. Missing: each under its own.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub counted_under: std::collections::BTreeMap<String, String>,
     /// An adaptive limit's effective R (milli-requests/s) when the writer ran it below the
     /// configured R: a leader resuming from this record starts from it rather than from the
     /// configured R. Missing: the configured R.
@@ -79,6 +84,10 @@ pub struct DcHolder {
     pub holder: String,
     /// Its leadership term (`DcReport.term`).
     pub term: u64,
+    /// The newest DC lease of an earlier term moved under it, and that term
+    /// (`DcLease::predecessor`). Missing: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predecessor: Option<(LeaseVersion, u64)>,
 }
 
 impl LedgerRecord {
@@ -99,6 +108,7 @@ impl LedgerRecord {
             lost_floors: Default::default(),
             lost_wait_dc_ttl_ms: None,
             dc_holders: Default::default(),
+            counted_under: Default::default(),
             adaptive_rate_milli_per_s: None,
             expiry: None,
             pod_rules: Default::default(),

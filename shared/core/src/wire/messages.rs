@@ -54,6 +54,23 @@ pub struct DcLease {
     /// Sequence number of the holder's report this lease answers: the holder's countdown starts
     /// when it sent that report.
     pub basis_seq: u64,
+    /// The DC leases of the DC's earlier manager terms that the coordinator now counts under
+    /// this holder (it moved them when this term's report said `counts_predecessor`): the term
+    /// answers for its predecessor's pod leases within its own DC lease until they have all
+    /// expired. Missing: none moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predecessor: Option<PredecessorLeases>,
+}
+
+/// What a DC lease says of the earlier term's DC leases moved under its holder
+/// ([`DcLease::predecessor`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PredecessorLeases {
+    /// The largest of them still live (rate and burst).
+    pub quota: Quota,
+    /// The term (`DcReport.term`, the epoch of its pod leases) of the holder they were moved
+    /// from: the pod leases of that term are the ones a continuation may take out of them.
+    pub term: u64,
 }
 
 /// A pod sub-lease, cut by a DC manager from its DC lease.
@@ -87,6 +104,12 @@ pub struct PodLease {
     /// Missing: false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub limit_removed: bool,
+    /// A continuation: a new manager term takes over the lease the pod holds from an earlier
+    /// term. The pod applies it only while the lease it uses is exactly this version and
+    /// unexpired, and then at most that lease's quota and never past its end; otherwise it
+    /// refuses it. Sent only to pods whose reports carry `held`. Missing: an ordinary lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continues: Option<LeaseVersion>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -136,6 +159,11 @@ pub struct PodReport {
     pub weight: f64,
     /// The newest lease the pod has applied; the issuer may forget all older ones.
     pub lease_in_use: Option<LeaseVersion>,
+    /// What the lease in use grants and how long it has left. A pod that says it honours
+    /// continuations (`PodLease::continues`); a new manager term continues this lease rather
+    /// than waiting it out. Missing: the pod does not (or holds no unexpired lease).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<HeldLease>,
     /// The pod's report periods this report stands for: 1, or for a quiet limit's report the
     /// periods it left out plus this one (`shared/core/src/quiet_reports.rs`). The DC manager counts
     /// it as that many demand samples and its calls as made over as many periods. Missing: 1.
@@ -153,6 +181,15 @@ fn is_one(n: &u32) -> bool {
 
 /// Most `PodReport::periods`: 600,000 ms of the shortest period, 10 ms.
 pub const MAX_REPORT_PERIODS: u32 = 60_000;
+
+/// The lease a pod uses, as its report describes it ([`PodReport::held`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldLease {
+    /// The rate and burst it grants.
+    pub quota: Quota,
+    /// Its time left when the report was sent (pod clock), in milliseconds.
+    pub left_ms: u64,
+}
 
 /// A DC manager's report to the coordinator (demand + heartbeat + lease ack).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -196,6 +233,12 @@ pub struct DcReport {
     /// Of those, calls answered 429 (the pods' `upstream_429`). Missing: 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub upstream_429: u64,
+    /// The term answers for its predecessors' pod leases (it counts them within its own DC
+    /// lease and continues them): the coordinator may move the DC's earlier terms' DC leases
+    /// under this holder (`DcLease::predecessor`). Missing: false (they stay counted
+    /// apart until they expire).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub counts_predecessor: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -220,6 +263,7 @@ impl DcReport {
             floor_version: None,
             upstream_calls: 0,
             upstream_429: 0,
+            counts_predecessor: false,
         }
     }
 }

@@ -39,6 +39,7 @@ pub(crate) fn pod_report(
         weight: 1.0,
         lease_in_use: ack,
         periods: 1,
+        held: None,
     }
 }
 
@@ -94,6 +95,7 @@ impl ScriptedDc {
             floor: self.floor,
             ttl_ms,
             basis_seq,
+            predecessor: None,
         };
         let out = self.core.on_dc_lease(&lease, now)?;
         self.absorb(out);

@@ -280,6 +280,7 @@ fn report(p: &mut PodState, limits: &[String], period: Duration, now: Instant) -
             weight: 1.0,
             lease_in_use: in_use,
             periods,
+            held: None,
         })
         .collect();
     if reports.is_empty() {

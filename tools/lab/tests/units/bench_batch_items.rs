@@ -25,6 +25,7 @@ fn report(limit: &str) -> PodReport {
         weight: 1.0,
         lease_in_use: Some(LeaseVersion::new(1, 2)),
         periods: 1,
+        held: None,
     }
 }
 
@@ -42,6 +43,7 @@ fn lease(limit: &str, limit_removed: bool) -> PodLease {
         ttl_ms: 5000,
         basis_seq: 3,
         limit_removed,
+        continues: None,
     }
 }
 

@@ -122,7 +122,9 @@ impl World {
 
     /// Sub-lease nesting, on ground truth: a lease a pod may spend is counted, in full, by the
     /// manager term that issued it (while that term lives; a dead term's pod leases are covered by
-    /// its successor's quiet period and the DC check above).
+    /// its successor's quiet period and the DC check above). A continuation its pod has not yet
+    /// confirmed is the earlier term's lease by another name: the pod must spend no more than the
+    /// lease it continues (the DC check above covers the rest).
     fn check_pods_nest_in_their_issuers(&mut self) {
         for p in 0..self.pods.len() {
             let slot = &self.pods[p];
@@ -137,8 +139,14 @@ impl World {
                 .find(|m| m.alive && m.core.as_ref().is_some_and(|c| c.config().instance == a.issuer));
             let Some(m) = issuer else { continue };
             let holder = holder_key(&core.config().pod, a.incarnation);
-            let counted = m.core.as_ref().expect("found").ledger().holder_claim(&holder, m.clock.local(self.now));
-            if !a.quota.fits_in(&counted) {
+            let issuer = m.core.as_ref().expect("found");
+            let counted = issuer.ledger().holder_claim(&holder, m.clock.local(self.now));
+            let continued = || {
+                let view = issuer.pods().find(|(k, _)| **k == holder).map(|(_, v)| v);
+                view.and_then(|v| v.continuation)
+                    .is_some_and(|c| c.version == a.version && a.quota.fits_in(&c.continues_quota))
+            };
+            if !a.quota.fits_in(&counted) && !continued() {
                 let msg = format!(
                     "pod {} may spend {} under {}'s lease {}, which counts {counted} for it",
                     core.config().pod,

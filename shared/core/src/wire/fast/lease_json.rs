@@ -39,6 +39,13 @@ impl PodLease {
         if self.limit_removed {
             out.extend_from_slice(b",\"limit_removed\":true");
         }
+        if let Some(v) = self.continues {
+            out.extend_from_slice(b",\"continues\":{\"epoch\":");
+            write_u64(out, v.epoch);
+            out.extend_from_slice(b",\"seq\":");
+            write_u64(out, v.seq);
+            out.push(b'}');
+        }
         out.push(b'}');
     }
 }
@@ -53,7 +60,7 @@ mod tests {
     use crate::wire::{LeaseVersion, PodLease};
     use proptest::prelude::*;
 
-    fn lease(strings: [String; 5], numbers: [u64; 8], limit_removed: bool) -> PodLease {
+    fn lease(strings: [String; 5], numbers: [u64; 8], limit_removed: bool, continues: Option<(u64, u64)>) -> PodLease {
         let [limit, dc, pod, issuer, lease_id] = strings;
         PodLease {
             v: numbers[0] as u32,
@@ -68,6 +75,7 @@ mod tests {
             ttl_ms: numbers[6],
             basis_seq: numbers[7],
             limit_removed,
+            continues: continues.map(|(e, s)| LeaseVersion::new(e, s)),
         }
     }
 
@@ -79,8 +87,9 @@ mod tests {
             strings in proptest::array::uniform5("(\\PC|[\"\\\\\u{0}-\u{1f}\u{7f}é€😀]){0,12}"),
             numbers in proptest::array::uniform8(prop_oneof![Just(0u64), Just(u64::MAX), any::<u64>()]),
             limit_removed in any::<bool>(),
+            continues in proptest::option::of((any::<u64>(), any::<u64>())),
         ) {
-            let l = lease(strings, numbers, limit_removed);
+            let l = lease(strings, numbers, limit_removed, continues);
             let mut fast = Vec::new();
             l.encode_json_into(&mut fast);
             let serde = serde_json::to_vec(&l).unwrap();

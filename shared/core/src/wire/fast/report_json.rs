@@ -10,8 +10,9 @@
 //! goes, a missing version, broken JSON) is left to serde ([`decode_pod_reports`] falls back),
 //! so every batch gets serde's answer: the same value, or the same refusal.
 
+use crate::quota::Quota;
 use crate::wire::{
-    decode, LeaseVersion, PodReport, PodReports, WireError, WireMessage, MAX_BATCH_ITEMS, PROTOCOL_VERSION,
+    decode, HeldLease, LeaseVersion, PodReport, PodReports, WireError, WireMessage, MAX_BATCH_ITEMS, PROTOCOL_VERSION,
 };
 
 /// [`decode`]`::<PodReports>`, read by [`read_pod_reports`] where it can.
@@ -68,7 +69,7 @@ const MIN_REPORT_BYTES: usize = 175;
 /// The keys of a batch, a report item and a lease version, in the order serde writes them (the
 /// Rust pod's order): [`Cursor::object`] gives each key's place here.
 const BATCH_KEYS: Keys<4> = Keys::new([b"v", b"dc", b"pod", b"reports"]);
-const REPORT_KEYS: Keys<18> = Keys::new([
+const REPORT_KEYS: Keys<19> = Keys::new([
     b"v",
     b"limit",
     b"dc",
@@ -86,11 +87,15 @@ const REPORT_KEYS: Keys<18> = Keys::new([
     b"draining",
     b"weight",
     b"lease_in_use",
+    b"held",
     b"periods",
 ]);
-/// The report keys serde may find missing: `v`, `upstream_429`, `lease_in_use` and `periods`.
-const REPORT_OPTIONAL: u32 = (1 << 0) | (1 << 12) | (1 << 16) | (1 << 17);
+/// The report keys serde may find missing: `v`, `upstream_429`, `lease_in_use`, `held` and
+/// `periods`.
+const REPORT_OPTIONAL: u32 = (1 << 0) | (1 << 12) | (1 << 16) | (1 << 17) | (1 << 18);
 const LEASE_VERSION_KEYS: Keys<2> = Keys::new([b"epoch", b"seq"]);
+const HELD_KEYS: Keys<2> = Keys::new([b"quota", b"left_ms"]);
+const QUOTA_KEYS: Keys<2> = Keys::new([b"rate_milli_per_s", b"burst_milli"]);
 
 fn read_report(c: &mut Cursor<'_>) -> Option<PodReport> {
     let mut r = PodReport {
@@ -111,6 +116,7 @@ fn read_report(c: &mut Cursor<'_>) -> Option<PodReport> {
         draining: false,
         weight: 0.0,
         lease_in_use: None,
+        held: None,
         periods: 1,
     };
     // Each arm reads the key at that place in `REPORT_KEYS`.
@@ -133,6 +139,7 @@ fn read_report(c: &mut Cursor<'_>) -> Option<PodReport> {
             14 => r.draining = c.bool()?,
             15 => r.weight = c.f64()?,
             16 => r.lease_in_use = c.lease_version_or_null()?,
+            17 => r.held = c.held_or_null()?,
             _ => r.periods = u32::try_from(c.u64()?).ok()?,
         }
         Some(())
@@ -140,9 +147,9 @@ fn read_report(c: &mut Cursor<'_>) -> Option<PodReport> {
     (seen | REPORT_OPTIONAL == REPORT_KEYS.all()).then_some(r)
 }
 
-/// An object's keys (at most 32, each at most 13 bytes), each also kept as its quoted form with
-/// its colon packed little-endian into a `u128`, so that a key in its usual place is recognized
-/// by one comparison of 16 bytes.
+/// An object's keys (at most 32), each of at most 13 bytes also kept as its quoted form with its
+/// colon packed little-endian into a `u128`, so that a key in its usual place is recognized by
+/// one comparison of 16 bytes (a longer key is looked up by name).
 struct Keys<const N: usize> {
     names: [&'static [u8]; N],
     /// Per key: `"name":` packed, and its length.
@@ -156,7 +163,11 @@ impl<const N: usize> Keys<N> {
         let mut k = 0;
         while k < N {
             let name = names[k];
-            assert!(name.len() <= 13);
+            if name.len() > 13 {
+                quoted[k] = (0, usize::MAX);
+                k += 1;
+                continue;
+            }
             let len = name.len() + 3;
             let mut word = b'"' as u128 | (b'"' as u128) << (8 * (len - 2)) | (b':' as u128) << (8 * (len - 1));
             let mut i = 0;
@@ -182,6 +193,9 @@ impl<const N: usize> Keys<N> {
     /// Whether `rest` begins with key `k` quoted and its colon.
     fn quoted_at(&self, k: usize, rest: &[u8]) -> Option<usize> {
         let (word, len) = *self.quoted.get(k)?;
+        if len > 16 {
+            return None;
+        }
         let head: &[u8; 16] = rest.get(..16)?.try_into().ok()?;
         let mask = u128::MAX >> (8 * (16 - len));
         (u128::from_le_bytes(*head) & mask == word).then_some(len)
@@ -352,6 +366,33 @@ impl<'a> Cursor<'a> {
         };
         self.i += len;
         Some(value)
+    }
+
+    fn held_or_null(&mut self) -> Option<Option<HeldLease>> {
+        if self.peek()? == b'n' {
+            return self.b[self.i..].starts_with(b"null").then(|| {
+                self.i += 4;
+                None
+            });
+        }
+        let (mut quota, mut left_ms) = (Quota::ZERO, 0);
+        let seen = self.object(&HELD_KEYS, |c, key| {
+            match key {
+                0 => quota = c.quota()?,
+                _ => left_ms = c.u64()?,
+            }
+            Some(())
+        })?;
+        (seen == HELD_KEYS.all()).then_some(Some(HeldLease { quota, left_ms }))
+    }
+
+    fn quota(&mut self) -> Option<Quota> {
+        let (mut rate, mut burst) = (0, 0);
+        let seen = self.object(&QUOTA_KEYS, |c, key| {
+            *(if key == 0 { &mut rate } else { &mut burst }) = c.u64()?;
+            Some(())
+        })?;
+        (seen == QUOTA_KEYS.all()).then_some(Quota::new(rate, burst))
     }
 
     fn lease_version_or_null(&mut self) -> Option<Option<LeaseVersion>> {

@@ -127,6 +127,9 @@ fn object(pairs: &[(&str, String)], order: &[usize], sep: &str) -> String {
 
 fn item_pairs(limit: &str, numbers: [u64; 10], weight: f64, lease: Option<(u64, u64)>) -> Vec<(&'static str, String)> {
     let json = |s: &str| serde_json::to_string(s).unwrap();
+    let held = lease.map_or("null".to_string(), |(e, s)| {
+        format!(r#"{{"quota":{{"rate_milli_per_s":{s},"burst_milli":{e}}},"left_ms":{}}}"#, numbers[3])
+    });
     let lease = lease.map_or("null".to_string(), |(e, s)| format!(r#"{{"epoch":{e},"seq":{s}}}"#));
     vec![
         ("v", numbers[9].min(3).to_string()),
@@ -146,6 +149,7 @@ fn item_pairs(limit: &str, numbers: [u64; 10], weight: f64, lease: Option<(u64, 
         ("draining", numbers[1].is_multiple_of(3).to_string()),
         ("weight", serde_json::to_string(&weight).unwrap()),
         ("lease_in_use", lease),
+        ("held", held),
         ("periods", (numbers[2] % 70_000).to_string()),
     ]
 }
@@ -160,14 +164,14 @@ proptest! {
         weight in prop_oneof![Just(1.0f64), Just(0.1), Just(-0.0), 0.0f64..2_000.0, any::<f64>().prop_filter("finite", |w| w.is_finite())],
         weight_text in proptest::option::of("(0|[1-9][0-9]{0,16})(\\.[0-9]{1,17})?"),
         lease in proptest::option::of((any::<u64>(), any::<u64>())),
-        order in prop_oneof![Just((0..18).collect::<Vec<usize>>()), Just((0..18).collect::<Vec<usize>>()).prop_shuffle()],
-        left_out in proptest::collection::vec(any::<bool>(), 4),
+        order in prop_oneof![Just((0..19).collect::<Vec<usize>>()), Just((0..19).collect::<Vec<usize>>()).prop_shuffle()],
+        left_out in proptest::collection::vec(any::<bool>(), 5),
         spaced in any::<bool>(),
         top_order in prop_oneof![Just(vec![0usize, 1, 2, 3]), Just(vec![0usize, 1, 2, 3]).prop_shuffle()],
     ) {
         let sep = if spaced { " \n\t" } else { "" };
-        // v, upstream_429, lease_in_use and periods may be left out.
-        let optional = [0usize, 12, 16, 17];
+        // v, upstream_429, lease_in_use, held and periods may be left out.
+        let optional = [0usize, 12, 16, 17, 18];
         let order: Vec<usize> = order.into_iter().filter(|i| optional.iter().zip(&left_out).all(|(o, out)| !(*out && o == i))).collect();
         let pairs_of = |l: &str| {
             let mut pairs = item_pairs(l, numbers, weight, lease);

@@ -1,0 +1,191 @@
+//! A term's succession: answering for its predecessor's pod leases, and continuing them.
+//!
+//! A new term's report says `counts_predecessor`, so the coordinator moves the DC's earlier
+//! terms' DC leases under it and says in each DC lease how much they grant
+//! (`DcLease::predecessor_quota`). The coordinator now counts the larger of those and this term's
+//! own leases, and this term's confirmation of a newer DC lease releases them: so this term
+//! counts its predecessors' pod leases within its own books, as one entry of that size
+//! ([`HolderKey::predecessor`]), until every pod lease an earlier term may have cut has expired
+//! (the quiet end, as for the floor: `term_record.rs`). The floor and the emergency allowance
+//! stay unused until then, as before, so they still cover what the old pods spend of them.
+//!
+//! Rather than wait them out, the term **continues** its pods' leases. A pod whose report says
+//! what its lease in use grants and how long it has left (`PodReport::held`) gets a lease that
+//! names that version (`PodLease::continues`), of the same quota and no longer than its time
+//! left. The pod applies it only while that lease is still the one it uses, and then at most its
+//! quota and never past its end; from then on it refuses every earlier term's lease (the epoch
+//! fence). Until the pod confirms it, a continuation is counted by the predecessor's entry, not
+//! apart: the pod spends no more than the lease it continues. Once the pod confirms it, the
+//! continuation is counted as the pod's own lease and the predecessor's entry shrinks by the
+//! quota of the lease continued; the next split grows the pod from the room that frees.
+//!
+//! Why the shrink is safe: a continuation is issued after the predecessor's leadership lapsed,
+//! so the lease it continues was the pod's newest from that term when the term stopped granting.
+//! An issuer never releases a pod's newest applied lease (it releases a lease only when the pod
+//! confirms a newer one), so that lease was counted at every later grant of the predecessor:
+//! what the predecessor's other pods may spend fits its budget less that lease's quota, at every
+//! instant until they expire.
+
+use super::{DcManagerCore, DcOutput, HolderKey};
+use crate::ledger::LeaseEntry;
+use crate::quota::Quota;
+use crate::wire::{LeaseVersion, PodLease, PredecessorLeases, SCHEMA_VERSION};
+
+/// The predecessors' pod leases this term answers for.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Succession {
+    /// The term has taken a DC lease: what it answers for is settled (only the first says).
+    settled: bool,
+    /// What it still answers for (it shrinks as pods confirm continuations).
+    left: Quota,
+    /// The term whose DC leases were moved under this one: only continuations of its pod leases
+    /// shrink `left` (an older term's may be counted apart, under a term that did not answer for
+    /// it; continuing those counts them twice, which is waste, never excess).
+    predecessor_term: Option<u64>,
+    /// Per term, the quotas of its leases continued so far (confirmed), before the first DC
+    /// lease too.
+    continued: Vec<(u64, Quota)>,
+    /// The ledger version of the entry counting `left`.
+    entry_seq: u64,
+    /// Until when (this clock) a predecessor's pod lease may live.
+    until_ns: u64,
+}
+
+/// A continuation sent to a pod and not yet confirmed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Continuation {
+    /// Its version (this term's).
+    pub version: LeaseVersion,
+    /// The quota of the earlier term's lease it continues.
+    pub continues_quota: Quota,
+    /// That lease's term (epoch).
+    pub continues_term: u64,
+    /// What it grants (at most `continues_quota`).
+    pub quota: Quota,
+    /// Until when this manager counts it.
+    pub live_until_ns: u64,
+}
+
+impl DcManagerCore {
+    /// The first DC lease this term takes says what of its predecessor's DC leases the
+    /// coordinator moved under it: counted in the books until the quiet end.
+    pub(super) fn take_predecessor(&mut self, predecessor: Option<PredecessorLeases>, now_ns: u64) {
+        if std::mem::replace(&mut self.succession.settled, true) {
+            return;
+        }
+        let until_ns = self.floors.usable_from_ns;
+        let Some(p) = predecessor.filter(|_| now_ns < until_ns) else { return };
+        // Its pods continued before it came no longer spend their share of it.
+        let left = p.quota.saturating_sub(self.succession.continued_of(p.term));
+        let succession = &mut self.succession;
+        (succession.left, succession.predecessor_term, succession.entry_seq, succession.until_ns) =
+            (left, Some(p.term), 1, until_ns);
+        if !self.cfg.bugs.successor_ignores_predecessor_leases() {
+            let entry = LeaseEntry { version: LeaseVersion::new(0, 1), quota: left, live_until_ns: until_ns };
+            self.ledger.adopt(&HolderKey::predecessor(), entry);
+        }
+    }
+
+    /// What this term still answers for of its predecessors' pod leases at `now_ns`.
+    pub fn predecessor_quota(&self, now_ns: u64) -> Quota {
+        if now_ns < self.succession.until_ns {
+            self.succession.left
+        } else {
+            Quota::ZERO
+        }
+    }
+
+    /// What the pod at place `i` of the views gets in a split at `now_ns` while earlier terms'
+    /// pod leases may live: `Some(Some(_))` a continuation of the lease it holds, `Some(None)`
+    /// nothing (one was sent), `None` an ordinary lease. A continuation may go before the first
+    /// DC lease has said what this term answers for: until its pod confirms it, it is the
+    /// predecessor's lease by another name, and once confirmed it is counted in this term's
+    /// books either way (twice, if the coordinator counts the predecessor's DC leases apart).
+    pub(super) fn continuation_for(&mut self, i: usize, now_ns: u64) -> Option<Option<DcOutput>> {
+        if now_ns >= self.floors.usable_from_ns {
+            return None;
+        }
+        let (pod, view) = self.pods.views.get_index(i)?;
+        if view.continuation.is_some_and(|c| c.live_until_ns > now_ns) {
+            return Some(None);
+        }
+        let (held_version, held) = view.held?;
+        if held_version.epoch >= self.cfg.epoch || held.left_ms < self.cfg.min_pod_ttl_ms || view.draining {
+            return None;
+        }
+        let ttl_ms = held.left_ms.min(self.cfg.pod_ttl_ms);
+        let live_until_ns = self.cfg.expiry.issuer_live_until_ns(now_ns, ttl_ms);
+        self.next_seq += 1;
+        let version = LeaseVersion::new(self.cfg.epoch, self.next_seq);
+        let lease = PodLease {
+            v: SCHEMA_VERSION,
+            limit: self.lease_names.limit.clone(),
+            dc: self.lease_names.dc.clone(),
+            pod: pod.pod().clone(),
+            incarnation: view.incarnation,
+            issuer: self.lease_names.issuer.clone(),
+            version,
+            lease_id: super::split_pass::lease_id(&self.lease_names.lease_id_prefix, self.next_seq),
+            quota: held.quota,
+            ttl_ms,
+            basis_seq: view.last_seq,
+            limit_removed: self.limit_removed,
+            continues: Some(held_version),
+        };
+        let continuation = Continuation {
+            version,
+            continues_quota: held.quota,
+            continues_term: held_version.epoch,
+            quota: held.quota,
+            live_until_ns,
+        };
+        let view = self.pods.views.get_index_mut(i)?;
+        view.continuation = Some(continuation);
+        view.sent_a_lease = true;
+        self.counters.pod_leases_issued += 1;
+        self.counters.continuations_issued += 1;
+        Some(Some(DcOutput::PodLease(lease)))
+    }
+
+    /// `holder` (at place `i` of the views) reports `in_use`: if that is the continuation it was
+    /// sent, it is counted as the pod's own lease from now on and the predecessor's entry shrinks
+    /// by the lease it continued.
+    pub(super) fn settle_continuation(&mut self, i: usize, holder: &HolderKey, in_use: LeaseVersion, now_ns: u64) {
+        let Some(view) = self.pods.views.get_index_mut(i) else { return };
+        let Some(c) = view.continuation.filter(|c| c.version == in_use) else { return };
+        view.continuation = None;
+        self.counters.continuations_confirmed += 1;
+        if c.live_until_ns > now_ns {
+            let entry = LeaseEntry { version: c.version, quota: c.quota, live_until_ns: c.live_until_ns };
+            self.ledger.adopt(holder, entry);
+        }
+        self.succession.note_continued(c.continues_term, c.continues_quota);
+        if now_ns >= self.succession.until_ns || self.succession.predecessor_term != Some(c.continues_term) {
+            return; // no entry (yet: the first DC lease subtracts it), or not of this term's
+        }
+        // The new entry, then the old one released as a confirmation releases older leases.
+        let left = self.succession.left.saturating_sub(c.continues_quota);
+        self.succession.left = left;
+        self.succession.entry_seq += 1;
+        let version = LeaseVersion::new(0, self.succession.entry_seq);
+        let key = HolderKey::predecessor();
+        self.ledger.adopt(&key, LeaseEntry { version, quota: left, live_until_ns: self.succession.until_ns });
+        let release_at = self.cfg.expiry.released_until_ns(now_ns);
+        let _ = self.ledger.confirm_in_use(&key, version, release_at);
+        self.passes.growth_waiting = true;
+    }
+}
+
+impl Succession {
+    /// What was continued of term `term`'s leases.
+    fn continued_of(&self, term: u64) -> Quota {
+        self.continued.iter().find(|(t, _)| *t == term).map_or(Quota::ZERO, |(_, q)| *q)
+    }
+
+    fn note_continued(&mut self, term: u64, quota: Quota) {
+        match self.continued.iter_mut().find(|(t, _)| *t == term) {
+            Some((_, q)) => *q = q.saturating_add(quota),
+            None => self.continued.push((term, quota)),
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! A DC-manager failover costs at most a renew period (issue 58): a new term answers for its
+//! predecessor's pod leases within its own DC lease (the coordinator moves the predecessor's DC
+//! leases under it) and continues them, rather than waiting them out. The rules, on the real
+//! cores: the coordinator moves leases only for a term that says it answers for them, and keeps
+//! them moved across its own takeovers; a continuation frees its share of the predecessor's
+//! leases only when it continues a lease of the term whose DC leases were moved
+//! (docs/FINDINGS.md#f69).
+
+use leasehold_core::coordinator::{CoordinatorCore, LimitConfig, Stored};
+use leasehold_core::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput};
+use leasehold_core::quota::Quota;
+use leasehold_core::wire::{DcLease, DcReport, HeldLease, LeaseVersion, PodLease, PredecessorLeases};
+
+use crate::support::scripted::pod_report;
+use crate::support::{MS, S};
+
+fn limit() -> LimitConfig {
+    LimitConfig::new("api", Quota::per_s(1_000, 20), &[("bkk", Quota::ZERO), ("ams", Quota::ZERO)])
+}
+
+fn bkk_report(holder: &str, term: u64, seq: u64, counts_predecessor: bool) -> DcReport {
+    DcReport {
+        pods_healthy: 2,
+        counts_predecessor,
+        ..DcReport::new("api", "bkk", holder, term, seq, Quota::per_s(2_000, 0))
+    }
+}
+
+#[test]
+fn a_term_that_answers_for_its_predecessor_takes_its_dc_leases_over_across_takeovers() {
+    let mut c = CoordinatorCore::resume(limit(), "c", 1, Stored::Fresh, 0);
+    c.on_dc_report(&bkk_report("bkk-mgr-e1", 1, 1, true), 0);
+    c.on_dc_report(&DcReport::new("api", "ams", "ams-mgr-e1", 1, 1, Quota::per_s(2_000, 0)), 0);
+    let leases = c.tick(MS);
+    let l_a = leases.iter().find(|l| l.dc == "bkk").expect("bkk's lease").clone();
+    assert!(l_a.quota.rate_milli_per_s > 0 && l_a.predecessor.is_none());
+    let (a, b) = ("bkk-mgr-e1".to_string(), "bkk-mgr-e2".to_string());
+
+    // Term 2 says it answers for term 1: term 1's lease moves under it, and it gets a lease at
+    // once (it holds none of its own) naming what it answers for.
+    let out = c.on_dc_report(&bkk_report(&b, 2, 1, true), 2 * S);
+    let l_b = out.iter().find(|l| l.dc == "bkk").expect("a lease at once");
+    assert_eq!(l_b.holder, b);
+    assert_eq!(l_b.predecessor, Some(PredecessorLeases { quota: l_a.quota, term: 1 }));
+    assert_eq!(c.ledger().holder_claim(&a, 2 * S), Quota::ZERO);
+    assert_eq!(c.ledger().holder_claim(&b, 2 * S), l_a.quota.max(l_b.quota));
+
+    // A takeover keeps them moved: the record says under whom they count.
+    let record = c.record();
+    assert_eq!(record.counted_under.get(&a), Some(&b));
+    let next = CoordinatorCore::resume(limit(), "c2", 2, Stored::Record(&record), 3 * S);
+    next.ledger().check(3 * S).expect("books within capacity");
+    assert_eq!(next.ledger().holder_claim(&a, 3 * S), Quota::ZERO);
+    assert_eq!(next.ledger().holder_claim(&b, 3 * S), l_a.quota.max(l_b.quota));
+    assert_eq!(next.dcs()["bkk"].predecessor, Some((l_a.version, 1)));
+
+    // A term that does not say it answers for its predecessor (an older manager): its
+    // predecessor's leases stay counted apart.
+    let mut c = next;
+    c.on_dc_report(&bkk_report("bkk-mgr-e3", 3, 1, false), 4 * S);
+    assert_eq!(c.ledger().holder_claim(&b, 4 * S), l_a.quota.max(l_b.quota));
+    assert_eq!(c.ledger().holder_claim(&"bkk-mgr-e3".to_string(), 4 * S), Quota::ZERO);
+}
+
+/// Pod `pod`'s report (seq `seq`) that it uses `in_use`, which grants `held` with `left_ms` to go.
+fn holding(pod: &str, seq: u64, in_use: LeaseVersion, held: Option<(Quota, u64)>) -> leasehold_core::wire::PodReport {
+    let mut r = pod_report(pod, 7, seq, (100, 100), true, Some(in_use));
+    r.held = held.map(|(quota, left_ms)| HeldLease { quota, left_ms });
+    r
+}
+
+fn continuation(out: &[DcOutput]) -> PodLease {
+    out.iter()
+        .find_map(|o| match o {
+            DcOutput::PodLease(l) if l.continues.is_some() => Some(l.clone()),
+            _ => None,
+        })
+        .expect("a continuation")
+}
+
+#[test]
+fn a_continuation_frees_its_share_only_of_the_term_whose_leases_moved() {
+    for confirm_before_the_dc_lease in [false, true] {
+        // Term 3, whose coordinator moved term 2's DC leases (100/s) under it. Pod p1 holds a
+        // lease of term 2, pod p2 one of term 1 (counted apart, under a term that did not answer
+        // for it).
+        let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr-e3");
+        cfg.epoch = 3;
+        let mut m = DcManagerCore::new(cfg, 0);
+        let (of_2, of_1) = (LeaseVersion::new(2, 5), LeaseVersion::new(1, 9));
+        let c1 = continuation(&m.on_pod_report(&holding("p1", 1, of_2, Some((Quota::per_s(50, 5), 3_000))), 10 * MS));
+        let c2 = continuation(&m.on_pod_report(&holding("p2", 1, of_1, Some((Quota::per_s(30, 3), 3_000))), 10 * MS));
+        assert_eq!((c1.continues, c1.quota, c1.ttl_ms), (Some(of_2), Quota::per_s(50, 5), 3_000));
+        assert_eq!(c2.continues, Some(of_1));
+        // A pod that does not say what it holds (an older pod) is not continued.
+        let legacy = m.on_pod_report(&holding("p3", 1, of_2, None), 10 * MS);
+        assert!(legacy.iter().all(|o| !matches!(o, DcOutput::PodLease(l) if l.continues.is_some())));
+
+        let confirm = |m: &mut DcManagerCore, at| {
+            m.on_pod_report(&holding("p1", 2, c1.version, Some((c1.quota, 2_000))), at);
+            m.on_pod_report(&holding("p2", 2, c2.version, Some((c2.quota, 2_000))), at);
+        };
+        if confirm_before_the_dc_lease {
+            confirm(&mut m, 500 * MS);
+        }
+        let seq = m.tick(600 * MS).iter().find_map(|o| match o {
+            DcOutput::Report(r) => Some(r.seq),
+            _ => None,
+        });
+        let report = seq.expect("a DC report");
+        let lease = DcLease {
+            v: 1,
+            limit: "api".into(),
+            dc: "bkk".into(),
+            holder: "bkk-mgr-e3".into(),
+            version: LeaseVersion::new(7, 1),
+            lease_id: "l1".into(),
+            quota: Quota::per_s(100, 10),
+            floor: Quota::ZERO,
+            ttl_ms: 10_000,
+            basis_seq: report,
+            predecessor: Some(PredecessorLeases { quota: Quota::per_s(100, 10), term: 2 }),
+        };
+        m.on_dc_lease(&lease, 700 * MS).expect("taken");
+        if !confirm_before_the_dc_lease {
+            assert_eq!(m.predecessor_quota(700 * MS), Quota::per_s(100, 10));
+            confirm(&mut m, 800 * MS);
+        }
+        // p1's lease of term 2 leaves the moved leases' share; p2's of term 1 does not (it is
+        // counted twice now: waste, never excess).
+        assert_eq!(
+            m.predecessor_quota(900 * MS),
+            Quota::per_s(50, 5),
+            "confirmed first: {confirm_before_the_dc_lease}"
+        );
+        let claim = |pod: &str| m.ledger().holder_claim(&leasehold_core::dc_manager::holder_key(pod, 7), 900 * MS);
+        assert_eq!((claim("p1"), claim("p2")), (Quota::per_s(50, 5), Quota::per_s(30, 3)));
+        assert_eq!(m.counters().continuations_confirmed, 2);
+    }
+}
