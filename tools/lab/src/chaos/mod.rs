@@ -5,6 +5,7 @@
 //! The last stdout line is one JSON object; the exit code is non-zero if the limit was exceeded.
 
 pub mod adversary;
+pub mod failover;
 mod inject;
 pub mod judge;
 pub mod report;
@@ -158,10 +159,13 @@ async fn chaos(a: ChaosArgs) -> Result<ExitCode, String> {
     eprintln!("chaos: every pod holds a lease; load starts");
     let duration = Duration::from_secs(a.duration_s);
     let (load, drivers) = start_diurnal(http.clone(), upstream.clone(), duration, world.lists.clone());
+    let (readiness, not_ready) = failover::watch_readiness(http.clone(), world.lists.clone(), load.start, duration);
     let (log, injected, store_back_at_s) = drive(&mut world, &http, &upstream, &load, &schedule).await?;
     for d in drivers {
         let _ = d.await;
     }
+    let _ = readiness.await;
+    let not_ready = not_ready.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let up = observe::settle(&http, &upstream).await.ok_or("the upstream stopped answering")?;
     let crashed = world.procs.exited();
     world.procs.stop(Duration::from_secs(8), |n| n.contains("-pod") || n.contains("-join")).await;
@@ -169,8 +173,16 @@ async fn chaos(a: ChaosArgs) -> Result<ExitCode, String> {
 
     let bins = load.bins.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let adversary = std::mem::take(&mut world.adversary_sent);
-    let ran =
-        report::Ran { schedule: &schedule, store_back_at_s, injected, bins: &bins, upstream: &up, crashed, adversary };
+    let ran = report::Ran {
+        schedule: &schedule,
+        store_back_at_s,
+        injected,
+        bins: &bins,
+        not_ready: &not_ready,
+        upstream: &up,
+        crashed,
+        adversary,
+    };
     let summary = report::summarize(&a, ran);
     report::write_record(&a.out_dir, &summary, &log, &schedule, &bins);
     println!("{}", serde_json::to_string(&summary).map_err(|e| e.to_string())?);

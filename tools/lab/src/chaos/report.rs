@@ -3,6 +3,7 @@
 //! schedule and per-second counts by DC).
 
 use super::adversary::Sent;
+use super::failover::{manager_failovers, ManagerFailover};
 use super::judge::{judge, lag_excused, ByDc};
 use super::schedule::Fault;
 use super::{ChaosArgs, WARMUP_S};
@@ -67,6 +68,8 @@ pub struct Summary {
     pub processes_crashed: Vec<String>,
     pub adversary: Vec<Sent>,
     pub recoveries: Vec<Recovery>,
+    /// What each DC-manager leader kill cost its DC ([`ManagerFailover`]).
+    pub manager_failovers: Vec<ManagerFailover>,
     pub mode: &'static str,
     pub bound_1s_window: u64,
     pub safe: bool,
@@ -79,13 +82,15 @@ pub struct Ran<'a> {
     pub store_back_at_s: Vec<Option<f64>>,
     pub injected: BTreeMap<&'static str, u64>,
     pub bins: &'a Bins,
+    /// Per second, per DC, the most agents not ready.
+    pub not_ready: &'a [Vec<u32>],
     pub upstream: &'a UpstreamStats,
     pub crashed: Vec<String>,
     pub adversary: Vec<Sent>,
 }
 
 pub fn summarize(a: &ChaosArgs, ran: Ran) -> Summary {
-    let Ran { schedule, store_back_at_s, mut injected, bins: b, upstream: up, crashed, adversary } = ran;
+    let Ran { schedule, store_back_at_s, mut injected, bins: b, not_ready, upstream: up, crashed, adversary } = ran;
     let dc_ttl_s = a.dc_ttl_ms as f64 / 1_000.0;
     let secs = a.duration_s as usize;
     let offered: Vec<f64> = (0..secs).map(|s| b.offered[s].iter().sum::<u64>() as f64).collect();
@@ -99,6 +104,8 @@ pub fn summarize(a: &ChaosArgs, ran: Ran) -> Summary {
         .collect();
     let by_dc = ByDc { offered: &b.offered[..secs], admitted: &b.admitted[..secs], denied: &b.denied[..secs] };
     let excused = lag_excused(&by_dc, dc_ttl_s);
+    let renew_s = leasehold_core::dc_manager::DcManagerConfig::new("", "", "").renew_interval_ms as f64 / 1_000.0;
+    let manager_failovers = manager_failovers(schedule, &by_dc, not_ready, renew_s);
     let j = judge(&offered, &admitted, &excused, rate, &judged, dc_ttl_s, WARMUP_S);
     injected.insert("clock_skew", 2);
     let recoveries: Vec<Recovery> = schedule
@@ -142,6 +149,7 @@ pub fn summarize(a: &ChaosArgs, ran: Ran) -> Summary {
         processes_crashed: crashed,
         adversary,
         recoveries,
+        manager_failovers,
         mode: if emergency_total == 0 { "strict" } else { "best-effort" },
         bound_1s_window: if emergency_total == 0 { HARD_CALLS } else { bound_1s },
         safe,
