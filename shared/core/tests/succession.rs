@@ -54,9 +54,20 @@ fn a_term_that_answers_for_its_predecessor_takes_its_dc_leases_over_across_takeo
     assert_eq!(next.ledger().holder_claim(&b, 3 * S), l_a.quota.max(l_b.quota));
     assert_eq!(next.dcs()["bkk"].predecessor, Some((l_a.version, 1)));
 
+    // A wider expiry policy counts the moved lease longer too, under the holder it moved to.
+    let mut c = next;
+    let counted_until = |c: &CoordinatorCore| {
+        c.ledger().entries().find(|(h, e)| **h == b && e.version == l_a.version).map(|(_, e)| e.live_until_ns)
+    };
+    let before = counted_until(&c).expect("the moved lease is on the books");
+    let mut wider = limit();
+    wider.expiry.max_drift = 0.05;
+    wider.expiry.grace_ms = 1_000;
+    c.reconfigure(wider, 3 * S + MS).expect("reconfigured");
+    assert!(counted_until(&c).expect("still on the books") > before, "the moved lease is counted longer");
+
     // A term that does not say it answers for its predecessor (an older manager): its
     // predecessor's leases stay counted apart.
-    let mut c = next;
     c.on_dc_report(&bkk_report("bkk-mgr-e3", 3, 1, false), 4 * S);
     assert_eq!(c.ledger().holder_claim(&b, 4 * S), l_a.quota.max(l_b.quota));
     assert_eq!(c.ledger().holder_claim(&"bkk-mgr-e3".to_string(), 4 * S), Quota::ZERO);
@@ -136,5 +147,25 @@ fn a_continuation_frees_its_share_only_of_the_term_whose_leases_moved() {
         let claim = |pod: &str| m.ledger().holder_claim(&leasehold_core::dc_manager::holder_key(pod, 7), 900 * MS);
         assert_eq!((claim("p1"), claim("p2")), (Quota::per_s(50, 5), Quota::per_s(30, 3)));
         assert_eq!(m.counters().continuations_confirmed, 2);
+        // Taking a continuation's share over raises nothing the self-check bounds.
+        m.ledger().check(900 * MS).expect("the books hold");
     }
+}
+
+#[test]
+fn a_continuation_the_pod_did_not_take_is_sent_again_after_a_renew_interval() {
+    let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr-e3");
+    cfg.epoch = 3;
+    let renew_ms = cfg.renew_interval_ms;
+    let mut m = DcManagerCore::new(cfg, 0);
+    let held = Some((Quota::per_s(50, 5), 3_000));
+    let of_2 = LeaseVersion::new(2, 5);
+    let first = continuation(&m.on_pod_report(&holding("p1", 1, of_2, held), 10 * MS));
+    // Still on the old lease a report later: the continuation may be on its way.
+    let out = m.on_pod_report(&holding("p1", 2, of_2, held), 260 * MS);
+    assert!(out.iter().all(|o| !matches!(o, DcOutput::PodLease(_))), "{out:?}");
+    // Still on it a renew interval after: lost; sent again (a newer version, the same lease).
+    let again = continuation(&m.on_pod_report(&holding("p1", 3, of_2, held), (10 + renew_ms) * MS));
+    assert!(again.version > first.version);
+    assert_eq!((again.continues, again.basis_seq), (Some(of_2), 3));
 }

@@ -322,7 +322,8 @@ fn leader_text(role: &str, before: Option<&str>, now: Option<&str>) -> String {
 pub(super) fn on_record(record: &LedgerRecord) -> Quota {
     let mut per_holder: BTreeMap<&str, Quota> = BTreeMap::new();
     for l in &record.leases {
-        let q = per_holder.entry(l.holder.as_str()).or_default();
+        // A lease moved to a later term of its DC counts under it (`counted_under`).
+        let q = per_holder.entry(record.counted_holder(&l.holder)).or_default();
         *q = q.max(l.quota);
     }
     // Per DC the larger of the floor named and the floor reserved (missing: the one named).

@@ -174,11 +174,11 @@ impl CoordinatorCore {
             for l in &rec.leases {
                 let live_until_ns = c.cfg.expiry.issuer_live_until_ns(now_ns, l.ttl_ms);
                 // Under the later term that answers for it, if the writer moved it there.
-                let counted = rec.counted_under.get(&l.holder).unwrap_or(&l.holder);
-                let inherited = !kept || rec.inherited_below.get(counted).is_some_and(|b| l.version < *b);
+                let counted = rec.counted_holder(&l.holder).to_string();
+                let inherited = !kept || rec.inherited_below.get(&counted).is_some_and(|b| l.version < *b);
                 let entry = LeaseEntry { version: l.version, quota: l.quota, live_until_ns };
-                c.ledger.adopt_as(counted, entry, inherited);
-                c.leases.insert((counted.clone(), l.version), l.clone());
+                c.ledger.adopt_as(&counted, entry, inherited);
+                c.leases.insert((counted, l.version), l.clone());
                 if let Some(v) = c.dcs.get_mut(&l.dc) {
                     v.holder = Some(l.holder.clone());
                 }

@@ -126,9 +126,10 @@ impl CoordinatorCore {
     /// Count every lease out for a full lifetime under `cfg`'s expiry policy from now (if longer
     /// than it is counted already), as a leader counts what it adopts.
     fn recount_under(&mut self, cfg: &LimitConfig, now_ns: u64) {
-        for l in self.leases.values() {
+        // By the holder each is counted under (a later term's, for a lease moved to it).
+        for ((counted, version), l) in &self.leases {
             let until = cfg.expiry.issuer_live_until_ns(now_ns, l.ttl_ms);
-            self.ledger.count_until(&l.holder, l.version, until);
+            self.ledger.count_until(counted, *version, until);
         }
     }
 }

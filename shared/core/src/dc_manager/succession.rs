@@ -2,7 +2,7 @@
 //!
 //! A new term's report says `counts_predecessor`, so the coordinator moves the DC's earlier
 //! terms' DC leases under it and says in each DC lease how much they grant
-//! (`DcLease::predecessor_quota`). The coordinator now counts the larger of those and this term's
+//! (`DcLease::predecessor`). The coordinator now counts the larger of those and this term's
 //! own leases, and this term's confirmation of a newer DC lease releases them: so this term
 //! counts its predecessors' pod leases within its own books, as one entry of that size
 //! ([`HolderKey::predecessor`]), until every pod lease an earlier term may have cut has expired
@@ -27,6 +27,7 @@
 //! instant until they expire.
 
 use super::{DcManagerCore, DcOutput, HolderKey};
+use crate::expiry::NS_PER_MS;
 use crate::ledger::LeaseEntry;
 use crate::quota::Quota;
 use crate::wire::{LeaseVersion, PodLease, PredecessorLeases, SCHEMA_VERSION};
@@ -34,8 +35,6 @@ use crate::wire::{LeaseVersion, PodLease, PredecessorLeases, SCHEMA_VERSION};
 /// The predecessors' pod leases this term answers for.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Succession {
-    /// The term has taken a DC lease: what it answers for is settled (only the first says).
-    settled: bool,
     /// What it still answers for (it shrinks as pods confirm continuations).
     left: Quota,
     /// The term whose DC leases were moved under this one: only continuations of its pod leases
@@ -56,25 +55,27 @@ pub(super) struct Succession {
 pub struct Continuation {
     /// Its version (this term's).
     pub version: LeaseVersion,
-    /// The quota of the earlier term's lease it continues.
+    /// The earlier term's lease it continues.
+    pub continues: LeaseVersion,
+    /// That lease's quota.
     pub continues_quota: Quota,
-    /// That lease's term (epoch).
-    pub continues_term: u64,
     /// What it grants (at most `continues_quota`).
     pub quota: Quota,
+    /// When it was sent.
+    pub issued_ns: u64,
     /// Until when this manager counts it.
     pub live_until_ns: u64,
 }
 
 impl DcManagerCore {
-    /// The first DC lease this term takes says what of its predecessor's DC leases the
-    /// coordinator moved under it: counted in the books until the quiet end.
+    /// A DC lease says what of its predecessor's DC leases the coordinator moved under this
+    /// term: counted in the books, once, until the quiet end (the first lease that names it; a
+    /// lease without it changes nothing).
     pub(super) fn take_predecessor(&mut self, predecessor: Option<PredecessorLeases>, now_ns: u64) {
-        if std::mem::replace(&mut self.succession.settled, true) {
-            return;
-        }
         let until_ns = self.floors.usable_from_ns;
-        let Some(p) = predecessor.filter(|_| now_ns < until_ns) else { return };
+        let Some(p) = predecessor.filter(|_| now_ns < until_ns && self.succession.predecessor_term.is_none()) else {
+            return;
+        };
         // Its pods continued before it came no longer spend their share of it.
         let left = p.quota.saturating_sub(self.succession.continued_of(p.term));
         let succession = &mut self.succession;
@@ -82,7 +83,7 @@ impl DcManagerCore {
             (left, Some(p.term), 1, until_ns);
         if !self.cfg.bugs.successor_ignores_predecessor_leases() {
             let entry = LeaseEntry { version: LeaseVersion::new(0, 1), quota: left, live_until_ns: until_ns };
-            self.ledger.adopt(&HolderKey::predecessor(), entry);
+            self.ledger.enter(&HolderKey::predecessor(), entry, now_ns);
         }
     }
 
@@ -105,10 +106,19 @@ impl DcManagerCore {
         if now_ns >= self.floors.usable_from_ns {
             return None;
         }
-        let (pod, view) = self.pods.views.get_index(i)?;
-        if view.continuation.is_some_and(|c| c.live_until_ns > now_ns) {
-            return Some(None);
+        let view = self.pods.views.get_index(i)?.1;
+        if let Some(c) = view.continuation.filter(|c| c.live_until_ns > now_ns) {
+            // Still on the lease it continues: wait for the pod to take it, and send it again
+            // after a renew interval (lost on the way). On another lease, the pod refused it.
+            let on_it = view.held.is_some_and(|(v, _)| v == c.continues);
+            if on_it && now_ns < c.issued_ns.saturating_add(self.cfg.renew_interval_ms * NS_PER_MS) {
+                return Some(None);
+            }
         }
+        if let Some(view) = self.pods.views.get_index_mut(i) {
+            view.continuation = None;
+        }
+        let (pod, view) = self.pods.views.get_index(i)?;
         let (held_version, held) = view.held?;
         if held_version.epoch >= self.cfg.epoch || held.left_ms < self.cfg.min_pod_ttl_ms || view.draining {
             return None;
@@ -134,9 +144,10 @@ impl DcManagerCore {
         };
         let continuation = Continuation {
             version,
+            continues: held_version,
             continues_quota: held.quota,
-            continues_term: held_version.epoch,
             quota: held.quota,
+            issued_ns: now_ns,
             live_until_ns,
         };
         let view = self.pods.views.get_index_mut(i)?;
@@ -148,30 +159,35 @@ impl DcManagerCore {
     }
 
     /// `holder` (at place `i` of the views) reports `in_use`: if that is the continuation it was
-    /// sent, it is counted as the pod's own lease from now on and the predecessor's entry shrinks
-    /// by the lease it continued.
+    /// sent, it is counted as the pod's own lease from now on, beside the lease it continued for
+    /// the egress spread (as a confirmation keeps the older lease), and the predecessor's entry
+    /// gives up that lease's quota at once, if it is of the term whose DC leases moved. The
+    /// total on the books does not rise.
     pub(super) fn settle_continuation(&mut self, i: usize, holder: &HolderKey, in_use: LeaseVersion, now_ns: u64) {
         let Some(view) = self.pods.views.get_index_mut(i) else { return };
         let Some(c) = view.continuation.filter(|c| c.version == in_use) else { return };
         view.continuation = None;
         self.counters.continuations_confirmed += 1;
-        if c.live_until_ns > now_ns {
-            let entry = LeaseEntry { version: c.version, quota: c.quota, live_until_ns: c.live_until_ns };
-            self.ledger.adopt(holder, entry);
+        self.succession.note_continued(c.continues.epoch, c.continues_quota);
+        let release_at = self.cfg.expiry.released_until_ns(now_ns);
+        let continued = LeaseEntry { version: c.continues, quota: c.continues_quota, live_until_ns: release_at };
+        let entry = LeaseEntry { version: c.version, quota: c.quota, live_until_ns: c.live_until_ns };
+        self.ledger.enter(holder, continued, now_ns);
+        self.ledger.enter(holder, entry, now_ns);
+        let of_the_moved_term = self.succession.predecessor_term == Some(c.continues.epoch);
+        if now_ns >= self.succession.until_ns || !of_the_moved_term {
+            // Counted apart, or by an entry not taken yet (its first DC lease subtracts it): on
+            // these books it is new, twice counted at worst.
+            return;
         }
-        self.succession.note_continued(c.continues_term, c.continues_quota);
-        if now_ns >= self.succession.until_ns || self.succession.predecessor_term != Some(c.continues_term) {
-            return; // no entry (yet: the first DC lease subtracts it), or not of this term's
-        }
-        // The new entry, then the old one released as a confirmation releases older leases.
         let left = self.succession.left.saturating_sub(c.continues_quota);
         self.succession.left = left;
         self.succession.entry_seq += 1;
         let version = LeaseVersion::new(0, self.succession.entry_seq);
         let key = HolderKey::predecessor();
-        self.ledger.adopt(&key, LeaseEntry { version, quota: left, live_until_ns: self.succession.until_ns });
-        let release_at = self.cfg.expiry.released_until_ns(now_ns);
-        let _ = self.ledger.confirm_in_use(&key, version, release_at);
+        // (The new entry first: the holder claims the larger of the two until the old one ends.)
+        self.ledger.enter(&key, LeaseEntry { version, quota: left, live_until_ns: self.succession.until_ns }, now_ns);
+        let _ = self.ledger.confirm_in_use(&key, version, now_ns);
         self.passes.growth_waiting = true;
     }
 }

@@ -17,6 +17,25 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
     /// As [`adopt`](Self::adopt); `inherited: false` keeps the lease lasting (its writer granted
     /// it under a capacity no larger than this ledger's, and counted it as lasting).
     pub fn adopt_as(&mut self, holder: &H, entry: LeaseEntry, inherited: bool) {
+        self.enter_as(holder, entry, inherited);
+        let adopted = self
+            .holders
+            .values()
+            .fold(Quota::ZERO, |s, h| s.saturating_add(h.entries.iter().fold(Quota::ZERO, |m, e| m.max(e.quota))));
+        self.ceiling = self.ceiling.max(adopted);
+    }
+
+    /// Enter a lease whatever the headroom, as inherited (it ends by itself): a DC-manager term's
+    /// predecessor's pod leases and the continuations of them (`dc_manager/succession.rs`). The
+    /// self-check's ceiling rises to the total at `now_ns` only (no claim rises later by itself),
+    /// where [`adopt`](Self::adopt) takes every holder's largest entry, so entering one where
+    /// another is given up at the same instant leaves it as it was.
+    pub fn enter(&mut self, holder: &H, entry: LeaseEntry, now_ns: u64) {
+        self.enter_as(holder, entry, true);
+        self.ceiling = self.ceiling.max(self.outstanding(now_ns));
+    }
+
+    fn enter_as(&mut self, holder: &H, entry: LeaseEntry, inherited: bool) {
         self.totals.forget();
         let h = self.holder_mut(holder);
         h.last_version = Some(h.last_version.map_or(entry.version, |v| v.max(entry.version)));
@@ -26,11 +45,6 @@ impl<H: Ord + Hash + Clone> Ledger<H> {
             let next = LeaseVersion::new(version.epoch, version.seq.saturating_add(1));
             h.inherited_below = Some(h.inherited_below.map_or(next, |b| b.max(next)));
         }
-        let adopted = self
-            .holders
-            .values()
-            .fold(Quota::ZERO, |s, h| s.saturating_add(h.entries.iter().fold(Quota::ZERO, |m, e| m.max(e.quota))));
-        self.ceiling = self.ceiling.max(adopted);
     }
 
     /// As [`adopt`](Self::adopt), for a holder on its way out: its entries count in the total

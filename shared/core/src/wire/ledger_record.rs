@@ -115,6 +115,12 @@ impl LedgerRecord {
         }
     }
 
+    /// The holder `holder`'s leases are counted under: a later term that answers for it
+    /// (`counted_under`), or itself.
+    pub fn counted_holder<'a>(&'a self, holder: &'a str) -> &'a str {
+        self.counted_under.get(holder).map_or(holder, String::as_str)
+    }
+
     /// The writer runs the limit retired (removed from `lh_limits`): capacity zero and no floor.
     pub fn limit_removed(&self) -> bool {
         self.capacity == Some(Quota::ZERO) && self.floors.values().all(|f| *f == Quota::ZERO)

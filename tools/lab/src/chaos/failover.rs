@@ -66,6 +66,9 @@ pub fn manager_failovers(
         .collect()
 }
 
+/// Per second, per DC: the most agents seen not ready.
+pub type NotReady = Arc<Mutex<Vec<Vec<u32>>>>;
+
 /// Poll every agent's `/readyz` twice a second until `duration` has passed since `start`: per
 /// second, per DC, the most agents that answered anything but 200 (or nothing).
 pub fn watch_readiness(
@@ -73,7 +76,7 @@ pub fn watch_readiness(
     lists: Vec<Arc<Mutex<Vec<String>>>>,
     start: Instant,
     duration: Duration,
-) -> (tokio::task::JoinHandle<()>, Arc<Mutex<Vec<Vec<u32>>>>) {
+) -> (tokio::task::JoinHandle<()>, NotReady) {
     let seconds = duration.as_secs() as usize + 2;
     let seen = Arc::new(Mutex::new(vec![vec![0u32; lists.len()]; seconds]));
     let out = seen.clone();

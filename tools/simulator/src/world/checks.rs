@@ -57,8 +57,12 @@ impl World {
         // overlap, and so do their DC leases on the coordinator's books.
         let record = core.record();
         for (d, used) in per_dc.iter().enumerate() {
-            let mut holders: Vec<&str> =
-                record.leases.iter().filter(|l| l.dc == self.sc.dcs[d].name).map(|l| l.holder.as_str()).collect();
+            let mut holders: Vec<&str> = record
+                .leases
+                .iter()
+                .filter(|l| l.dc == self.sc.dcs[d].name)
+                .map(|l| record.counted_holder(&l.holder))
+                .collect();
             holders.sort_unstable();
             holders.dedup();
             let counted = holders
