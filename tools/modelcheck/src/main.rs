@@ -45,6 +45,26 @@ struct Args {
     progress_secs: u64,
 }
 
+/// `println!` that ends the run quietly (exit 0) when stdout's reader has gone
+/// (`leasehold-modelcheck --help | head`), rather than panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        say_line(format_args!($($arg)*))
+    };
+}
+
+fn say_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(line).and_then(|()| out.write_all(b"\n")) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("error: cannot write to stdout: {e}");
+            std::process::exit(1);
+        }
+        std::process::exit(0);
+    }
+}
+
 fn main() -> ExitCode {
     let args = match Args::try_parse() {
         Ok(a) => a,
@@ -53,7 +73,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
         Err(e) => {
-            print!("{e}");
+            say!("{}", e.to_string().trim_end());
             return ExitCode::SUCCESS;
         }
     };
@@ -89,14 +109,14 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     if let Some(path) = &args.replay {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let trace: Trace = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        let violation = replay(&trace, |line| println!("{line}"))?;
+        let violation = replay(&trace, |line| say!("{line}"))?;
         return Ok(match violation {
             Some(step) => {
-                println!("violation at step {step} of {}", trace.actions.len());
+                say!("violation at step {step} of {}", trace.actions.len());
                 ExitCode::from(1)
             }
             None => {
-                println!("no violation in {} steps", trace.actions.len());
+                say!("no violation in {} steps", trace.actions.len());
                 ExitCode::SUCCESS
             }
         });
@@ -109,7 +129,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         max_stored_states: args.max_stored_states,
     };
     let out = explore(&cfg, &limits)?;
-    println!(
+    say!(
         "states explored: {} distinct ({} initial), transitions: {}, max depth: {}, elapsed: {:.1} s, {}",
         out.states,
         out.initial_states,
@@ -119,13 +139,13 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         if out.exhausted { "state space exhausted" } else { "stopped at a bound" }
     );
     let Some(cx) = out.counterexample else {
-        println!("violations: 0");
+        say!("violations: 0");
         return Ok(ExitCode::SUCCESS);
     };
-    println!("VIOLATION after {} actions: {}", cx.trace.actions.len(), cx.violation);
+    say!("VIOLATION after {} actions: {}", cx.trace.actions.len(), cx.violation);
     let json = serde_json::to_string_pretty(&cx.trace).map_err(|e| e.to_string())?;
     std::fs::write(&args.trace_out, json).map_err(|e| format!("{}: {e}", args.trace_out.display()))?;
-    replay(&cx.trace, |line| println!("{line}"))?;
-    println!("trace written to {} (replay with --replay {})", args.trace_out.display(), args.trace_out.display());
+    replay(&cx.trace, |line| say!("{line}"))?;
+    say!("trace written to {} (replay with --replay {})", args.trace_out.display(), args.trace_out.display());
     Ok(ExitCode::from(1))
 }
