@@ -61,8 +61,12 @@ pub struct Continuation {
     pub continues_quota: Quota,
     /// What it grants (at most `continues_quota`).
     pub quota: Quota,
-    /// When it was sent.
-    pub issued_ns: u64,
+    /// Its TTL.
+    pub ttl_ms: u64,
+    /// The report it answers: its countdown starts at that report's send.
+    pub basis_seq: u64,
+    /// When it was last sent.
+    pub sent_ns: u64,
     /// Until when this manager counts it.
     pub live_until_ns: u64,
 }
@@ -106,52 +110,42 @@ impl DcManagerCore {
         if now_ns >= self.floors.usable_from_ns {
             return None;
         }
-        let view = self.pods.views.get_index(i)?.1;
+        let (pod, view) = self.pods.views.get_index(i)?;
+        let pod = pod.clone(); // (only while earlier terms' leases may live)
         if let Some(c) = view.continuation.filter(|c| c.live_until_ns > now_ns) {
-            // Still on the lease it continues: wait for the pod to take it, and send it again
-            // after a renew interval (lost on the way). On another lease, the pod refused it.
-            let on_it = view.held.is_some_and(|(v, _)| v == c.continues);
-            if on_it && now_ns < c.issued_ns.saturating_add(self.cfg.renew_interval_ms * NS_PER_MS) {
-                return Some(None);
+            // Still on the lease it continues: wait for the pod to take it, and send the same
+            // lease again a renew interval after it went (lost on the way; a copy that finds it
+            // applied is refused as not newer). On another lease, the pod refused it.
+            if view.held.is_some_and(|(v, _)| v == c.continues) {
+                if now_ns < c.sent_ns.saturating_add(self.cfg.renew_interval_ms * NS_PER_MS) {
+                    return Some(None);
+                }
+                let view = self.pods.views.get_index_mut(i)?;
+                let lease = continuation_lease(&self.lease_names, self.limit_removed, &pod, view.incarnation, &c);
+                view.continuation = Some(Continuation { sent_ns: now_ns, ..c });
+                return Some(Some(DcOutput::PodLease(lease)));
             }
         }
-        if let Some(view) = self.pods.views.get_index_mut(i) {
-            view.continuation = None;
-        }
-        let (pod, view) = self.pods.views.get_index(i)?;
+        let view = self.pods.views.get_index_mut(i)?;
+        view.continuation = None;
         let (held_version, held) = view.held?;
         if held_version.epoch >= self.cfg.epoch || held.left_ms < self.cfg.min_pod_ttl_ms || view.draining {
             return None;
         }
         let ttl_ms = held.left_ms.min(self.cfg.pod_ttl_ms);
-        let live_until_ns = self.cfg.expiry.issuer_live_until_ns(now_ns, ttl_ms);
         self.next_seq += 1;
-        let version = LeaseVersion::new(self.cfg.epoch, self.next_seq);
-        let lease = PodLease {
-            v: SCHEMA_VERSION,
-            limit: self.lease_names.limit.clone(),
-            dc: self.lease_names.dc.clone(),
-            pod: pod.pod().clone(),
-            incarnation: view.incarnation,
-            issuer: self.lease_names.issuer.clone(),
-            version,
-            lease_id: super::split_pass::lease_id(&self.lease_names.lease_id_prefix, self.next_seq),
-            quota: held.quota,
-            ttl_ms,
-            basis_seq: view.last_seq,
-            limit_removed: self.limit_removed,
-            continues: Some(held_version),
-        };
-        let continuation = Continuation {
-            version,
+        let c = Continuation {
+            version: LeaseVersion::new(self.cfg.epoch, self.next_seq),
             continues: held_version,
             continues_quota: held.quota,
             quota: held.quota,
-            issued_ns: now_ns,
-            live_until_ns,
+            ttl_ms,
+            basis_seq: view.last_seq,
+            sent_ns: now_ns,
+            live_until_ns: self.cfg.expiry.issuer_live_until_ns(now_ns, ttl_ms),
         };
-        let view = self.pods.views.get_index_mut(i)?;
-        view.continuation = Some(continuation);
+        let lease = continuation_lease(&self.lease_names, self.limit_removed, &pod, view.incarnation, &c);
+        view.continuation = Some(c);
         view.sent_a_lease = true;
         self.counters.pod_leases_issued += 1;
         self.counters.continuations_issued += 1;
@@ -203,5 +197,30 @@ impl Succession {
             Some((_, q)) => *q = q.saturating_add(quota),
             None => self.continued.push((term, quota)),
         }
+    }
+}
+
+/// The lease that carries continuation `c` to `pod`'s process `incarnation`.
+fn continuation_lease(
+    names: &super::LeaseNames,
+    limit_removed: bool,
+    pod: &HolderKey,
+    incarnation: u64,
+    c: &Continuation,
+) -> PodLease {
+    PodLease {
+        v: SCHEMA_VERSION,
+        limit: names.limit.clone(),
+        dc: names.dc.clone(),
+        pod: pod.pod().clone(),
+        incarnation,
+        issuer: names.issuer.clone(),
+        version: c.version,
+        lease_id: super::split_pass::lease_id(&names.lease_id_prefix, c.version.seq),
+        quota: c.quota,
+        ttl_ms: c.ttl_ms,
+        basis_seq: c.basis_seq,
+        limit_removed,
+        continues: Some(c.continues),
     }
 }
