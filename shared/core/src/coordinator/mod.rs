@@ -18,6 +18,7 @@ mod config;
 mod floors;
 mod group_write;
 mod reconfigure;
+mod succession;
 mod takeover;
 
 pub use config::{DcSpec, LimitConfig};
@@ -30,7 +31,7 @@ use crate::allocator::{allocate, Claim, Rebalancer};
 use crate::expiry::NS_PER_MS;
 use crate::ledger::{LeaseEntry, Ledger};
 use crate::quota::Quota;
-use crate::wire::{DcHolder, DcLease, DcReport, LeaseVersion, LedgerRecord, PredecessorLeases, SCHEMA_VERSION};
+use crate::wire::{DcHolder, DcLease, DcReport, LeaseVersion, LedgerRecord, SCHEMA_VERSION};
 use std::collections::BTreeMap;
 
 /// What the coordinator knows of one DC.
@@ -317,36 +318,6 @@ impl CoordinatorCore {
         leases
     }
 
-    /// The DC's earlier term `old` (of term `old_term`) is succeeded by `new`, which answers for
-    /// its pod leases: its DC leases move under `new` (see [`DcView::predecessor`]).
-    fn move_leases(&mut self, dc: &str, old: &str, old_term: u64, new: &str) {
-        let Some(newest) = self.ledger.move_holder(&old.to_string(), &new.to_string()) else { return };
-        let moved: Vec<(String, LeaseVersion)> = self.leases.keys().filter(|(h, _)| h == old).cloned().collect();
-        for key in moved {
-            let lease = self.leases.remove(&key).expect("listed");
-            self.leases.insert((new.to_string(), key.1), lease);
-        }
-        self.dcs.get_mut(dc).expect("reporting").predecessor = Some((newest, old_term));
-    }
-
-    /// What `holder`'s leases up to the version in `predecessor` (an earlier term's, moved under
-    /// it) still live at `now_ns` grant at most, and that term.
-    fn predecessor(
-        &self,
-        holder: &String,
-        predecessor: Option<(LeaseVersion, u64)>,
-        now_ns: u64,
-    ) -> Option<PredecessorLeases> {
-        let (through, term) = predecessor?;
-        let quota = self
-            .ledger
-            .entries()
-            .filter(|(h, e)| *h == holder && e.version <= through && e.live_until_ns > now_ns)
-            .map(|(_, e)| e.quota)
-            .reduce(Quota::max)?;
-        Some(PredecessorLeases { quota, term })
-    }
-
     fn prune_leases(&mut self) {
         let live: std::collections::BTreeSet<(String, LeaseVersion)> =
             self.ledger.entries().map(|(h, e)| (h.clone(), e.version)).collect();
@@ -479,7 +450,7 @@ impl CoordinatorCore {
             floor,
             ttl_ms: self.cfg.dc_ttl_ms,
             basis_seq: v.last_seq,
-            predecessor: self.predecessor(&holder, v.predecessor, now_ns),
+            predecessor: self.predecessor_of(dc, now_ns),
         };
         self.counters.leases_issued += 1;
         self.leases.insert((holder, version), lease.clone());

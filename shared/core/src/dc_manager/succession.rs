@@ -111,44 +111,37 @@ impl DcManagerCore {
             return None;
         }
         let (pod, view) = self.pods.views.get_index(i)?;
-        let pod = pod.clone(); // (only while earlier terms' leases may live)
-        if let Some(c) = view.continuation.filter(|c| c.live_until_ns > now_ns) {
-            // Still on the lease it continues: wait for the pod to take it, and send the same
-            // lease again a renew interval after it went (lost on the way; a copy that finds it
-            // applied is refused as not newer). On another lease, the pod refused it.
-            if view.held.is_some_and(|(v, _)| v == c.continues) {
-                if now_ns < c.sent_ns.saturating_add(self.cfg.renew_interval_ms * NS_PER_MS) {
-                    return Some(None);
+        let pending = view.continuation.filter(|c| c.live_until_ns > now_ns);
+        // Still on the lease it continues: wait for the pod to take it, and send the same lease
+        // again a renew interval after it went (lost on the way; a copy that finds it applied is
+        // refused as not newer). On another lease, the pod refused it.
+        let c = match pending.filter(|c| view.held.is_some_and(|(v, _)| v == c.continues)) {
+            Some(c) if now_ns < c.sent_ns.saturating_add(self.cfg.renew_interval_ms * NS_PER_MS) => return Some(None),
+            Some(c) => Continuation { sent_ns: now_ns, ..c },
+            None => {
+                let (held_version, held) = view.held.filter(|(v, h)| {
+                    v.epoch < self.cfg.epoch && h.left_ms >= self.cfg.min_pod_ttl_ms && !view.draining
+                })?;
+                let ttl_ms = held.left_ms.min(self.cfg.pod_ttl_ms);
+                self.next_seq += 1;
+                self.counters.continuations_issued += 1;
+                Continuation {
+                    version: LeaseVersion::new(self.cfg.epoch, self.next_seq),
+                    continues: held_version,
+                    continues_quota: held.quota,
+                    quota: held.quota,
+                    ttl_ms,
+                    basis_seq: view.last_seq,
+                    sent_ns: now_ns,
+                    live_until_ns: self.cfg.expiry.issuer_live_until_ns(now_ns, ttl_ms),
                 }
-                let view = self.pods.views.get_index_mut(i)?;
-                let lease = continuation_lease(&self.lease_names, self.limit_removed, &pod, view.incarnation, &c);
-                view.continuation = Some(Continuation { sent_ns: now_ns, ..c });
-                return Some(Some(DcOutput::PodLease(lease)));
             }
-        }
-        let view = self.pods.views.get_index_mut(i)?;
-        view.continuation = None;
-        let (held_version, held) = view.held?;
-        if held_version.epoch >= self.cfg.epoch || held.left_ms < self.cfg.min_pod_ttl_ms || view.draining {
-            return None;
-        }
-        let ttl_ms = held.left_ms.min(self.cfg.pod_ttl_ms);
-        self.next_seq += 1;
-        let c = Continuation {
-            version: LeaseVersion::new(self.cfg.epoch, self.next_seq),
-            continues: held_version,
-            continues_quota: held.quota,
-            quota: held.quota,
-            ttl_ms,
-            basis_seq: view.last_seq,
-            sent_ns: now_ns,
-            live_until_ns: self.cfg.expiry.issuer_live_until_ns(now_ns, ttl_ms),
         };
-        let lease = continuation_lease(&self.lease_names, self.limit_removed, &pod, view.incarnation, &c);
+        let lease = continuation_lease(&self.lease_names, self.limit_removed, pod, view.incarnation, &c);
+        let view = self.pods.views.get_index_mut(i)?;
         view.continuation = Some(c);
         view.sent_a_lease = true;
         self.counters.pod_leases_issued += 1;
-        self.counters.continuations_issued += 1;
         Some(Some(DcOutput::PodLease(lease)))
     }
 
