@@ -346,3 +346,23 @@ fn the_simulator_catches_a_successor_that_does_not_count_its_predecessors_leases
     println!("violations per seed with the predecessor's leases not counted: {per_seed:?}");
     assert!(per_seed.iter().sum::<u64>() > 0);
 }
+
+/// A term that spends the floor in its quiet period to keep continued leases whole, without
+/// counting the floor among what its predecessor's pods may spend, grants it again while the
+/// pods it cannot reach still spend it (FINDINGS F70). The same kills and cut-off pods as above.
+#[test]
+fn the_simulator_catches_a_successor_that_spends_the_floor_uncounted() {
+    use leasehold_sim::faults::{Fault, ScheduledFault, Victim};
+    use leasehold_sim::scenario::manager_failover::{run_failovers, KILLS, KILL_EVERY_S};
+    let mut sc = Scenario::manager_failover();
+    for k in 1..=KILLS {
+        let at_s = (k * KILL_EVERY_S) as f64 - 0.5;
+        for pick in [0, 1] {
+            sc.fixed_faults.push(ScheduledFault::new(at_s, 7.0, Victim::PodUp { pick }, Fault::PartitionPodDc));
+        }
+    }
+    sc.bugs = KnownBugs { successor_spends_floor_uncounted: true, ..KnownBugs::default() };
+    let per_seed: Vec<u64> = (1..=2).map(|seed| run_failovers(sc.clone(), seed).0).collect();
+    println!("violations per seed with the floor spent uncounted: {per_seed:?}");
+    assert!(per_seed.iter().sum::<u64>() > 0);
+}

@@ -152,5 +152,11 @@ known_bugs! {
         /// in its own books: it hands the predecessor's share out again while the old term's
         /// pods still spend it (docs/FINDINGS.md#f69).
         pub successor_ignores_predecessor_leases,
+        /// A DC-manager term that answers for its predecessor's pod leases spends the floor in
+        /// its quiet period (so that continued leases the floor backed keep their size) without
+        /// counting the floor among what the predecessor's pods may spend: it grants the floor
+        /// again while the old term's pods that were not continued still spend it
+        /// (docs/FINDINGS.md#f70).
+        pub successor_spends_floor_uncounted,
     }
 }

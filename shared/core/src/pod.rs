@@ -386,4 +386,23 @@ mod tests {
         cont.continues = Some(LeaseVersion::new(1, 5));
         assert!(lending.on_lease(&cont, 2 * MS).is_err());
     }
+
+    /// A continuation that finds the lease it continues run out is refused, though it would
+    /// grant nothing: a term stops counting a lease once it ran out and may lend its share to
+    /// another pod, so only a lease still running when the new term's continuation reaches the
+    /// pod (after the old term stopped granting) was counted at every grant the old term made.
+    /// Confirming an empty continuation would free that share twice.
+    #[test]
+    fn a_continuation_of_a_lease_that_ran_out_is_refused() {
+        let mut p = pod();
+        let r = p.report(0, IntervalCounters::default(), true);
+        p.on_lease(&lease(LeaseVersion::new(1, 5), r.seq), MS).unwrap();
+        let r2 = p.report(4_000 * MS, IntervalCounters::default(), true);
+        assert_eq!(r2.held.map(|h| h.left_ms), Some(1_000));
+        let mut next = lease(LeaseVersion::new(2, 1), r2.seq);
+        next.continues = Some(LeaseVersion::new(1, 5));
+        assert_eq!(p.on_lease(&next, 5_000 * MS), Err(LeaseRejection::NotContinued(LeaseVersion::new(1, 5))));
+        assert_eq!(p.lease_in_use(), Some(LeaseVersion::new(1, 5)), "the old term is not fenced by it");
+        assert_eq!(p.report(5_000 * MS, IntervalCounters::default(), true).held, None);
+    }
 }

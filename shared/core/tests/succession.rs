@@ -169,3 +169,140 @@ fn a_continuation_the_pod_did_not_take_is_sent_again_after_a_renew_interval() {
     let again = continuation(&m.on_pod_report(&holding("p1", 3, of_2, held), (10 + renew_ms) * MS));
     assert_eq!(again, first);
 }
+
+#[test]
+fn a_new_term_that_has_heard_no_pod_yet_keeps_its_dcs_demand() {
+    // Both DCs want 2,000/s of a 1,000/s limit: an even split. BKK's term 2 takes over and has
+    // heard none of its pods yet: its first reports say no demand. The DC's pods are still there,
+    // so its share stays until the term has had time to hear them (two renew intervals).
+    let mut c = CoordinatorCore::resume(limit(), "c", 1, Stored::Fresh, 0);
+    c.on_dc_report(&bkk_report("bkk-mgr-e1", 1, 1, true), 0);
+    c.on_dc_report(&DcReport::new("api", "ams", "ams-mgr-e1", 1, 1, Quota::per_s(2_000, 0)), 0);
+    let rate = |leases: &[DcLease]| leases.iter().find(|l| l.dc == "bkk").map(|l| l.quota.rate_milli_per_s);
+    let before = rate(&c.tick(MS)).expect("bkk's lease");
+    let unheard = |seq| DcReport {
+        pods_healthy: 0,
+        counts_predecessor: true,
+        ..DcReport::new("api", "bkk", "bkk-mgr-e2", 2, seq, Quota::ZERO)
+    };
+    let at_once = c.on_dc_report(&unheard(1), 2 * S);
+    assert_eq!(rate(&at_once), Some(before), "the first lease of the new term");
+    c.on_dc_report(&unheard(2), 2 * S + 500 * MS);
+    assert_eq!(rate(&c.tick(3 * S)), Some(before), "a renew interval on");
+    assert_eq!(c.dcs()["bkk"].demand_milli, 2_000_000, "inherited");
+    // Still no pod two renew intervals after it took over: they are gone, and its reports count.
+    c.on_dc_report(&unheard(3), 4 * S + 100 * MS);
+    assert_eq!((c.dcs()["bkk"].demand_milli, c.dcs()["bkk"].pods_healthy), (0, 0));
+}
+
+#[test]
+fn continued_leases_the_floor_backed_keep_their_quota_through_the_quiet_period() {
+    // Term 3 takes over a DC whose share is mostly its floor: term 2's DC lease grants 60/s above
+    // a 50/s floor, and its four pods hold 25/s each (110/s: the floor backs some of it). The new
+    // term's DC lease is the same. Continued, they must keep spending: the floor that backed
+    // them is counted with the predecessor's leases, so the new term need not shrink them to
+    // fit a budget without it (it sent them rate-0 leases a renew interval after continuing them).
+    let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr-e3");
+    cfg.epoch = 3;
+    let mut m = DcManagerCore::new(cfg, 0);
+    let report = m.tick(MS).iter().find_map(|o| match o {
+        DcOutput::Report(r) => Some(r.seq),
+        _ => None,
+    });
+    let lease = DcLease {
+        v: 1,
+        limit: "api".into(),
+        dc: "bkk".into(),
+        holder: "bkk-mgr-e3".into(),
+        version: LeaseVersion::new(7, 1),
+        lease_id: "l1".into(),
+        quota: Quota::per_s(60, 6),
+        floor: Quota::per_s(50, 5),
+        ttl_ms: 10_000,
+        basis_seq: report.expect("a DC report"),
+        predecessor: Some(PredecessorLeases { quota: Quota::per_s(60, 6), term: 2 }),
+    };
+    m.on_dc_lease(&lease, 10 * MS).expect("taken");
+    let pods = ["p1", "p2", "p3", "p4"];
+    let held = Some((Quota::per_s(25, 2), 4_000));
+    let mut continued = Vec::new();
+    for (i, pod) in pods.iter().enumerate() {
+        let r = holding(pod, 1, LeaseVersion::new(2, 10 + i as u64), held);
+        continued.push(continuation(&m.on_pod_report(&r, 20 * MS)));
+    }
+    let mut out = Vec::new();
+    for (pod, c) in pods.iter().zip(&continued) {
+        out.extend(m.on_pod_report(&holding(pod, 2, c.version, Some((c.quota, 3_700))), 300 * MS));
+    }
+    for t in [1_100, 2_100] {
+        out.extend(m.tick(t * MS));
+        m.ledger().check(t * MS).expect("the books hold");
+    }
+    let shrunk: Vec<String> = out
+        .iter()
+        .filter_map(|o| match o {
+            DcOutput::PodLease(l) if !l.quota.fits_in(&Quota::per_s(25, 2)) || l.quota.rate_milli_per_s >= 25_000 => {
+                None
+            }
+            DcOutput::PodLease(l) => Some(format!("{} {}", l.pod, l.quota)),
+            _ => None,
+        })
+        .collect();
+    assert!(shrunk.is_empty(), "continued pods shrunk in the quiet period: {shrunk:?}");
+}
+
+#[test]
+fn the_floor_a_successor_spends_in_its_quiet_period_is_counted_with_its_predecessors_pods() {
+    // As above, but p4 is never heard (its lease of term 2 runs on, partly on the floor) and a
+    // new pod p5 asks for quota. What the pods may spend together must stay within the DC lease
+    // and the floor (110/s); the negative control (docs/FINDINGS.md#f70) grants p5 the floor
+    // again.
+    for bug in [false, true] {
+        let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr-e3");
+        (cfg.epoch, cfg.bugs.successor_spends_floor_uncounted) = (3, bug);
+        let mut m = DcManagerCore::new(cfg, 0);
+        let report = m.tick(MS).iter().find_map(|o| match o {
+            DcOutput::Report(r) => Some(r.seq),
+            _ => None,
+        });
+        let lease = DcLease {
+            v: 1,
+            limit: "api".into(),
+            dc: "bkk".into(),
+            holder: "bkk-mgr-e3".into(),
+            version: LeaseVersion::new(7, 1),
+            lease_id: "l1".into(),
+            quota: Quota::per_s(60, 6),
+            floor: Quota::per_s(50, 5),
+            ttl_ms: 10_000,
+            basis_seq: report.expect("a DC report"),
+            predecessor: Some(PredecessorLeases { quota: Quota::per_s(60, 6), term: 2 }),
+        };
+        m.on_dc_lease(&lease, 10 * MS).expect("taken");
+        let held = Some((Quota::per_s(25, 2), 4_000));
+        let mut spend = 25_000; // p4, unheard
+        for (i, pod) in ["p1", "p2", "p3"].iter().enumerate() {
+            let c =
+                continuation(&m.on_pod_report(&holding(pod, 1, LeaseVersion::new(2, 10 + i as u64), held), 20 * MS));
+            m.on_pod_report(&holding(pod, 2, c.version, Some((c.quota, 3_700))), 300 * MS);
+            spend += c.quota.rate_milli_per_s;
+        }
+        // Every pod takes what it is given; the books bound what the term's pods may spend.
+        let mut out = m.on_pod_report(&pod_report("p5", 7, 1, (100, 0), true, None), 400 * MS);
+        let mut most = 0;
+        for round in 1..=4u64 {
+            let t = round * S + 100 * MS;
+            out.extend(m.tick(t));
+            for (seq, o) in out.drain(..).enumerate() {
+                if let DcOutput::PodLease(l) = o {
+                    let r = holding(&l.pod, 10 * round + seq as u64, l.version, Some((l.quota, 3_000)));
+                    m.on_pod_report(&r, t + 300 * MS);
+                }
+            }
+            let own = m.ledger().outstanding(t + 400 * MS).saturating_sub(m.predecessor_quota(t + 400 * MS));
+            most = most.max(own.rate_milli_per_s);
+        }
+        let spend = spend.max(most + 25_000);
+        assert_eq!(spend > 110_000, bug, "pods may spend {spend} milli/s of 110,000 (bug: {bug})");
+    }
+}

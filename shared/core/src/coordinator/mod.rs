@@ -55,6 +55,22 @@ pub struct DcView {
     /// `counts_predecessor`), and that term: while any lease up to it is live, the DC's leases
     /// say how much (`DcLease::predecessor`).
     pub predecessor: Option<(LeaseVersion, u64)>,
+    /// A term that answers for its predecessor has not heard its pods yet when it takes over:
+    /// the predecessor's last demand and pods stand as a floor under its reports' until this
+    /// instant (two renew intervals after the takeover; [`CoordinatorCore::heard_demand`]).
+    pub inherited: Option<InheritedDemand>,
+}
+
+/// The DC's demand and healthy pods as its predecessor term last reported them, and until when
+/// they count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InheritedDemand {
+    /// The predecessor's last demand rate, in milli-requests per second.
+    pub demand_milli: u64,
+    /// Its last count of healthy pods.
+    pub pods_healthy: u32,
+    /// Until when they stand (the coordinator's clock).
+    pub until_ns: u64,
 }
 
 /// Counters for metrics and tests.
@@ -293,10 +309,16 @@ impl CoordinatorCore {
         // A newer term that answers for its predecessor's pod leases takes its DC leases over.
         let old_term = view.holder_term;
         let succeeded = view.holder.take().filter(|_| !same_holder && r.counts_predecessor && r.term > old_term);
+        if succeeded.is_some() {
+            let until_ns = now_ns.saturating_add(2 * self.cfg.renew_interval_ms * NS_PER_MS);
+            let (demand_milli, pods_healthy) = (view.demand_milli, view.pods_healthy);
+            view.inherited = Some(InheritedDemand { demand_milli, pods_healthy, until_ns });
+        } else if !same_holder {
+            view.inherited = None;
+        }
         view.holder = Some(r.holder.clone());
         view.holder_term = r.term;
-        view.demand_milli = r.demand.rate_milli_per_s;
-        view.pods_healthy = r.pods_healthy;
+        (view.demand_milli, view.pods_healthy) = Self::heard_demand(view, r, now_ns);
         view.last_report_ns = Some(now_ns);
         view.last_seq = r.seq;
         let succeeded = succeeded.map(|old| self.move_leases(&r.dc, &old, old_term, &r.holder)).is_some();

@@ -3,9 +3,9 @@
 //! move under it (its claim is the larger of theirs and its own, and its confirmation of a newer
 //! lease releases them) and its leases say how much they grant (`DcLease::predecessor`).
 
-use super::CoordinatorCore;
+use super::{CoordinatorCore, DcView};
 use crate::quota::Quota;
-use crate::wire::{LeaseVersion, PredecessorLeases};
+use crate::wire::{DcReport, LeaseVersion, PredecessorLeases};
 
 impl CoordinatorCore {
     /// The DC's earlier term `old` (of term `old_term`) is succeeded by `new`, which answers for
@@ -18,6 +18,24 @@ impl CoordinatorCore {
             self.leases.insert((new.to_string(), key.1), lease);
         }
         self.dcs.get_mut(dc).expect("reporting").predecessor = Some((newest, old_term));
+    }
+
+    /// The demand and healthy pods `r` stands for: its own, but no less than what the
+    /// predecessor last reported while the term that took over may not have heard every pod
+    /// yet (its first reports say none: its pods report to it from their next period on, at
+    /// least once a second). Otherwise the DC's share went to the others at the next split and
+    /// came back only as fast as the rebalancer lets it. Demand shapes the split, never the
+    /// books: waste at worst, for two renew intervals, if the pods really are gone.
+    pub(super) fn heard_demand(view: &mut DcView, r: &DcReport, now_ns: u64) -> (u64, u32) {
+        let own = (r.demand.rate_milli_per_s, r.pods_healthy);
+        match view.inherited {
+            Some(i) if now_ns < i.until_ns => (own.0.max(i.demand_milli), own.1.max(i.pods_healthy)),
+            Some(_) => {
+                view.inherited = None;
+                own
+            }
+            None => own,
+        }
     }
 
     /// What the leases moved under `dc`'s holder (up to the version its view names) still live

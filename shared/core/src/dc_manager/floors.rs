@@ -37,7 +37,7 @@ impl DcManagerCore {
     /// spend from now on, whether or not a report goes out before the floor changes again (a
     /// term's first passes after its quiet period run before any report names a floor).
     pub(super) fn note_floor_spent(&mut self, now_ns: u64) {
-        if now_ns >= self.floors.usable_from_ns {
+        if !self.floor_usable(now_ns).is_zero() {
             self.floors.bound = self.floors.bound.max(self.floors.amount);
         }
     }

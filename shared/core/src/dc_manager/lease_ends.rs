@@ -19,12 +19,12 @@ impl DcManagerCore {
     /// pod leases still admitting (their counted end less the egress spread: calls in flight are
     /// the coordinator's to count) fit the floor and the DC leases still running then. A lease
     /// whose end has passed on this clock backs nothing: the coordinator may stop counting it at
-    /// any instant. During the quiet period the floor counts as zero, as in the budget.
+    /// any instant. The floor counts as in the budget ([`Self::floor_usable`]).
     pub(super) fn room_at_dc_lease_ends(&self, pod: &HolderKey, live_until_ns: u64, now_ns: u64) -> Quota {
         if self.cfg.bugs.pod_lease_outlives_counted_dc_lease() {
             return Quota::new(u64::MAX, u64::MAX);
         }
-        let floor = if now_ns < self.floors.usable_from_ns { Quota::ZERO } else { self.floors.amount };
+        let floor = self.floor_usable(now_ns);
         let egress_ns = self.cfg.expiry.egress_spread_ms * NS_PER_MS;
         // Leases older than the one acked are released upstream: they back nothing. (Walked
         // again each time rather than collected: this runs for every pod of every pass.)

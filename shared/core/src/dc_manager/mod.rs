@@ -300,9 +300,10 @@ impl DcManagerCore {
     /// What the pods may share at `now_ns`, and the instant pod leases must end by (if nested).
     pub fn budget(&self, now_ns: u64) -> (Quota, Option<u64>) {
         // Before the quiet period ends, pods of an earlier term may still spend the floor (and,
-        // in best-effort mode, the emergency allowance): this term uses neither.
+        // in best-effort mode, the emergency allowance): this term uses neither, unless it
+        // counts the floor with its predecessor's pod leases (`floor_usable`).
         let quiet = now_ns < self.floors.usable_from_ns;
-        let floor = if quiet { Quota::ZERO } else { self.floors.amount };
+        let floor = self.floor_usable(now_ns);
         match self.current_lease(now_ns) {
             Some(l) => (floor.saturating_add(l.quota), Some(l.expires_at_ns)),
             None => match self.cfg.fail_mode {

@@ -21,10 +21,12 @@
 //!
 //! Why the shrink is safe: a continuation is issued after the predecessor's leadership lapsed,
 //! so the lease it continues was the pod's newest from that term when the term stopped granting.
-//! An issuer never releases a pod's newest applied lease (it releases a lease only when the pod
-//! confirms a newer one), so that lease was counted at every later grant of the predecessor:
-//! what the predecessor's other pods may spend fits its budget less that lease's quota, at every
-//! instant until they expire.
+//! An issuer releases a pod's newest applied lease only once it has run out (any other lease only
+//! when the pod confirms a newer one), and the pod applies a continuation only while the lease
+//! still runs, after the predecessor stopped granting: so that lease was counted at every grant of
+//! the predecessor, and what its other pods may spend fits its budget less that lease's quota, at
+//! every instant until they expire. (A lease that ran out cannot be continued, even empty: the
+//! predecessor may have lent its share again.)
 
 use super::{DcManagerCore, DcOutput, HolderKey};
 use crate::expiry::NS_PER_MS;
@@ -80,14 +82,34 @@ impl DcManagerCore {
         let Some(p) = predecessor.filter(|_| now_ns < until_ns && self.succession.predecessor_term.is_none()) else {
             return;
         };
-        // Its pods continued before it came no longer spend their share of it.
-        let left = p.quota.saturating_sub(self.succession.continued_of(p.term));
+        // The predecessor's pods may spend its DC leases and the floor: both are counted here
+        // (so the floor can back their continued leases while this term's quiet period lasts;
+        // see `floor_usable`). Its pods continued before it came no longer spend their share.
+        let floor = if self.cfg.bugs.successor_spends_floor_uncounted() { Quota::ZERO } else { self.floors.amount };
+        let left = p.quota.saturating_add(floor).saturating_sub(self.succession.continued_of(p.term));
         let succession = &mut self.succession;
         (succession.left, succession.predecessor_term, succession.entry_seq, succession.until_ns) =
             (left, Some(p.term), 1, until_ns);
         if !self.cfg.bugs.successor_ignores_predecessor_leases() {
             let entry = LeaseEntry { version: LeaseVersion::new(0, 1), quota: left, live_until_ns: until_ns };
             self.ledger.enter(&HolderKey::predecessor(), entry, now_ns);
+        }
+    }
+
+    /// The floor this term may count in its budget at `now_ns`: none in its quiet period (pods
+    /// of earlier terms may spend it), unless it answers for its predecessor's pod leases, whose
+    /// entry counts the floor with them: what it holds beyond them is this term's to grant
+    /// (their continued leases, most often, which the floor backed). Without that, a DC whose
+    /// share is mostly its floor had its continued pods shrunk to nothing a renew interval after
+    /// the takeover.
+    pub(super) fn floor_usable(&self, now_ns: u64) -> Quota {
+        let answers = self.succession.predecessor_term.is_some()
+            && now_ns < self.succession.until_ns
+            && !self.cfg.bugs.successor_ignores_predecessor_leases();
+        if now_ns >= self.floors.usable_from_ns || answers {
+            self.floors.amount
+        } else {
+            Quota::ZERO
         }
     }
 
