@@ -59,6 +59,9 @@ pub async fn run(
     )
     .await?;
     let dc = settings.manager.dc.clone();
+    if let Err(why) = settings.takeover_outlasts_pod_leases() {
+        tracing::warn!("{why}");
+    }
     // The limit served, or `*`: the subjects' wildcard token and the metrics' limit label.
     let limit = if settings.serves_every_limit() { "*".to_string() } else { settings.manager.limit.clone() };
     let subscribe = |channel| {

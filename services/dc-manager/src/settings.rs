@@ -63,10 +63,14 @@ impl Default for Settings {
             ledger_domain: None,
             inbound_reports_max_bytes: 64 << 20,
             inbound_reports_max_age_ms: 1_000,
-            manager: DcManagerConfig::new("", "", ""),
+            manager: DcManagerConfig { pod_ttl_ms: DEFAULT_POD_TTL_MS, ..DcManagerConfig::new("", "", "") },
         }
     }
 }
+
+/// The DC manager's default `pod_ttl_ms`: long enough that its pods' leases outlive a takeover
+/// at the default leader TTL and intervals ([`Settings::takeover_outlasts_pod_leases`]).
+pub const DEFAULT_POD_TTL_MS: u64 = 7_000;
 
 pub use leasehold_process::SettingsError as ConfigError;
 
@@ -116,6 +120,28 @@ impl Settings {
             return bad(format!("leader_ttl_ms ({}) must be at least 4 report intervals", self.leader_ttl_ms));
         }
         Ok(())
+    }
+
+    /// Why a takeover may cost more than a renew period, if it may: a standby claims up to 1.25
+    /// leader TTLs after the leader's last renewal (it sees the key change up to a quarter TTL
+    /// late), and continues a pod's lease only while it still runs
+    /// (`leasehold_core::dc_manager::succession`). A pod's lease in use may be up to two renew
+    /// intervals and a report interval old, so unless `pod_ttl_ms` covers all of that, pods run
+    /// out before the new term can continue their leases and admit nothing until the old
+    /// term's leases have all ended. (Waste, never excess: a warning, not a refusal.) The DC
+    /// lease must leave room too: pod leases end before it does.
+    pub fn takeover_outlasts_pod_leases(&self) -> Result<(), String> {
+        let m = &self.manager;
+        let needed_ms = self.leader_ttl_ms * 5 / 4 + 2 * m.renew_interval_ms + self.report_interval_ms;
+        if m.pod_ttl_ms >= needed_ms {
+            return Ok(());
+        }
+        Err(format!(
+            "pod_ttl_ms ({}) is below 1.25 x leader_ttl_ms + 2 x renew_interval_ms + report_interval_ms \
+             ({needed_ms}): pods' leases may run out before a standby can continue them, and a \
+             manager failover then leaves the DC without quota for up to pod_ttl_ms",
+            m.pod_ttl_ms
+        ))
     }
 
     /// No `limit` in the settings (or `"*"`): this process serves every limit of its DC.

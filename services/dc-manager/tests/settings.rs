@@ -42,3 +42,19 @@ fn bad_settings_are_refused_with_the_reason() {
     assert!(s3.validate().unwrap_err().to_string().contains("inbound_reports_max_age_ms"));
     assert!(load(Some(Path::new("/nonexistent/dc.toml"))).unwrap_err().to_string().contains("not found"));
 }
+
+#[test]
+fn a_pod_ttl_a_takeover_outlasts_is_warned_of() {
+    let mut s = Settings::default();
+    s.manager.dc = "bkk".into();
+    assert_eq!(s.takeover_outlasts_pod_leases(), Ok(()), "the defaults ride a failover out");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/dc-manager.toml");
+    assert_eq!(load(Some(&path)).unwrap().takeover_outlasts_pod_leases(), Ok(()), "so does the example");
+    // 1.25 x 3 s + 2 x 1 s + 0.25 s = 6 s: a 5 s pod TTL runs out before a standby continues it.
+    s.manager.pod_ttl_ms = 5_000;
+    s.validate().expect("waste, not excess: still valid");
+    let warning = s.takeover_outlasts_pod_leases().unwrap_err();
+    assert!(warning.contains("pod_ttl_ms (5000)") && warning.contains("(6000)"), "{warning}");
+    s.leader_ttl_ms = 2_000;
+    assert_eq!(s.takeover_outlasts_pod_leases(), Ok(()), "a shorter leader TTL is the other way");
+}
