@@ -276,6 +276,13 @@ impl Driver {
                 self.limiter.set_removed(lease.limit_removed);
                 self.limiter.shared.wake.notify_one();
                 let applied = core.applied(now).cloned();
+                debug!(
+                    version = ?lease.version,
+                    continues = ?lease.continues,
+                    quota = ?applied.as_ref().map(|a| a.quota),
+                    left_ms = applied.as_ref().map(|a| a.expires_at_ns.saturating_sub(now) / 1_000_000),
+                    "lease applied"
+                );
                 let latency = sent
                     .iter()
                     .find(|(seq, _)| *seq == lease.basis_seq)
