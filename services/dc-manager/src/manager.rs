@@ -107,6 +107,8 @@ pub struct Manager {
     /// The inbound queue has read every batch that arrived before then (`None`: not looked yet):
     /// each core hears of it at its tick ([`DcManagerCore::note_reports_read_through`]).
     pub(crate) reports_read_through_ns: Option<u64>,
+    /// A DC lease too short for full pod leases was warned of (once per process).
+    short_dc_ttl_warned: bool,
     pub status: Status,
 }
 
@@ -141,6 +143,7 @@ impl Manager {
             view_places: Default::default(),
             reports_shed_at_ns: None,
             reports_read_through_ns: None,
+            short_dc_ttl_warned: false,
             status: Status::default(),
         }
     }

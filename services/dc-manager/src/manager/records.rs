@@ -55,6 +55,17 @@ impl Manager {
         let Some(lease) = rec.leases.iter().filter(|l| l.holder == instance).max_by_key(|l| l.version) else { return };
         match lt.core.on_dc_lease(lease, now) {
             Ok(out) => {
+                let m = &self.settings.manager;
+                if lease.ttl_ms < m.pod_ttl_ms + 2 * m.renew_interval_ms && !self.short_dc_ttl_warned {
+                    self.short_dc_ttl_warned = true;
+                    warn!(
+                        limit,
+                        dc_ttl_ms = lease.ttl_ms,
+                        "DC leases shorter than pod_ttl_ms + 2 x renew_interval_ms cut pod leases to fit: \
+                         they may run out before a standby continues them, and a manager failover \
+                         then costs the DC its share for up to pod_ttl_ms (raise the coordinator's dc_ttl_ms)"
+                    );
+                }
                 lt.last_dc_lease_at_ns = Some(self.clock.now_ns());
                 self.status.dc_leases_applied += 1;
                 self.outbox.push(out);
