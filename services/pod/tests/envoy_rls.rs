@@ -324,8 +324,8 @@ async fn descriptors_are_answered_as_ratelimit_answers_them() {
         assert_eq!(codes(&a), (over, vec![over]), "{a:?}");
     }
     // `quota_mode`: over only when every quota descriptor is (one over, one passing in shadow).
-    let (quota_blocked, quota_shadow): (&[(&str, &str)], &[(&str, &str)]) =
-        (&[("k", "quota-blocked")], &[("k", "quota-shadow")]);
+    let quota_blocked: &[(&str, &str)] = &[("k", "quota-blocked")];
+    let quota_shadow: &[(&str, &str)] = &[("k", "quota-shadow")];
     let some = server.decide(&request("d", &[(quota_blocked, None), (quota_shadow, None)], 0)).await.unwrap();
     assert_eq!(codes(&some), (ok, vec![over, ok]), "{some:?}");
     let all = server.decide(&request("d", &[(quota_blocked, None), (free, None)], 0)).await.unwrap();
