@@ -48,6 +48,10 @@ pub struct PodSettings {
     /// envoyproxy/ratelimit's YAML configuration: one file, or a directory of `.yaml` files.
     #[serde(default)]
     pub envoy_rls_config: Option<std::path::PathBuf>,
+    /// Two files of one domain in `envoy_rls_config` are merged (ratelimit's
+    /// `MERGE_DOMAIN_CONFIG`); without it, the agent refuses them.
+    #[serde(default)]
+    pub envoy_rls_merge_domains: bool,
     /// The per-key limiter (`leasehold keys`, an instance or a balancer: `http://keys:8090`)
     /// that answers the configuration's per-value limits; needed when it has any.
     #[serde(default)]
@@ -90,6 +94,7 @@ impl Default for PodSettings {
             http_listen: "127.0.0.1:9090".into(),
             envoy_rls_listen: None,
             envoy_rls_config: None,
+            envoy_rls_merge_domains: false,
             envoy_keys_url: None,
             envoy_keys_tier_header: "x-leasehold-tier".into(),
             envoy_keys_timeout_ms: 200,
@@ -253,7 +258,7 @@ impl PodSettings {
         if listen.parse::<std::net::SocketAddr>().is_err() {
             return bad(format!("envoy_rls_listen must be an address and port such as 127.0.0.1:8081, got {listen:?}"));
         }
-        let config = crate::envoy::read_rls_config(path)
+        let config = crate::envoy::read_rls_config(path, self.envoy_rls_merge_domains)
             .map_err(|e| SettingsError::Invalid(format!("envoy_rls_config: {e}")))?;
         // The default limit is served too.
         let limits = config.limits().len() + usize::from(self.limit.is_some()) + self.envoy_rlqs_limits.len();

@@ -206,6 +206,18 @@ descriptors:
   - key: k
     value: free
     rate_limit: { unlimited: true }
+  - key: k
+    value: blocked
+    rate_limit: { unit: second, requests_per_unit: 0 }
+  - key: k
+    value: quota-blocked
+    quota_mode: true
+    rate_limit: { unit: second, requests_per_unit: 0 }
+  - key: k
+    value: quota-shadow
+    quota_mode: true
+    shadow_mode: true
+    rate_limit: { unit: second, requests_per_unit: 0 }
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -304,14 +316,29 @@ async fn descriptors_are_answered_as_ratelimit_answers_them() {
     // Without `wide`, `small` is asked; two descriptors, one over: the request is over.
     let still = server.decide(&request("d", &[(small, Some(over_burst)), (free, None)], 0)).await.unwrap();
     assert_eq!(codes(&still), (over, vec![over, ok]), "{still:?}");
+
+    // `requests_per_unit: 0`: every request over, with no lease behind it.
+    let blocked: &[(&str, &str)] = &[("k", "blocked")];
+    for hits in [None, Some(0), Some(1)] {
+        let a = server.decide(&request("d", &[(blocked, hits)], 0)).await.unwrap();
+        assert_eq!(codes(&a), (over, vec![over]), "{a:?}");
+    }
+    // `quota_mode`: over only when every quota descriptor is (one over, one passing in shadow).
+    let quota_blocked: &[(&str, &str)] = &[("k", "quota-blocked")];
+    let quota_shadow: &[(&str, &str)] = &[("k", "quota-shadow")];
+    let some = server.decide(&request("d", &[(quota_blocked, None), (quota_shadow, None)], 0)).await.unwrap();
+    assert_eq!(codes(&some), (ok, vec![over, ok]), "{some:?}");
+    let all = server.decide(&request("d", &[(quota_blocked, None), (free, None)], 0)).await.unwrap();
+    assert_eq!(codes(&all), (over, vec![over, ok]), "{all:?}");
 }
 
 #[test]
 fn the_shipped_ratelimit_config_and_a_directory_of_them_load() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/envoy");
-    let config = read_rls_config(&dir.join("ratelimit.yaml")).expect("the shipped config");
+    let config = read_rls_config(&dir.join("ratelimit.yaml"), false).expect("the shipped config");
     assert_eq!(config.limits().keys().collect::<Vec<_>>(), [LIMIT]);
-    // The directory holds the bootstrap too, which is no ratelimit config: named in the error.
-    let e = read_rls_config(&dir).expect_err("the bootstrap is not a ratelimit config").to_string();
-    assert!(e.contains("rls-bootstrap.yaml") && e.contains("not a ratelimit config"), "{e}");
+    // The directory holds Envoy's and Istio's files too, no ratelimit configs: the first in name
+    // order is named in the error.
+    let e = read_rls_config(&dir, false).expect_err("the bootstrap is not a ratelimit config").to_string();
+    assert!(e.contains("istio-envoyfilter.yaml") && e.contains("config error, unknown key"), "{e}");
 }

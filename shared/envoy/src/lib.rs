@@ -11,7 +11,12 @@ pub mod rlqs_pool;
 mod rlqs_timing;
 pub mod rls_config;
 mod rls_error;
+mod rls_id;
+mod rls_unit;
+mod rls_yaml;
 
 pub use rlqs_pool::{Assignment, BucketRef, EnvoyTokenBucket, RlqsPool, RlqsTiming};
 pub use rlqs_timing::{least_drift_percent, RlqsTimingError};
-pub use rls_config::{ConfiguredLimit, DescriptorEntry, RlsConfig, RlsConfigError, RlsRule, Unit};
+pub use rls_config::{
+    overall_over_limit, ConfiguredLimit, DescriptorEntry, LoadOptions, RlsConfig, RlsConfigError, RlsRule, Unit,
+};

@@ -13,86 +13,44 @@
 //! ```
 //!
 //! The keys are ratelimit's (`domain`, `descriptors`, `key`, `value`, `rate_limit` with `unit`,
-//! `requests_per_unit`, `unlimited`, `name`, `replaces`; `shadow_mode`, `detailed_metric`); any
-//! other key is an error, as there. A request's descriptor is matched the way ratelimit's
-//! `GetLimit` does: entry by entry, `key` + `value` first, then a value ending in `*` as a prefix,
-//! then the bare `key`; the limit applies when the last entry lands on a node that has one.
+//! `requests_per_unit`, `unlimited`, `name`, `replaces`; `shadow_mode`, `quota_mode`,
+//! `share_threshold`; `detailed_metric`, `value_to_metric` and `metadata`, which touch metrics
+//! and response metadata only, accepted); any other key is an error, as there (`rls_yaml.rs`).
+//! A request's descriptor is matched the way ratelimit's `GetLimit` does: entry by entry, on
+//! ratelimit's composite key `key_value`: the same composite first, then each composite holding
+//! `*` in file order (a `*` anywhere matches any run of characters), then the bare `key`; the
+//! limit applies when the last entry lands on a node that has one.
 //!
-//! **Which limit answers.** A node whose whole path has fixed values (no bare `key`, no `*`) is
-//! one global limit: the Leasehold limit whose id is the descriptor's full key, each level's
-//! `key_value` joined by `/` after the domain (`edge/generic_key_partner-api`), with every
-//! character other than `A–Z a–z 0–9 _ -` written `=HH` (its UTF-8 bytes in hex). Its R and B are
-//! the limit's definition in `lh_limits`; `requests_per_unit`/`unit` are what Envoy is told
-//! (`current_limit`). A limit under a bare `key` or a `*` value counts each value apart (per
-//! user, per address): that is the per-key limiter's (`leasehold keys`). Its **tier** is named
-//! like a global limit's id (`edge/remote_address`), and each value's key is the tier, then the
-//! request's values, each written as in an id, joined by `/` (`edge/remote_address/10=2E0=2E0=2E1`).
+//! **Which limit answers.** A node whose whole path has fixed values, or values with `*` marked
+//! `share_threshold` (one counter for every value they match), is one global limit: the
+//! Leasehold limit whose id is the descriptor's full key, each level's `key_value` joined by `/`
+//! after the domain (`edge/generic_key_partner-api`), with every character other than `A–Z a–z
+//! 0–9 _ -` written `=HH` (its UTF-8 bytes in hex); an id longer than 128 bytes is cut and ends
+//! with `~` and a digest (`rls_id.rs`). Its R and B are the limit's definition
+//! in `lh_limits`; `requests_per_unit`/`unit` are what Envoy is told (`current_limit`). A limit
+//! under a bare `key` or a `*` value without `share_threshold` counts each value apart (per user,
+//! per address): that is the per-key limiter's (`leasehold keys`). Its **tier** is named like a
+//! global limit's id (`edge/remote_address`), and each value's key is the tier, then the
+//! request's values (a shared level's pattern in place of its value), each written as in an id,
+//! joined by `/` (`edge/remote_address/10=2E0=2E0=2E1`). `requests_per_unit: 0` needs no limit:
+//! every request is over it, as in ratelimit.
 
-use serde::Deserialize;
+use crate::rls_id::{bounded_id, id_segment, WildcardPattern};
+use crate::rls_yaml::{YamlDescriptor, YamlRateLimit};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 pub use crate::rls_error::{RlsConfigError, RlsRule};
-
-/// A limit's time unit, as `RateLimitResponse.RateLimit.Unit` numbers it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Unit {
-    Second,
-    Minute,
-    Hour,
-    Day,
-    Week,
-    Month,
-    Year,
-}
-
-impl Unit {
-    fn parse(s: &str) -> Option<Unit> {
-        Some(match s.to_ascii_lowercase().as_str() {
-            "second" => Unit::Second,
-            "minute" => Unit::Minute,
-            "hour" => Unit::Hour,
-            "day" => Unit::Day,
-            "week" => Unit::Week,
-            "month" => Unit::Month,
-            "year" => Unit::Year,
-            _ => return None,
-        })
-    }
-
-    /// The unit's length, as ratelimit counts it (a month is 30 days, a year 365).
-    pub fn seconds(self) -> u64 {
-        match self {
-            Unit::Second => 1,
-            Unit::Minute => 60,
-            Unit::Hour => 3_600,
-            Unit::Day => 86_400,
-            Unit::Week => 604_800,
-            Unit::Month => 2_592_000,
-            Unit::Year => 31_536_000,
-        }
-    }
-
-    /// The proto's number (`envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit`).
-    pub fn proto(self) -> i32 {
-        match self {
-            Unit::Second => 1,
-            Unit::Minute => 2,
-            Unit::Hour => 3,
-            Unit::Day => 4,
-            Unit::Month => 5,
-            Unit::Year => 6,
-            Unit::Week => 7,
-        }
-    }
-}
+pub use crate::rls_unit::Unit;
 
 /// What a matched descriptor is limited by.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfiguredLimit {
-    /// The global Leasehold limit it draws from (`None` when `unlimited` or per value).
+    /// The global Leasehold limit it draws from (`None` when `unlimited`, per value, or
+    /// `requests_per_unit: 0`).
     pub limit: Option<String>,
-    /// Per value: the per-key limiter's tier (`None` when `unlimited` or global).
+    /// Per value: the per-key limiter's tier (`None` when `unlimited`, global, or
+    /// `requests_per_unit: 0`).
     pub tier: Option<String>,
     /// ratelimit's full key: `domain.key_value.key_value`.
     pub full_key: String,
@@ -102,8 +60,14 @@ pub struct ConfiguredLimit {
     pub per_unit: Option<(u32, Unit)>,
     /// Decided and counted, but never answered `OVER_LIMIT`.
     pub shadow_mode: bool,
+    /// Over its limit, it denies the request only when every `quota_mode` descriptor of the
+    /// request is over ([`overall_over_limit`]).
+    pub quota_mode: bool,
     /// Names of limits this one replaces when both match one request.
     pub replaces: Vec<String>,
+    /// Per level of its path: the pattern counted in place of the request's value
+    /// (`share_threshold`), or `None` (the value itself).
+    shared_values: Vec<Option<String>>,
 }
 
 /// One entry of a request's descriptor.
@@ -113,31 +77,38 @@ pub struct DescriptorEntry<'a> {
     pub value: &'a str,
 }
 
+/// How files are read together.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadOptions {
+    /// Two files of one domain are merged (ratelimit's `MERGE_DOMAIN_CONFIG`); without it, refused.
+    pub merge_domains: bool,
+}
+
 #[derive(Default, Debug)]
 struct Node {
-    /// Children by key, then by fixed value.
-    fixed: HashMap<String, HashMap<String, Node>>,
-    /// Children by key whose value ends in `*`: (prefix, node), in file order.
-    prefixed: HashMap<String, Vec<(String, Node)>>,
-    /// Children by key with no value (every value).
-    any: HashMap<String, Node>,
+    /// Children by ratelimit's composite key: `key_value`, or `key` when it has no value.
+    children: HashMap<String, Node>,
+    /// The composite keys holding `*`, in file order.
+    wildcards: Vec<(String, WildcardPattern)>,
     limit: Option<Arc<ConfiguredLimit>>,
 }
 
 impl Node {
     fn has_children(&self) -> bool {
-        !(self.fixed.is_empty() && self.prefixed.is_empty() && self.any.is_empty())
+        !self.children.is_empty()
     }
 
+    /// ratelimit's `GetLimit` step: the composite `key_value`, then the first wildcard that
+    /// matches it, then the bare key.
     fn child(&self, e: DescriptorEntry<'_>) -> Option<&Node> {
-        if let Some(n) = self.fixed.get(e.key).and_then(|by_value| by_value.get(e.value)) {
+        let composite = format!("{}_{}", e.key, e.value);
+        if let Some(n) = self.children.get(&composite) {
             return Some(n);
         }
-        let by_prefix = self.prefixed.get(e.key).into_iter().flatten();
-        if let Some((_, n)) = by_prefix.into_iter().find(|(prefix, _)| e.value.starts_with(prefix.as_str())) {
-            return Some(n);
+        if let Some((key, _)) = self.wildcards.iter().find(|(_, pattern)| pattern.matches(&composite)) {
+            return self.children.get(key);
         }
-        self.any.get(e.key)
+        self.children.get(e.key)
     }
 }
 
@@ -152,148 +123,119 @@ pub struct RlsConfig {
     tiers: BTreeMap<String, (u32, Unit)>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct YamlRoot {
-    #[serde(default)]
-    domain: String,
-    #[serde(default)]
-    descriptors: Vec<YamlDescriptor>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct YamlDescriptor {
-    #[serde(default)]
-    key: String,
-    #[serde(default)]
-    value: String,
-    rate_limit: Option<YamlRateLimit>,
-    #[serde(default)]
-    descriptors: Vec<YamlDescriptor>,
-    #[serde(default)]
-    shadow_mode: bool,
-    /// Metrics per value in ratelimit; accepted, no effect here.
-    #[serde(default, rename = "detailed_metric")]
-    _detailed_metric: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct YamlRateLimit {
-    #[serde(default)]
-    requests_per_unit: u32,
-    #[serde(default)]
-    unit: String,
-    #[serde(default)]
-    unlimited: bool,
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    replaces: Vec<YamlReplaces>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct YamlReplaces {
-    #[serde(default)]
-    name: String,
-}
-
-/// One segment of a limit id: `A–Z a–z 0–9 _ -` as they are, any other byte as `=HH`.
-fn id_segment(out: &mut String, text: &str) {
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("={b:02X}"));
-        }
-    }
-}
-
-/// Where a node sits while loading: its full key, its limit id so far, and whether every level
-/// above had a fixed value.
+/// Where a node sits while loading: its full key, its limit id so far (unbounded), whether a
+/// level counts each value apart, and the shared patterns of the levels so far.
 struct Path {
     full_key: String,
     limit_id: String,
-    /// Some level above (or this one) has no value or a prefix: each value is counted apart.
+    /// Some level above (or this one) has no value, or a `*` without `share_threshold`.
     per_value: bool,
+    shared_values: Vec<Option<String>>,
 }
 
 impl ConfiguredLimit {
     /// A per-value limit's key in the per-key limiter for one request's descriptor: the tier,
-    /// then each entry's value (written as in an id), joined by `/`. `None` for other limits.
+    /// then each entry's value (a `share_threshold` level's pattern instead), written as in an
+    /// id, joined by `/`. `None` for other limits.
     pub fn key_for(&self, entries: &[DescriptorEntry<'_>]) -> Option<String> {
         let mut key = self.tier.clone()?;
-        for e in entries {
+        for (i, e) in entries.iter().enumerate() {
             key.push('/');
-            id_segment(&mut key, e.value);
+            let shared = self.shared_values.get(i).and_then(Option::as_deref);
+            id_segment(&mut key, shared.unwrap_or(e.value));
         }
         Some(key)
     }
+
+    /// `requests_per_unit: 0`: every request is over it (ratelimit's meaning); no lease needed.
+    pub fn denies_every_request(&self) -> bool {
+        matches!(self.per_unit, Some((0, _)))
+    }
+}
+
+/// ratelimit's overall code from its descriptors' (over the limit, in `quota_mode`): over when
+/// any descriptor not in `quota_mode` is over, or when there are `quota_mode` descriptors and
+/// every one of them is over. Unlimited and unmatched descriptors are `(false, false)`.
+pub fn overall_over_limit(descriptors: impl IntoIterator<Item = (bool, bool)>) -> bool {
+    let (mut quota, mut quota_over) = (0usize, 0usize);
+    for (over, quota_mode) in descriptors {
+        match (over, quota_mode) {
+            (true, false) => return true,
+            (over, true) => {
+                quota += 1;
+                quota_over += usize::from(over);
+            }
+            (false, false) => {}
+        }
+    }
+    quota > 0 && quota == quota_over
 }
 
 impl RlsConfig {
     /// Reads every file (name, text) as one configuration: each file is one domain, and a domain
     /// given twice is an error (ratelimit's default, without merging).
     pub fn parse<'a>(files: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<RlsConfig, RlsConfigError> {
+        RlsConfig::load(files, LoadOptions::default())
+    }
+
+    /// Reads every file (name, text) as one configuration, merging the files of one domain when
+    /// `options` say so (a composite key given twice at one level is still an error).
+    pub fn load<'a>(
+        files: impl IntoIterator<Item = (&'a str, &'a str)>,
+        options: LoadOptions,
+    ) -> Result<RlsConfig, RlsConfigError> {
         let mut config = RlsConfig::default();
         for (file, text) in files {
             let bad = |rule: RlsRule| RlsConfigError { file: file.to_string(), rule };
-            let root: YamlRoot =
-                serde_saphyr::from_str(text).map_err(|e| bad(RlsRule::NotRatelimitConfig(Box::new(e))))?;
+            let root = crate::rls_yaml::read(text).map_err(bad)?;
             if root.domain.is_empty() {
                 return Err(bad(RlsRule::EmptyDomain));
             }
-            if config.domains.contains_key(&root.domain) {
+            if config.domains.contains_key(&root.domain) && !options.merge_domains {
                 return Err(bad(RlsRule::DuplicateDomain(root.domain)));
             }
-            let mut node = Node::default();
+            let mut node = config.domains.remove(&root.domain).unwrap_or_default();
             let mut limit_id = String::new();
             id_segment(&mut limit_id, &root.domain);
-            let path = Path { full_key: root.domain.clone(), limit_id, per_value: false };
-            config.load(&mut node, &path, root.descriptors).map_err(bad)?;
+            let path = Path { full_key: root.domain.clone(), limit_id, per_value: false, shared_values: Vec::new() };
+            config.load_level(&mut node, &path, root.descriptors).map_err(bad)?;
             config.domains.insert(root.domain, node);
         }
         Ok(config)
     }
 
-    fn load(&mut self, parent: &mut Node, path: &Path, descriptors: Vec<YamlDescriptor>) -> Result<(), RlsRule> {
+    fn load_level(&mut self, parent: &mut Node, path: &Path, descriptors: Vec<YamlDescriptor>) -> Result<(), RlsRule> {
         for d in descriptors {
             if d.key.is_empty() {
                 return Err(RlsRule::EmptyKey { at: path.full_key.clone() });
             }
             let composite = if d.value.is_empty() { d.key.clone() } else { format!("{}_{}", d.key, d.value) };
             let full_key = format!("{}.{composite}", path.full_key);
+            if parent.children.contains_key(&composite) {
+                return Err(RlsRule::DuplicateKey { key: full_key });
+            }
+            let wildcard = composite.contains('*');
+            if d.share_threshold && !wildcard {
+                return Err(RlsRule::ShareThresholdWithoutWildcard { composite });
+            }
+            if d.share_threshold && !d.value.contains('*') {
+                // ratelimit would count it per request key; nothing here counts by key.
+                return Err(RlsRule::ShareThresholdOnKey { key: full_key });
+            }
+            let shared = d.share_threshold.then(|| d.value.clone());
             let mut limit_id = format!("{}/", path.limit_id);
             id_segment(&mut limit_id, &composite);
-            let per_value = path.per_value || d.value.is_empty() || d.value.ends_with('*');
-            let here = Path { full_key, limit_id, per_value };
-            let mut node = Node { limit: self.limit_of(&here, d.rate_limit, d.shadow_mode)?, ..Node::default() };
-            self.load(&mut node, &here, d.descriptors)?;
-            let duplicate = || Err(RlsRule::DuplicateKey { key: here.full_key.clone() });
-            match d.value.strip_suffix('*') {
-                _ if d.value.is_empty() => {
-                    if parent.any.contains_key(&d.key) {
-                        return duplicate();
-                    }
-                    parent.any.insert(d.key, node);
-                }
-                Some(prefix) => {
-                    let siblings = parent.prefixed.entry(d.key).or_default();
-                    if siblings.iter().any(|(p, _)| p == prefix) {
-                        return duplicate();
-                    }
-                    siblings.push((prefix.to_string(), node));
-                }
-                None => {
-                    let by_value = parent.fixed.entry(d.key).or_default();
-                    if by_value.contains_key(&d.value) {
-                        return duplicate();
-                    }
-                    by_value.insert(d.value, node);
-                }
+            let per_value = path.per_value || d.value.is_empty() || (wildcard && shared.is_none());
+            let mut shared_values = path.shared_values.clone();
+            shared_values.push(shared);
+            let here = Path { full_key, limit_id, per_value, shared_values };
+            let limit = self.limit_of(&here, d.rate_limit, d.shadow_mode, d.quota_mode)?;
+            let mut node = Node { limit, ..Node::default() };
+            self.load_level(&mut node, &here, d.descriptors)?;
+            if wildcard {
+                parent.wildcards.push((composite.clone(), WildcardPattern::new(&composite)));
             }
+            parent.children.insert(composite, node);
         }
         Ok(())
     }
@@ -303,14 +245,17 @@ impl RlsConfig {
         at: &Path,
         rate_limit: Option<YamlRateLimit>,
         shadow_mode: bool,
+        quota_mode: bool,
     ) -> Result<Option<Arc<ConfiguredLimit>>, RlsRule> {
         let Some(r) = rate_limit else { return Ok(None) };
         let key = &at.full_key;
-        let unit = match (r.unlimited, r.unit.as_str(), Unit::parse(&r.unit)) {
-            (true, "", _) => None,
-            (true, _, _) => return Err(RlsRule::UnitWhenUnlimited { key: key.clone() }),
-            (false, _, Some(unit)) => Some(unit),
-            (false, u, None) => return Err(RlsRule::InvalidUnit { key: key.clone(), unit: u.to_string() }),
+        // As ratelimit: `unlimited` with a unit it knows is an error; with one it does not know,
+        // the unit is ignored.
+        let unit = match (r.unlimited, Unit::parse(&r.unit)) {
+            (true, None) => None,
+            (true, Some(_)) => return Err(RlsRule::UnitWhenUnlimited { key: key.clone() }),
+            (false, Some(unit)) => Some(unit),
+            (false, None) => return Err(RlsRule::InvalidUnit { key: key.clone(), unit: r.unit }),
         };
         let name = Some(r.name).filter(|n| !n.is_empty());
         let mut replaces = Vec::with_capacity(r.replaces.len());
@@ -324,18 +269,15 @@ impl RlsConfig {
             replaces.push(rep.name);
         }
         let per_unit = unit.map(|u| (r.requests_per_unit, u));
-        let id = at.limit_id.clone();
-        if per_unit.is_some() {
-            if id.len() > leasehold_core::wire::MAX_ID_LEN {
-                let (len, max) = (id.len(), leasehold_core::wire::MAX_ID_LEN);
-                return Err(RlsRule::LimitIdTooLong { key: key.clone(), id, len, max });
-            }
+        let counted = per_unit.filter(|(n, _)| *n > 0);
+        let id = bounded_id(at.limit_id.clone());
+        if counted.is_some() {
             if let Some(other) = self.full_keys.insert(id.clone(), key.clone()) {
-                // `a_b` + `c` and `a` + `b_c` make one composite key, as in ratelimit.
+                // Two long ids whose digests agree: refused rather than counted as one.
                 return Err(RlsRule::SameLimitId { key: key.clone(), other, id });
             }
         }
-        let (limit, tier) = match (per_unit, at.per_value) {
+        let (limit, tier) = match (counted, at.per_value) {
             (None, _) => (None, None),
             (Some(per_unit), true) => {
                 self.tiers.insert(id.clone(), per_unit);
@@ -346,7 +288,18 @@ impl RlsConfig {
                 (Some(id), None)
             }
         };
-        let configured = ConfiguredLimit { limit, tier, full_key: key.clone(), name, per_unit, shadow_mode, replaces };
+        let shared_values = at.shared_values.clone();
+        let configured = ConfiguredLimit {
+            limit,
+            tier,
+            full_key: key.clone(),
+            name,
+            per_unit,
+            shadow_mode,
+            quota_mode,
+            replaces,
+            shared_values,
+        };
         Ok(Some(Arc::new(configured)))
     }
 
@@ -390,3 +343,7 @@ impl RlsConfig {
 #[cfg(test)]
 #[path = "rls_config_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "rls_features_tests.rs"]
+mod features_tests;

@@ -13,8 +13,16 @@ pub struct RlsConfigError {
 /// The rule of ratelimit's configuration a file breaks.
 #[derive(Debug, thiserror::Error)]
 pub enum RlsRule {
-    #[error("not a ratelimit config: {0}")]
+    #[error("error loading config file: {0}")]
     NotRatelimitConfig(#[source] Box<serde_saphyr::Error>),
+    #[error("error loading config file: the document is {0}, not a map")]
+    NotAMap(String),
+    #[error("config error, key is not of type string: {0}")]
+    KeyNotText(String),
+    #[error("config error, unknown key '{0}'")]
+    UnknownKey(String),
+    #[error("config error, yaml file contains list of type other than map: {0}")]
+    ListOfNonMaps(String),
     #[error("config file cannot have empty domain")]
     EmptyDomain,
     #[error("duplicate domain '{0}' in config file")]
@@ -31,8 +39,10 @@ pub enum RlsRule {
     EmptyReplaces { key: String },
     #[error("{key}: replaces should not contain name of same descriptor")]
     ReplacesItself { key: String },
-    #[error("{key}: its limit id {id:?} is {len} bytes, more than {max}; shorten the domain, keys or values")]
-    LimitIdTooLong { key: String, id: String, len: usize, max: usize },
-    #[error("duplicate descriptor composite key '{key}' (also '{other}'): one limit id {id:?}")]
+    #[error("share_threshold can only be used with wildcard values (containing '*'), but found key '{composite}'")]
+    ShareThresholdWithoutWildcard { composite: String },
+    #[error("{key}: share_threshold with '*' in the key but not in the value is not served (ratelimit would count each request key apart)")]
+    ShareThresholdOnKey { key: String },
+    #[error("{key}: its bounded limit id {id:?} is also that of '{other}'; change either")]
     SameLimitId { key: String, other: String, id: String },
 }

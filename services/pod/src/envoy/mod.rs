@@ -16,12 +16,13 @@ pub use rls::{RateLimitServer, RlsCounters};
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
-use leasehold_envoy::RlsConfig;
+use leasehold_envoy::{LoadOptions, RlsConfig};
 use std::path::Path;
 
 /// Reads the ratelimit configuration at `path`: one YAML file, or every `.yaml`/`.yml` file of a
-/// directory (not its subdirectories), in name order. The error is one line naming the file.
-pub fn read_rls_config(path: &Path) -> Result<RlsConfig, RlsConfigFileError> {
+/// directory (not its subdirectories), in name order; the files of one domain are merged when
+/// `merge_domains` (else refused). The error is one line naming the file.
+pub fn read_rls_config(path: &Path, merge_domains: bool) -> Result<RlsConfig, RlsConfigFileError> {
     let unreadable = |path: &Path| {
         let path = path.to_path_buf();
         move |source| RlsConfigFileError::Unreadable { path, source }
@@ -45,7 +46,8 @@ pub fn read_rls_config(path: &Path) -> Result<RlsConfig, RlsConfigFileError> {
         let text = std::fs::read_to_string(f).map_err(unreadable(f))?;
         texts.push((f.display().to_string(), text));
     }
-    Ok(RlsConfig::parse(texts.iter().map(|(n, t)| (n.as_str(), t.as_str())))?)
+    let options = LoadOptions { merge_domains };
+    Ok(RlsConfig::load(texts.iter().map(|(n, t)| (n.as_str(), t.as_str())), options)?)
 }
 
 /// Why the ratelimit configuration could not be read.

@@ -17,8 +17,11 @@
 //! * a descriptor is `OVER_LIMIT` when its bucket denies: empty, no valid lease (starting, or
 //!   cut off: failing safe), the limit removed, or more hits than the lease's burst; in
 //!   `shadow_mode` it is answered `OK` and counted;
-//! * the overall code is `OVER_LIMIT` when any descriptor is. Every descriptor is charged even
-//!   when another denies the request (ratelimit does the same): waste, never excess;
+//! * `requests_per_unit: 0` is `OVER_LIMIT` whatever the hits (every request is over it, as in
+//!   ratelimit); no lease stands behind it;
+//! * the overall code is ratelimit's ([`overall_over_limit`]): `OVER_LIMIT` when any descriptor
+//!   not in `quota_mode` is, or when every `quota_mode` descriptor is. Every descriptor is
+//!   charged even when another denies the request (ratelimit does the same): waste, never excess;
 //! * `response_headers_to_add` carries `RateLimit-Policy` and `RateLimit` (IETF draft) for the
 //!   descriptor closest to its limit, and `Retry-After` (whole seconds, at least 1) when over.
 //!
@@ -36,7 +39,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
-use leasehold_envoy::{ConfiguredLimit, DescriptorEntry, RlsConfig, Unit};
+use leasehold_envoy::{overall_over_limit, ConfiguredLimit, DescriptorEntry, RlsConfig, Unit};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -75,6 +78,8 @@ pub struct RateLimitServer {
 /// One descriptor's answer, before it is written as the proto's.
 struct Answer {
     over: bool,
+    /// Its limit is in `quota_mode` (and counted: not `unlimited`, replaced or unmatched).
+    quota_mode: bool,
     /// The limit and its pod-local numbers, for a limited descriptor.
     limited: Option<Limited>,
     /// It matched a configured limit (`unlimited` included).
@@ -147,17 +152,17 @@ impl RateLimitServer {
                 Some(l) if l.name.as_deref().is_none_or(|n| !replaced.contains(n)) => {
                     self.answer(d, l, request_hits).await
                 }
-                Some(_) => Answer { over: false, limited: None, matched: false },
+                Some(_) => Answer { over: false, quota_mode: false, limited: None, matched: false },
                 None if d.limit.is_some() => {
                     // A per-request limit (Envoy's `limit` override) no lease stands behind:
                     // failing safe rather than letting it through unmetered.
                     self.counters.overrides_refused.fetch_add(1, Relaxed);
-                    Answer { over: true, limited: None, matched: false }
+                    Answer { over: true, quota_mode: false, limited: None, matched: false }
                 }
-                None => Answer { over: false, limited: None, matched: false },
+                None => Answer { over: false, quota_mode: false, limited: None, matched: false },
             });
         }
-        let over = answers.iter().any(|a| a.over);
+        let over = overall_over_limit(answers.iter().map(|a| (a.over, a.quota_mode)));
         let counter = if over { &self.counters.over_limit } else { &self.counters.ok };
         counter.fetch_add(1, Relaxed);
         Ok(response(answers, over))
@@ -165,13 +170,18 @@ impl RateLimitServer {
 
     async fn answer(&self, d: &RateLimitDescriptor, configured: &Arc<ConfiguredLimit>, request_hits: u64) -> Answer {
         let Some(per_unit) = configured.per_unit else {
-            return Answer { over: false, limited: None, matched: true }; // unlimited
+            return Answer { over: false, quota_mode: false, limited: None, matched: true };
+            // unlimited
         };
+        if configured.denies_every_request() {
+            return self.verdict(configured, true, Limited::nothing_known(configured, per_unit));
+        }
         let hits = d.hits_addend.as_ref().map_or(request_hits, |h| h.value);
         let limit = match (configured.limit.as_deref(), configured.tier.as_deref()) {
             (Some(limit), _) => limit,
             (None, Some(tier)) => return self.answer_per_value(d, configured, tier, per_unit, hits).await,
-            (None, None) => return Answer { over: false, limited: None, matched: true },
+            // Not made by the configuration (counted limits have a limit or a tier): fail safe.
+            (None, None) => return self.verdict(configured, true, Limited::nothing_known(configured, per_unit)),
         };
         let limiter = match self.limiters.get(limit) {
             Some(l) => Ok(l.clone()),
@@ -222,7 +232,7 @@ impl RateLimitServer {
         };
         let Some(verdict) = verdict else {
             let limited = Limited::nothing_known(configured, per_unit);
-            return Answer { over: false, limited: Some(limited), matched: true };
+            return Answer { over: false, quota_mode: configured.quota_mode, limited: Some(limited), matched: true };
         };
         if !verdict.answered {
             self.counters.keys_unanswered.fetch_add(1, Relaxed);
@@ -242,9 +252,10 @@ impl RateLimitServer {
     fn verdict(&self, configured: &ConfiguredLimit, denied: bool, limited: Limited) -> Answer {
         if denied && configured.shadow_mode {
             self.counters.shadow_denials.fetch_add(1, Relaxed);
-            return Answer { over: false, limited: Some(Limited { retry_after: None, ..limited }), matched: true };
+            let limited = Some(Limited { retry_after: None, ..limited });
+            return Answer { over: false, quota_mode: configured.quota_mode, limited, matched: true };
         }
-        Answer { over: denied, limited: Some(limited), matched: true }
+        Answer { over: denied, quota_mode: configured.quota_mode, limited: Some(limited), matched: true }
     }
 }
 
