@@ -19,6 +19,7 @@ mod floors;
 mod group_write;
 mod reconfigure;
 mod succession;
+pub use succession::InheritedDemand;
 mod takeover;
 
 pub use config::{DcSpec, LimitConfig};
@@ -59,18 +60,6 @@ pub struct DcView {
     /// the predecessor's last demand and pods stand as a floor under its reports' until this
     /// instant (two renew intervals after the takeover; [`CoordinatorCore::heard_demand`]).
     pub inherited: Option<InheritedDemand>,
-}
-
-/// The DC's demand and healthy pods as its predecessor term last reported them, and until when
-/// they count.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct InheritedDemand {
-    /// The predecessor's last demand rate, in milli-requests per second.
-    pub demand_milli: u64,
-    /// Its last count of healthy pods.
-    pub pods_healthy: u32,
-    /// Until when they stand (the coordinator's clock).
-    pub until_ns: u64,
 }
 
 /// Counters for metrics and tests.

@@ -7,6 +7,18 @@ use super::{CoordinatorCore, DcView};
 use crate::quota::Quota;
 use crate::wire::{DcReport, LeaseVersion, PredecessorLeases};
 
+/// The DC's demand and healthy pods as its predecessor term last reported them, and until when
+/// they count ([`CoordinatorCore::heard_demand`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InheritedDemand {
+    /// The predecessor's last demand rate, in milli-requests per second.
+    pub demand_milli: u64,
+    /// Its last count of healthy pods.
+    pub pods_healthy: u32,
+    /// Until when they stand (the coordinator's clock).
+    pub until_ns: u64,
+}
+
 impl CoordinatorCore {
     /// The DC's earlier term `old` (of term `old_term`) is succeeded by `new`, which answers for
     /// its pod leases: its DC leases move under `new` (see [`super::DcView::predecessor`]).
