@@ -306,3 +306,44 @@ fn the_floor_a_successor_spends_in_its_quiet_period_is_counted_with_its_predeces
         assert_eq!(spend > 110_000, bug, "pods may spend {spend} milli/s of 110,000 (bug: {bug})");
     }
 }
+
+#[test]
+fn a_floor_raised_in_the_quiet_period_is_not_the_successors_to_grant() {
+    // The old term's pods spend 90/s: a 40/s DC lease and a 50/s floor the coordinator has since
+    // lowered to 10/s (the old term never confirmed it, so 50/s stays reserved). The new term
+    // takes over under the 10/s floor, then the floor is raised to 60/s while the old pods, cut
+    // off, still spend theirs: the coordinator granted the raise from the 50/s it still held.
+    // The new term may count no more floor than its entry counted (found by a review).
+    let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr-e3");
+    cfg.epoch = 3;
+    let mut m = DcManagerCore::new(cfg, 0);
+    let report = m.tick(MS).iter().find_map(|o| match o {
+        DcOutput::Report(r) => Some(r.seq),
+        _ => None,
+    });
+    let lease = DcLease {
+        v: 1,
+        limit: "api".into(),
+        dc: "bkk".into(),
+        holder: "bkk-mgr-e3".into(),
+        version: LeaseVersion::new(7, 1),
+        lease_id: "l1".into(),
+        quota: Quota::per_s(40, 4),
+        floor: Quota::per_s(10, 1),
+        ttl_ms: 10_000,
+        basis_seq: report.expect("a DC report"),
+        predecessor: Some(PredecessorLeases { quota: Quota::per_s(40, 4), term: 2 }),
+    };
+    m.on_dc_lease(&lease, 10 * MS).expect("taken");
+    let mut out = m.on_floor(Quota::per_s(60, 6), LeaseVersion::new(7, 2), 100 * MS);
+    out.extend(m.on_pod_report(&pod_report("p5", 7, 1, (100, 0), true, None), 200 * MS));
+    out.extend(m.tick(1_100 * MS));
+    let granted: Vec<Quota> = out
+        .iter()
+        .filter_map(|o| match o {
+            DcOutput::PodLease(l) if !l.quota.is_zero() => Some(l.quota),
+            _ => None,
+        })
+        .collect();
+    assert!(granted.is_empty(), "the raised floor granted while the old pods spend the old one: {granted:?}");
+}

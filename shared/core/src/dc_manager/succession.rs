@@ -46,6 +46,11 @@ pub(super) struct Succession {
     /// Per term, the quotas of its leases continued so far (confirmed), before the first DC
     /// lease too.
     continued: Vec<(u64, Quota)>,
+    /// The floor the entry counted (the floor at its take): the most of the floor this term
+    /// may count in its quiet period. A floor raised since may have been granted from room the
+    /// coordinator still holds for a larger floor the predecessor's pods spend, lowered but
+    /// not yet confirmed (the coordinator reserves the larger of the two, not both).
+    floor_counted: Quota,
     /// The ledger version of the entry counting `left`.
     entry_seq: u64,
     /// Until when (this clock) a predecessor's pod lease may live.
@@ -90,6 +95,7 @@ impl DcManagerCore {
         let succession = &mut self.succession;
         (succession.left, succession.predecessor_term, succession.entry_seq, succession.until_ns) =
             (left, Some(p.term), 1, until_ns);
+        succession.floor_counted = floor;
         if !self.cfg.bugs.successor_ignores_predecessor_leases() {
             let entry = LeaseEntry { version: LeaseVersion::new(0, 1), quota: left, live_until_ns: until_ns };
             self.ledger.enter(&HolderKey::predecessor(), entry, now_ns);
@@ -101,13 +107,17 @@ impl DcManagerCore {
     /// entry counts the floor with them: what it holds beyond them is this term's to grant
     /// (their continued leases, most often, which the floor backed). Without that, a DC whose
     /// share is mostly its floor had its continued pods shrunk to nothing a renew interval after
-    /// the takeover.
+    /// the takeover. Never more floor than the entry counted (`Succession::floor_counted`).
     pub(super) fn floor_usable(&self, now_ns: u64) -> Quota {
         let answers = self.succession.predecessor_term.is_some()
             && now_ns < self.succession.until_ns
             && !self.cfg.bugs.successor_ignores_predecessor_leases();
-        if now_ns >= self.floors.usable_from_ns || answers {
+        if now_ns >= self.floors.usable_from_ns {
             self.floors.amount
+        } else if answers && self.cfg.bugs.successor_spends_floor_uncounted() {
+            self.floors.amount
+        } else if answers {
+            self.floors.amount.min(self.succession.floor_counted)
         } else {
             Quota::ZERO
         }
