@@ -112,9 +112,7 @@ impl DcManagerCore {
         let answers = self.succession.predecessor_term.is_some()
             && now_ns < self.succession.until_ns
             && !self.cfg.bugs.successor_ignores_predecessor_leases();
-        if now_ns >= self.floors.usable_from_ns {
-            self.floors.amount
-        } else if answers && self.cfg.bugs.successor_spends_floor_uncounted() {
+        if now_ns >= self.floors.usable_from_ns || (answers && self.cfg.bugs.successor_spends_floor_uncounted()) {
             self.floors.amount
         } else if answers {
             self.floors.amount.min(self.succession.floor_counted)
