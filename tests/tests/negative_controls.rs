@@ -54,11 +54,12 @@ fn storm_breaches_with(bugs: KnownBugs, emergency: Quota, seeds: std::ops::Range
 /// A new best-effort term spends E before the old term's pod leases end (FINDINGS F2). Since a
 /// new term continues its pods' leases (counting them in its own books) and gets its first DC
 /// lease at once, the hole shows only while it has no DC lease and for pods it cannot continue:
-/// storm seed 31 (1 of seeds 1–40; the model checker's `emergency-quiet` preset finds it at once).
+/// storm seed 20 (2 of seeds 1–120, with 47; the model checker's `emergency-quiet` preset finds
+/// it at once).
 #[test]
 fn the_simulator_catches_the_emergency_allowance_before_the_quiet_period() {
     let bugs = KnownBugs { emergency_before_quiet_period: true, ..KnownBugs::default() };
-    assert!(storm_breaches_with(bugs, Quota::per_s(50, 4), 31..=31) > 0);
+    assert!(storm_breaches_with(bugs, Quota::per_s(50, 4), 20..=20) > 0);
 }
 
 /// FINDINGS F3: a crash-looping pod applies a lease meant for its previous process (flushed late
