@@ -323,14 +323,11 @@ fn a_manager_failover_costs_at_most_one_renew_period_and_never_exceeds_the_limit
     }
 }
 
-/// A term that lets the coordinator move its predecessor's DC leases under it but does not
-/// count its predecessor's pod leases hands their share out again while old pods it cannot reach
-/// still spend it: two of BKK's pods are cut off from their manager around each kill, so they
-/// are never continued (FINDINGS F69). Counted, their share waits for their leases to end.
-#[test]
-fn the_simulator_catches_a_successor_that_does_not_count_its_predecessors_leases() {
+/// `manager-failover` with two of BKK's pods cut off from their manager around each kill (from
+/// half a second before it, for 7 s): the new term never continues them.
+fn failovers_with_pods_cut_off() -> Scenario {
     use leasehold_sim::faults::{Fault, ScheduledFault, Victim};
-    use leasehold_sim::scenario::manager_failover::{run_failovers, KILLS, KILL_EVERY_S};
+    use leasehold_sim::scenario::manager_failover::{KILLS, KILL_EVERY_S};
     let mut sc = Scenario::manager_failover();
     for k in 1..=KILLS {
         let at_s = (k * KILL_EVERY_S) as f64 - 0.5;
@@ -338,6 +335,17 @@ fn the_simulator_catches_a_successor_that_does_not_count_its_predecessors_leases
             sc.fixed_faults.push(ScheduledFault::new(at_s, 7.0, Victim::PodUp { pick }, Fault::PartitionPodDc));
         }
     }
+    sc
+}
+
+/// A term that lets the coordinator move its predecessor's DC leases under it but does not
+/// count its predecessor's pod leases hands their share out again while old pods it cannot reach
+/// still spend it: two of BKK's pods are cut off from their manager around each kill, so they
+/// are never continued (FINDINGS F69). Counted, their share waits for their leases to end.
+#[test]
+fn the_simulator_catches_a_successor_that_does_not_count_its_predecessors_leases() {
+    use leasehold_sim::scenario::manager_failover::run_failovers;
+    let mut sc = failovers_with_pods_cut_off();
     for seed in 1..=2 {
         let (violations, _) = run_failovers(sc.clone(), seed);
         assert_eq!(violations, 0, "seed {seed}");
@@ -353,15 +361,8 @@ fn the_simulator_catches_a_successor_that_does_not_count_its_predecessors_leases
 /// pods it cannot reach still spend it (FINDINGS F70). The same kills and cut-off pods as above.
 #[test]
 fn the_simulator_catches_a_successor_that_spends_the_floor_uncounted() {
-    use leasehold_sim::faults::{Fault, ScheduledFault, Victim};
-    use leasehold_sim::scenario::manager_failover::{run_failovers, KILLS, KILL_EVERY_S};
-    let mut sc = Scenario::manager_failover();
-    for k in 1..=KILLS {
-        let at_s = (k * KILL_EVERY_S) as f64 - 0.5;
-        for pick in [0, 1] {
-            sc.fixed_faults.push(ScheduledFault::new(at_s, 7.0, Victim::PodUp { pick }, Fault::PartitionPodDc));
-        }
-    }
+    use leasehold_sim::scenario::manager_failover::run_failovers;
+    let mut sc = failovers_with_pods_cut_off();
     sc.bugs = KnownBugs { successor_spends_floor_uncounted: true, ..KnownBugs::default() };
     let per_seed: Vec<u64> = (1..=2).map(|seed| run_failovers(sc.clone(), seed).0).collect();
     println!("violations per seed with the floor spent uncounted: {per_seed:?}");

@@ -6,6 +6,7 @@
 //! leases only when it continues a lease of the term whose DC leases were moved
 //! (docs/FINDINGS.md#f69).
 
+use leasehold_core::bugs::KnownBugs;
 use leasehold_core::coordinator::{CoordinatorCore, LimitConfig, Stored};
 use leasehold_core::dc_manager::{DcManagerConfig, DcManagerCore, DcOutput};
 use leasehold_core::quota::Quota;
@@ -78,6 +79,33 @@ fn holding(pod: &str, seq: u64, in_use: LeaseVersion, held: Option<(Quota, u64)>
     let mut r = pod_report(pod, 7, seq, (100, 100), true, Some(in_use));
     r.held = held.map(|(quota, left_ms)| HeldLease { quota, left_ms });
     r
+}
+
+/// Term 3 of BKK's manager (with `bugs`), holding its first DC lease: `quota` above `floor`,
+/// naming term 2's moved DC leases of `predecessor`.
+fn term_3_taking_over(quota: Quota, floor: Quota, predecessor: Quota, bugs: KnownBugs) -> DcManagerCore {
+    let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr-e3");
+    (cfg.epoch, cfg.bugs) = (3, bugs);
+    let mut m = DcManagerCore::new(cfg, 0);
+    let report = m.tick(MS).iter().find_map(|o| match o {
+        DcOutput::Report(r) => Some(r.seq),
+        _ => None,
+    });
+    let lease = DcLease {
+        v: 1,
+        limit: "api".into(),
+        dc: "bkk".into(),
+        holder: "bkk-mgr-e3".into(),
+        version: LeaseVersion::new(7, 1),
+        lease_id: "l1".into(),
+        quota,
+        floor,
+        ttl_ms: 10_000,
+        basis_seq: report.expect("a DC report"),
+        predecessor: Some(PredecessorLeases { quota: predecessor, term: 2 }),
+    };
+    m.on_dc_lease(&lease, 10 * MS).expect("taken");
+    m
 }
 
 fn continuation(out: &[DcOutput]) -> PodLease {
@@ -202,27 +230,7 @@ fn continued_leases_the_floor_backed_keep_their_quota_through_the_quiet_period()
     // term's DC lease is the same. Continued, they must keep spending: the floor that backed
     // them is counted with the predecessor's leases, so the new term need not shrink them to
     // fit a budget without it (it sent them rate-0 leases a renew interval after continuing them).
-    let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr-e3");
-    cfg.epoch = 3;
-    let mut m = DcManagerCore::new(cfg, 0);
-    let report = m.tick(MS).iter().find_map(|o| match o {
-        DcOutput::Report(r) => Some(r.seq),
-        _ => None,
-    });
-    let lease = DcLease {
-        v: 1,
-        limit: "api".into(),
-        dc: "bkk".into(),
-        holder: "bkk-mgr-e3".into(),
-        version: LeaseVersion::new(7, 1),
-        lease_id: "l1".into(),
-        quota: Quota::per_s(60, 6),
-        floor: Quota::per_s(50, 5),
-        ttl_ms: 10_000,
-        basis_seq: report.expect("a DC report"),
-        predecessor: Some(PredecessorLeases { quota: Quota::per_s(60, 6), term: 2 }),
-    };
-    m.on_dc_lease(&lease, 10 * MS).expect("taken");
+    let mut m = term_3_taking_over(Quota::per_s(60, 6), Quota::per_s(50, 5), Quota::per_s(60, 6), KnownBugs::default());
     let pods = ["p1", "p2", "p3", "p4"];
     let held = Some((Quota::per_s(25, 2), 4_000));
     let mut continued = Vec::new();
@@ -258,27 +266,12 @@ fn the_floor_a_successor_spends_in_its_quiet_period_is_counted_with_its_predeces
     // and the floor (110/s); the negative control (docs/FINDINGS.md#f70) grants p5 the floor
     // again.
     for bug in [false, true] {
-        let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr-e3");
-        (cfg.epoch, cfg.bugs.successor_spends_floor_uncounted) = (3, bug);
-        let mut m = DcManagerCore::new(cfg, 0);
-        let report = m.tick(MS).iter().find_map(|o| match o {
-            DcOutput::Report(r) => Some(r.seq),
-            _ => None,
-        });
-        let lease = DcLease {
-            v: 1,
-            limit: "api".into(),
-            dc: "bkk".into(),
-            holder: "bkk-mgr-e3".into(),
-            version: LeaseVersion::new(7, 1),
-            lease_id: "l1".into(),
-            quota: Quota::per_s(60, 6),
-            floor: Quota::per_s(50, 5),
-            ttl_ms: 10_000,
-            basis_seq: report.expect("a DC report"),
-            predecessor: Some(PredecessorLeases { quota: Quota::per_s(60, 6), term: 2 }),
-        };
-        m.on_dc_lease(&lease, 10 * MS).expect("taken");
+        let mut m = term_3_taking_over(
+            Quota::per_s(60, 6),
+            Quota::per_s(50, 5),
+            Quota::per_s(60, 6),
+            KnownBugs { successor_spends_floor_uncounted: bug, ..KnownBugs::default() },
+        );
         let held = Some((Quota::per_s(25, 2), 4_000));
         let mut spend = 25_000; // p4, unheard
         for (i, pod) in ["p1", "p2", "p3"].iter().enumerate() {
@@ -314,27 +307,7 @@ fn a_floor_raised_in_the_quiet_period_is_not_the_successors_to_grant() {
     // takes over under the 10/s floor, then the floor is raised to 60/s while the old pods, cut
     // off, still spend theirs: the coordinator granted the raise from the 50/s it still held.
     // The new term may count no more floor than its entry counted (found by a review).
-    let mut cfg = DcManagerConfig::new("api", "bkk", "bkk-mgr-e3");
-    cfg.epoch = 3;
-    let mut m = DcManagerCore::new(cfg, 0);
-    let report = m.tick(MS).iter().find_map(|o| match o {
-        DcOutput::Report(r) => Some(r.seq),
-        _ => None,
-    });
-    let lease = DcLease {
-        v: 1,
-        limit: "api".into(),
-        dc: "bkk".into(),
-        holder: "bkk-mgr-e3".into(),
-        version: LeaseVersion::new(7, 1),
-        lease_id: "l1".into(),
-        quota: Quota::per_s(40, 4),
-        floor: Quota::per_s(10, 1),
-        ttl_ms: 10_000,
-        basis_seq: report.expect("a DC report"),
-        predecessor: Some(PredecessorLeases { quota: Quota::per_s(40, 4), term: 2 }),
-    };
-    m.on_dc_lease(&lease, 10 * MS).expect("taken");
+    let mut m = term_3_taking_over(Quota::per_s(40, 4), Quota::per_s(10, 1), Quota::per_s(40, 4), KnownBugs::default());
     let mut out = m.on_floor(Quota::per_s(60, 6), LeaseVersion::new(7, 2), 100 * MS);
     out.extend(m.on_pod_report(&pod_report("p5", 7, 1, (100, 0), true, None), 200 * MS));
     out.extend(m.tick(1_100 * MS));
